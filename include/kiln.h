@@ -1,0 +1,250 @@
+/* kiln.h - the public C API of kiln, an ONNX inference runtime.
+ *
+ * Usage (compiled by the test suite as tests/unit/test_api_example.c):
+ *
+ *     kiln_session *s = NULL;
+ *     kiln_session_options opt = kiln_session_options_default();
+ *     if (kiln_session_create("model.onnx", &opt, &s) != KILN_OK) {
+ *         fprintf(stderr, "%s\n", kiln_last_error(s));   // s may be NULL: a static message
+ *         kiln_session_free(s);
+ *         return 1;
+ *     }
+ *     int64_t dims[2] = {2, 3};
+ *     float x[6] = {1, 2, 3, 4, 5, 6};
+ *     kiln_value *in = NULL, *out = NULL;
+ *     kiln_value_wrap_tensor(KILN_DTYPE_FLOAT32, 2, dims, x, sizeof x, &in);  // borrows x
+ *     const char *in_names[] = {"X"}, *out_names[] = {"Y"};
+ *     if (kiln_session_run(s, 1, in_names, (const kiln_value *const *)&in,
+ *                          1, out_names, &out) == KILN_OK)
+ *         printf("%g\n", ((const float *)kiln_value_data(out))[0]);
+ *     kiln_value_free(out);
+ *     kiln_value_free(in);
+ *     kiln_session_free(s);
+ *
+ * Conventions:
+ *  - Actions return kiln_status; KILN_OK is 0. On failure a message naming what failed (file,
+ *    node, op, input, dims) is retrievable with kiln_last_error() from the session.
+ *  - Handles are created by kiln_<object>_create and released by kiln_<object>_free;
+ *    kiln_<object>_free(NULL) is a no-op.
+ *  - Strings returned by accessors are borrowed: valid until the owning handle is freed.
+ *  - There is no global mutable state: any number of sessions may live in one process, and
+ *    kiln_session_run may be called on one session from several threads at once.
+ */
+#ifndef KILN_H
+#define KILN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KILN_VERSION_MAJOR 0
+#define KILN_VERSION_MINOR 1
+#define KILN_VERSION_PATCH 0
+
+/* Version of the library actually linked, as "MAJOR.MINOR.PATCH". Static string. */
+const char *kiln_version(void);
+
+typedef enum kiln_status {
+    KILN_OK = 0,
+    KILN_ERR_INVALID_ARG = 1, /* a caller passed something invalid (NULL, unknown name, ...) */
+    KILN_ERR_MODEL = 2,       /* the model file is malformed or inconsistent */
+    KILN_ERR_UNSUPPORTED = 3, /* a valid model uses something kiln does not implement */
+    KILN_ERR_SHAPE = 4,       /* shapes of inputs violate what the graph requires */
+    KILN_ERR_NOMEM = 5,       /* an allocation failed */
+    KILN_ERR_IO = 6,          /* a file could not be read or mapped */
+    KILN_ERR_RUNTIME = 7,     /* a kernel failed on the given values (e.g. index out of range) */
+} kiln_status;
+
+/* Short static name of a status ("KILN_ERR_SHAPE"). */
+const char *kiln_status_name(kiln_status st);
+
+/* Element types. The numeric values equal ONNX's TensorProto.DataType codes. Sub-byte types
+ * (INT4, UINT4, FLOAT4E2M1, INT2, UINT2) are stored one element per byte in kiln_value data
+ * (the low bits hold the value; signed types are sign-extended). STRING data is an array of
+ * NUL-terminated `char *`. */
+typedef enum kiln_dtype {
+    KILN_DTYPE_UNDEFINED = 0,
+    KILN_DTYPE_FLOAT32 = 1,
+    KILN_DTYPE_UINT8 = 2,
+    KILN_DTYPE_INT8 = 3,
+    KILN_DTYPE_UINT16 = 4,
+    KILN_DTYPE_INT16 = 5,
+    KILN_DTYPE_INT32 = 6,
+    KILN_DTYPE_INT64 = 7,
+    KILN_DTYPE_STRING = 8,
+    KILN_DTYPE_BOOL = 9,
+    KILN_DTYPE_FLOAT16 = 10,
+    KILN_DTYPE_FLOAT64 = 11,
+    KILN_DTYPE_UINT32 = 12,
+    KILN_DTYPE_UINT64 = 13,
+    KILN_DTYPE_COMPLEX64 = 14,
+    KILN_DTYPE_COMPLEX128 = 15,
+    KILN_DTYPE_BFLOAT16 = 16,
+    KILN_DTYPE_FLOAT8E4M3FN = 17,
+    KILN_DTYPE_FLOAT8E4M3FNUZ = 18,
+    KILN_DTYPE_FLOAT8E5M2 = 19,
+    KILN_DTYPE_FLOAT8E5M2FNUZ = 20,
+    KILN_DTYPE_UINT4 = 21,
+    KILN_DTYPE_INT4 = 22,
+    KILN_DTYPE_FLOAT4E2M1 = 23,
+    KILN_DTYPE_FLOAT8E8M0 = 24,
+    KILN_DTYPE_UINT2 = 25,
+    KILN_DTYPE_INT2 = 26,
+    KILN_DTYPE_COUNT_ = 27 /* not a type: one past the last code */
+} kiln_dtype;
+
+/* Lower-case name ("float32", "int64", ...) of a dtype; "undefined" for unknown codes. */
+const char *kiln_dtype_name(kiln_dtype dt);
+/* Bytes one element occupies in kiln_value data (sizeof(char *) for STRING, 1 for sub-byte
+ * types); 0 for UNDEFINED or unknown codes. */
+size_t kiln_dtype_size(kiln_dtype dt);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Values: tensors, sequences of values, optionals.                                          */
+
+#define KILN_MAX_RANK 16
+
+typedef enum kiln_value_kind {
+    KILN_VALUE_TENSOR = 1,
+    KILN_VALUE_SEQUENCE = 2, /* ordered list of values (tensors in practice) */
+    KILN_VALUE_OPTIONAL = 3, /* holds one value or nothing */
+} kiln_value_kind;
+
+typedef struct kiln_value kiln_value;
+
+/* Creates a tensor owning a copy of `data` (nbytes must be numel * dtype size; data NULL
+ * gives zeros, or empty strings for STRING). For STRING, data is `const char *const *` and
+ * each string is copied. On success *out is owned by the caller: release with
+ * kiln_value_free. */
+kiln_status kiln_value_create_tensor(kiln_dtype dt, int rank, const int64_t *dims,
+                                     const void *data, size_t nbytes, kiln_value **out);
+/* Creates a tensor that borrows `data` (not copied, not freed); the caller keeps `data`
+ * alive and unchanged until the value is freed. Not available for STRING. */
+kiln_status kiln_value_wrap_tensor(kiln_dtype dt, int rank, const int64_t *dims, void *data,
+                                   size_t nbytes, kiln_value **out);
+/* Creates a sequence of the given element dtype holding `items`; takes ownership of each item
+ * (also on failure). `items` itself is borrowed. n may be 0. */
+kiln_status kiln_value_create_sequence(kiln_dtype elem, kiln_value **items, int64_t n,
+                                       kiln_value **out);
+/* Creates an optional holding `inner` (ownership taken, also on failure), or nothing if
+ * inner is NULL; `elem` is the element dtype the empty optional is typed with. */
+kiln_status kiln_value_create_optional(kiln_dtype elem, kiln_value *inner, kiln_value **out);
+/* Deep copy. */
+kiln_status kiln_value_clone(const kiln_value *v, kiln_value **out);
+/* Releases a value and everything it owns. NULL is a no-op. */
+void kiln_value_free(kiln_value *v);
+
+kiln_value_kind kiln_value_kind_of(const kiln_value *v);
+/* Element dtype of a tensor, or of the elements of a sequence / optional. */
+kiln_dtype kiln_value_dtype(const kiln_value *v);
+/* Rank and dims of a tensor (0 and NULL for other kinds). dims is borrowed from v. */
+int kiln_value_rank(const kiln_value *v);
+const int64_t *kiln_value_dims(const kiln_value *v);
+int64_t kiln_value_numel(const kiln_value *v);
+size_t kiln_value_nbytes(const kiln_value *v);
+/* Tensor data, row-major and contiguous; borrowed from v. */
+void *kiln_value_data(const kiln_value *v);
+/* Sequences: number of items and the item at index i (borrowed). */
+int64_t kiln_value_sequence_length(const kiln_value *v);
+const kiln_value *kiln_value_sequence_at(const kiln_value *v, int64_t i);
+/* Optionals: the held value (borrowed) or NULL when empty. */
+const kiln_value *kiln_value_optional_get(const kiln_value *v);
+
+/* Decodes a serialized ONNX TensorProto, SequenceProto or OptionalProto (the `.pb` files of
+ * ONNX test data) into a new value owned by the caller. `kind` says which message `buf`
+ * holds. `name_out`, if not NULL, receives the proto's name (malloc'd, caller frees; may be
+ * NULL). Errors: KILN_ERR_MODEL for malformed bytes; `err` (if not NULL, >= 256 bytes)
+ * receives a message. */
+kiln_status kiln_value_decode_proto(const void *buf, size_t len, kiln_value_kind kind,
+                                    kiln_value **out, char **name_out, char *err,
+                                    size_t err_size);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Sessions.                                                                                  */
+
+typedef struct kiln_session kiln_session;
+
+typedef enum kiln_provider_kind {
+    KILN_PROVIDER_CPU = 0, /* reference CPU kernels */
+} kiln_provider_kind;
+
+typedef struct kiln_session_options {
+    kiln_provider_kind provider;
+    /* Maximum number of threads a run may use; 0 = default. */
+    int num_threads;
+    /* Create the session even if some operators are unsupported (to inspect the model);
+     * running it then fails naming the first unsupported node. Default false: creation
+     * fails with KILN_ERR_UNSUPPORTED. */
+    bool allow_unsupported;
+} kiln_session_options;
+
+kiln_session_options kiln_session_options_default(void);
+
+/* Loads and compiles a model from a file. External data files are resolved relative to the
+ * model's folder and mapped read-only; they may not lie outside it. opt may be NULL
+ * (defaults). On failure *out is still set to a session handle holding only the error
+ * message (retrieve it with kiln_last_error, release with kiln_session_free), or to NULL if
+ * even that could not be allocated. */
+kiln_status kiln_session_create(const char *path, const kiln_session_options *opt,
+                                kiln_session **out);
+/* Same from a serialized model in memory (copied; external data is resolved relative to
+ * `base_dir`, which may be NULL to forbid external data). */
+kiln_status kiln_session_create_from_memory(const void *buf, size_t len, const char *base_dir,
+                                            const kiln_session_options *opt,
+                                            kiln_session **out);
+void kiln_session_free(kiln_session *s);
+
+/* Message of the last failure on this session ("" if none). With s == NULL: a static message
+ * saying no session exists. Borrowed: valid until the next failing call on s. When several
+ * threads run one session, prefer kiln_last_error_copy. */
+const char *kiln_last_error(const kiln_session *s);
+/* Copies the last failure message into buf (always NUL-terminated when size > 0). */
+void kiln_last_error_copy(const kiln_session *s, char *buf, size_t size);
+
+/* Description of one graph input or output. All pointers are borrowed from the session. */
+typedef struct kiln_io_info {
+    const char *name;
+    kiln_value_kind kind;
+    kiln_dtype dtype; /* element dtype (UNDEFINED if the model leaves it open) */
+    int rank;         /* -1 when the model gives no shape */
+    /* per dim: dims[i] >= 0 is a fixed size; otherwise dim_names[i] names the symbol
+     * ("batch", or "?N" for a dim the model leaves unnamed). */
+    const int64_t *dims;
+    const char *const *dim_names;
+} kiln_io_info;
+
+int kiln_session_input_count(const kiln_session *s);
+int kiln_session_output_count(const kiln_session *s);
+/* Fills *info for input/output i; KILN_ERR_INVALID_ARG if i is out of range. */
+kiln_status kiln_session_input_info(const kiln_session *s, int i, kiln_io_info *info);
+kiln_status kiln_session_output_info(const kiln_session *s, int i, kiln_io_info *info);
+
+/* Model facts, for tools. Strings are borrowed from the session. */
+int64_t kiln_session_ir_version(const kiln_session *s);
+int kiln_session_opset_count(const kiln_session *s);
+/* Domain ("" for the default ONNX domain) and version of opset import i. */
+kiln_status kiln_session_opset(const kiln_session *s, int i, const char **domain, int64_t *version);
+/* Nodes of the model, its subgraphs included (depth-first, in execution order). */
+int kiln_session_node_count(const kiln_session *s);
+kiln_status kiln_session_node(const kiln_session *s, int i, const char **name, const char **domain,
+                              const char **op_type, bool *supported);
+/* Bytes of all initializers and constant attribute tensors. */
+int64_t kiln_session_initializer_bytes(const kiln_session *s);
+
+/* Runs the model. inputs[i] is bound to the graph input named in_names[i] (borrowed; not
+ * modified). Every graph input without an initializer must be given. For each
+ * out_names[j], outputs[j] receives a new value owned by the caller (release with
+ * kiln_value_free). n_out may be 0 with out_names NULL to fetch nothing. On failure no
+ * output is returned (all outputs[j] set to NULL) and the session stays usable. Thread-safe. */
+kiln_status kiln_session_run(kiln_session *s, int n_in, const char *const *in_names,
+                             const kiln_value *const *inputs, int n_out,
+                             const char *const *out_names, kiln_value **outputs);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KILN_H */

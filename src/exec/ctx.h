@@ -1,0 +1,37 @@
+/* ctx.h - the inference and run contexts behind src/ops/op.h, shared by compile and run. */
+#ifndef KILN_EXEC_CTX_H
+#define KILN_EXEC_CTX_H
+
+#include "exec/exec.h"
+#include "ops/op.h"
+
+struct kiln_infer_ctx {
+    const kiln_node *node;
+    kiln_dimtab *tab;             /* NULL at run time */
+    const kiln_type *const *in;   /* n_in entries, NULL for absent */
+    const kiln_value *const *in_val;
+    kiln_type *out;               /* n_out entries */
+    kiln_ir_value *const *out_ir; /* compile time: the node's outputs; NULL at run time */
+    kiln_err *err;
+};
+
+struct kiln_run_ctx {
+    const kiln_node *node;
+    const kiln_frame *frame;
+    const kiln_value *const *in;
+    kiln_value **out;             /* n_out entries, owned */
+    kiln_err *err;
+};
+
+/* Values of one graph execution; parent holds the enclosing graph's. */
+struct kiln_frame {
+    const kiln_graph *g;
+    const kiln_frame *parent;
+    kiln_value **vals;            /* by value id */
+    bool *owned;                  /* vals[i] is freed by the frame */
+};
+
+/* Runtime type of a value (constant dims). */
+void kiln_type_of_value(const kiln_value *v, kiln_type *t);
+
+#endif

@@ -1,0 +1,25 @@
+/* exec.h - compilation (op lookup, symbolic inference) and execution of IR graphs. */
+#ifndef KILN_EXEC_EXEC_H
+#define KILN_EXEC_EXEC_H
+
+#include "core/error.h"
+#include "ir/graph.h"
+
+typedef struct kiln_frame kiln_frame;
+
+
+/* Looks up every node's op (subgraphs included). Unsupported nodes keep op == NULL; the
+ * first is reported in err with KILN_ERR_UNSUPPORTED when `strict`. */
+kiln_status kiln_bind_ops(kiln_graph *g, bool strict, kiln_err *err);
+/* Compile-time shape and type inference over g and its subgraphs. Failures of an op's
+ * inference leave its outputs unknown (decided at run time); the first such message is
+ * kept in `note` when not NULL. */
+kiln_status kiln_graph_infer(kiln_graph *g, kiln_err *note);
+
+/* Runs graph g. inputs[i] is bound to g->inputs[i] (NULL: use its initializer). On success
+ * outputs[j] (j < g->n_outputs) receive owned values. parent gives outer-scope values for
+ * subgraphs (NULL for the main graph). */
+kiln_status kiln_execute(const kiln_graph *g, const kiln_frame *parent, const kiln_value *const *inputs,
+                         kiln_value **outputs, kiln_err *err);
+
+#endif

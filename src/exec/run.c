@@ -1,0 +1,232 @@
+/* run.c - the run loop: walks a graph's nodes in order, runs each op's inference with the
+ * actual input types, allocates outputs, runs the kernel, releases values after their last
+ * reader. Frames chain to give subgraphs their outer-scope values. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec/ctx.h"
+
+/* ---- run context API ---- */
+
+const kiln_node *kiln_run_node(const kiln_run_ctx *c) { return c->node; }
+int kiln_run_opset(const kiln_run_ctx *c) { return c->node->opset; }
+int kiln_run_n_in(const kiln_run_ctx *c) { return c->node->n_in; }
+int kiln_run_n_out(const kiln_run_ctx *c) { return c->node->n_out; }
+kiln_err *kiln_run_err(kiln_run_ctx *c) { return c->err; }
+
+const kiln_value *kiln_run_in(const kiln_run_ctx *c, int i)
+{
+    return i >= 0 && i < c->node->n_in ? c->in[i] : NULL;
+}
+
+kiln_value *kiln_run_out(kiln_run_ctx *c, int i)
+{
+    return i >= 0 && i < c->node->n_out ? c->out[i] : NULL;
+}
+
+bool kiln_run_has_out(const kiln_run_ctx *c, int i)
+{
+    return i >= 0 && i < c->node->n_out && c->node->out[i];
+}
+
+kiln_status kiln_run_alloc_out(kiln_run_ctx *c, int i, kiln_dtype dt, int rank, const int64_t *dims,
+                               kiln_value **out)
+{
+    if (out) *out = NULL;
+    if (i < 0 || i >= c->node->n_out)
+        return kiln_run_fail(c, KILN_ERR_RUNTIME, "kernel wrote output %d of %d", i, c->node->n_out);
+    kiln_value *v;
+    kiln_status st = kiln_tensor_new(dt, rank, dims, &v, c->err);
+    if (st) return kiln_err_prefix(c->err, "node '%s' (%s): output %d", c->node->name, c->node->op_type, i);
+    kiln_value_free(c->out[i]);
+    c->out[i] = v;
+    if (out) *out = v;
+    return KILN_OK;
+}
+
+kiln_status kiln_run_set_out(kiln_run_ctx *c, int i, kiln_value *v)
+{
+    if (i < 0 || i >= c->node->n_out) {
+        kiln_value_free(v);
+        return kiln_run_fail(c, KILN_ERR_RUNTIME, "kernel wrote output %d of %d", i, c->node->n_out);
+    }
+    kiln_value_free(c->out[i]);
+    c->out[i] = v;
+    return KILN_OK;
+}
+
+kiln_status kiln_run_fail(kiln_run_ctx *c, kiln_status code, const char *fmt, ...)
+{
+    char msg[KILN_ERR_MSG_SIZE];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return kiln_errf(c->err, code, "node '%s' (%s): %s", c->node->name, c->node->op_type, msg);
+}
+
+kiln_status kiln_run_subgraph(kiln_run_ctx *c, const kiln_graph *g, int n_in, const kiln_value *const *in,
+                              kiln_value **out)
+{
+    if (n_in != g->n_inputs)
+        return kiln_run_fail(c, KILN_ERR_MODEL, "subgraph '%s' takes %d inputs, %d given", g->name, g->n_inputs, n_in);
+    kiln_status st = kiln_execute(g, c->frame, in, out, c->err);
+    return st;
+}
+
+/* ---- frames ---- */
+
+static const kiln_value *frame_get(const kiln_frame *f, const kiln_ir_value *v)
+{
+    for (; f; f = f->parent)
+        if (f->g == v->graph) return f->vals[v->id] ? f->vals[v->id] : v->init;
+    return v->init;
+}
+
+static void frame_release(kiln_frame *f)
+{
+    for (int i = 0; i < f->g->n_values; i++)
+        if (f->owned[i]) kiln_value_free(f->vals[i]);
+    free(f->vals);
+    free(f->owned);
+}
+
+static bool all_const(const kiln_type *t)
+{
+    if (t->kind != KILN_VALUE_TENSOR || t->rank < 0 || !kiln_dtype_valid(t->dtype)) return false;
+    for (int k = 0; k < t->rank; k++)
+        if (!kiln_dim_is_const(t->dims[k])) return false;
+    return true;
+}
+
+static kiln_status run_node(const kiln_node *n, kiln_frame *f, kiln_err *err)
+{
+    if (!n->op || !n->op->run)
+        return kiln_errf(err, KILN_ERR_UNSUPPORTED, "node '%s': operator %s%s%s (opset %d) is not supported",
+                         n->name, n->domain, *n->domain ? "." : "", n->op_type, n->opset);
+    /* per-node scratch on the heap: subgraphs recurse through here */
+    size_t ni = (size_t)n->n_in + 1, no = (size_t)n->n_out + 1;
+    void *scratch = calloc(1, ni * (sizeof(kiln_value *) + sizeof(kiln_type) + sizeof(kiln_type *)) +
+                                  no * (sizeof(kiln_type) + sizeof(kiln_value *)));
+    if (!scratch) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
+    kiln_type *in_type_store = scratch;
+    kiln_type *out_type = in_type_store + ni;
+    const kiln_value **in = (const kiln_value **)(out_type + no);
+    const kiln_type **in_type = (const kiln_type **)(in + ni);
+    kiln_value **out = (kiln_value **)(in_type + ni);
+    kiln_status st = KILN_OK;
+    for (int i = 0; i < n->n_in; i++) {
+        in[i] = n->in[i] ? frame_get(f, n->in[i]) : NULL;
+        if (n->in[i] && !in[i]) {
+            st = kiln_errf(err, KILN_ERR_RUNTIME, "node '%s' (%s): input '%s' has no value", n->name,
+                           n->op_type, n->in[i]->name);
+            goto fail;
+        }
+        kiln_type_of_value(in[i], &in_type_store[i]);
+        in_type[i] = in[i] ? &in_type_store[i] : NULL;
+    }
+    for (int i = 0; i < n->n_out; i++) {
+        kiln_type_unknown(&out_type[i]);
+        out[i] = NULL;
+    }
+    if (n->op->infer) {
+        kiln_infer_ctx ic = {.node = n, .in = in_type, .in_val = in, .out = out_type, .err = err};
+        st = n->op->infer(&ic);
+        if (st) goto fail;
+    }
+    for (int i = 0; i < n->n_out; i++) {
+        if (!all_const(&out_type[i])) continue;
+        int64_t dims[KILN_MAX_RANK];
+        for (int k = 0; k < out_type[i].rank; k++) dims[k] = out_type[i].dims[k].c;
+        st = kiln_tensor_new(out_type[i].dtype, out_type[i].rank, dims, &out[i], err);
+        if (st) {
+            kiln_err_prefix(err, "node '%s' (%s): output %d", n->name, n->op_type, i);
+            goto fail;
+        }
+    }
+    kiln_run_ctx rc = {.node = n, .frame = f, .in = in, .out = out, .err = err};
+    st = n->op->run(&rc);
+    if (st) goto fail;
+    for (int i = 0; i < n->n_out; i++) {
+        kiln_ir_value *v = n->out[i];
+        if (!v) {
+            kiln_value_free(out[i]);
+            continue;
+        }
+        if (!out[i]) {
+            st = kiln_errf(err, KILN_ERR_RUNTIME, "node '%s' (%s): kernel produced no output %d", n->name,
+                           n->op_type, i);
+            goto fail;
+        }
+        f->vals[v->id] = out[i];
+        f->owned[v->id] = true;
+        out[i] = NULL;
+    }
+    free(scratch);
+    return KILN_OK;
+fail:
+    for (int i = 0; i < n->n_out; i++) kiln_value_free(out[i]);
+    free(scratch);
+    return st;
+}
+
+kiln_status kiln_execute(const kiln_graph *g, const kiln_frame *parent, const kiln_value *const *inputs,
+                         kiln_value **outputs, kiln_err *err)
+{
+    kiln_frame f = {.g = g, .parent = parent};
+    f.vals = calloc((size_t)g->n_values + 1, sizeof *f.vals);
+    f.owned = calloc((size_t)g->n_values + 1, sizeof *f.owned);
+    for (int j = 0; j < g->n_outputs; j++) outputs[j] = NULL;
+    if (!f.vals || !f.owned) {
+        free(f.vals);
+        free(f.owned);
+        return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
+    }
+    kiln_status st = KILN_OK;
+    for (int i = 0; i < g->n_inputs; i++) {
+        const kiln_value *v = inputs && inputs[i] ? inputs[i] : g->inputs[i]->init;
+        f.vals[g->inputs[i]->id] = (kiln_value *)v; /* borrowed, never written */
+    }
+    for (int k = 0; k < g->n_nodes; k++) {
+        const kiln_node *n = g->nodes[k];
+        st = run_node(n, &f, err);
+        if (st) goto out;
+        for (int r = 0; r < n->n_release; r++) {
+            int id = n->release[r]->id;
+            if (f.owned[id]) {
+                kiln_value_free(f.vals[id]);
+                f.owned[id] = false;
+            }
+            f.vals[id] = NULL;
+        }
+    }
+    for (int j = 0; j < g->n_outputs; j++) {
+        const kiln_ir_value *v = g->outputs[j];
+        if (v->graph == g && f.owned[v->id]) {
+            /* hand over the frame's value; a second listing of it gets a copy */
+            outputs[j] = f.vals[v->id];
+            f.owned[v->id] = false;
+            continue;
+        }
+        const kiln_value *src = NULL;
+        for (int p = 0; p < j && !src; p++)
+            if (g->outputs[p] == v) src = outputs[p];
+        if (!src) src = frame_get(&f, v);
+        if (!src) {
+            st = kiln_errf(err, KILN_ERR_RUNTIME, "graph output '%s' has no value", v->name);
+            goto out;
+        }
+        st = kiln_value_copy(src, &outputs[j], err);
+        if (st) goto out;
+    }
+out:
+    if (st)
+        for (int j = 0; j < g->n_outputs; j++) {
+            kiln_value_free(outputs[j]);
+            outputs[j] = NULL;
+        }
+    frame_release(&f);
+    return st;
+}

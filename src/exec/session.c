@@ -1,0 +1,364 @@
+/* session.c - the public session API: create (load, bind ops, infer), describe inputs and
+ * outputs, bind input shapes to symbols with checks, run. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec/ctx.h"
+#include "onnx/load.h"
+
+struct kiln_session {
+    kiln_model *model;
+    kiln_session_options opt;
+    pthread_mutex_t err_lock;
+    char last_error[KILN_ERR_MSG_SIZE];
+    /* public inputs (graph inputs without an initializer) and outputs */
+    int n_in, n_out;
+    kiln_ir_value **in_vals;
+    kiln_io_info *in_info, *out_info;
+};
+
+const char *kiln_version(void) { return "0.1.0"; }
+
+kiln_session_options kiln_session_options_default(void)
+{
+    kiln_session_options o;
+    memset(&o, 0, sizeof o);
+    o.provider = KILN_PROVIDER_CPU;
+    return o;
+}
+
+static kiln_status set_error(kiln_session *s, const kiln_err *e)
+{
+    pthread_mutex_lock(&s->err_lock);
+    snprintf(s->last_error, sizeof s->last_error, "%s", e->msg);
+    pthread_mutex_unlock(&s->err_lock);
+    return e->code;
+}
+
+const char *kiln_last_error(const kiln_session *s)
+{
+    return s ? s->last_error : "no session (creation failed before a session existed)";
+}
+
+void kiln_last_error_copy(const kiln_session *s, char *buf, size_t size)
+{
+    if (!buf || !size) return;
+    if (!s) {
+        snprintf(buf, size, "%s", kiln_last_error(NULL));
+        return;
+    }
+    kiln_session *m = (kiln_session *)s;
+    pthread_mutex_lock(&m->err_lock);
+    snprintf(buf, size, "%s", s->last_error);
+    pthread_mutex_unlock(&m->err_lock);
+}
+
+static kiln_status fill_info(kiln_session *s, const kiln_ir_value *v, kiln_io_info *info, kiln_err *err)
+{
+    kiln_arena *a = &s->model->arena;
+    info->name = v->name;
+    info->kind = v->type.kind ? v->type.kind : KILN_VALUE_TENSOR;
+    info->dtype = v->type.dtype;
+    info->rank = v->type.rank;
+    int r = v->type.rank > 0 ? v->type.rank : 0;
+    int64_t *dims = kiln_arena_calloc(a, (size_t)r + 1, sizeof *dims);
+    const char **names = kiln_arena_calloc(a, (size_t)r + 1, sizeof *names);
+    if (!dims || !names) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
+    for (int k = 0; k < r; k++) {
+        kiln_dim d = v->type.dims[k];
+        if (kiln_dim_is_const(d)) {
+            dims[k] = d.c;
+            names[k] = NULL;
+        } else {
+            char buf[256];
+            dims[k] = -1;
+            names[k] = kiln_arena_strdup(a, kiln_dim_print(d, buf, sizeof buf));
+            if (!names[k]) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
+        }
+    }
+    info->dims = dims;
+    info->dim_names = names;
+    return KILN_OK;
+}
+
+static kiln_status compile(kiln_session *s, kiln_err *err)
+{
+    kiln_model *m = s->model;
+    kiln_graph *g = m->graph;
+    KILN_TRY(kiln_bind_ops(g, !s->opt.allow_unsupported, err));
+    KILN_TRY(kiln_graph_infer(g, NULL));
+    kiln_arena *a = &m->arena;
+    s->in_vals = kiln_arena_calloc(a, (size_t)g->n_inputs + 1, sizeof *s->in_vals);
+    s->in_info = kiln_arena_calloc(a, (size_t)g->n_inputs + 1, sizeof *s->in_info);
+    s->out_info = kiln_arena_calloc(a, (size_t)g->n_outputs + 1, sizeof *s->out_info);
+    if (!s->in_vals || !s->in_info || !s->out_info) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < g->n_inputs; i++) {
+        if (g->inputs[i]->init) continue;
+        s->in_vals[s->n_in] = g->inputs[i];
+        KILN_TRY(fill_info(s, g->inputs[i], &s->in_info[s->n_in], err));
+        s->n_in++;
+    }
+    for (int j = 0; j < g->n_outputs; j++) KILN_TRY(fill_info(s, g->outputs[j], &s->out_info[j], err));
+    s->n_out = g->n_outputs;
+    return KILN_OK;
+}
+
+static kiln_status session_new(const kiln_session_options *opt, kiln_session **out)
+{
+    kiln_session *s = calloc(1, sizeof *s);
+    *out = s;
+    if (!s) return KILN_ERR_NOMEM;
+    pthread_mutex_init(&s->err_lock, NULL);
+    s->opt = opt ? *opt : kiln_session_options_default();
+    return KILN_OK;
+}
+
+static kiln_status session_finish(kiln_session *s, kiln_status st, kiln_err *err)
+{
+    if (!st) st = compile(s, err);
+    if (st) {
+        set_error(s, err);
+        kiln_model_free(s->model);
+        s->model = NULL;
+    }
+    return st;
+}
+
+kiln_status kiln_session_create(const char *path, const kiln_session_options *opt, kiln_session **out)
+{
+    if (!out) return KILN_ERR_INVALID_ARG;
+    if (session_new(opt, out)) return KILN_ERR_NOMEM;
+    kiln_err err = {0};
+    kiln_status st = path ? kiln_onnx_load_file(path, &(*out)->model, &err)
+                          : kiln_errf(&err, KILN_ERR_INVALID_ARG, "model path is NULL");
+    return session_finish(*out, st, &err);
+}
+
+kiln_status kiln_session_create_from_memory(const void *buf, size_t len, const char *base_dir,
+                                            const kiln_session_options *opt, kiln_session **out)
+{
+    if (!out) return KILN_ERR_INVALID_ARG;
+    if (session_new(opt, out)) return KILN_ERR_NOMEM;
+    kiln_err err = {0};
+    kiln_status st = kiln_onnx_load(buf, len, base_dir, &(*out)->model, &err);
+    return session_finish(*out, st, &err);
+}
+
+void kiln_session_free(kiln_session *s)
+{
+    if (!s) return;
+    kiln_model_free(s->model);
+    pthread_mutex_destroy(&s->err_lock);
+    free(s);
+}
+
+int kiln_session_input_count(const kiln_session *s) { return s && s->model ? s->n_in : 0; }
+int kiln_session_output_count(const kiln_session *s) { return s && s->model ? s->n_out : 0; }
+
+kiln_status kiln_session_input_info(const kiln_session *s, int i, kiln_io_info *info)
+{
+    if (!s || !s->model || !info || i < 0 || i >= s->n_in) return KILN_ERR_INVALID_ARG;
+    *info = s->in_info[i];
+    return KILN_OK;
+}
+
+kiln_status kiln_session_output_info(const kiln_session *s, int i, kiln_io_info *info)
+{
+    if (!s || !s->model || !info || i < 0 || i >= s->n_out) return KILN_ERR_INVALID_ARG;
+    *info = s->out_info[i];
+    return KILN_OK;
+}
+
+/* Checks one input against its declared type and binds its symbolic dims. */
+static kiln_status bind_input(const kiln_ir_value *v, const kiln_value *x, int64_t *syms, const char **sym_src,
+                              int n_syms, kiln_err *err)
+{
+    const kiln_type *t = &v->type;
+    if (t->kind && x->kind != t->kind)
+        return kiln_errf(err, KILN_ERR_INVALID_ARG, "input '%s': expected a %s, got a %s", v->name,
+                         t->kind == KILN_VALUE_TENSOR ? "tensor" : t->kind == KILN_VALUE_SEQUENCE ? "sequence" : "optional",
+                         x->kind == KILN_VALUE_TENSOR ? "tensor" : x->kind == KILN_VALUE_SEQUENCE ? "sequence" : "optional");
+    if (t->dtype && x->dtype != t->dtype && !(x->kind == KILN_VALUE_OPTIONAL && !x->inner))
+        return kiln_errf(err, KILN_ERR_INVALID_ARG, "input '%s': expected element type %s, got %s", v->name,
+                         kiln_dtype_name(t->dtype), kiln_dtype_name(x->dtype));
+    if (x->kind != KILN_VALUE_TENSOR || t->rank < 0) return KILN_OK;
+    if (x->numel && !x->data)
+        return kiln_errf(err, KILN_ERR_INVALID_ARG, "input '%s': data is NULL", v->name);
+    char want[512];
+    if (x->rank != t->rank)
+        return kiln_errf(err, KILN_ERR_SHAPE, "input '%s': expected rank %d (%s), got rank %d", v->name, t->rank,
+                         kiln_type_print(t, want, sizeof want), x->rank);
+    for (int k = 0; k < t->rank; k++) {
+        kiln_dim d = t->dims[k];
+        if (kiln_dim_is_const(d)) {
+            if (d.c != x->dims[k])
+                return kiln_errf(err, KILN_ERR_SHAPE, "input '%s': dim %d must be %lld (%s), got %lld", v->name, k,
+                                 (long long)d.c, kiln_type_print(t, want, sizeof want), (long long)x->dims[k]);
+        } else if (d.e->kind == KILN_EXPR_SYM && d.e->sym_index >= 0 && d.e->sym_index < n_syms) {
+            int si = d.e->sym_index;
+            if (syms[si] >= 0 && syms[si] != x->dims[k])
+                return kiln_errf(err, KILN_ERR_SHAPE,
+                                 "input '%s': dim %d is '%s' = %lld, but '%s' already bound '%s' = %lld", v->name, k,
+                                 d.e->name, (long long)x->dims[k], sym_src[si], d.e->name, (long long)syms[si]);
+            syms[si] = x->dims[k];
+            sym_src[si] = v->name;
+        }
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln_session_run(kiln_session *s, int n_in, const char *const *in_names, const kiln_value *const *inputs,
+                             int n_out, const char *const *out_names, kiln_value **outputs)
+{
+    if (!s) return KILN_ERR_INVALID_ARG;
+    kiln_err err = {0};
+    kiln_status st = KILN_OK;
+    for (int j = 0; outputs && j < n_out; j++) outputs[j] = NULL;
+    if (!s->model) return set_error(s, &(kiln_err){KILN_ERR_INVALID_ARG, "session failed to load"});
+    const kiln_graph *g = s->model->graph;
+    if (n_in < 0 || n_out < 0 || (n_in && (!in_names || !inputs)) || (n_out && (!out_names || !outputs)))
+        return kiln_errf(&err, KILN_ERR_INVALID_ARG, "invalid input/output arrays"), set_error(s, &err);
+    int n_syms = kiln_dimtab_sym_count(s->model->dims);
+    const kiln_value **bound = calloc((size_t)g->n_inputs + 1, sizeof *bound);
+    int64_t *syms = malloc(((size_t)n_syms + 1) * sizeof *syms);
+    const char **sym_src = calloc((size_t)n_syms + 1, sizeof *sym_src);
+    int *out_idx = calloc((size_t)n_out + 1, sizeof *out_idx);
+    kiln_value **all_out = calloc((size_t)g->n_outputs + 1, sizeof *all_out);
+    if (!bound || !syms || !sym_src || !out_idx || !all_out) {
+        st = kiln_errf(&err, KILN_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    for (int i = 0; i < n_syms; i++) syms[i] = -1;
+    for (int i = 0; i < n_in; i++) {
+        if (!in_names[i] || !inputs[i]) {
+            st = kiln_errf(&err, KILN_ERR_INVALID_ARG, "input %d: name or value is NULL", i);
+            goto out;
+        }
+        int found = -1;
+        for (int k = 0; k < g->n_inputs; k++)
+            if (!strcmp(g->inputs[k]->name, in_names[i])) found = k;
+        if (found < 0) {
+            char names[512] = "";
+            for (int k = 0; k < s->n_in; k++) {
+                size_t l = strlen(names);
+                snprintf(names + l, sizeof names - l, "%s'%s'", k ? ", " : "", s->in_vals[k]->name);
+            }
+            st = kiln_errf(&err, KILN_ERR_INVALID_ARG, "no input named '%s' (inputs: %s)", in_names[i], names);
+            goto out;
+        }
+        if (bound[found]) {
+            st = kiln_errf(&err, KILN_ERR_INVALID_ARG, "input '%s' given twice", in_names[i]);
+            goto out;
+        }
+        st = bind_input(g->inputs[found], inputs[i], syms, sym_src, n_syms, &err);
+        if (st) goto out;
+        bound[found] = inputs[i];
+    }
+    for (int k = 0; k < g->n_inputs; k++)
+        if (!bound[k] && !g->inputs[k]->init) {
+            st = kiln_errf(&err, KILN_ERR_INVALID_ARG, "input '%s' is required but was not given", g->inputs[k]->name);
+            goto out;
+        }
+    for (int j = 0; j < n_out; j++) {
+        out_idx[j] = -1;
+        for (int k = 0; out_names[j] && k < g->n_outputs; k++)
+            if (!strcmp(g->outputs[k]->name, out_names[j])) out_idx[j] = k;
+        if (out_idx[j] < 0) {
+            st = kiln_errf(&err, KILN_ERR_INVALID_ARG, "no output named '%s'", out_names[j] ? out_names[j] : "(null)");
+            goto out;
+        }
+    }
+    st = kiln_execute(g, NULL, bound, all_out, &err);
+    if (st) goto out;
+    for (int j = 0; j < n_out; j++) {
+        int k = out_idx[j];
+        if (all_out[k]) {
+            outputs[j] = all_out[k];
+            all_out[k] = NULL;
+        } else {
+            /* the same output asked for twice */
+            for (int p = 0; p < j && !outputs[j]; p++)
+                if (out_idx[p] == k) st = kiln_value_copy(outputs[p], &outputs[j], &err);
+            if (st) goto out;
+        }
+    }
+out:
+    if (all_out)
+        for (int k = 0; k < g->n_outputs; k++) kiln_value_free(all_out[k]);
+    if (st)
+        for (int j = 0; j < n_out; j++) {
+            kiln_value_free(outputs[j]);
+            outputs[j] = NULL;
+        }
+    free(bound);
+    free(syms);
+    free(sym_src);
+    free(out_idx);
+    free(all_out);
+    return st ? set_error(s, &err) : KILN_OK;
+}
+
+/* ---- model facts ---- */
+
+int64_t kiln_session_ir_version(const kiln_session *s) { return s && s->model ? s->model->ir_version : 0; }
+int kiln_session_opset_count(const kiln_session *s) { return s && s->model ? s->model->n_opsets : 0; }
+
+kiln_status kiln_session_opset(const kiln_session *s, int i, const char **domain, int64_t *version)
+{
+    if (!s || !s->model || i < 0 || i >= s->model->n_opsets) return KILN_ERR_INVALID_ARG;
+    if (domain) *domain = s->model->opsets[i].domain;
+    if (version) *version = s->model->opsets[i].version;
+    return KILN_OK;
+}
+
+/* Visits nodes depth-first; returns the node with index *want (counting down), or NULL. */
+static const kiln_node *nth_node(const kiln_graph *g, int *want, int *count)
+{
+    for (int k = 0; k < g->n_nodes; k++) {
+        const kiln_node *n = g->nodes[k];
+        if (*want == 0) return n;
+        (*want)--;
+        (*count)++;
+        for (int a = 0; a < n->n_attrs; a++) {
+            const kiln_attr *at = &n->attrs[a];
+            int ng = at->type == KILN_ATTR_GRAPH ? 1 : at->type == KILN_ATTR_GRAPHS ? at->n : 0;
+            for (int q = 0; q < ng; q++) {
+                const kiln_node *r = nth_node(at->type == KILN_ATTR_GRAPH ? at->g : at->graphs[q], want, count);
+                if (r) return r;
+            }
+        }
+    }
+    return NULL;
+}
+
+int kiln_session_node_count(const kiln_session *s)
+{
+    if (!s || !s->model) return 0;
+    int want = -1, count = 0;
+    nth_node(s->model->graph, &want, &count);
+    return count;
+}
+
+kiln_status kiln_session_node(const kiln_session *s, int i, const char **name, const char **domain,
+                              const char **op_type, bool *supported)
+{
+    if (!s || !s->model || i < 0) return KILN_ERR_INVALID_ARG;
+    int want = i, count = 0;
+    const kiln_node *n = nth_node(s->model->graph, &want, &count);
+    if (!n) return KILN_ERR_INVALID_ARG;
+    if (name) *name = n->name;
+    if (domain) *domain = n->domain;
+    if (op_type) *op_type = n->op_type;
+    if (supported) *supported = n->op != NULL;
+    return KILN_OK;
+}
+
+int64_t kiln_session_initializer_bytes(const kiln_session *s)
+{
+    if (!s || !s->model) return 0;
+    int64_t total = 0;
+    for (int i = 0; i < s->model->n_owned; i++) total += (int64_t)s->model->owned[i]->nbytes;
+    return total;
+}

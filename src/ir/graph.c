@@ -1,0 +1,158 @@
+/* graph.c - IR helpers: attribute lookup, value creation, model release, printing. */
+#include "ir/graph.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const kiln_attr *kiln_node_attr(const kiln_node *n, const char *name)
+{
+    for (int i = 0; i < n->n_attrs; i++)
+        if (!strcmp(n->attrs[i].name, name)) return &n->attrs[i];
+    return NULL;
+}
+
+int64_t kiln_attr_int(const kiln_node *n, const char *name, int64_t def)
+{
+    const kiln_attr *a = kiln_node_attr(n, name);
+    return a && a->type == KILN_ATTR_INT ? a->i : def;
+}
+
+float kiln_attr_float(const kiln_node *n, const char *name, float def)
+{
+    const kiln_attr *a = kiln_node_attr(n, name);
+    if (!a) return def;
+    if (a->type == KILN_ATTR_FLOAT) return a->f;
+    if (a->type == KILN_ATTR_INT) return (float)a->i;
+    return def;
+}
+
+const char *kiln_attr_string(const kiln_node *n, const char *name, const char *def)
+{
+    const kiln_attr *a = kiln_node_attr(n, name);
+    return a && a->type == KILN_ATTR_STRING ? a->s : def;
+}
+
+const int64_t *kiln_attr_ints(const kiln_node *n, const char *name, int *count)
+{
+    const kiln_attr *a = kiln_node_attr(n, name);
+    if (!a || a->type != KILN_ATTR_INTS) {
+        if (count) *count = 0;
+        return NULL;
+    }
+    if (count) *count = a->n;
+    return a->ints;
+}
+
+const float *kiln_attr_floats(const kiln_node *n, const char *name, int *count)
+{
+    const kiln_attr *a = kiln_node_attr(n, name);
+    if (!a || a->type != KILN_ATTR_FLOATS) {
+        if (count) *count = 0;
+        return NULL;
+    }
+    if (count) *count = a->n;
+    return a->floats;
+}
+
+const kiln_value *kiln_attr_tensor(const kiln_node *n, const char *name)
+{
+    const kiln_attr *a = kiln_node_attr(n, name);
+    return a && a->type == KILN_ATTR_TENSOR ? a->t : NULL;
+}
+
+const kiln_graph *kiln_attr_graph(const kiln_node *n, const char *name)
+{
+    const kiln_attr *a = kiln_node_attr(n, name);
+    return a && a->type == KILN_ATTR_GRAPH ? a->g : NULL;
+}
+
+kiln_status kiln_model_own_value(kiln_model *m, kiln_value *v, kiln_err *err)
+{
+    if (m->n_owned == m->cap_owned) {
+        int cap = m->cap_owned ? m->cap_owned * 2 : 64;
+        kiln_value **o = realloc(m->owned, (size_t)cap * sizeof *o);
+        if (!o) {
+            kiln_value_free(v);
+            return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
+        }
+        m->owned = o;
+        m->cap_owned = cap;
+    }
+    m->owned[m->n_owned++] = v;
+    return KILN_OK;
+}
+
+void kiln_type_unknown(kiln_type *t)
+{
+    memset(t, 0, sizeof *t);
+    t->rank = -1;
+}
+
+kiln_ir_value *kiln_graph_new_value(kiln_graph *g, const char *name, kiln_err *err)
+{
+    kiln_arena *a = &g->model->arena;
+    if (g->n_values == g->cap_values) {
+        int cap = g->cap_values ? g->cap_values * 2 : 32;
+        kiln_ir_value **vs = kiln_arena_calloc(a, (size_t)cap, sizeof *vs);
+        if (!vs) {
+            kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
+            return NULL;
+        }
+        if (g->n_values) memcpy(vs, g->values, (size_t)g->n_values * sizeof *vs);
+        g->values = vs;
+        g->cap_values = cap;
+    }
+    kiln_ir_value *v = kiln_arena_alloc(a, sizeof *v);
+    if (!v || !(v->name = kiln_arena_strdup(a, name))) {
+        kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    v->id = g->n_values;
+    v->graph = g;
+    v->last_use = -1;
+    kiln_type_unknown(&v->type);
+    g->values[g->n_values++] = v;
+    return v;
+}
+
+int64_t kiln_model_opset(const kiln_model *m, const char *domain)
+{
+    if (!domain || !strcmp(domain, "ai.onnx")) domain = "";
+    for (int i = 0; i < m->n_opsets; i++) {
+        const char *d = m->opsets[i].domain;
+        if (!strcmp(d, "ai.onnx")) d = "";
+        if (!strcmp(d, domain)) return m->opsets[i].version;
+    }
+    return -1;
+}
+
+void kiln_model_free(kiln_model *m)
+{
+    if (!m) return;
+    for (int i = 0; i < m->n_owned; i++) kiln_value_free(m->owned[i]);
+    free(m->owned);
+    if (m->release_source) m->release_source(m->source);
+    kiln_dimtab_free(m->dims);
+    kiln_arena_release(&m->arena);
+    free(m);
+}
+
+char *kiln_type_print(const kiln_type *t, char *buf, size_t size)
+{
+    size_t at = 0;
+    const char *prefix = t->kind == KILN_VALUE_SEQUENCE ? "seq(" : t->kind == KILN_VALUE_OPTIONAL ? "optional(" : "";
+    at += (size_t)snprintf(buf + at, at < size ? size - at : 0, "%s%s", prefix,
+                           t->kind ? kiln_dtype_name(t->dtype) : "?");
+    if (t->rank >= 0) {
+        at += (size_t)snprintf(buf + at, at < size ? size - at : 0, "[");
+        for (int i = 0; i < t->rank; i++) {
+            char d[128];
+            kiln_dim_print(t->dims[i], d, sizeof d);
+            at += (size_t)snprintf(buf + at, at < size ? size - at : 0, "%s%s", i ? ", " : "", d);
+        }
+        at += (size_t)snprintf(buf + at, at < size ? size - at : 0, "]");
+    }
+    if (*prefix) snprintf(buf + at, at < size ? size - at : 0, ")");
+    return buf;
+}

@@ -1,0 +1,161 @@
+/* graph.h - kiln's IR: a model owns graphs of nodes over typed values with symbolic dims,
+ * attributes, and constant contents. Built once by the loader (src/onnx), read by inference,
+ * passes and the executor. Everything here lives in the model's arena. */
+#ifndef KILN_IR_GRAPH_H
+#define KILN_IR_GRAPH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/arena.h"
+#include "core/error.h"
+#include "core/value.h"
+#include "ir/dim.h"
+#include "kiln.h"
+
+typedef struct kiln_graph kiln_graph;
+typedef struct kiln_node kiln_node;
+typedef struct kiln_op_def kiln_op_def;
+
+/* Attribute types; values equal ONNX's AttributeProto.AttributeType. */
+typedef enum kiln_attr_type {
+    KILN_ATTR_UNDEFINED = 0,
+    KILN_ATTR_FLOAT = 1,
+    KILN_ATTR_INT = 2,
+    KILN_ATTR_STRING = 3,
+    KILN_ATTR_TENSOR = 4,
+    KILN_ATTR_GRAPH = 5,
+    KILN_ATTR_FLOATS = 6,
+    KILN_ATTR_INTS = 7,
+    KILN_ATTR_STRINGS = 8,
+    KILN_ATTR_TENSORS = 9,
+    KILN_ATTR_GRAPHS = 10,
+    KILN_ATTR_SPARSE_TENSOR = 11,
+    KILN_ATTR_SPARSE_TENSORS = 12,
+    KILN_ATTR_TYPE_PROTO = 13,
+    KILN_ATTR_TYPE_PROTOS = 14,
+} kiln_attr_type;
+
+typedef struct kiln_attr {
+    const char *name;
+    kiln_attr_type type;
+    float f;
+    int64_t i;
+    const char *s;      /* STRING: NUL-terminated copy */
+    size_t s_len;       /* bytes of s (strings may hold NUL bytes) */
+    int n;              /* element count of list types */
+    const float *floats;
+    const int64_t *ints;
+    const char *const *strings;
+    const size_t *string_lens;
+    kiln_value *t;            /* TENSOR (owned by the model) */
+    kiln_value *const *tensors;
+    kiln_graph *g;            /* GRAPH */
+    kiln_graph *const *graphs;
+    kiln_dtype tp_dtype;      /* TYPE_PROTO: element type of the tensor type */
+} kiln_attr;
+
+/* Static type of a value. kind 0 means unknown (to be decided at run time). For sequences and
+ * optionals, dtype/rank/dims describe the element tensor. */
+typedef struct kiln_type {
+    kiln_value_kind kind;
+    kiln_value_kind elem_kind; /* OPTIONAL: kind of the held value */
+    kiln_dtype dtype;          /* UNDEFINED when unknown */
+    int rank;                  /* -1 when unknown */
+    kiln_dim dims[KILN_MAX_RANK];
+} kiln_type;
+
+typedef struct kiln_ir_value {
+    const char *name;
+    int id;                    /* index in graph->values */
+    kiln_graph *graph;         /* owning graph */
+    kiln_type type;
+    const kiln_value *init;    /* constant content (initializer, Constant), or NULL */
+    const kiln_dim *shape_value; /* symbolic content of a 1-D integer vector, or NULL */
+    int shape_value_n;
+    kiln_node *producer;       /* NULL for graph inputs, initializers and outer-scope values */
+    bool is_input, is_output;
+    int last_use;              /* index of the last node of `graph` reading it (-1: none) */
+} kiln_ir_value;
+
+struct kiln_node {
+    const char *name;
+    const char *op_type;
+    const char *domain;        /* "" for the default ONNX domain */
+    int opset;                 /* the model's opset version for `domain` */
+    const kiln_op_def *op;     /* NULL when kiln has no implementation */
+    int index;                 /* position in graph->nodes */
+    int n_in, n_out;
+    kiln_ir_value **in;        /* in[i] NULL for an absent optional input */
+    kiln_ir_value **out;       /* out[i] NULL for an absent optional output */
+    int n_attrs;
+    kiln_attr *attrs;
+    kiln_graph *graph;
+    /* values of `graph` whose last reader is this node: freed after it runs */
+    int n_release;
+    kiln_ir_value **release;
+};
+
+struct kiln_graph {
+    const char *name;
+    kiln_graph *parent;        /* enclosing graph for subgraphs of If/Loop/Scan */
+    struct kiln_model *model;
+    int n_values, cap_values;
+    kiln_ir_value **values;
+    int n_nodes;
+    kiln_node **nodes;         /* topological order */
+    int n_inputs, n_outputs;
+    kiln_ir_value **inputs, **outputs;
+    /* values of enclosing graphs read anywhere inside this graph (its nested graphs too) */
+    int n_captures;
+    kiln_ir_value **captures;
+};
+
+typedef struct kiln_opset_import {
+    const char *domain;
+    int64_t version;
+} kiln_opset_import;
+
+typedef struct kiln_model {
+    kiln_arena arena;
+    kiln_dimtab *dims;
+    kiln_graph *graph;
+    int64_t ir_version;
+    int n_opsets;
+    kiln_opset_import *opsets;
+    const char *producer;
+    /* values owned by the model (initializers, attribute tensors) */
+    kiln_value **owned;
+    int n_owned, cap_owned;
+    /* what the loader keeps alive while tensors borrow its bytes (the parsed file, mapped
+     * external-data files); released with release_source */
+    void *source;
+    void (*release_source)(void *source);
+} kiln_model;
+
+/* ---- attributes ---- */
+const kiln_attr *kiln_node_attr(const kiln_node *n, const char *name);
+int64_t kiln_attr_int(const kiln_node *n, const char *name, int64_t def);
+float kiln_attr_float(const kiln_node *n, const char *name, float def);
+/* NUL-terminated string, or def */
+const char *kiln_attr_string(const kiln_node *n, const char *name, const char *def);
+/* list attributes: pointer to the elements and count in *count (0 and NULL when absent) */
+const int64_t *kiln_attr_ints(const kiln_node *n, const char *name, int *count);
+const float *kiln_attr_floats(const kiln_node *n, const char *name, int *count);
+const kiln_value *kiln_attr_tensor(const kiln_node *n, const char *name);
+const kiln_graph *kiln_attr_graph(const kiln_node *n, const char *name);
+
+/* ---- construction (used by the loader and passes) ---- */
+kiln_status kiln_model_own_value(kiln_model *m, kiln_value *v, kiln_err *err);
+kiln_ir_value *kiln_graph_new_value(kiln_graph *g, const char *name, kiln_err *err);
+/* Sets a type to unknown. */
+void kiln_type_unknown(kiln_type *t);
+void kiln_model_free(kiln_model *m);
+/* Opset version the model imports for domain ("" and "ai.onnx" are the same), or -1. */
+int64_t kiln_model_opset(const kiln_model *m, const char *domain);
+
+/* "float32[batch, 3, 2*h]" into buf; returns buf. */
+char *kiln_type_print(const kiln_type *t, char *buf, size_t size);
+
+#endif

@@ -1,0 +1,19 @@
+/* external.h - read-only mappings of external-data files (how models over 2 GB keep weights),
+ * confined to the model's folder. */
+#ifndef KILN_ONNX_EXTERNAL_H
+#define KILN_ONNX_EXTERNAL_H
+
+#include <stddef.h>
+
+#include "core/error.h"
+
+typedef struct kiln_mapping kiln_mapping;
+
+/* Maps base_dir/location (once per file; later calls reuse the mapping in *list) and returns
+ * its address and length. Fails with KILN_ERR_MODEL when location is absolute, contains "..",
+ * or resolves (through symlinks) outside base_dir, and when base_dir is NULL. */
+kiln_status kiln_external_map(kiln_mapping **list, const char *base_dir, const char *location,
+                              const unsigned char **addr, size_t *len, kiln_err *err);
+void kiln_mappings_release(kiln_mapping *list);
+
+#endif

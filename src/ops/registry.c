@@ -1,0 +1,27 @@
+/* registry.c - the list of operator families; the one place an op family is registered. */
+#include <string.h>
+
+#include "ops/op.h"
+
+#define FAMILIES(X) X(kiln_ops_basic)
+
+#define DECLARE(name) extern const kiln_op_table name;
+FAMILIES(DECLARE)
+#undef DECLARE
+
+#define ENTRY(name) &name,
+static const kiln_op_table *const families[] = {FAMILIES(ENTRY)};
+#undef ENTRY
+
+const kiln_op_def *kiln_op_lookup(const char *domain, const char *op_type, int64_t opset)
+{
+    if (!domain || !strcmp(domain, "ai.onnx")) domain = "";
+    const kiln_op_def *best = NULL;
+    for (size_t f = 0; f < sizeof families / sizeof families[0]; f++)
+        for (int i = 0; i < families[f]->n; i++) {
+            const kiln_op_def *d = &families[f]->defs[i];
+            if (strcmp(d->op_type, op_type) || strcmp(d->domain, domain)) continue;
+            if (d->since_version <= opset && (!best || d->since_version > best->since_version)) best = d;
+        }
+    return best;
+}

@@ -1,0 +1,307 @@
+/* runner.c - ONNX backend conformance runner: runs every test folder (model.onnx plus
+ * test_data_set_*) through a kiln session and compares outputs with the expected ones within
+ * ONNX's backend tolerances (rtol 1e-3, atol 1e-7, NaN equals NaN). Each test runs in a forked
+ * child, so a crash fails that test only. Tests listed in the expected-failures file must fail;
+ * a listed test that passes is an error too (the list only shrinks).
+ *
+ * usage: conformance DATA_ROOT [--expected FILE] [--filter SUBSTR] [--no-fork] [-v] */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "kiln.h"
+#include "testutil.h"
+
+static const char *const folders[] = {"node", "simple", "pytorch-converted", "pytorch-operator"};
+
+typedef struct expected {
+    char **names;
+    char **reasons;
+    int n;
+    bool *seen;
+} expected;
+
+static void load_expected(const char *path, expected *e)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "cannot open expected-failures file %s\n", path);
+        exit(2);
+    }
+    char line[1024];
+    while (fgets(line, sizeof line, f)) {
+        char *p = line;
+        while (*p == ' ' || *p == '\t') p++;
+        if (*p == '#' || *p == '\n' || !*p) continue;
+        char *end = p;
+        while (*end && *end != ' ' && *end != '\t' && *end != '\n') end++;
+        char *reason = end;
+        while (*reason == ' ' || *reason == '\t') reason++;
+        reason[strcspn(reason, "\n")] = '\0';
+        *end = '\0';
+        e->names = realloc(e->names, (size_t)(e->n + 1) * sizeof *e->names);
+        e->reasons = realloc(e->reasons, (size_t)(e->n + 1) * sizeof *e->reasons);
+        e->names[e->n] = strdup(p);
+        e->reasons[e->n] = strdup(reason);
+        e->n++;
+    }
+    fclose(f);
+    e->seen = calloc((size_t)e->n + 1, 1);
+}
+
+static int find_expected(const expected *e, const char *name)
+{
+    for (int i = 0; i < e->n; i++)
+        if (!strcmp(e->names[i], name)) return i;
+    return -1;
+}
+
+static bool is_training(kiln_session *s)
+{
+    for (int i = 0; i < kiln_session_opset_count(s); i++) {
+        const char *d;
+        kiln_session_opset(s, i, &d, NULL);
+        if (!strcmp(d, "ai.onnx.preview.training")) return true;
+    }
+    return false;
+}
+
+/* Result codes written by the child. */
+enum { RES_PASS = 0, RES_FAIL = 1, RES_SKIP = 2 };
+
+static int run_data_set(kiln_session *s, const char *dir, char *why, size_t why_size)
+{
+    int n_in = kiln_session_input_count(s), n_out = kiln_session_output_count(s);
+    kiln_value **in = calloc((size_t)n_in + 1, sizeof *in), **out = calloc((size_t)n_out + 1, sizeof *out),
+               **want = calloc((size_t)n_out + 1, sizeof *want);
+    const char **in_names = calloc((size_t)n_in + 1, sizeof *in_names), **out_names = calloc((size_t)n_out + 1, sizeof *out_names);
+    int res = RES_FAIL;
+    int given = 0;
+    for (int i = 0; i < n_in; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/input_%d.pb", dir, i);
+        if (access(path, R_OK)) break; /* fewer inputs given: optional inputs left out */
+        kiln_io_info info;
+        kiln_session_input_info(s, i, &info);
+        if (test_read_pb(path, info.kind, &in[i], why, why_size)) goto out;
+        in_names[i] = info.name;
+        given++;
+    }
+    for (int j = 0; j < n_out; j++) {
+        kiln_io_info info;
+        kiln_session_output_info(s, j, &info);
+        out_names[j] = info.name;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/output_%d.pb", dir, j);
+        if (test_read_pb(path, info.kind, &want[j], why, why_size)) goto out;
+    }
+    if (kiln_session_run(s, given, in_names, (const kiln_value *const *)in, n_out, out_names, out)) {
+        snprintf(why, why_size, "run failed: %s", kiln_last_error(s));
+        goto out;
+    }
+    for (int j = 0; j < n_out; j++) {
+        char msg[512];
+        if (!test_values_close(out[j], want[j], 1e-3, 1e-7, msg, sizeof msg)) {
+            snprintf(why, why_size, "output '%s': %s", out_names[j], msg);
+            goto out;
+        }
+    }
+    res = RES_PASS;
+out:
+    for (int i = 0; i < n_in; i++) kiln_value_free(in[i]);
+    for (int j = 0; j < n_out; j++) {
+        kiln_value_free(out[j]);
+        kiln_value_free(want[j]);
+    }
+    free(in);
+    free(out);
+    free(want);
+    free(in_names);
+    free(out_names);
+    return res;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+static int run_test(const char *dir, char *why, size_t why_size)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/model.onnx", dir);
+    kiln_session_options opt = kiln_session_options_default();
+    opt.allow_unsupported = true;
+    kiln_session *s = NULL;
+    if (kiln_session_create(path, &opt, &s)) {
+        snprintf(why, why_size, "load failed: %s", kiln_last_error(s));
+        kiln_session_free(s);
+        return RES_FAIL;
+    }
+    if (is_training(s)) {
+        snprintf(why, why_size, "training operator (ai.onnx.preview.training)");
+        kiln_session_free(s);
+        return RES_SKIP;
+    }
+    for (int i = 0; i < kiln_session_node_count(s); i++) {
+        const char *name, *domain, *op;
+        bool ok;
+        kiln_session_node(s, i, &name, &domain, &op, &ok);
+        if (!ok) {
+            snprintf(why, why_size, "unsupported operator %s%s%s", domain, *domain ? "." : "", op);
+            kiln_session_free(s);
+            return RES_FAIL;
+        }
+    }
+    DIR *d = opendir(dir);
+    char *sets[256];
+    int n_sets = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)) && n_sets < 256)
+        if (!strncmp(e->d_name, "test_data_set_", 14)) sets[n_sets++] = strdup(e->d_name);
+    if (d) closedir(d);
+    qsort(sets, (size_t)n_sets, sizeof *sets, cmp_str);
+    int res = n_sets ? RES_PASS : RES_FAIL;
+    if (!n_sets) snprintf(why, why_size, "no test data sets");
+    for (int k = 0; k < n_sets; k++) {
+        snprintf(path, sizeof path, "%s/%s", dir, sets[k]);
+        if (res == RES_PASS) {
+            char w[1536];
+            res = run_data_set(s, path, w, sizeof w);
+            if (res != RES_PASS) snprintf(why, why_size, "%s: %s", sets[k], w);
+        }
+        free(sets[k]);
+    }
+    kiln_session_free(s);
+    return res;
+}
+
+/* Runs one test in a child; a crash or a hang counts as a failure. */
+static int run_isolated(const char *dir, bool fork_it, char *why, size_t why_size)
+{
+    if (!fork_it) return run_test(dir, why, why_size);
+    int fds[2];
+    if (pipe(fds)) return run_test(dir, why, why_size);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        alarm(120);
+        char w[2048] = "";
+        int r = run_test(dir, w, sizeof w);
+        char buf[2100];
+        int len = snprintf(buf, sizeof buf, "%d %s", r, w);
+        if (write(fds[1], buf, (size_t)len) < 0) _exit(3);
+        _exit(0);
+    }
+    close(fds[1]);
+    char buf[2100];
+    size_t got = 0;
+    ssize_t r;
+    while (got < sizeof buf - 1 && (r = read(fds[0], buf + got, sizeof buf - 1 - got)) > 0) got += (size_t)r;
+    buf[got] = '\0';
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (WIFSIGNALED(status)) {
+        snprintf(why, why_size, "crashed with signal %d%s", WTERMSIG(status),
+                 WTERMSIG(status) == SIGALRM ? " (timeout)" : "");
+        return RES_FAIL;
+    }
+    if (got < 1) {
+        snprintf(why, why_size, "child exited with status %d and no result", WEXITSTATUS(status));
+        return RES_FAIL;
+    }
+    int res = buf[0] - '0';
+    snprintf(why, why_size, "%s", got > 2 ? buf + 2 : "");
+    return res;
+}
+
+int main(int argc, char **argv)
+{
+    const char *root = NULL, *expected_path = NULL, *filter = NULL;
+    bool fork_it = true, verbose = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--expected") && i + 1 < argc) expected_path = argv[++i];
+        else if (!strcmp(argv[i], "--filter") && i + 1 < argc) filter = argv[++i];
+        else if (!strcmp(argv[i], "--no-fork")) fork_it = false;
+        else if (!strcmp(argv[i], "-v")) verbose = true;
+        else if (argv[i][0] != '-' && !root) root = argv[i];
+        else {
+            fprintf(stderr, "usage: conformance DATA_ROOT [--expected FILE] [--filter SUBSTR] [--no-fork] [-v]\n");
+            return 2;
+        }
+    }
+    if (!root) {
+        fprintf(stderr, "usage: conformance DATA_ROOT [--expected FILE] [--filter SUBSTR] [--no-fork] [-v]\n");
+        return 2;
+    }
+    expected ex = {0};
+    if (expected_path) load_expected(expected_path, &ex);
+    int passed = 0, failed = 0, skipped = 0, unexpected = 0, fixed = 0, total = 0;
+    for (size_t f = 0; f < sizeof folders / sizeof folders[0]; f++) {
+        char fdir[4096];
+        snprintf(fdir, sizeof fdir, "%s/%s", root, folders[f]);
+        DIR *d = opendir(fdir);
+        if (!d) {
+            fprintf(stderr, "missing test folder %s\n", fdir);
+            return 2;
+        }
+        char **names = NULL;
+        int n = 0;
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            if (e->d_name[0] == '.') continue;
+            names = realloc(names, (size_t)(n + 1) * sizeof *names);
+            names[n++] = strdup(e->d_name);
+        }
+        closedir(d);
+        qsort(names, (size_t)n, sizeof *names, cmp_str);
+        for (int i = 0; i < n; i++) {
+            if (filter && !strstr(names[i], filter)) {
+                int xi = find_expected(&ex, names[i]);
+                if (xi >= 0) ex.seen[xi] = true;
+                free(names[i]);
+                continue;
+            }
+            char dir[8192], why[2048] = "";
+            snprintf(dir, sizeof dir, "%s/%s", fdir, names[i]);
+            int res = run_isolated(dir, fork_it, why, sizeof why);
+            int xi = find_expected(&ex, names[i]);
+            if (xi >= 0) ex.seen[xi] = true;
+            total++;
+            if (res == RES_SKIP) {
+                skipped++;
+                if (verbose) printf("SKIP %s/%s: %s\n", folders[f], names[i], why);
+            } else if (res == RES_PASS) {
+                passed++;
+                if (xi >= 0) {
+                    fixed++;
+                    printf("FIXED %s/%s: passes but is listed as expected to fail (%s); remove it from the list\n",
+                           folders[f], names[i], ex.reasons[xi]);
+                } else if (verbose) {
+                    printf("PASS %s/%s\n", folders[f], names[i]);
+                }
+            } else {
+                failed++;
+                if (xi < 0) unexpected++;
+                printf("%s %s/%s: %s\n", xi >= 0 ? "XFAIL" : "FAIL", folders[f], names[i], why);
+            }
+            fflush(stdout);
+            free(names[i]);
+        }
+        free(names);
+    }
+    int stale = 0;
+    for (int i = 0; i < ex.n; i++)
+        if (!ex.seen[i]) {
+            printf("STALE %s: listed as expected to fail but no such test exists\n", ex.names[i]);
+            stale++;
+        }
+    printf("pass rate %.1f%% (%d of %d, skipped excluded); unexpected failures %d, listed tests now passing %d\n",
+           100.0 * passed / (total - skipped > 0 ? total - skipped : 1), passed, total - skipped, unexpected, fixed);
+    printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+    return (unexpected || fixed || stale) ? 1 : 0;
+}
