@@ -3,7 +3,18 @@
 
 #include "ops/op.h"
 
-#define FAMILIES(X) X(kiln_ops_basic)
+#define FAMILIES(X) \
+    X(kiln_ops_elementwise) \
+    X(kiln_ops_shape) \
+    X(kiln_ops_index) \
+    X(kiln_ops_reduce) \
+    X(kiln_ops_nn) \
+    X(kiln_ops_image) \
+    X(kiln_ops_cast) \
+    X(kiln_ops_control) \
+    X(kiln_ops_attention) \
+    X(kiln_ops_rnn) \
+    X(kiln_ops_basic)
 
 #define DECLARE(name) extern const kiln_op_table name;
 FAMILIES(DECLARE)

@@ -1,0 +1,9 @@
+/* attention.c - Attention family: Attention, RotaryEmbedding, LinearAttention, FlexAttention, CausalConvWithState, SwiGLU. */
+#include "ops/op.h"
+#include "ops/util.h"
+
+static const kiln_op_def defs[] = {
+    {NULL, NULL, 0, NULL, NULL},
+};
+
+const kiln_op_table kiln_ops_attention = {defs, 0};

@@ -1,0 +1,9 @@
+/* rnn.c - Recurrent ops: RNN, GRU, LSTM. */
+#include "ops/op.h"
+#include "ops/util.h"
+
+static const kiln_op_def defs[] = {
+    {NULL, NULL, 0, NULL, NULL},
+};
+
+const kiln_op_table kiln_ops_rnn = {defs, 0};
