@@ -30,6 +30,16 @@ uint16_t kiln_f32_to_bf16(float f); /* round to nearest even */
 float kiln_lowp_to_f32(kiln_dtype dt, uint8_t code);
 uint8_t kiln_lowp_from_f32(kiln_dtype dt, float v, bool saturate);
 
+/* FLOAT8E8M0 encoding with an explicit rounding of the mantissa (Cast-24's round_mode);
+ * kiln_lowp_from_f32 rounds up. The sign is ignored; NaN and Inf give 0xff, and so does
+ * rounding past the largest code unless saturate. */
+typedef enum kiln_e8m0_round {
+    KILN_E8M0_ROUND_UP,
+    KILN_E8M0_ROUND_DOWN,
+    KILN_E8M0_ROUND_NEAREST,
+} kiln_e8m0_round;
+uint8_t kiln_e8m0_from_f32(float v, bool saturate, kiln_e8m0_round mode);
+
 /* Element i of an array of dtype dt, converted. Integers convert exactly where they fit;
  * float to integer truncates toward zero (C semantics, out-of-range saturates). bool is 0/1.
  * Not for STRING or complex types. */

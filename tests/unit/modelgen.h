@@ -1,0 +1,25 @@
+/* modelgen.h - builds small ONNX models in C (through the generated protobuf-c code) for the
+ * unit tests, so that loader and API tests need no Python. */
+#ifndef KILN_TEST_MODELGEN_H
+#define KILN_TEST_MODELGEN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct mg_model mg_model;
+
+mg_model *mg_new(int opset);
+/* dims: rank entries; an entry < 0 takes its name from dim_names[i] (NULL or "" = unnamed) */
+void mg_input(mg_model *m, const char *name, int dtype, int rank, const int64_t *dims, const char *const *dim_names);
+void mg_output(mg_model *m, const char *name);
+/* node with up to 8 inputs and outputs (NULL-terminated lists) */
+void mg_node(mg_model *m, const char *op, const char *domain, const char *const *in, const char *const *out);
+/* float initializer; with location != NULL it is stored as external data at that path
+ * (relative to the model's folder) with the given offset */
+void mg_init_float(mg_model *m, const char *name, int rank, const int64_t *dims, const float *data,
+                   const char *location, int64_t offset);
+/* Serializes; the buffer is malloc'd, caller frees. */
+unsigned char *mg_serialize(mg_model *m, size_t *len);
+void mg_free(mg_model *m);
+
+#endif
