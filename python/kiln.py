@@ -1,0 +1,154 @@
+"""Minimal ctypes binding of kiln's C API (include/kiln.h) for tests and benchmarks.
+
+    sess = Session("model.onnx")            # or Session(bytes)
+    outs = sess.run({"x": np.ones((2, 3), np.float32)})   # dict name -> ndarray
+"""
+import ctypes as C
+import os
+
+import numpy as np
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+_DTYPES = {
+    1: np.float32, 2: np.uint8, 3: np.int8, 4: np.uint16, 5: np.int16, 6: np.int32, 7: np.int64,
+    9: np.bool_, 10: np.float16, 11: np.float64, 12: np.uint32, 13: np.uint64,
+    14: np.complex64, 15: np.complex128,
+}
+_CODES = {np.dtype(v): k for k, v in _DTYPES.items()}
+
+
+class KilnError(RuntimeError):
+    def __init__(self, status, message):
+        super().__init__(message)
+        self.status = status
+
+
+class _IoInfo(C.Structure):
+    _fields_ = [("name", C.c_char_p), ("kind", C.c_int), ("dtype", C.c_int), ("rank", C.c_int),
+                ("dims", C.POINTER(C.c_int64)), ("dim_names", C.POINTER(C.c_char_p))]
+
+
+class _Options(C.Structure):
+    _fields_ = [("provider", C.c_int), ("num_threads", C.c_int), ("allow_unsupported", C.c_bool)]
+
+
+def _load_library(path=None):
+    path = path or os.environ.get("KILN_LIB") or os.path.join(_HERE, "..", "build", "libkiln.so")
+    lib = C.CDLL(path)
+    P = C.c_void_p
+    lib.kiln_session_create.argtypes = [C.c_char_p, C.POINTER(_Options), C.POINTER(P)]
+    lib.kiln_session_create_from_memory.argtypes = [C.c_char_p, C.c_size_t, C.c_char_p, C.POINTER(_Options),
+                                                    C.POINTER(P)]
+    lib.kiln_session_free.argtypes = [P]
+    lib.kiln_last_error.argtypes = [P]
+    lib.kiln_last_error.restype = C.c_char_p
+    lib.kiln_session_options_default.restype = _Options
+    for f in ("kiln_session_input_count", "kiln_session_output_count"):
+        getattr(lib, f).argtypes = [P]
+    for f in ("kiln_session_input_info", "kiln_session_output_info"):
+        getattr(lib, f).argtypes = [P, C.c_int, C.POINTER(_IoInfo)]
+    lib.kiln_session_run.argtypes = [P, C.c_int, C.POINTER(C.c_char_p), C.POINTER(P), C.c_int,
+                                     C.POINTER(C.c_char_p), C.POINTER(P)]
+    lib.kiln_value_wrap_tensor.argtypes = [C.c_int, C.c_int, C.POINTER(C.c_int64), P, C.c_size_t, C.POINTER(P)]
+    lib.kiln_value_free.argtypes = [P]
+    for f, res in (("kiln_value_kind_of", C.c_int), ("kiln_value_dtype", C.c_int), ("kiln_value_rank", C.c_int),
+                   ("kiln_value_dims", C.POINTER(C.c_int64)), ("kiln_value_data", P),
+                   ("kiln_value_nbytes", C.c_size_t)):
+        getattr(lib, f).argtypes = [P]
+        getattr(lib, f).restype = res
+    return lib
+
+
+_lib = None
+
+
+def library():
+    global _lib
+    if _lib is None:
+        _lib = _load_library()
+    return _lib
+
+
+class Session:
+    def __init__(self, model, allow_unsupported=False):
+        self._h = None
+        lib = library()
+        opt = lib.kiln_session_options_default()
+        opt.allow_unsupported = allow_unsupported
+        h = C.c_void_p()
+        if isinstance(model, (bytes, bytearray)):
+            st = lib.kiln_session_create_from_memory(bytes(model), len(model), None, C.byref(opt), C.byref(h))
+        else:
+            st = lib.kiln_session_create(os.fsencode(model), C.byref(opt), C.byref(h))
+        if st:
+            msg = lib.kiln_last_error(h).decode(errors="replace")
+            lib.kiln_session_free(h)
+            raise KilnError(st, msg)
+        self._h = h
+        self._lib = lib
+        self.inputs = [self._info(lib.kiln_session_input_info, i) for i in range(lib.kiln_session_input_count(h))]
+        self.outputs = [self._info(lib.kiln_session_output_info, i) for i in range(lib.kiln_session_output_count(h))]
+
+    def _info(self, fn, i):
+        io = _IoInfo()
+        fn(self._h, i, C.byref(io))
+        dims = None
+        if io.rank >= 0:
+            dims = [io.dims[k] if io.dims[k] >= 0 else io.dim_names[k].decode() for k in range(io.rank)]
+        return {"name": io.name.decode(), "dtype": io.dtype, "shape": dims}
+
+    def run(self, feeds, output_names=None):
+        lib = self._lib
+        names = output_names or [o["name"] for o in self.outputs]
+        arrays, handles = [], []
+        try:
+            for name, arr in feeds.items():
+                a = np.ascontiguousarray(arr)
+                code = _CODES.get(a.dtype)
+                if code is None:
+                    raise TypeError(f"unsupported dtype {a.dtype}")
+                arrays.append(a)
+                dims = (C.c_int64 * max(a.ndim, 1))(*a.shape)
+                h = C.c_void_p()
+                st = lib.kiln_value_wrap_tensor(code, a.ndim, dims, a.ctypes.data_as(C.c_void_p), a.nbytes, C.byref(h))
+                if st:
+                    raise KilnError(st, f"cannot wrap input {name}")
+                handles.append(h)
+            in_names = (C.c_char_p * max(len(feeds), 1))(*[n.encode() for n in feeds])
+            in_vals = (C.c_void_p * max(len(handles), 1))(*[h.value for h in handles])
+            out_names = (C.c_char_p * max(len(names), 1))(*[n.encode() for n in names])
+            outs = (C.c_void_p * max(len(names), 1))()
+            st = lib.kiln_session_run(self._h, len(feeds), in_names, in_vals, len(names), out_names, outs)
+            if st:
+                raise KilnError(st, lib.kiln_last_error(self._h).decode(errors="replace"))
+            result = []
+            for j in range(len(names)):
+                result.append(self._to_numpy(outs[j]))
+                lib.kiln_value_free(outs[j])
+            return result
+        finally:
+            for h in handles:
+                lib.kiln_value_free(h)
+
+    def _to_numpy(self, v):
+        lib = self._lib
+        if lib.kiln_value_kind_of(v) != 1:
+            raise TypeError("only tensor outputs are converted")
+        dt = _DTYPES.get(lib.kiln_value_dtype(v))
+        if dt is None:
+            raise TypeError(f"dtype code {lib.kiln_value_dtype(v)} not converted")
+        rank = lib.kiln_value_rank(v)
+        dims = lib.kiln_value_dims(v)
+        shape = tuple(dims[k] for k in range(rank))
+        n = lib.kiln_value_nbytes(v)
+        buf = C.string_at(lib.kiln_value_data(v), n) if n else b""
+        return np.frombuffer(buf, dtype=dt).reshape(shape).copy()
+
+    def close(self):
+        if self._h:
+            self._lib.kiln_session_free(self._h)
+            self._h = None
+
+    def __del__(self):
+        self.close()

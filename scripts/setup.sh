@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs what kiln needs, builds it, and runs the main job: the generated encoder model
+# (dynamic batch and sequence dims) at two shapes in one session.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq cmake gcc make pkg-config libonnx-dev protobuf-c-compiler libprotobuf-c-dev \
+    python3 python3-pip >/dev/null
+python3 -m pip install -q -r requirements.txt
+
+cmake -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j"$(nproc)"
+
+python3 scripts/make_models.py build/models
+./build/kiln info build/models/encoder.onnx
+./build/kiln run build/models/encoder.onnx --shape tokens=1x16 --shape tokens=3x55 --output-dir build/out
