@@ -257,8 +257,105 @@ static kiln_status attention_run(kiln_run_ctx *c)
     return rc;
 }
 
+
+/* ---- RotaryEmbedding ---- */
+
+static kiln_status rotary_infer(kiln_infer_ctx *c)
+{
+    const kiln_type *x = kiln_infer_in(c, 0);
+    if (!x || !kiln_infer_in(c, 1) || !kiln_infer_in(c, 2))
+        return kiln_infer_fail(c, KILN_ERR_MODEL, "input, cos_cache and sin_cache are required");
+    if (x->rank != 3 && x->rank != 4) return kiln_infer_fail(c, KILN_ERR_SHAPE, "input must be 3-D or 4-D, is %d-D", x->rank);
+    return kiln_infer_same_as_input(c, 0, 0);
+}
+
+/* Rotates the first rotary_embedding_dim features of each head: pairs (x1, x2) from the two
+ * halves (or from even/odd positions when interleaved) become (cos x1 - sin x2, sin x1 + cos x2),
+ * with cos/sin taken at the token's position. */
+static kiln_status rotary_run(kiln_run_ctx *c)
+{
+    const kiln_node *n = kiln_run_node(c);
+    const kiln_value *X = kiln_run_in(c, 0), *cosv = kiln_run_in(c, 1), *sinv = kiln_run_in(c, 2);
+    const kiln_value *pos = kiln_run_in(c, 3);
+    kiln_value *Y = kiln_run_out(c, 0);
+    bool rank3 = X->rank == 3, interleaved = kiln_attr_int(n, "interleaved", 0) != 0;
+    int64_t B = X->dims[0], S = rank3 ? X->dims[1] : X->dims[2];
+    int64_t H = rank3 ? kiln_attr_int(n, "num_heads", 0) : X->dims[1];
+    if (H <= 0 || (rank3 && X->dims[2] % H))
+        return kiln_run_fail(c, KILN_ERR_MODEL, "3-D input needs num_heads dividing the hidden size %lld",
+                             (long long)X->dims[2]);
+    int64_t D = rank3 ? X->dims[2] / H : X->dims[3];
+    int64_t rd = kiln_attr_int(n, "rotary_embedding_dim", 0);
+    if (rd == 0) rd = D;
+    if (rd < 0 || rd > D || rd % 2)
+        return kiln_run_fail(c, KILN_ERR_MODEL, "rotary_embedding_dim %lld must be even and at most the head size %lld",
+                             (long long)rd, (long long)D);
+    int64_t half = rd / 2;
+    if (cosv->dims[cosv->rank - 1] != half || sinv->dims[sinv->rank - 1] != half || cosv->rank != sinv->rank)
+        return kiln_run_fail(c, KILN_ERR_SHAPE, "cos/sin caches must end in rotary_embedding_dim/2 = %lld", (long long)half);
+    if (pos ? (cosv->rank != 2 || pos->rank != 2 || pos->dims[0] != B || pos->dims[1] != S)
+            : (cosv->rank != 3 || cosv->dims[0] != B || cosv->dims[1] != S))
+        return kiln_run_fail(c, KILN_ERR_SHAPE,
+                             "caches must be [max_position, dim/2] with position_ids [batch, seq], or [batch, seq, dim/2]");
+    kiln_dtype dt = X->dtype;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t s = 0; s < S; s++) {
+            int64_t row;
+            if (pos) {
+                int64_t p = kiln_load_i64(pos->dtype, pos->data, b * S + s);
+                if (p < 0 || p >= cosv->dims[0] || p >= sinv->dims[0])
+                    return kiln_run_fail(c, KILN_ERR_RUNTIME, "position id %lld outside the caches' %lld rows", (long long)p,
+                                         (long long)cosv->dims[0]);
+                row = p * half;
+            } else {
+                row = (b * S + s) * half;
+            }
+            for (int64_t h = 0; h < H; h++) {
+                int64_t base = rank3 ? ((b * S + s) * H + h) * D : ((b * H + h) * S + s) * D;
+                for (int64_t d = rd; d < D; d++) kiln_store_f64(dt, Y->data, base + d, kiln_load_f64(dt, X->data, base + d));
+                for (int64_t i = 0; i < half; i++) {
+                    int64_t i1 = interleaved ? 2 * i : i, i2 = interleaved ? 2 * i + 1 : i + half;
+                    double cs = kiln_load_f64(cosv->dtype, cosv->data, row + i);
+                    double sn = kiln_load_f64(sinv->dtype, sinv->data, row + i);
+                    double x1 = kiln_load_f64(dt, X->data, base + i1), x2 = kiln_load_f64(dt, X->data, base + i2);
+                    kiln_store_f64(dt, Y->data, base + i1, round_to(dt, round_to(dt, cs * x1) - round_to(dt, sn * x2)));
+                    kiln_store_f64(dt, Y->data, base + i2, round_to(dt, round_to(dt, sn * x1) + round_to(dt, cs * x2)));
+                }
+            }
+        }
+    return KILN_OK;
+}
+
+/* ---- SwiGLU: Y = A * sigmoid(alpha * A) * B, A and B of one shape ---- */
+
+static kiln_status swiglu_infer(kiln_infer_ctx *c)
+{
+    const kiln_type *a = kiln_infer_in(c, 0), *b = kiln_infer_in(c, 1);
+    if (!a || !b) return kiln_infer_fail(c, KILN_ERR_MODEL, "A and B are required");
+    if (a->rank != b->rank) return kiln_infer_fail(c, KILN_ERR_SHAPE, "A and B ranks differ (%d vs %d)", a->rank, b->rank);
+    for (int k = 0; k < a->rank; k++) KILN_TRY(kiln_infer_require_equal(c, a->dims[k], b->dims[k], "A and B dims"));
+    return kiln_infer_same_as_input(c, 0, 0);
+}
+
+static kiln_status swiglu_run(kiln_run_ctx *c)
+{
+    const kiln_value *A = kiln_run_in(c, 0), *B = kiln_run_in(c, 1);
+    kiln_value *Y = kiln_run_out(c, 0);
+    if (A->dtype != B->dtype) return kiln_run_fail(c, KILN_ERR_MODEL, "A and B dtypes differ");
+    double alpha = kiln_attr_float(kiln_run_node(c), "alpha", 1.0f);
+    kiln_dtype dt = A->dtype;
+    for (int64_t i = 0; i < A->numel; i++) {
+        double a = kiln_load_f64(dt, A->data, i);
+        double sw = round_to(dt, a * round_to(dt, 1.0 / (1.0 + exp(-alpha * a))));
+        kiln_store_f64(dt, Y->data, i, sw * kiln_load_f64(dt, B->data, i));
+    }
+    return KILN_OK;
+}
+
 static const kiln_op_def defs[] = {
     {"", "Attention", 23, attention_infer, attention_run},
+    {"", "RotaryEmbedding", 23, rotary_infer, rotary_run},
+    {"", "SwiGLU", 28, swiglu_infer, swiglu_run},
 };
 
 const kiln_op_table kiln_ops_attention = {defs, sizeof defs / sizeof defs[0]};
