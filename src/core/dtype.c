@@ -236,13 +236,13 @@ void kiln_store_i64(kiln_dtype dt, void *base, int64_t i, int64_t v)
     case KILN_DTYPE_INT8: ((int8_t *)base)[i] = (int8_t)v; return;
     case KILN_DTYPE_UINT8: ((uint8_t *)base)[i] = (uint8_t)v; return;
     case KILN_DTYPE_INT4: { /* wrap to 4 bits, sign-extend */
-        int8_t w = (int8_t)((uint8_t)(v << 4)) >> 4;
+        int8_t w = (int8_t)((uint8_t)((uint64_t)v << 4)) >> 4;
         ((int8_t *)base)[i] = w;
         return;
     }
     case KILN_DTYPE_UINT4: ((uint8_t *)base)[i] = (uint8_t)(v & 0xf); return;
     case KILN_DTYPE_INT2: {
-        int8_t w = (int8_t)((uint8_t)(v << 6)) >> 6;
+        int8_t w = (int8_t)((uint8_t)((uint64_t)v << 6)) >> 6;
         ((int8_t *)base)[i] = w;
         return;
     }

@@ -1,9 +1,269 @@
-/* rnn.c - Recurrent ops: RNN, GRU, LSTM. */
+/* rnn.c - Recurrent ops: RNN, GRU, LSTM (every direction, layout, sequence_lens, clip,
+ * configurable activations, GRU linear_before_reset, LSTM peepholes and input_forget). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "ops/op.h"
 #include "ops/util.h"
 
+typedef enum rnn_kind { RNN_PLAIN, RNN_GRU, RNN_LSTM } rnn_kind;
+
+static int gate_count(rnn_kind k) { return k == RNN_PLAIN ? 1 : k == RNN_GRU ? 3 : 4; }
+
+static rnn_kind kind_of(const kiln_node *n)
+{
+    return !strcmp(n->op_type, "GRU") ? RNN_GRU : !strcmp(n->op_type, "LSTM") ? RNN_LSTM : RNN_PLAIN;
+}
+
+static int directions(const kiln_node *n)
+{
+    return !strcmp(kiln_attr_string(n, "direction", "forward"), "bidirectional") ? 2 : 1;
+}
+
+/* Y [seq, dirs, batch, hidden] (layout 1: [batch, seq, dirs, hidden]); Y_h and Y_c
+ * [dirs, batch, hidden] (layout 1: [batch, dirs, hidden]). */
+static kiln_status rnn_infer(kiln_infer_ctx *c)
+{
+    const kiln_node *n = kiln_infer_node(c);
+    const kiln_type *x = kiln_infer_in(c, 0), *w = kiln_infer_in(c, 1), *r = kiln_infer_in(c, 2);
+    if (!x || !w || !r) return kiln_infer_fail(c, KILN_ERR_MODEL, "X, W and R are required");
+    if (x->rank != 3 || w->rank != 3 || r->rank != 3)
+        return kiln_infer_fail(c, KILN_ERR_SHAPE, "X, W, R must be 3-D (ranks %d, %d, %d)", x->rank, w->rank, r->rank);
+    int64_t layout = kiln_attr_int(n, "layout", 0);
+    kiln_dim seq = x->dims[layout ? 1 : 0], batch = x->dims[layout ? 0 : 1];
+    kiln_dim dirs = kiln_dim_const(directions(n));
+    kiln_dim hidden = r->dims[2];
+    int64_t hs = kiln_attr_int(n, "hidden_size", -1);
+    if (hs > 0) {
+        KILN_TRY(kiln_infer_require_equal(c, r->dims[2], kiln_dim_const(hs), "R's last dim vs hidden_size"));
+        hidden = kiln_dim_const(hs);
+    }
+    KILN_TRY(kiln_infer_require_equal(c, w->dims[0], dirs, "W's first dim vs number of directions"));
+    KILN_TRY(kiln_infer_require_equal(c, w->dims[2], x->dims[2], "W's input size vs X's"));
+    kiln_dim y[4] = {seq, dirs, batch, hidden}, yb[4] = {batch, seq, dirs, hidden};
+    kiln_dim h[3] = {dirs, batch, hidden}, hb[3] = {batch, dirs, hidden};
+    KILN_TRY(kiln_infer_set_out(c, 0, x->dtype, 4, layout ? yb : y));
+    KILN_TRY(kiln_infer_set_out(c, 1, x->dtype, 3, layout ? hb : h));
+    return kiln_infer_set_out(c, 2, x->dtype, 3, layout ? hb : h);
+}
+
+typedef struct act {
+    const char *name;
+    double alpha, beta;
+} act;
+
+static double activate(const act *a, double x)
+{
+    const char *f = a->name;
+    if (!strcmp(f, "Sigmoid")) return 1.0 / (1.0 + exp(-x));
+    if (!strcmp(f, "Tanh")) return tanh(x);
+    if (!strcmp(f, "Relu")) return x > 0 ? x : 0;
+    if (!strcmp(f, "Affine")) return a->alpha * x + a->beta;
+    if (!strcmp(f, "LeakyRelu")) return x >= 0 ? x : a->alpha * x;
+    if (!strcmp(f, "ThresholdedRelu")) return x > a->alpha ? x : 0;
+    if (!strcmp(f, "ScaledTanh")) return a->alpha * tanh(a->beta * x);
+    if (!strcmp(f, "HardSigmoid")) return fmax(0, fmin(1, a->alpha * x + a->beta));
+    if (!strcmp(f, "Elu")) return x >= 0 ? x : a->alpha * (exp(x) - 1);
+    if (!strcmp(f, "Softsign")) return x / (1 + fabs(x));
+    return log1p(exp(x)); /* Softplus */
+}
+
+static bool known_activation(const char *f)
+{
+    static const char *const names[] = {"Sigmoid", "Tanh", "Relu", "Affine", "LeakyRelu", "ThresholdedRelu",
+                                        "ScaledTanh", "HardSigmoid", "Elu", "Softsign", "Softplus"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(f, names[i])) return true;
+    return false;
+}
+
+/* default alpha/beta of activations that take them, per the ONNX operator docs */
+static void default_params(act *a)
+{
+    if (!strcmp(a->name, "LeakyRelu")) a->alpha = 0.01;
+    else if (!strcmp(a->name, "ThresholdedRelu") || !strcmp(a->name, "Elu") || !strcmp(a->name, "Affine") ||
+             !strcmp(a->name, "ScaledTanh"))
+        a->alpha = 1.0;
+    if (!strcmp(a->name, "HardSigmoid")) {
+        a->alpha = 0.2;
+        a->beta = 0.5;
+    }
+}
+
+static bool takes_alpha(const char *f)
+{
+    return !strcmp(f, "Affine") || !strcmp(f, "LeakyRelu") || !strcmp(f, "ThresholdedRelu") ||
+           !strcmp(f, "ScaledTanh") || !strcmp(f, "HardSigmoid") || !strcmp(f, "Elu");
+}
+
+static bool takes_beta(const char *f)
+{
+    return !strcmp(f, "Affine") || !strcmp(f, "ScaledTanh") || !strcmp(f, "HardSigmoid");
+}
+
+/* The activations of each direction: attribute list, else the op's defaults. */
+static kiln_status read_activations(kiln_run_ctx *c, rnn_kind kind, int dirs, act *acts)
+{
+    const kiln_node *n = kiln_run_node(c);
+    static const char *const defaults[3][3] = {{"Tanh"}, {"Sigmoid", "Tanh"}, {"Sigmoid", "Tanh", "Tanh"}};
+    int per = kind == RNN_PLAIN ? 1 : kind == RNN_GRU ? 2 : 3;
+    const kiln_attr *list = kiln_node_attr(n, "activations");
+    int na, nb;
+    const float *alpha = kiln_attr_floats(n, "activation_alpha", &na), *beta = kiln_attr_floats(n, "activation_beta", &nb);
+    int ia = 0, ib = 0;
+    for (int i = 0; i < per * dirs; i++) {
+        const char *name = defaults[kind][i % per];
+        if (list && list->type == KILN_ATTR_STRINGS) {
+            if (list->n != per * dirs && list->n != per)
+                return kiln_run_fail(c, KILN_ERR_MODEL, "activations lists %d functions, %d expected", list->n, per * dirs);
+            name = list->strings[i % list->n];
+        }
+        if (!known_activation(name)) return kiln_run_fail(c, KILN_ERR_UNSUPPORTED, "activation '%s'", name);
+        acts[i] = (act){name, 0, 0};
+        default_params(&acts[i]);
+        if (takes_alpha(name) && ia < na) acts[i].alpha = alpha[ia++];
+        if (takes_beta(name) && ib < nb) acts[i].beta = beta[ib++];
+    }
+    return KILN_OK;
+}
+
+static double clipped(double x, double clip) { return clip > 0 ? fmax(-clip, fmin(clip, x)) : x; }
+
+static kiln_status rnn_run(kiln_run_ctx *c)
+{
+    const kiln_node *n = kiln_run_node(c);
+    rnn_kind kind = kind_of(n);
+    const kiln_value *X = kiln_run_in(c, 0), *W = kiln_run_in(c, 1), *R = kiln_run_in(c, 2), *Bv = kiln_run_in(c, 3);
+    const kiln_value *lens = kiln_run_in(c, 4), *H0 = kiln_run_in(c, 5);
+    const kiln_value *C0 = kind == RNN_LSTM ? kiln_run_in(c, 6) : NULL, *P = kind == RNN_LSTM ? kiln_run_in(c, 7) : NULL;
+    kiln_value *Y = kiln_run_out(c, 0), *Yh = kiln_run_out(c, 1), *Yc = kiln_run_out(c, 2);
+    int64_t layout = kiln_attr_int(n, "layout", 0);
+    int dirs = directions(n), G = gate_count(kind);
+    int64_t S = X->dims[layout ? 1 : 0], Bn = X->dims[layout ? 0 : 1], I = X->dims[2], Hs = R->dims[2];
+    if (W->dims[1] != G * Hs || R->dims[1] != G * Hs || R->dims[0] != dirs)
+        return kiln_run_fail(c, KILN_ERR_SHAPE, "W/R must be [%d, %lld, *] for hidden size %lld", dirs, (long long)(G * Hs),
+                             (long long)Hs);
+    if (Bv && (Bv->rank != 2 || Bv->dims[0] != dirs || Bv->dims[1] != 2 * G * Hs))
+        return kiln_run_fail(c, KILN_ERR_SHAPE, "B must be [%d, %lld]", dirs, (long long)(2 * G * Hs));
+    if (lens && (lens->rank != 1 || lens->dims[0] != Bn))
+        return kiln_run_fail(c, KILN_ERR_SHAPE, "sequence_lens must be [%lld]", (long long)Bn);
+    for (int s = 0; s < 2; s++) {
+        const kiln_value *h = s ? C0 : H0;
+        if (h && (h->rank != 3 || h->numel != dirs * Bn * Hs))
+            return kiln_run_fail(c, KILN_ERR_SHAPE, "%s must hold [%d, %lld, %lld]", s ? "initial_c" : "initial_h", dirs,
+                                 (long long)Bn, (long long)Hs);
+    }
+    if (P && P->numel != dirs * 3 * Hs) return kiln_run_fail(c, KILN_ERR_SHAPE, "P must be [%d, %lld]", dirs, (long long)(3 * Hs));
+    act acts[6];
+    KILN_TRY(read_activations(c, kind, dirs, acts));
+    double clip = kiln_attr_float(n, "clip", 0.0f);
+    bool lbr = kiln_attr_int(n, "linear_before_reset", 0) != 0, input_forget = kiln_attr_int(n, "input_forget", 0) != 0;
+    bool reverse_only = !strcmp(kiln_attr_string(n, "direction", "forward"), "reverse");
+    kiln_dtype dt = X->dtype;
+    int64_t GH = G * Hs;
+    double *h = calloc((size_t)(Bn * Hs + 1), sizeof *h), *cst = calloc((size_t)(Bn * Hs + 1), sizeof *cst);
+    double *gx = calloc((size_t)(GH + 1), sizeof *gx), *gh = calloc((size_t)(GH + 1), sizeof *gh);
+    double *hn = calloc((size_t)(Hs + 1), sizeof *hn), *rg = calloc((size_t)(Hs + 1), sizeof *rg);
+    kiln_status st = KILN_OK;
+    if (!h || !cst || !gx || !gh || !hn || !rg) {
+        st = kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    for (int d = 0; d < dirs; d++) {
+        bool rev = reverse_only || d == 1;
+        const act *a = &acts[d * (kind == RNN_PLAIN ? 1 : kind == RNN_GRU ? 2 : 3)];
+        /* initial state; layout 1 stores it batch-major */
+        for (int64_t b = 0; b < Bn; b++)
+            for (int64_t k = 0; k < Hs; k++) {
+                int64_t hi = layout ? (b * dirs + d) * Hs + k : (d * Bn + b) * Hs + k;
+                h[b * Hs + k] = H0 ? kiln_load_f64(H0->dtype, H0->data, hi) : 0.0;
+                cst[b * Hs + k] = C0 ? kiln_load_f64(C0->dtype, C0->data, hi) : 0.0;
+            }
+        for (int64_t b = 0; b < Bn; b++) {
+            int64_t len = lens ? kiln_load_i64(lens->dtype, lens->data, b) : S;
+            if (len < 0 || len > S) {
+                st = kiln_run_fail(c, KILN_ERR_RUNTIME, "sequence_lens[%lld] = %lld outside [0, %lld]", (long long)b,
+                                   (long long)len, (long long)S);
+                goto out;
+            }
+            double *hb = h + b * Hs, *cb = cst + b * Hs;
+            for (int64_t step = 0; step < len; step++) {
+                int64_t t = rev ? len - 1 - step : step;
+                /* gate pre-activations from X and from H */
+                for (int64_t g = 0; g < GH; g++) {
+                    double ax = Bv ? kiln_load_f64(Bv->dtype, Bv->data, d * 2 * GH + g) : 0.0;
+                    double ah = Bv ? kiln_load_f64(Bv->dtype, Bv->data, d * 2 * GH + GH + g) : 0.0;
+                    for (int64_t i = 0; i < I; i++) {
+                        int64_t xi = layout ? (b * S + t) * I + i : (t * Bn + b) * I + i;
+                        ax += kiln_load_f64(dt, X->data, xi) * kiln_load_f64(W->dtype, W->data, (d * GH + g) * I + i);
+                    }
+                    for (int64_t k = 0; k < Hs; k++)
+                        ah += hb[k] * kiln_load_f64(R->dtype, R->data, (d * GH + g) * Hs + k);
+                    gx[g] = ax;
+                    gh[g] = ah;
+                }
+                if (kind == RNN_GRU)
+                    for (int64_t k = 0; k < Hs; k++) rg[k] = activate(&a[0], clipped(gx[Hs + k] + gh[Hs + k], clip));
+                for (int64_t k = 0; k < Hs; k++) {
+                    if (kind == RNN_PLAIN) {
+                        hn[k] = activate(&a[0], clipped(gx[k] + gh[k], clip));
+                    } else if (kind == RNN_GRU) {
+                        double z = activate(&a[0], clipped(gx[k] + gh[k], clip));
+                        double hh;
+                        if (lbr) {
+                            hh = gx[2 * Hs + k] + rg[k] * gh[2 * Hs + k];
+                        } else {
+                            /* (r * H) R_h^T + Rb_h: the reset gate applies to the state first */
+                            double acc = Bv ? kiln_load_f64(Bv->dtype, Bv->data, d * 2 * GH + GH + 2 * Hs + k) : 0.0;
+                            for (int64_t q = 0; q < Hs; q++)
+                                acc += rg[q] * hb[q] * kiln_load_f64(R->dtype, R->data, (d * GH + 2 * Hs + k) * Hs + q);
+                            hh = gx[2 * Hs + k] + acc;
+                        }
+                        hh = activate(&a[1], clipped(hh, clip));
+                        hn[k] = (1 - z) * hh + z * hb[k];
+                    } else {
+                        double pi = P ? kiln_load_f64(P->dtype, P->data, d * 3 * Hs + k) : 0.0;
+                        double po = P ? kiln_load_f64(P->dtype, P->data, d * 3 * Hs + Hs + k) : 0.0;
+                        double pf = P ? kiln_load_f64(P->dtype, P->data, d * 3 * Hs + 2 * Hs + k) : 0.0;
+                        double i_g = activate(&a[0], clipped(gx[k] + gh[k] + pi * cb[k], clip));
+                        double f_g = input_forget ? 1 - i_g
+                                                  : activate(&a[0], clipped(gx[2 * Hs + k] + gh[2 * Hs + k] + pf * cb[k], clip));
+                        double c_g = activate(&a[1], clipped(gx[3 * Hs + k] + gh[3 * Hs + k], clip));
+                        double cn = f_g * cb[k] + i_g * c_g;
+                        double o_g = activate(&a[0], clipped(gx[Hs + k] + gh[Hs + k] + po * cn, clip));
+                        cb[k] = cn;
+                        hn[k] = o_g * activate(&a[2], cn);
+                    }
+                }
+                memcpy(hb, hn, (size_t)Hs * sizeof *hb);
+                if (Y)
+                    for (int64_t k = 0; k < Hs; k++) {
+                        int64_t yi = layout ? ((b * S + t) * dirs + d) * Hs + k : ((t * dirs + d) * Bn + b) * Hs + k;
+                        kiln_store_f64(dt, Y->data, yi, hb[k]);
+                    }
+            }
+            for (int64_t k = 0; k < Hs; k++) {
+                int64_t hi = layout ? (b * dirs + d) * Hs + k : (d * Bn + b) * Hs + k;
+                if (Yh) kiln_store_f64(dt, Yh->data, hi, hb[k]);
+                if (Yc) kiln_store_f64(dt, Yc->data, hi, cb[k]);
+            }
+        }
+    }
+out:
+    free(h);
+    free(cst);
+    free(gx);
+    free(gh);
+    free(hn);
+    free(rg);
+    return st;
+}
+
 static const kiln_op_def defs[] = {
-    {NULL, NULL, 0, NULL, NULL},
+    {"", "RNN", 1, rnn_infer, rnn_run},
+    {"", "GRU", 1, rnn_infer, rnn_run},
+    {"", "LSTM", 1, rnn_infer, rnn_run},
 };
 
-const kiln_op_table kiln_ops_rnn = {defs, 0};
+const kiln_op_table kiln_ops_rnn = {defs, sizeof defs / sizeof defs[0]};
