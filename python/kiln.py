@@ -104,7 +104,7 @@ class Session:
         arrays, handles = [], []
         try:
             for name, arr in feeds.items():
-                a = np.ascontiguousarray(arr)
+                a = np.ascontiguousarray(arr).reshape(np.shape(arr))
                 code = _CODES.get(a.dtype)
                 if code is None:
                     raise TypeError(f"unsupported dtype {a.dtype}")

@@ -13,6 +13,7 @@
     X(kiln_ops_cast) \
     X(kiln_ops_control) \
     X(kiln_ops_attention) \
+    X(kiln_ops_attention_variants) \
     X(kiln_ops_rnn) \
     X(kiln_ops_basic)
 
