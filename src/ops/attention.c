@@ -232,7 +232,7 @@ static kiln_status attention_run(kiln_run_ctx *c)
     int64_t Hq = rank3 ? kiln_attr_int(n, "q_num_heads", 1) : Q->dims[1];
     int64_t Hkv = rank3 ? kiln_attr_int(n, "kv_num_heads", 1) : K->dims[1];
     int64_t Sq = rank3 ? Q->dims[1] : Q->dims[2], Skv = rank3 ? K->dims[1] : K->dims[2];
-    int64_t Dq = rank3 ? Q->dims[2] / Hq : Q->dims[3], Dk = rank3 ? K->dims[2] / Hkv : K->dims[3];
+    int64_t Dk = rank3 ? K->dims[2] / Hkv : K->dims[3];
     int64_t Dv = rank3 ? V->dims[2] / Hkv : V->dims[3];
     int64_t past = past_k ? past_k->dims[2] : 0, total = past + Skv;
     /* outputs the node does not list are still computed: keep them in scratch tensors */

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "ops/cast_internal.h"
 #include "ops/util.h"
@@ -183,6 +184,21 @@ static kiln_status cast_opts_of(const kiln_node *n, cast_opts *o)
 
 /* ---- Cast, CastLike ---- */
 
+/* The `to` attribute: a TensorProto.DataType code, or its name ("FLOAT") in Cast-1. */
+static kiln_dtype cast_target(const kiln_node *n)
+{
+    static const char *const names[KILN_DTYPE_COUNT_] = {
+        "UNDEFINED", "FLOAT", "UINT8", "INT8", "UINT16", "INT16", "INT32", "INT64", "STRING", "BOOL",
+        "FLOAT16", "DOUBLE", "UINT32", "UINT64", "COMPLEX64", "COMPLEX128", "BFLOAT16",
+    };
+    const kiln_attr *a = kiln_node_attr(n, "to");
+    if (!a) return KILN_DTYPE_UNDEFINED;
+    if (a->type != KILN_ATTR_STRING) return (kiln_dtype)a->i;
+    for (int k = 1; k < KILN_DTYPE_COUNT_; k++)
+        if (names[k] && !strcasecmp(a->s, names[k])) return (kiln_dtype)k;
+    return KILN_DTYPE_UNDEFINED;
+}
+
 static kiln_status cast_check(kiln_infer_ctx *c, kiln_dtype to)
 {
     cast_opts o;
@@ -197,7 +213,7 @@ static kiln_status cast_check(kiln_infer_ctx *c, kiln_dtype to)
 
 static kiln_status cast_infer(kiln_infer_ctx *c)
 {
-    kiln_dtype to = (kiln_dtype)kiln_attr_int(kiln_infer_node(c), "to", 0);
+    kiln_dtype to = cast_target(kiln_infer_node(c));
     KILN_TRY(cast_check(c, to));
     KILN_TRY(kiln_cast_infer_like(c, 0, 0, to));
     /* shape vectors stay shape vectors through integer casts */
@@ -260,6 +276,24 @@ static const kiln_op_def defs[] = {
     {"", "Cast", 1, cast_infer, cast_run},
     {"", "CastLike", 1, castlike_infer, cast_run},
     {"", "BitCast", 1, bitcast_infer, bitcast_run},
+    ENTRY("", "QuantizeLinear", quantize),
+    ENTRY("", "DequantizeLinear", dequantize),
+    ENTRY("", "DynamicQuantizeLinear", dynquant),
+    ENTRY("", "StringNormalizer", strnorm),
+    ENTRY("", "StringSplit", strsplit),
+    ENTRY("", "StringConcat", strconcat),
+    ENTRY("", "RegexFullMatch", regex),
+    ENTRY("", "TfIdfVectorizer", tfidf),
+    ENTRY("ai.onnx.ml", "LabelEncoder", label_encoder),
+    ENTRY("ai.onnx.ml", "ArrayFeatureExtractor", array_feature),
+    ENTRY("ai.onnx.ml", "Binarizer", binarizer),
+    ENTRY("ai.onnx.ml", "TreeEnsemble", tree_ensemble),
+    ENTRY("", "RandomUniform", random_uniform),
+    ENTRY("", "RandomNormal", random_normal),
+    ENTRY("", "RandomUniformLike", random_uniform_like),
+    ENTRY("", "RandomNormalLike", random_normal_like),
+    ENTRY("", "Bernoulli", bernoulli),
+    ENTRY("", "Multinomial", multinomial),
 };
 
 const kiln_op_table kiln_ops_cast = {defs, sizeof defs / sizeof defs[0]};

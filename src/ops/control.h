@@ -20,9 +20,11 @@ kiln_status kiln_control_slice(kiln_run_ctx *c, const kiln_value *X, int axis, i
 kiln_status kiln_control_concat(kiln_run_ctx *c, const kiln_value *const *items, int64_t n, int axis,
                                 bool new_axis, bool reverse, kiln_value **out);
 
-/* Least specific type covering a and b: unequal dims become fresh symbols, an unequal rank
- * an unknown rank, unequal kinds an unknown type. Compile time only. */
-void kiln_control_merge_type(kiln_infer_ctx *c, const kiln_type *a, const kiln_type *b, kiln_type *t);
+/* Least specific type covering a and b: unequal dims become fresh symbols (one value) or make
+ * the rank unknown (per_item: the type describes items of a sequence, which may differ), an
+ * unequal rank an unknown rank, unequal kinds an unknown type. Compile time only. */
+void kiln_control_merge_type(kiln_infer_ctx *c, const kiln_type *a, const kiln_type *b, bool per_item,
+                             kiln_type *t);
 
 /* Outer-scope view of a subgraph's type: constant dims kept, symbolic ones made fresh. */
 void kiln_control_outer_type(kiln_infer_ctx *c, const kiln_type *body, kiln_type *t);

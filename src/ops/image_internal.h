@@ -13,6 +13,8 @@
 void kiln_image_store_sat(kiln_dtype dt, void *base, int64_t i, double v);
 /* A scalar (or one-element) integer input, at run time or when constant; false if unknown. */
 bool kiln_image_scalar_i64(const kiln_value *v, int64_t *out);
+/* Real-valued element types the kernels read with kiln_load_f64 (floats and integers). */
+bool kiln_image_real(kiln_dtype dt);
 
 /* image_sample.c */
 kiln_status kiln_gridsample_infer(kiln_infer_ctx *c);

@@ -28,12 +28,19 @@ int kiln_index_cmp(const kiln_value *a, int64_t i, const kiln_value *b, int64_t 
 void kiln_index_sort(int64_t *idx, int64_t *tmp, int64_t n, int (*cmp)(const void *ctx, int64_t x, int64_t y),
                      const void *ctx);
 
+/* The `axis` attribute (default def) normalized into [0, rank); fails with KILN_ERR_MODEL when
+ * out of range. */
+kiln_status kiln_index_infer_axis(kiln_infer_ctx *c, int64_t def, int rank, int *axis);
+/* The same at run time, where inference has already validated it. */
+int kiln_index_run_axis(kiln_run_ctx *c, int64_t def, int rank);
+
 /* Product of dims[from..to). */
 int64_t kiln_index_prod(const int64_t *dims, int from, int to);
 
 /* Output i: the tensor the executor allocated from run-time inference, or else a new one of
  * the given shape (for data-dependent sizes). */
-kiln_status kiln_index_out(kiln_run_ctx *c, int i, kiln_dtype dt, int rank, const int64_t *dims, kiln_value **y);
+kiln_status kiln_index_out(kiln_run_ctx *c, int i, kiln_dtype dt, int rank, const int64_t *dims,
+                           kiln_value **y);
 
 /* ---- ops defined in index_select.c ---- */
 kiln_status kiln_index_nonzero_infer(kiln_infer_ctx *c);

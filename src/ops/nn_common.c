@@ -22,6 +22,10 @@ static bool geom_ints(const kiln_node *n, const char *name, int count, int64_t m
         return false;
     }
     for (int i = 0; i < k; i++) {
+        if (v[i] > NN_ATTR_MAX) {
+            snprintf(msg, (size_t)size, "attribute %s[%d] = %lld is too large", name, i, (long long)v[i]);
+            return false;
+        }
         if (v[i] < min) {
             snprintf(msg, (size_t)size, "attribute %s[%d] = %lld must be >= %lld", name, i,
                      (long long)v[i], (long long)min);
@@ -125,6 +129,19 @@ int64_t nn_param_i64(const kiln_value *v, int64_t idx)
 bool nn_param_ok(const kiln_value *v, int64_t len)
 {
     return !v || v->numel == 1 || v->numel == len;
+}
+
+/* Rounds v to the precision of float dtype dt (identity for double). */
+static double round_to(kiln_dtype dt, double v)
+{
+    uint64_t slot = 0;
+    kiln_store_f64(dt, &slot, 0, v);
+    return kiln_load_f64(dt, &slot, 0);
+}
+
+double nn_requant_scale(kiln_dtype dt, double a_scale, double b_scale, double y_scale)
+{
+    return round_to(dt, round_to(dt, a_scale * b_scale) / y_scale);
 }
 
 void nn_store_quantized(kiln_value *y, int64_t i, double v, int64_t zp)

@@ -8,6 +8,10 @@
 
 #include "ops/op.h"
 
+/* Bound on window attributes (sizes, strides, dilations, pads) so that the size arithmetic
+ * cannot overflow int64. */
+#define NN_ATTR_MAX ((int64_t)1 << 31)
+
 enum { NN_PAD_NOTSET, NN_PAD_SAME_UPPER, NN_PAD_SAME_LOWER, NN_PAD_VALID };
 
 /* Sliding-window geometry of a conv or pool over `nsp` spatial dims. */
@@ -50,6 +54,9 @@ double nn_param_f64(const kiln_value *v, int64_t idx);
 int64_t nn_param_i64(const kiln_value *v, int64_t idx);
 /* Whether an optional per-tensor/per-axis parameter v has 1 or `len` elements (NULL is fine). */
 bool nn_param_ok(const kiln_value *v, int64_t len);
+/* a_scale * b_scale / y_scale computed in the precision of the scales' dtype dt, as the ONNX
+ * reference does (the integer accumulator is then multiplied in double). */
+double nn_requant_scale(kiln_dtype dt, double a_scale, double b_scale, double y_scale);
 /* y[i] = round-half-even(v) + zp saturated to the range of y's 8/16-bit integer dtype. */
 void nn_store_quantized(kiln_value *y, int64_t i, double v, int64_t zp);
 

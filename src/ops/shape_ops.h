@@ -38,6 +38,8 @@ kiln_dimtab *kiln_shape_tab(const kiln_shape_side *s);
 void kiln_shape_in_vec(const kiln_shape_side *s, int i, kiln_shape_vec *v);
 /* Integer list attribute `name` as a vector (present = false when absent). */
 void kiln_shape_attr_vec(const kiln_node *n, const char *name, kiln_shape_vec *v);
+/* Length of 1-D input `in` from its static type (at most KILN_MAX_RANK), or -1. */
+int kiln_shape_static_len(kiln_infer_ctx *c, int in);
 /* Fails on either side with a message prefixed by the node. */
 kiln_status kiln_shape_fail(const kiln_shape_side *s, kiln_status code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -48,6 +50,8 @@ bool kiln_shape_nonneg(kiln_dim d);
 /* kiln_dim_min / kiln_dim_max that also simplify when the difference is provably signed. */
 kiln_dim kiln_shape_min(kiln_dimtab *t, kiln_dim a, kiln_dim b);
 kiln_dim kiln_shape_max(kiln_dimtab *t, kiln_dim a, kiln_dim b);
+/* ceil(a / b) for a constant b > 0, as floor((a + b - 1) / b) when a is provably >= 0. */
+kiln_dim kiln_shape_ceildiv(kiln_dimtab *t, kiln_dim a, int64_t b);
 /* Product of dims[0..n). */
 kiln_dim kiln_shape_prod(kiln_dimtab *t, int n, const kiln_dim *dims);
 
