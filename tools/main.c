@@ -366,7 +366,7 @@ static int make_inputs(kiln_session *s, const run_args *a, int k, uint64_t *rng,
             if (!strcmp(a->specs[j].name, io.name) && seen++ <= k) sp = &a->specs[j];
         if (sp && sp->file) {
             char why[512];
-            if (npy_read(sp->file, &vals[i], why, sizeof why)) return fail("input '%s': %s", io.name, why);
+            if (npy_read(sp->file, io.dtype, &vals[i], why, sizeof why)) return fail("input '%s': %s", io.name, why);
             continue;
         }
         if (io.kind != KILN_VALUE_TENSOR) return fail("input '%s' is a %s: give it with --input", io.name, kind_name(io.kind));

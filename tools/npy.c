@@ -79,7 +79,7 @@ static size_t utf8_decode(const unsigned char *s, uint32_t *c)
     return 1;
 }
 
-int npy_read(const char *path, kiln_value **out, char *why, size_t why_size)
+int npy_read(const char *path, kiln_dtype hint, kiln_value **out, char *why, size_t why_size)
 {
     *out = NULL;
     FILE *f = fopen(path, "rb");
@@ -154,6 +154,10 @@ int npy_read(const char *path, kiln_value **out, char *why, size_t why_size)
     }
     bool unicode = (descr[0] == '<' || descr[0] == '|') && descr[1] == 'U';
     kiln_dtype dt = unicode ? KILN_DTYPE_STRING : dtype_of_descr(descr);
+    bool raw1 = !strcmp(descr + 1, "V1") || !strcmp(descr, "<f1"), raw2 = !strcmp(descr + 1, "V2");
+    if (dt == KILN_DTYPE_UNDEFINED && hint != KILN_DTYPE_STRING && ((raw1 && kiln_dtype_size(hint) == 1) ||
+                                                                  (raw2 && kiln_dtype_size(hint) == 2)))
+        dt = hint;
     if (dt == KILN_DTYPE_UNDEFINED) {
         snprintf(why, why_size, "%s: unsupported dtype '%s'", path, descr);
         goto out;

@@ -10,8 +10,10 @@
  * (bool, int/uint 8-64, float16/32/64, complex64/128), ml_dtypes' names for the others
  * (bfloat16, float8_e4m3fn, float8_e4m3fnuz, float8_e5m2, float8_e5m2fnuz, float8_e8m0fnu,
  * float4_e2m1fn, int4, uint4, int2, uint2; one element per byte), and fixed-width unicode
- * ('<U') as strings. C order only. Nonzero on failure with a message in why. */
-int npy_read(const char *path, kiln_value **out, char *why, size_t why_size);
+ * ('<U') as strings. C order only. numpy's own np.save writes those ml_dtypes types with
+ * raw descrs ('<V1', '<V2', '<f1'); such files take the element type `hint` (the model's
+ * declared input type) when it has that size. Nonzero on failure with a message in why. */
+int npy_read(const char *path, kiln_dtype hint, kiln_value **out, char *why, size_t why_size);
 /* Writes a tensor to path. Nonzero on failure with a message in why. */
 int npy_write(const char *path, const kiln_value *v, char *why, size_t why_size);
 

@@ -171,10 +171,14 @@ kiln_status kiln_infer_broadcast(kiln_infer_ctx *c, int n, const kiln_type *cons
                                        "inputs do not broadcast: dim %lld vs %lld at output axis %d (%s)",
                                        (long long)a.c, (long long)b.c, o, sa);
             }
-            /* symbolic and different: equal unless one is 1 at run time; keep the
-             * non-constant one (run-time inference decides exactly) */
+            /* symbolic and different: equal unless one is 1 at run time, so the result is
+             * their max; a plain symbol is kept as the simpler spelling of it when the
+             * other operand is compound (run-time inference decides exactly) */
             if (kiln_dim_is_const(a)) dims[o] = b;
-            else if (!kiln_dim_is_const(b)) dims[o] = kiln_dim_max(c->tab, a, b);
+            else if (!kiln_dim_is_const(b)) {
+                bool sa = a.e->kind == KILN_EXPR_SYM, sb = b.e->kind == KILN_EXPR_SYM;
+                dims[o] = sa && !sb ? a : sb && !sa ? b : kiln_dim_max(c->tab, a, b);
+            }
         }
     }
     *rank = r;

@@ -377,6 +377,13 @@ static kiln_dim minmax(kiln_dimtab *t, kiln_expr_kind k, kiln_dim a, kiln_dim b)
     if (!a.e && !b.e) return kiln_dim_const(is_min ? (a.c < b.c ? a.c : b.c) : (a.c > b.c ? a.c : b.c));
     if (kiln_dim_equal(a, b)) return a;
     if (!t) return kiln_dim_unknown();
+    /* absorption: max(a, min(a, x)) = a and min(a, max(a, x)) = a */
+    kiln_expr_kind dual = is_min ? KILN_EXPR_MAX : KILN_EXPR_MIN;
+    for (int swap = 0; swap < 2; swap++) {
+        kiln_dim p = swap ? b : a, q = swap ? a : b;
+        if (q.e && q.e->kind == dual && (kiln_dim_equal(q.e->args[0], p) || kiln_dim_equal(q.e->args[1], p)))
+            return p;
+    }
     kiln_dim d = kiln_dim_sub(t, a, b);
     if (!d.e) return (d.c <= 0) == is_min ? a : b;
     /* canonical operand order */

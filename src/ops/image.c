@@ -46,14 +46,21 @@ bool kiln_image_scalar_i64(const kiln_value *v, int64_t *out)
 /* ---- Resize (opsets 10, 11, 13, 18, 19) and Upsample (7, 9) ---- */
 
 enum { RS_NEAREST, RS_LINEAR, RS_CUBIC };
-enum { CT_HALF_PIXEL, CT_HALF_PIXEL_SYM, CT_PYTORCH_HALF_PIXEL, CT_ALIGN_CORNERS, CT_ASYMMETRIC,
-       CT_TF_HALF_PIXEL_NN, CT_TF_CROP };
+enum {
+    CT_HALF_PIXEL,
+    CT_HALF_PIXEL_SYM,
+    CT_PYTORCH_HALF_PIXEL,
+    CT_ALIGN_CORNERS,
+    CT_ASYMMETRIC,
+    CT_TF_HALF_PIXEL_NN,
+    CT_TF_CROP
+};
 enum { NR_PREFER_FLOOR, NR_PREFER_CEIL, NR_FLOOR, NR_CEIL };
 enum { KA_STRETCH, KA_NOT_LARGER, KA_NOT_SMALLER };
 
 static const char *const rs_modes[] = {"nearest", "linear", "cubic"};
-static const char *const ct_modes[] = {"half_pixel", "half_pixel_symmetric", "pytorch_half_pixel",
-                                       "align_corners", "asymmetric", "tf_half_pixel_for_nn",
+static const char *const ct_modes[] = {"half_pixel",        "half_pixel_symmetric", "pytorch_half_pixel",
+                                       "align_corners",     "asymmetric",           "tf_half_pixel_for_nn",
                                        "tf_crop_and_resize"};
 static const char *const nr_modes[] = {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"};
 static const char *const ka_policies[] = {"stretch", "not_larger", "not_smaller"};
@@ -63,7 +70,7 @@ typedef struct resize_attrs {
     double cubic_a, extrapolation;
     bool exclude_outside, antialias;
     int n_axes;
-    int axes[KILN_MAX_RANK]; /* resized axes, in the order of scales / sizes / roi entries */
+    int axes[KILN_MAX_RANK];         /* resized axes, in the order of scales / sizes / roi entries */
     int scales_in, sizes_in, roi_in; /* input indices; -1: not an input of this version */
     const float *scales_attr;        /* Upsample-7: scales as attribute */
     int n_scales_attr;
@@ -94,8 +101,10 @@ static bool resize_parse(const kiln_node *n, int opset, int rank, resize_attrs *
          * floor rounding, so integer scales repeat elements. */
         a->ct = CT_ASYMMETRIC;
         a->nr = NR_FLOOR;
-        if (upsample && opset < 9) a->scales_attr = kiln_attr_floats(n, "scales", &a->n_scales_attr);
-        else a->scales_in = 1;
+        if (upsample && opset < 9)
+            a->scales_attr = kiln_attr_floats(n, "scales", &a->n_scales_attr);
+        else
+            a->scales_in = 1;
     } else {
         const char *ct = kiln_attr_string(n, "coordinate_transformation_mode", "half_pixel");
         const char *nr = kiln_attr_string(n, "nearest_mode", "round_prefer_floor");
@@ -131,8 +140,8 @@ static bool resize_parse(const kiln_node *n, int opset, int rank, resize_attrs *
     for (int i = 0; i < n_axes; i++) {
         int ax;
         if (n_axes > rank || !kiln_axis_norm(axes[i], rank, &ax) || seen[ax]) {
-            snprintf(msg, msz, "axes[%d] = %lld is out of range or repeated for rank %d", i, (long long)axes[i],
-                     rank);
+            snprintf(msg, msz, "axes[%d] = %lld is out of range or repeated for rank %d", i,
+                     (long long)axes[i], rank);
             return false;
         }
         seen[ax] = true;
@@ -221,8 +230,9 @@ static kiln_status resize_infer(kiln_infer_ctx *c)
     bool use_sizes = resize_uses_sizes(&a, scales_t, sizes_t);
     if (!use_sizes && !scales_t && !a.scales_attr)
         return kiln_infer_fail(c, KILN_ERR_MODEL, "neither scales nor sizes is given");
-    const kiln_value *vals = use_sizes ? kiln_infer_in_value(c, a.sizes_in)
-                                       : a.scales_attr ? NULL : kiln_infer_in_value(c, a.scales_in);
+    const kiln_value *vals = use_sizes       ? kiln_infer_in_value(c, a.sizes_in)
+                             : a.scales_attr ? NULL
+                                             : kiln_infer_in_value(c, a.scales_in);
     kiln_dimtab *tab = kiln_infer_dims(c);
     kiln_dim out[KILN_MAX_RANK];
     int64_t in_c[KILN_MAX_RANK], out_c[KILN_MAX_RANK];
@@ -234,8 +244,8 @@ static kiln_status resize_infer(kiln_infer_ctx *c)
         in_c[k] = x->dims[k].c;
     }
     if (all_const && (vals || a.scales_attr)) {
-        kiln_status st = resize_plan(&a, x->rank, in_c, use_sizes ? NULL : vals, use_sizes ? vals : NULL, out_c,
-                                     scale, msg, sizeof msg);
+        kiln_status st = resize_plan(&a, x->rank, in_c, use_sizes ? NULL : vals, use_sizes ? vals : NULL,
+                                     out_c, scale, msg, sizeof msg);
         if (st) return kiln_infer_fail(c, st, "%s", msg);
         for (int k = 0; k < x->rank; k++) out[k] = kiln_dim_const(out_c[k]);
         return kiln_infer_set_out(c, 0, x->dtype, x->rank, out);
@@ -246,8 +256,9 @@ static kiln_status resize_infer(kiln_infer_ctx *c)
     int n_sz = 0;
     bool sizes_known = use_sizes && a.ka == KA_STRETCH &&
                        kiln_infer_in_dims_value(c, a.sizes_in, sz, KILN_MAX_RANK, &n_sz) && n_sz == a.n_axes;
-    bool scales_known = !use_sizes && ((vals && vals->numel == a.n_axes && kiln_dtype_is_float(vals->dtype)) ||
-                                       (a.scales_attr && a.n_scales_attr == a.n_axes));
+    bool scales_known =
+        !use_sizes && ((vals && vals->numel == a.n_axes && kiln_dtype_is_float(vals->dtype)) ||
+                       (a.scales_attr && a.n_scales_attr == a.n_axes));
     for (int i = 0; i < a.n_axes; i++) {
         int ax = a.axes[i];
         if (sizes_known) {
@@ -286,8 +297,7 @@ static double resize_coord(const resize_attrs *a, int64_t j, double scale, int64
         return offset + (jd + 0.5) / scale - 0.5;
     }
     case CT_PYTORCH_HALF_PIXEL: return out_n > 1 ? (jd + 0.5) / scale - 0.5 : 0.0;
-    case CT_ALIGN_CORNERS:
-        return out_n == 1 || out_w == 1.0 ? 0.0 : jd * (double)(in_n - 1) / (out_w - 1.0);
+    case CT_ALIGN_CORNERS: return out_n == 1 || out_w == 1.0 ? 0.0 : jd * (double)(in_n - 1) / (out_w - 1.0);
     case CT_ASYMMETRIC: return jd / scale;
     case CT_TF_HALF_PIXEL_NN: return (jd + 0.5) / scale;
     case CT_TF_CROP:
@@ -301,9 +311,9 @@ static double resize_coord(const resize_attrs *a, int64_t j, double scale, int64
  * the input) and weights, and whether it is extrapolated (tf_crop_and_resize). */
 typedef struct resize_taps {
     int n;
-    int64_t *idx;   /* [out_n * n] */
-    double *w;      /* [out_n * n] */
-    bool *extrap;   /* [out_n] */
+    int64_t *idx; /* [out_n * n] */
+    double *w;    /* [out_n * n] */
+    bool *extrap; /* [out_n] */
 } resize_taps;
 
 static void resize_taps_free(resize_taps *t)
@@ -313,8 +323,8 @@ static void resize_taps_free(resize_taps *t)
     free(t->extrap);
 }
 
-static kiln_status resize_taps_build(const resize_attrs *a, double scale, int64_t in_n, int64_t out_n, double lo,
-                                     double hi, resize_taps *t, char *msg, size_t msz)
+static kiln_status resize_taps_build(const resize_attrs *a, double scale, int64_t in_n, int64_t out_n,
+                                     double lo, double hi, resize_taps *t, char *msg, size_t msz)
 {
     memset(t, 0, sizeof *t);
     /* Kernel support (1 linear, 2 cubic) widened by 1/scale when antialiasing a downsample. */
@@ -412,7 +422,8 @@ static kiln_status resize_run(kiln_run_ctx *c)
     int rank = x->rank;
     int64_t out[KILN_MAX_RANK];
     double scale[KILN_MAX_RANK], lo[KILN_MAX_RANK], hi[KILN_MAX_RANK];
-    kiln_status st = resize_plan(&a, rank, x->dims, scales, scales ? NULL : sizes, out, scale, msg, sizeof msg);
+    kiln_status st =
+        resize_plan(&a, rank, x->dims, scales, scales ? NULL : sizes, out, scale, msg, sizeof msg);
     if (st) return kiln_run_fail(c, st, "%s", msg);
     for (int k = 0; k < rank; k++) lo[k] = 0, hi[k] = 1;
     if (a.ct == CT_TF_CROP) {
@@ -426,7 +437,8 @@ static kiln_status resize_run(kiln_run_ctx *c)
         }
     }
     if (!y || y->numel == 0) return KILN_OK;
-    if (x->numel == 0) return kiln_run_fail(c, KILN_ERR_SHAPE, "cannot resize an empty input to a non-empty output");
+    if (x->numel == 0)
+        return kiln_run_fail(c, KILN_ERR_SHAPE, "cannot resize an empty input to a non-empty output");
 
     /* Separable: interpolate one axis at a time in double. Peak buffer size is bounded by the
      * largest intermediate shape. */
@@ -446,7 +458,8 @@ static kiln_status resize_run(kiln_run_ctx *c)
     }
     for (int64_t i = 0; i < x->numel; i++) cur[i] = kiln_load_f64(x->dtype, x->data, i);
     for (int k = 0; k < rank; k++) {
-        bool identity = out[k] == dims[k] && scale[k] == 1.0 && (a.ct != CT_TF_CROP || (lo[k] == 0 && hi[k] == 1));
+        bool identity =
+            out[k] == dims[k] && scale[k] == 1.0 && (a.ct != CT_TF_CROP || (lo[k] == 0 && hi[k] == 1));
         if (identity) continue;
         resize_taps t;
         st = resize_taps_build(&a, scale[k], dims[k], out[k], lo[k], hi[k], &t, msg, sizeof msg);

@@ -111,7 +111,7 @@ kiln_dim kiln_shape_max(kiln_dimtab *t, kiln_dim a, kiln_dim b)
 
 kiln_dim kiln_shape_ceildiv(kiln_dimtab *t, kiln_dim a, int64_t b)
 {
-    if (!kiln_shape_nonneg(a) || b <= 0) return kiln_dim_ceildiv(t, a, kiln_dim_const(b));
+    if (b <= 0) return kiln_dim_ceildiv(t, a, kiln_dim_const(b));
     return kiln_dim_floordiv(t, kiln_dim_add(t, a, kiln_dim_const(b - 1)), kiln_dim_const(b));
 }
 

@@ -50,7 +50,8 @@ bool kiln_shape_nonneg(kiln_dim d);
 /* kiln_dim_min / kiln_dim_max that also simplify when the difference is provably signed. */
 kiln_dim kiln_shape_min(kiln_dimtab *t, kiln_dim a, kiln_dim b);
 kiln_dim kiln_shape_max(kiln_dimtab *t, kiln_dim a, kiln_dim b);
-/* ceil(a / b) for a constant b > 0, as floor((a + b - 1) / b) when a is provably >= 0. */
+/* ceil(a / b) for a constant b > 0, in the form floor((a + b - 1) / b) (which keeps a
+ * non-negative a visibly non-negative). */
 kiln_dim kiln_shape_ceildiv(kiln_dimtab *t, kiln_dim a, int64_t b);
 /* Product of dims[0..n). */
 kiln_dim kiln_shape_prod(kiln_dimtab *t, int n, const kiln_dim *dims);

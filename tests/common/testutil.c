@@ -158,11 +158,18 @@ bool test_values_close(const kiln_value *got, const kiln_value *want, double rto
     }
     if (bad) {
         char detail[200] = "";
-        if (dt != KILN_DTYPE_STRING) {
-            double a = 0, b = 0;
-            if (as_double(dt, g, first, &a)) as_double(dt, w, first, &b);
+        double a = 0, b = 0;
+        if (dt != KILN_DTYPE_STRING && as_double(dt, g, first, &a)) {
+            as_double(dt, w, first, &b);
             snprintf(detail, sizeof detail, " (first at flat index %lld: got %.9g, expected %.9g; max abs diff %.3g)",
                      (long long)first, a, b, worst);
+        } else if (dt != KILN_DTYPE_STRING) {
+            size_t es = kiln_dtype_size(dt);
+            uint64_t ga = 0, wb = 0;
+            memcpy(&ga, (const char *)g + (size_t)first * es, es < 8 ? es : 8);
+            memcpy(&wb, (const char *)w + (size_t)first * es, es < 8 ? es : 8);
+            snprintf(detail, sizeof detail, " (first at flat index %lld: got bits 0x%llx, expected 0x%llx)",
+                     (long long)first, (unsigned long long)ga, (unsigned long long)wb);
         } else {
             snprintf(detail, sizeof detail, " (first at flat index %lld: got '%s', expected '%s')", (long long)first,
                      ((char *const *)g)[first], ((char *const *)w)[first]);

@@ -32,6 +32,9 @@ static void test_canonical(void)
     CHECK(kiln_dim_equal(kiln_dim_min(t, n, kiln_dim_add(t, n, one)), n));
     CHECK(kiln_dim_equal(kiln_dim_max(t, n, kiln_dim_add(t, n, one)), kiln_dim_add(t, n, one)));
     CHECK(kiln_dim_equal(kiln_dim_max(t, n, m), kiln_dim_max(t, m, n)));
+    /* absorption */
+    CHECK(kiln_dim_equal(kiln_dim_max(t, n, kiln_dim_min(t, kiln_dim_const(512), n)), n));
+    CHECK(kiln_dim_equal(kiln_dim_min(t, kiln_dim_max(t, m, n), n), n));
     kiln_dimtab_free(t);
 }
 

@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""CLI tests: `kiln info/run/bench` on generated models, .npy round trips of every ONNX numeric
+dtype through an Identity model, and one-line errors with a non-zero exit for bad usage.
+
+usage: test_cli.py KILN_BINARY MODELS_DIR
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import ml_dtypes
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper
+
+results = {"passed": 0, "failed": 0}
+
+
+def check(name, cond, detail=""):
+    if cond:
+        results["passed"] += 1
+    else:
+        results["failed"] += 1
+        print(f"FAIL {name}: {detail}")
+
+
+def kiln(*args):
+    return subprocess.run([KILN, *args], capture_output=True, text=True)
+
+
+def test_info(models):
+    r = kiln("info", os.path.join(models, "encoder.onnx"), "--json")
+    check("info --json exit", r.returncode == 0, r.stderr)
+    info = json.loads(r.stdout)
+    check("info inputs", info["inputs"][0]["shape"] == ["batch", "seq"], info["inputs"])
+    check("info outputs", info["outputs"][0]["shape"] == ["batch", "seq", 64], info["outputs"])
+    check("info histogram", info["operators"].get("MatMul", 0) > 0 and info["unsupported"] == [], info["operators"])
+    check("info initializer bytes", info["initializer_bytes"] > 100000, info["initializer_bytes"])
+    r = kiln("info", os.path.join(models, "encoder.onnx"))
+    check("info text", r.returncode == 0 and "tokens: int64 [batch, seq]" in r.stdout, r.stdout)
+
+
+def test_run_matches_ort(models, tmp):
+    path = os.path.join(models, "encoder.onnx")
+    rng = np.random.default_rng(5)
+    ref = ort.InferenceSession(path)
+    args = ["run", path, "--output-dir", tmp]
+    inputs = []
+    for i, (b, s) in enumerate([(1, 7), (2, 30)]):
+        x = rng.integers(0, 100, size=(b, s)).astype(np.int64)
+        np.save(os.path.join(tmp, f"tok{i}.npy"), x)
+        args += ["--input", f"tokens={os.path.join(tmp, f'tok{i}.npy')}"]
+        inputs.append(x)
+    r = kiln(*args)
+    check("run two shapes exit", r.returncode == 0, r.stderr)
+    check("run prints shapes", "hidden: float32 [2, 30, 64]" in r.stdout, r.stdout)
+    for i, x in enumerate(inputs):
+        want = ref.run(None, {"tokens": x})
+        for name, w in zip(["hidden", "pooled"], want):
+            got = np.load(os.path.join(tmp, f"{name}.{i + 1}.npy"))
+            check(f"run output {name} shape set {i + 1}", got.shape == w.shape and np.allclose(got, w, 1e-4, 1e-4),
+                  f"{got.shape} vs {w.shape}")
+    r = kiln("bench", path, "--shape", "tokens=1x16", "--runs", "3", "--warmup", "1", "--json")
+    check("bench --json", r.returncode == 0 and json.loads(r.stdout)["runs"] == 3, r.stdout + r.stderr)
+
+
+def identity_model(path, elem_type, name="x"):
+    g = helper.make_graph([helper.make_node("Identity", [name], ["y/out:0"])], "id",
+                          [helper.make_tensor_value_info(name, elem_type, None)],
+                          [helper.make_tensor_value_info("y/out:0", elem_type, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+    m.ir_version = 10
+    onnx.save(m, path)
+
+
+def test_npy_dtypes(tmp):
+    rng = np.random.default_rng(7)
+    cases = [
+        (TensorProto.FLOAT, np.float32), (TensorProto.DOUBLE, np.float64), (TensorProto.FLOAT16, np.float16),
+        (TensorProto.BFLOAT16, ml_dtypes.bfloat16), (TensorProto.INT8, np.int8), (TensorProto.UINT8, np.uint8),
+        (TensorProto.INT16, np.int16), (TensorProto.UINT16, np.uint16), (TensorProto.INT32, np.int32),
+        (TensorProto.UINT32, np.uint32), (TensorProto.INT64, np.int64), (TensorProto.UINT64, np.uint64),
+        (TensorProto.BOOL, np.bool_), (TensorProto.COMPLEX64, np.complex64), (TensorProto.COMPLEX128, np.complex128),
+        (TensorProto.FLOAT8E4M3FN, ml_dtypes.float8_e4m3fn), (TensorProto.FLOAT8E5M2, ml_dtypes.float8_e5m2),
+        (TensorProto.FLOAT8E4M3FNUZ, ml_dtypes.float8_e4m3fnuz), (TensorProto.FLOAT8E5M2FNUZ, ml_dtypes.float8_e5m2fnuz),
+        (TensorProto.INT4, ml_dtypes.int4), (TensorProto.UINT4, ml_dtypes.uint4),
+        (TensorProto.STRING, np.str_),
+    ]
+    for elem, dt in cases:
+        model = os.path.join(tmp, f"id_{elem}.onnx")
+        identity_model(model, elem)
+        if dt is np.str_:
+            x = np.array([["a", "héllo"], ["", "漢字"]])
+        elif dt is np.bool_:
+            x = rng.integers(0, 2, size=(3, 4)).astype(np.bool_)
+        else:
+            x = (rng.standard_normal((3, 5)) * 3).astype(dt)
+        src = os.path.join(tmp, "in.npy")
+        np.save(src, x)
+        out = os.path.join(tmp, f"out_{elem}")
+        r = kiln("run", model, "--input", f"x={src}", "--output-dir", out)
+        name = onnx.TensorProto.DataType.Name(elem)
+        if r.returncode:
+            check(f"npy {name}", False, r.stderr)
+            continue
+        got = np.load(os.path.join(out, "y_out_0.npy"))  # '/' and ':' replaced by '_'
+        same = got.dtype == x.dtype and got.shape == x.shape and np.array_equal(got.view(np.uint8) if dt not in (np.str_,) else got,
+                                                                                   x.view(np.uint8) if dt not in (np.str_,) else x)
+        check(f"npy {name}", same, f"{got.dtype} {got.shape} vs {x.dtype} {x.shape}")
+
+
+def test_errors(models, tmp):
+    bad = os.path.join(tmp, "bad.onnx")
+    with open(bad, "wb") as f:
+        f.write(b"\x08\x07garbage that is not a model")
+    enc = os.path.join(models, "encoder.onnx")
+    cases = [
+        ("missing model", ["run", os.path.join(tmp, "nope.onnx")]),
+        ("malformed model", ["info", bad]),
+        ("unknown option", ["run", enc, "--frobnicate"]),
+        ("unknown command", ["compile", enc]),
+        ("wrong input name", ["run", enc, "--shape", "tokenz=1x4"]),
+        ("symbolic dims without --shape", ["run", enc]),
+        ("bad shape syntax", ["run", enc, "--shape", "tokens=1xQ"]),
+        ("missing npy", ["run", enc, "--input", f"tokens={tmp}/none.npy"]),
+    ]
+    for name, args in cases:
+        r = kiln(*args)
+        lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+        check(f"error: {name}", r.returncode != 0 and len(lines) >= 1 and lines[0].startswith("kiln: ") and
+              "Traceback" not in r.stderr and r.returncode < 128, f"rc={r.returncode} stderr={r.stderr!r}")
+
+
+def main():
+    global KILN
+    if len(sys.argv) != 3:
+        print(__doc__, file=sys.stderr)
+        return 2
+    KILN, models = sys.argv[1], sys.argv[2]
+    with tempfile.TemporaryDirectory() as tmp:
+        for test in (test_info, lambda m: test_run_matches_ort(m, tmp), lambda m: test_npy_dtypes(tmp),
+                     lambda m: test_errors(m, tmp)):
+            try:
+                test(models)
+            except Exception as e:  # one broken test does not hide the others
+                check("test crashed", False, repr(e))
+    print(f"{results['passed']} passed, {results['failed']} failed")
+    return 1 if results["failed"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
