@@ -180,7 +180,10 @@ static kiln_status bind_input(const kiln_ir_value *v, const kiln_value *x, int64
         return kiln_errf(err, KILN_ERR_INVALID_ARG, "input '%s': expected a %s, got a %s", v->name,
                          t->kind == KILN_VALUE_TENSOR ? "tensor" : t->kind == KILN_VALUE_SEQUENCE ? "sequence" : "optional",
                          x->kind == KILN_VALUE_TENSOR ? "tensor" : x->kind == KILN_VALUE_SEQUENCE ? "sequence" : "optional");
-    if (t->dtype && x->dtype != t->dtype && !(x->kind == KILN_VALUE_OPTIONAL && !x->inner))
+    /* an empty optional or an empty sequence of unknown element type fits any element type */
+    bool untyped = (x->kind == KILN_VALUE_OPTIONAL && !x->inner) ||
+                   (x->kind == KILN_VALUE_SEQUENCE && !x->n_items && x->dtype == KILN_DTYPE_UNDEFINED);
+    if (t->dtype && x->dtype != t->dtype && !untyped)
         return kiln_errf(err, KILN_ERR_INVALID_ARG, "input '%s': expected element type %s, got %s", v->name,
                          kiln_dtype_name(t->dtype), kiln_dtype_name(x->dtype));
     if (x->kind != KILN_VALUE_TENSOR || t->rank < 0) return KILN_OK;

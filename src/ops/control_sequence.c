@@ -159,7 +159,7 @@ kiln_status kiln_control_seq_insert_run(kiln_run_ctx *c)
     const kiln_value *s = seq_in(c, 0), *x = kiln_run_in(c, 1);
     if (!s || !x || x->kind != KILN_VALUE_TENSOR)
         return kiln_run_fail(c, KILN_ERR_RUNTIME, "needs a sequence and a tensor");
-    if (s->n_items && x->dtype != s->dtype)
+    if ((s->n_items || s->dtype != KILN_DTYPE_UNDEFINED) && x->dtype != s->dtype)
         return kiln_run_fail(c, KILN_ERR_RUNTIME, "inserting a %s tensor into a sequence of %s",
                              kiln_dtype_name(x->dtype), kiln_dtype_name(s->dtype));
     int64_t pos;

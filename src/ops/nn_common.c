@@ -115,6 +115,21 @@ int64_t *nn_load_i64(const kiln_value *v)
     return p;
 }
 
+void *nn_load_num(const kiln_value *v, bool is_int)
+{
+    return is_int ? (void *)nn_load_i64(v) : (void *)nn_load_f64(v);
+}
+
+void nn_store_all_f64(kiln_value *Y, const double *y)
+{
+    for (int64_t i = 0; i < Y->numel; i++) kiln_store_f64(Y->dtype, Y->data, i, y[i]);
+}
+
+void nn_store_all_i64(kiln_value *Y, const int64_t *y)
+{
+    for (int64_t i = 0; i < Y->numel; i++) kiln_store_i64(Y->dtype, Y->data, i, y[i]);
+}
+
 double nn_param_f64(const kiln_value *v, int64_t idx)
 {
     return kiln_load_f64(v->dtype, v->data, v->numel == 1 ? 0 : idx);

@@ -8,13 +8,6 @@
 #include "ops/op.h"
 #include "ops/util.h"
 
-static int64_t prod(int n, const int64_t *d)
-{
-    int64_t p = 1;
-    for (int i = 0; i < n; i++) p *= d[i];
-    return p;
-}
-
 /* Kernel sizes for inference: the kernel_shape attribute (checked against W) or W's dims;
  * false when neither is known. */
 static kiln_status infer_kernel(kiln_infer_ctx *c, const kiln_type *w, int nsp, kiln_dim *k, bool *known)
@@ -121,7 +114,7 @@ static void conv_f64(const nn_geom *g, int64_t group, const int64_t *xd, const i
 {
     int nsp = g->nsp;
     int64_t N = xd[0], C = xd[1], M = wd[0], Cg = wd[1], Mg = M / group;
-    int64_t in_sz = prod(nsp, xd + 2), k_sz = prod(nsp, wd + 2), out_sz = prod(nsp, od + 2);
+    int64_t in_sz = nn_prod(nsp, xd + 2), k_sz = nn_prod(nsp, wd + 2), out_sz = nn_prod(nsp, od + 2);
     int64_t o[KILN_MAX_RANK] = {0}, q[KILN_MAX_RANK];
     for (int64_t n = 0; n < N; n++)
         for (int64_t m = 0; m < M; m++) {
@@ -145,11 +138,6 @@ static void conv_f64(const nn_geom *g, int64_t group, const int64_t *xd, const i
                 ym[op] = acc;
             }
         }
-}
-
-static void store_all(kiln_value *Y, const double *y)
-{
-    for (int64_t i = 0; i < Y->numel; i++) kiln_store_f64(Y->dtype, Y->data, i, y[i]);
 }
 
 /* Runs conv_f64 over prepared operands, the output into Y through a double buffer. */
@@ -181,7 +169,7 @@ kiln_status nn_conv_run(kiln_run_ctx *c)
     kiln_status st = KILN_ERR_NOMEM;
     if (x && w && (b || !B)) st = conv_exec(c, &g, X, W, x, w, b, &y);
     else kiln_run_fail(c, st, "out of memory");
-    if (st == KILN_OK) store_all(kiln_run_out(c, 0), y);
+    if (st == KILN_OK) nn_store_all_f64(kiln_run_out(c, 0), y);
     free(x), free(w), free(b), free(y);
     return st;
 }
@@ -191,7 +179,7 @@ static double *load_minus_zp(const kiln_value *v, const kiln_value *zp, int axis
 {
     double *p = malloc((size_t)(v->numel > 0 ? v->numel : 1) * sizeof *p);
     if (!p) return NULL;
-    int64_t inner = prod(v->rank - axis - 1, v->dims + axis + 1);
+    int64_t inner = nn_prod(v->rank - axis - 1, v->dims + axis + 1);
     for (int64_t i = 0; i < v->numel; i++)
         p[i] = (double)(kiln_load_i64(v->dtype, v->data, i) - nn_param_i64(zp, (i / inner) % v->dims[axis]));
     return p;
@@ -225,7 +213,7 @@ kiln_status nn_conv_integer_run(kiln_run_ctx *c)
     kiln_status st = KILN_ERR_NOMEM;
     if (x && w) st = conv_exec(c, &g, X, W, x, w, NULL, &y);
     else kiln_run_fail(c, st, "out of memory");
-    if (st == KILN_OK) store_all(kiln_run_out(c, 0), y);
+    if (st == KILN_OK) nn_store_all_f64(kiln_run_out(c, 0), y);
     free(x), free(w), free(y);
     return st;
 }
@@ -257,7 +245,7 @@ kiln_status nn_qlinear_conv_run(kiln_run_ctx *c)
     else kiln_run_fail(c, st, "out of memory");
     if (st == KILN_OK) {
         kiln_value *Y = kiln_run_out(c, 0);
-        int64_t M = Y->dims[1], plane = prod(Y->rank - 2, Y->dims + 2);
+        int64_t M = Y->dims[1], plane = nn_prod(Y->rank - 2, Y->dims + 2);
         double xsv = nn_param_f64(xs, 0), ysv = nn_param_f64(ys, 0);
         int64_t z = nn_param_i64(yzp, 0);
         for (int64_t i = 0; i < Y->numel; i++)
@@ -356,7 +344,7 @@ kiln_status nn_conv_transpose_run(kiln_run_ctx *c)
             g.pads[nsp + i] = total - g.pads[i];
         }
     int64_t N = X->dims[0], C = X->dims[1], Mg = W->dims[1], M = Y->dims[1], Cg = C / group;
-    int64_t in_sz = prod(nsp, X->dims + 2), k_sz = prod(nsp, W->dims + 2), out_sz = prod(nsp, Y->dims + 2);
+    int64_t in_sz = nn_prod(nsp, X->dims + 2), k_sz = nn_prod(nsp, W->dims + 2), out_sz = nn_prod(nsp, Y->dims + 2);
     double *x = nn_load_f64(X), *w = nn_load_f64(W), *y = calloc((size_t)(Y->numel > 0 ? Y->numel : 1), sizeof *y);
     kiln_status st = KILN_OK;
     if (!x || !w || !y) {
@@ -423,7 +411,7 @@ static kiln_status deform_check(kiln_run_ctx *c, const kiln_value *X, const kiln
                                 const kiln_value *mask, const kiln_value *Y, int64_t og)
 {
     int nsp = X->rank - 2;
-    int64_t K = prod(nsp, W->dims + 2);
+    int64_t K = nn_prod(nsp, W->dims + 2);
     const kiln_value *v[2] = {off, mask};
     int64_t ch[2] = {og * K * nsp, og * K};
     if (X->dims[1] % og) return kiln_run_fail(c, KILN_ERR_SHAPE, "X channels not divisible by offset_group");
@@ -451,7 +439,7 @@ kiln_status nn_deform_conv_run(kiln_run_ctx *c)
     KILN_TRY(deform_check(c, X, W, OFF, MASK, Y, og));
     int nsp = g.nsp;
     int64_t N = X->dims[0], C = X->dims[1], M = W->dims[0], Cg = W->dims[1], Mg = M / group, Cog = C / og;
-    int64_t in_sz = prod(nsp, X->dims + 2), K = prod(nsp, W->dims + 2), out_sz = prod(nsp, Y->dims + 2);
+    int64_t in_sz = nn_prod(nsp, X->dims + 2), K = nn_prod(nsp, W->dims + 2), out_sz = nn_prod(nsp, Y->dims + 2);
     double *x = nn_load_f64(X), *w = nn_load_f64(W), *off = nn_load_f64(OFF), *mask = MASK ? nn_load_f64(MASK) : NULL;
     kiln_status st = KILN_OK;
     if (!x || !w || !off || (MASK && !mask)) {

@@ -223,7 +223,7 @@ kiln_status nn_einsum_run(kiln_run_ctx *c)
             }
             if (X[o]->dims[i] != 1) stride[o][pos[l]] += s[i];
         }
-        x[o] = is_int ? (void *)nn_load_i64(X[o]) : (void *)nn_load_f64(X[o]);
+        x[o] = nn_load_num(X[o], is_int);
         if (!x[o]) {
             st = kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory");
             goto out_free;

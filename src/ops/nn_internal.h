@@ -45,10 +45,24 @@ static inline bool nn_index_next(int n, const int64_t *dims, int64_t *idx)
     return false;
 }
 
+/* Product of n dims (sizes the executor already validated). */
+static inline int64_t nn_prod(int n, const int64_t *d)
+{
+    int64_t p = 1;
+    for (int i = 0; i < n; i++) p *= d[i];
+    return p;
+}
+
 /* Whole tensor converted to a new malloc'ed array (at least one element); NULL when out of
  * memory. The i64 form keeps integers exact (uint64 as its two's-complement bit pattern). */
 double *nn_load_f64(const kiln_value *v);
 int64_t *nn_load_i64(const kiln_value *v);
+/* Writes y[0..Y->numel) into Y, converting to its dtype. */
+void nn_store_all_f64(kiln_value *Y, const double *y);
+void nn_store_all_i64(kiln_value *Y, const int64_t *y);
+/* nn_load_i64 when is_int, else nn_load_f64: the operand buffers of the exact-integer and the
+ * double paths of MatMul, Gemm and Einsum. */
+void *nn_load_num(const kiln_value *v, bool is_int);
 /* Element idx of a per-tensor (one element) or per-axis parameter such as a scale. */
 double nn_param_f64(const kiln_value *v, int64_t idx);
 int64_t nn_param_i64(const kiln_value *v, int64_t idx);

@@ -66,16 +66,6 @@ static void *buf_new(int64_t n)
     return malloc((size_t)(n > 0 ? n : 1) * 8);
 }
 
-static void store_i64(kiln_value *Y, const int64_t *y)
-{
-    for (int64_t i = 0; i < Y->numel; i++) kiln_store_i64(Y->dtype, Y->data, i, y[i]);
-}
-
-static void store_f64(kiln_value *Y, const double *y)
-{
-    for (int64_t i = 0; i < Y->numel; i++) kiln_store_f64(Y->dtype, Y->data, i, y[i]);
-}
-
 kiln_status nn_matmul_infer(kiln_infer_ctx *c)
 {
     const kiln_type *a = kiln_infer_in(c, 0);
@@ -87,16 +77,16 @@ kiln_status nn_matmul_run(kiln_run_ctx *c)
     const kiln_value *A = kiln_run_in(c, 0), *B = kiln_run_in(c, 1);
     kiln_value *Y = kiln_run_out(c, 0);
     bool is_int = kiln_dtype_is_int(A->dtype);
-    void *a = is_int ? (void *)nn_load_i64(A) : (void *)nn_load_f64(A);
-    void *b = is_int ? (void *)nn_load_i64(B) : (void *)nn_load_f64(B);
+    void *a = nn_load_num(A, is_int);
+    void *b = nn_load_num(B, is_int);
     void *y = buf_new(Y->numel);
     kiln_status st = KILN_OK;
     if (!a || !b || !y) {
         st = kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory");
     } else {
         matmul_exec(A, B, a, b, y, is_int);
-        if (is_int) store_i64(Y, y);
-        else store_f64(Y, y);
+        if (is_int) nn_store_all_i64(Y, y);
+        else nn_store_all_f64(Y, y);
     }
     free(a), free(b), free(y);
     return st;
@@ -128,16 +118,17 @@ static int64_t *load_minus_zp(const kiln_value *v, const kiln_value *zp, bool a_
     return p;
 }
 
-/* Checks that a per-row (A) / per-column (B) parameter has a valid element count. */
+/* Checks the element count of a per-row (A side) or per-column (B side) parameter: 1, one
+ * per row/column, or one per row/column of every batch. */
 static kiln_status check_param(kiln_run_ctx *c, const kiln_value *p, const kiln_value *X, bool a_side, const char *what)
 {
     if (!p || p->numel == 1) return KILN_OK;
-    int64_t line = a_side ? X->dims[X->rank - 1] : (X->rank >= 2 ? X->dims[X->rank - 1] : 1);
-    int64_t len = a_side ? (X->rank >= 2 ? X->dims[X->rank - 2] : 1) : line;
-    int64_t all = a_side ? X->numel / (line ? line : 1) : (X->rank >= 2 && X->dims[X->rank - 2] ? X->numel / X->dims[X->rank - 2] : len);
-    if (p->numel == len || p->numel == all) return KILN_OK;
+    int r = X->rank;
+    int64_t rows = r >= 2 ? X->dims[r - 2] : (a_side ? 1 : X->dims[0]), cols = r >= 2 ? X->dims[r - 1] : (a_side ? X->dims[0] : 1);
+    int64_t batches = rows * cols ? X->numel / (rows * cols) : 0, len = a_side ? rows : cols;
+    if (p->numel == len || p->numel == batches * len) return KILN_OK;
     return kiln_run_fail(c, KILN_ERR_SHAPE, "%s has %lld elements, expected 1, %lld or %lld", what, (long long)p->numel,
-                         (long long)len, (long long)all);
+                         (long long)len, (long long)(batches * len));
 }
 
 kiln_status nn_matmul_integer_infer(kiln_infer_ctx *c)
@@ -169,7 +160,7 @@ kiln_status nn_matmul_integer_run(kiln_run_ctx *c)
     kiln_value *Y = kiln_run_out(c, 0);
     int64_t *y;
     KILN_TRY(integer_product(c, kiln_run_in(c, 0), kiln_run_in(c, 2), kiln_run_in(c, 1), kiln_run_in(c, 3), Y->numel, &y));
-    store_i64(Y, y);
+    nn_store_all_i64(Y, y);
     free(y);
     return KILN_OK;
 }
@@ -241,8 +232,8 @@ kiln_status nn_gemm_run(kiln_run_ctx *c)
     double alpha = kiln_attr_float(n, "alpha", 1), beta = kiln_attr_float(n, "beta", 1);
     int64_t M = Y->dims[0], N = Y->dims[1], K = A->dims[ta ? 0 : 1];
     int64_t sam = ta ? 1 : K, sak = ta ? M : 1, sbk = tb ? 1 : N, sbn = tb ? K : 1;
-    void *a = is_int ? (void *)nn_load_i64(A) : (void *)nn_load_f64(A);
-    void *b = is_int ? (void *)nn_load_i64(B) : (void *)nn_load_f64(B);
+    void *a = nn_load_num(A, is_int);
+    void *b = nn_load_num(B, is_int);
     void *y = buf_new(Y->numel);
     kiln_status st = KILN_OK;
     if (!a || !b || !y) {

@@ -92,8 +92,7 @@ static kiln_status pool_run(kiln_run_ctx *c, int mode)
     bool col_major = kiln_attr_int(node, "storage_order", 0) == 1;
     double pw = pool_p(node);
     const int64_t *sd = X->dims + 2;
-    int64_t in_sz = 1, out_sz = 1, k_sz = 1;
-    for (int i = 0; i < nsp; i++) in_sz *= sd[i], out_sz *= od[i], k_sz *= g.kernel[i];
+    int64_t in_sz = nn_prod(nsp, sd), out_sz = nn_prod(nsp, od), k_sz = nn_prod(nsp, g.kernel);
     double *x = nn_load_f64(X);
     if (!x) return kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory");
     int64_t o[KILN_MAX_RANK] = {0}, q[KILN_MAX_RANK] = {0}, p[KILN_MAX_RANK], best_p[KILN_MAX_RANK] = {0};

@@ -90,7 +90,7 @@ kiln_status kiln_shape_range_infer(kiln_infer_ctx *c)
     kiln_dtype dt = in[0]->dtype;
     kiln_dim n = kiln_dim_unknown();
     if (consts) {
-        int64_t cnt;
+        int64_t cnt = 0;
         KILN_TRY(range_count(c, v, &cnt));
         n = kiln_dim_const(cnt);
     } else if (kiln_dtype_is_int(dt)) {
