@@ -20,7 +20,7 @@ static double round_to(kiln_dtype dt, double v)
 static bool is_float_dtype(kiln_dtype dt)
 {
     return dt == KILN_DTYPE_FLOAT32 || dt == KILN_DTYPE_FLOAT16 || dt == KILN_DTYPE_BFLOAT16 ||
-           dt == KILN_DTYPE_DOUBLE;
+           dt == KILN_DTYPE_FLOAT64;
 }
 
 /* Fails when the dim d is known and not a multiple of n. */
@@ -65,8 +65,9 @@ static kiln_status linear_attention_infer(kiln_infer_ctx *c)
     if (!q || !k || !v) return kiln_infer_fail(c, KILN_ERR_MODEL, "query, key and value are required");
     int64_t hq = kiln_attr_int(n, "q_num_heads", 0), hkv = kiln_attr_int(n, "kv_num_heads", 0);
     if (hq <= 0 || hkv <= 0 || hq % hkv != 0)
-        return kiln_infer_fail(c, KILN_ERR_MODEL, "q_num_heads (%lld) must be a positive multiple of kv_num_heads (%lld)",
-                               (long long)hq, (long long)hkv);
+        return kiln_infer_fail(c, KILN_ERR_MODEL,
+                               "q_num_heads (%lld) must be a positive multiple of kv_num_heads (%lld)", (long long)hq,
+                               (long long)hkv);
     const char *rule_name = kiln_attr_string(n, "update_rule", "gated_delta");
     la_rule rule;
     if (!la_parse_rule(rule_name, &rule))
@@ -199,7 +200,7 @@ static kiln_dtype flex_softmax_dtype(const kiln_node *n, kiln_dtype in_dt)
 {
     const kiln_attr *a = kiln_node_attr(n, "softmax_precision");
     if (a) return (kiln_dtype)a->i;
-    return in_dt == KILN_DTYPE_DOUBLE ? KILN_DTYPE_DOUBLE : KILN_DTYPE_FLOAT32;
+    return in_dt == KILN_DTYPE_FLOAT64 ? KILN_DTYPE_FLOAT64 : KILN_DTYPE_FLOAT32;
 }
 
 /* Q [B,Hq,L,E], K [B,Hkv,S,E], V [B,Hkv,S,Ev] -> Y [B,Hq,L,Ev] of V's type. */
@@ -245,8 +246,9 @@ static kiln_status flex_apply_mod(kiln_run_ctx *c, const kiln_graph *g, const ch
     if (out->kind != KILN_VALUE_TENSOR || out->rank != 4 || memcmp(out->dims, dims, 4 * sizeof *dims) != 0 ||
         !is_float_dtype(out->dtype)) {
         kiln_value_free(out);
-        return kiln_run_fail(c, KILN_ERR_RUNTIME, "%s must return a float tensor of the input's shape [%lld,%lld,%lld,%lld]",
-                             what, (long long)dims[0], (long long)dims[1], (long long)dims[2], (long long)dims[3]);
+        return kiln_run_fail(c, KILN_ERR_RUNTIME,
+                             "%s must return a float tensor of the input's shape [%lld,%lld,%lld,%lld]", what,
+                             (long long)dims[0], (long long)dims[1], (long long)dims[2], (long long)dims[3]);
     }
     for (int64_t i = 0; i < n; i++) buf[i] = round_to(dt, kiln_load_f64(out->dtype, out->data, i));
     kiln_value_free(out);

@@ -180,7 +180,7 @@ static kiln_status empty_scan_output(kiln_run_ctx *c, const kiln_type *t, int ax
     return kiln_tensor_new(dt, rank, dims, out, kiln_run_err(c));
 }
 
-/* Runs g with the given inputs into a new array of its outputs (freed by free_outputs). */
+/* Runs g with the given inputs into a new array of its outputs (release with free_values). */
 static kiln_status run_body(kiln_run_ctx *c, const kiln_graph *g, const kiln_value *const *in, kiln_value ***out)
 {
     *out = calloc((size_t)g->n_outputs + 1, sizeof **out);
@@ -248,12 +248,13 @@ static kiln_status if_run(kiln_run_ctx *c)
 
 /* ---- Loop ---- */
 
-/* Outer type of a loop-carried value: the initial value's type when the body keeps it, else
- * the body output's type seen from outside. */
-static void carried_type(kiln_infer_ctx *c, const kiln_type *init, const kiln_type *body_in, const kiln_type *body_out,
-                         kiln_type *t)
+/* Outer type of a loop-carried value: the initial value's type when the body provably keeps it
+ * (or `fixed`: Scan requires states to keep their shape), else the body output's type seen from
+ * outside. */
+static void carried_type(kiln_infer_ctx *c, const kiln_type *init, const kiln_type *body_in,
+                         const kiln_type *body_out, bool fixed, kiln_type *t)
 {
-    if (init && types_equal(body_in, body_out)) *t = *init;
+    if (init && (fixed || (body_in->kind && types_equal(body_in, body_out)))) *t = *init;
     else if (body_out->kind) kiln_control_outer_type(c, body_out, t);
     else kiln_type_unknown(t);
 }
@@ -284,12 +285,18 @@ static kiln_status loop_infer(kiln_infer_ctx *c)
                                "body takes %d inputs and gives %d outputs; node has %d inputs and %d outputs "
                                "(body needs 2 + carried inputs, 1 + carried + scan outputs)",
                                body->n_inputs, body->n_outputs, n->n_in, n->n_out);
+    /* without a cond input the loop runs exactly M times */
+    kiln_dim iters;
+    int n_m = 0;
+    if (!kiln_infer_dims(c) || kiln_infer_in(c, 1) || !kiln_infer_in_dims_value(c, 0, &iters, 1, &n_m) ||
+        n_m != 1 || (kiln_dim_is_const(iters) && iters.c < 0))
+        iters = kiln_infer_fresh(c, "iters");
     for (int i = 0; i < n->n_out; i++) {
         kiln_type t;
         const kiln_type *bo = &body->outputs[1 + i]->type;
         if (!kiln_infer_dims(c)) kiln_type_unknown(&t);
-        else if (i < nc) carried_type(c, kiln_infer_in(c, 2 + i), &body->inputs[2 + i]->type, bo, &t);
-        else scan_out_type(c, bo, 0, kiln_infer_fresh(c, "iters"), &t);
+        else if (i < nc) carried_type(c, kiln_infer_in(c, 2 + i), &body->inputs[2 + i]->type, bo, false, &t);
+        else scan_out_type(c, bo, 0, iters, &t);
         KILN_TRY(kiln_infer_set_out_type(c, i, &t));
     }
     return KILN_OK;
@@ -318,8 +325,8 @@ static kiln_status list_push(kiln_run_ctx *c, value_list *l, kiln_value *v)
 }
 
 /* Hands over a stacked scan output (new axis `axis`), or an empty one when nothing ran. */
-static kiln_status set_scan_out(kiln_run_ctx *c, int i, const kiln_type *body_out, kiln_value *const *items, int64_t n,
-                                int axis, bool reverse)
+static kiln_status set_scan_out(kiln_run_ctx *c, int i, const kiln_type *body_out, kiln_value *const *items,
+                                int64_t n, int axis, bool reverse)
 {
     kiln_value *y;
     if (n) KILN_TRY(kiln_control_concat(c, (const kiln_value *const *)items, n, axis, true, reverse, &y));
@@ -333,8 +340,9 @@ static kiln_status loop_run(kiln_run_ctx *c)
     const kiln_graph *body = kiln_attr_graph(n, "body");
     int nc = n->n_in - 2, ns = n->n_out - nc;
     int64_t trip = INT64_MAX, go = 1;
+    bool has_cond = kiln_run_in(c, 1) != NULL; /* without it the body's cond output is ignored */
     if (kiln_run_in(c, 0)) KILN_TRY(read_scalar(c, kiln_run_in(c, 0), "M (trip count)", &trip));
-    if (kiln_run_in(c, 1)) KILN_TRY(read_scalar(c, kiln_run_in(c, 1), "cond", &go));
+    if (has_cond) KILN_TRY(read_scalar(c, kiln_run_in(c, 1), "cond", &go));
     kiln_status st = KILN_OK;
     kiln_value *iter_v = NULL, *cond_v = NULL, **bout = NULL;
     const kiln_value **bin = calloc((size_t)n->n_in + 1, sizeof *bin);
@@ -353,7 +361,7 @@ static kiln_status loop_run(kiln_run_ctx *c)
         bin[1] = cond_v;
         for (int i = 0; i < nc; i++) bin[2 + i] = state[i] ? state[i] : kiln_run_in(c, 2 + i);
         if ((st = run_body(c, body, bin, &bout))) goto out;
-        if ((st = read_scalar(c, bout[0], "body output 'cond'", &go))) goto out;
+        if (has_cond && (st = read_scalar(c, bout[0], "body output 'cond'", &go))) goto out;
         for (int i = 0; i < nc; i++) {
             kiln_value_free(state[i]);
             state[i] = bout[1 + i];
@@ -371,7 +379,8 @@ static kiln_status loop_run(kiln_run_ctx *c)
         kiln_value *y = state[i];
         state[i] = NULL;
         if (!y && !kiln_run_in(c, 2 + i)) {
-            st = kiln_run_fail(c, KILN_ERR_RUNTIME, "loop-carried input %d is absent and the body never ran", 2 + i);
+            st = kiln_run_fail(c, KILN_ERR_RUNTIME, "loop-carried input %d is absent and the body never ran",
+                               2 + i);
             goto out;
         }
         if (!y && (st = kiln_value_copy(kiln_run_in(c, 2 + i), &y, kiln_run_err(c)))) goto out;
@@ -413,7 +422,8 @@ static kiln_status scan_layout(const kiln_node *n, int opset, const kiln_graph *
     if (m < 1 || m > n->n_in - s->first || s->n_scan_out < 0 || body->n_inputs != s->n_state + s->n_scan_in ||
         body->n_outputs != n->n_out) {
         snprintf(why, why_size,
-                 "num_scan_inputs %lld with %d inputs and %d outputs does not fit a body of %d inputs and %d outputs",
+                 "num_scan_inputs %lld with %d inputs and %d outputs does not fit a body of %d inputs and "
+                 "%d outputs",
                  (long long)m, n->n_in, n->n_out, body->n_inputs, body->n_outputs);
         return KILN_ERR_MODEL;
     }
@@ -434,7 +444,8 @@ static kiln_status scan_infer(kiln_infer_ctx *c)
     const int64_t *out_axes = kiln_attr_ints(n, "scan_output_axes", &n_out_axes);
     if ((in_axes && n_axes != s.n_scan_in) || (out_axes && n_out_axes != s.n_scan_out))
         return kiln_infer_fail(c, KILN_ERR_MODEL, "scan_input_axes has %d entries for %d scan inputs, "
-                               "scan_output_axes %d for %d scan outputs", n_axes, s.n_scan_in, n_out_axes, s.n_scan_out);
+                               "scan_output_axes %d for %d scan outputs",
+                               n_axes, s.n_scan_in, n_out_axes, s.n_scan_out);
     /* the scan length, from the first scan input (opset 9+) */
     kiln_dim len = kiln_infer_dims(c) ? kiln_infer_fresh(c, "len") : kiln_dim_unknown();
     const kiln_type *x0 = kiln_infer_in(c, s.first + s.n_state);
@@ -444,12 +455,17 @@ static kiln_status scan_infer(kiln_infer_ctx *c)
     for (int i = 0; i < n->n_out; i++) {
         kiln_type t;
         const kiln_type *bo = &body->outputs[i]->type;
-        if (!kiln_infer_dims(c) || s.first) { /* run time, or opset 8's batched layout */
-            kiln_type_unknown(&t);
-            t.kind = kiln_infer_dims(c) ? KILN_VALUE_TENSOR : 0;
-            t.dtype = kiln_infer_dims(c) ? bo->dtype : KILN_DTYPE_UNDEFINED;
-        } else if (i < s.n_state) carried_type(c, kiln_infer_in(c, i), &body->inputs[i]->type, bo, &t);
-        else scan_out_type(c, bo, out_axes ? out_axes[i - s.n_state] : 0, len, &t);
+        if (!kiln_infer_dims(c)) {
+            kiln_type_unknown(&t); /* run time: the kernel hands the outputs over */
+        } else if (s.first) {
+            kiln_type_unknown(&t); /* opset 8's batched layout: only the dtype */
+            t.kind = KILN_VALUE_TENSOR;
+            t.dtype = bo->dtype;
+        } else if (i < s.n_state) {
+            carried_type(c, kiln_infer_in(c, i), &body->inputs[i]->type, bo, true, &t);
+        } else {
+            scan_out_type(c, bo, out_axes ? out_axes[i - s.n_state] : 0, len, &t);
+        }
         KILN_TRY(kiln_infer_set_out_type(c, i, &t));
     }
     return KILN_OK;
@@ -590,7 +606,8 @@ static kiln_status scan8_stack(kiln_run_ctx *c, int out, const kiln_type *bt, ki
     int rank = 2;
     kiln_dtype dt = tmpl ? tmpl->dtype : kiln_dtype_valid(bt->dtype) ? bt->dtype : KILN_DTYPE_FLOAT32;
     if (tmpl && tmpl->rank + 2 > KILN_MAX_RANK)
-        return kiln_run_fail(c, KILN_ERR_UNSUPPORTED, "scan output rank %d exceeds %d", tmpl->rank + 2, KILN_MAX_RANK);
+        return kiln_run_fail(c, KILN_ERR_UNSUPPORTED, "scan output rank %d exceeds %d", tmpl->rank + 2,
+                             KILN_MAX_RANK);
     for (int k = 0; tmpl && k < tmpl->rank; k++) dims[rank++] = tmpl->dims[k];
     kiln_value *y;
     KILN_TRY(kiln_run_alloc_out(c, out, dt, rank, dims, &y));
@@ -600,8 +617,8 @@ static kiln_status scan8_stack(kiln_run_ctx *c, int out, const kiln_type *bt, ki
         bool same = v->kind == KILN_VALUE_TENSOR && v->dtype == dt && v->rank == rank - 2;
         for (int k = 0; same && k < v->rank; k++) same = v->dims[k] == dims[k + 2];
         if (!same)
-            return kiln_run_fail(c, KILN_ERR_SHAPE, "scan output %d changes shape or type at batch %lld step %lld", out,
-                                 (long long)(i / L), (long long)(i % L));
+            return kiln_run_fail(c, KILN_ERR_SHAPE, "scan output %d changes shape or type at batch %lld step %lld",
+                                 out, (long long)(i / L), (long long)(i % L));
         KILN_TRY(copy_elems(c, y, i * v->numel, v, 0, v->numel));
     }
     return KILN_OK;

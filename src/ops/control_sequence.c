@@ -9,7 +9,9 @@
 
 static const char *kind_name(kiln_value_kind k)
 {
-    return k == KILN_VALUE_TENSOR ? "tensor" : k == KILN_VALUE_SEQUENCE ? "sequence" : k == KILN_VALUE_OPTIONAL ? "optional" : "unknown";
+    if (k == KILN_VALUE_TENSOR) return "tensor";
+    if (k == KILN_VALUE_SEQUENCE) return "sequence";
+    return k == KILN_VALUE_OPTIONAL ? "optional" : "unknown";
 }
 
 /* Fails unless input i is present and (when its kind is known) of kind k. */
@@ -398,7 +400,8 @@ kiln_status kiln_control_seq_map_run(kiln_run_ctx *c)
     }
     kiln_status st = KILN_OK;
     const kiln_value **bin = calloc((size_t)n->n_in + 1, sizeof *bin);
-    kiln_value **ys = calloc((size_t)n->n_out + 1, sizeof *ys), **bout = calloc((size_t)n->n_out + 1, sizeof *bout);
+    kiln_value **ys = calloc((size_t)n->n_out + 1, sizeof *ys);
+    kiln_value **bout = calloc((size_t)n->n_out + 1, sizeof *bout);
     if (!bin || !ys || !bout) {
         st = kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory");
         goto out;

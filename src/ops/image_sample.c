@@ -376,7 +376,7 @@ kiln_status kiln_roialign_run(kiln_run_ctx *c)
         double gh = sampling > 0 ? (double)sampling : ceilf(roi_h / (float)PH);
         double gw = sampling > 0 ? (double)sampling : ceilf(roi_w / (float)PW);
         if (!(gh <= 1 << 16 && gw <= 1 << 16))
-            return kiln_run_fail(c, KILN_ERR_RUNTIME, "roi %lld is not finite or needs too many sampling points",
+            return kiln_run_fail(c, KILN_ERR_RUNTIME, "roi %lld is not finite or needs too many samples",
                                  (long long)n);
         int64_t grid_h = gh > 0 ? (int64_t)gh : 0, grid_w = gw > 0 ? (int64_t)gw : 0;
         int64_t count = grid_h * grid_w > 1 ? grid_h * grid_w : 1;

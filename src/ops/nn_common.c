@@ -11,8 +11,8 @@
 
 /* Copies an optional ints attribute of nsp (or 2*nsp for pads) values into dst, checking that
  * each is >= min; absent keeps dst. */
-static bool geom_ints(const kiln_node *n, const char *name, int count, int64_t min, int64_t *dst,
-                      char *msg, int size)
+static bool geom_ints(const kiln_node *n, const char *name, int count, int64_t min, int64_t *dst, char *msg,
+                      int size)
 {
     int k;
     const int64_t *v = kiln_attr_ints(n, name, &k);
@@ -27,8 +27,8 @@ static bool geom_ints(const kiln_node *n, const char *name, int count, int64_t m
             return false;
         }
         if (v[i] < min) {
-            snprintf(msg, (size_t)size, "attribute %s[%d] = %lld must be >= %lld", name, i,
-                     (long long)v[i], (long long)min);
+            snprintf(msg, (size_t)size, "attribute %s[%d] = %lld must be >= %lld", name, i, (long long)v[i],
+                     (long long)min);
             return false;
         }
         dst[i] = v[i];
@@ -57,8 +57,7 @@ bool nn_geom_parse(const kiln_node *n, int nsp, nn_geom *g, char *msg, int size)
     g->ceil_mode = kiln_attr_int(n, "ceil_mode", 0) != 0;
     if (!geom_ints(n, "strides", nsp, 1, g->strides, msg, size)) return false;
     if (!geom_ints(n, "dilations", nsp, 1, g->dilations, msg, size)) return false;
-    if (g->auto_pad == NN_PAD_NOTSET && !geom_ints(n, "pads", 2 * nsp, 0, g->pads, msg, size))
-        return false;
+    if (g->auto_pad == NN_PAD_NOTSET && !geom_ints(n, "pads", 2 * nsp, 0, g->pads, msg, size)) return false;
     return true;
 }
 
@@ -174,22 +173,22 @@ void nn_store_quantized(kiln_value *y, int64_t i, double v, int64_t zp)
 }
 
 /* One body for both accumulator types; ACC is uint64_t for integers so that overflow wraps. */
-#define NN_GEMM_BODY(T, ACC)                                                            \
-    for (int64_t i = 0; i < M; i++)                                                     \
-        for (int64_t j = 0; j < N; j++) {                                               \
-            ACC acc = 0;                                                                \
-            for (int64_t k = 0; k < K; k++) acc += (ACC)a[i * sam + k * sak] * (ACC)b[k * sbk + j * sbn]; \
-            y[i * N + j] = (T)acc;                                                      \
+#define NN_GEMM_BODY(T, ACC)                                                                                   \
+    for (int64_t i = 0; i < M; i++)                                                                            \
+        for (int64_t j = 0; j < N; j++) {                                                                      \
+            ACC acc = 0;                                                                                       \
+            for (int64_t k = 0; k < K; k++) acc += (ACC)a[i * sam + k * sak] * (ACC)b[k * sbk + j * sbn];      \
+            y[i * N + j] = (T)acc;                                                                             \
         }
 
-void nn_gemm_f64(int64_t M, int64_t N, int64_t K, const double *a, int64_t sam, int64_t sak,
-                 const double *b, int64_t sbk, int64_t sbn, double *y)
+void nn_gemm_f64(int64_t M, int64_t N, int64_t K, const double *a, int64_t sam, int64_t sak, const double *b,
+                 int64_t sbk, int64_t sbn, double *y)
 {
     NN_GEMM_BODY(double, double)
 }
 
-void nn_gemm_i64(int64_t M, int64_t N, int64_t K, const int64_t *a, int64_t sam, int64_t sak,
-                 const int64_t *b, int64_t sbk, int64_t sbn, int64_t *y)
+void nn_gemm_i64(int64_t M, int64_t N, int64_t K, const int64_t *a, int64_t sam, int64_t sak, const int64_t *b,
+                 int64_t sbk, int64_t sbn, int64_t *y)
 {
     NN_GEMM_BODY(int64_t, uint64_t)
 }

@@ -16,11 +16,14 @@ static kiln_status infer_kernel(kiln_infer_ctx *c, const kiln_type *w, int nsp, 
     const int64_t *ks = kiln_attr_ints(kiln_infer_node(c), "kernel_shape", &nk);
     *known = true;
     if (ks) {
-        if (nk != nsp) return kiln_infer_fail(c, KILN_ERR_MODEL, "kernel_shape has %d values, expected %d", nk, nsp);
+        if (nk != nsp)
+            return kiln_infer_fail(c, KILN_ERR_MODEL, "kernel_shape has %d values, expected %d", nk, nsp);
         for (int i = 0; i < nsp; i++) {
-            if (ks[i] < 1 || ks[i] > NN_ATTR_MAX) return kiln_infer_fail(c, KILN_ERR_MODEL, "kernel_shape[%d] = %lld", i, (long long)ks[i]);
+            if (ks[i] < 1 || ks[i] > NN_ATTR_MAX)
+                return kiln_infer_fail(c, KILN_ERR_MODEL, "kernel_shape[%d] = %lld", i, (long long)ks[i]);
             k[i] = kiln_dim_const(ks[i]);
-            if (w->rank >= 0) KILN_TRY(kiln_infer_require_equal(c, w->dims[2 + i], k[i], "W spatial dim and kernel_shape"));
+            if (w->rank >= 0)
+                KILN_TRY(kiln_infer_require_equal(c, w->dims[2 + i], k[i], "W spatial dim and kernel_shape"));
         }
         return KILN_OK;
     }
@@ -39,14 +42,16 @@ static kiln_status infer_rank(kiln_infer_ctx *c, const kiln_type *x, const kiln_
     if (x->rank >= 0 && w->rank >= 0 && x->rank != w->rank)
         return kiln_infer_fail(c, KILN_ERR_SHAPE, "X has rank %d but W has rank %d", x->rank, w->rank);
     *rank = x->rank >= 0 ? x->rank : w->rank;
-    if (*rank >= 0 && *rank < 3) return kiln_infer_fail(c, KILN_ERR_SHAPE, "X and W need rank >= 3, have %d", *rank);
+    if (*rank >= 0 && *rank < 3)
+        return kiln_infer_fail(c, KILN_ERR_SHAPE, "X and W need rank >= 3, have %d", *rank);
     return KILN_OK;
 }
 
 static kiln_status infer_geom(kiln_infer_ctx *c, int nsp, nn_geom *g, int64_t *group)
 {
     char msg[160];
-    if (!nn_geom_parse(kiln_infer_node(c), nsp, g, msg, sizeof msg)) return kiln_infer_fail(c, KILN_ERR_MODEL, "%s", msg);
+    if (!nn_geom_parse(kiln_infer_node(c), nsp, g, msg, sizeof msg))
+        return kiln_infer_fail(c, KILN_ERR_MODEL, "%s", msg);
     *group = kiln_attr_int(kiln_infer_node(c), "group", 1);
     if (*group < 1) return kiln_infer_fail(c, KILN_ERR_MODEL, "group = %lld", (long long)*group);
     return KILN_OK;
@@ -101,9 +106,11 @@ static kiln_status conv_like_infer(kiln_infer_ctx *c, int xi, int wi, int bi, ki
 static kiln_status run_geom(kiln_run_ctx *c, const kiln_value *X, const kiln_value *W, nn_geom *g, int64_t *out)
 {
     char msg[160];
-    if (!nn_geom_parse(kiln_run_node(c), X->rank - 2, g, msg, sizeof msg)) return kiln_run_fail(c, KILN_ERR_MODEL, "%s", msg);
+    if (!nn_geom_parse(kiln_run_node(c), X->rank - 2, g, msg, sizeof msg))
+        return kiln_run_fail(c, KILN_ERR_MODEL, "%s", msg);
     memcpy(g->kernel, W->dims + 2, (size_t)g->nsp * sizeof(int64_t));
-    if (!nn_geom_resolve(g, X->dims + 2, out)) return kiln_run_fail(c, KILN_ERR_SHAPE, "window larger than the padded input");
+    if (!nn_geom_resolve(g, X->dims + 2, out))
+        return kiln_run_fail(c, KILN_ERR_SHAPE, "window larger than the padded input");
     return KILN_OK;
 }
 
@@ -186,7 +193,8 @@ static double *load_minus_zp(const kiln_value *v, const kiln_value *zp, int axis
 }
 
 /* Checks the zero points of x (scalar) and w (scalar or one per output channel). */
-static kiln_status check_zero_points(kiln_run_ctx *c, const kiln_value *xzp, const kiln_value *W, const kiln_value *wzp)
+static kiln_status check_zero_points(kiln_run_ctx *c, const kiln_value *xzp, const kiln_value *W,
+                                     const kiln_value *wzp)
 {
     if (!nn_param_ok(xzp, 1)) return kiln_run_fail(c, KILN_ERR_SHAPE, "x zero point must be a scalar");
     if (!nn_param_ok(wzp, W->dims[0]))
@@ -238,8 +246,10 @@ kiln_status nn_qlinear_conv_run(kiln_run_ctx *c)
     KILN_TRY(check_zero_points(c, xzp, W, wzp));
     if (!xs || !ws || !ys || !nn_param_ok(xs, 1) || !nn_param_ok(ys, 1) || !nn_param_ok(yzp, 1) ||
         !nn_param_ok(ws, W->dims[0]))
-        return kiln_run_fail(c, KILN_ERR_SHAPE, "scales must be scalars (w_scale: scalar or one per output channel)");
-    double *x = load_minus_zp(X, xzp, 0), *w = load_minus_zp(W, wzp, 0), *b = B ? nn_load_f64(B) : NULL, *y = NULL;
+        return kiln_run_fail(c, KILN_ERR_SHAPE,
+                             "scales must be scalars (w_scale: scalar or one per output channel)");
+    double *x = load_minus_zp(X, xzp, 0), *w = load_minus_zp(W, wzp, 0), *b = B ? nn_load_f64(B) : NULL,
+           *y = NULL;
     kiln_status st = KILN_ERR_NOMEM;
     if (x && w && (b || !B)) st = conv_exec(c, &g, X, W, x, w, b, &y);
     else kiln_run_fail(c, st, "out of memory");
@@ -249,7 +259,8 @@ kiln_status nn_qlinear_conv_run(kiln_run_ctx *c)
         double xsv = nn_param_f64(xs, 0), ysv = nn_param_f64(ys, 0);
         int64_t z = nn_param_i64(yzp, 0);
         for (int64_t i = 0; i < Y->numel; i++)
-            nn_store_quantized(Y, i, y[i] * nn_requant_scale(xs->dtype, xsv, nn_param_f64(ws, (i / plane) % M), ysv), z);
+            nn_store_quantized(
+                Y, i, y[i] * nn_requant_scale(xs->dtype, xsv, nn_param_f64(ws, (i / plane) % M), ysv), z);
     }
     free(x), free(w), free(b), free(y);
     return st;
@@ -279,27 +290,32 @@ kiln_status nn_conv_transpose_infer(kiln_infer_ctx *c)
     KILN_TRY(infer_geom(c, nsp, &g, &group));
     int nop;
     const int64_t *op = kiln_attr_ints(n, "output_padding", &nop);
-    if (op && nop != nsp) return kiln_infer_fail(c, KILN_ERR_MODEL, "output_padding has %d values, expected %d", nop, nsp);
+    if (op && nop != nsp)
+        return kiln_infer_fail(c, KILN_ERR_MODEL, "output_padding has %d values, expected %d", nop, nsp);
     for (int i = 0; op && i < nsp; i++) opad[i] = op[i];
     const int64_t *os = transpose_output_shape(n, nsp);
     int nos;
     if (kiln_attr_ints(n, "output_shape", &nos) && nos != nsp && nos != nsp + 2)
-        return kiln_infer_fail(c, KILN_ERR_MODEL, "output_shape has %d values, expected %d or %d", nos, nsp, nsp + 2);
+        return kiln_infer_fail(c, KILN_ERR_MODEL, "output_shape has %d values, expected %d or %d", nos, nsp,
+                               nsp + 2);
     for (int i = 0; os && i < nsp; i++)
         if (os[i] < 0 || os[i] > NN_ATTR_MAX)
-            return kiln_infer_fail(c, KILN_ERR_MODEL, "output_shape value %lld is out of range", (long long)os[i]);
+            return kiln_infer_fail(c, KILN_ERR_MODEL, "output_shape value %lld is out of range",
+                                   (long long)os[i]);
     for (int i = 0; i < nsp; i++)
         if (opad[i] < 0 || opad[i] > NN_ATTR_MAX)
-            return kiln_infer_fail(c, KILN_ERR_MODEL, "output_padding value %lld is out of range", (long long)opad[i]);
+            return kiln_infer_fail(c, KILN_ERR_MODEL, "output_padding value %lld is out of range",
+                                   (long long)opad[i]);
     kiln_dim k[KILN_MAX_RANK], dims[KILN_MAX_RANK];
     bool k_known;
     KILN_TRY(infer_kernel(c, w, nsp, k, &k_known));
     dims[0] = x->rank >= 0 ? x->dims[0] : kiln_infer_fresh(c, "N");
     dims[1] = w->rank >= 0 ? kiln_dim_mul(t, w->dims[1], kiln_dim_const(group)) : kiln_infer_fresh(c, "M");
-    if (x->rank >= 0 && w->rank >= 0) KILN_TRY(kiln_infer_require_equal(c, x->dims[1], w->dims[0], "X channels and W dim 0"));
+    if (x->rank >= 0 && w->rank >= 0)
+        KILN_TRY(kiln_infer_require_equal(c, x->dims[1], w->dims[0], "X channels and W dim 0"));
     if (w->rank >= 0 && kiln_dim_is_const(w->dims[0]) && w->dims[0].c % group)
-        return kiln_infer_fail(c, KILN_ERR_SHAPE, "W dim 0 (%lld) not divisible by group %lld", (long long)w->dims[0].c,
-                               (long long)group);
+        return kiln_infer_fail(c, KILN_ERR_SHAPE, "W dim 0 (%lld) not divisible by group %lld",
+                               (long long)w->dims[0].c, (long long)group);
     KILN_TRY(infer_channel_vector(c, 2, dims[1], "B length and output channels"));
     for (int i = 0; i < nsp; i++) {
         kiln_dim s = kiln_dim_const(g.strides[i]);
@@ -309,7 +325,8 @@ kiln_status nn_conv_transpose_infer(kiln_infer_ctx *c)
             dims[2 + i] = kiln_dim_mul(t, x->dims[2 + i], s);
         else {
             /* stride*(in-1) + output_padding + dilation*(k-1) + 1 - pads */
-            kiln_dim span = kiln_dim_mul(t, kiln_dim_const(g.dilations[i]), kiln_dim_sub(t, k[i], kiln_dim_const(1)));
+            kiln_dim span =
+                kiln_dim_mul(t, kiln_dim_const(g.dilations[i]), kiln_dim_sub(t, k[i], kiln_dim_const(1)));
             kiln_dim d = kiln_dim_mul(t, s, kiln_dim_sub(t, x->dims[2 + i], kiln_dim_const(1)));
             d = kiln_dim_add(t, d, span);
             dims[2 + i] = kiln_dim_add(t, d, kiln_dim_const(opad[i] + 1 - g.pads[i] - g.pads[nsp + i]));
@@ -320,7 +337,10 @@ kiln_status nn_conv_transpose_infer(kiln_infer_ctx *c)
     return kiln_infer_set_out(c, 0, x->dtype, rank, dims);
 }
 
-static int64_t floordiv2(int64_t v) { return v >= 0 ? v / 2 : -((-v + 1) / 2); }
+static int64_t floordiv2(int64_t v)
+{
+    return v >= 0 ? v / 2 : -((-v + 1) / 2);
+}
 
 kiln_status nn_conv_transpose_run(kiln_run_ctx *c)
 {
@@ -338,14 +358,16 @@ kiln_status nn_conv_transpose_run(kiln_run_ctx *c)
     /* pads derived from the output size when it is given or SAME; SAME_UPPER puts the odd one at the end */
     if (transpose_output_shape(node, nsp) || g.auto_pad == NN_PAD_SAME_UPPER || g.auto_pad == NN_PAD_SAME_LOWER)
         for (int i = 0; i < nsp; i++) {
-            int64_t total = g.strides[i] * (X->dims[2 + i] - 1) + opad[i] + g.dilations[i] * (W->dims[2 + i] - 1) + 1 -
-                            Y->dims[2 + i];
+            int64_t total = g.strides[i] * (X->dims[2 + i] - 1) + opad[i] +
+                            g.dilations[i] * (W->dims[2 + i] - 1) + 1 - Y->dims[2 + i];
             g.pads[i] = g.auto_pad == NN_PAD_SAME_UPPER ? floordiv2(total) : total - floordiv2(total);
             g.pads[nsp + i] = total - g.pads[i];
         }
     int64_t N = X->dims[0], C = X->dims[1], Mg = W->dims[1], M = Y->dims[1], Cg = C / group;
-    int64_t in_sz = nn_prod(nsp, X->dims + 2), k_sz = nn_prod(nsp, W->dims + 2), out_sz = nn_prod(nsp, Y->dims + 2);
-    double *x = nn_load_f64(X), *w = nn_load_f64(W), *y = calloc((size_t)(Y->numel > 0 ? Y->numel : 1), sizeof *y);
+    int64_t in_sz = nn_prod(nsp, X->dims + 2), k_sz = nn_prod(nsp, W->dims + 2),
+            out_sz = nn_prod(nsp, Y->dims + 2);
+    double *x = nn_load_f64(X), *w = nn_load_f64(W),
+           *y = calloc((size_t)(Y->numel > 0 ? Y->numel : 1), sizeof *y);
     kiln_status st = KILN_OK;
     if (!x || !w || !y) {
         st = kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory");
@@ -371,7 +393,8 @@ kiln_status nn_conv_transpose_run(kiln_run_ctx *c)
                 }
             }
     for (int64_t i = 0; i < Y->numel; i++)
-        kiln_store_f64(Y->dtype, Y->data, i, y[i] + (B ? kiln_load_f64(B->dtype, B->data, (i / out_sz) % M) : 0));
+        kiln_store_f64(Y->dtype, Y->data, i,
+                       y[i] + (B ? kiln_load_f64(B->dtype, B->data, (i / out_sz) % M) : 0));
 out_free:
     free(x), free(w), free(y);
     return st;
@@ -407,8 +430,8 @@ static double sample(int nsp, const int64_t *d, const double *x, const double *p
     return acc;
 }
 
-static kiln_status deform_check(kiln_run_ctx *c, const kiln_value *X, const kiln_value *W, const kiln_value *off,
-                                const kiln_value *mask, const kiln_value *Y, int64_t og)
+static kiln_status deform_check(kiln_run_ctx *c, const kiln_value *X, const kiln_value *W,
+                                const kiln_value *off, const kiln_value *mask, const kiln_value *Y, int64_t og)
 {
     int nsp = X->rank - 2;
     int64_t K = nn_prod(nsp, W->dims + 2);
@@ -431,7 +454,8 @@ kiln_status nn_deform_conv_run(kiln_run_ctx *c)
     const kiln_value *X = kiln_run_in(c, 0), *W = kiln_run_in(c, 1), *OFF = kiln_run_in(c, 2);
     const kiln_value *B = kiln_run_in(c, 3), *MASK = kiln_run_in(c, 4);
     kiln_value *Y = kiln_run_out(c, 0);
-    int64_t group = kiln_attr_int(kiln_run_node(c), "group", 1), og = kiln_attr_int(kiln_run_node(c), "offset_group", 1);
+    int64_t group = kiln_attr_int(kiln_run_node(c), "group", 1),
+            og = kiln_attr_int(kiln_run_node(c), "offset_group", 1);
     nn_geom g;
     int64_t od[KILN_MAX_RANK];
     KILN_TRY(run_geom(c, X, W, &g, od));
@@ -439,8 +463,10 @@ kiln_status nn_deform_conv_run(kiln_run_ctx *c)
     KILN_TRY(deform_check(c, X, W, OFF, MASK, Y, og));
     int nsp = g.nsp;
     int64_t N = X->dims[0], C = X->dims[1], M = W->dims[0], Cg = W->dims[1], Mg = M / group, Cog = C / og;
-    int64_t in_sz = nn_prod(nsp, X->dims + 2), K = nn_prod(nsp, W->dims + 2), out_sz = nn_prod(nsp, Y->dims + 2);
-    double *x = nn_load_f64(X), *w = nn_load_f64(W), *off = nn_load_f64(OFF), *mask = MASK ? nn_load_f64(MASK) : NULL;
+    int64_t in_sz = nn_prod(nsp, X->dims + 2), K = nn_prod(nsp, W->dims + 2),
+            out_sz = nn_prod(nsp, Y->dims + 2);
+    double *x = nn_load_f64(X), *w = nn_load_f64(W), *off = nn_load_f64(OFF),
+           *mask = MASK ? nn_load_f64(MASK) : NULL;
     kiln_status st = KILN_OK;
     if (!x || !w || !off || (MASK && !mask)) {
         st = kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory");
@@ -459,7 +485,8 @@ kiln_status nn_deform_conv_run(kiln_run_ctx *c)
                             p[i] = (double)(o[i] * g.strides[i] - g.pads[i] + q[i] * g.dilations[i]) +
                                    off[((n * og + grp) * K * nsp + kp * nsp + i) * out_sz + op];
                         double mv = mask ? mask[((n * og + grp) * K + kp) * out_sz + op] : 1;
-                        acc += w[(m * Cg + ci) * K + kp] * mv * sample(nsp, X->dims + 2, x + (n * C + ch) * in_sz, p);
+                        acc += w[(m * Cg + ci) * K + kp] * mv *
+                               sample(nsp, X->dims + 2, x + (n * C + ch) * in_sz, p);
                     }
                 }
                 kiln_store_f64(Y->dtype, Y->data, (n * M + m) * out_sz + op, acc);

@@ -8,8 +8,8 @@
 #include "ops/op.h"
 #include "ops/util.h"
 
-#define EIN_MAX_OPS 16
-#define EIN_LETTERS 52                          /* a-z then A-Z; ellipsis dims follow */
+#define EIN_MAX_OPS    16
+#define EIN_LETTERS    52 /* a-z then A-Z; ellipsis dims follow */
 #define EIN_MAX_LABELS (EIN_LETTERS + KILN_MAX_RANK)
 
 /* An equation resolved against the operand ranks: each operand dim and output dim gets a
@@ -151,7 +151,8 @@ kiln_status nn_einsum_infer(kiln_infer_ctx *c)
 {
     int n_ops = kiln_infer_n_in(c), ranks[EIN_MAX_OPS];
     const kiln_type *t[EIN_MAX_OPS];
-    if (n_ops < 1 || n_ops > EIN_MAX_OPS) return kiln_infer_fail(c, KILN_ERR_MODEL, "%d inputs, 1 to %d supported", n_ops, EIN_MAX_OPS);
+    if (n_ops < 1 || n_ops > EIN_MAX_OPS)
+        return kiln_infer_fail(c, KILN_ERR_MODEL, "%d inputs, 1 to %d supported", n_ops, EIN_MAX_OPS);
     bool known = true;
     for (int o = 0; o < n_ops; o++) {
         t[o] = kiln_infer_in(c, o);
@@ -162,7 +163,8 @@ kiln_status nn_einsum_infer(kiln_infer_ctx *c)
     if (!known) return kiln_infer_set_out_unknown(c, 0, t[0]->dtype);
     ein_spec sp;
     char msg[160];
-    if (!ein_spec_for(kiln_infer_node(c), n_ops, ranks, &sp, msg, sizeof msg)) return kiln_infer_fail(c, KILN_ERR_MODEL, "%s", msg);
+    if (!ein_spec_for(kiln_infer_node(c), n_ops, ranks, &sp, msg, sizeof msg))
+        return kiln_infer_fail(c, KILN_ERR_MODEL, "%s", msg);
     kiln_dim size[EIN_MAX_LABELS];
     bool set[EIN_MAX_LABELS] = {false};
     for (int o = 0; o < n_ops; o++)
@@ -189,7 +191,8 @@ kiln_status nn_einsum_run(kiln_run_ctx *c)
     for (int o = 0; o < n_ops; o++) X[o] = kiln_run_in(c, o), ranks[o] = X[o]->rank;
     ein_spec sp;
     char msg[160];
-    if (!ein_spec_for(kiln_run_node(c), n_ops, ranks, &sp, msg, sizeof msg)) return kiln_run_fail(c, KILN_ERR_MODEL, "%s", msg);
+    if (!ein_spec_for(kiln_run_node(c), n_ops, ranks, &sp, msg, sizeof msg))
+        return kiln_run_fail(c, KILN_ERR_MODEL, "%s", msg);
     /* loop order: output labels, then the summed ones; per operand a stride for each */
     int64_t size[EIN_MAX_LABELS];
     int pos[EIN_MAX_LABELS], order[EIN_MAX_LABELS], n_loop = 0;

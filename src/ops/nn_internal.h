@@ -17,12 +17,12 @@ enum { NN_PAD_NOTSET, NN_PAD_SAME_UPPER, NN_PAD_SAME_LOWER, NN_PAD_VALID };
 /* Sliding-window geometry of a conv or pool over `nsp` spatial dims. */
 typedef struct nn_geom {
     int nsp;
-    int auto_pad;                        /* NN_PAD_* */
+    int auto_pad; /* NN_PAD_* */
     bool ceil_mode;
     int64_t strides[KILN_MAX_RANK];
     int64_t dilations[KILN_MAX_RANK];
-    int64_t pads[2 * KILN_MAX_RANK];     /* begins [0, nsp), ends [nsp, 2*nsp), as the attribute */
-    int64_t kernel[KILN_MAX_RANK];       /* filled by the caller (attribute or W's dims) */
+    int64_t pads[2 * KILN_MAX_RANK]; /* begins [0, nsp), ends [nsp, 2*nsp), as the attribute */
+    int64_t kernel[KILN_MAX_RANK];   /* filled by the caller (attribute or W's dims) */
 } nn_geom;
 
 /* Reads auto_pad, strides, dilations, pads and ceil_mode of node n for nsp spatial dims.
@@ -76,10 +76,10 @@ void nn_store_quantized(kiln_value *y, int64_t i, double v, int64_t zp);
 
 /* Row-major matrix product y[M x N] = a * b, a and b read through element strides; the i64
  * form wraps modulo 2^64 (exact for every integer type). */
-void nn_gemm_f64(int64_t M, int64_t N, int64_t K, const double *a, int64_t sam, int64_t sak,
-                 const double *b, int64_t sbk, int64_t sbn, double *y);
-void nn_gemm_i64(int64_t M, int64_t N, int64_t K, const int64_t *a, int64_t sam, int64_t sak,
-                 const int64_t *b, int64_t sbk, int64_t sbn, int64_t *y);
+void nn_gemm_f64(int64_t M, int64_t N, int64_t K, const double *a, int64_t sam, int64_t sak, const double *b,
+                 int64_t sbk, int64_t sbn, double *y);
+void nn_gemm_i64(int64_t M, int64_t N, int64_t K, const int64_t *a, int64_t sam, int64_t sak, const int64_t *b,
+                 int64_t sbk, int64_t sbn, int64_t *y);
 
 kiln_status nn_conv_infer(kiln_infer_ctx *c);
 kiln_status nn_conv_run(kiln_run_ctx *c);

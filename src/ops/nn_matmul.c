@@ -30,7 +30,8 @@ static kiln_status matmul_shape(kiln_infer_ctx *c, int ai, int bi, kiln_dtype dt
 }
 
 /* y = a @ b over whole tensors A and B (numpy matmul), elements double or int64 (is_int). */
-static void matmul_exec(const kiln_value *A, const kiln_value *B, const void *a, const void *b, void *y, bool is_int)
+static void matmul_exec(const kiln_value *A, const kiln_value *B, const void *a, const void *b, void *y,
+                        bool is_int)
 {
     int64_t ad[KILN_MAX_RANK], bd[KILN_MAX_RANK], od[KILN_MAX_RANK] = {0}, st[2][KILN_MAX_RANK];
     int ar = A->rank, br = B->rank;
@@ -42,7 +43,8 @@ static void matmul_exec(const kiln_value *A, const kiln_value *B, const void *a,
     int r = (ar > br ? ar : br) - 2, abr = ar - 2, bbr = br - 2;
     int64_t batches = 1;
     for (int i = 0; i < r; i++) {
-        int64_t da = i - (r - abr) >= 0 ? ad[i - (r - abr)] : 1, db = i - (r - bbr) >= 0 ? bd[i - (r - bbr)] : 1;
+        int64_t da = i - (r - abr) >= 0 ? ad[i - (r - abr)] : 1,
+                db = i - (r - bbr) >= 0 ? bd[i - (r - bbr)] : 1;
         od[i] = da == 1 ? db : da;
         batches *= od[i];
     }
@@ -52,11 +54,11 @@ static void matmul_exec(const kiln_value *A, const kiln_value *B, const void *a,
     kiln_iter_init(&it, r, od, 2, st);
     for (int64_t bi = 0; bi < batches; bi++, kiln_iter_next(&it)) {
         if (is_int)
-            nn_gemm_i64(M, N, K, (const int64_t *)a + it.off[0] * M * K, K, 1, (const int64_t *)b + it.off[1] * K * N, N, 1,
-                        (int64_t *)y + bi * M * N);
+            nn_gemm_i64(M, N, K, (const int64_t *)a + it.off[0] * M * K, K, 1,
+                        (const int64_t *)b + it.off[1] * K * N, N, 1, (int64_t *)y + bi * M * N);
         else
-            nn_gemm_f64(M, N, K, (const double *)a + it.off[0] * M * K, K, 1, (const double *)b + it.off[1] * K * N, N, 1,
-                        (double *)y + bi * M * N);
+            nn_gemm_f64(M, N, K, (const double *)a + it.off[0] * M * K, K, 1,
+                        (const double *)b + it.off[1] * K * N, N, 1, (double *)y + bi * M * N);
     }
 }
 
@@ -102,7 +104,8 @@ static int64_t a_param_index(const kiln_value *A, int64_t e, int64_t len)
 
 static int64_t b_param_index(const kiln_value *B, int64_t e, int64_t len)
 {
-    int64_t N = B->rank >= 2 ? B->dims[B->rank - 1] : 1, KN = B->rank >= 2 ? N * B->dims[B->rank - 2] : B->numel;
+    int64_t N = B->rank >= 2 ? B->dims[B->rank - 1] : 1,
+            KN = B->rank >= 2 ? N * B->dims[B->rank - 2] : B->numel;
     return ((e / (KN ? KN : 1)) * N + e % N) % len;
 }
 
@@ -120,15 +123,17 @@ static int64_t *load_minus_zp(const kiln_value *v, const kiln_value *zp, bool a_
 
 /* Checks the element count of a per-row (A side) or per-column (B side) parameter: 1, one
  * per row/column, or one per row/column of every batch. */
-static kiln_status check_param(kiln_run_ctx *c, const kiln_value *p, const kiln_value *X, bool a_side, const char *what)
+static kiln_status check_param(kiln_run_ctx *c, const kiln_value *p, const kiln_value *X, bool a_side,
+                               const char *what)
 {
     if (!p || p->numel == 1) return KILN_OK;
     int r = X->rank;
-    int64_t rows = r >= 2 ? X->dims[r - 2] : (a_side ? 1 : X->dims[0]), cols = r >= 2 ? X->dims[r - 1] : (a_side ? X->dims[0] : 1);
-    int64_t batches = rows * cols ? X->numel / (rows * cols) : 0, len = a_side ? rows : cols;
+    int64_t rows = r >= 2 ? X->dims[r - 2] : (a_side ? 1 : X->dims[0]),
+            cols = r >= 2 ? X->dims[r - 1] : (a_side ? X->dims[0] : 1);
+    int64_t batches = rows * cols != 0 ? X->numel / (rows * cols) : 0, len = a_side ? rows : cols;
     if (p->numel == len || p->numel == batches * len) return KILN_OK;
-    return kiln_run_fail(c, KILN_ERR_SHAPE, "%s has %lld elements, expected 1, %lld or %lld", what, (long long)p->numel,
-                         (long long)len, (long long)(batches * len));
+    return kiln_run_fail(c, KILN_ERR_SHAPE, "%s has %lld elements, expected 1, %lld or %lld", what,
+                         (long long)p->numel, (long long)len, (long long)(batches * len));
 }
 
 kiln_status nn_matmul_integer_infer(kiln_infer_ctx *c)
@@ -137,8 +142,8 @@ kiln_status nn_matmul_integer_infer(kiln_infer_ctx *c)
 }
 
 /* Exact integer product of (A - a_zp) and (B - b_zp) into a new int64 buffer *y. */
-static kiln_status integer_product(kiln_run_ctx *c, const kiln_value *A, const kiln_value *azp, const kiln_value *B,
-                                   const kiln_value *bzp, int64_t n_out, int64_t **y)
+static kiln_status integer_product(kiln_run_ctx *c, const kiln_value *A, const kiln_value *azp,
+                                   const kiln_value *B, const kiln_value *bzp, int64_t n_out, int64_t **y)
 {
     KILN_TRY(check_param(c, azp, A, true, "a_zero_point"));
     KILN_TRY(check_param(c, bzp, B, false, "b_zero_point"));
@@ -159,7 +164,8 @@ kiln_status nn_matmul_integer_run(kiln_run_ctx *c)
 {
     kiln_value *Y = kiln_run_out(c, 0);
     int64_t *y;
-    KILN_TRY(integer_product(c, kiln_run_in(c, 0), kiln_run_in(c, 2), kiln_run_in(c, 1), kiln_run_in(c, 3), Y->numel, &y));
+    KILN_TRY(integer_product(c, kiln_run_in(c, 0), kiln_run_in(c, 2), kiln_run_in(c, 1), kiln_run_in(c, 3),
+                             Y->numel, &y));
     nn_store_all_i64(Y, y);
     free(y);
     return KILN_OK;
@@ -177,7 +183,8 @@ kiln_status nn_qlinear_matmul_infer(kiln_infer_ctx *c)
 
 kiln_status nn_qlinear_matmul_run(kiln_run_ctx *c)
 {
-    const kiln_value *A = kiln_run_in(c, 0), *as = kiln_run_in(c, 1), *B = kiln_run_in(c, 3), *bs = kiln_run_in(c, 4);
+    const kiln_value *A = kiln_run_in(c, 0), *as = kiln_run_in(c, 1), *B = kiln_run_in(c, 3),
+                     *bs = kiln_run_in(c, 4);
     const kiln_value *ys = kiln_run_in(c, 6), *yzp = kiln_run_in(c, 7);
     kiln_value *Y = kiln_run_out(c, 0);
     if (!as || !bs || !ys || ys->numel != 1 || yzp->numel != 1)
@@ -192,7 +199,9 @@ kiln_status nn_qlinear_matmul_run(kiln_run_ctx *c)
     int64_t z = nn_param_i64(yzp, 0);
     for (int64_t e = 0; e < Y->numel; e++) {
         int64_t ai = (e / N) % as->numel, bi = ((e / (M * N)) * N + e % N) % bs->numel;
-        nn_store_quantized(Y, e, (double)y[e] * nn_requant_scale(as->dtype, nn_param_f64(as, ai), nn_param_f64(bs, bi), ysv), z);
+        nn_store_quantized(
+            Y, e, (double)y[e] * nn_requant_scale(as->dtype, nn_param_f64(as, ai), nn_param_f64(bs, bi), ysv),
+            z);
     }
     free(y);
     return KILN_OK;
@@ -207,12 +216,15 @@ kiln_status nn_gemm_infer(kiln_infer_ctx *c)
     if (!a || !b) return kiln_infer_fail(c, KILN_ERR_MODEL, "needs inputs A and B");
     if (a->rank < 0 || b->rank < 0) return kiln_infer_set_out_unknown(c, 0, a->dtype);
     if (a->rank != 2 || b->rank != 2)
-        return kiln_infer_fail(c, KILN_ERR_SHAPE, "A and B must be 2-D, have ranks %d and %d", a->rank, b->rank);
+        return kiln_infer_fail(c, KILN_ERR_SHAPE, "A and B must be 2-D, have ranks %d and %d", a->rank,
+                               b->rank);
     int ta = kiln_attr_int(n, "transA", 0) != 0, tb = kiln_attr_int(n, "transB", 0) != 0;
     kiln_dim dims[2] = {a->dims[ta ? 1 : 0], b->dims[tb ? 0 : 1]};
-    KILN_TRY(kiln_infer_require_equal(c, a->dims[ta ? 0 : 1], b->dims[tb ? 1 : 0], "inner dims (K) of A and B"));
+    KILN_TRY(
+        kiln_infer_require_equal(c, a->dims[ta ? 0 : 1], b->dims[tb ? 1 : 0], "inner dims (K) of A and B"));
     if (cc && cc->rank >= 0) {
-        if (cc->rank > 2) return kiln_infer_fail(c, KILN_ERR_SHAPE, "C has rank %d, at most 2 allowed", cc->rank);
+        if (cc->rank > 2)
+            return kiln_infer_fail(c, KILN_ERR_SHAPE, "C has rank %d, at most 2 allowed", cc->rank);
         for (int i = 0; i < cc->rank; i++) {
             kiln_dim d = cc->dims[i], want = dims[2 - cc->rank + i];
             if (kiln_dim_is_const(d) && d.c == 1) continue;

@@ -39,6 +39,14 @@ static double pool_p(const kiln_node *n)
     return a->type == KILN_ATTR_FLOAT ? a->f : (double)a->i;
 }
 
+/* Validates p where the op has one. */
+static kiln_status check_p(kiln_infer_ctx *c)
+{
+    double p = pool_p(kiln_infer_node(c));
+    if (!(p > 0) || p > 1e6) return kiln_infer_fail(c, KILN_ERR_MODEL, "p = %g must be positive", p);
+    return KILN_OK;
+}
+
 kiln_status nn_pool_infer(kiln_infer_ctx *c)
 {
     const kiln_node *n = kiln_infer_node(c);
@@ -47,13 +55,16 @@ kiln_status nn_pool_infer(kiln_infer_ctx *c)
     char msg[160];
     if (!x) return kiln_infer_fail(c, KILN_ERR_MODEL, "needs input X");
     if (!pool_geom(n, &g, msg, sizeof msg)) return kiln_infer_fail(c, KILN_ERR_MODEL, "%s", msg);
-    if (kiln_attr_int(n, "storage_order", 0) & ~1LL) return kiln_infer_fail(c, KILN_ERR_MODEL, "storage_order must be 0 or 1");
+    KILN_TRY(check_p(c));
+    if (kiln_attr_int(n, "storage_order", 0) & ~1LL)
+        return kiln_infer_fail(c, KILN_ERR_MODEL, "storage_order must be 0 or 1");
     if (x->rank < 0) {
         KILN_TRY(kiln_infer_set_out_unknown(c, 0, x->dtype));
         return kiln_infer_set_out_unknown(c, 1, KILN_DTYPE_INT64);
     }
     if (x->rank != g.nsp + 2)
-        return kiln_infer_fail(c, KILN_ERR_SHAPE, "X has rank %d but kernel_shape has %d values", x->rank, g.nsp);
+        return kiln_infer_fail(c, KILN_ERR_SHAPE, "X has rank %d but kernel_shape has %d values", x->rank,
+                               g.nsp);
     kiln_dim dims[KILN_MAX_RANK];
     dims[0] = x->dims[0], dims[1] = x->dims[1];
     for (int i = 0; i < g.nsp; i++) {
@@ -86,7 +97,8 @@ static kiln_status pool_run(kiln_run_ctx *c, int mode)
     char msg[160];
     int64_t od[KILN_MAX_RANK];
     if (!pool_geom(node, &g, msg, sizeof msg)) return kiln_run_fail(c, KILN_ERR_MODEL, "%s", msg);
-    if (!nn_geom_resolve(&g, X->dims + 2, od)) return kiln_run_fail(c, KILN_ERR_SHAPE, "window larger than the padded input");
+    if (!nn_geom_resolve(&g, X->dims + 2, od))
+        return kiln_run_fail(c, KILN_ERR_SHAPE, "window larger than the padded input");
     int nsp = g.nsp;
     bool include_pad = kiln_attr_int(node, "count_include_pad", 0) != 0;
     bool col_major = kiln_attr_int(node, "storage_order", 0) == 1;
@@ -117,15 +129,15 @@ static kiln_status pool_run(kiln_run_ctx *c, int mode)
                 n_in++;
                 if (mode == POOL_AVG) acc += v;
                 else if (mode == POOL_LP) acc += pow(fabs(v), pw);
-                else if (!found || v > best || isnan(v)) {
+                else if (!found || v > best || (isnan(v) && !isnan(best))) {
                     best = v, found = true;
                     memcpy(best_p, p, (size_t)nsp * sizeof *p);
                 }
             }
             int64_t yi = plane * out_sz + op;
-            double r = mode == POOL_MAX ? best
-                     : mode == POOL_LP ? pow(acc, 1 / pw)
-                     : acc / (double)(include_pad ? n_counted : n_in);
+            double r = mode == POOL_MAX  ? best
+                       : mode == POOL_LP ? pow(acc, 1 / pw)
+                                         : acc / (double)(include_pad ? n_counted : n_in);
             kiln_store_f64(Y->dtype, Y->data, yi, r);
             if (I) ((int64_t *)I->data)[yi] = max_index(nsp, sd, best_p, plane * in_sz, col_major);
         }
@@ -134,14 +146,24 @@ static kiln_status pool_run(kiln_run_ctx *c, int mode)
     return KILN_OK;
 }
 
-kiln_status nn_average_pool_run(kiln_run_ctx *c) { return pool_run(c, POOL_AVG); }
-kiln_status nn_max_pool_run(kiln_run_ctx *c) { return pool_run(c, POOL_MAX); }
-kiln_status nn_lp_pool_run(kiln_run_ctx *c) { return pool_run(c, POOL_LP); }
+kiln_status nn_average_pool_run(kiln_run_ctx *c)
+{
+    return pool_run(c, POOL_AVG);
+}
+kiln_status nn_max_pool_run(kiln_run_ctx *c)
+{
+    return pool_run(c, POOL_MAX);
+}
+kiln_status nn_lp_pool_run(kiln_run_ctx *c)
+{
+    return pool_run(c, POOL_LP);
+}
 
 kiln_status nn_global_pool_infer(kiln_infer_ctx *c)
 {
     const kiln_type *x = kiln_infer_in(c, 0);
     if (!x) return kiln_infer_fail(c, KILN_ERR_MODEL, "needs input X");
+    KILN_TRY(check_p(c));
     if (x->rank < 0) return kiln_infer_set_out_unknown(c, 0, x->dtype);
     if (x->rank < 2) return kiln_infer_fail(c, KILN_ERR_SHAPE, "X needs rank >= 2, has %d", x->rank);
     kiln_dim dims[KILN_MAX_RANK];
@@ -169,9 +191,18 @@ static kiln_status global_pool_run(kiln_run_ctx *c, int mode)
     return KILN_OK;
 }
 
-kiln_status nn_global_average_pool_run(kiln_run_ctx *c) { return global_pool_run(c, POOL_AVG); }
-kiln_status nn_global_max_pool_run(kiln_run_ctx *c) { return global_pool_run(c, POOL_MAX); }
-kiln_status nn_global_lp_pool_run(kiln_run_ctx *c) { return global_pool_run(c, POOL_LP); }
+kiln_status nn_global_average_pool_run(kiln_run_ctx *c)
+{
+    return global_pool_run(c, POOL_AVG);
+}
+kiln_status nn_global_max_pool_run(kiln_run_ctx *c)
+{
+    return global_pool_run(c, POOL_MAX);
+}
+kiln_status nn_global_lp_pool_run(kiln_run_ctx *c)
+{
+    return global_pool_run(c, POOL_LP);
+}
 
 /* ---- MaxUnpool: X, I (int64, same shape), optional output_shape ---- */
 
@@ -188,12 +219,15 @@ kiln_status nn_max_unpool_infer(kiln_infer_ctx *c)
     nn_geom g;
     char msg[160];
     if (!x || !ind) return kiln_infer_fail(c, KILN_ERR_MODEL, "needs inputs X and I");
-    if (!pool_geom(kiln_infer_node(c), &g, msg, sizeof msg)) return kiln_infer_fail(c, KILN_ERR_MODEL, "%s", msg);
+    if (!pool_geom(kiln_infer_node(c), &g, msg, sizeof msg))
+        return kiln_infer_fail(c, KILN_ERR_MODEL, "%s", msg);
     if (x->rank >= 0 && x->rank != g.nsp + 2)
-        return kiln_infer_fail(c, KILN_ERR_SHAPE, "X has rank %d but kernel_shape has %d values", x->rank, g.nsp);
+        return kiln_infer_fail(c, KILN_ERR_SHAPE, "X has rank %d but kernel_shape has %d values", x->rank,
+                               g.nsp);
     if (x->rank >= 0 && ind->rank >= 0) {
         if (ind->rank != x->rank) return kiln_infer_fail(c, KILN_ERR_SHAPE, "I and X ranks differ");
-        for (int i = 0; i < x->rank; i++) KILN_TRY(kiln_infer_require_equal(c, x->dims[i], ind->dims[i], "X and I dims"));
+        for (int i = 0; i < x->rank; i++)
+            KILN_TRY(kiln_infer_require_equal(c, x->dims[i], ind->dims[i], "X and I dims"));
     }
     int rank = g.nsp + 2, n;
     kiln_dim dims[KILN_MAX_RANK];
@@ -231,12 +265,14 @@ kiln_status nn_max_unpool_run(kiln_run_ctx *c)
     for (int64_t e = 0; e < X->numel; e++) {
         int64_t idx = ((const int64_t *)I->data)[e], rest = idx, off = 0, stride = 1;
         if (idx < 0 || idx >= total)
-            return kiln_run_fail(c, KILN_ERR_RUNTIME, "index %lld out of range [0, %lld)", (long long)idx, (long long)total);
+            return kiln_run_fail(c, KILN_ERR_RUNTIME, "index %lld out of range [0, %lld)", (long long)idx,
+                                 (long long)total);
         for (int i = rank - 1; i >= 0; i--) {
             int64_t coord = rest % dd[i];
             rest /= dd[i];
             if (coord >= Y->dims[i])
-                return kiln_run_fail(c, KILN_ERR_SHAPE, "index %lld falls outside output_shape", (long long)idx);
+                return kiln_run_fail(c, KILN_ERR_SHAPE, "index %lld falls outside output_shape",
+                                     (long long)idx);
             off += coord * stride;
             stride *= Y->dims[i];
         }

@@ -65,8 +65,9 @@ static bool reduce_axes(const kiln_node *n, int opset, const kiln_value *axes_v,
     if (!from_input) {
         attr = kiln_attr_ints(n, "axes", &na);
     } else if (axes_v) {
-        if (axes_v->kind != KILN_VALUE_TENSOR || axes_v->rank > 1 || !kiln_dtype_is_int(axes_v->dtype)) {
-            snprintf(msg, msg_size, "axes (input 1) must be a 1-D integer tensor");
+        if (axes_v->kind != KILN_VALUE_TENSOR || axes_v->rank > 1 || !kiln_dtype_is_int(axes_v->dtype) ||
+            axes_v->numel > rank) {
+            snprintf(msg, msg_size, "axes (input 1) must be a 1-D integer tensor of at most %d values", rank);
             return false;
         }
         na = (int)axes_v->numel;
@@ -129,8 +130,9 @@ static kiln_status reduce_infer(kiln_infer_ctx *c)
 static kiln_status reduce_run_f64(kiln_run_ctx *c, reduce_kind kind, const kiln_value *x, kiln_value *y,
                                   int64_t (*ostr)[KILN_MAX_RANK], int64_t on, int64_t count)
 {
-    double *acc = malloc((size_t)on * 2 * sizeof(double)), *mx = acc + on;
+    double *acc = malloc((size_t)on * 2 * sizeof(double)), *mx;
     if (!acc) return kiln_run_fail(c, KILN_ERR_NOMEM, "no memory for %lld results", (long long)on);
+    mx = acc + on;
     double init = kind == RK_PROD ? 1.0 : kind == RK_MAX ? -INFINITY : kind == RK_MIN ? INFINITY : 0.0;
     for (int64_t o = 0; o < on; o++) acc[o] = init, mx[o] = -INFINITY;
     kiln_iter it;
@@ -173,10 +175,11 @@ static kiln_status reduce_run_int(kiln_run_ctx *c, reduce_kind kind, const kiln_
     kiln_dtype dt = x->dtype;
     bool uns = kiln_dtype_is_unsigned_int(dt);
     int bits = dt == KILN_DTYPE_BOOL ? 1 : (int)kiln_dtype_size(dt) * 8;
-    /* identities of max and min: the type's lowest and highest values */
-    uint64_t lo = uns ? 0 : dt == KILN_DTYPE_BOOL ? 0 : (uint64_t)(-(int64_t)((UINT64_C(1) << (bits - 1)) - 1) - 1);
-    uint64_t hi = uns ? (bits == 64 ? UINT64_MAX : (UINT64_C(1) << bits) - 1)
-                      : dt == KILN_DTYPE_BOOL ? 1 : (UINT64_C(1) << (bits - 1)) - 1;
+    /* identities of max and min: the type's lowest and highest values (signed ones held as
+     * their two's complement bits, as the loads give them) */
+    uint64_t lo = 0, hi = 1;
+    if (uns) hi = bits == 64 ? UINT64_MAX : (UINT64_C(1) << bits) - 1;
+    else if (dt != KILN_DTYPE_BOOL) lo = 0 - (UINT64_C(1) << (bits - 1)), hi = (UINT64_C(1) << (bits - 1)) - 1;
     uint64_t *acc = malloc((size_t)on * sizeof(uint64_t));
     if (!acc) return kiln_run_fail(c, KILN_ERR_NOMEM, "no memory for %lld results", (long long)on);
     uint64_t init = kind == RK_PROD ? 1 : kind == RK_MAX ? lo : kind == RK_MIN ? hi : 0;

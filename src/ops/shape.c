@@ -129,15 +129,20 @@ kiln_status kiln_shape_set_out(kiln_infer_ctx *c, int i, kiln_dtype dt, int rank
     for (int k = 0; k < rank; k++) {
         if (!kiln_dim_is_unknown(dims[k])) continue;
         if (!kiln_infer_dims(c))
-            return kiln_infer_fail(c, KILN_ERR_SHAPE, "output %d: dim %d overflows int64", i, k);
+            return kiln_infer_fail(c, KILN_ERR_SHAPE,
+                                   "output %d: dim %d cannot be computed (an argument is not an integer vector of at "
+                                   "most %d entries, or int64 overflows)",
+                                   i, k, KILN_SHAPE_VEC_MAX);
         dims[k] = kiln_infer_fresh(c, "dim");
     }
     return kiln_infer_set_out(c, i, dt, rank, dims);
 }
 
-kiln_status kiln_shape_set_out_fresh(kiln_infer_ctx *c, int i, int in, int rank)
+kiln_status kiln_shape_set_out_fresh(kiln_infer_ctx *c, int i, kiln_dtype dt, int rank)
 {
-    kiln_dtype dt = kiln_infer_in(c, in) ? kiln_infer_in(c, in)->dtype : KILN_DTYPE_UNDEFINED;
+    if (!kiln_infer_dims(c))
+        return kiln_infer_fail(c, KILN_ERR_SHAPE, "an argument is not an integer vector of at most %d entries",
+                               KILN_SHAPE_VEC_MAX);
     if (rank < 0 || rank > KILN_MAX_RANK) return kiln_infer_set_out_unknown(c, i, dt);
     kiln_dim dims[KILN_MAX_RANK];
     for (int k = 0; k < rank; k++) dims[k] = kiln_dim_unknown();
@@ -317,7 +322,7 @@ static kiln_status reshape_infer(kiln_infer_ctx *c)
     if (kiln_infer_opset(c) < 5) kiln_shape_attr_vec(node, "shape", &shape);
     else kiln_shape_in_vec(&s, 1, &shape);
     if (!shape.present) return kiln_infer_fail(c, KILN_ERR_MODEL, "the target shape is missing");
-    if (!shape.known) return kiln_shape_set_out_fresh(c, 0, 0, kiln_shape_static_len(c, 1));
+    if (!shape.known) return kiln_shape_set_out_fresh(c, 0, x->dtype, kiln_shape_static_len(c, 1));
     if (shape.n > KILN_MAX_RANK)
         return kiln_infer_fail(c, KILN_ERR_UNSUPPORTED, "target rank %d exceeds %d", shape.n, KILN_MAX_RANK);
     bool allowzero = kiln_infer_opset(c) >= 14 && kiln_attr_int(node, "allowzero", 0);
@@ -379,7 +384,7 @@ static kiln_status squeeze_infer(kiln_infer_ctx *c)
     bool drop[KILN_MAX_RANK] = {false};
     if (axes.present && !axes.known) {
         int n = kiln_shape_static_len(c, 1);
-        return kiln_shape_set_out_fresh(c, 0, 0, n < 0 ? -1 : x->rank - n);
+        return kiln_shape_set_out_fresh(c, 0, x->dtype, n < 0 ? -1 : x->rank - n);
     }
     if (axes.present) {
         int ax[KILN_SHAPE_VEC_MAX];
@@ -413,7 +418,7 @@ static kiln_status unsqueeze_infer(kiln_infer_ctx *c)
     if (!axes.present) return kiln_infer_fail(c, KILN_ERR_MODEL, "axes are missing");
     if (!axes.known) {
         int n = kiln_shape_static_len(c, 1);
-        return kiln_shape_set_out_fresh(c, 0, 0, n < 0 ? -1 : x->rank + n);
+        return kiln_shape_set_out_fresh(c, 0, x->dtype, n < 0 ? -1 : x->rank + n);
     }
     int r = x->rank + axes.n;
     if (r > KILN_MAX_RANK) return kiln_infer_fail(c, KILN_ERR_UNSUPPORTED, "output rank %d exceeds %d", r, KILN_MAX_RANK);

@@ -17,19 +17,20 @@ kiln_status kiln_shape_constant_of_shape_infer(kiln_infer_ctx *c)
     kiln_shape_side s = {.ic = c};
     kiln_shape_vec shape;
     kiln_shape_in_vec(&s, 0, &shape);
-    if (!shape.known) {
-        int n = kiln_shape_static_len(c, 0);
-        if (n < 0) return kiln_infer_set_out_unknown(c, 0, dt);
-        kiln_dim dims[KILN_MAX_RANK];
-        for (int k = 0; k < n; k++) dims[k] = kiln_dim_unknown();
-        return kiln_shape_set_out(c, 0, dt, n, dims);
-    }
+    if (!shape.known) return kiln_shape_set_out_fresh(c, 0, dt, kiln_shape_static_len(c, 0));
     if (shape.n > KILN_MAX_RANK)
         return kiln_infer_fail(c, KILN_ERR_UNSUPPORTED, "shape has %d entries, more than %d", shape.n, KILN_MAX_RANK);
     for (int k = 0; k < shape.n; k++)
         if (kiln_dim_is_const(shape.v[k]) && shape.v[k].c < 0)
             return kiln_infer_fail(c, KILN_ERR_SHAPE, "shape entry %d is %lld", k, (long long)shape.v[k].c);
-    return kiln_shape_set_out(c, 0, dt, shape.n, shape.v);
+    KILN_TRY(kiln_shape_set_out(c, 0, dt, shape.n, shape.v));
+    /* a short integer vector (e.g. ones for an Expand shape) keeps its content */
+    if (!v || !kiln_dtype_is_int(dt) || shape.n != 1 || !kiln_dim_is_const(shape.v[0]) ||
+        shape.v[0].c > KILN_SHAPE_VEC_MAX)
+        return KILN_OK;
+    kiln_dim vec[KILN_SHAPE_VEC_MAX];
+    for (int64_t i = 0; i < shape.v[0].c; i++) vec[i] = kiln_dim_const(kiln_load_i64(dt, v->data, 0));
+    return kiln_shape_set_out_vec(c, 0, dt, (int)shape.v[0].c, vec);
 }
 
 kiln_status kiln_shape_constant_of_shape_run(kiln_run_ctx *c)
@@ -59,6 +60,7 @@ static kiln_status range_count(kiln_infer_ctx *c, const kiln_value *const *v, in
         /* spans of int64 operands may overflow int64 but never __int128 */
         __int128 span = (__int128)l - s, q = span / d;
         if (q * d != span && (span < 0) == (d < 0)) q++;
+        if (q > INT64_MAX) return kiln_infer_fail(c, KILN_ERR_RUNTIME, "range of more than 2^63 elements");
         *n = q < 0 ? 0 : (int64_t)q;
         return KILN_OK;
     }
@@ -81,6 +83,8 @@ kiln_status kiln_shape_range_infer(kiln_infer_ctx *c)
     for (int i = 0; i < 3; i++) {
         in[i] = kiln_infer_in(c, i);
         if (!is_scalar(in[i])) return kiln_infer_fail(c, KILN_ERR_SHAPE, "input %d is not a scalar", i);
+        if (!kiln_dtype_is_int(in[i]->dtype) && !kiln_dtype_is_float(in[i]->dtype))
+            return kiln_infer_fail(c, KILN_ERR_MODEL, "dtype %s is not numeric", kiln_dtype_name(in[i]->dtype));
         if (in[i]->dtype != in[0]->dtype)
             return kiln_infer_fail(c, KILN_ERR_MODEL, "input %d has dtype %s, input 0 %s", i,
                                    kiln_dtype_name(in[i]->dtype), kiln_dtype_name(in[0]->dtype));
@@ -89,22 +93,26 @@ kiln_status kiln_shape_range_infer(kiln_infer_ctx *c)
     }
     kiln_dtype dt = in[0]->dtype;
     kiln_dim n = kiln_dim_unknown();
+    kiln_shape_side s = {.ic = c};
+    kiln_shape_vec a[3];
+    for (int i = 0; i < 3; i++) kiln_shape_in_vec(&s, i, &a[i]);
+    bool sym = a[0].known && a[1].known && a[2].known; /* integer, maybe from shape arithmetic */
     if (consts) {
         int64_t cnt = 0;
         KILN_TRY(range_count(c, v, &cnt));
         n = kiln_dim_const(cnt);
-    } else if (kiln_dtype_is_int(dt)) {
-        /* shape arithmetic: symbolic start/limit with a constant delta */
-        kiln_shape_side s = {.ic = c};
-        kiln_shape_vec a[3];
-        for (int i = 0; i < 3; i++) kiln_shape_in_vec(&s, i, &a[i]);
-        if (a[0].known && a[1].known && a[2].known && kiln_dim_is_const(a[2].v[0]) && a[2].v[0].c != 0) {
-            int64_t d = a[2].v[0].c;
-            kiln_dim span = d > 0 ? kiln_dim_sub(t, a[1].v[0], a[0].v[0]) : kiln_dim_sub(t, a[0].v[0], a[1].v[0]);
-            n = kiln_shape_max(t, kiln_shape_ceildiv(t, span, d > 0 ? d : -d), kiln_dim_const(0));
-        }
+    } else if (sym && kiln_dim_is_const(a[2].v[0]) && a[2].v[0].c != 0) {
+        int64_t d = a[2].v[0].c;
+        kiln_dim span = d > 0 ? kiln_dim_sub(t, a[1].v[0], a[0].v[0]) : kiln_dim_sub(t, a[0].v[0], a[1].v[0]);
+        n = kiln_shape_max(t, kiln_shape_ceildiv(t, span, d > 0 ? d : -d), kiln_dim_const(0));
     }
-    return kiln_shape_set_out(c, 0, dt, 1, &n);
+    KILN_TRY(kiln_shape_set_out(c, 0, dt, 1, &n));
+    if (!sym || !kiln_dim_is_const(n) || n.c > KILN_SHAPE_VEC_MAX) return KILN_OK;
+    /* a short range (e.g. axes 0..rank) keeps its content */
+    kiln_dim vec[KILN_SHAPE_VEC_MAX];
+    for (int64_t i = 0; i < n.c; i++)
+        vec[i] = kiln_dim_add(t, a[0].v[0], kiln_dim_mul(t, a[2].v[0], kiln_dim_const(i)));
+    return kiln_shape_set_out_vec(c, 0, dt, (int)n.c, vec);
 }
 
 kiln_status kiln_shape_range_run(kiln_run_ctx *c)
@@ -130,7 +138,8 @@ kiln_status kiln_shape_trilu_infer(kiln_infer_ctx *c)
     const kiln_type *x = kiln_infer_in(c, 0);
     if (x->rank < 2) return kiln_infer_fail(c, KILN_ERR_SHAPE, "input has rank %d, needs at least 2", x->rank);
     const kiln_type *k = kiln_infer_in(c, 1);
-    if (k && !is_scalar(k)) return kiln_infer_fail(c, KILN_ERR_SHAPE, "k is not a scalar");
+    if (k && (!is_scalar(k) || !kiln_dtype_is_int(k->dtype)))
+        return kiln_infer_fail(c, KILN_ERR_SHAPE, "k is not an integer scalar");
     return kiln_infer_same_as_input(c, 0, 0);
 }
 

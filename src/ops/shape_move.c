@@ -195,7 +195,7 @@ static kiln_status split_plan(const kiln_shape_side *s, const kiln_type *x, int 
     bool even = !num && (!kiln_dim_is_const(d) || d.c % n == 0);
     kiln_dim chunk = even ? kiln_dim_floordiv(t, d, nd) : kiln_shape_ceildiv(t, d, n);
     for (int i = 0; i < n; i++) size[i] = chunk;
-    size[n - 1] = kiln_dim_sub(t, d, kiln_dim_mul(t, chunk, kiln_dim_const(n - 1)));
+    if (!even) size[n - 1] = kiln_dim_sub(t, d, kiln_dim_mul(t, chunk, kiln_dim_const(n - 1)));
     if (kiln_dim_is_const(size[n - 1]) && size[n - 1].c < 0)
         return kiln_shape_fail(s, KILN_ERR_SHAPE, "cannot split %lld into %d parts", (long long)d.c, n);
     return KILN_OK;
@@ -296,7 +296,10 @@ static bool slice_sym(kiln_dimtab *t, kiln_dim d, kiln_dim s, kiln_dim e, int64_
     }
     kiln_dim span = fwd ? kiln_dim_sub(t, v[1], v[0]) : kiln_dim_sub(t, v[0], v[1]);
     ax->start = kiln_dim_unknown();
-    ax->count = kiln_shape_max(t, kiln_shape_ceildiv(t, span, fwd ? step : -step), kiln_dim_const(0));
+    /* a step beyond any dim takes one element of a non-empty span */
+    int64_t k = fwd ? step : -step;
+    kiln_dim q = k >= SLICE_END_MAX ? kiln_shape_min(t, span, kiln_dim_const(1)) : kiln_shape_ceildiv(t, span, k);
+    ax->count = kiln_shape_max(t, q, kiln_dim_const(0));
     return !kiln_dim_is_unknown(ax->count);
 }
 
@@ -350,14 +353,15 @@ static kiln_status slice_plan(const kiln_shape_side *s, int rank, const kiln_dim
             continue;
         }
         if (step.c == 0) return kiln_shape_fail(s, KILN_ERR_MODEL, "step %d is 0", i);
-        ax[a].step = step.c;
+        /* |step| beyond any dim selects at most one element: keep it negatable */
+        ax[a].step = step.c == INT64_MIN ? -INT64_MAX : step.c;
         if (kiln_dim_is_const(dims[a]) && kiln_dim_is_const(starts.v[i]) && kiln_dim_is_const(ends.v[i])) {
             int64_t st, cn;
-            slice_const(dims[a].c, starts.v[i].c, ends.v[i].c, step.c, &st, &cn);
+            slice_const(dims[a].c, starts.v[i].c, ends.v[i].c, ax[a].step, &st, &cn);
             ax[a].start = kiln_dim_const(st);
             ax[a].count = kiln_dim_const(cn);
         } else {
-            ax[a].fresh = !t || !slice_sym(t, dims[a], starts.v[i], ends.v[i], step.c, &ax[a]);
+            ax[a].fresh = !t || !slice_sym(t, dims[a], starts.v[i], ends.v[i], ax[a].step, &ax[a]);
         }
     }
     return KILN_OK;
@@ -401,7 +405,7 @@ kiln_status kiln_shape_slice_run(kiln_run_ctx *c)
             return kiln_run_fail(c, KILN_ERR_RUNTIME, "axis %d: slice has %lld elements, output %lld", k,
                                  (long long)ax[k].count.c, (long long)y->dims[k]);
         if (ax[k].count.c) off += ax[k].start.c * xs[k];
-        vs[k] = xs[k] * ax[k].step;
+        vs[k] = ax[k].count.c > 1 ? xs[k] * ax[k].step : 0; /* (count - 1) * |step| < dim */
     }
     return kiln_shape_copy_view(c, y, 0, ys, x, off, vs, x->rank, y->dims);
 }
@@ -418,7 +422,7 @@ kiln_status kiln_shape_expand_infer(kiln_infer_ctx *c)
     if (!shape.known) {
         const kiln_type *st = kiln_infer_in(c, 1);
         bool len = st->rank == 1 && kiln_dim_is_const(st->dims[0]);
-        return kiln_shape_set_out_fresh(c, 0, 0, !len ? -1 : st->dims[0].c > x->rank ? (int)st->dims[0].c : x->rank);
+        return kiln_shape_set_out_fresh(c, 0, x->dtype, !len ? -1 : st->dims[0].c > x->rank ? (int)st->dims[0].c : x->rank);
     }
     if (shape.n > KILN_MAX_RANK)
         return kiln_infer_fail(c, KILN_ERR_UNSUPPORTED, "shape has %d entries, more than %d", shape.n, KILN_MAX_RANK);
@@ -461,7 +465,7 @@ kiln_status kiln_shape_tile_infer(kiln_infer_ctx *c)
         kiln_shape_in_vec(&s, 1, &tiles);
         kiln_shape_in_vec(&s, 2, &axis);
         if (!tiles.known || !axis.known || tiles.n != 1 || axis.n != 1 || !kiln_dim_is_const(axis.v[0]))
-            return kiln_shape_set_out_fresh(c, 0, 0, x->rank);
+            return kiln_shape_set_out_fresh(c, 0, x->dtype, x->rank);
         int a;
         if (!kiln_axis_norm(axis.v[0].c, x->rank, &a))
             return kiln_infer_fail(c, KILN_ERR_MODEL, "axis %lld out of range for rank %d", (long long)axis.v[0].c,
@@ -472,7 +476,7 @@ kiln_status kiln_shape_tile_infer(kiln_infer_ctx *c)
     } else {
         kiln_shape_in_vec(&s, 1, &rep);
     }
-    if (!rep.known) return kiln_shape_set_out_fresh(c, 0, 0, x->rank);
+    if (!rep.known) return kiln_shape_set_out_fresh(c, 0, x->dtype, x->rank);
     if (rep.n != x->rank)
         return kiln_infer_fail(c, KILN_ERR_SHAPE, "repeats has %d entries for rank %d", rep.n, x->rank);
     kiln_dim dims[KILN_MAX_RANK];

@@ -59,9 +59,10 @@ kiln_dim kiln_shape_prod(kiln_dimtab *t, int n, const kiln_dim *dims);
 /* kiln_infer_set_out, with dims that symbolic arithmetic could not express replaced by fresh
  * symbols at compile time. */
 kiln_status kiln_shape_set_out(kiln_infer_ctx *c, int i, kiln_dtype dt, int rank, kiln_dim *dims);
-/* Output i gets input `in`'s dtype, the given rank and fresh dims (compile time, arguments
- * unknown); unknown rank when rank < 0. */
-kiln_status kiln_shape_set_out_fresh(kiln_infer_ctx *c, int i, int in, int rank);
+/* For arguments whose content is unknown: at compile time output i gets dtype dt, the given
+ * rank (unknown when < 0) and fresh dims; at run time (where content is always known, so the
+ * argument is invalid) it fails. */
+kiln_status kiln_shape_set_out_fresh(kiln_infer_ctx *c, int i, kiln_dtype dt, int rank);
 /* Records output i's content when it is an integer vector of known entries (shape arithmetic);
  * a no-op otherwise and at run time. */
 kiln_status kiln_shape_set_out_vec(kiln_infer_ctx *c, int i, kiln_dtype dt, int n, const kiln_dim *v);

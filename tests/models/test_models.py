@@ -16,6 +16,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import kiln  # noqa: E402
 
 RTOL, ATOL = 1e-4, 1e-4
+N_RANDOM_LENGTHS = int(os.environ.get("KILN_TEST_LENGTHS", "500"))
 results = {"passed": 0, "failed": 0}
 
 
@@ -52,35 +53,93 @@ def expect_error(name, sess, feeds, needles):
 
 
 def test_encoder(models, rng):
+    """TTS-like encoder, one session: lengths 16, 16, 10, 55, 5, then 500 random in [1, 512],
+    batch changing between 1 and 64."""
     path = os.path.join(models, "encoder.onnx")
     sess, ref = kiln.Session(path), ort.InferenceSession(path)
-    lengths = [16, 16, 10, 55, 5] + list(rng.integers(1, 513, size=20))
+    lengths = [16, 16, 10, 55, 5] + [int(n) for n in rng.integers(1, 513, size=N_RANDOM_LENGTHS)]
     for i, seq in enumerate(lengths):
-        batch = [1, 3, 1, 2][i % 4]
-        tokens = rng.integers(0, 100, size=(batch, int(seq))).astype(np.int64)
+        batch = 64 if i in (3, 40) else [1, 3, 1, 2][i % 4]
+        tokens = rng.integers(0, 100, size=(batch, seq)).astype(np.int64)
         compare(f"encoder batch={batch} seq={seq}", sess, ref, {"tokens": tokens})
     # longer than the positional table: the Add of embeddings and positions cannot broadcast
     expect_error("encoder seq=600 names the node and dims", sess,
                  {"tokens": rng.integers(0, 100, size=(1, 600)).astype(np.int64)}, ["Add", "600", "512"])
     expect_error("encoder wrong dtype", sess, {"tokens": np.zeros((1, 4), np.float32)}, ["tokens", "int64"])
+    expect_error("encoder wrong rank", sess, {"tokens": np.zeros((4,), np.int64)}, ["tokens", "rank 2"])
     compare("encoder after errors", sess, ref, {"tokens": rng.integers(0, 100, size=(2, 9)).astype(np.int64)})
 
 
+def test_decoder(models, rng):
+    """Decoder step with a KV cache: past length grows 0 -> 511, one call per step."""
+    path = os.path.join(models, "decoder.onnx")
+    sess, ref = kiln.Session(path), ort.InferenceSession(path)
+    for batch in (1, 64):
+        past_k = np.zeros((batch, 4, 0, 16), np.float32)
+        past_v = np.zeros((batch, 4, 0, 16), np.float32)
+        steps = 512 if batch == 1 else 24
+        for step in range(steps):
+            x = rng.standard_normal((batch, 1, 64)).astype(np.float32)
+            feeds = {"x": x, "past_k": past_k, "past_v": past_v}
+            got = sess.run(feeds)
+            want = ref.run(None, feeds)
+            ok = all(g.shape == w.shape and np.allclose(g, w, rtol=RTOL, atol=ATOL) for g, w in zip(got, want))
+            check(f"decoder batch={batch} past={step}", ok, f"shapes {[g.shape for g in got]}")
+            past_k, past_v = want[1], want[2]
+    # the cache's head count is fixed by the model; the batch of x and the cache must agree
+    expect_error("decoder cache batch mismatch", sess,
+                 {"x": np.zeros((2, 1, 64), np.float32), "past_k": np.zeros((3, 4, 5, 16), np.float32),
+                  "past_v": np.zeros((3, 4, 5, 16), np.float32)}, ["batch"])
+    expect_error("decoder k/v length mismatch", sess,
+                 {"x": np.zeros((1, 1, 64), np.float32), "past_k": np.zeros((1, 4, 5, 16), np.float32),
+                  "past_v": np.zeros((1, 4, 6, 16), np.float32)}, ["past"])
+    compare("decoder after errors", sess, ref, {"x": np.ones((1, 1, 64), np.float32),
+                                                "past_k": np.ones((1, 4, 3, 16), np.float32),
+                                                "past_v": np.ones((1, 4, 3, 16), np.float32)})
+
+
 def test_convnet(models, rng):
+    """Conv/upsample network at many H x W, most not multiples of the total stride."""
     path = os.path.join(models, "convnet.onnx")
     sess, ref = kiln.Session(path), ort.InferenceSession(path)
-    for batch, h, w in [(1, 40, 40), (1, 41, 37), (2, 17, 23), (1, 64, 48), (1, 3, 5), (2, 1, 1), (1, 40, 40)]:
+    sizes = [(1, 40, 40), (1, 41, 37), (2, 17, 23), (1, 64, 48), (1, 3, 5), (2, 1, 1), (64, 8, 8), (1, 40, 40)]
+    sizes += [(1, int(h), int(w)) for h, w in rng.integers(1, 70, size=(12, 2))]
+    for batch, h, w in sizes:
         img = rng.standard_normal((batch, h, w, 3)).astype(np.float32)
         compare(f"convnet {batch}x{h}x{w}", sess, ref, {"image": img})
     expect_error("convnet wrong channel count", sess, {"image": np.zeros((1, 8, 8, 4), np.float32)},
                  ["image", "dim 3 must be 3"])
+    strict = kiln.Session(os.path.join(models, "unet_strict.onnx"))
+    strict_ref = ort.InferenceSession(os.path.join(models, "unet_strict.onnx"))
+    compare("unet_strict 40x36", strict, strict_ref, {"image": rng.standard_normal((1, 40, 36, 3)).astype(np.float32)})
+    # 42 = 2 * 21: the upsampled 11 -> 22 cannot be concatenated with 21
+    expect_error("unet_strict 42x36 names Concat and dims", strict,
+                 {"image": np.zeros((1, 42, 36, 3), np.float32)}, ["Concat", "21", "22"])
+    compare("unet_strict after error", strict, strict_ref,
+            {"image": rng.standard_normal((2, 16, 20, 3)).astype(np.float32)})
+
+
+def test_datadep(models, rng):
+    """Data-dependent sizes: NonZero -> Gather, TopK with k from an input, Unique, Loop with a
+    trip count from data."""
+    path = os.path.join(models, "datadep.onnx")
+    sess, ref = kiln.Session(path), ort.InferenceSession(path)
+    for n, k, trips in [(9, 3, 4), (1, 1, 0), (30, 30, 7), (5, 2, 1), (0, 0, 2), (17, 5, 12)]:
+        feeds = {"x": rng.standard_normal(n).astype(np.float32), "k": np.array([k], np.int64),
+                 "trips": np.array(trips, np.int64)}
+        compare(f"datadep n={n} k={k} trips={trips}", sess, ref, feeds)
+    expect_error("datadep k > n", sess, {"x": np.ones(3, np.float32), "k": np.array([5], np.int64),
+                                         "trips": np.array(1, np.int64)}, ["TopK"])
+    compare("datadep after error", sess, ref, {"x": rng.standard_normal(6).astype(np.float32),
+                                               "k": np.array([2], np.int64), "trips": np.array(3, np.int64)})
 
 
 def test_mlp(models, rng):
     path = os.path.join(models, "mlp.onnx")
     sess, ref = kiln.Session(path), ort.InferenceSession(path)
-    for batch in [1, 64, 7, 1, 33]:
+    for batch in [1, 64, 7, 1, 33, 64]:
         compare(f"mlp batch={batch}", sess, ref, {"x": rng.standard_normal((batch, 32)).astype(np.float32)})
+    expect_error("mlp inner dim", sess, {"x": np.zeros((2, 31), np.float32)}, ["x", "dim 1 must be 32"])
 
 
 def main():
@@ -88,7 +147,7 @@ def main():
         print(__doc__, file=sys.stderr)
         return 2
     rng = np.random.default_rng(1234)
-    for test in (test_mlp, test_encoder, test_convnet):
+    for test in (test_mlp, test_datadep, test_convnet, test_decoder, test_encoder):
         try:
             test(sys.argv[1], rng)
         except Exception:  # a crash of one model test is a failure, the others still run
