@@ -180,6 +180,9 @@ typedef struct kiln_session_options {
      * running it then fails naming the first unsupported node. Default false: creation
      * fails with KILN_ERR_UNSUPPORTED. */
     bool allow_unsupported;
+    /* Memory plans kept, one per binding of the model's symbolic dims (LRU); a new binding
+     * beyond that evicts the least recently used. Default 16. */
+    int plan_cache_size;
 } kiln_session_options;
 
 kiln_session_options kiln_session_options_default(void);
@@ -222,6 +225,23 @@ int kiln_session_output_count(const kiln_session *s);
 /* Fills *info for input/output i; KILN_ERR_INVALID_ARG if i is out of range. */
 kiln_status kiln_session_input_info(const kiln_session *s, int i, kiln_io_info *info);
 kiln_status kiln_session_output_info(const kiln_session *s, int i, kiln_io_info *info);
+
+/* Counters of a session (totals since creation). Fields are only ever added at the end. */
+typedef struct kiln_session_stats {
+    int64_t compilations;      /* model compilations: 1 per session, whatever the shapes */
+    int64_t runs;              /* successful runs */
+    int64_t plan_cache_hits;   /* runs whose binding of the symbols already had a memory plan */
+    int64_t plan_cache_misses; /* runs that planned memory for a new binding */
+    int plan_cache_entries;    /* plans cached now (at most plan_cache_capacity) */
+    int plan_cache_capacity;
+    int64_t arena_peak_bytes;  /* largest arena of any run */
+    int64_t arena_last_bytes;  /* arena of the last run */
+    int64_t lower_bound_last_bytes; /* the last run's planner lower bound: peak of live bytes */
+    int64_t heap_fallbacks;    /* planned tensors that had to go to the heap (0 when shapes infer right) */
+} kiln_session_stats;
+
+/* Copies the session's counters into *out. Thread-safe. */
+kiln_status kiln_session_stats_get(const kiln_session *s, kiln_session_stats *out);
 
 /* Model facts, for tools. Strings are borrowed from the session. */
 int64_t kiln_session_ir_version(const kiln_session *s);

@@ -16,8 +16,8 @@
 
 static const char usage[] =
     "usage: kiln info MODEL [--json]\n"
-    "       kiln run MODEL [--input NAME=FILE.npy]... [--shape NAME=1x3xHxW]... [--seed N] [--output-dir DIR]\n"
-    "       kiln bench MODEL [--input NAME=FILE.npy]... [--shape NAME=DIMS]... [--seed N] [--warmup N] [--runs N] [--json]\n"
+    "       kiln run MODEL [--input NAME=FILE.npy]... [--shape NAME=1x3xHxW]... [--seed N] [--output-dir DIR] [--stats]\n"
+    "       kiln bench MODEL [--input NAME=FILE.npy]... [--shape NAME=DIMS]... [--seed N] [--warmup N] [--runs N] [--json] [--stats]\n"
     "       kiln --version\n"
     "A --shape repeated for one input runs the model once per shape, in one session.\n";
 
@@ -238,7 +238,7 @@ typedef struct run_args {
     uint64_t seed;
     const char *out_dir;
     int warmup, runs;
-    bool json;
+    bool json, stats;
 } run_args;
 
 static int parse_dims(const char *s, int64_t *dims, int *rank)
@@ -279,6 +279,8 @@ static int parse_run_args(int argc, char **argv, bool bench, run_args *a)
             }
         } else if (!strcmp(opt, "--seed") && has_val) {
             a->seed = strtoull(argv[++i], NULL, 10);
+        } else if (!strcmp(opt, "--stats")) {
+            a->stats = true;
         } else if (!bench && !strcmp(opt, "--output-dir") && has_val) {
             a->out_dir = argv[++i];
         } else if (bench && !strcmp(opt, "--warmup") && has_val) {
@@ -508,6 +510,16 @@ static int cmd_run(int argc, char **argv, bool bench)
         free(times);
         free_values(in, n_in);
         free_values(out, n_out);
+    }
+    if (!rc && a.stats) {
+        kiln_session_stats st;
+        kiln_session_stats_get(s, &st);
+        printf("stats: compilations %" PRId64 ", runs %" PRId64 ", plan cache hits %" PRId64 " misses %" PRId64
+               " (%d of %d cached), arena peak %" PRId64 " bytes, last arena %" PRId64 " bytes (lower bound %" PRId64
+               "), heap fallbacks %" PRId64 "\n",
+               st.compilations, st.runs, st.plan_cache_hits, st.plan_cache_misses, st.plan_cache_entries,
+               st.plan_cache_capacity, st.arena_peak_bytes, st.arena_last_bytes, st.lower_bound_last_bytes,
+               st.heap_fallbacks);
     }
 out:
     free_values(in, n_in);

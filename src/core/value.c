@@ -91,6 +91,14 @@ kiln_status kiln_tensor_new(kiln_dtype dt, int rank, const int64_t *dims, kiln_v
     return KILN_OK;
 }
 
+kiln_status kiln_value_view(kiln_dtype dt, int rank, const int64_t *dims, void *data, kiln_value **out,
+                            kiln_err *err)
+{
+    KILN_TRY(tensor_header(dt, rank, dims, out, err));
+    (*out)->data = (*out)->nbytes ? data : NULL;
+    return KILN_OK;
+}
+
 kiln_status kiln_tensor_new_like(const kiln_value *like, kiln_value **out, kiln_err *err)
 {
     return kiln_tensor_new(like->dtype, like->rank, like->dims, out, err);

@@ -32,7 +32,10 @@ kiln_status kiln_dims_numel(int rank, const int64_t *dims, int64_t *numel, kiln_
 /* New owned tensor, data zeroed (strings: empty). */
 kiln_status kiln_tensor_new(kiln_dtype dt, int rank, const int64_t *dims, kiln_value **out,
                             kiln_err *err);
-/* New owned scalar-like helpers for kernels */
+/* A tensor header over memory it does not own (an arena slot); data must outlive it. */
+kiln_status kiln_value_view(kiln_dtype dt, int rank, const int64_t *dims, void *data, kiln_value **out,
+                            kiln_err *err);
+/* New owned tensor with like's dtype and shape, data zeroed. */
 kiln_status kiln_tensor_new_like(const kiln_value *like, kiln_value **out, kiln_err *err);
 /* New empty sequence. */
 kiln_status kiln_sequence_new(kiln_dtype elem, kiln_value **out, kiln_err *err);

@@ -29,6 +29,7 @@ struct kiln_frame {
     const kiln_frame *parent;
     kiln_value **vals;            /* by value id */
     bool *owned;                  /* vals[i] is freed by the frame */
+    const kiln_arena_view *mem;   /* where planned tensors live, or NULL */
 };
 
 /* Runtime type of a value (constant dims). */

@@ -7,6 +7,14 @@
 
 typedef struct kiln_frame kiln_frame;
 
+/* The run's arena and the plan placing tensors in it, by value id of the graph. */
+typedef struct kiln_arena_view {
+    unsigned char *base;
+    const size_t *offset; /* SIZE_MAX: not planned, allocated on the heap */
+    const size_t *size;   /* planned bytes */
+    int64_t heap_fallbacks; /* tensors that did not fit their slot (counted, not expected) */
+} kiln_arena_view;
+
 
 /* Looks up every node's op (subgraphs included). Unsupported nodes keep op == NULL; the
  * first is reported in err with KILN_ERR_UNSUPPORTED when `strict`. */
@@ -18,8 +26,8 @@ kiln_status kiln_graph_infer(kiln_graph *g, kiln_err *note);
 
 /* Runs graph g. inputs[i] is bound to g->inputs[i] (NULL: use its initializer). On success
  * outputs[j] (j < g->n_outputs) receive owned values. parent gives outer-scope values for
- * subgraphs (NULL for the main graph). */
-kiln_status kiln_execute(const kiln_graph *g, const kiln_frame *parent, const kiln_value *const *inputs,
-                         kiln_value **outputs, kiln_err *err);
+ * subgraphs (NULL for the main graph). mem, when not NULL, places g's planned tensors. */
+kiln_status kiln_execute(const kiln_graph *g, const kiln_frame *parent, kiln_arena_view *mem,
+                         const kiln_value *const *inputs, kiln_value **outputs, kiln_err *err);
 
 #endif

@@ -72,8 +72,7 @@ kiln_status kiln_run_subgraph(kiln_run_ctx *c, const kiln_graph *g, int n_in, co
 {
     if (n_in != g->n_inputs)
         return kiln_run_fail(c, KILN_ERR_MODEL, "subgraph '%s' takes %d inputs, %d given", g->name, g->n_inputs, n_in);
-    kiln_status st = kiln_execute(g, c->frame, in, out, c->err);
-    return st;
+    return kiln_execute(g, c->frame, NULL, in, out, c->err);
 }
 
 /* ---- frames ---- */
@@ -99,6 +98,27 @@ static bool all_const(const kiln_type *t)
     for (int k = 0; k < t->rank; k++)
         if (!kiln_dim_is_const(t->dims[k])) return false;
     return true;
+}
+
+/* A zeroed output tensor: in the arena slot the plan gave the value when it fits, else on
+ * the heap. */
+static kiln_status alloc_output(kiln_frame *f, const kiln_ir_value *v, const kiln_type *t, const int64_t *dims,
+                                kiln_value **out, kiln_err *err)
+{
+    kiln_arena_view *mem = (kiln_arena_view *)f->mem;
+    if (!mem || !v || mem->offset[v->id] == SIZE_MAX || t->dtype == KILN_DTYPE_STRING)
+        return kiln_tensor_new(t->dtype, t->rank, dims, out, err);
+    kiln_value *x;
+    KILN_TRY(kiln_value_view(t->dtype, t->rank, dims, mem->base + mem->offset[v->id], &x, err));
+    if (x->nbytes > mem->size[v->id]) {
+        /* inference at run time disagrees with the compile-time size: never overrun */
+        kiln_value_free(x);
+        mem->heap_fallbacks++;
+        return kiln_tensor_new(t->dtype, t->rank, dims, out, err);
+    }
+    if (x->nbytes) memset(x->data, 0, x->nbytes);
+    *out = x;
+    return KILN_OK;
 }
 
 static kiln_status run_node(const kiln_node *n, kiln_frame *f, kiln_err *err)
@@ -140,7 +160,7 @@ static kiln_status run_node(const kiln_node *n, kiln_frame *f, kiln_err *err)
         if (!all_const(&out_type[i])) continue;
         int64_t dims[KILN_MAX_RANK];
         for (int k = 0; k < out_type[i].rank; k++) dims[k] = out_type[i].dims[k].c;
-        st = kiln_tensor_new(out_type[i].dtype, out_type[i].rank, dims, &out[i], err);
+        st = alloc_output(f, n->out[i], &out_type[i], dims, &out[i], err);
         if (st) {
             kiln_err_prefix(err, "node '%s' (%s): output %d", n->name, n->op_type, i);
             goto fail;
@@ -172,10 +192,10 @@ fail:
     return st;
 }
 
-kiln_status kiln_execute(const kiln_graph *g, const kiln_frame *parent, const kiln_value *const *inputs,
-                         kiln_value **outputs, kiln_err *err)
+kiln_status kiln_execute(const kiln_graph *g, const kiln_frame *parent, kiln_arena_view *mem,
+                         const kiln_value *const *inputs, kiln_value **outputs, kiln_err *err)
 {
-    kiln_frame f = {.g = g, .parent = parent};
+    kiln_frame f = {.g = g, .parent = parent, .mem = mem};
     f.vals = calloc((size_t)g->n_values + 1, sizeof *f.vals);
     f.owned = calloc((size_t)g->n_values + 1, sizeof *f.owned);
     for (int j = 0; j < g->n_outputs; j++) outputs[j] = NULL;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "exec/ctx.h"
+#include "exec/plan.h"
 #include "onnx/load.h"
 
 struct kiln_session {
@@ -17,6 +18,11 @@ struct kiln_session {
     int n_in, n_out;
     kiln_ir_value **in_vals;
     kiln_io_info *in_info, *out_info;
+    /* memory planning of the main graph */
+    kiln_memprog memprog;
+    kiln_plan_cache plans;
+    pthread_mutex_t stats_lock;
+    kiln_session_stats stats;
 };
 
 const char *kiln_version(void) { return "0.1.0"; }
@@ -26,6 +32,7 @@ kiln_session_options kiln_session_options_default(void)
     kiln_session_options o;
     memset(&o, 0, sizeof o);
     o.provider = KILN_PROVIDER_CPU;
+    o.plan_cache_size = 16;
     return o;
 }
 
@@ -102,6 +109,8 @@ static kiln_status compile(kiln_session *s, kiln_err *err)
     }
     for (int j = 0; j < g->n_outputs; j++) KILN_TRY(fill_info(s, g->outputs[j], &s->out_info[j], err));
     s->n_out = g->n_outputs;
+    KILN_TRY(kiln_memprog_build(g, &s->memprog, err));
+    s->stats.compilations = 1;
     return KILN_OK;
 }
 
@@ -111,7 +120,9 @@ static kiln_status session_new(const kiln_session_options *opt, kiln_session **o
     *out = s;
     if (!s) return KILN_ERR_NOMEM;
     pthread_mutex_init(&s->err_lock, NULL);
+    pthread_mutex_init(&s->stats_lock, NULL);
     s->opt = opt ? *opt : kiln_session_options_default();
+    kiln_plan_cache_init(&s->plans, s->opt.plan_cache_size > 0 ? s->opt.plan_cache_size : 16);
     return KILN_OK;
 }
 
@@ -150,7 +161,10 @@ void kiln_session_free(kiln_session *s)
 {
     if (!s) return;
     kiln_model_free(s->model);
+    kiln_memprog_release(&s->memprog);
+    kiln_plan_cache_release(&s->plans);
     pthread_mutex_destroy(&s->err_lock);
+    pthread_mutex_destroy(&s->stats_lock);
     free(s);
 }
 
@@ -218,6 +232,8 @@ kiln_status kiln_session_run(kiln_session *s, int n_in, const char *const *in_na
     if (!s) return KILN_ERR_INVALID_ARG;
     kiln_err err = {0};
     kiln_status st = KILN_OK;
+    kiln_plan *plan = NULL;
+    void *arena = NULL;
     for (int j = 0; outputs && j < n_out; j++) outputs[j] = NULL;
     if (!s->model) return set_error(s, &(kiln_err){KILN_ERR_INVALID_ARG, "session failed to load"});
     const kiln_graph *g = s->model->graph;
@@ -273,8 +289,23 @@ kiln_status kiln_session_run(kiln_session *s, int n_in, const char *const *in_na
             goto out;
         }
     }
-    st = kiln_execute(g, NULL, bound, all_out, &err);
+    st = kiln_plan_cache_get(&s->plans, &s->memprog, syms, n_syms, &plan, &err);
     if (st) goto out;
+    arena = plan->peak ? aligned_alloc(KILN_ARENA_ALIGN, plan->peak) : NULL;
+    if (plan->peak && !arena) {
+        st = kiln_errf(&err, KILN_ERR_NOMEM, "out of memory allocating a %zu-byte arena", plan->peak);
+        goto out;
+    }
+    kiln_arena_view mem = {.base = arena, .offset = plan->offset, .size = plan->size};
+    st = kiln_execute(g, NULL, &mem, bound, all_out, &err);
+    if (st) goto out;
+    pthread_mutex_lock(&s->stats_lock);
+    s->stats.runs++;
+    s->stats.arena_last_bytes = (int64_t)plan->peak;
+    s->stats.lower_bound_last_bytes = (int64_t)plan->lower_bound;
+    if ((int64_t)plan->peak > s->stats.arena_peak_bytes) s->stats.arena_peak_bytes = (int64_t)plan->peak;
+    s->stats.heap_fallbacks += mem.heap_fallbacks;
+    pthread_mutex_unlock(&s->stats_lock);
     for (int j = 0; j < n_out; j++) {
         int k = out_idx[j];
         if (all_out[k]) {
@@ -288,6 +319,8 @@ kiln_status kiln_session_run(kiln_session *s, int n_in, const char *const *in_na
         }
     }
 out:
+    free(arena);
+    kiln_plan_cache_put(&s->plans, plan);
     if (all_out)
         for (int k = 0; k < g->n_outputs; k++) kiln_value_free(all_out[k]);
     if (st)
@@ -301,6 +334,22 @@ out:
     free(out_idx);
     free(all_out);
     return st ? set_error(s, &err) : KILN_OK;
+}
+
+kiln_status kiln_session_stats_get(const kiln_session *s, kiln_session_stats *out)
+{
+    if (!s || !out) return KILN_ERR_INVALID_ARG;
+    kiln_session *m = (kiln_session *)s;
+    pthread_mutex_lock(&m->stats_lock);
+    *out = s->stats;
+    pthread_mutex_unlock(&m->stats_lock);
+    pthread_mutex_lock(&m->plans.lock);
+    out->plan_cache_hits = s->plans.hits;
+    out->plan_cache_misses = s->plans.misses;
+    out->plan_cache_entries = s->plans.count;
+    out->plan_cache_capacity = s->plans.capacity;
+    pthread_mutex_unlock(&m->plans.lock);
+    return KILN_OK;
 }
 
 /* ---- model facts ---- */

@@ -9,7 +9,7 @@
 #include "ops/util.h"
 
 /* Kernel sizes for inference: the kernel_shape attribute (checked against W) or W's dims;
- * false when neither is known. */
+ * *known is false when neither is available. */
 static kiln_status infer_kernel(kiln_infer_ctx *c, const kiln_type *w, int nsp, kiln_dim *k, bool *known)
 {
     int nk;
@@ -122,7 +122,7 @@ static void conv_f64(const nn_geom *g, int64_t group, const int64_t *xd, const i
     int nsp = g->nsp;
     int64_t N = xd[0], C = xd[1], M = wd[0], Cg = wd[1], Mg = M / group;
     int64_t in_sz = nn_prod(nsp, xd + 2), k_sz = nn_prod(nsp, wd + 2), out_sz = nn_prod(nsp, od + 2);
-    int64_t o[KILN_MAX_RANK] = {0}, q[KILN_MAX_RANK];
+    int64_t o[KILN_MAX_RANK] = {0}, q[KILN_MAX_RANK] = {0}; /* both wrap back to zeros after a full sweep */
     for (int64_t n = 0; n < N; n++)
         for (int64_t m = 0; m < M; m++) {
             const double *wm = w + m * Cg * k_sz;
@@ -130,7 +130,6 @@ static void conv_f64(const nn_geom *g, int64_t group, const int64_t *xd, const i
             double *ym = y + (n * M + m) * out_sz;
             for (int64_t op = 0; op < out_sz; op++, nn_index_next(nsp, od + 2, o)) {
                 double acc = b ? b[m] : 0;
-                memset(q, 0, sizeof q);
                 for (int64_t kp = 0; kp < k_sz; kp++, nn_index_next(nsp, wd + 2, q)) {
                     int64_t off = 0;
                     bool inside = true;

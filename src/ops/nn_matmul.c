@@ -109,14 +109,16 @@ static int64_t b_param_index(const kiln_value *B, int64_t e, int64_t len)
     return ((e / (KN ? KN : 1)) * N + e % N) % len;
 }
 
-/* Operand v minus its zero point zp as exact int64 (a_side: per-row indexing, else per column). */
-static int64_t *load_minus_zp(const kiln_value *v, const kiln_value *zp, bool a_side)
+/* Operand v minus its zero point zp (a_side: per-row indexing, else per column), as exact
+ * int64 or as double (is_int false: float8 operands). */
+static void *load_minus_zp(const kiln_value *v, const kiln_value *zp, bool a_side, bool is_int)
 {
-    int64_t *p = nn_load_i64(v);
+    void *p = nn_load_num(v, is_int);
     if (!p || !zp || !zp->numel) return p;
     for (int64_t e = 0; e < v->numel; e++) {
         int64_t k = a_side ? a_param_index(v, e, zp->numel) : b_param_index(v, e, zp->numel);
-        p[e] -= kiln_load_i64(zp->dtype, zp->data, k);
+        if (is_int) ((int64_t *)p)[e] -= kiln_load_i64(zp->dtype, zp->data, k);
+        else ((double *)p)[e] -= kiln_load_f64(zp->dtype, zp->data, k);
     }
     return p;
 }
@@ -141,20 +143,21 @@ kiln_status nn_matmul_integer_infer(kiln_infer_ctx *c)
     return matmul_shape(c, 0, 1, KILN_DTYPE_INT32);
 }
 
-/* Exact integer product of (A - a_zp) and (B - b_zp) into a new int64 buffer *y. */
-static kiln_status integer_product(kiln_run_ctx *c, const kiln_value *A, const kiln_value *azp,
-                                   const kiln_value *B, const kiln_value *bzp, int64_t n_out, int64_t **y)
+/* Product of (A - a_zp) and (B - b_zp) into a new buffer *y: exact int64, or double when
+ * is_int is false. */
+static kiln_status zp_product(kiln_run_ctx *c, const kiln_value *A, const kiln_value *azp, const kiln_value *B,
+                              const kiln_value *bzp, int64_t n_out, bool is_int, void **y)
 {
     KILN_TRY(check_param(c, azp, A, true, "a_zero_point"));
     KILN_TRY(check_param(c, bzp, B, false, "b_zero_point"));
-    int64_t *a = load_minus_zp(A, azp, true), *b = load_minus_zp(B, bzp, false);
+    void *a = load_minus_zp(A, azp, true, is_int), *b = load_minus_zp(B, bzp, false, is_int);
     *y = buf_new(n_out);
     kiln_status st = KILN_OK;
     if (!a || !b || !*y) {
         free(*y), *y = NULL;
         st = kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory");
     } else {
-        matmul_exec(A, B, a, b, *y, true);
+        matmul_exec(A, B, a, b, *y, is_int);
     }
     free(a), free(b);
     return st;
@@ -163,22 +166,24 @@ static kiln_status integer_product(kiln_run_ctx *c, const kiln_value *A, const k
 kiln_status nn_matmul_integer_run(kiln_run_ctx *c)
 {
     kiln_value *Y = kiln_run_out(c, 0);
-    int64_t *y;
-    KILN_TRY(integer_product(c, kiln_run_in(c, 0), kiln_run_in(c, 2), kiln_run_in(c, 1), kiln_run_in(c, 3),
-                             Y->numel, &y));
+    void *y;
+    KILN_TRY(zp_product(c, kiln_run_in(c, 0), kiln_run_in(c, 2), kiln_run_in(c, 1), kiln_run_in(c, 3), Y->numel,
+                        true, &y));
     nn_store_all_i64(Y, y);
     free(y);
     return KILN_OK;
 }
 
-/* QLinearMatMul inputs: a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point. */
+/* QLinearMatMul inputs: a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point.
+ * a, b, y are int8/uint8 or (opset 21) 8-bit floats. */
 kiln_status nn_qlinear_matmul_infer(kiln_infer_ctx *c)
 {
     const kiln_type *yzp = kiln_infer_in(c, 7);
     if (!yzp) return kiln_infer_fail(c, KILN_ERR_MODEL, "needs input y_zero_point");
-    if (yzp->dtype != KILN_DTYPE_UINT8 && yzp->dtype != KILN_DTYPE_INT8)
-        return kiln_infer_fail(c, KILN_ERR_UNSUPPORTED, "only int8/uint8 outputs are supported");
-    return matmul_shape(c, 0, 3, yzp->dtype);
+    kiln_dtype dt = yzp->dtype;
+    if (dt != KILN_DTYPE_UINT8 && dt != KILN_DTYPE_INT8 && !kiln_dtype_is_lowp_float(dt))
+        return kiln_infer_fail(c, KILN_ERR_UNSUPPORTED, "y_zero_point must be int8, uint8 or an 8-bit float");
+    return matmul_shape(c, 0, 3, dt);
 }
 
 kiln_status nn_qlinear_matmul_run(kiln_run_ctx *c)
@@ -191,17 +196,19 @@ kiln_status nn_qlinear_matmul_run(kiln_run_ctx *c)
         return kiln_run_fail(c, KILN_ERR_SHAPE, "needs scales; y_scale and y_zero_point must be scalars");
     KILN_TRY(check_param(c, as, A, true, "a_scale"));
     KILN_TRY(check_param(c, bs, B, false, "b_scale"));
-    int64_t *y;
-    KILN_TRY(integer_product(c, A, kiln_run_in(c, 2), B, kiln_run_in(c, 5), Y->numel, &y));
+    bool is_int = kiln_dtype_is_int(A->dtype) && kiln_dtype_is_int(B->dtype);
+    void *y;
+    KILN_TRY(zp_product(c, A, kiln_run_in(c, 2), B, kiln_run_in(c, 5), Y->numel, is_int, &y));
     /* output element (batch, i, j) uses a's scale for row i and b's for column j */
     int64_t M = A->rank >= 2 ? A->dims[A->rank - 2] : 1, N = B->rank >= 2 ? B->dims[B->rank - 1] : 1;
     double ysv = nn_param_f64(ys, 0);
-    int64_t z = nn_param_i64(yzp, 0);
     for (int64_t e = 0; e < Y->numel; e++) {
         int64_t ai = (e / N) % as->numel, bi = ((e / (M * N)) * N + e % N) % bs->numel;
-        nn_store_quantized(
-            Y, e, (double)y[e] * nn_requant_scale(as->dtype, nn_param_f64(as, ai), nn_param_f64(bs, bi), ysv),
-            z);
+        double acc = is_int ? (double)((int64_t *)y)[e] : ((double *)y)[e];
+        double v = acc * nn_requant_scale(as->dtype, nn_param_f64(as, ai), nn_param_f64(bs, bi), ysv);
+        /* 8-bit float outputs take the value plus zero point, rounded and saturated by the store */
+        if (kiln_dtype_is_lowp_float(Y->dtype)) kiln_store_f64(Y->dtype, Y->data, e, v + nn_param_f64(yzp, 0));
+        else nn_store_quantized(Y, e, v, nn_param_i64(yzp, 0));
     }
     free(y);
     return KILN_OK;

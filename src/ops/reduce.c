@@ -317,7 +317,8 @@ static kiln_status cum_infer(kiln_infer_ctx *c)
     int axis;
     if (!x || !kiln_infer_in(c, 1)) return kiln_infer_fail(c, KILN_ERR_MODEL, "needs inputs x and axis");
     if (a && x->rank >= 0 && !cum_axis(a, x->rank, &axis))
-        return kiln_infer_fail(c, KILN_ERR_MODEL, "axis must be one integer in range for input of rank %d", x->rank);
+        return kiln_infer_fail(c, KILN_ERR_MODEL, "axis must be one integer in range for input of rank %d",
+                               x->rank);
     return kiln_infer_same_as_input(c, 0, 0);
 }
 

@@ -18,8 +18,8 @@ static kiln_status loss_infer(kiln_infer_ctx *c)
     if (x->rank >= 0 && x->rank < 2)
         return kiln_infer_fail(c, KILN_ERR_SHAPE, "input must have rank >= 2 ([N, C, ...]), has rank %d", x->rank);
     if (x->rank >= 0 && t->rank >= 0 && t->rank != x->rank - 1)
-        return kiln_infer_fail(c, KILN_ERR_SHAPE, "target has rank %d, input has rank %d (needs one less)", t->rank,
-                               x->rank);
+        return kiln_infer_fail(c, KILN_ERR_SHAPE, "target has rank %d, input has rank %d (needs one less)",
+                               t->rank, x->rank);
     if (kiln_infer_has_out(c, 1)) KILN_TRY(kiln_infer_same_as_input(c, 1, 0));
     if (strcmp(red, "none")) return kiln_infer_set_out(c, 0, x->dtype, 0, NULL);
     if (x->rank < 0) return kiln_infer_set_out_unknown(c, 0, x->dtype);
@@ -27,7 +27,8 @@ static kiln_status loss_infer(kiln_infer_ctx *c)
     dims[0] = x->dims[0];
     for (int k = 2; k < x->rank; k++) {
         dims[k - 1] = x->dims[k];
-        if (t->rank >= 0) KILN_TRY(kiln_infer_require_equal(c, x->dims[k], t->dims[k - 1], "input and target dims"));
+        if (t->rank >= 0)
+            KILN_TRY(kiln_infer_require_equal(c, x->dims[k], t->dims[k - 1], "input and target dims"));
     }
     if (t->rank >= 0) KILN_TRY(kiln_infer_require_equal(c, x->dims[0], t->dims[0], "input and target batch dims"));
     return kiln_infer_set_out(c, 0, x->dtype, x->rank - 1, dims);

@@ -86,7 +86,8 @@ static kiln_status trailing_norm_infer(kiln_infer_ctx *c, bool with_stats)
     int64_t a = kiln_attr_int(n, "axis", -1);
     int axis;
     if (!kiln_axis_norm(a, x->rank, &axis))
-        return kiln_infer_fail(c, KILN_ERR_MODEL, "axis %lld out of range for X of rank %d", (long long)a, x->rank);
+        return kiln_infer_fail(c, KILN_ERR_MODEL, "axis %lld out of range for X of rank %d", (long long)a,
+                               x->rank);
     kiln_dim dims[KILN_MAX_RANK];
     for (int k = 0; k < x->rank; k++) dims[k] = k < axis ? x->dims[k] : kiln_dim_const(1);
     KILN_TRY(kiln_infer_set_out(c, 1, sdt, x->rank, dims));
@@ -204,7 +205,8 @@ kiln_status kiln_batchnorm_infer(kiln_infer_ctx *c)
 {
     const kiln_type *x = kiln_infer_in(c, 0);
     for (int i = 0; i < 5; i++)
-        if (!kiln_infer_in(c, i)) return kiln_infer_fail(c, KILN_ERR_MODEL, "needs 5 inputs, input %d is missing", i);
+        if (!kiln_infer_in(c, i))
+            return kiln_infer_fail(c, KILN_ERR_MODEL, "needs 5 inputs, input %d is missing", i);
     if (x->rank >= 0 && x->rank < 2)
         return kiln_infer_fail(c, KILN_ERR_SHAPE, "X must have rank >= 2 ([N, C, ...]), has rank %d", x->rank);
     KILN_TRY(kiln_infer_same_as_input(c, 0, 0));

@@ -37,7 +37,8 @@ void kiln_shape_in_vec(const kiln_shape_side *s, int i, kiln_shape_vec *v)
     const kiln_value *x = kiln_run_in(s->rc, i);
     if (!x) return;
     v->present = true;
-    if (x->kind != KILN_VALUE_TENSOR || x->rank > 1 || !kiln_dtype_is_int(x->dtype) || x->numel > KILN_SHAPE_VEC_MAX)
+    if (x->kind != KILN_VALUE_TENSOR || x->rank > 1 || !kiln_dtype_is_int(x->dtype) ||
+        x->numel > KILN_SHAPE_VEC_MAX)
         return;
     for (int64_t k = 0; k < x->numel; k++) v->v[k] = kiln_dim_const(kiln_load_i64(x->dtype, x->data, k));
     v->n = (int)x->numel;
@@ -129,10 +130,11 @@ kiln_status kiln_shape_set_out(kiln_infer_ctx *c, int i, kiln_dtype dt, int rank
     for (int k = 0; k < rank; k++) {
         if (!kiln_dim_is_unknown(dims[k])) continue;
         if (!kiln_infer_dims(c))
-            return kiln_infer_fail(c, KILN_ERR_SHAPE,
-                                   "output %d: dim %d cannot be computed (an argument is not an integer vector of at "
-                                   "most %d entries, or int64 overflows)",
-                                   i, k, KILN_SHAPE_VEC_MAX);
+            return kiln_infer_fail(
+                c, KILN_ERR_SHAPE,
+                "output %d: dim %d cannot be computed (an argument is not an integer vector of at "
+                "most %d entries, or int64 overflows)",
+                i, k, KILN_SHAPE_VEC_MAX);
         dims[k] = kiln_infer_fresh(c, "dim");
     }
     return kiln_infer_set_out(c, i, dt, rank, dims);
@@ -141,7 +143,8 @@ kiln_status kiln_shape_set_out(kiln_infer_ctx *c, int i, kiln_dtype dt, int rank
 kiln_status kiln_shape_set_out_fresh(kiln_infer_ctx *c, int i, kiln_dtype dt, int rank)
 {
     if (!kiln_infer_dims(c))
-        return kiln_infer_fail(c, KILN_ERR_SHAPE, "an argument is not an integer vector of at most %d entries",
+        return kiln_infer_fail(c, KILN_ERR_SHAPE,
+                               "an argument is not an integer vector of at most %d entries",
                                KILN_SHAPE_VEC_MAX);
     if (rank < 0 || rank > KILN_MAX_RANK) return kiln_infer_set_out_unknown(c, i, dt);
     kiln_dim dims[KILN_MAX_RANK];
@@ -160,13 +163,16 @@ kiln_status kiln_shape_set_out_vec(kiln_infer_ctx *c, int i, kiln_dtype dt, int 
 
 /* ---- element copies ---- */
 
-kiln_status kiln_shape_copy(kiln_run_ctx *c, kiln_value *y, int64_t yi, const kiln_value *x, int64_t xi, int64_t n)
+kiln_status kiln_shape_copy(kiln_run_ctx *c, kiln_value *y, int64_t yi, const kiln_value *x, int64_t xi,
+                            int64_t n)
 {
     if (n <= 0) return KILN_OK;
     if (x->dtype == KILN_DTYPE_STRING) {
         const char *const *s = x->data;
-        for (int64_t k = 0; k < n; k++)
-            KILN_TRY(kiln_tensor_set_string(y, yi + k, s[xi + k], strlen(s[xi + k]), kiln_run_err(c)));
+        for (int64_t k = 0; k < n; k++) {
+            const char *v = s[xi + k] ? s[xi + k] : "";
+            KILN_TRY(kiln_tensor_set_string(y, yi + k, v, strlen(v), kiln_run_err(c)));
+        }
         return KILN_OK;
     }
     size_t es = kiln_dtype_size(x->dtype);
@@ -174,8 +180,9 @@ kiln_status kiln_shape_copy(kiln_run_ctx *c, kiln_value *y, int64_t yi, const ki
     return KILN_OK;
 }
 
-kiln_status kiln_shape_copy_view(kiln_run_ctx *c, kiln_value *y, int64_t yo, const int64_t *ys, const kiln_value *x,
-                                 int64_t xo, const int64_t *xs, int rank, const int64_t *dims)
+kiln_status kiln_shape_copy_view(kiln_run_ctx *c, kiln_value *y, int64_t yo, const int64_t *ys,
+                                 const kiln_value *x, int64_t xo, const int64_t *xs, int rank,
+                                 const int64_t *dims)
 {
     for (int k = 0; k < rank; k++)
         if (dims[k] == 0) return KILN_OK;
@@ -225,8 +232,10 @@ static kiln_status set_out_keep_content(kiln_infer_ctx *c, int rank, kiln_dim *d
 static void axes_arg(kiln_infer_ctx *c, int input_since, int in, kiln_shape_vec *axes)
 {
     kiln_shape_side s = {.ic = c};
-    if (kiln_infer_opset(c) < input_since) kiln_shape_attr_vec(kiln_infer_node(c), "axes", axes);
-    else kiln_shape_in_vec(&s, in, axes);
+    if (kiln_infer_opset(c) < input_since)
+        kiln_shape_attr_vec(kiln_infer_node(c), "axes", axes);
+    else
+        kiln_shape_in_vec(&s, in, axes);
 }
 
 int kiln_shape_static_len(kiln_infer_ctx *c, int in)
@@ -242,9 +251,10 @@ static kiln_status norm_axes(kiln_infer_ctx *c, const kiln_shape_vec *axes, int 
     bool seen[KILN_MAX_RANK] = {false};
     for (int k = 0; k < axes->n; k++) {
         if (!kiln_dim_is_const(axes->v[k]) || !kiln_axis_norm(axes->v[k].c, rank, &out[k]))
-            return kiln_infer_fail(c, KILN_ERR_MODEL, "axis %lld out of range for rank %d", (long long)axes->v[k].c,
-                                   rank);
-        if (seen[out[k]]) return kiln_infer_fail(c, KILN_ERR_MODEL, "axis %lld repeated", (long long)axes->v[k].c);
+            return kiln_infer_fail(c, KILN_ERR_MODEL, "axis %lld out of range for rank %d",
+                                   (long long)axes->v[k].c, rank);
+        if (seen[out[k]])
+            return kiln_infer_fail(c, KILN_ERR_MODEL, "axis %lld repeated", (long long)axes->v[k].c);
         seen[out[k]] = true;
     }
     return KILN_OK;
@@ -296,7 +306,9 @@ static kiln_status reshape_rest(kiln_infer_ctx *c, const kiln_type *x, int n, co
                 break;
             }
     if (kn.k == 0) {
-        if (!t) return kiln_infer_fail(c, KILN_ERR_SHAPE, "cannot infer the -1 dim: the other dims have product 0");
+        if (!t)
+            return kiln_infer_fail(c, KILN_ERR_SHAPE,
+                                   "cannot infer the -1 dim: the other dims have product 0");
         *out = kiln_dim_unknown();
         return KILN_OK;
     }
@@ -304,7 +316,8 @@ static kiln_status reshape_rest(kiln_infer_ctx *c, const kiln_type *x, int n, co
         return kiln_infer_fail(c, KILN_ERR_SHAPE, "cannot reshape %lld elements: not a multiple of %lld",
                                (long long)tot.k, (long long)kn.k);
     kiln_dim num = kiln_shape_prod(t, tot.n, tot.f), den = kiln_shape_prod(t, kn.n, kn.f);
-    if (tot.k % kn.k == 0) num = kiln_dim_mul(t, num, kiln_dim_const(tot.k / kn.k));
+    if (tot.k % kn.k == 0)
+        num = kiln_dim_mul(t, num, kiln_dim_const(tot.k / kn.k));
     else {
         num = kiln_dim_mul(t, num, kiln_dim_const(tot.k));
         den = kiln_dim_mul(t, den, kiln_dim_const(kn.k));
@@ -319,8 +332,10 @@ static kiln_status reshape_infer(kiln_infer_ctx *c)
     const kiln_type *x = kiln_infer_in(c, 0);
     kiln_shape_side s = {.ic = c};
     kiln_shape_vec shape;
-    if (kiln_infer_opset(c) < 5) kiln_shape_attr_vec(node, "shape", &shape);
-    else kiln_shape_in_vec(&s, 1, &shape);
+    if (kiln_infer_opset(c) < 5)
+        kiln_shape_attr_vec(node, "shape", &shape);
+    else
+        kiln_shape_in_vec(&s, 1, &shape);
     if (!shape.present) return kiln_infer_fail(c, KILN_ERR_MODEL, "the target shape is missing");
     if (!shape.known) return kiln_shape_set_out_fresh(c, 0, x->dtype, kiln_shape_static_len(c, 1));
     if (shape.n > KILN_MAX_RANK)
@@ -333,7 +348,8 @@ static kiln_status reshape_infer(kiln_infer_ctx *c)
         kiln_dim d = shape.v[k];
         dims[k] = d;
         if (!kiln_dim_is_const(d)) continue;
-        if (d.c < -1) return kiln_infer_fail(c, KILN_ERR_MODEL, "target shape entry %d is %lld", k, (long long)d.c);
+        if (d.c < -1)
+            return kiln_infer_fail(c, KILN_ERR_MODEL, "target shape entry %d is %lld", k, (long long)d.c);
         if (d.c == -1) {
             if (neg >= 0) return kiln_infer_fail(c, KILN_ERR_MODEL, "target shape has more than one -1");
             neg = k;
@@ -341,20 +357,21 @@ static kiln_status reshape_infer(kiln_infer_ctx *c)
             zero = true;
         } else if (d.c == 0) {
             if (k >= x->rank)
-                return kiln_infer_fail(c, KILN_ERR_SHAPE, "target entry %d is 0 (copy) but the input has rank %d", k,
-                                       x->rank);
+                return kiln_infer_fail(c, KILN_ERR_SHAPE,
+                                       "target entry %d is 0 (copy) but the input has rank %d", k, x->rank);
             dims[k] = x->dims[k];
         }
     }
-    if (zero && neg >= 0) return kiln_infer_fail(c, KILN_ERR_MODEL, "allowzero with both 0 and -1 in the target");
+    if (zero && neg >= 0)
+        return kiln_infer_fail(c, KILN_ERR_MODEL, "allowzero with both 0 and -1 in the target");
     if (neg >= 0) {
         KILN_TRY(reshape_rest(c, x, shape.n, dims, neg, &dims[neg]));
     } else {
         kiln_dim a = kiln_shape_prod(kiln_infer_dims(c), x->rank, x->dims);
         kiln_dim b = kiln_shape_prod(kiln_infer_dims(c), shape.n, dims);
         if (kiln_dim_is_const(a) && kiln_dim_is_const(b) && a.c != b.c)
-            return kiln_infer_fail(c, KILN_ERR_SHAPE, "cannot reshape %lld elements into %lld", (long long)a.c,
-                                   (long long)b.c);
+            return kiln_infer_fail(c, KILN_ERR_SHAPE, "cannot reshape %lld elements into %lld",
+                                   (long long)a.c, (long long)b.c);
     }
     return set_out_keep_content(c, shape.n, dims);
 }
@@ -368,7 +385,8 @@ static kiln_status flatten_infer(kiln_infer_ctx *c)
     int64_t axis = kiln_attr_int(kiln_infer_node(c), "axis", 1);
     if (axis < 0 && kiln_infer_opset(c) >= 11) axis += x->rank;
     if (axis < 0 || axis > x->rank)
-        return kiln_infer_fail(c, KILN_ERR_MODEL, "axis %lld out of range for rank %d", (long long)axis, x->rank);
+        return kiln_infer_fail(c, KILN_ERR_MODEL, "axis %lld out of range for rank %d", (long long)axis,
+                               x->rank);
     kiln_dim dims[2] = {kiln_shape_prod(t, (int)axis, x->dims),
                         kiln_shape_prod(t, x->rank - (int)axis, x->dims + axis)};
     return set_out_keep_content(c, 2, dims);
@@ -388,12 +406,14 @@ static kiln_status squeeze_infer(kiln_infer_ctx *c)
     }
     if (axes.present) {
         int ax[KILN_SHAPE_VEC_MAX];
-        if (axes.n > x->rank) return kiln_infer_fail(c, KILN_ERR_MODEL, "%d axes for rank %d", axes.n, x->rank);
+        if (axes.n > x->rank)
+            return kiln_infer_fail(c, KILN_ERR_MODEL, "%d axes for rank %d", axes.n, x->rank);
         KILN_TRY(norm_axes(c, &axes, x->rank, ax));
         for (int k = 0; k < axes.n; k++) {
             kiln_dim d = x->dims[ax[k]];
             if (kiln_dim_is_const(d) && d.c != 1)
-                return kiln_infer_fail(c, KILN_ERR_SHAPE, "cannot squeeze axis %d of size %lld", ax[k], (long long)d.c);
+                return kiln_infer_fail(c, KILN_ERR_SHAPE, "cannot squeeze axis %d of size %lld", ax[k],
+                                       (long long)d.c);
             drop[ax[k]] = true;
         }
     } else {
@@ -421,7 +441,8 @@ static kiln_status unsqueeze_infer(kiln_infer_ctx *c)
         return kiln_shape_set_out_fresh(c, 0, x->dtype, n < 0 ? -1 : x->rank + n);
     }
     int r = x->rank + axes.n;
-    if (r > KILN_MAX_RANK) return kiln_infer_fail(c, KILN_ERR_UNSUPPORTED, "output rank %d exceeds %d", r, KILN_MAX_RANK);
+    if (r > KILN_MAX_RANK)
+        return kiln_infer_fail(c, KILN_ERR_UNSUPPORTED, "output rank %d exceeds %d", r, KILN_MAX_RANK);
     int ax[KILN_SHAPE_VEC_MAX];
     KILN_TRY(norm_axes(c, &axes, r, ax));
     bool ins[KILN_MAX_RANK] = {false};
@@ -480,8 +501,6 @@ static kiln_status size_run(kiln_run_ctx *c)
     return KILN_OK;
 }
 
-#define OP(type, name) {"", type, 1, kiln_shape_##name##_infer, kiln_shape_##name##_run}
-
 static const kiln_op_def defs[] = {
     {"", "Reshape", 1, reshape_infer, kiln_shape_copy_run},
     {"", "Flatten", 1, flatten_infer, kiln_shape_copy_run},
@@ -489,20 +508,20 @@ static const kiln_op_def defs[] = {
     {"", "Unsqueeze", 1, unsqueeze_infer, kiln_shape_copy_run},
     {"", "Shape", 1, shape_infer, shape_run},
     {"", "Size", 1, size_infer, size_run},
-    OP("Transpose", transpose),
-    OP("Concat", concat),
-    OP("Split", split),
-    OP("Slice", slice),
-    OP("Expand", expand),
-    OP("Tile", tile),
-    OP("DepthToSpace", depth_to_space),
-    OP("SpaceToDepth", space_to_depth),
-    OP("Pad", pad),
-    OP("CenterCropPad", center_crop_pad),
-    OP("ConstantOfShape", constant_of_shape),
-    OP("Range", range),
-    OP("Trilu", trilu),
-    OP("EyeLike", eye_like),
+    {"", "Transpose", 1, kiln_shape_transpose_infer, kiln_shape_transpose_run},
+    {"", "Concat", 1, kiln_shape_concat_infer, kiln_shape_concat_run},
+    {"", "Split", 1, kiln_shape_split_infer, kiln_shape_split_run},
+    {"", "Slice", 1, kiln_shape_slice_infer, kiln_shape_slice_run},
+    {"", "Expand", 1, kiln_shape_expand_infer, kiln_shape_expand_run},
+    {"", "Tile", 1, kiln_shape_tile_infer, kiln_shape_tile_run},
+    {"", "DepthToSpace", 1, kiln_shape_depth_to_space_infer, kiln_shape_depth_to_space_run},
+    {"", "SpaceToDepth", 1, kiln_shape_space_to_depth_infer, kiln_shape_space_to_depth_run},
+    {"", "Pad", 1, kiln_shape_pad_infer, kiln_shape_pad_run},
+    {"", "CenterCropPad", 1, kiln_shape_center_crop_pad_infer, kiln_shape_center_crop_pad_run},
+    {"", "ConstantOfShape", 1, kiln_shape_constant_of_shape_infer, kiln_shape_constant_of_shape_run},
+    {"", "Range", 1, kiln_shape_range_infer, kiln_shape_range_run},
+    {"", "Trilu", 1, kiln_shape_trilu_infer, kiln_shape_trilu_run},
+    {"", "EyeLike", 1, kiln_shape_eye_like_infer, kiln_shape_eye_like_run},
 };
 
 const kiln_op_table kiln_ops_shape = {defs, sizeof defs / sizeof defs[0]};

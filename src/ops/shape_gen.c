@@ -19,7 +19,8 @@ kiln_status kiln_shape_constant_of_shape_infer(kiln_infer_ctx *c)
     kiln_shape_in_vec(&s, 0, &shape);
     if (!shape.known) return kiln_shape_set_out_fresh(c, 0, dt, kiln_shape_static_len(c, 0));
     if (shape.n > KILN_MAX_RANK)
-        return kiln_infer_fail(c, KILN_ERR_UNSUPPORTED, "shape has %d entries, more than %d", shape.n, KILN_MAX_RANK);
+        return kiln_infer_fail(c, KILN_ERR_UNSUPPORTED, "shape has %d entries, more than %d", shape.n,
+                               KILN_MAX_RANK);
     for (int k = 0; k < shape.n; k++)
         if (kiln_dim_is_const(shape.v[k]) && shape.v[k].c < 0)
             return kiln_infer_fail(c, KILN_ERR_SHAPE, "shape entry %d is %lld", k, (long long)shape.v[k].c);
@@ -67,7 +68,8 @@ static kiln_status range_count(kiln_infer_ctx *c, const kiln_value *const *v, in
     double s = kiln_load_f64(dt, v[0]->data, 0), l = kiln_load_f64(dt, v[1]->data, 0);
     double d = kiln_load_f64(dt, v[2]->data, 0);
     if (d == 0 || !isfinite(s) || !isfinite(l) || !isfinite(d))
-        return kiln_infer_fail(c, KILN_ERR_RUNTIME, "start %g, limit %g, delta %g give no finite range", s, l, d);
+        return kiln_infer_fail(c, KILN_ERR_RUNTIME, "start %g, limit %g, delta %g give no finite range", s, l,
+                               d);
     double q = ceil((l - s) / d);
     if (q > (double)INT64_MAX / 2) return kiln_infer_fail(c, KILN_ERR_RUNTIME, "range of %g elements", q);
     *n = q < 0 ? 0 : (int64_t)q;
@@ -84,7 +86,8 @@ kiln_status kiln_shape_range_infer(kiln_infer_ctx *c)
         in[i] = kiln_infer_in(c, i);
         if (!is_scalar(in[i])) return kiln_infer_fail(c, KILN_ERR_SHAPE, "input %d is not a scalar", i);
         if (!kiln_dtype_is_int(in[i]->dtype) && !kiln_dtype_is_float(in[i]->dtype))
-            return kiln_infer_fail(c, KILN_ERR_MODEL, "dtype %s is not numeric", kiln_dtype_name(in[i]->dtype));
+            return kiln_infer_fail(c, KILN_ERR_MODEL, "dtype %s is not numeric",
+                                   kiln_dtype_name(in[i]->dtype));
         if (in[i]->dtype != in[0]->dtype)
             return kiln_infer_fail(c, KILN_ERR_MODEL, "input %d has dtype %s, input 0 %s", i,
                                    kiln_dtype_name(in[i]->dtype), kiln_dtype_name(in[0]->dtype));
@@ -136,7 +139,8 @@ kiln_status kiln_shape_range_run(kiln_run_ctx *c)
 kiln_status kiln_shape_trilu_infer(kiln_infer_ctx *c)
 {
     const kiln_type *x = kiln_infer_in(c, 0);
-    if (x->rank < 2) return kiln_infer_fail(c, KILN_ERR_SHAPE, "input has rank %d, needs at least 2", x->rank);
+    if (x->rank < 2)
+        return kiln_infer_fail(c, KILN_ERR_SHAPE, "input has rank %d, needs at least 2", x->rank);
     const kiln_type *k = kiln_infer_in(c, 1);
     if (k && (!is_scalar(k) || !kiln_dtype_is_int(k->dtype)))
         return kiln_infer_fail(c, KILN_ERR_SHAPE, "k is not an integer scalar");
@@ -170,8 +174,8 @@ static kiln_status eye_dtype(const kiln_shape_side *s, kiln_dtype in, kiln_dtype
 {
     int64_t v = kiln_attr_int(kiln_shape_node(s), "dtype", in);
     *dt = (kiln_dtype)v;
-    if (!kiln_dtype_valid(*dt) || *dt == KILN_DTYPE_STRING || (!kiln_dtype_is_float(*dt) && !kiln_dtype_is_int(*dt) &&
-                                                               *dt != KILN_DTYPE_BOOL))
+    if (!kiln_dtype_valid(*dt) || *dt == KILN_DTYPE_STRING ||
+        (!kiln_dtype_is_float(*dt) && !kiln_dtype_is_int(*dt) && *dt != KILN_DTYPE_BOOL))
         return kiln_shape_fail(s, KILN_ERR_MODEL, "dtype %lld is not supported", (long long)v);
     return KILN_OK;
 }

@@ -8,8 +8,8 @@
 
 /* Writes y (row-major) as x viewed with dims xdims transposed by perm: y's axis k is x's axis
  * perm[k]. */
-static kiln_status permuted_copy(kiln_run_ctx *c, kiln_value *y, const kiln_value *x, int rank, const int64_t *xdims,
-                                 const int *perm)
+static kiln_status permuted_copy(kiln_run_ctx *c, kiln_value *y, const kiln_value *x, int rank,
+                                 const int64_t *xdims, const int *perm)
 {
     int64_t xs[KILN_MAX_RANK], vs[KILN_MAX_RANK], ys[KILN_MAX_RANK], dims[KILN_MAX_RANK];
     kiln_strides(rank, xdims, xs);
@@ -96,8 +96,9 @@ kiln_status kiln_shape_concat_infer(kiln_infer_ctx *c)
         const kiln_type *x = kiln_infer_in(c, i);
         if (!x) continue;
         if (x->rank != first->rank || x->dtype != first->dtype)
-            return kiln_infer_fail(c, KILN_ERR_SHAPE, "input %d has rank %d and dtype %s, input 0 rank %d and %s", i,
-                                   x->rank, kiln_dtype_name(x->dtype), first->rank, kiln_dtype_name(first->dtype));
+            return kiln_infer_fail(c, KILN_ERR_SHAPE,
+                                   "input %d has rank %d and dtype %s, input 0 rank %d and %s", i, x->rank,
+                                   kiln_dtype_name(x->dtype), first->rank, kiln_dtype_name(first->dtype));
         for (int k = 0; k < x->rank; k++) {
             if (k == axis) continue;
             char what[64];
@@ -137,7 +138,8 @@ kiln_status kiln_shape_concat_run(kiln_run_ctx *c)
         if (!x) continue;
         int64_t xo, xblock;
         split_sizes(x, axis, &xo, &xblock);
-        for (int64_t o = 0; o < outer; o++) KILN_TRY(kiln_shape_copy(c, y, o * yblock + off, x, o * xblock, xblock));
+        for (int64_t o = 0; o < outer; o++)
+            KILN_TRY(kiln_shape_copy(c, y, o * yblock + off, x, o * xblock, xblock));
         off += xblock;
     }
     return KILN_OK;
@@ -164,31 +166,37 @@ static kiln_status split_plan(const kiln_shape_side *s, const kiln_type *x, int 
     const kiln_node *node = kiln_shape_node(s);
     int64_t a = kiln_attr_int(node, "axis", 0);
     if (!kiln_axis_norm(a, x->rank, axis))
-        return kiln_shape_fail(s, KILN_ERR_MODEL, "axis %lld out of range for rank %d", (long long)a, x->rank);
+        return kiln_shape_fail(s, KILN_ERR_MODEL, "axis %lld out of range for rank %d", (long long)a,
+                               x->rank);
     kiln_shape_vec split;
     split_arg(s, &split);
     const kiln_attr *num = kiln_shape_opset(s) >= 18 ? kiln_node_attr(node, "num_outputs") : NULL;
-    if (num && split.present) return kiln_shape_fail(s, KILN_ERR_MODEL, "both split and num_outputs are given");
+    if (num && split.present)
+        return kiln_shape_fail(s, KILN_ERR_MODEL, "both split and num_outputs are given");
     if (num && num->i != n)
-        return kiln_shape_fail(s, KILN_ERR_MODEL, "num_outputs is %lld but the node has %d outputs", (long long)num->i, n);
-    if (n > KILN_SHAPE_VEC_MAX) return kiln_shape_fail(s, KILN_ERR_UNSUPPORTED, "more than %d outputs", KILN_SHAPE_VEC_MAX);
+        return kiln_shape_fail(s, KILN_ERR_MODEL, "num_outputs is %lld but the node has %d outputs",
+                               (long long)num->i, n);
+    if (n > KILN_SHAPE_VEC_MAX)
+        return kiln_shape_fail(s, KILN_ERR_UNSUPPORTED, "more than %d outputs", KILN_SHAPE_VEC_MAX);
     kiln_dim d = x->dims[*axis];
     if (split.present && !split.known) {
         for (int i = 0; i < n; i++) size[i] = kiln_dim_unknown();
         return KILN_OK;
     }
     if (split.present) {
-        if (split.n != n) return kiln_shape_fail(s, KILN_ERR_MODEL, "split has %d entries for %d outputs", split.n, n);
+        if (split.n != n)
+            return kiln_shape_fail(s, KILN_ERR_MODEL, "split has %d entries for %d outputs", split.n, n);
         kiln_dim sum = kiln_dim_const(0);
         for (int i = 0; i < n; i++) {
             if (kiln_dim_is_const(split.v[i]) && split.v[i].c < 0)
-                return kiln_shape_fail(s, KILN_ERR_MODEL, "split entry %d is %lld", i, (long long)split.v[i].c);
+                return kiln_shape_fail(s, KILN_ERR_MODEL, "split entry %d is %lld", i,
+                                       (long long)split.v[i].c);
             size[i] = split.v[i];
             sum = kiln_dim_add(t, sum, size[i]);
         }
         if (kiln_dim_is_const(sum) && kiln_dim_is_const(d) && sum.c != d.c)
-            return kiln_shape_fail(s, KILN_ERR_SHAPE, "split sizes sum to %lld, the axis has %lld", (long long)sum.c,
-                                   (long long)d.c);
+            return kiln_shape_fail(s, KILN_ERR_SHAPE, "split sizes sum to %lld, the axis has %lld",
+                                   (long long)sum.c, (long long)d.c);
         return KILN_OK;
     }
     kiln_dim nd = kiln_dim_const(n);
@@ -240,7 +248,8 @@ kiln_status kiln_shape_split_run(kiln_run_ctx *c)
     for (int i = 0; i < n; i++) {
         int64_t yblock = size[i].c * inner;
         kiln_value *y = kiln_run_out(c, i);
-        for (int64_t o = 0; y && o < outer; o++) KILN_TRY(kiln_shape_copy(c, y, o * yblock, x, o * xblock + off, yblock));
+        for (int64_t o = 0; y && o < outer; o++)
+            KILN_TRY(kiln_shape_copy(c, y, o * yblock, x, o * xblock + off, yblock));
         off += yblock;
     }
     return KILN_OK;
@@ -263,15 +272,21 @@ typedef struct slice_axis {
 static void slice_const(int64_t d, int64_t s, int64_t e, int64_t step, int64_t *start, int64_t *count)
 {
     int64_t lo = step < 0 ? -1 : 0, hi = step < 0 ? d - 1 : d;
-    if (s < 0) s = s < -d ? lo : s + d;
-    else if (s > hi) s = hi;
-    if (e < 0) e = e < -d ? lo : e + d;
-    else if (e > hi) e = hi;
+    if (s < 0)
+        s = s < -d ? lo : s + d;
+    else if (s > hi)
+        s = hi;
+    if (e < 0)
+        e = e < -d ? lo : e + d;
+    else if (e > hi)
+        e = hi;
     if (s < lo) s = lo;
     if (e < lo) e = lo;
     *start = s;
-    if (step > 0) *count = e > s ? (e - s - 1) / step + 1 : 0;
-    else *count = s > e ? (s - e - 1) / -step + 1 : 0;
+    if (step > 0)
+        *count = e > s ? (e - s - 1) / step + 1 : 0;
+    else
+        *count = s > e ? (s - e - 1) / -step + 1 : 0;
 }
 
 /* The element count of the same clamping over symbolic values (the start itself is needed only
@@ -288,17 +303,22 @@ static bool slice_sym(kiln_dimtab *t, kiln_dim d, kiln_dim s, kiln_dim e, int64_
     for (int i = 0; i < 2; i++) {
         bool far = (i == 1) == fwd; /* forward: the end, backward: the start */
         kiln_dim x = v[i];
-        if (kiln_dim_is_const(x) && x.c >= SLICE_END_MAX) x = hi;
-        else if (kiln_dim_is_const(x) && x.c <= -SLICE_END_MAX) x = lo;
-        else if (kiln_dim_is_const(x) && x.c < 0) x = far ? kiln_dim_add(t, d, x) : kiln_shape_max(t, kiln_dim_add(t, d, x), lo);
-        else if (far) x = kiln_shape_min(t, x, hi);
+        if (kiln_dim_is_const(x) && x.c >= SLICE_END_MAX)
+            x = hi;
+        else if (kiln_dim_is_const(x) && x.c <= -SLICE_END_MAX)
+            x = lo;
+        else if (kiln_dim_is_const(x) && x.c < 0)
+            x = far ? kiln_dim_add(t, d, x) : kiln_shape_max(t, kiln_dim_add(t, d, x), lo);
+        else if (far)
+            x = kiln_shape_min(t, x, hi);
         v[i] = x;
     }
     kiln_dim span = fwd ? kiln_dim_sub(t, v[1], v[0]) : kiln_dim_sub(t, v[0], v[1]);
     ax->start = kiln_dim_unknown();
     /* a step beyond any dim takes one element of a non-empty span */
     int64_t k = fwd ? step : -step;
-    kiln_dim q = k >= SLICE_END_MAX ? kiln_shape_min(t, span, kiln_dim_const(1)) : kiln_shape_ceildiv(t, span, k);
+    kiln_dim q =
+        k >= SLICE_END_MAX ? kiln_shape_min(t, span, kiln_dim_const(1)) : kiln_shape_ceildiv(t, span, k);
     ax->count = kiln_shape_max(t, q, kiln_dim_const(0));
     return !kiln_dim_is_unknown(ax->count);
 }
@@ -322,9 +342,11 @@ static kiln_status slice_plan(const kiln_shape_side *s, int rank, const kiln_dim
         kiln_shape_in_vec(s, 4, &steps);
     }
     for (int k = 0; k < rank; k++) ax[k] = (slice_axis){kiln_dim_const(0), dims[k], 1, false};
-    if (!starts.present || !ends.present) return kiln_shape_fail(s, KILN_ERR_MODEL, "starts or ends is missing");
+    if (!starts.present || !ends.present)
+        return kiln_shape_fail(s, KILN_ERR_MODEL, "starts or ends is missing");
     bool axes_known = !axes.present || axes.known;
-    for (int k = 0; axes.present && axes.known && k < axes.n; k++) axes_known = axes_known && kiln_dim_is_const(axes.v[k]);
+    for (int k = 0; axes.present && axes.known && k < axes.n; k++)
+        axes_known = axes_known && kiln_dim_is_const(axes.v[k]);
     if (!axes_known || !starts.known || !ends.known || (steps.present && !steps.known)) {
         /* compile time only: unknown arguments make the affected axes fresh */
         bool all = !axes_known || !axes.present;
@@ -337,13 +359,15 @@ static kiln_status slice_plan(const kiln_shape_side *s, int rank, const kiln_dim
     }
     int n = starts.n;
     if (ends.n != n || (axes.present && axes.n != n) || (steps.present && steps.n != n))
-        return kiln_shape_fail(s, KILN_ERR_MODEL, "starts, ends, axes and steps have %d, %d, %d and %d entries", n,
-                               ends.n, axes.present ? axes.n : n, steps.present ? steps.n : n);
+        return kiln_shape_fail(s, KILN_ERR_MODEL,
+                               "starts, ends, axes and steps have %d, %d, %d and %d entries", n, ends.n,
+                               axes.present ? axes.n : n, steps.present ? steps.n : n);
     bool seen[KILN_MAX_RANK] = {false};
     for (int i = 0; i < n; i++) {
         int a = i;
         if (axes.present && !kiln_axis_norm(axes.v[i].c, rank, &a))
-            return kiln_shape_fail(s, KILN_ERR_MODEL, "axis %lld out of range for rank %d", (long long)axes.v[i].c, rank);
+            return kiln_shape_fail(s, KILN_ERR_MODEL, "axis %lld out of range for rank %d",
+                                   (long long)axes.v[i].c, rank);
         if (a >= rank) return kiln_shape_fail(s, KILN_ERR_MODEL, "%d starts for rank %d", n, rank);
         if (seen[a]) return kiln_shape_fail(s, KILN_ERR_MODEL, "axis %d repeated", a);
         seen[a] = true;
@@ -378,7 +402,8 @@ kiln_status kiln_shape_slice_infer(kiln_infer_ctx *c)
     KILN_TRY(kiln_shape_set_out(c, 0, x->dtype, x->rank, dims));
     kiln_shape_vec v;
     kiln_shape_in_vec(&s, 0, &v);
-    if (x->rank != 1 || !v.known || !kiln_dim_is_const(ax[0].start) || !kiln_dim_is_const(ax[0].count)) return KILN_OK;
+    if (x->rank != 1 || !v.known || !kiln_dim_is_const(ax[0].start) || !kiln_dim_is_const(ax[0].count))
+        return KILN_OK;
     kiln_dim out[KILN_SHAPE_VEC_MAX];
     for (int64_t i = 0; i < ax[0].count.c; i++) {
         int64_t j = ax[0].start.c + i * ax[0].step;
@@ -422,10 +447,14 @@ kiln_status kiln_shape_expand_infer(kiln_infer_ctx *c)
     if (!shape.known) {
         const kiln_type *st = kiln_infer_in(c, 1);
         bool len = st->rank == 1 && kiln_dim_is_const(st->dims[0]);
-        return kiln_shape_set_out_fresh(c, 0, x->dtype, !len ? -1 : st->dims[0].c > x->rank ? (int)st->dims[0].c : x->rank);
+        return kiln_shape_set_out_fresh(c, 0, x->dtype,
+                                        !len                      ? -1
+                                        : st->dims[0].c > x->rank ? (int)st->dims[0].c
+                                                                  : x->rank);
     }
     if (shape.n > KILN_MAX_RANK)
-        return kiln_infer_fail(c, KILN_ERR_UNSUPPORTED, "shape has %d entries, more than %d", shape.n, KILN_MAX_RANK);
+        return kiln_infer_fail(c, KILN_ERR_UNSUPPORTED, "shape has %d entries, more than %d", shape.n,
+                               KILN_MAX_RANK);
     kiln_type st;
     kiln_type_unknown(&st);
     st.kind = KILN_VALUE_TENSOR;
@@ -468,8 +497,8 @@ kiln_status kiln_shape_tile_infer(kiln_infer_ctx *c)
             return kiln_shape_set_out_fresh(c, 0, x->dtype, x->rank);
         int a;
         if (!kiln_axis_norm(axis.v[0].c, x->rank, &a))
-            return kiln_infer_fail(c, KILN_ERR_MODEL, "axis %lld out of range for rank %d", (long long)axis.v[0].c,
-                                   x->rank);
+            return kiln_infer_fail(c, KILN_ERR_MODEL, "axis %lld out of range for rank %d",
+                                   (long long)axis.v[0].c, x->rank);
         rep.present = rep.known = true;
         rep.n = x->rank;
         for (int k = 0; k < x->rank; k++) rep.v[k] = k == a ? tiles.v[0] : kiln_dim_const(1);
@@ -529,8 +558,8 @@ static kiln_status exact_div(kiln_infer_ctx *c, kiln_dim d, int64_t by, int axis
     kiln_dimtab *t = kiln_infer_dims(c);
     kiln_dim r = kiln_dim_mod(t, d, kiln_dim_const(by));
     if (kiln_dim_is_const(r) && r.c != 0)
-        return kiln_infer_fail(c, KILN_ERR_SHAPE, "dim %d (%lld) is not a multiple of %lld", axis, (long long)d.c,
-                               (long long)by);
+        return kiln_infer_fail(c, KILN_ERR_SHAPE, "dim %d (%lld) is not a multiple of %lld", axis,
+                               (long long)d.c, (long long)by);
     *out = kiln_dim_floordiv(t, d, kiln_dim_const(by));
     return KILN_OK;
 }
@@ -558,8 +587,14 @@ static kiln_status block_infer(kiln_infer_ctx *c, bool to_space)
     return kiln_shape_set_out(c, 0, x->dtype, 4, dims);
 }
 
-kiln_status kiln_shape_depth_to_space_infer(kiln_infer_ctx *c) { return block_infer(c, true); }
-kiln_status kiln_shape_space_to_depth_infer(kiln_infer_ctx *c) { return block_infer(c, false); }
+kiln_status kiln_shape_depth_to_space_infer(kiln_infer_ctx *c)
+{
+    return block_infer(c, true);
+}
+kiln_status kiln_shape_space_to_depth_infer(kiln_infer_ctx *c)
+{
+    return block_infer(c, false);
+}
 
 kiln_status kiln_shape_depth_to_space_run(kiln_run_ctx *c)
 {

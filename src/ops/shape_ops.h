@@ -79,7 +79,7 @@ kiln_status kiln_shape_copy_view(kiln_run_ctx *c, kiln_value *y, int64_t yo, con
 /* Kernel of ops whose output is the input's elements in order (Reshape, Squeeze, ...). */
 kiln_status kiln_shape_copy_run(kiln_run_ctx *c);
 
-#define KILN_SHAPE_OP(name)                               \
+#define KILN_SHAPE_OP(name)                                   \
     kiln_status kiln_shape_##name##_infer(kiln_infer_ctx *c); \
     kiln_status kiln_shape_##name##_run(kiln_run_ctx *c);
 
