@@ -30,7 +30,15 @@ class _IoInfo(C.Structure):
 
 
 class _Options(C.Structure):
-    _fields_ = [("provider", C.c_int), ("num_threads", C.c_int), ("allow_unsupported", C.c_bool)]
+    _fields_ = [("provider", C.c_int), ("num_threads", C.c_int), ("allow_unsupported", C.c_bool),
+                ("plan_cache_size", C.c_int)]
+
+
+class _Stats(C.Structure):
+    _fields_ = [("compilations", C.c_int64), ("runs", C.c_int64), ("plan_cache_hits", C.c_int64),
+                ("plan_cache_misses", C.c_int64), ("plan_cache_entries", C.c_int), ("plan_cache_capacity", C.c_int),
+                ("arena_peak_bytes", C.c_int64), ("arena_last_bytes", C.c_int64),
+                ("lower_bound_last_bytes", C.c_int64), ("heap_fallbacks", C.c_int64)]
 
 
 def _load_library(path=None):
@@ -50,6 +58,7 @@ def _load_library(path=None):
         getattr(lib, f).argtypes = [P, C.c_int, C.POINTER(_IoInfo)]
     lib.kiln_session_run.argtypes = [P, C.c_int, C.POINTER(C.c_char_p), C.POINTER(P), C.c_int,
                                      C.POINTER(C.c_char_p), C.POINTER(P)]
+    lib.kiln_session_stats_get.argtypes = [P, C.POINTER(_Stats)]
     lib.kiln_value_wrap_tensor.argtypes = [C.c_int, C.c_int, C.POINTER(C.c_int64), P, C.c_size_t, C.POINTER(P)]
     lib.kiln_value_free.argtypes = [P]
     for f, res in (("kiln_value_kind_of", C.c_int), ("kiln_value_dtype", C.c_int), ("kiln_value_rank", C.c_int),
@@ -71,11 +80,13 @@ def library():
 
 
 class Session:
-    def __init__(self, model, allow_unsupported=False):
+    def __init__(self, model, allow_unsupported=False, plan_cache_size=None):
         self._h = None
         lib = library()
         opt = lib.kiln_session_options_default()
         opt.allow_unsupported = allow_unsupported
+        if plan_cache_size is not None:
+            opt.plan_cache_size = plan_cache_size
         h = C.c_void_p()
         if isinstance(model, (bytes, bytearray)):
             st = lib.kiln_session_create_from_memory(bytes(model), len(model), None, C.byref(opt), C.byref(h))
@@ -130,6 +141,11 @@ class Session:
         finally:
             for h in handles:
                 lib.kiln_value_free(h)
+
+    def stats(self):
+        st = _Stats()
+        self._lib.kiln_session_stats_get(self._h, C.byref(st))
+        return {name: getattr(st, name) for name, _ in _Stats._fields_}
 
     def _to_numpy(self, v):
         lib = self._lib

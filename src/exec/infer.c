@@ -121,11 +121,26 @@ kiln_status kiln_infer_fail(kiln_infer_ctx *c, kiln_status code, const char *fmt
     return kiln_errf(c->err, code, "node '%s' (%s): %s", c->node->name, c->node->op_type, msg);
 }
 
+/* Compile time: remembers a constraint between dims that are not provably equal, to be
+ * checked when the inputs bind the symbols. */
+static kiln_status record_constraint(kiln_infer_ctx *c, kiln_dim a, kiln_dim b, bool broadcast, const char *what)
+{
+    /* subgraphs' dims may reuse names of the main graph's symbols with other values per
+     * iteration: their constraints are left to run-time inference */
+    if (!c->tab || c->node->graph->parent || kiln_dim_equal(a, b) || kiln_dim_is_unknown(a) || kiln_dim_is_unknown(b))
+        return KILN_OK;
+    kiln_model *m = c->node->graph->model;
+    const char *w = kiln_arena_strdup(&m->arena, what);
+    if (!w) return kiln_infer_fail(c, KILN_ERR_NOMEM, "out of memory");
+    kiln_constraint k = {.node = c->node, .a = a, .b = b, .broadcast = broadcast, .what = w};
+    return kiln_model_add_constraint(m, &k, c->err);
+}
+
 kiln_status kiln_infer_require_equal(kiln_infer_ctx *c, kiln_dim a, kiln_dim b, const char *what)
 {
     if (kiln_dim_is_const(a) && kiln_dim_is_const(b) && a.c != b.c)
         return kiln_infer_fail(c, KILN_ERR_SHAPE, "%s: %lld != %lld", what, (long long)a.c, (long long)b.c);
-    return KILN_OK;
+    return record_constraint(c, a, b, false, what);
 }
 
 static const char *in_name(const kiln_infer_ctx *c, const kiln_type *t)
@@ -171,11 +186,15 @@ kiln_status kiln_infer_broadcast(kiln_infer_ctx *c, int n, const kiln_type *cons
                                        "inputs do not broadcast: dim %lld vs %lld at output axis %d (%s)",
                                        (long long)a.c, (long long)b.c, o, sa);
             }
-            /* symbolic and different: equal unless one is 1 at run time, so the result is
-             * their max; a plain symbol is kept as the simpler spelling of it when the
-             * other operand is compound (run-time inference decides exactly) */
-            if (kiln_dim_is_const(a)) dims[o] = b;
-            else if (!kiln_dim_is_const(b)) {
+            /* different and not both constant: equal unless one is 1 at run time. A
+             * constant (not 1) is the result; of two symbolic dims the result is their max,
+             * spelled as the plain symbol when the other operand is compound. */
+            char what[256];
+            snprintf(what, sizeof what, "input '%s' does not broadcast with the others at output axis %d",
+                     in_name(c, t), o);
+            KILN_TRY(record_constraint(c, a, b, true, what));
+            if (kiln_dim_is_const(b)) dims[o] = b;
+            else if (!kiln_dim_is_const(a)) {
                 bool sa = a.e->kind == KILN_EXPR_SYM, sb = b.e->kind == KILN_EXPR_SYM;
                 dims[o] = sa && !sb ? a : sb && !sa ? b : kiln_dim_max(c->tab, a, b);
             }

@@ -226,6 +226,44 @@ static kiln_status bind_input(const kiln_ir_value *v, const kiln_value *x, int64
     return KILN_OK;
 }
 
+/* Appends "sym = value (from input 'x')" for each symbol in d, once each, to buf. */
+static void describe_syms(kiln_dim d, const int64_t *syms, const char *const *sym_src, int n_syms, char *buf,
+                          size_t size)
+{
+    if (!d.e) return;
+    if (d.e->kind == KILN_EXPR_SYM) {
+        int i = d.e->sym_index;
+        if (i < 0 || i >= n_syms || syms[i] < 0) return;
+        char item[160];
+        snprintf(item, sizeof item, "%s = %lld from input '%s'", d.e->name, (long long)syms[i], sym_src[i]);
+        if (strstr(buf, item)) return;
+        size_t l = strlen(buf);
+        snprintf(buf + l, size - l, "%s%s", l ? ", " : "", item);
+        return;
+    }
+    for (int k = 0; k < d.e->n; k++) describe_syms(d.e->args[k], syms, sym_src, n_syms, buf, size);
+}
+
+/* Checks the constraints recorded at compile time against the symbols the inputs bound. */
+static kiln_status check_constraints(const kiln_model *m, const int64_t *syms, const char *const *sym_src,
+                                     int n_syms, kiln_err *err)
+{
+    for (int i = 0; i < m->n_constraints; i++) {
+        const kiln_constraint *k = &m->constraints[i];
+        int64_t a, b;
+        if (!kiln_dim_eval(k->a, syms, n_syms, &a) || !kiln_dim_eval(k->b, syms, n_syms, &b)) continue;
+        if (a == b || (k->broadcast && (a == 1 || b == 1))) continue;
+        char ea[128], eb[128], from[512] = "";
+        kiln_dim_print(k->a, ea, sizeof ea);
+        kiln_dim_print(k->b, eb, sizeof eb);
+        describe_syms(k->a, syms, sym_src, n_syms, from, sizeof from);
+        describe_syms(k->b, syms, sym_src, n_syms, from, sizeof from);
+        return kiln_errf(err, KILN_ERR_SHAPE, "node '%s' (%s): %s: %lld (%s) vs %lld (%s), where %s", k->node->name,
+                         k->node->op_type, k->what, (long long)a, ea, (long long)b, eb, from);
+    }
+    return KILN_OK;
+}
+
 kiln_status kiln_session_run(kiln_session *s, int n_in, const char *const *in_names, const kiln_value *const *inputs,
                              int n_out, const char *const *out_names, kiln_value **outputs)
 {
@@ -289,6 +327,8 @@ kiln_status kiln_session_run(kiln_session *s, int n_in, const char *const *in_na
             goto out;
         }
     }
+    st = check_constraints(s->model, syms, sym_src, n_syms, &err);
+    if (st) goto out;
     st = kiln_plan_cache_get(&s->plans, &s->memprog, syms, n_syms, &plan, &err);
     if (st) goto out;
     arena = plan->peak ? aligned_alloc(KILN_ARENA_ALIGN, plan->peak) : NULL;

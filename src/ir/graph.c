@@ -83,6 +83,25 @@ kiln_status kiln_model_own_value(kiln_model *m, kiln_value *v, kiln_err *err)
     return KILN_OK;
 }
 
+kiln_status kiln_model_add_constraint(kiln_model *m, const kiln_constraint *c, kiln_err *err)
+{
+    for (int i = 0; i < m->n_constraints; i++) {
+        const kiln_constraint *o = &m->constraints[i];
+        if (o->broadcast == c->broadcast && ((kiln_dim_equal(o->a, c->a) && kiln_dim_equal(o->b, c->b)) ||
+                                             (kiln_dim_equal(o->a, c->b) && kiln_dim_equal(o->b, c->a))))
+            return KILN_OK; /* the first node that needs it is the one to name */
+    }
+    if (m->n_constraints == m->cap_constraints) {
+        int cap = m->cap_constraints ? m->cap_constraints * 2 : 16;
+        kiln_constraint *v = realloc(m->constraints, (size_t)cap * sizeof *v);
+        if (!v) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
+        m->constraints = v;
+        m->cap_constraints = cap;
+    }
+    m->constraints[m->n_constraints++] = *c;
+    return KILN_OK;
+}
+
 void kiln_type_unknown(kiln_type *t)
 {
     memset(t, 0, sizeof *t);
@@ -130,6 +149,7 @@ int64_t kiln_model_opset(const kiln_model *m, const char *domain)
 void kiln_model_free(kiln_model *m)
 {
     if (!m) return;
+    free(m->constraints);
     for (int i = 0; i < m->n_owned; i++) kiln_value_free(m->owned[i]);
     free(m->owned);
     if (m->release_source) m->release_source(m->source);

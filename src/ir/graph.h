@@ -112,6 +112,15 @@ struct kiln_graph {
     kiln_ir_value **captures;
 };
 
+/* A shape constraint inference could not decide at compile time; checked when input shapes
+ * bind the symbols, before anything runs. */
+typedef struct kiln_constraint {
+    const kiln_node *node;
+    kiln_dim a, b;
+    bool broadcast; /* a and b must broadcast (equal, or one is 1); else a == b */
+    const char *what;
+} kiln_constraint;
+
 typedef struct kiln_opset_import {
     const char *domain;
     int64_t version;
@@ -125,6 +134,8 @@ typedef struct kiln_model {
     int n_opsets;
     kiln_opset_import *opsets;
     const char *producer;
+    kiln_constraint *constraints;
+    int n_constraints, cap_constraints;
     /* values owned by the model (initializers, attribute tensors) */
     kiln_value **owned;
     int n_owned, cap_owned;
@@ -149,6 +160,8 @@ const kiln_graph *kiln_attr_graph(const kiln_node *n, const char *name);
 /* ---- construction (used by the loader and passes) ---- */
 kiln_status kiln_model_own_value(kiln_model *m, kiln_value *v, kiln_err *err);
 kiln_ir_value *kiln_graph_new_value(kiln_graph *g, const char *name, kiln_err *err);
+/* Records a constraint (deduplicated; `what` must outlive the model: a literal or arena). */
+kiln_status kiln_model_add_constraint(kiln_model *m, const kiln_constraint *c, kiln_err *err);
 /* Sets a type to unknown. */
 void kiln_type_unknown(kiln_type *t);
 void kiln_model_free(kiln_model *m);

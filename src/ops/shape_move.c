@@ -199,11 +199,10 @@ static kiln_status split_plan(const kiln_shape_side *s, const kiln_type *x, int 
                                    (long long)sum.c, (long long)d.c);
         return KILN_OK;
     }
-    kiln_dim nd = kiln_dim_const(n);
-    bool even = !num && (!kiln_dim_is_const(d) || d.c % n == 0);
-    kiln_dim chunk = even ? kiln_dim_floordiv(t, d, nd) : kiln_shape_ceildiv(t, d, n);
+    /* ceil(d / n) equals d / n when n divides d, so one form is right whatever d turns out */
+    kiln_dim chunk = kiln_shape_ceildiv(t, d, n);
     for (int i = 0; i < n; i++) size[i] = chunk;
-    if (!even) size[n - 1] = kiln_dim_sub(t, d, kiln_dim_mul(t, chunk, kiln_dim_const(n - 1)));
+    size[n - 1] = kiln_dim_sub(t, d, kiln_dim_mul(t, chunk, kiln_dim_const(n - 1)));
     if (kiln_dim_is_const(size[n - 1]) && size[n - 1].c < 0)
         return kiln_shape_fail(s, KILN_ERR_SHAPE, "cannot split %lld into %d parts", (long long)d.c, n);
     return KILN_OK;
@@ -445,30 +444,35 @@ kiln_status kiln_shape_expand_infer(kiln_infer_ctx *c)
     kiln_shape_in_vec(&s, 1, &shape);
     if (!shape.present) return kiln_infer_fail(c, KILN_ERR_MODEL, "shape is missing");
     if (!shape.known) {
-        const kiln_type *st = kiln_infer_in(c, 1);
-        bool len = st->rank == 1 && kiln_dim_is_const(st->dims[0]);
-        return kiln_shape_set_out_fresh(c, 0, x->dtype,
-                                        !len                      ? -1
-                                        : st->dims[0].c > x->rank ? (int)st->dims[0].c
-                                                                  : x->rank);
+        int n = kiln_shape_static_len(c, 1);
+        return kiln_shape_set_out_fresh(c, 0, x->dtype, n < 0 ? -1 : n > x->rank ? n : x->rank);
     }
     if (shape.n > KILN_MAX_RANK)
         return kiln_infer_fail(c, KILN_ERR_UNSUPPORTED, "shape has %d entries, more than %d", shape.n,
                                KILN_MAX_RANK);
-    kiln_type st;
-    kiln_type_unknown(&st);
-    st.kind = KILN_VALUE_TENSOR;
-    st.dtype = KILN_DTYPE_INT64;
-    st.rank = shape.n;
-    for (int k = 0; k < shape.n; k++) {
-        if (kiln_dim_is_const(shape.v[k]) && shape.v[k].c < 0)
-            return kiln_infer_fail(c, KILN_ERR_SHAPE, "shape entry %d is %lld", k, (long long)shape.v[k].c);
-        st.dims[k] = shape.v[k];
-    }
-    const kiln_type *ins[2] = {x, &st};
-    int rank;
+    /* numpy broadcast of x's dims with the shape, right-aligned. A constant other than 1
+     * decides an axis (the other side must be 1 or equal); two different symbols give their
+     * max (one is 1 or they are equal). */
+    int rank = shape.n > x->rank ? shape.n : x->rank;
     kiln_dim dims[KILN_MAX_RANK];
-    KILN_TRY(kiln_infer_broadcast(c, 2, ins, &rank, dims));
+    for (int k = 0; k < rank; k++) {
+        int i = k - (rank - x->rank), j = k - (rank - shape.n);
+        kiln_dim a = i >= 0 ? x->dims[i] : kiln_dim_const(1), b = j >= 0 ? shape.v[j] : kiln_dim_const(1);
+        if (kiln_dim_is_const(b) && b.c < 0)
+            return kiln_infer_fail(c, KILN_ERR_SHAPE, "shape entry %d is %lld", j, (long long)b.c);
+        bool a1 = kiln_dim_is_const(a) && a.c == 1, b1 = kiln_dim_is_const(b) && b.c == 1;
+        if (a1 || kiln_dim_equal(a, b))
+            dims[k] = b;
+        else if (b1)
+            dims[k] = a;
+        else if (kiln_dim_is_const(a) && kiln_dim_is_const(b))
+            return kiln_infer_fail(c, KILN_ERR_SHAPE, "cannot expand dim %lld to %lld at output axis %d",
+                                   (long long)a.c, (long long)b.c, k);
+        else if (kiln_dim_is_const(a) || kiln_dim_is_const(b))
+            dims[k] = kiln_dim_is_const(a) ? a : b;
+        else
+            dims[k] = kiln_dim_max(kiln_infer_dims(c), a, b);
+    }
     return kiln_shape_set_out(c, 0, x->dtype, rank, dims);
 }
 

@@ -17,6 +17,7 @@ import kiln  # noqa: E402
 
 RTOL, ATOL = 1e-4, 1e-4
 N_RANDOM_LENGTHS = int(os.environ.get("KILN_TEST_LENGTHS", "500"))
+N_SOAK_CALLS = 10000
 results = {"passed": 0, "failed": 0}
 
 
@@ -28,12 +29,23 @@ def check(name, cond, detail=""):
         print(f"FAIL {name}: {detail}")
 
 
+def check_plan(name, sess):
+    """After a run: the arena is within 1.10x the planner's lower bound, nothing fell back to
+    the heap, and the model was compiled once."""
+    st = sess.stats()
+    check(f"{name} arena within 1.10x lower bound", st["arena_last_bytes"] <= 1.10 * st["lower_bound_last_bytes"],
+          f"arena {st['arena_last_bytes']} vs lower bound {st['lower_bound_last_bytes']}")
+    check(f"{name} no heap fallback", st["heap_fallbacks"] == 0, st)
+    check(f"{name} one compilation", st["compilations"] == 1, st)
+
+
 def compare(name, sess, ref, feeds):
     try:
         got = sess.run(feeds)
     except kiln.KilnError as e:
         check(name, False, f"kiln error: {e}")
         return
+    check_plan(name, sess)
     want = ref.run(None, feeds)
     for o, g, w in zip(sess.outputs, got, want):
         ok = g.shape == w.shape and np.allclose(g, w, rtol=RTOL, atol=ATOL)
@@ -134,6 +146,31 @@ def test_datadep(models, rng):
                                                "k": np.array([2], np.int64), "trips": np.array(3, np.int64)})
 
 
+def test_plan_cache_soak(models, rng):
+    """10,000 calls with random shapes: the plan cache stays at its bound and memory is flat."""
+    path = os.path.join(models, "mlp.onnx")
+    sess = kiln.Session(path, plan_cache_size=8)
+    x = rng.standard_normal((300, 32)).astype(np.float32)
+
+    def rss_kib():
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+
+    batches = rng.integers(1, 301, size=N_SOAK_CALLS)
+    rss_early = None
+    for i, b in enumerate(batches):
+        sess.run({"x": x[:b]})
+        if i == N_SOAK_CALLS // 10:
+            rss_early = rss_kib()
+    st = sess.stats()
+    check("soak plan cache at its bound", st["plan_cache_entries"] <= 8 and st["plan_cache_capacity"] == 8, st)
+    check("soak runs counted", st["runs"] == N_SOAK_CALLS and st["plan_cache_hits"] + st["plan_cache_misses"] == st["runs"],
+          st)
+    check("soak compilations", st["compilations"] == 1, st)
+    growth = rss_kib() - rss_early
+    check("soak memory flat", growth < 4096, f"RSS grew {growth} KiB between call {N_SOAK_CALLS // 10} and the end")
+
+
 def test_mlp(models, rng):
     path = os.path.join(models, "mlp.onnx")
     sess, ref = kiln.Session(path), ort.InferenceSession(path)
@@ -147,7 +184,7 @@ def main():
         print(__doc__, file=sys.stderr)
         return 2
     rng = np.random.default_rng(1234)
-    for test in (test_mlp, test_datadep, test_convnet, test_decoder, test_encoder):
+    for test in (test_mlp, test_plan_cache_soak, test_datadep, test_convnet, test_decoder, test_encoder):
         try:
             test(sys.argv[1], rng)
         except Exception:  # a crash of one model test is a failure, the others still run
