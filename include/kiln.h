@@ -164,6 +164,15 @@ kiln_status kiln_value_decode_proto(const void *buf, size_t len, kiln_value_kind
                                     size_t err_size);
 
 /* ---------------------------------------------------------------------------------------- */
+/* Operators.                                                                                 */
+
+/* Number of operator implementations kiln has (one per domain, op type and first opset). */
+int kiln_operator_count(void);
+/* Operator i: domain ("" for the default ONNX domain), op type and the first opset version the
+ * implementation covers. Strings are static. KILN_ERR_INVALID_ARG when i is out of range. */
+kiln_status kiln_operator_info(int i, const char **domain, const char **op_type, int *since_version);
+
+/* ---------------------------------------------------------------------------------------- */
 /* Sessions.                                                                                  */
 
 typedef struct kiln_session kiln_session;

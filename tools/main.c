@@ -18,6 +18,7 @@ static const char usage[] =
     "usage: kiln info MODEL [--json]\n"
     "       kiln run MODEL [--input NAME=FILE.npy]... [--shape NAME=1x3xHxW]... [--seed N] [--output-dir DIR] [--stats]\n"
     "       kiln bench MODEL [--input NAME=FILE.npy]... [--shape NAME=DIMS]... [--seed N] [--warmup N] [--runs N] [--json] [--stats]\n"
+    "       kiln ops\n"
     "       kiln --version\n"
     "A --shape repeated for one input runs the model once per shape, in one session.\n";
 
@@ -545,6 +546,15 @@ int main(int argc, char **argv)
     }
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         fputs(usage, stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "ops")) {
+        for (int i = 0; i < kiln_operator_count(); i++) {
+            const char *domain, *op;
+            int since;
+            kiln_operator_info(i, &domain, &op, &since);
+            printf("%s%s%s (since opset %d)\n", domain, *domain ? "." : "", op, since);
+        }
         return 0;
     }
     if (!strcmp(cmd, "info")) return cmd_info(argc - 2, argv + 2);

@@ -190,8 +190,13 @@ kiln_status kiln_cast_strconcat_run(kiln_run_ctx *c)
     for (int64_t i = 0; i < Y->numel; i++, kiln_iter_next(&it)) {
         const char *a = str_at(A, it.off[0]), *b = str_at(B, it.off[1]);
         size_t la = strlen(a), lb = strlen(b);
-        KILN_TRY(kiln_tensor_set_string(Y, i, a, la + lb, kiln_run_err(c)));
-        memcpy(((char **)Y->data)[i] + la, b, lb);
+        char *ab = malloc(la + lb + 1);
+        if (!ab) return kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory");
+        memcpy(ab, a, la);
+        memcpy(ab + la, b, lb);
+        kiln_status rc = kiln_tensor_set_string(Y, i, ab, la + lb, kiln_run_err(c));
+        free(ab);
+        if (rc) return rc;
     }
     return KILN_OK;
 }

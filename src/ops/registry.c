@@ -37,3 +37,27 @@ const kiln_op_def *kiln_op_lookup(const char *domain, const char *op_type, int64
         }
     return best;
 }
+
+int kiln_operator_count(void)
+{
+    int n = 0;
+    for (size_t f = 0; f < sizeof families / sizeof families[0]; f++) n += families[f]->n;
+    return n;
+}
+
+kiln_status kiln_operator_info(int i, const char **domain, const char **op_type, int *since_version)
+{
+    if (i < 0) return KILN_ERR_INVALID_ARG;
+    for (size_t f = 0; f < sizeof families / sizeof families[0]; f++) {
+        if (i >= families[f]->n) {
+            i -= families[f]->n;
+            continue;
+        }
+        const kiln_op_def *d = &families[f]->defs[i];
+        if (domain) *domain = d->domain;
+        if (op_type) *op_type = d->op_type;
+        if (since_version) *since_version = d->since_version;
+        return KILN_OK;
+    }
+    return KILN_ERR_INVALID_ARG;
+}

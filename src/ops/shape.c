@@ -180,19 +180,54 @@ kiln_status kiln_shape_copy(kiln_run_ctx *c, kiln_value *y, int64_t yi, const ki
     return KILN_OK;
 }
 
+/* Copies n elements along one axis: y[yo + i * ys] = x[xo + i * xs]. */
+static kiln_status copy_line(kiln_run_ctx *c, kiln_value *y, int64_t yo, int64_t ys, const kiln_value *x,
+                             int64_t xo, int64_t xs, int64_t n)
+{
+    if (xs == 1 && ys == 1) return kiln_shape_copy(c, y, yo, x, xo, n);
+    if (x->dtype == KILN_DTYPE_STRING) {
+        for (int64_t i = 0; i < n; i++) KILN_TRY(kiln_shape_copy(c, y, yo + i * ys, x, xo + i * xs, 1));
+        return KILN_OK;
+    }
+    int64_t es = (int64_t)kiln_dtype_size(x->dtype);
+    char *yb = (char *)y->data + yo * es;
+    const char *xb = (const char *)x->data + xo * es;
+    /* a memcpy of constant size compiles to one load and one store */
+#define COPY_LINE(size) \
+    for (int64_t i = 0; i < n; i++) memcpy(yb + i * ys * size, xb + i * xs * size, size)
+    switch (es) {
+    case 1:
+        COPY_LINE(1);
+        break;
+    case 2:
+        COPY_LINE(2);
+        break;
+    case 4:
+        COPY_LINE(4);
+        break;
+    case 8:
+        COPY_LINE(8);
+        break;
+    default:
+        COPY_LINE(es);
+        break;
+    }
+#undef COPY_LINE
+    return KILN_OK;
+}
+
 kiln_status kiln_shape_copy_view(kiln_run_ctx *c, kiln_value *y, int64_t yo, const int64_t *ys,
                                  const kiln_value *x, int64_t xo, const int64_t *xs, int rank,
                                  const int64_t *dims)
 {
     for (int k = 0; k < rank; k++)
         if (dims[k] == 0) return KILN_OK;
-    /* a run along the last axis that is contiguous on both sides is copied at once */
-    int64_t run = 1;
-    if (rank > 0 && xs[rank - 1] == 1 && ys[rank - 1] == 1) run = dims[--rank];
-    int64_t idx[KILN_SHAPE_VIEW_RANK] = {0};
+    if (rank == 0) return kiln_shape_copy(c, y, yo, x, xo, 1);
+    /* walk the outer axes; the last one is copied as a line */
+    int64_t idx[KILN_SHAPE_VIEW_RANK] = {0}, n = dims[rank - 1], xl = xs[rank - 1], yl = ys[rank - 1];
     for (;;) {
-        KILN_TRY(kiln_shape_copy(c, y, yo, x, xo, run));
-        int k = rank - 1;
+        KILN_TRY(copy_line(c, y, yo, yl, x, xo, xl, n));
+        int k = rank - 2;
         for (; k >= 0; k--) {
             xo += xs[k];
             yo += ys[k];
@@ -203,6 +238,23 @@ kiln_status kiln_shape_copy_view(kiln_run_ctx *c, kiln_value *y, int64_t yo, con
         }
         if (k < 0) return KILN_OK;
     }
+}
+
+kiln_status kiln_shape_fill(kiln_run_ctx *c, kiln_value *y, const kiln_value *v)
+{
+    if (y->numel == 0) return KILN_OK;
+    KILN_TRY(kiln_shape_copy(c, y, 0, v, 0, 1));
+    if (y->dtype == KILN_DTYPE_STRING) {
+        for (int64_t i = 1; i < y->numel; i++) KILN_TRY(kiln_shape_copy(c, y, i, y, 0, 1));
+        return KILN_OK;
+    }
+    /* double the filled prefix until it covers y */
+    size_t es = kiln_dtype_size(y->dtype);
+    for (int64_t have = 1; have < y->numel; have *= 2) {
+        int64_t n = have < y->numel - have ? have : y->numel - have;
+        memcpy((char *)y->data + (size_t)have * es, y->data, (size_t)n * es);
+    }
+    return KILN_OK;
 }
 
 kiln_status kiln_shape_copy_run(kiln_run_ctx *c)

@@ -38,9 +38,7 @@ kiln_status kiln_shape_constant_of_shape_run(kiln_run_ctx *c)
 {
     const kiln_value *v = kiln_attr_tensor(kiln_run_node(c), "value");
     kiln_value *y = kiln_run_out(c, 0);
-    if (!v) return KILN_OK; /* float zeros */
-    for (int64_t i = 0; i < y->numel; i++) KILN_TRY(kiln_shape_copy(c, y, i, v, 0, 1));
-    return KILN_OK;
+    return v ? kiln_shape_fill(c, y, v) : KILN_OK; /* default: float zeros */
 }
 
 /* ---- Range ---- */

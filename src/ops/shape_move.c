@@ -401,7 +401,8 @@ kiln_status kiln_shape_slice_infer(kiln_infer_ctx *c)
     KILN_TRY(kiln_shape_set_out(c, 0, x->dtype, x->rank, dims));
     kiln_shape_vec v;
     kiln_shape_in_vec(&s, 0, &v);
-    if (x->rank != 1 || !v.known || !kiln_dim_is_const(ax[0].start) || !kiln_dim_is_const(ax[0].count))
+    if (x->rank != 1 || !v.known || !kiln_dim_is_const(ax[0].start) || !kiln_dim_is_const(ax[0].count) ||
+        ax[0].count.c > v.n)
         return KILN_OK;
     kiln_dim out[KILN_SHAPE_VEC_MAX];
     for (int64_t i = 0; i < ax[0].count.c; i++) {

@@ -17,7 +17,7 @@
 /* Content of an integer vector argument: each entry constant or (compile time) symbolic. */
 typedef struct kiln_shape_vec {
     bool present; /* the input/attribute is given */
-    bool known;   /* its content is known (always at run time when present) */
+    bool known;   /* its content is known (at run time: unless it is not a valid vector) */
     int n;
     kiln_dim v[KILN_SHAPE_VEC_MAX];
 } kiln_shape_vec;
@@ -76,6 +76,8 @@ kiln_status kiln_shape_copy(kiln_run_ctx *c, kiln_value *y, int64_t yi, const ki
 kiln_status kiln_shape_copy_view(kiln_run_ctx *c, kiln_value *y, int64_t yo, const int64_t *ys,
                                  const kiln_value *x, int64_t xo, const int64_t *xs, int rank,
                                  const int64_t *dims);
+/* Sets every element of y to element 0 of v (same dtype). */
+kiln_status kiln_shape_fill(kiln_run_ctx *c, kiln_value *y, const kiln_value *v);
 /* Kernel of ops whose output is the input's elements in order (Reshape, Squeeze, ...). */
 kiln_status kiln_shape_copy_run(kiln_run_ctx *c);
 

@@ -104,8 +104,7 @@ static kiln_status pad_fill(kiln_run_ctx *c, kiln_value *y)
         kiln_store_f64(y->dtype, buf, 0, v);
         cv = &one;
     }
-    for (int64_t i = 0; i < y->numel; i++) KILN_TRY(kiln_shape_copy(c, y, i, cv, 0, 1));
-    return KILN_OK;
+    return kiln_shape_fill(c, y, cv);
 }
 
 /* Source index along an axis of length n for padded position i (i < 0 or >= n). */

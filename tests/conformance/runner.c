@@ -194,7 +194,8 @@ static int run_isolated(const char *dir, bool fork_it, char *why, size_t why_siz
         char buf[2100];
         int len = snprintf(buf, sizeof buf, "%d %s", r, w);
         if (write(fds[1], buf, (size_t)len) < 0) _exit(3);
-        _exit(0);
+        /* exit, not _exit: sanitizer builds check for leaks at exit and fail the status */
+        exit(0);
     }
     close(fds[1]);
     char buf[2100];
@@ -216,6 +217,11 @@ static int run_isolated(const char *dir, bool fork_it, char *why, size_t why_siz
     }
     int res = buf[0] - '0';
     snprintf(why, why_size, "%s", got > 2 ? buf + 2 : "");
+    if (WIFEXITED(status) && WEXITSTATUS(status)) {
+        snprintf(why, why_size, "exited with status %d after the test (a sanitizer found a leak or an error)",
+                 WEXITSTATUS(status));
+        return RES_FAIL;
+    }
     return res;
 }
 
@@ -303,5 +309,12 @@ int main(int argc, char **argv)
     printf("pass rate %.1f%% (%d of %d, skipped excluded); unexpected failures %d, listed tests now passing %d\n",
            100.0 * passed / (total - skipped > 0 ? total - skipped : 1), passed, total - skipped, unexpected, fixed);
     printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+    for (int i = 0; i < ex.n; i++) {
+        free(ex.names[i]);
+        free(ex.reasons[i]);
+    }
+    free(ex.names);
+    free(ex.reasons);
+    free(ex.seen);
     return (unexpected || fixed || stale) ? 1 : 0;
 }
