@@ -247,6 +247,8 @@ typedef struct kiln_session_stats {
     int64_t arena_last_bytes;  /* arena of the last run */
     int64_t lower_bound_last_bytes; /* the last run's planner lower bound: peak of live bytes */
     int64_t heap_fallbacks;    /* planned tensors that had to go to the heap (0 when shapes infer right) */
+    int64_t bind_plan_ns;      /* total time spent checking inputs, binding symbols and planning */
+    int64_t run_ns;            /* total time of successful runs, binding and planning included */
 } kiln_session_stats;
 
 /* Copies the session's counters into *out. Thread-safe. */

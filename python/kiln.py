@@ -38,7 +38,8 @@ class _Stats(C.Structure):
     _fields_ = [("compilations", C.c_int64), ("runs", C.c_int64), ("plan_cache_hits", C.c_int64),
                 ("plan_cache_misses", C.c_int64), ("plan_cache_entries", C.c_int), ("plan_cache_capacity", C.c_int),
                 ("arena_peak_bytes", C.c_int64), ("arena_last_bytes", C.c_int64),
-                ("lower_bound_last_bytes", C.c_int64), ("heap_fallbacks", C.c_int64)]
+                ("lower_bound_last_bytes", C.c_int64), ("heap_fallbacks", C.c_int64), ("bind_plan_ns", C.c_int64),
+                ("run_ns", C.c_int64)]
 
 
 def _load_library(path=None):

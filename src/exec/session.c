@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "exec/ctx.h"
 #include "exec/plan.h"
@@ -264,10 +265,18 @@ static kiln_status check_constraints(const kiln_model *m, const int64_t *syms, c
     return KILN_OK;
 }
 
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 kiln_status kiln_session_run(kiln_session *s, int n_in, const char *const *in_names, const kiln_value *const *inputs,
                              int n_out, const char *const *out_names, kiln_value **outputs)
 {
     if (!s) return KILN_ERR_INVALID_ARG;
+    int64_t t_start = now_ns(), t_exec = 0;
     kiln_err err = {0};
     kiln_status st = KILN_OK;
     kiln_plan *plan = NULL;
@@ -337,10 +346,13 @@ kiln_status kiln_session_run(kiln_session *s, int n_in, const char *const *in_na
         goto out;
     }
     kiln_arena_view mem = {.base = arena, .offset = plan->offset, .size = plan->size};
+    t_exec = now_ns();
     st = kiln_execute(g, NULL, &mem, bound, all_out, &err);
     if (st) goto out;
     pthread_mutex_lock(&s->stats_lock);
     s->stats.runs++;
+    s->stats.bind_plan_ns += t_exec - t_start;
+    s->stats.run_ns += now_ns() - t_start;
     s->stats.arena_last_bytes = (int64_t)plan->peak;
     s->stats.lower_bound_last_bytes = (int64_t)plan->lower_bound;
     if ((int64_t)plan->peak > s->stats.arena_peak_bytes) s->stats.arena_peak_bytes = (int64_t)plan->peak;
