@@ -12,6 +12,7 @@ typedef struct kiln_arena_view {
     unsigned char *base;
     const size_t *offset; /* SIZE_MAX: not planned, allocated on the heap */
     const size_t *size;   /* planned bytes */
+    const int *in_place;  /* 1: the value reuses its producer's input 0 slot (not zeroed) */
     int64_t heap_fallbacks; /* tensors that did not fit their slot (counted, not expected) */
 } kiln_arena_view;
 

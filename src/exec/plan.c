@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/dtype.h"
+#include "ops/op.h"
 
 kiln_status kiln_memprog_build(const kiln_graph *g, kiln_memprog *mp, kiln_err *err)
 {
@@ -20,11 +21,15 @@ kiln_status kiln_memprog_build(const kiln_graph *g, kiln_memprog *mp, kiln_err *
     mp->last = calloc((size_t)cap, sizeof *mp->last);
     mp->numel = calloc((size_t)cap, sizeof *mp->numel);
     mp->elem_size = calloc((size_t)cap, sizeof *mp->elem_size);
-    if (!mp->value_id || !mp->first || !mp->last || !mp->numel || !mp->elem_size) {
+    mp->share = calloc((size_t)cap, sizeof *mp->share);
+    int *cand_of = malloc((size_t)cap * sizeof *cand_of);
+    if (!mp->value_id || !mp->first || !mp->last || !mp->numel || !mp->elem_size || !mp->share || !cand_of) {
+        free(cand_of);
         kiln_memprog_release(mp);
         return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
     }
     kiln_dimtab *t = g->model->dims;
+    for (int i = 0; i < g->n_values; i++) cand_of[i] = -1;
     for (int i = 0; i < g->n_values; i++) {
         const kiln_ir_value *v = g->values[i];
         const kiln_type *ty = &v->type;
@@ -35,12 +40,37 @@ kiln_status kiln_memprog_build(const kiln_graph *g, kiln_memprog *mp, kiln_err *
         for (int k = 0; k < ty->rank; k++) numel = kiln_dim_mul(t, numel, ty->dims[k]);
         if (kiln_dim_is_unknown(numel)) continue;
         int j = mp->n++;
+        cand_of[i] = j;
         mp->value_id[j] = i;
         mp->first[j] = v->producer->index;
         mp->last[j] = v->last_use > v->producer->index ? v->last_use : v->producer->index;
         mp->numel[j] = numel;
         mp->elem_size[j] = kiln_dtype_size(ty->dtype);
     }
+    /* in place: an output reuses input 0's buffer when the op allows it, the sizes are the
+     * same expression and this node is the input's last reader (and no one reused it yet) */
+    bool *taken = calloc((size_t)cap, sizeof *taken);
+    if (!taken) {
+        free(cand_of);
+        kiln_memprog_release(mp);
+        return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
+    }
+    for (int j = 0; j < mp->n; j++) {
+        mp->share[j] = -1;
+        const kiln_node *nd = g->values[mp->value_id[j]]->producer;
+        const kiln_ir_value *in0 = nd->n_in ? nd->in[0] : NULL;
+        if (!nd->op || !(nd->op->flags & KILN_OP_INPLACE) || nd->out[0] != g->values[mp->value_id[j]] || !in0 ||
+            in0->graph != g || cand_of[in0->id] < 0)
+            continue;
+        int i = cand_of[in0->id];
+        if (taken[i] || mp->last[i] != nd->index || mp->elem_size[i] != mp->elem_size[j] ||
+            !kiln_dim_equal(mp->numel[i], mp->numel[j]))
+            continue;
+        taken[i] = true;
+        mp->share[j] = mp->share[i] >= 0 ? mp->share[i] : i;
+    }
+    free(taken);
+    free(cand_of);
     return KILN_OK;
 }
 
@@ -51,6 +81,7 @@ void kiln_memprog_release(kiln_memprog *mp)
     free(mp->last);
     free(mp->numel);
     free(mp->elem_size);
+    free(mp->share);
     memset(mp, 0, sizeof *mp);
 }
 
@@ -60,6 +91,7 @@ static void plan_free(kiln_plan *p)
     free(p->key);
     free(p->offset);
     free(p->size);
+    free(p->in_place);
     free(p);
 }
 
@@ -68,17 +100,64 @@ typedef struct placed {
     int first, last;
 } placed;
 
-static int by_size_desc(const void *a, const void *b)
+/* Sort keys of the placement orders tried: decreasing size; decreasing size x lifetime;
+ * production order. */
+static bool placed_before(const placed *x, const placed *y, int key)
 {
-    const placed *x = a, *y = b;
-    if (x->size != y->size) return x->size < y->size ? 1 : -1;
-    return x->first - y->first;
+    if (key == 0 && x->size != y->size) return x->size > y->size;
+    if (key == 1) {
+        double ax = (double)x->size * (x->last - x->first + 1), ay = (double)y->size * (y->last - y->first + 1);
+        if (ax != ay) return ax > ay;
+    }
+    if (x->first != y->first) return x->first < y->first;
+    return x->size > y->size;
 }
 
-static int by_offset(const void *a, const void *b)
+/* Places items[order] one by one, each at the lowest offset (first fit) or in the smallest
+ * gap (best fit) among the buffers already placed whose lifetimes overlap it. Writes offsets
+ * into off[] (by item) and returns the arena size. O(n^2 log n). */
+static size_t place(const placed *items, int n, int key, bool best_fit, int *order, placed **live, size_t *off)
 {
-    const placed *x = *(const placed *const *)a, *y = *(const placed *const *)b;
-    return x->off < y->off ? -1 : x->off > y->off;
+    for (int k = 0; k < n; k++) order[k] = k;
+    for (int k = 1; k < n; k++) /* insertion sort: stable and n is small */
+        for (int j = k; j > 0 && placed_before(&items[order[j]], &items[order[j - 1]], key); j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    placed *done = (placed *)(live + n); /* after the n pointers: the placed copies */
+    size_t peak = 0;
+    for (int k = 0; k < n; k++) {
+        const placed *it = &items[order[k]];
+        int m = 0;
+        for (int q = 0; q < k; q++)
+            if (done[q].first <= it->last && it->first <= done[q].last) live[m++] = &done[q];
+        for (int q = 1; q < m; q++)
+            for (int j = q; j > 0 && live[j]->off < live[j - 1]->off; j--) {
+                placed *t = live[j];
+                live[j] = live[j - 1];
+                live[j - 1] = t;
+            }
+        size_t at = 0, chosen = SIZE_MAX, chosen_gap = SIZE_MAX;
+        for (int q = 0; q <= m; q++) {
+            size_t end = q < m ? live[q]->off : SIZE_MAX; /* the space above all is unbounded */
+            if (end > at && end - at >= it->size) {
+                if (!best_fit) {
+                    chosen = at;
+                    break;
+                }
+                if (end - at < chosen_gap) {
+                    chosen = at;
+                    chosen_gap = end - at;
+                }
+            }
+            if (q < m && live[q]->off + live[q]->size > at) at = live[q]->off + live[q]->size;
+        }
+        off[order[k]] = chosen;
+        done[k] = (placed){chosen, it->size, it->first, it->last};
+        if (chosen + it->size > peak) peak = chosen + it->size;
+    }
+    return peak;
 }
 
 static kiln_status plan_build(const kiln_memprog *mp, const int64_t *syms, int n_syms, kiln_plan **out, kiln_err *err)
@@ -86,13 +165,15 @@ static kiln_status plan_build(const kiln_memprog *mp, const int64_t *syms, int n
     kiln_plan *p = calloc(1, sizeof *p);
     placed *items = calloc((size_t)mp->n + 1, sizeof *items);
     int *idx = calloc((size_t)mp->n + 1, sizeof *idx);
-    placed **live = calloc((size_t)mp->n + 1, sizeof *live);
+    /* scratch for place(): n pointers, then n placed records */
+    placed **live = calloc((size_t)mp->n + 1, sizeof *live + sizeof(placed));
     if (p) {
         p->key = malloc(((size_t)n_syms + 1) * sizeof *p->key);
         p->offset = malloc(((size_t)mp->n_values + 1) * sizeof *p->offset);
         p->size = calloc((size_t)mp->n_values + 1, sizeof *p->size);
+        p->in_place = calloc((size_t)mp->n_values + 1, sizeof *p->in_place);
     }
-    if (!p || !items || !idx || !live || !p->key || !p->offset || !p->size) {
+    if (!p || !items || !idx || !live || !p->key || !p->offset || !p->size || !p->in_place) {
         plan_free(p);
         free(items);
         free(idx);
@@ -102,15 +183,34 @@ static kiln_status plan_build(const kiln_memprog *mp, const int64_t *syms, int n
     if (n_syms) memcpy(p->key, syms, (size_t)n_syms * sizeof *syms);
     p->n_key = n_syms;
     for (int i = 0; i < mp->n_values; i++) p->offset[i] = SIZE_MAX;
+    /* one item per buffer: a candidate and the ones that reuse it in place, whose lifetimes
+     * chain, so the item lives from the first producer to the last reader */
     int n = 0;
+    int *item_of = malloc(((size_t)mp->n + 1) * sizeof *item_of);
+    if (!item_of) {
+        plan_free(p);
+        free(items);
+        free(idx);
+        free(live);
+        return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
+    }
     for (int j = 0; j < mp->n; j++) {
+        item_of[j] = -1;
         int64_t numel;
         if (!kiln_dim_eval(mp->numel[j], syms, n_syms, &numel) || numel < 0) continue;
         if ((uint64_t)numel > (SIZE_MAX / 2) / mp->elem_size[j]) continue;
+        int root = mp->share[j];
+        if (root >= 0 && item_of[root] >= 0) {
+            placed *it = &items[item_of[root]];
+            if (mp->last[j] > it->last) it->last = mp->last[j];
+            item_of[j] = item_of[root];
+            continue;
+        }
         size_t bytes = (size_t)numel * mp->elem_size[j];
         bytes = (bytes + KILN_ARENA_ALIGN - 1) / KILN_ARENA_ALIGN * KILN_ARENA_ALIGN;
         items[n] = (placed){0, bytes, mp->first[j], mp->last[j]};
-        idx[n++] = j;
+        idx[n] = j;
+        item_of[j] = n++;
     }
     /* lower bound: the most bytes alive at once */
     size_t lb = 0;
@@ -120,38 +220,47 @@ static kiln_status plan_build(const kiln_memprog *mp, const int64_t *syms, int n
             if (items[q].first <= items[k].first && items[k].first <= items[q].last) live_bytes += items[q].size;
         if (live_bytes > lb) lb = live_bytes;
     }
-    /* remember which candidate each item came from across the sort */
-    for (int k = 0; k < n; k++) items[k].off = (size_t)idx[k];
-    qsort(items, (size_t)n, sizeof *items, by_size_desc);
-    size_t peak = 0;
-    placed *done = calloc((size_t)n + 1, sizeof *done);
-    if (!done) {
+    /* place with each strategy, keep the smallest arena */
+    size_t *off = calloc((size_t)n + 1, sizeof *off), *best = calloc((size_t)n + 1, sizeof *best);
+    int *order = calloc((size_t)n + 1, sizeof *order);
+    if (!off || !best || !order) {
+        free(off);
+        free(best);
+        free(order);
+        free(item_of);
         plan_free(p);
         free(items);
         free(idx);
         free(live);
         return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
     }
-    for (int k = 0; k < n; k++) {
-        /* buffers already placed whose lifetimes overlap this one, by offset */
-        int m = 0;
-        for (int q = 0; q < k; q++)
-            if (done[q].first <= items[k].last && items[k].first <= done[q].last) live[m++] = &done[q];
-        qsort(live, (size_t)m, sizeof *live, by_offset);
-        size_t off = 0;
-        for (int q = 0; q < m; q++) {
-            if (live[q]->off >= off + items[k].size) break; /* fits in the gap before it */
-            if (live[q]->off + live[q]->size > off) off = live[q]->off + live[q]->size;
+    size_t peak = SIZE_MAX;
+    for (int strategy = 0; strategy < 6; strategy++) {
+        size_t got = place(items, n, strategy / 2, strategy % 2, order, live, off);
+        if (got < peak) {
+            peak = got;
+            memcpy(best, off, (size_t)n * sizeof *best);
         }
-        int cand = (int)items[k].off;
-        done[k] = (placed){off, items[k].size, items[k].first, items[k].last};
-        p->offset[mp->value_id[cand]] = off;
-        p->size[mp->value_id[cand]] = items[k].size;
-        if (off + items[k].size > peak) peak = off + items[k].size;
     }
+    if (!n) peak = 0;
+    for (int k = 0; k < n; k++) {
+        p->offset[mp->value_id[idx[k]]] = best[k];
+        p->size[mp->value_id[idx[k]]] = items[k].size;
+    }
+    free(off);
+    free(best);
+    free(order);
+    /* the in-place members take their root's slot */
+    for (int j = 0; j < mp->n; j++) {
+        int root = mp->share[j];
+        if (root < 0 || item_of[j] < 0 || p->offset[mp->value_id[root]] == SIZE_MAX) continue;
+        p->offset[mp->value_id[j]] = p->offset[mp->value_id[root]];
+        p->size[mp->value_id[j]] = p->size[mp->value_id[root]];
+        p->in_place[mp->value_id[j]] = 1;
+    }
+    free(item_of);
     p->peak = peak;
     p->lower_bound = lb;
-    free(done);
     free(items);
     free(idx);
     free(live);

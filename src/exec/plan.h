@@ -21,6 +21,7 @@ typedef struct kiln_memprog {
     int *first, *last;   /* [n] producing node index, last reading node index */
     kiln_dim *numel;     /* [n] element count expression */
     size_t *elem_size;   /* [n] bytes per element */
+    int *share;          /* [n] candidate whose buffer this one reuses in place, or -1 */
     int n_values;        /* of the graph */
 } kiln_memprog;
 
@@ -30,6 +31,7 @@ typedef struct kiln_plan {
     int n_key;
     size_t *offset;      /* [n_values] byte offset in the arena, SIZE_MAX when not planned */
     size_t *size;        /* [n_values] planned bytes */
+    int *in_place;       /* [n_values] 1 when the value reuses its producer's input 0 buffer */
     size_t peak;         /* arena bytes */
     size_t lower_bound;  /* max over time of the live planned bytes */
     int refs;

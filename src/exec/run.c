@@ -116,7 +116,8 @@ static kiln_status alloc_output(kiln_frame *f, const kiln_ir_value *v, const kil
         mem->heap_fallbacks++;
         return kiln_tensor_new(t->dtype, t->rank, dims, out, err);
     }
-    if (x->nbytes) memset(x->data, 0, x->nbytes);
+    /* an in-place output shares its input's bytes: the kernel reads them before writing */
+    if (x->nbytes && !mem->in_place[v->id]) memset(x->data, 0, x->nbytes);
     *out = x;
     return KILN_OK;
 }

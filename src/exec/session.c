@@ -345,7 +345,7 @@ kiln_status kiln_session_run(kiln_session *s, int n_in, const char *const *in_na
         st = kiln_errf(&err, KILN_ERR_NOMEM, "out of memory allocating a %zu-byte arena", plan->peak);
         goto out;
     }
-    kiln_arena_view mem = {.base = arena, .offset = plan->offset, .size = plan->size};
+    kiln_arena_view mem = {.base = arena, .offset = plan->offset, .size = plan->size, .in_place = plan->in_place};
     t_exec = now_ns();
     st = kiln_execute(g, NULL, &mem, bound, all_out, &err);
     if (st) goto out;

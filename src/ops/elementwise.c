@@ -723,8 +723,8 @@ static kiln_status clip_run(kiln_run_ctx *c)
     return KILN_OK;
 }
 
-#define UNARY(name) {"", name, 1, unary_infer, unary_run}
-#define BINARY(name) {"", name, 1, binary_infer, binary_run}
+#define UNARY(name) {"", name, 1, unary_infer, unary_run, KILN_OP_INPLACE}
+#define BINARY(name) {"", name, 1, binary_infer, binary_run, KILN_OP_INPLACE}
 
 static const kiln_op_def defs[] = {
     UNARY("Abs"), UNARY("Neg"), UNARY("Sign"), UNARY("Relu"), UNARY("Reciprocal"), UNARY("Floor"),

@@ -33,12 +33,18 @@
 typedef struct kiln_infer_ctx kiln_infer_ctx;
 typedef struct kiln_run_ctx kiln_run_ctx;
 
+/* Output 0 may share input 0's buffer: the kernel writes every element of output 0, and
+ * element i of it depends on element i of input 0 only, which it reads before writing. The
+ * planner uses it when input 0 has the same byte size and this node is its last reader. */
+#define KILN_OP_INPLACE 1u
+
 struct kiln_op_def {
     const char *domain;  /* "" for the default ONNX domain, "ai.onnx.ml", ... */
     const char *op_type;
     int since_version;   /* entry applies to opsets >= this, up to the next entry's version */
     kiln_status (*infer)(kiln_infer_ctx *c);
     kiln_status (*run)(kiln_run_ctx *c);
+    unsigned flags;      /* KILN_OP_* */
 };
 
 /* A family's table; `n` entries. */
