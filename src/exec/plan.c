@@ -146,7 +146,7 @@ static size_t place(const placed *items, int n, int key, bool best_fit, int *ord
                     chosen = at;
                     break;
                 }
-                if (end - at < chosen_gap) {
+                if (end - at < chosen_gap || chosen == SIZE_MAX) {
                     chosen = at;
                     chosen_gap = end - at;
                 }
