@@ -192,6 +192,13 @@ typedef struct kiln_session_options {
     /* Memory plans kept, one per binding of the model's symbolic dims (LRU); a new binding
      * beyond that evicts the least recently used. Default 16. */
     int plan_cache_size;
+    /* The reference configuration: no memory planning or buffer reuse (and, as kiln grows
+     * optimisations, none of them). `kiln verify` compares a normal session with this one. */
+    bool unoptimized;
+    /* Testing hook, never for production: after the node of this name runs, its output 0
+     * has its elements reversed (the right values in the wrong places), as a kernel with a
+     * layout bug would. Copied at creation. NULL: off. */
+    const char *test_fault_node;
 } kiln_session_options;
 
 kiln_session_options kiln_session_options_default(void);
@@ -235,6 +242,31 @@ int kiln_session_output_count(const kiln_session *s);
 kiln_status kiln_session_input_info(const kiln_session *s, int i, kiln_io_info *info);
 kiln_status kiln_session_output_info(const kiln_session *s, int i, kiln_io_info *info);
 
+/* What an observer sees after a node of the main graph ran. Everything is borrowed for the
+ * duration of the callback. Input values show the shapes and types the node read; the data of
+ * an input the node overwrote in place (element-wise ops reuse a dead input's buffer) is not
+ * preserved, so read outputs, not inputs, for values. */
+typedef struct kiln_node_event {
+    int node;                          /* index as in kiln_session_node */
+    const char *node_name, *op_type;
+    int n_inputs;
+    const char *const *input_names;    /* "" for an absent optional input */
+    const kiln_value *const *inputs;   /* NULL for an absent optional input */
+    int n_outputs;
+    const char *const *output_names;   /* "" for an output the node does not produce */
+    const kiln_value *const *outputs;  /* NULL for an output the node does not produce */
+} kiln_node_event;
+
+/* Called after each node; return 0 to go on, anything else stops the run (KILN_ERR_RUNTIME). */
+typedef int (*kiln_observer_fn)(void *user, const kiln_node_event *ev);
+
+/* kiln_session_run with an observer tapping every intermediate value of the run: the same
+ * kernels, memory plan and layouts as a plain run. observer may be NULL. */
+kiln_status kiln_session_run_observed(kiln_session *s, int n_in, const char *const *in_names,
+                                      const kiln_value *const *inputs, int n_out,
+                                      const char *const *out_names, kiln_value **outputs,
+                                      kiln_observer_fn observer, void *user);
+
 /* Counters of a session (totals since creation). Fields are only ever added at the end. */
 typedef struct kiln_session_stats {
     int64_t compilations;      /* model compilations: 1 per session, whatever the shapes */
@@ -263,6 +295,9 @@ kiln_status kiln_session_opset(const kiln_session *s, int i, const char **domain
 int kiln_session_node_count(const kiln_session *s);
 kiln_status kiln_session_node(const kiln_session *s, int i, const char **name, const char **domain,
                               const char **op_type, bool *supported);
+/* A one-line description of node i (index as in kiln_session_node): op type and attributes,
+ * e.g. "Conv kernel_shape=[3, 3] strides=[2, 2]". Writes into buf (always NUL-terminated). */
+kiln_status kiln_session_node_describe(const kiln_session *s, int i, char *buf, size_t size);
 /* Bytes of all initializers and constant attribute tensors. */
 int64_t kiln_session_initializer_bytes(const kiln_session *s);
 

@@ -10,29 +10,19 @@
 #include <time.h>
 
 #include "kiln.h"
+#include "cli.h"
 #include "npy.h"
+#include "verify.h"
 
-#define MAX_SPECS 64
 
 static const char usage[] =
     "usage: kiln info MODEL [--json]\n"
     "       kiln run MODEL [--input NAME=FILE.npy]... [--shape NAME=1x3xHxW]... [--seed N] [--output-dir DIR] [--stats]\n"
     "       kiln bench MODEL [--input NAME=FILE.npy]... [--shape NAME=DIMS]... [--seed N] [--warmup N] [--runs N] [--json] [--stats]\n"
+    "       kiln verify MODEL [--provider cpu] [--input ...|--shape ...] [--rtol R] [--atol A]\n"
     "       kiln ops\n"
     "       kiln --version\n"
     "A --shape repeated for one input runs the model once per shape, in one session.\n";
-
-static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int fail(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("kiln: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    return 1;
-}
 
 static double now_ms(void)
 {
@@ -52,24 +42,6 @@ static void json_string(FILE *o, const char *s)
     fputc('"', o);
 }
 
-static kiln_session *open_session(const char *path, bool allow_unsupported)
-{
-    struct stat st;
-    if (stat(path, &st)) {
-        fail("cannot open model '%s': %s", path, strerror(errno));
-        return NULL;
-    }
-    kiln_session_options opt = kiln_session_options_default();
-    opt.allow_unsupported = allow_unsupported;
-    kiln_session *s = NULL;
-    if (kiln_session_create(path, &opt, &s)) {
-        fail("%s", kiln_last_error(s));
-        kiln_session_free(s);
-        return NULL;
-    }
-    return s;
-}
-
 static void dims_str(const kiln_io_info *io, char *buf, size_t size)
 {
     if (io->rank < 0) {
@@ -84,13 +56,6 @@ static void dims_str(const kiln_io_info *io, char *buf, size_t size)
     if (at < size) snprintf(buf + at, size - at, "]");
 }
 
-static const char *kind_name(kiln_value_kind k)
-{
-    return k == KILN_VALUE_SEQUENCE ? "sequence" : k == KILN_VALUE_OPTIONAL ? "optional" : "tensor";
-}
-
-/* ---- info ---- */
-
 typedef struct op_count {
     char name[160];
     int count;
@@ -103,12 +68,14 @@ static int cmd_info(int argc, char **argv)
     bool json = false;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) json = true;
-        else if (argv[i][0] == '-') return fail("info: unknown option '%s'", argv[i]);
+        else if (argv[i][0] == '-') return cli_fail("info: unknown option '%s'", argv[i]);
         else if (!model) model = argv[i];
-        else return fail("info: unexpected argument '%s'", argv[i]);
+        else return cli_fail("info: unexpected argument '%s'", argv[i]);
     }
-    if (!model) return fail("info: missing MODEL\n%s", usage);
-    kiln_session *s = open_session(model, true);
+    if (!model) return cli_fail("info: missing MODEL\n%s", usage);
+    kiln_session_options opt = kiln_session_options_default();
+    opt.allow_unsupported = true;
+    kiln_session *s = cli_open_session(model, &opt);
     if (!s) return 1;
     int n_nodes = kiln_session_node_count(s);
     op_count *ops = calloc((size_t)n_nodes + 1, sizeof *ops);
@@ -151,7 +118,7 @@ static int cmd_info(int argc, char **argv)
                 else kiln_session_input_info(s, i, &io);
                 fprintf(o, "%s{\"name\": ", i ? ", " : "");
                 json_string(o, io.name);
-                fprintf(o, ", \"kind\": \"%s\", \"dtype\": \"%s\", \"shape\": ", kind_name(io.kind), kiln_dtype_name(io.dtype));
+                fprintf(o, ", \"kind\": \"%s\", \"dtype\": \"%s\", \"shape\": ", cli_kind_name(io.kind), kiln_dtype_name(io.dtype));
                 if (io.rank < 0) {
                     fprintf(o, "null");
                 } else {
@@ -199,7 +166,7 @@ static int cmd_info(int argc, char **argv)
                 else kiln_session_input_info(s, i, &io);
                 char d[512];
                 dims_str(&io, d, sizeof d);
-                fprintf(o, "  %s: %s%s%s %s%s\n", io.name, io.kind == KILN_VALUE_TENSOR ? "" : kind_name(io.kind),
+                fprintf(o, "  %s: %s%s%s %s%s\n", io.name, io.kind == KILN_VALUE_TENSOR ? "" : cli_kind_name(io.kind),
                         io.kind == KILN_VALUE_TENSOR ? "" : " of ", kiln_dtype_name(io.dtype), d, "");
             }
         }
@@ -225,216 +192,13 @@ static int cmd_info(int argc, char **argv)
 
 /* ---- inputs for run and bench ---- */
 
-typedef struct spec {
-    char *name;
-    char *file;          /* --input */
-    int64_t dims[KILN_MAX_RANK];
-    int rank;            /* --shape */
-} spec;
-
-typedef struct run_args {
-    const char *model;
-    spec specs[MAX_SPECS];
-    int n_specs;
-    uint64_t seed;
-    const char *out_dir;
-    int warmup, runs;
-    bool json, stats;
-} run_args;
-
-static int parse_dims(const char *s, int64_t *dims, int *rank)
-{
-    *rank = 0;
-    if (!*s) return 0; /* a scalar */
-    while (*s) {
-        char *end;
-        long long d = strtoll(s, &end, 10);
-        if (end == s || d < 0 || *rank == KILN_MAX_RANK) return -1;
-        dims[(*rank)++] = d;
-        if (*end == 'x' || *end == 'X' || *end == ',') end++;
-        else if (*end) return -1;
-        s = end;
-    }
-    return 0;
-}
-
-static int parse_run_args(int argc, char **argv, bool bench, run_args *a)
-{
-    memset(a, 0, sizeof *a);
-    a->warmup = 3;
-    a->runs = 20;
-    for (int i = 0; i < argc; i++) {
-        const char *opt = argv[i];
-        bool has_val = i + 1 < argc;
-        if ((!strcmp(opt, "--input") || !strcmp(opt, "--shape")) && has_val) {
-            char *arg = argv[++i];
-            char *eq = strrchr(arg, '=');
-            if (!eq || eq == arg) return fail("%s expects NAME=VALUE, got '%s'", opt, arg);
-            if (a->n_specs == MAX_SPECS) return fail("too many --input/--shape options");
-            spec *sp = &a->specs[a->n_specs++];
-            sp->name = strndup(arg, (size_t)(eq - arg));
-            if (!strcmp(opt, "--input")) {
-                sp->file = eq + 1;
-            } else if (parse_dims(eq + 1, sp->dims, &sp->rank)) {
-                return fail("--shape %s: dims must look like 1x3x224x224", arg);
-            }
-        } else if (!strcmp(opt, "--seed") && has_val) {
-            a->seed = strtoull(argv[++i], NULL, 10);
-        } else if (!strcmp(opt, "--stats")) {
-            a->stats = true;
-        } else if (!bench && !strcmp(opt, "--output-dir") && has_val) {
-            a->out_dir = argv[++i];
-        } else if (bench && !strcmp(opt, "--warmup") && has_val) {
-            a->warmup = atoi(argv[++i]);
-        } else if (bench && !strcmp(opt, "--runs") && has_val) {
-            a->runs = atoi(argv[++i]);
-        } else if (bench && !strcmp(opt, "--json")) {
-            a->json = true;
-        } else if (opt[0] == '-') {
-            return fail("%s: unknown option '%s' (or missing value)", bench ? "bench" : "run", opt);
-        } else if (!a->model) {
-            a->model = opt;
-        } else {
-            return fail("unexpected argument '%s'", opt);
-        }
-    }
-    if (!a->model) return fail("missing MODEL\n%s", usage);
-    if (a->runs < 1 || a->warmup < 0) return fail("--runs must be >= 1 and --warmup >= 0");
-    return 0;
-}
-
-static uint64_t next_rand(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static uint16_t float_to_half(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    uint32_t sign = (u >> 16) & 0x8000, exp = (u >> 23) & 0xff, man = u & 0x7fffff;
-    int e = (int)exp - 127 + 15;
-    if (e <= 0) return (uint16_t)sign; /* random data in [-1, 1): tiny values flush to zero */
-    return (uint16_t)(sign | (uint32_t)e << 10 | man >> 13);
-}
-
-/* Random tensor: floats uniform in [-1, 1), integers in [0, 10), bools 0/1. */
-static int random_tensor(kiln_dtype dt, int rank, const int64_t *dims, uint64_t *rng, kiln_value **out)
-{
-    if (kiln_value_create_tensor(dt, rank, dims, NULL, 0, out)) return fail("cannot create a %s tensor", kiln_dtype_name(dt));
-    int64_t n = kiln_value_numel(*out);
-    void *p = kiln_value_data(*out);
-    for (int64_t i = 0; i < n; i++) {
-        uint64_t r = next_rand(rng);
-        double u = (double)(r >> 11) / 9007199254740992.0 * 2.0 - 1.0;
-        switch (dt) {
-        case KILN_DTYPE_FLOAT32: ((float *)p)[i] = (float)u; break;
-        case KILN_DTYPE_FLOAT64: ((double *)p)[i] = u; break;
-        case KILN_DTYPE_FLOAT16: ((uint16_t *)p)[i] = float_to_half((float)u); break;
-        case KILN_DTYPE_BFLOAT16: {
-            float f = (float)u;
-            uint32_t b;
-            memcpy(&b, &f, 4);
-            ((uint16_t *)p)[i] = (uint16_t)(b >> 16);
-            break;
-        }
-        case KILN_DTYPE_BOOL: ((uint8_t *)p)[i] = r & 1; break;
-        case KILN_DTYPE_INT8: case KILN_DTYPE_UINT8: ((uint8_t *)p)[i] = (uint8_t)(r % 10); break;
-        case KILN_DTYPE_INT16: case KILN_DTYPE_UINT16: ((uint16_t *)p)[i] = (uint16_t)(r % 10); break;
-        case KILN_DTYPE_INT32: case KILN_DTYPE_UINT32: ((uint32_t *)p)[i] = (uint32_t)(r % 10); break;
-        case KILN_DTYPE_INT64: case KILN_DTYPE_UINT64: ((uint64_t *)p)[i] = r % 10; break;
-        default:
-            kiln_value_free(*out);
-            *out = NULL;
-            return fail("cannot generate random %s data: give the input with --input", kiln_dtype_name(dt));
-        }
-    }
-    return 0;
-}
-
-/* The inputs of run number k: the k-th --input/--shape for each input (the last one when it
- * has fewer), random data where only a shape or nothing is given. */
-static int make_inputs(kiln_session *s, const run_args *a, int k, uint64_t *rng, kiln_value **vals, const char **names)
-{
-    int n = kiln_session_input_count(s);
-    for (int i = 0; i < n; i++) {
-        kiln_io_info io;
-        kiln_session_input_info(s, i, &io);
-        names[i] = io.name;
-        const spec *sp = NULL;
-        for (int j = 0, seen = 0; j < a->n_specs; j++)
-            if (!strcmp(a->specs[j].name, io.name) && seen++ <= k) sp = &a->specs[j];
-        if (sp && sp->file) {
-            char why[512];
-            if (npy_read(sp->file, io.dtype, &vals[i], why, sizeof why)) return fail("input '%s': %s", io.name, why);
-            continue;
-        }
-        if (io.kind != KILN_VALUE_TENSOR) return fail("input '%s' is a %s: give it with --input", io.name, kind_name(io.kind));
-        int64_t dims[KILN_MAX_RANK];
-        int rank;
-        if (sp) {
-            rank = sp->rank;
-            memcpy(dims, sp->dims, sizeof dims);
-        } else {
-            if (io.rank < 0) return fail("input '%s' has no declared shape: give --shape %s=DIMS", io.name, io.name);
-            rank = io.rank;
-            for (int d = 0; d < rank; d++) {
-                if (io.dims[d] < 0)
-                    return fail("input '%s' has symbolic dim '%s': give --shape %s=DIMS", io.name, io.dim_names[d], io.name);
-                dims[d] = io.dims[d];
-            }
-        }
-        if (random_tensor(io.dtype ? io.dtype : KILN_DTYPE_FLOAT32, rank, dims, rng, &vals[i])) return 1;
-    }
-    for (int j = 0; j < a->n_specs; j++) {
-        bool known = false;
-        for (int i = 0; i < n; i++) known = known || !strcmp(a->specs[j].name, names[i]);
-        if (!known) return fail("the model has no input named '%s'", a->specs[j].name);
-    }
-    return 0;
-}
-
-static int run_count(const run_args *a)
-{
-    int most = 1;
-    for (int j = 0; j < a->n_specs; j++) {
-        int c = 0;
-        for (int q = 0; q < a->n_specs; q++) c += !strcmp(a->specs[q].name, a->specs[j].name);
-        if (c > most) most = c;
-    }
-    return most;
-}
-
-static void safe_name(const char *name, char *out, size_t size)
-{
-    size_t i = 0;
-    for (; name[i] && i + 1 < size; i++) {
-        char ch = name[i];
-        bool ok = (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '.' ||
-                  ch == '_' || ch == '-';
-        out[i] = ok ? ch : '_';
-    }
-    out[i] = '\0';
-    if (!i || !strcmp(out, ".") || !strcmp(out, "..")) snprintf(out, size, "_%s", name[0] ? "" : "output");
-}
-
-static void free_values(kiln_value **v, int n)
-{
-    for (int i = 0; i < n; i++) {
-        kiln_value_free(v[i]);
-        v[i] = NULL;
-    }
-}
-
 static int cmd_run(int argc, char **argv, bool bench)
 {
     run_args a;
-    if (parse_run_args(argc, argv, bench, &a)) return 1;
+    if (cli_parse_run_args(argc, argv, bench ? "bench" : "run", &a)) return 1;
     double t0 = now_ms();
-    kiln_session *s = open_session(a.model, false);
+    kiln_session_options opt = kiln_session_options_default();
+    kiln_session *s = cli_open_session(a.model, &opt);
     if (!s) return 1;
     double create_ms = now_ms() - t0;
     int n_in = kiln_session_input_count(s), n_out = kiln_session_output_count(s);
@@ -448,12 +212,12 @@ static int cmd_run(int argc, char **argv, bool bench)
     uint64_t rng = a.seed;
     int rc = 0;
     if (a.out_dir && mkdir(a.out_dir, 0777) && errno != EEXIST) {
-        rc = fail("cannot create output folder '%s': %s", a.out_dir, strerror(errno));
+        rc = cli_fail("cannot create output folder '%s': %s", a.out_dir, strerror(errno));
         goto out;
     }
-    int shapes = run_count(&a);
+    int shapes = cli_run_count(&a);
     for (int k = 0; k < shapes && !rc; k++) {
-        if (make_inputs(s, &a, k, &rng, in, in_names)) {
+        if (cli_make_inputs(s, &a, k, &rng, in, in_names)) {
             rc = 1;
             break;
         }
@@ -462,11 +226,11 @@ static int cmd_run(int argc, char **argv, bool bench)
         for (int it = 0; it < iters; it++) {
             double t = now_ms();
             if (kiln_session_run(s, n_in, in_names, (const kiln_value *const *)in, n_out, out_names, out)) {
-                rc = fail("%s", kiln_last_error(s));
+                rc = cli_fail("%s", kiln_last_error(s));
                 break;
             }
             times[it] = now_ms() - t;
-            if (it + 1 < iters) free_values(out, n_out);
+            if (it + 1 < iters) cli_free_values(out, n_out);
         }
         if (!rc && !bench) {
             printf("run %d (%.3f ms):\n", k + 1, times[0]);
@@ -478,15 +242,15 @@ static int cmd_run(int argc, char **argv, bool bench)
                         printf("%s%" PRId64, d ? ", " : "", kiln_value_dims(out[j])[d]);
                     printf("]");
                 } else {
-                    printf(" (%s)", kind_name(kiln_value_kind_of(out[j])));
+                    printf(" (%s)", cli_kind_name(kiln_value_kind_of(out[j])));
                 }
                 printf("\n");
                 if (a.out_dir && kiln_value_kind_of(out[j]) == KILN_VALUE_TENSOR) {
                     char fname[512], path[4096], why[512];
-                    safe_name(out_names[j], fname, sizeof fname);
+                    cli_safe_name(out_names[j], fname, sizeof fname);
                     if (shapes > 1) snprintf(path, sizeof path, "%s/%s.%d.npy", a.out_dir, fname, k + 1);
                     else snprintf(path, sizeof path, "%s/%s.npy", a.out_dir, fname);
-                    if (npy_write(path, out[j], why, sizeof why)) rc = fail("%s", why);
+                    if (npy_write(path, out[j], why, sizeof why)) rc = cli_fail("%s", why);
                 }
             }
         } else if (!rc) {
@@ -509,8 +273,8 @@ static int cmd_run(int argc, char **argv, bool bench)
                        "%.2f runs/s\n", a.model, k + 1, n, t[0], med, p90, t[n - 1], 1000.0 / med);
         }
         free(times);
-        free_values(in, n_in);
-        free_values(out, n_out);
+        cli_free_values(in, n_in);
+        cli_free_values(out, n_out);
     }
     if (!rc && a.stats) {
         kiln_session_stats st;
@@ -523,7 +287,7 @@ static int cmd_run(int argc, char **argv, bool bench)
                st.heap_fallbacks);
     }
 out:
-    free_values(in, n_in);
+    cli_free_values(in, n_in);
     free(in);
     free(out);
     free(in_names);
@@ -560,7 +324,8 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "info")) return cmd_info(argc - 2, argv + 2);
     if (!strcmp(cmd, "run")) return cmd_run(argc - 2, argv + 2, false);
     if (!strcmp(cmd, "bench")) return cmd_run(argc - 2, argv + 2, true);
-    fail("unknown command '%s'", cmd);
+    if (!strcmp(cmd, "verify")) return cmd_verify(argc - 2, argv + 2);
+    cli_fail("unknown command '%s'", cmd);
     fputs(usage, stderr);
     return 2;
 }

@@ -29,7 +29,7 @@ struct kiln_frame {
     const kiln_frame *parent;
     kiln_value **vals;            /* by value id */
     bool *owned;                  /* vals[i] is freed by the frame */
-    const kiln_arena_view *mem;   /* where planned tensors live, or NULL */
+    const kiln_run_env *env;      /* the main graph's run environment, NULL in subgraphs */
 };
 
 /* Runtime type of a value (constant dims). */

@@ -25,10 +25,19 @@ kiln_status kiln_bind_ops(kiln_graph *g, bool strict, kiln_err *err);
  * kept in `note` when not NULL. */
 kiln_status kiln_graph_infer(kiln_graph *g, kiln_err *note);
 
+/* What a run of the main graph carries besides its values. */
+typedef struct kiln_run_env {
+    kiln_arena_view *mem;      /* places the planned tensors, or NULL: all on the heap */
+    kiln_observer_fn observer; /* called after each node, or NULL */
+    void *observer_user;
+    const int *node_ids;       /* [n_nodes] public node index of each main-graph node */
+    const char *fault_node;    /* testing hook: reverse this node's output 0, or NULL */
+} kiln_run_env;
+
 /* Runs graph g. inputs[i] is bound to g->inputs[i] (NULL: use its initializer). On success
  * outputs[j] (j < g->n_outputs) receive owned values. parent gives outer-scope values for
- * subgraphs (NULL for the main graph). mem, when not NULL, places g's planned tensors. */
-kiln_status kiln_execute(const kiln_graph *g, const kiln_frame *parent, kiln_arena_view *mem,
+ * subgraphs (NULL for the main graph); env is the main graph's (NULL for subgraphs). */
+kiln_status kiln_execute(const kiln_graph *g, const kiln_frame *parent, const kiln_run_env *env,
                          const kiln_value *const *inputs, kiln_value **outputs, kiln_err *err);
 
 #endif

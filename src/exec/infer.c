@@ -234,6 +234,11 @@ kiln_status kiln_bind_ops(kiln_graph *g, bool strict, kiln_err *err)
     for (int k = 0; k < g->n_nodes; k++) {
         kiln_node *n = g->nodes[k];
         n->op = kiln_op_lookup(n->domain, n->op_type, n->opset);
+        /* kernels write output 0; every ONNX operator declares at least one output */
+        if (n->n_out == 0)
+            return kiln_errf(err, KILN_ERR_MODEL, "node '%s' (%s): no outputs", n->name, n->op_type);
+        if (n->op && !(n->op->flags & KILN_OP_X_OPTIONAL) && (n->n_in == 0 || !n->in[0]))
+            return kiln_errf(err, KILN_ERR_MODEL, "node '%s' (%s): input 0 is missing", n->name, n->op_type);
         if (!n->op && strict)
             return kiln_errf(err, KILN_ERR_UNSUPPORTED, "node '%s': operator %s%s%s (opset %d) is not supported",
                              n->name, n->domain, *n->domain ? "." : "", n->op_type, n->opset);

@@ -113,10 +113,7 @@ static bool placed_before(const placed *x, const placed *y, int key)
     return x->size > y->size;
 }
 
-/* Places items[order] one by one, each at the lowest offset (first fit) or in the smallest
- * gap (best fit) among the buffers already placed whose lifetimes overlap it. Writes offsets
- * into off[] (by item) and returns the arena size. O(n^2 log n). */
-static size_t place(const placed *items, int n, int key, bool best_fit, int *order, placed **live, size_t *off)
+static void sort_order(const placed *items, int n, int key, int *order)
 {
     for (int k = 0; k < n; k++) order[k] = k;
     for (int k = 1; k < n; k++) /* insertion sort: stable and n is small */
@@ -125,6 +122,13 @@ static size_t place(const placed *items, int n, int key, bool best_fit, int *ord
             order[j] = order[j - 1];
             order[j - 1] = t;
         }
+}
+
+/* Places items in the given order, each at the lowest offset (first fit) or in the smallest
+ * gap (best fit) among the buffers already placed whose lifetimes overlap it. Writes offsets
+ * into off[] (by item) and returns the arena size. O(n^2 log n). */
+static size_t place(const placed *items, int n, const int *order, bool best_fit, placed **live, size_t *off)
+{
     placed *done = (placed *)(live + n); /* after the n pointers: the placed copies */
     size_t peak = 0;
     for (int k = 0; k < n; k++) {
@@ -222,11 +226,12 @@ static kiln_status plan_build(const kiln_memprog *mp, const int64_t *syms, int n
     }
     /* place with each strategy, keep the smallest arena */
     size_t *off = calloc((size_t)n + 1, sizeof *off), *best = calloc((size_t)n + 1, sizeof *best);
-    int *order = calloc((size_t)n + 1, sizeof *order);
-    if (!off || !best || !order) {
+    int *order = calloc((size_t)n + 1, sizeof *order), *best_order = calloc((size_t)n + 1, sizeof *best_order);
+    if (!off || !best || !order || !best_order) {
         free(off);
         free(best);
         free(order);
+        free(best_order);
         free(item_of);
         plan_free(p);
         free(items);
@@ -235,11 +240,35 @@ static kiln_status plan_build(const kiln_memprog *mp, const int64_t *syms, int n
         return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
     }
     size_t peak = SIZE_MAX;
+    bool best_fit = false;
     for (int strategy = 0; strategy < 6; strategy++) {
-        size_t got = place(items, n, strategy / 2, strategy % 2, order, live, off);
+        sort_order(items, n, strategy / 2, order);
+        size_t got = place(items, n, order, strategy % 2, live, off);
+        if (got < peak) {
+            peak = got;
+            best_fit = strategy % 2;
+            memcpy(best, off, (size_t)n * sizeof *best);
+            memcpy(best_order, order, (size_t)n * sizeof *order);
+        }
+    }
+    /* then a short hill climb: swap two buffers in the best order, keep what shrinks the
+     * arena; the trial count shrinks with n^2 so planning stays in the microseconds */
+    int trials = n > 2 ? (int)(2000000 / ((int64_t)n * n)) : 0;
+    if (trials > 300) trials = 300;
+    uint64_t rng = 0x9e3779b97f4a7c15ull ^ (uint64_t)n;
+    for (int t = 0; t < trials && peak > lb; t++) {
+        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+        int i = (int)(rng % (uint64_t)n), j = (int)((rng >> 32) % (uint64_t)n);
+        if (i == j) continue;
+        memcpy(order, best_order, (size_t)n * sizeof *order);
+        int tmp = order[i];
+        order[i] = order[j];
+        order[j] = tmp;
+        size_t got = place(items, n, order, best_fit, live, off);
         if (got < peak) {
             peak = got;
             memcpy(best, off, (size_t)n * sizeof *best);
+            memcpy(best_order, order, (size_t)n * sizeof *order);
         }
     }
     if (!n) peak = 0;
@@ -250,6 +279,7 @@ static kiln_status plan_build(const kiln_memprog *mp, const int64_t *syms, int n
     free(off);
     free(best);
     free(order);
+    free(best_order);
     /* the in-place members take their root's slot */
     for (int j = 0; j < mp->n; j++) {
         int root = mp->share[j];

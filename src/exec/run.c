@@ -105,8 +105,9 @@ static bool all_const(const kiln_type *t)
 static kiln_status alloc_output(kiln_frame *f, const kiln_ir_value *v, const kiln_type *t, const int64_t *dims,
                                 kiln_value **out, kiln_err *err)
 {
-    kiln_arena_view *mem = (kiln_arena_view *)f->mem;
-    if (!mem || !v || mem->offset[v->id] == SIZE_MAX || t->dtype == KILN_DTYPE_STRING)
+    kiln_arena_view *mem = f->env ? f->env->mem : NULL;
+    /* an arena of 0 bytes (every planned tensor empty) has no base */
+    if (!mem || !mem->base || !v || mem->offset[v->id] == SIZE_MAX || t->dtype == KILN_DTYPE_STRING)
         return kiln_tensor_new(t->dtype, t->rank, dims, out, err);
     kiln_value *x;
     KILN_TRY(kiln_value_view(t->dtype, t->rank, dims, mem->base + mem->offset[v->id], &x, err));
@@ -193,10 +194,46 @@ fail:
     return st;
 }
 
-kiln_status kiln_execute(const kiln_graph *g, const kiln_frame *parent, kiln_arena_view *mem,
+/* Testing hook: reverses the elements of v in place, the values kept in the wrong places. */
+static void reverse_elements(kiln_value *v)
+{
+    if (!v || v->kind != KILN_VALUE_TENSOR || v->numel < 2) return;
+    size_t es = kiln_dtype_size(v->dtype);
+    unsigned char *p = v->data, tmp[16];
+    for (int64_t i = 0, j = v->numel - 1; i < j; i++, j--) {
+        memcpy(tmp, p + (size_t)i * es, es);
+        memcpy(p + (size_t)i * es, p + (size_t)j * es, es);
+        memcpy(p + (size_t)j * es, tmp, es);
+    }
+}
+
+/* Tells the observer about node n; nonzero from it stops the run. */
+static kiln_status observe(const kiln_run_env *env, const kiln_node *n, const kiln_frame *f, kiln_err *err)
+{
+    const char *names_store[64], *onames_store[64];
+    const kiln_value *in_store[64], *out_store[64];
+    if (n->n_in > 64 || n->n_out > 64) return KILN_OK; /* such nodes are not shown */
+    for (int i = 0; i < n->n_in; i++) {
+        names_store[i] = n->in[i] ? n->in[i]->name : "";
+        in_store[i] = n->in[i] ? frame_get(f, n->in[i]) : NULL;
+    }
+    for (int i = 0; i < n->n_out; i++) {
+        onames_store[i] = n->out[i] ? n->out[i]->name : "";
+        out_store[i] = n->out[i] ? f->vals[n->out[i]->id] : NULL;
+    }
+    kiln_node_event ev = {.node = env->node_ids ? env->node_ids[n->index] : n->index,
+                          .node_name = n->name, .op_type = n->op_type,
+                          .n_inputs = n->n_in, .input_names = names_store, .inputs = in_store,
+                          .n_outputs = n->n_out, .output_names = onames_store, .outputs = out_store};
+    if (env->observer(env->observer_user, &ev))
+        return kiln_errf(err, KILN_ERR_RUNTIME, "run stopped by the observer after node '%s' (%s)", n->name, n->op_type);
+    return KILN_OK;
+}
+
+kiln_status kiln_execute(const kiln_graph *g, const kiln_frame *parent, const kiln_run_env *env,
                          const kiln_value *const *inputs, kiln_value **outputs, kiln_err *err)
 {
-    kiln_frame f = {.g = g, .parent = parent, .mem = mem};
+    kiln_frame f = {.g = g, .parent = parent, .env = env};
     f.vals = calloc((size_t)g->n_values + 1, sizeof *f.vals);
     f.owned = calloc((size_t)g->n_values + 1, sizeof *f.owned);
     for (int j = 0; j < g->n_outputs; j++) outputs[j] = NULL;
@@ -214,6 +251,12 @@ kiln_status kiln_execute(const kiln_graph *g, const kiln_frame *parent, kiln_are
         const kiln_node *n = g->nodes[k];
         st = run_node(n, &f, err);
         if (st) goto out;
+        if (env && env->fault_node && n->n_out && n->out[0] && !strcmp(n->name, env->fault_node))
+            reverse_elements(f.vals[n->out[0]->id]);
+        if (env && env->observer) {
+            st = observe(env, n, &f, err);
+            if (st) goto out;
+        }
         for (int r = 0; r < n->n_release; r++) {
             int id = n->release[r]->id;
             if (f.owned[id]) {

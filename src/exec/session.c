@@ -24,6 +24,8 @@ struct kiln_session {
     kiln_plan_cache plans;
     pthread_mutex_t stats_lock;
     kiln_session_stats stats;
+    int *node_ids;         /* public (depth-first) index of each main-graph node */
+    char *fault_node;      /* options.test_fault_node, copied */
 };
 
 const char *kiln_version(void) { return "0.1.0"; }
@@ -91,6 +93,21 @@ static kiln_status fill_info(kiln_session *s, const kiln_ir_value *v, kiln_io_in
     return KILN_OK;
 }
 
+/* Nodes inside node n's subgraphs, at any depth. */
+static int nested_node_count(const kiln_node *n)
+{
+    int count = 0;
+    for (int a = 0; a < n->n_attrs; a++) {
+        const kiln_attr *at = &n->attrs[a];
+        int ng = at->type == KILN_ATTR_GRAPH ? 1 : at->type == KILN_ATTR_GRAPHS ? at->n : 0;
+        for (int q = 0; q < ng; q++) {
+            const kiln_graph *sg = at->type == KILN_ATTR_GRAPH ? at->g : at->graphs[q];
+            for (int k = 0; k < sg->n_nodes; k++) count += 1 + nested_node_count(sg->nodes[k]);
+        }
+    }
+    return count;
+}
+
 static kiln_status compile(kiln_session *s, kiln_err *err)
 {
     kiln_model *m = s->model;
@@ -111,6 +128,12 @@ static kiln_status compile(kiln_session *s, kiln_err *err)
     for (int j = 0; j < g->n_outputs; j++) KILN_TRY(fill_info(s, g->outputs[j], &s->out_info[j], err));
     s->n_out = g->n_outputs;
     KILN_TRY(kiln_memprog_build(g, &s->memprog, err));
+    s->node_ids = calloc((size_t)g->n_nodes + 1, sizeof *s->node_ids);
+    if (!s->node_ids) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
+    for (int k = 0, id = 0; k < g->n_nodes; k++) {
+        s->node_ids[k] = id;
+        id += 1 + nested_node_count(g->nodes[k]);
+    }
     s->stats.compilations = 1;
     return KILN_OK;
 }
@@ -124,6 +147,8 @@ static kiln_status session_new(const kiln_session_options *opt, kiln_session **o
     pthread_mutex_init(&s->stats_lock, NULL);
     s->opt = opt ? *opt : kiln_session_options_default();
     kiln_plan_cache_init(&s->plans, s->opt.plan_cache_size > 0 ? s->opt.plan_cache_size : 16);
+    if (s->opt.test_fault_node && !(s->fault_node = strdup(s->opt.test_fault_node))) return KILN_ERR_NOMEM;
+    s->opt.test_fault_node = NULL; /* the caller's string is not kept */
     return KILN_OK;
 }
 
@@ -164,6 +189,8 @@ void kiln_session_free(kiln_session *s)
     kiln_model_free(s->model);
     kiln_memprog_release(&s->memprog);
     kiln_plan_cache_release(&s->plans);
+    free(s->node_ids);
+    free(s->fault_node);
     pthread_mutex_destroy(&s->err_lock);
     pthread_mutex_destroy(&s->stats_lock);
     free(s);
@@ -275,6 +302,13 @@ static int64_t now_ns(void)
 kiln_status kiln_session_run(kiln_session *s, int n_in, const char *const *in_names, const kiln_value *const *inputs,
                              int n_out, const char *const *out_names, kiln_value **outputs)
 {
+    return kiln_session_run_observed(s, n_in, in_names, inputs, n_out, out_names, outputs, NULL, NULL);
+}
+
+kiln_status kiln_session_run_observed(kiln_session *s, int n_in, const char *const *in_names,
+                                      const kiln_value *const *inputs, int n_out, const char *const *out_names,
+                                      kiln_value **outputs, kiln_observer_fn observer, void *user)
+{
     if (!s) return KILN_ERR_INVALID_ARG;
     int64_t t_start = now_ns(), t_exec = 0;
     kiln_err err = {0};
@@ -338,24 +372,32 @@ kiln_status kiln_session_run(kiln_session *s, int n_in, const char *const *in_na
     }
     st = check_constraints(s->model, syms, sym_src, n_syms, &err);
     if (st) goto out;
-    st = kiln_plan_cache_get(&s->plans, &s->memprog, syms, n_syms, &plan, &err);
-    if (st) goto out;
-    arena = plan->peak ? aligned_alloc(KILN_ARENA_ALIGN, plan->peak) : NULL;
-    if (plan->peak && !arena) {
-        st = kiln_errf(&err, KILN_ERR_NOMEM, "out of memory allocating a %zu-byte arena", plan->peak);
-        goto out;
+    kiln_arena_view mem = {0};
+    kiln_run_env env = {.observer = observer, .observer_user = user, .node_ids = s->node_ids,
+                        .fault_node = s->fault_node};
+    if (!s->opt.unoptimized) {
+        st = kiln_plan_cache_get(&s->plans, &s->memprog, syms, n_syms, &plan, &err);
+        if (st) goto out;
+        arena = plan->peak ? aligned_alloc(KILN_ARENA_ALIGN, plan->peak) : NULL;
+        if (plan->peak && !arena) {
+            st = kiln_errf(&err, KILN_ERR_NOMEM, "out of memory allocating a %zu-byte arena", plan->peak);
+            goto out;
+        }
+        mem = (kiln_arena_view){.base = arena, .offset = plan->offset, .size = plan->size, .in_place = plan->in_place};
+        env.mem = &mem;
     }
-    kiln_arena_view mem = {.base = arena, .offset = plan->offset, .size = plan->size, .in_place = plan->in_place};
     t_exec = now_ns();
-    st = kiln_execute(g, NULL, &mem, bound, all_out, &err);
+    st = kiln_execute(g, NULL, &env, bound, all_out, &err);
     if (st) goto out;
     pthread_mutex_lock(&s->stats_lock);
     s->stats.runs++;
     s->stats.bind_plan_ns += t_exec - t_start;
     s->stats.run_ns += now_ns() - t_start;
-    s->stats.arena_last_bytes = (int64_t)plan->peak;
-    s->stats.lower_bound_last_bytes = (int64_t)plan->lower_bound;
-    if ((int64_t)plan->peak > s->stats.arena_peak_bytes) s->stats.arena_peak_bytes = (int64_t)plan->peak;
+    if (plan) {
+        s->stats.arena_last_bytes = (int64_t)plan->peak;
+        s->stats.lower_bound_last_bytes = (int64_t)plan->lower_bound;
+        if ((int64_t)plan->peak > s->stats.arena_peak_bytes) s->stats.arena_peak_bytes = (int64_t)plan->peak;
+    }
     s->stats.heap_fallbacks += mem.heap_fallbacks;
     pthread_mutex_unlock(&s->stats_lock);
     for (int j = 0; j < n_out; j++) {
@@ -456,6 +498,43 @@ kiln_status kiln_session_node(const kiln_session *s, int i, const char **name, c
     if (domain) *domain = n->domain;
     if (op_type) *op_type = n->op_type;
     if (supported) *supported = n->op != NULL;
+    return KILN_OK;
+}
+
+/* "name=value" of one attribute into buf at *at */
+static void describe_attr(const kiln_attr *a, char *buf, size_t size, size_t *at)
+{
+#define PUT(...) (*at += (size_t)snprintf(buf + *at, *at < size ? size - *at : 0, __VA_ARGS__))
+    PUT(" %s=", a->name);
+    switch (a->type) {
+    case KILN_ATTR_INT: PUT("%lld", (long long)a->i); break;
+    case KILN_ATTR_FLOAT: PUT("%g", a->f); break;
+    case KILN_ATTR_STRING: PUT("'%s'", a->s); break;
+    case KILN_ATTR_INTS:
+        PUT("[");
+        for (int k = 0; k < a->n; k++) PUT("%s%lld", k ? ", " : "", (long long)a->ints[k]);
+        PUT("]");
+        break;
+    case KILN_ATTR_FLOATS:
+        PUT("[");
+        for (int k = 0; k < a->n; k++) PUT("%s%g", k ? ", " : "", a->floats[k]);
+        PUT("]");
+        break;
+    case KILN_ATTR_TENSOR: PUT("<tensor %s, %lld elements>", kiln_dtype_name(a->t->dtype), (long long)a->t->numel); break;
+    case KILN_ATTR_GRAPH: PUT("<graph>"); break;
+    default: PUT("<%d>", (int)a->type); break;
+    }
+#undef PUT
+}
+
+kiln_status kiln_session_node_describe(const kiln_session *s, int i, char *buf, size_t size)
+{
+    if (!s || !s->model || i < 0 || !buf || !size) return KILN_ERR_INVALID_ARG;
+    int want = i, count = 0;
+    const kiln_node *n = nth_node(s->model->graph, &want, &count);
+    if (!n) return KILN_ERR_INVALID_ARG;
+    size_t at = (size_t)snprintf(buf, size, "%s%s%s", n->domain, *n->domain ? "." : "", n->op_type);
+    for (int a = 0; a < n->n_attrs; a++) describe_attr(&n->attrs[a], buf, size, &at);
     return KILN_OK;
 }
 

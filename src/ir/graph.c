@@ -12,6 +12,12 @@ const kiln_attr *kiln_node_attr(const kiln_node *n, const char *name)
     return NULL;
 }
 
+const kiln_attr *kiln_node_attr_typed(const kiln_node *n, const char *name, kiln_attr_type type)
+{
+    const kiln_attr *a = kiln_node_attr(n, name);
+    return a && a->type == type ? a : NULL;
+}
+
 int64_t kiln_attr_int(const kiln_node *n, const char *name, int64_t def)
 {
     const kiln_attr *a = kiln_node_attr(n, name);

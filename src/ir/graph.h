@@ -147,6 +147,9 @@ typedef struct kiln_model {
 
 /* ---- attributes ---- */
 const kiln_attr *kiln_node_attr(const kiln_node *n, const char *name);
+/* The attribute if present with that type, else NULL: list fields of an attribute are only
+ * valid for its own type (a model may give any name any type). */
+const kiln_attr *kiln_node_attr_typed(const kiln_node *n, const char *name, kiln_attr_type type);
 int64_t kiln_attr_int(const kiln_node *n, const char *name, int64_t def);
 float kiln_attr_float(const kiln_node *n, const char *name, float def);
 /* NUL-terminated string, or def */

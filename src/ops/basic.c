@@ -58,7 +58,7 @@ static kiln_status constant_run(kiln_run_ctx *c)
 
 static const kiln_op_def defs[] = {
     {"", "Identity", 1, identity_infer, identity_run},
-    {"", "Constant", 1, constant_infer, constant_run},
+    {"", "Constant", 1, constant_infer, constant_run, KILN_OP_X_OPTIONAL},
 };
 
 const kiln_op_table kiln_ops_basic = {defs, sizeof defs / sizeof defs[0]};

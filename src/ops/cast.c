@@ -271,6 +271,8 @@ static kiln_status bitcast_run(kiln_run_ctx *c)
 }
 
 #define ENTRY(domain, op, name) {domain, op, 1, kiln_cast_##name##_infer, kiln_cast_##name##_run}
+#define ENTRY_NO_X(domain, op, name) \
+    {domain, op, 1, kiln_cast_##name##_infer, kiln_cast_##name##_run, KILN_OP_X_OPTIONAL}
 
 static const kiln_op_def defs[] = {
     {"", "Cast", 1, cast_infer, cast_run},
@@ -288,8 +290,8 @@ static const kiln_op_def defs[] = {
     ENTRY("ai.onnx.ml", "ArrayFeatureExtractor", array_feature),
     ENTRY("ai.onnx.ml", "Binarizer", binarizer),
     ENTRY("ai.onnx.ml", "TreeEnsemble", tree_ensemble),
-    ENTRY("", "RandomUniform", random_uniform),
-    ENTRY("", "RandomNormal", random_normal),
+    ENTRY_NO_X("", "RandomUniform", random_uniform),
+    ENTRY_NO_X("", "RandomNormal", random_normal),
     ENTRY("", "RandomUniformLike", random_uniform_like),
     ENTRY("", "RandomNormalLike", random_normal_like),
     ENTRY("", "Bernoulli", bernoulli),

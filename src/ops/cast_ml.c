@@ -30,10 +30,12 @@ static bool elems_attr(const kiln_node *n, const char *prefix, elems *e)
     const struct {
         const char *suffix;
         kiln_dtype dt;
-    } kinds[] = {{"int64s", KILN_DTYPE_INT64}, {"floats", KILN_DTYPE_FLOAT32}, {"strings", KILN_DTYPE_STRING}};
+        kiln_attr_type type;
+    } kinds[] = {{"int64s", KILN_DTYPE_INT64, KILN_ATTR_INTS}, {"floats", KILN_DTYPE_FLOAT32, KILN_ATTR_FLOATS},
+                 {"strings", KILN_DTYPE_STRING, KILN_ATTR_STRINGS}};
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
         snprintf(name, sizeof name, "%s_%s", prefix, kinds[k].suffix);
-        const kiln_attr *a = kiln_node_attr(n, name);
+        const kiln_attr *a = kiln_node_attr_typed(n, name, kinds[k].type);
         if (!a || !a->n) continue;
         e->dt = kinds[k].dt;
         e->n = a->n;
@@ -95,7 +97,7 @@ static kiln_status label_encoder1_run(kiln_run_ctx *c)
     const kiln_node *n = kiln_run_node(c);
     const kiln_value *X = kiln_run_in(c, 0);
     kiln_value *Y = kiln_run_out(c, 0);
-    const kiln_attr *cl = kiln_node_attr(n, "classes_strings");
+    const kiln_attr *cl = kiln_node_attr_typed(n, "classes_strings", KILN_ATTR_STRINGS);
     int n_classes = cl ? cl->n : 0;
     for (int64_t i = 0; i < X->numel; i++) {
         if (X->dtype == KILN_DTYPE_STRING) {

@@ -45,7 +45,7 @@ kiln_status kiln_cast_strnorm_infer(kiln_infer_ctx *c)
 
 static bool is_stopword(const kiln_node *n, const char *s, bool case_sensitive)
 {
-    const kiln_attr *a = kiln_node_attr(n, "stopwords");
+    const kiln_attr *a = kiln_node_attr_typed(n, "stopwords", KILN_ATTR_STRINGS);
     for (int k = 0; a && k < a->n; k++)
         if (case_sensitive ? !strcmp(a->strings[k], s) : !strcasecmp(a->strings[k], s)) return true;
     return false;
@@ -408,7 +408,7 @@ static kiln_status tfidf_of(const kiln_node *n, tfidf *t, const char **why)
     t->counts = kiln_attr_ints(n, "ngram_counts", &t->n_counts);
     t->indexes = kiln_attr_ints(n, "ngram_indexes", &t->n_indexes);
     t->pool_i = kiln_attr_ints(n, "pool_int64s", &t->n_pool);
-    const kiln_attr *ps = kiln_node_attr(n, "pool_strings");
+    const kiln_attr *ps = kiln_node_attr_typed(n, "pool_strings", KILN_ATTR_STRINGS);
     if (ps && ps->n) t->pool_s = ps->strings, t->n_pool = ps->n;
     t->weights = kiln_attr_floats(n, "weights", &t->n_weights);
     const char *mode = kiln_attr_string(n, "mode", "");

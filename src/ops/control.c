@@ -715,10 +715,10 @@ static kiln_status scan_run(kiln_run_ctx *c)
 
 static const kiln_op_def defs[] = {
     {"", "If", 1, if_infer, if_run},
-    {"", "Loop", 1, loop_infer, loop_run},
-    {"", "Scan", 8, scan_infer, scan_run},
+    {"", "Loop", 1, loop_infer, loop_run, KILN_OP_X_OPTIONAL},
+    {"", "Scan", 8, scan_infer, scan_run, KILN_OP_X_OPTIONAL},
     {"", "SequenceConstruct", 11, kiln_control_seq_construct_infer, kiln_control_seq_construct_run},
-    {"", "SequenceEmpty", 11, kiln_control_seq_empty_infer, kiln_control_seq_empty_run},
+    {"", "SequenceEmpty", 11, kiln_control_seq_empty_infer, kiln_control_seq_empty_run, KILN_OP_X_OPTIONAL},
     {"", "SequenceInsert", 11, kiln_control_seq_insert_infer, kiln_control_seq_insert_run},
     {"", "SequenceAt", 11, kiln_control_seq_at_infer, kiln_control_seq_at_run},
     {"", "SequenceErase", 11, kiln_control_seq_erase_infer, kiln_control_seq_erase_run},
@@ -726,8 +726,8 @@ static const kiln_op_def defs[] = {
     {"", "SplitToSequence", 11, kiln_control_split_to_seq_infer, kiln_control_split_to_seq_run},
     {"", "ConcatFromSequence", 11, kiln_control_concat_from_seq_infer, kiln_control_concat_from_seq_run},
     {"", "SequenceMap", 17, kiln_control_seq_map_infer, kiln_control_seq_map_run},
-    {"", "Optional", 15, kiln_control_optional_infer, kiln_control_optional_run},
-    {"", "OptionalHasElement", 15, kiln_control_opt_has_infer, kiln_control_opt_has_run},
+    {"", "Optional", 15, kiln_control_optional_infer, kiln_control_optional_run, KILN_OP_X_OPTIONAL},
+    {"", "OptionalHasElement", 15, kiln_control_opt_has_infer, kiln_control_opt_has_run, KILN_OP_X_OPTIONAL},
     {"", "OptionalGetElement", 15, kiln_control_opt_get_infer, kiln_control_opt_get_run},
 };
 

@@ -37,6 +37,9 @@ typedef struct kiln_run_ctx kiln_run_ctx;
  * element i of it depends on element i of input 0 only, which it reads before writing. The
  * planner uses it when input 0 has the same byte size and this node is its last reader. */
 #define KILN_OP_INPLACE 1u
+/* Input 0 may be absent (the op has no inputs, or its first input is optional). Without this
+ * flag, binding rejects a node whose input 0 is absent, so kernels may rely on it. */
+#define KILN_OP_X_OPTIONAL 2u
 
 struct kiln_op_def {
     const char *domain;  /* "" for the default ONNX domain, "ai.onnx.ml", ... */

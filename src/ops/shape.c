@@ -47,7 +47,7 @@ void kiln_shape_in_vec(const kiln_shape_side *s, int i, kiln_shape_vec *v)
 
 void kiln_shape_attr_vec(const kiln_node *n, const char *name, kiln_shape_vec *v)
 {
-    const kiln_attr *a = kiln_node_attr(n, name);
+    const kiln_attr *a = kiln_node_attr_typed(n, name, KILN_ATTR_INTS);
     v->present = a != NULL;
     v->known = a && a->n <= KILN_SHAPE_VEC_MAX;
     v->n = v->known ? a->n : 0;
@@ -264,6 +264,7 @@ kiln_status kiln_shape_copy_run(kiln_run_ctx *c)
     if (y->numel != x->numel)
         return kiln_run_fail(c, KILN_ERR_RUNTIME, "output has %lld elements, input %lld", (long long)y->numel,
                              (long long)x->numel);
+    if (y->data == x->data) return KILN_OK; /* planned in place: the bytes are already there */
     return kiln_shape_copy(c, y, 0, x, 0, x->numel);
 }
 
@@ -554,10 +555,10 @@ static kiln_status size_run(kiln_run_ctx *c)
 }
 
 static const kiln_op_def defs[] = {
-    {"", "Reshape", 1, reshape_infer, kiln_shape_copy_run},
-    {"", "Flatten", 1, flatten_infer, kiln_shape_copy_run},
-    {"", "Squeeze", 1, squeeze_infer, kiln_shape_copy_run},
-    {"", "Unsqueeze", 1, unsqueeze_infer, kiln_shape_copy_run},
+    {"", "Reshape", 1, reshape_infer, kiln_shape_copy_run, KILN_OP_INPLACE},
+    {"", "Flatten", 1, flatten_infer, kiln_shape_copy_run, KILN_OP_INPLACE},
+    {"", "Squeeze", 1, squeeze_infer, kiln_shape_copy_run, KILN_OP_INPLACE},
+    {"", "Unsqueeze", 1, unsqueeze_infer, kiln_shape_copy_run, KILN_OP_INPLACE},
     {"", "Shape", 1, shape_infer, shape_run},
     {"", "Size", 1, size_infer, size_run},
     {"", "Transpose", 1, kiln_shape_transpose_infer, kiln_shape_transpose_run},

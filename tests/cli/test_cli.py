@@ -112,6 +112,27 @@ def test_npy_dtypes(tmp):
         check(f"npy {name}", same, f"{got.dtype} {got.shape} vs {x.dtype} {x.shape}")
 
 
+def test_verify(models):
+    """verify compares the served path with the reference value by value; a planted layout bug
+    (the test-only fault hook reverses one node's output) is named, and told apart from wrong
+    values by the sorted comparison."""
+    enc = os.path.join(models, "encoder.onnx")
+    r = kiln("verify", enc, "--shape", "tokens=2x9")
+    check("verify clean exit 0", r.returncode == 0 and " 0 differ" in r.stdout, r.stdout[-500:] + r.stderr)
+    r = kiln("verify", enc, "--shape", "tokens=2x9", "--test-fault-node", "Transpose_24")
+    out = r.stdout
+    check("verify fault exit 1", r.returncode == 1, f"rc={r.returncode}")
+    check("verify names the node", "first divergence: node 'Transpose_24' (Transpose perm=[0, 2, 1, 3])" in out,
+          out[-600:])
+    check("verify sees wrong places", "output 'q_t_23': SAME VALUES, WRONG PLACES" in out, out[-600:])
+    check("verify lists input shapes", "inputs: 'q_heads_21' float32[2, 9, 4, 16]" in out, out[-600:])
+    # everything before the planted bug agrees
+    before = out.split("q_t_23")[0]
+    check("verify values before the fault agree", "DIFFERENT" not in before and "WRONG" not in before, before[-300:])
+    r = kiln("verify", os.path.join(models, "convnet.onnx"), "--shape", "image=1x19x23x3", "--rtol", "1e-5")
+    check("verify convnet", r.returncode == 0, r.stdout[-400:] + r.stderr)
+
+
 def test_errors(models, tmp):
     bad = os.path.join(tmp, "bad.onnx")
     with open(bad, "wb") as f:
@@ -141,7 +162,7 @@ def main():
         return 2
     KILN, models = sys.argv[1], sys.argv[2]
     with tempfile.TemporaryDirectory() as tmp:
-        for test in (test_info, lambda m: test_run_matches_ort(m, tmp), lambda m: test_npy_dtypes(tmp),
+        for test in (test_info, lambda m: test_run_matches_ort(m, tmp), lambda m: test_npy_dtypes(tmp), test_verify,
                      lambda m: test_errors(m, tmp)):
             try:
                 test(models)

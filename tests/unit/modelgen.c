@@ -148,6 +148,48 @@ void mg_init_float(mg_model *m, const char *name, int rank, const int64_t *dims,
     m->graph.initializer[m->graph.n_initializer++] = t;
 }
 
+static Onnx__AttributeProto *new_attr(mg_model *m, const char *name, Onnx__AttributeProto__AttributeType type)
+{
+    Onnx__NodeProto *n = m->graph.node[m->graph.n_node - 1];
+    Onnx__AttributeProto *a = calloc(1, sizeof *a);
+    onnx__attribute_proto__init(a);
+    a->name = strdup(name);
+    a->has_type = 1;
+    a->type = type;
+    n->attribute = grow(n->attribute, n->n_attribute, sizeof *n->attribute);
+    n->attribute[n->n_attribute++] = a;
+    return a;
+}
+
+void mg_attr_int(mg_model *m, const char *name, int64_t v)
+{
+    Onnx__AttributeProto *a = new_attr(m, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT);
+    a->has_i = 1;
+    a->i = v;
+}
+
+void mg_attr_floats(mg_model *m, const char *name, int n, const float *v)
+{
+    Onnx__AttributeProto *a = new_attr(m, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOATS);
+    a->n_floats = (size_t)n;
+    a->floats = malloc((size_t)n * sizeof *v + 1);
+    memcpy(a->floats, v, (size_t)n * sizeof *v);
+}
+
+void mg_attr_graph(mg_model *m, const char *name, mg_model *body)
+{
+    Onnx__AttributeProto *a = new_attr(m, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH);
+    a->g = malloc(sizeof *a->g);
+    *a->g = body->graph;  /* the parts move with it: freed with the node that now holds them */
+    free(body->opset.domain);
+    free(body);
+}
+
+void *mg_proto(mg_model *m)
+{
+    return &m->model;
+}
+
 unsigned char *mg_serialize(mg_model *m, size_t *len)
 {
     *len = onnx__model_proto__get_packed_size(&m->model);

@@ -18,6 +18,15 @@ void mg_node(mg_model *m, const char *op, const char *domain, const char *const 
  * (relative to the model's folder) with the given offset */
 void mg_init_float(mg_model *m, const char *name, int rank, const int64_t *dims, const float *data,
                    const char *location, int64_t offset);
+/* Attributes of the last node added. */
+void mg_attr_int(mg_model *m, const char *name, int64_t v);
+void mg_attr_floats(mg_model *m, const char *name, int n, const float *v);
+/* Moves body's graph into a graph attribute of the last node; body is freed. */
+void mg_attr_graph(mg_model *m, const char *name, mg_model *body);
+/* The underlying ModelProto (an Onnx__ModelProto *), for tests that corrupt fields by hand.
+ * Anything attached to its nodes, inputs, outputs or initializers must be malloc'd: mg_free
+ * releases those parts with protobuf-c's walker. */
+void *mg_proto(mg_model *m);
 /* Serializes; the buffer is malloc'd, caller frees. */
 unsigned char *mg_serialize(mg_model *m, size_t *len);
 void mg_free(mg_model *m);
