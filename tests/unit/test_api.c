@@ -2,6 +2,7 @@
  * every kind of bad call and bad model giving a clean error with the session still usable,
  * external data confinement, outputs that are inputs or listed twice. */
 #define _GNU_SOURCE
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -334,6 +335,33 @@ static void test_external_data(void)
     free(buf);
 }
 
+/* NaN and Inf flow through kernels like any other value. */
+static void test_nan_inf(void)
+{
+    mg_model *m = mg_new(13);
+    mg_input(m, "X", FLOAT, 1, (int64_t[]){-1}, (const char *[]){"N"});
+    mg_node(m, "Relu", "", (const char *[]){"X", NULL}, (const char *[]){"R", NULL});
+    mg_node(m, "Add", "", (const char *[]){"R", "X", NULL}, (const char *[]){"Y", NULL});
+    mg_output(m, "Y");
+    size_t len;
+    unsigned char *buf = mg_serialize(m, &len);
+    mg_free(m);
+    kiln_session *s = NULL;
+    CHECK(kiln_session_create_from_memory(buf, len, NULL, NULL, &s) == KILN_OK);
+    float x[4] = {NAN, INFINITY, -INFINITY, 2.0f};
+    kiln_value *in, *out = NULL;
+    kiln_value_wrap_tensor(KILN_DTYPE_FLOAT32, 1, (int64_t[]){4}, x, sizeof x, &in);
+    const char *names[] = {"X"}, *outs[] = {"Y"};
+    CHECK(kiln_session_run(s, 1, names, (const kiln_value *const *)&in, 1, outs, &out) == KILN_OK);
+    const float *y = out ? kiln_value_data(out) : NULL;
+    /* Relu(x) + x: NaN, +Inf, 0 + -Inf = -Inf, 4 */
+    CHECK(y && isnan(y[0]) && isinf(y[1]) && y[1] > 0 && isinf(y[2]) && y[2] < 0 && y[3] == 4.0f);
+    kiln_value_free(out);
+    kiln_value_free(in);
+    kiln_session_free(s);
+    free(buf);
+}
+
 int main(void)
 {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/kiln_test_api_XXXXXX");
@@ -343,6 +371,7 @@ int main(void)
     test_symbol_binding();
     test_bad_models();
     test_external_data();
+    test_nan_inf();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd)) fprintf(stderr, "could not remove %s\n", tmpdir);
