@@ -7,17 +7,6 @@
 #include "ops/op.h"
 #include "ops/util.h"
 
-/* v rounded to dt's precision, as a value of that type would hold it */
-static double round_to(kiln_dtype dt, double v)
-{
-    switch (dt) {
-    case KILN_DTYPE_FLOAT32: return (float)v;
-    case KILN_DTYPE_FLOAT16: return kiln_f16_to_f32(kiln_f32_to_f16((float)v));
-    case KILN_DTYPE_BFLOAT16: return kiln_bf16_to_f32(kiln_f32_to_bf16((float)v));
-    default: return v;
-    }
-}
-
 /* Symbolic shapes: Y, present_key, present_value, qk_matmul_output. */
 static kiln_status attention_infer(kiln_infer_ctx *c)
 {
@@ -143,7 +132,7 @@ static kiln_status attention_compute(kiln_run_ctx *c, const kiln_value *Q, const
     }
     const kiln_attr *scale_attr = kiln_node_attr(n, "scale");
     double scale = scale_attr ? scale_attr->f : 1.0 / sqrt((double)Dq);
-    double s = round_to(dt, sqrt(scale));
+    double s = kiln_round_to(dt, sqrt(scale));
     const kiln_attr *softcap_attr = kiln_node_attr(n, "softcap");
     double softcap = softcap_attr ? softcap_attr->f : 0.0;
     bool causal = kiln_attr_int(n, "is_causal", 0) != 0;
@@ -168,7 +157,7 @@ static kiln_status attention_compute(kiln_run_ctx *c, const kiln_value *Q, const
                 bool all_masked = true;
                 double row_max = -INFINITY;
                 for (int64_t j = 0; j < total; j++) {
-                    double bj = mask ? round_to(dt, mask_at(mask, b, h, i, j)) : 0.0;
+                    double bj = mask ? kiln_round_to(dt, mask_at(mask, b, h, i, j)) : 0.0;
                     if (causal && j > i + offset) bj = -INFINITY;
                     if (left >= 0 && (i + offset) - j > left) bj = -INFINITY;
                     if (right >= 0 && j - (i + offset) > right) bj = -INFINITY;
@@ -177,31 +166,31 @@ static kiln_status attention_compute(kiln_run_ctx *c, const kiln_value *Q, const
                     if (!(isinf(bj) && bj < 0)) all_masked = false;
                     double acc = 0;
                     for (int64_t d = 0; d < Dk; d++) {
-                        double qv = round_to(dt, load_bhsd(Q, rank3, Hq, b, h, i, d, Dq) * s);
-                        double kv = round_to(dt, kiln_load_f64(dt, PK->data, ((b * Hkv + hk) * total + j) * Dk + d) * s);
+                        double qv = kiln_round_to(dt, load_bhsd(Q, rank3, Hq, b, h, i, d, Dq) * s);
+                        double kv = kiln_round_to(dt, kiln_load_f64(dt, PK->data, ((b * Hkv + hk) * total + j) * Dk + d) * s);
                         acc += qv * kv;
                     }
-                    acc = round_to(dt, acc);
-                    if (softcap > 0) acc = round_to(dt, softcap * tanh(acc / softcap));
+                    acc = kiln_round_to(dt, acc);
+                    if (softcap > 0) acc = kiln_round_to(dt, softcap * tanh(acc / softcap));
                     int64_t qi = ((b * Hq + h) * Sq + i) * total + j;
                     if (mode == 0 || mode == 1) kiln_store_f64(dt, QK->data, qi, acc);
-                    qk[j] = round_to(dt, acc + bj);
+                    qk[j] = kiln_round_to(dt, acc + bj);
                     if (mode == 2) kiln_store_f64(dt, QK->data, qi, qk[j]);
-                    qk[j] = round_to(sm_dt, qk[j]);
+                    qk[j] = kiln_round_to(sm_dt, qk[j]);
                     if (qk[j] > row_max) row_max = qk[j];
                 }
                 /* softmax in the softmax precision, each step rounded as numpy does; a row with
                  * no attendable key gives zeros */
                 double sum = 0;
                 for (int64_t j = 0; j < total; j++) {
-                    double e = round_to(sm_dt, qk[j] - (isinf(row_max) ? 0 : row_max));
-                    qk[j] = all_masked ? 0.0 : round_to(sm_dt, exp(e));
+                    double e = kiln_round_to(sm_dt, qk[j] - (isinf(row_max) ? 0 : row_max));
+                    qk[j] = all_masked ? 0.0 : kiln_round_to(sm_dt, exp(e));
                     /* numpy reduces bfloat16 (an ml_dtypes type) with a bfloat16 accumulator */
-                    sum = sm_dt == KILN_DTYPE_BFLOAT16 ? round_to(sm_dt, sum + qk[j]) : sum + qk[j];
+                    sum = sm_dt == KILN_DTYPE_BFLOAT16 ? kiln_round_to(sm_dt, sum + qk[j]) : sum + qk[j];
                 }
-                sum = round_to(sm_dt, sum);
+                sum = kiln_round_to(sm_dt, sum);
                 for (int64_t j = 0; j < total; j++) {
-                    qk[j] = round_to(dt, round_to(sm_dt, sum > 0 ? qk[j] / sum : 0.0));
+                    qk[j] = kiln_round_to(dt, kiln_round_to(sm_dt, sum > 0 ? qk[j] / sum : 0.0));
                     if (mode == 3) kiln_store_f64(dt, QK->data, ((b * Hq + h) * Sq + i) * total + j, qk[j]);
                 }
                 for (int64_t d = 0; d < Dv; d++) {
@@ -318,8 +307,8 @@ static kiln_status rotary_run(kiln_run_ctx *c)
                     double cs = kiln_load_f64(cosv->dtype, cosv->data, row + i);
                     double sn = kiln_load_f64(sinv->dtype, sinv->data, row + i);
                     double x1 = kiln_load_f64(dt, X->data, base + i1), x2 = kiln_load_f64(dt, X->data, base + i2);
-                    kiln_store_f64(dt, Y->data, base + i1, round_to(dt, round_to(dt, cs * x1) - round_to(dt, sn * x2)));
-                    kiln_store_f64(dt, Y->data, base + i2, round_to(dt, round_to(dt, sn * x1) + round_to(dt, cs * x2)));
+                    kiln_store_f64(dt, Y->data, base + i1, kiln_round_to(dt, kiln_round_to(dt, cs * x1) - kiln_round_to(dt, sn * x2)));
+                    kiln_store_f64(dt, Y->data, base + i2, kiln_round_to(dt, kiln_round_to(dt, sn * x1) + kiln_round_to(dt, cs * x2)));
                 }
             }
         }
@@ -346,7 +335,7 @@ static kiln_status swiglu_run(kiln_run_ctx *c)
     kiln_dtype dt = A->dtype;
     for (int64_t i = 0; i < A->numel; i++) {
         double a = kiln_load_f64(dt, A->data, i);
-        double sw = round_to(dt, a * round_to(dt, 1.0 / (1.0 + exp(-alpha * a))));
+        double sw = kiln_round_to(dt, a * kiln_round_to(dt, 1.0 / (1.0 + exp(-alpha * a))));
         kiln_store_f64(dt, Y->data, i, sw * kiln_load_f64(dt, B->data, i));
     }
     return KILN_OK;

@@ -6,17 +6,6 @@
 #include "ops/op.h"
 #include "ops/util.h"
 
-/* v rounded to the precision of dt, for matching numpy intermediates held in that type. */
-static double round_to(kiln_dtype dt, double v)
-{
-    switch (dt) {
-    case KILN_DTYPE_FLOAT32: return (float)v;
-    case KILN_DTYPE_FLOAT16: return kiln_f16_to_f32(kiln_f32_to_f16((float)v));
-    case KILN_DTYPE_BFLOAT16: return kiln_bf16_to_f32(kiln_f32_to_bf16((float)v));
-    default: return v;
-    }
-}
-
 static bool is_float_dtype(kiln_dtype dt)
 {
     return dt == KILN_DTYPE_FLOAT32 || dt == KILN_DTYPE_FLOAT16 || dt == KILN_DTYPE_BFLOAT16 ||
@@ -178,13 +167,13 @@ static kiln_status linear_attention_run(kiln_run_ctx *c)
                         double acc = 0.0;
                         for (int64_t i = 0; i < dk; i++)
                             acc += kiln_load_f64(q->dtype, q->data, qbase + i) * S[i * dv + m];
-                        kiln_store_f64(y->dtype, y->data, ybase + m, round_to(KILN_DTYPE_FLOAT32, scale * acc));
+                        kiln_store_f64(y->dtype, y->data, ybase + m, kiln_round_to(KILN_DTYPE_FLOAT32, scale * acc));
                     }
                 }
             }
             if (present)
                 for (int64_t i = 0; i < dk * dv; i++)
-                    kiln_store_f64(present->dtype, present->data, s0 + i, round_to(KILN_DTYPE_FLOAT32, S[i]));
+                    kiln_store_f64(present->dtype, present->data, s0 + i, kiln_round_to(KILN_DTYPE_FLOAT32, S[i]));
         }
     }
     free(S);
@@ -250,7 +239,7 @@ static kiln_status flex_apply_mod(kiln_run_ctx *c, const kiln_graph *g, const ch
                              "%s must return a float tensor of the input's shape [%lld,%lld,%lld,%lld]", what,
                              (long long)dims[0], (long long)dims[1], (long long)dims[2], (long long)dims[3]);
     }
-    for (int64_t i = 0; i < n; i++) buf[i] = round_to(dt, kiln_load_f64(out->dtype, out->data, i));
+    for (int64_t i = 0; i < n; i++) buf[i] = kiln_round_to(dt, kiln_load_f64(out->dtype, out->data, i));
     kiln_value_free(out);
     return KILN_OK;
 }
@@ -271,7 +260,7 @@ static kiln_status flex_attention_run(kiln_run_ctx *c)
     kiln_dtype dt = q->dtype, sm = flex_softmax_dtype(n, dt);
     const kiln_attr *scale_attr = kiln_node_attr(n, "scale");
     double scale = scale_attr ? scale_attr->f : 1.0 / sqrt((double)E);
-    double ss = round_to(dt, sqrtf((float)scale)); /* numpy: sqrt in float32, cast to Q's type */
+    double ss = kiln_round_to(dt, sqrtf((float)scale)); /* numpy: sqrt in float32, cast to Q's type */
     int64_t sdims[4] = {B, Hq, L, S}, total = B * Hq * L * S;
     double *P = malloc((size_t)(total ? total : 1) * sizeof *P);
     if (!P) return kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory");
@@ -282,9 +271,9 @@ static kiln_status flex_attention_run(kiln_run_ctx *c)
                     int64_t qo = ((b * Hq + h) * L + i) * E, ko = ((b * Hkv + h / group) * S + j) * E;
                     double acc = 0.0;
                     for (int64_t e = 0; e < E; e++)
-                        acc += round_to(dt, kiln_load_f64(dt, q->data, qo + e) * ss) *
-                               round_to(dt, kiln_load_f64(k->dtype, k->data, ko + e) * ss);
-                    P[((b * Hq + h) * L + i) * S + j] = round_to(sm, round_to(dt, acc));
+                        acc += kiln_round_to(dt, kiln_load_f64(dt, q->data, qo + e) * ss) *
+                               kiln_round_to(dt, kiln_load_f64(k->dtype, k->data, ko + e) * ss);
+                    P[((b * Hq + h) * L + i) * S + j] = kiln_round_to(sm, kiln_round_to(dt, acc));
                 }
     kiln_status st = KILN_OK;
     const kiln_graph *score_mod = kiln_attr_graph(n, "score_mod"), *prob_mod = kiln_attr_graph(n, "prob_mod");
@@ -293,11 +282,11 @@ static kiln_status flex_attention_run(kiln_run_ctx *c)
         double *row = P + r * S, mx = -INFINITY, sum = 0.0;
         for (int64_t j = 0; j < S; j++) mx = row[j] > mx || isnan(row[j]) ? row[j] : mx;
         for (int64_t j = 0; j < S; j++) {
-            row[j] = round_to(sm, exp(row[j] - mx));
+            row[j] = kiln_round_to(sm, exp(row[j] - mx));
             sum += row[j];
         }
-        sum = round_to(sm, sum);
-        for (int64_t j = 0; j < S; j++) row[j] = round_to(sm, row[j] / sum);
+        sum = kiln_round_to(sm, sum);
+        for (int64_t j = 0; j < S; j++) row[j] = kiln_round_to(sm, row[j] / sum);
     }
     if (prob_mod && (st = flex_apply_mod(c, prob_mod, "prob_mod", sm, sdims, total, P))) goto done;
     for (int64_t b = 0; b < B; b++)
@@ -308,8 +297,8 @@ static kiln_status flex_attention_run(kiln_run_ctx *c)
                     int64_t vo = (b * Hkv + h / group) * S * Ev + d;
                     double acc = 0.0;
                     for (int64_t j = 0; j < S; j++)
-                        acc += row[j] * round_to(sm, kiln_load_f64(v->dtype, v->data, vo + j * Ev));
-                    kiln_store_f64(y->dtype, y->data, ((b * Hq + h) * L + i) * Ev + d, round_to(sm, acc));
+                        acc += row[j] * kiln_round_to(sm, kiln_load_f64(v->dtype, v->data, vo + j * Ev));
+                    kiln_store_f64(y->dtype, y->data, ((b * Hq + h) * L + i) * Ev + d, kiln_round_to(sm, acc));
                 }
 done:
     free(P);
@@ -378,9 +367,9 @@ static kiln_status causal_conv_run(kiln_run_ctx *c)
             double acc = 0.0;
             for (int64_t j = 0; j < K; j++)
                 acc += kiln_load_f64(w->dtype, w->data, ch * K + j) * padded_at(x, past, row, carry, t + j);
-            double o = round_to(dt, acc);
-            if (bias) o = round_to(dt, o + kiln_load_f64(bias->dtype, bias->data, ch));
-            if (silu) o = round_to(KILN_DTYPE_FLOAT32, o * round_to(KILN_DTYPE_FLOAT32, 1.0 / (1.0 + exp(-o))));
+            double o = kiln_round_to(dt, acc);
+            if (bias) o = kiln_round_to(dt, o + kiln_load_f64(bias->dtype, bias->data, ch));
+            if (silu) o = kiln_round_to(KILN_DTYPE_FLOAT32, o * kiln_round_to(KILN_DTYPE_FLOAT32, 1.0 / (1.0 + exp(-o))));
             kiln_store_f64(dt, y->data, row * L + t, o);
         }
         if (present)

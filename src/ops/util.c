@@ -54,6 +54,16 @@ void kiln_iter_next(kiln_iter *it)
     }
 }
 
+double kiln_round_to(kiln_dtype dt, double v)
+{
+    switch (dt) {
+    case KILN_DTYPE_FLOAT32: return (float)v;
+    case KILN_DTYPE_FLOAT16: return kiln_f16_to_f32(kiln_f32_to_f16((float)v));
+    case KILN_DTYPE_BFLOAT16: return kiln_bf16_to_f32(kiln_f32_to_bf16((float)v));
+    default: return v;
+    }
+}
+
 kiln_status kiln_infer_elementwise(kiln_infer_ctx *c, kiln_dtype dt)
 {
     int n = kiln_infer_n_in(c);

@@ -33,6 +33,10 @@ typedef struct kiln_iter {
 void kiln_iter_init(kiln_iter *it, int rank, const int64_t *dims, int n_ops, int64_t (*strides)[KILN_MAX_RANK]);
 void kiln_iter_next(kiln_iter *it);
 
+/* v rounded to the precision of float type dt (float32, float16, bfloat16; others as is),
+ * to match a reference that holds an intermediate value in that type. */
+double kiln_round_to(kiln_dtype dt, double v);
+
 /* Inference for element-wise ops over the broadcast of all present inputs: output 0 gets the
  * broadcast shape and dtype `dt` (KILN_DTYPE_UNDEFINED: the dtype of input 0). */
 kiln_status kiln_infer_elementwise(kiln_infer_ctx *c, kiln_dtype dt);
