@@ -1,6 +1,6 @@
 /* kiln.h - the public C API of kiln, an ONNX inference runtime.
  *
- * Usage (compiled by the test suite as tests/unit/test_api_example.c):
+ * Usage (tests/unit/test_api.c compiles and runs this example verbatim):
  *
  *     kiln_session *s = NULL;
  *     kiln_session_options opt = kiln_session_options_default();

