@@ -183,7 +183,8 @@ typedef enum kiln_provider_kind {
 
 typedef struct kiln_session_options {
     kiln_provider_kind provider;
-    /* Maximum number of threads a run may use; 0 = default. */
+    /* Threads one run may use for its kernels' parallel loops (the calling thread included);
+     * 0 = the cores this process may run on. Each session has its own threads. */
     int num_threads;
     /* Create the session even if some operators are unsupported (to inspect the model);
      * running it then fails naming the first unsupported node. Default false: creation
@@ -192,8 +193,9 @@ typedef struct kiln_session_options {
     /* Memory plans kept, one per binding of the model's symbolic dims (LRU); a new binding
      * beyond that evicts the least recently used. Default 16. */
     int plan_cache_size;
-    /* The reference configuration: no memory planning or buffer reuse (and, as kiln grows
-     * optimisations, none of them). `kiln verify` compares a normal session with this one. */
+    /* The reference configuration: the reference kernels only, on one thread, with no memory
+     * planning or buffer reuse (and, as kiln grows optimisations, none of them). `kiln verify`
+     * compares a normal session with this one. */
     bool unoptimized;
     /* Testing hook, never for production: after the node of this name runs, its output 0
      * has its elements reversed (the right values in the wrong places), as a kernel with a

@@ -81,11 +81,13 @@ def library():
 
 
 class Session:
-    def __init__(self, model, allow_unsupported=False, plan_cache_size=None):
+    def __init__(self, model, allow_unsupported=False, plan_cache_size=None, unoptimized=False, num_threads=0):
         self._h = None
         lib = library()
         opt = lib.kiln_session_options_default()
         opt.allow_unsupported = allow_unsupported
+        opt.unoptimized = unoptimized
+        opt.num_threads = num_threads
         if plan_cache_size is not None:
             opt.plan_cache_size = plan_cache_size
         h = C.c_void_p()

@@ -32,6 +32,7 @@ typedef struct kiln_run_env {
     void *observer_user;
     const int *node_ids;       /* [n_nodes] public node index of each main-graph node */
     const char *fault_node;    /* testing hook: reverse this node's output 0, or NULL */
+    struct kiln_threadpool *pool; /* for the kernels' parallel loops, or NULL */
 } kiln_run_env;
 
 /* Runs graph g. inputs[i] is bound to g->inputs[i] (NULL: use its initializer). On success

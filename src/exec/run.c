@@ -15,6 +15,7 @@ int kiln_run_opset(const kiln_run_ctx *c) { return c->node->opset; }
 int kiln_run_n_in(const kiln_run_ctx *c) { return c->node->n_in; }
 int kiln_run_n_out(const kiln_run_ctx *c) { return c->node->n_out; }
 kiln_err *kiln_run_err(kiln_run_ctx *c) { return c->err; }
+kiln_threadpool *kiln_run_threadpool(const kiln_run_ctx *c) { return c->pool; }
 
 const kiln_value *kiln_run_in(const kiln_run_ctx *c, int i)
 {
@@ -168,8 +169,12 @@ static kiln_status run_node(const kiln_node *n, kiln_frame *f, kiln_err *err)
             goto fail;
         }
     }
-    kiln_run_ctx rc = {.node = n, .frame = f, .in = in, .out = out, .err = err};
-    st = n->op->run(&rc);
+    /* subgraphs run with the pool of the main graph's run */
+    const kiln_frame *top = f;
+    while (top->parent) top = top->parent;
+    kiln_run_ctx rc = {.node = n, .frame = f, .in = in, .out = out, .err = err,
+                       .pool = top->env ? top->env->pool : NULL};
+    st = n->kernel ? n->kernel(&rc) : n->op->run(&rc);
     if (st) goto fail;
     for (int i = 0; i < n->n_out; i++) {
         kiln_ir_value *v = n->out[i];

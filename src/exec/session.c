@@ -6,8 +6,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "cpu/threadpool.h"
 #include "exec/ctx.h"
 #include "exec/plan.h"
+#include "exec/provider.h"
 #include "onnx/load.h"
 
 struct kiln_session {
@@ -25,6 +27,7 @@ struct kiln_session {
     pthread_mutex_t stats_lock;
     kiln_session_stats stats;
     int *node_ids;         /* public (depth-first) index of each main-graph node */
+    kiln_threadpool *pool; /* intra-op threads of the optimised kernels; NULL when unoptimized */
     char *fault_node;      /* options.test_fault_node, copied */
 };
 
@@ -108,6 +111,20 @@ static int nested_node_count(const kiln_node *n)
     return count;
 }
 
+/* Lets the provider take over the nodes it supports, subgraphs included. */
+static void select_kernels(const kiln_provider_i *p, kiln_graph *g)
+{
+    for (int k = 0; k < g->n_nodes; k++) {
+        kiln_node *n = g->nodes[k];
+        if (n->op) n->kernel = p->select(n);
+        for (int a = 0; a < n->n_attrs; a++) {
+            kiln_attr *at = &n->attrs[a];
+            if (at->type == KILN_ATTR_GRAPH) select_kernels(p, at->g);
+            for (int q = 0; at->type == KILN_ATTR_GRAPHS && q < at->n; q++) select_kernels(p, at->graphs[q]);
+        }
+    }
+}
+
 static kiln_status compile(kiln_session *s, kiln_err *err)
 {
     kiln_model *m = s->model;
@@ -128,6 +145,11 @@ static kiln_status compile(kiln_session *s, kiln_err *err)
     for (int j = 0; j < g->n_outputs; j++) KILN_TRY(fill_info(s, g->outputs[j], &s->out_info[j], err));
     s->n_out = g->n_outputs;
     KILN_TRY(kiln_memprog_build(g, &s->memprog, err));
+    if (!s->opt.unoptimized) {
+        kiln_status st = kiln_threadpool_create(s->opt.num_threads, &s->pool);
+        if (st) return kiln_errf(err, st, "cannot start %d threads", s->opt.num_threads);
+        select_kernels(&kiln_provider_cpu, g);
+    }
     s->node_ids = calloc((size_t)g->n_nodes + 1, sizeof *s->node_ids);
     if (!s->node_ids) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
     for (int k = 0, id = 0; k < g->n_nodes; k++) {
@@ -191,6 +213,7 @@ void kiln_session_free(kiln_session *s)
     kiln_plan_cache_release(&s->plans);
     free(s->node_ids);
     free(s->fault_node);
+    kiln_threadpool_free(s->pool);
     pthread_mutex_destroy(&s->err_lock);
     pthread_mutex_destroy(&s->stats_lock);
     free(s);
@@ -374,7 +397,7 @@ kiln_status kiln_session_run_observed(kiln_session *s, int n_in, const char *con
     if (st) goto out;
     kiln_arena_view mem = {0};
     kiln_run_env env = {.observer = observer, .observer_user = user, .node_ids = s->node_ids,
-                        .fault_node = s->fault_node};
+                        .fault_node = s->fault_node, .pool = s->pool};
     if (!s->opt.unoptimized) {
         st = kiln_plan_cache_get(&s->plans, &s->memprog, syms, n_syms, &plan, &err);
         if (st) goto out;

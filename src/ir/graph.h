@@ -17,6 +17,7 @@
 typedef struct kiln_graph kiln_graph;
 typedef struct kiln_node kiln_node;
 typedef struct kiln_op_def kiln_op_def;
+struct kiln_run_ctx;
 
 /* Attribute types; values equal ONNX's AttributeProto.AttributeType. */
 typedef enum kiln_attr_type {
@@ -85,6 +86,8 @@ struct kiln_node {
     const char *domain;        /* "" for the default ONNX domain */
     int opset;                 /* the model's opset version for `domain` */
     const kiln_op_def *op;     /* NULL when kiln has no implementation */
+    /* the kernel a provider selected, or NULL: op->run, the reference kernel */
+    kiln_status (*kernel)(struct kiln_run_ctx *c);
     int index;                 /* position in graph->nodes */
     int n_in, n_out;
     kiln_ir_value **in;        /* in[i] NULL for an absent optional input */

@@ -32,6 +32,10 @@
 
 typedef struct kiln_infer_ctx kiln_infer_ctx;
 typedef struct kiln_run_ctx kiln_run_ctx;
+typedef struct kiln_threadpool kiln_threadpool;
+
+/* A kernel: computes a node's outputs from its inputs (see the run context below). */
+typedef kiln_status (*kiln_kernel_fn)(kiln_run_ctx *c);
 
 /* Output 0 may share input 0's buffer: the kernel writes every element of output 0, and
  * element i of it depends on element i of input 0 only, which it reads before writing. The
@@ -120,6 +124,8 @@ kiln_status kiln_run_alloc_out(kiln_run_ctx *c, int i, kiln_dtype dt, int rank,
 kiln_status kiln_run_set_out(kiln_run_ctx *c, int i, kiln_value *v);
 /* Error slot for helpers that take a kiln_err (kiln_tensor_new, ...). */
 kiln_err *kiln_run_err(kiln_run_ctx *c);
+/* The session's thread pool for intra-op parallel loops, or NULL (run on this thread). */
+kiln_threadpool *kiln_run_threadpool(const kiln_run_ctx *c);
 /* Fails with a message prefixed by the node's name and op type. */
 kiln_status kiln_run_fail(kiln_run_ctx *c, kiln_status code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
