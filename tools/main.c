@@ -233,8 +233,8 @@ static int cmd_run(int argc, char **argv, bool bench)
             cli_safe_name(out_names[i], fi, sizeof fi);
             cli_safe_name(out_names[j], fj, sizeof fj);
             if (strcmp(out_names[i], out_names[j]) && !strcmp(fi, fj))
-                rc = cli_fail("outputs '%s' and '%s' collide: both would be written to '%s/%s.npy'", out_names[i],
-                              out_names[j], a.out_dir, fi);
+                rc = cli_fail("outputs '%s' and '%s' collide: both would be written to '%s/%s.npy'",
+                              out_names[i], out_names[j], a.out_dir, fi);
         }
     if (!rc && a.out_dir && mkdir(a.out_dir, 0777) && errno != EEXIST) {
         rc = cli_fail("cannot create output folder '%s': %s", a.out_dir, strerror(errno));

@@ -248,7 +248,11 @@ void kiln_store_i64(kiln_dtype dt, void *base, int64_t i, int64_t v)
     }
     case KILN_DTYPE_UINT2: ((uint8_t *)base)[i] = (uint8_t)(v & 0x3); return;
     case KILN_DTYPE_BOOL: ((uint8_t *)base)[i] = v != 0; return;
-    default: kiln_store_f64(dt, base, i, (double)v); return;
+    default:
+        /* strings, complex numbers, undefined: no number to store (and kiln_store_f64 would
+         * come back here forever) */
+        if (kiln_dtype_is_float(dt)) kiln_store_f64(dt, base, i, (double)v);
+        return;
     }
 }
 

@@ -801,9 +801,11 @@ static bool wire_depth_ok(const ProtobufCMessageDescriptor *d, const uint8_t *p,
             break;
         case 2: {
             if (!wire_varint(&p, end, &n) || n > (uint64_t)(end - p)) return true;
+            uint64_t field = key >> 3;
             const ProtobufCFieldDescriptor *f =
-                key >> 3 <= UINT32_MAX ? protobuf_c_message_descriptor_get_field(d, (unsigned)(key >> 3)) : NULL;
-            if (f && f->type == PROTOBUF_C_TYPE_MESSAGE && !wire_depth_ok(f->descriptor, p, (size_t)n, depth + 1))
+                field <= UINT32_MAX ? protobuf_c_message_descriptor_get_field(d, (unsigned)field) : NULL;
+            if (f && f->type == PROTOBUF_C_TYPE_MESSAGE &&
+                !wire_depth_ok(f->descriptor, p, (size_t)n, depth + 1))
                 return false;
             p += n;
             break;

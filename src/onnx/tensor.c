@@ -94,6 +94,14 @@ static kiln_status fill_external(kiln_value **vp, const Onnx__TensorProto *tp,
     return fill_from_bytes(v, p, (size_t)length, err);
 }
 
+/* Upper bound of the elements a tensor's own data fields can hold (4 per raw byte for 2-bit
+ * types, generous for packed fields). */
+static uint64_t inline_capacity(const Onnx__TensorProto *tp)
+{
+    return (uint64_t)tp->raw_data.len * 4 + tp->n_float_data + (uint64_t)tp->n_int32_data * 8 + tp->n_string_data +
+           tp->n_int64_data + tp->n_double_data + tp->n_uint64_data;
+}
+
 kiln_status kiln_onnx_tensor(const Onnx__TensorProto *tp, const kiln_tensor_source *src,
                              kiln_value **out, kiln_err *err)
 {
@@ -105,8 +113,15 @@ kiln_status kiln_onnx_tensor(const Onnx__TensorProto *tp, const kiln_tensor_sour
     if (tp->n_dims > KILN_MAX_RANK)
         return kiln_errf(err, KILN_ERR_UNSUPPORTED, "tensor rank %zu exceeds %d", tp->n_dims, KILN_MAX_RANK);
     if (tp->segment) return kiln_errf(err, KILN_ERR_UNSUPPORTED, "segmented tensors are not supported");
-    kiln_value *v;
-    kiln_status st = kiln_tensor_new(dt, (int)tp->n_dims, tp->dims, &v, err);
+    kiln_value *v = NULL;
+    int64_t numel = 0;
+    bool external = tp->has_data_location && tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
+    kiln_status st = kiln_dims_numel((int)tp->n_dims, tp->dims, &numel, err);
+    /* a few bytes of file must not make kiln allocate the gigabytes they declare */
+    if (!st && !external && (uint64_t)numel > inline_capacity(tp))
+        st = kiln_errf(err, KILN_ERR_MODEL, "declares %lld elements but holds data for at most %llu",
+                       (long long)numel, (unsigned long long)inline_capacity(tp));
+    if (!st) st = kiln_tensor_new(dt, (int)tp->n_dims, tp->dims, &v, err);
     if (st) {
         /* negative dims or an element count that overflows: the file is at fault */
         if (st == KILN_ERR_INVALID_ARG) st = KILN_ERR_MODEL;
@@ -117,7 +132,7 @@ kiln_status kiln_onnx_tensor(const Onnx__TensorProto *tp, const kiln_tensor_sour
         return st;
     }
     int64_t n = v->numel;
-    if (tp->has_data_location && tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL) {
+    if (external) {
         if (dt == KILN_DTYPE_STRING) st = kiln_errf(err, KILN_ERR_MODEL, "external string tensors are invalid");
         else st = fill_external(&v, tp, src, err);
     } else if (tp->has_raw_data && dt != KILN_DTYPE_STRING) {

@@ -216,6 +216,29 @@ static kiln_status attention_run(kiln_run_ctx *c)
     const kiln_value *nonpad = kiln_run_in(c, 6);
     if ((past_k == NULL) != (past_v == NULL))
         return kiln_run_fail(c, KILN_ERR_MODEL, "past_key and past_value must be given together");
+    if (!K || !V) return kiln_run_fail(c, KILN_ERR_MODEL, "K and V are required");
+    /* the kernel indexes K, V and the pasts with Q's layout: check every dim it relies on */
+    if ((Q->rank != 3 && Q->rank != 4) || K->rank != Q->rank || V->rank != Q->rank)
+        return kiln_run_fail(c, KILN_ERR_SHAPE, "Q, K, V must all be 3-D or all 4-D (ranks %d, %d, %d)", Q->rank,
+                             K->rank, V->rank);
+    if (K->dtype != Q->dtype || (past_k && past_k->dtype != K->dtype) || (past_v && past_v->dtype != V->dtype))
+        return kiln_run_fail(c, KILN_ERR_SHAPE, "K and past_key must have Q's dtype, past_value V's");
+    if (Q->rank == 3) {
+        int64_t hq = kiln_attr_int(n, "q_num_heads", 1), hkv = kiln_attr_int(n, "kv_num_heads", 1);
+        if (hq <= 0 || hkv <= 0 || Q->dims[2] % hq || K->dims[2] % hkv || V->dims[2] % hkv)
+            return kiln_run_fail(c, KILN_ERR_SHAPE, "q_num_heads %lld / kv_num_heads %lld do not divide the hidden "
+                                 "sizes %lld, %lld, %lld", (long long)hq, (long long)hkv, (long long)Q->dims[2],
+                                 (long long)K->dims[2], (long long)V->dims[2]);
+    } else if (V->dims[1] != K->dims[1]) {
+        return kiln_run_fail(c, KILN_ERR_SHAPE, "K has %lld heads, V %lld", (long long)K->dims[1],
+                             (long long)V->dims[1]);
+    }
+    if (K->dims[Q->rank - 2] != V->dims[Q->rank - 2])
+        return kiln_run_fail(c, KILN_ERR_SHAPE, "K has %lld positions, V %lld", (long long)K->dims[Q->rank - 2],
+                             (long long)V->dims[Q->rank - 2]);
+    if (past_k && (past_k->rank != 4 || past_v->rank != 4 || past_v->dims[0] != past_k->dims[0] ||
+                   past_v->dims[1] != past_k->dims[1]))
+        return kiln_run_fail(c, KILN_ERR_SHAPE, "past_value does not match past_key's batch and heads");
     bool rank3 = Q->rank == 3;
     int64_t B = Q->dims[0];
     int64_t Hq = rank3 ? kiln_attr_int(n, "q_num_heads", 1) : Q->dims[1];

@@ -418,6 +418,10 @@ static double sample(int nsp, const int64_t *d, const double *x, const double *p
         int64_t off = 0;
         for (int i = 0; i < nsp && wt != 0; i++) {
             double fl = floor(p[i]);
+            if (!(fl >= -1 && fl < (double)d[i])) {
+                wt = 0; /* far outside, infinite or NaN (offsets are data): reads zero, no int conversion */
+                break;
+            }
             int up = (corner >> i) & 1;
             int64_t at = (int64_t)fl + up;
             wt *= up ? p[i] - fl : 1 - (p[i] - fl);

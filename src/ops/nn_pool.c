@@ -54,6 +54,8 @@ kiln_status nn_pool_infer(kiln_infer_ctx *c)
     nn_geom g;
     char msg[160];
     if (!x) return kiln_infer_fail(c, KILN_ERR_MODEL, "needs input X");
+    if (x->dtype && !kiln_dtype_is_float(x->dtype) && !kiln_dtype_is_int(x->dtype))
+        return kiln_infer_fail(c, KILN_ERR_MODEL, "X has dtype %s, not a number", kiln_dtype_name(x->dtype));
     if (!pool_geom(n, &g, msg, sizeof msg)) return kiln_infer_fail(c, KILN_ERR_MODEL, "%s", msg);
     KILN_TRY(check_p(c));
     if (kiln_attr_int(n, "storage_order", 0) & ~1LL)
@@ -163,6 +165,8 @@ kiln_status nn_global_pool_infer(kiln_infer_ctx *c)
 {
     const kiln_type *x = kiln_infer_in(c, 0);
     if (!x) return kiln_infer_fail(c, KILN_ERR_MODEL, "needs input X");
+    if (x->dtype && !kiln_dtype_is_float(x->dtype) && !kiln_dtype_is_int(x->dtype))
+        return kiln_infer_fail(c, KILN_ERR_MODEL, "X has dtype %s, not a number", kiln_dtype_name(x->dtype));
     KILN_TRY(check_p(c));
     if (x->rank < 0) return kiln_infer_set_out_unknown(c, 0, x->dtype);
     if (x->rank < 2) return kiln_infer_fail(c, KILN_ERR_SHAPE, "X needs rank >= 2, has %d", x->rank);

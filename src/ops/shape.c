@@ -397,12 +397,15 @@ static kiln_status reshape_infer(kiln_infer_ctx *c)
     kiln_dim dims[KILN_MAX_RANK];
     int neg = -1;
     bool zero = false;
+    int64_t fixed = 1; /* product of the positive constant entries */
     for (int k = 0; k < shape.n; k++) {
         kiln_dim d = shape.v[k];
         dims[k] = d;
         if (!kiln_dim_is_const(d)) continue;
         if (d.c < -1)
             return kiln_infer_fail(c, KILN_ERR_MODEL, "target shape entry %d is %lld", k, (long long)d.c);
+        if (d.c > 0 && __builtin_mul_overflow(fixed, d.c, &fixed))
+            return kiln_infer_fail(c, KILN_ERR_MODEL, "target shape's element count overflows int64");
         if (d.c == -1) {
             if (neg >= 0) return kiln_infer_fail(c, KILN_ERR_MODEL, "target shape has more than one -1");
             neg = k;
@@ -425,6 +428,9 @@ static kiln_status reshape_infer(kiln_infer_ctx *c)
         if (kiln_dim_is_const(a) && kiln_dim_is_const(b) && a.c != b.c)
             return kiln_infer_fail(c, KILN_ERR_SHAPE, "cannot reshape %lld elements into %lld",
                                    (long long)a.c, (long long)b.c);
+        /* undecided at compile time: checked when inputs bind, before memory is planned for a
+         * target shape the input can never fill */
+        KILN_TRY(kiln_infer_require_equal(c, a, b, "element count of the reshape target"));
     }
     return set_out_keep_content(c, shape.n, dims);
 }

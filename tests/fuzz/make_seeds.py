@@ -39,7 +39,8 @@ def main():
 
     if not os.path.isdir(a.data):
         here = os.path.dirname(os.path.abspath(__file__))
-        subprocess.check_call([sys.executable, os.path.join(here, "..", "conformance", "prepare_data.py"), a.data])
+        prepare = os.path.join(here, "..", "conformance", "prepare_data.py")
+        subprocess.check_call([sys.executable, prepare, a.data])
 
     models = []
     for root, _dirs, files in os.walk(a.data):

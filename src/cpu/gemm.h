@@ -1,0 +1,63 @@
+/* gemm.h - single-precision GEMM for the CPU provider: packed panels, register-blocked
+ * micro-kernels chosen at run time (AVX-512, AVX2+FMA, portable C), threads from a pool. */
+#ifndef KILN_CPU_GEMM_H
+#define KILN_CPU_GEMM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cpu/threadpool.h"
+#include "kiln.h"
+
+/* Instruction-set level of the micro-kernels. */
+typedef enum kiln_gemm_level {
+    KILN_GEMM_LEVEL_AUTO = 0,  /* the best level this CPU supports */
+    KILN_GEMM_LEVEL_BASELINE,  /* portable C (whatever the compiler's baseline is) */
+    KILN_GEMM_LEVEL_AVX2,      /* AVX2 + FMA, 6x16 micro-kernel */
+    KILN_GEMM_LEVEL_AVX512,    /* AVX-512F, 14x32 micro-kernel */
+} kiln_gemm_level;
+
+/* Activation applied after the bias, element-wise, as the last step. */
+typedef enum kiln_gemm_act {
+    KILN_GEMM_ACT_NONE = 0,
+    KILN_GEMM_ACT_RELU,
+} kiln_gemm_act;
+
+/* How a GEMM runs: which threads and which kernels. Plain data, owned by the caller; one
+ * context may be used by any number of threads at once. */
+typedef struct kiln_gemm_ctx {
+    kiln_threadpool *pool; /* borrowed; NULL runs on the calling thread only */
+    kiln_gemm_level level; /* AUTO, or a level to force (tests, benchmarks) */
+} kiln_gemm_ctx;
+
+/* Fused epilogue, applied to each element after alpha*A*B + beta*C:
+ *   C[i][j] = act(C[i][j] + bias[j]). */
+typedef struct kiln_gemm_epilogue {
+    const float *bias; /* [N], one value per column; NULL for none */
+    kiln_gemm_act act;
+} kiln_gemm_epilogue;
+
+/* The best level this CPU (and OS) supports. */
+kiln_gemm_level kiln_gemm_level_detect(void);
+/* Whether this CPU can run the level (AUTO and BASELINE: always). */
+bool kiln_gemm_level_supported(kiln_gemm_level level);
+/* "baseline", "avx2", "avx512" ("auto" for AUTO). Static string. */
+const char *kiln_gemm_level_name(kiln_gemm_level level);
+
+/* Row-major C = alpha * op(A) * op(B) + beta * C, op(X) = X or X^T, then the epilogue (ep may
+ * be NULL). op(A) is [M, K], op(B) is [K, N], C is [M, N]; lda, ldb, ldc are row strides in
+ * elements (A is [M, lda] untransposed, [K, lda] transposed; likewise B). As in BLAS, beta == 0
+ * means C is only written, never read (NaNs in C do not propagate). Allocates packing buffers
+ * per call (O(threads * (MC*KC + KC*NC)) floats). Errors: KILN_ERR_INVALID_ARG (negative sizes,
+ * strides too small, NULL pointers with non-empty sizes, a level the CPU lacks),
+ * KILN_ERR_NOMEM. On error C is unchanged. */
+kiln_status kiln_sgemm_ex(const kiln_gemm_ctx *ctx, bool trans_a, bool trans_b, int64_t M, int64_t N,
+                          int64_t K, float alpha, const float *A, int64_t lda, const float *B,
+                          int64_t ldb, float beta, float *C, int64_t ldc, const kiln_gemm_epilogue *ep);
+
+/* kiln_sgemm_ex on the given pool, at the best level, with no epilogue. */
+kiln_status kiln_sgemm(kiln_threadpool *pool, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                       float alpha, const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
+                       float *C, int64_t ldc);
+
+#endif

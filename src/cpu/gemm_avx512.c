@@ -1,0 +1,165 @@
+/* gemm_avx512.c - the AVX-512F GEMM micro-kernel (14x32: 28 accumulators of 16 floats, masked
+ * edges), compiled for that instruction set here only; gemm.c calls it only where the CPU has it. */
+#if defined(__x86_64__)
+#include <immintrin.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+#endif
+
+#include "cpu/gemm_internal.h"
+
+enum { MR = 14, NR = 32 };
+
+/* In-register transpose: r[i] holds row i of a 16x16 block on entry, column i on return. */
+static inline void transpose16(__m512 r[16])
+{
+    __m512 t[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+        r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+        r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+        r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+    }
+    for (int j = 0; j < 4; j++) {
+        t[j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x88);
+        t[4 + j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xDD);
+        t[8 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x88);
+        t[12 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xDD);
+    }
+    for (int j = 0; j < 4; j++) {
+        r[j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0x88);
+        r[8 + j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0xDD);
+        r[4 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0x88);
+        r[12 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0xDD);
+    }
+}
+
+static inline __mmask16 lanes(int64_t n) { return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1); }
+
+/* dst[q*ld + 0 : q*ld + 16) (masked by store) = column q of the rows[count] x 16 block at src
+ * (rows src + r*lds, k-lanes masked by kmask), for q < kcount; rows past count are zero. */
+static inline void transpose_block(float *dst, int64_t ld, __mmask16 store, const float *src, int64_t lds,
+                                   int count, int64_t kcount, float alpha)
+{
+    __m512 r[16];
+    __mmask16 kmask = lanes(kcount);
+    __m512 va = _mm512_set1_ps(alpha);
+    for (int i = 0; i < 16; i++) {
+        r[i] = i < count ? _mm512_maskz_loadu_ps(kmask, src + i * lds) : _mm512_setzero_ps();
+        if (alpha != 1.0f) r[i] = _mm512_mul_ps(r[i], va);
+    }
+    transpose16(r);
+    for (int q = 0; q < kcount; q++) _mm512_mask_storeu_ps(dst + q * ld, store, r[q]);
+}
+
+static void pack_a(float *dst, const float *A, int64_t lda, bool trans, int64_t i0, int64_t m, int64_t p0,
+                   int64_t kc, float alpha)
+{
+    const __mmask16 all = (__mmask16)((1u << MR) - 1);
+    __m512 va = _mm512_set1_ps(alpha);
+    for (int64_t r0 = 0; r0 < m; r0 += MR, dst += kc * MR) {
+        int rows = m - r0 < MR ? (int)(m - r0) : MR;
+        if (trans) {
+            __mmask16 rm = lanes(rows);
+            for (int64_t p = 0; p < kc; p++) {
+                __m512 v = _mm512_maskz_loadu_ps(rm, A + (p0 + p) * lda + i0 + r0);
+                if (alpha != 1.0f) v = _mm512_mul_ps(v, va);
+                _mm512_mask_storeu_ps(dst + p * MR, all, v);
+            }
+        } else {
+            for (int64_t p = 0; p < kc; p += 16)
+                transpose_block(dst + p * MR, MR, all, A + (i0 + r0) * lda + p0 + p, lda, rows,
+                                kc - p < 16 ? kc - p : 16, alpha);
+        }
+    }
+}
+
+static void pack_b(float *dst, const float *B, int64_t ldb, bool trans, int64_t p0, int64_t kc, int64_t j0,
+                   int64_t n)
+{
+    for (int64_t c0 = 0; c0 < n; c0 += NR, dst += kc * NR) {
+        int cols = n - c0 < NR ? (int)(n - c0) : NR;
+        if (trans) {
+            for (int64_t p = 0; p < kc; p += 16)
+                for (int g = 0; g < 2; g++)
+                    transpose_block(dst + p * NR + 16 * g, NR, 0xffff, B + (j0 + c0 + 16 * g) * ldb + p0 + p, ldb,
+                                    cols - 16 * g, kc - p < 16 ? kc - p : 16, 1.0f);
+        } else {
+            __mmask16 m0 = lanes(cols), m1 = lanes(cols > 16 ? cols - 16 : 0);
+            for (int64_t p = 0; p < kc; p++) {
+                const float *src = B + (p0 + p) * ldb + j0 + c0;
+                _mm512_storeu_ps(dst + p * NR, _mm512_maskz_loadu_ps(m0, src));
+                _mm512_storeu_ps(dst + p * NR + 16, _mm512_maskz_loadu_ps(m1, src + 16));
+            }
+        }
+    }
+}
+
+#define ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13)
+
+static void kernel(int64_t kc, const float *a, const float *b, float *C, int64_t ldc, int mr, int nr,
+                   float beta, const float *bias, int relu)
+{
+#define DECL(r) __m512 c##r##_0 = _mm512_setzero_ps(), c##r##_1 = _mm512_setzero_ps();
+    ROWS(DECL)
+#undef DECL
+    for (int64_t p = 0; p < kc; p++, a += MR, b += NR) {
+        __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+#define FMA(r)                                                                                        \
+    {                                                                                                 \
+        __m512 av = _mm512_set1_ps(a[r]);                                                             \
+        c##r##_0 = _mm512_fmadd_ps(av, b0, c##r##_0);                                                 \
+        c##r##_1 = _mm512_fmadd_ps(av, b1, c##r##_1);                                                 \
+    }
+        ROWS(FMA)
+#undef FMA
+    }
+    __mmask16 m0 = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1);
+    __mmask16 m1 = nr >= 32 ? (__mmask16)0xffff : nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1) : 0;
+    __m512 vbeta = _mm512_set1_ps(beta), zero = _mm512_setzero_ps();
+    __m512 bias0 = bias ? _mm512_maskz_loadu_ps(m0, bias) : zero;
+    __m512 bias1 = bias ? _mm512_maskz_loadu_ps(m1, bias + 16) : zero;
+#define STORE(r)                                                                                      \
+    if (r < mr) {                                                                                     \
+        float *cr = C + r * ldc;                                                                      \
+        __m512 v0 = c##r##_0, v1 = c##r##_1;                                                          \
+        if (beta != 0.0f) {                                                                           \
+            v0 = _mm512_fmadd_ps(vbeta, _mm512_maskz_loadu_ps(m0, cr), v0);                           \
+            v1 = _mm512_fmadd_ps(vbeta, _mm512_maskz_loadu_ps(m1, cr + 16), v1);                      \
+        }                                                                                             \
+        if (bias) {                                                                                   \
+            v0 = _mm512_add_ps(v0, bias0);                                                            \
+            v1 = _mm512_add_ps(v1, bias1);                                                            \
+        }                                                                                             \
+        if (relu) {                                                                                   \
+            v0 = _mm512_max_ps(zero, v0);                                                             \
+            v1 = _mm512_max_ps(zero, v1);                                                             \
+        }                                                                                             \
+        _mm512_mask_storeu_ps(cr, m0, v0);                                                            \
+        _mm512_mask_storeu_ps(cr + 16, m1, v1);                                                       \
+    }
+    ROWS(STORE)
+#undef STORE
+}
+
+const kiln_gemm_kernel kiln_gemm_kernel_avx512 = {
+    .mr = MR, .nr = NR, .mc = 196, .kc = 256, .nc = 1024,
+    .pack_a = pack_a, .pack_b = pack_b, .kernel = kernel,
+};
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+#endif
