@@ -3,6 +3,7 @@
 #include "cpu/gemm.h"
 
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -61,15 +62,17 @@ typedef struct gemm_job {
     int64_t M, N, K;
     float alpha, beta;
     const float *A, *B;
+    const float *packed_b; /* prepacked op(B) (kiln_gemm_packed_b) or NULL: pack per tile */
+    int64_t n_pad;         /* N rounded up to NR: row length of a prepacked depth block */
     int64_t lda, ldb, ldc;
     float *C;
     const float *bias;
     int relu;
-    int64_t mt, nt, kc;  /* tile of C per task (rows, columns), depth block */
-    int64_t tiles_n;     /* tiles across N */
-    int64_t n_tiles;
+    int64_t kc;          /* depth block */
+    int64_t pm, pn;      /* micro-panels across M (of MR rows) and N (of NR columns) */
+    int64_t tiles_m, tiles_n, n_tiles; /* tile i spans panels [i*pm/tiles_m, (i+1)*pm/tiles_m) */
     float *work;         /* [slots][slot_floats], 64-byte aligned */
-    int64_t slot_floats; /* packed A (mt x kc) then packed B (kc x nt), each rounded to ALIGN */
+    int64_t slot_floats; /* packed A (tile rows x kc) then packed B (kc x tile columns), each 64-byte aligned */
     int64_t a_floats;
     atomic_int_fast64_t next_tile;
 } gemm_job;
@@ -82,12 +85,14 @@ static void run_tile(const gemm_job *g, float *Ap, float *Bp, int64_t i0, int64_
         int64_t kc = min64(g->kc, g->K - p0);
         bool first = p0 == 0, last = p0 + kc == g->K;
         float beta = first ? g->beta : 1.0f;
-        k->pack_b(Bp, g->B, g->ldb, g->trans_b, p0, kc, j0, n);
+        const float *b_tile = Bp;
+        if (g->packed_b) b_tile = g->packed_b + p0 * g->n_pad + j0 * kc; /* j0 is a multiple of NR */
+        else k->pack_b(Bp, g->B, g->ldb, g->trans_b, p0, kc, j0, n);
         k->pack_a(Ap, g->A, g->lda, g->trans_a, i0, m, p0, kc, g->alpha);
         for (int64_t jr = 0; jr < n; jr += k->nr) {
             int nr = (int)min64(k->nr, n - jr);
             const float *bias = last && g->bias ? g->bias + j0 + jr : NULL;
-            const float *b = Bp + jr * kc;
+            const float *b = b_tile + jr * kc;
             for (int64_t ir = 0; ir < m; ir += k->mr) {
                 int mr = (int)min64(k->mr, m - ir);
                 k->kernel(kc, Ap + ir * kc, b, g->C + (i0 + ir) * g->ldc + j0 + jr, g->ldc, mr, nr, beta,
@@ -106,8 +111,10 @@ static void run_slots(void *ctx, int64_t begin, int64_t end)
     for (;;) {
         int64_t t = atomic_fetch_add_explicit(&g->next_tile, 1, memory_order_relaxed);
         if (t >= g->n_tiles) break;
-        int64_t i0 = t / g->tiles_n * g->mt, j0 = t % g->tiles_n * g->nt;
-        run_tile(g, Ap, Bp, i0, min64(g->mt, g->M - i0), j0, min64(g->nt, g->N - j0));
+        int64_t ti = t / g->tiles_n, tj = t % g->tiles_n;
+        int64_t i0 = ti * g->pm / g->tiles_m * g->k->mr, i1 = min64(g->M, (ti + 1) * g->pm / g->tiles_m * g->k->mr);
+        int64_t j0 = tj * g->pn / g->tiles_n * g->k->nr, j1 = min64(g->N, (tj + 1) * g->pn / g->tiles_n * g->k->nr);
+        run_tile(g, Ap, Bp, i0, i1 - i0, j0, j1 - j0);
     }
 }
 
@@ -125,13 +132,76 @@ static void scale_only(int64_t M, int64_t N, float beta, float *C, int64_t ldc, 
     }
 }
 
+/* Prepacked op(B) [K, N]: for each depth block p0 (KC deep, the last one shorter), the NR-column
+ * micro-panels of all of N, each [kc][NR]: block p0 starts at p0 * n_pad. */
+struct kiln_gemm_packed_b {
+    kiln_gemm_level level; /* the kernels it was packed for */
+    int64_t K, N, n_pad;
+    float *data; /* [K][n_pad] in the layout above, 64-byte aligned */
+    void *raw;
+};
+
+/* The checked arguments of one call, run on the pool: tiles of C over the threads. */
+static kiln_status gemm_run(const kiln_gemm_kernel *k, kiln_threadpool *pool, bool trans_a, bool trans_b,
+                            int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                            const float *B, int64_t ldb, const kiln_gemm_packed_b *packed, float beta, float *C,
+                            int64_t ldc, const float *bias, int relu)
+{
+    int threads = kiln_threadpool_size(pool);
+
+    /* Tiles of C, of whole micro-panels and balanced to within one panel: at most MC x NC each,
+     * then split until every thread has two (and their count is a multiple of the threads). Each
+     * tile packs its rows of A and its columns of B, so more column tiles repack A (tiles_n * M *
+     * K floats in all) and more row tiles repack B (tiles_m * K * N; nothing when B is
+     * prepacked): split the side that adds less packing. */
+    int64_t pm = (M + k->mr - 1) / k->mr, pn = (N + k->nr - 1) / k->nr;
+    int64_t tm = (pm + k->mc / k->mr - 1) / (k->mc / k->mr), tn = (pn + k->nc / k->nr - 1) / (k->nc / k->nr);
+    int64_t want = threads > 1 ? 2 * (int64_t)threads : 1;
+    for (int grow = 0; grow < 64; grow++) {
+        if (tm * tn >= want && (tm * tn) % threads == 0) break;
+        int64_t step_m = tm * tn >= want ? 1 : tm, step_n = tm * tn >= want ? 1 : tn; /* then round up */
+        bool can_m = tm + step_m <= pm, can_n = tn + step_n <= pn;
+        double cost_n = (double)step_n * (double)M, cost_m = packed ? 0.0 : (double)step_m * (double)N;
+        if (can_n && (!can_m || cost_n < cost_m)) tn += step_n;
+        else if (can_m) tm += step_m;
+        else break;
+    }
+    gemm_job g = {
+        .k = k, .trans_a = trans_a, .trans_b = trans_b, .M = M, .N = N, .K = K, .alpha = alpha,
+        .beta = beta, .A = A, .B = B, .packed_b = packed ? packed->data : NULL,
+        .n_pad = packed ? packed->n_pad : 0, .lda = lda, .ldb = ldb, .ldc = ldc, .C = C, .bias = bias,
+        .relu = relu, .kc = min64(k->kc, K), .pm = pm, .pn = pn, .tiles_m = tm, .tiles_n = tn, .n_tiles = tm * tn,
+    };
+    int64_t mt = (pm + tm - 1) / tm * k->mr, nt = (pn + tn - 1) / tn * k->nr; /* the largest tile */
+    g.a_floats = round_up(mt * g.kc, ALIGN / (int64_t)sizeof(float));
+    g.slot_floats = g.a_floats;
+    if (!packed) g.slot_floats += round_up(nt * g.kc, ALIGN / (int64_t)sizeof(float));
+    int64_t slots = min64(threads, g.n_tiles);
+    void *raw = malloc((size_t)(slots * g.slot_floats) * sizeof(float) + ALIGN);
+    if (!raw) return KILN_ERR_NOMEM;
+    g.work = (float *)(((uintptr_t)raw + ALIGN - 1) & ~(uintptr_t)(ALIGN - 1));
+    atomic_init(&g.next_tile, 0);
+    kiln_threadpool_parallel_for(pool, slots, run_slots, &g);
+    free(raw);
+    return KILN_OK;
+}
+
+/* Resolves ctx's level (AUTO: the best; a forced one must be supported). */
+static kiln_status resolve_level(const kiln_gemm_ctx *ctx, kiln_gemm_level *level)
+{
+    *level = ctx ? ctx->level : KILN_GEMM_LEVEL_AUTO;
+    if (!kiln_gemm_level_supported(*level)) return KILN_ERR_INVALID_ARG;
+    if (*level == KILN_GEMM_LEVEL_AUTO) *level = kiln_gemm_level_detect();
+    return KILN_OK;
+}
+
 kiln_status kiln_sgemm_ex(const kiln_gemm_ctx *ctx, bool trans_a, bool trans_b, int64_t M, int64_t N,
                           int64_t K, float alpha, const float *A, int64_t lda, const float *B,
                           int64_t ldb, float beta, float *C, int64_t ldc, const kiln_gemm_epilogue *ep)
 {
     if (M < 0 || N < 0 || K < 0) return KILN_ERR_INVALID_ARG;
-    kiln_gemm_level level = ctx ? ctx->level : KILN_GEMM_LEVEL_AUTO;
-    if (!kiln_gemm_level_supported(level)) return KILN_ERR_INVALID_ARG;
+    kiln_gemm_level level;
+    if (resolve_level(ctx, &level) != KILN_OK) return KILN_ERR_INVALID_ARG;
     if (M == 0 || N == 0) return KILN_OK;
     if (!C || ldc < N) return KILN_ERR_INVALID_ARG;
     const float *bias = ep ? ep->bias : NULL;
@@ -142,39 +212,74 @@ kiln_status kiln_sgemm_ex(const kiln_gemm_ctx *ctx, bool trans_a, bool trans_b, 
         return KILN_OK;
     }
     if (!A || !B || lda < (trans_a ? M : K) || ldb < (trans_b ? K : N)) return KILN_ERR_INVALID_ARG;
-    if (level == KILN_GEMM_LEVEL_AUTO) level = kiln_gemm_level_detect();
-    const kiln_gemm_kernel *k = kernel_for(level);
-    kiln_threadpool *pool = ctx ? ctx->pool : NULL;
-    int threads = kiln_threadpool_size(pool);
+    return gemm_run(kernel_for(level), ctx ? ctx->pool : NULL, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb,
+                    NULL, beta, C, ldc, bias, relu);
+}
 
-    /* Tiles of C: one MC x NC block each, halved (N first) until every thread has a few. */
-    int64_t mt = min64(k->mc, round_up(M, k->mr)), nt = min64(k->nc, round_up(N, k->nr));
-    int64_t want = threads > 1 ? 3 * (int64_t)threads : 1;
-    for (;;) {
-        int64_t tiles = ((M + mt - 1) / mt) * ((N + nt - 1) / nt);
-        if (tiles >= want) break;
-        if (nt >= 4 * k->nr && nt >= mt / 2) nt = round_up(nt / 2, k->nr);
-        else if (mt >= 2 * k->mr) mt = round_up(mt / 2, k->mr);
-        else if (nt >= 2 * k->nr) nt = round_up(nt / 2, k->nr);
-        else break;
+kiln_status kiln_gemm_packed_b_create(const kiln_gemm_ctx *ctx, bool trans_b, int64_t K, int64_t N,
+                                      const float *B, int64_t ldb, kiln_gemm_packed_b **out)
+{
+    if (!out) return KILN_ERR_INVALID_ARG;
+    *out = NULL;
+    if (K < 0 || N < 0 || (K > 0 && N > 0 && (!B || ldb < (trans_b ? K : N)))) return KILN_ERR_INVALID_ARG;
+    kiln_gemm_level level;
+    if (resolve_level(ctx, &level) != KILN_OK) return KILN_ERR_INVALID_ARG;
+    const kiln_gemm_kernel *k = kernel_for(level);
+    kiln_gemm_packed_b *pb = calloc(1, sizeof *pb);
+    if (!pb) return KILN_ERR_NOMEM;
+    pb->level = level;
+    pb->K = K;
+    pb->N = N;
+    pb->n_pad = round_up(N, k->nr);
+    if ((uint64_t)K * (uint64_t)pb->n_pad > (SIZE_MAX - ALIGN) / sizeof(float)) goto fail_pb;
+    pb->raw = malloc((size_t)(K * pb->n_pad) * sizeof(float) + ALIGN);
+    if (!pb->raw) goto fail_pb;
+    pb->data = (float *)(((uintptr_t)pb->raw + ALIGN - 1) & ~(uintptr_t)(ALIGN - 1));
+    for (int64_t p0 = 0; p0 < K; p0 += k->kc) {
+        int64_t kc = min64(k->kc, K - p0);
+        if (N > 0) k->pack_b(pb->data + p0 * pb->n_pad, B, ldb, trans_b, p0, kc, 0, N);
     }
-    gemm_job g = {
-        .k = k, .trans_a = trans_a, .trans_b = trans_b, .M = M, .N = N, .K = K, .alpha = alpha,
-        .beta = beta, .A = A, .B = B, .lda = lda, .ldb = ldb, .ldc = ldc, .C = C, .bias = bias,
-        .relu = relu, .mt = mt, .nt = nt, .kc = min64(k->kc, K),
-    };
-    g.tiles_n = (N + nt - 1) / nt;
-    g.n_tiles = ((M + mt - 1) / mt) * g.tiles_n;
-    g.a_floats = round_up(round_up(mt, k->mr) * g.kc, ALIGN / (int64_t)sizeof(float));
-    g.slot_floats = g.a_floats + round_up(round_up(nt, k->nr) * g.kc, ALIGN / (int64_t)sizeof(float));
-    int64_t slots = min64(threads, g.n_tiles);
-    void *raw = malloc((size_t)(slots * g.slot_floats) * sizeof(float) + ALIGN);
-    if (!raw) return KILN_ERR_NOMEM;
-    g.work = (float *)(((uintptr_t)raw + ALIGN - 1) & ~(uintptr_t)(ALIGN - 1));
-    atomic_init(&g.next_tile, 0);
-    kiln_threadpool_parallel_for(pool, slots, run_slots, &g);
-    free(raw);
+    *out = pb;
     return KILN_OK;
+
+fail_pb:
+    free(pb);
+    return KILN_ERR_NOMEM;
+}
+
+void kiln_gemm_packed_b_free(kiln_gemm_packed_b *pb)
+{
+    if (!pb) return;
+    free(pb->raw);
+    free(pb);
+}
+
+size_t kiln_gemm_packed_b_bytes(const kiln_gemm_packed_b *pb)
+{
+    return pb ? (size_t)(pb->K * pb->n_pad) * sizeof(float) : 0;
+}
+
+kiln_status kiln_sgemm_packed(const kiln_gemm_ctx *ctx, bool trans_a, int64_t M, float alpha, const float *A,
+                              int64_t lda, const kiln_gemm_packed_b *B, float beta, float *C, int64_t ldc,
+                              const kiln_gemm_epilogue *ep)
+{
+    if (!B || M < 0) return KILN_ERR_INVALID_ARG;
+    kiln_gemm_level level;
+    if (resolve_level(ctx, &level) != KILN_OK) return KILN_ERR_INVALID_ARG;
+    if (ctx && ctx->level != KILN_GEMM_LEVEL_AUTO && ctx->level != B->level) return KILN_ERR_INVALID_ARG;
+    int64_t N = B->N, K = B->K;
+    if (M == 0 || N == 0) return KILN_OK;
+    if (!C || ldc < N) return KILN_ERR_INVALID_ARG;
+    const float *bias = ep ? ep->bias : NULL;
+    int relu = ep && ep->act == KILN_GEMM_ACT_RELU;
+    if (ep && ep->act != KILN_GEMM_ACT_NONE && ep->act != KILN_GEMM_ACT_RELU) return KILN_ERR_INVALID_ARG;
+    if (K == 0 || alpha == 0.0f) {
+        scale_only(M, N, beta, C, ldc, bias, relu);
+        return KILN_OK;
+    }
+    if (!A || lda < (trans_a ? M : K)) return KILN_ERR_INVALID_ARG;
+    return gemm_run(kernel_for(B->level), ctx ? ctx->pool : NULL, trans_a, false, M, N, K, alpha, A, lda, NULL, 0,
+                    B, beta, C, ldc, bias, relu);
 }
 
 kiln_status kiln_sgemm(kiln_threadpool *pool, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,

@@ -4,6 +4,7 @@
 #define KILN_CPU_GEMM_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "cpu/threadpool.h"
@@ -14,7 +15,7 @@ typedef enum kiln_gemm_level {
     KILN_GEMM_LEVEL_AUTO = 0,  /* the best level this CPU supports */
     KILN_GEMM_LEVEL_BASELINE,  /* portable C (whatever the compiler's baseline is) */
     KILN_GEMM_LEVEL_AVX2,      /* AVX2 + FMA, 6x16 micro-kernel */
-    KILN_GEMM_LEVEL_AVX512,    /* AVX-512F, 14x32 micro-kernel */
+    KILN_GEMM_LEVEL_AVX512,    /* AVX-512F, 14x32 micro-kernel (8x32, 4x32 for short panels) */
 } kiln_gemm_level;
 
 /* Activation applied after the bias, element-wise, as the last step. */
@@ -54,6 +55,28 @@ const char *kiln_gemm_level_name(kiln_gemm_level level);
 kiln_status kiln_sgemm_ex(const kiln_gemm_ctx *ctx, bool trans_a, bool trans_b, int64_t M, int64_t N,
                           int64_t K, float alpha, const float *A, int64_t lda, const float *B,
                           int64_t ldb, float beta, float *C, int64_t ldc, const kiln_gemm_epilogue *ep);
+
+/* op(B) [K, N] packed once for the kernels of one level: constant weights skip the packing that
+ * every kiln_sgemm_ex call does. Immutable after creation, so any number of threads may use one. */
+typedef struct kiln_gemm_packed_b kiln_gemm_packed_b;
+
+/* Packs op(B) (B is [K, ldb], or [N, ldb] when trans_b) at ctx's level (AUTO: the best). The
+ * caller owns *out (kiln_gemm_packed_b_free); B may be freed afterwards. O(K * N) time and
+ * floats. Errors: KILN_ERR_INVALID_ARG (negative sizes, ldb too small, NULL B with non-empty
+ * sizes, a level the CPU lacks), KILN_ERR_NOMEM. */
+kiln_status kiln_gemm_packed_b_create(const kiln_gemm_ctx *ctx, bool trans_b, int64_t K, int64_t N,
+                                      const float *B, int64_t ldb, kiln_gemm_packed_b **out);
+/* NULL is a no-op. */
+void kiln_gemm_packed_b_free(kiln_gemm_packed_b *pb);
+/* Bytes of packed data (0 for NULL). */
+size_t kiln_gemm_packed_b_bytes(const kiln_gemm_packed_b *pb);
+
+/* kiln_sgemm_ex with op(B) prepacked: C [M, N] = alpha * op(A) [M, K] * B + beta * C, then ep;
+ * N and K are B's. Results are bitwise those of kiln_sgemm_ex at the same level. ctx's level
+ * must be AUTO or B's level (KILN_ERR_INVALID_ARG otherwise); its pool is used. */
+kiln_status kiln_sgemm_packed(const kiln_gemm_ctx *ctx, bool trans_a, int64_t M, float alpha, const float *A,
+                              int64_t lda, const kiln_gemm_packed_b *B, float beta, float *C, int64_t ldc,
+                              const kiln_gemm_epilogue *ep);
 
 /* kiln_sgemm_ex on the given pool, at the best level, with no epilogue. */
 kiln_status kiln_sgemm(kiln_threadpool *pool, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,

@@ -1,5 +1,6 @@
-/* gemm_avx512.c - the AVX-512F GEMM micro-kernel (14x32: 28 accumulators of 16 floats, masked
- * edges), compiled for that instruction set here only; gemm.c calls it only where the CPU has it. */
+/* gemm_avx512.c - the AVX-512F GEMM micro-kernels (14x32: 28 accumulators of 16 floats; 8x32 and
+ * 4x32 for short panels; masked column edges), compiled for that instruction set here only;
+ * gemm.c calls them only where the CPU has AVX-512F. */
 #if defined(__x86_64__)
 #include <immintrin.h>
 #include <stdbool.h>
@@ -105,30 +106,19 @@ static void pack_b(float *dst, const float *B, int64_t ldb, bool trans, int64_t 
     }
 }
 
-#define ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13)
+/* Micro-kernels over the first 14, 8 or 4 rows of a packed A panel (stride MR either way): a
+ * partial panel of mr rows runs the shortest that covers it, so M = 16 or 130 wastes little. */
+#define ROWS14(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13)
+#define ROWS8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+#define ROWS4(X) X(0) X(1) X(2) X(3)
 
-static void kernel(int64_t kc, const float *a, const float *b, float *C, int64_t ldc, int mr, int nr,
-                   float beta, const float *bias, int relu)
-{
 #define DECL(r) __m512 c##r##_0 = _mm512_setzero_ps(), c##r##_1 = _mm512_setzero_ps();
-    ROWS(DECL)
-#undef DECL
-    for (int64_t p = 0; p < kc; p++, a += MR, b += NR) {
-        __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
 #define FMA(r)                                                                                        \
     {                                                                                                 \
         __m512 av = _mm512_set1_ps(a[r]);                                                             \
         c##r##_0 = _mm512_fmadd_ps(av, b0, c##r##_0);                                                 \
         c##r##_1 = _mm512_fmadd_ps(av, b1, c##r##_1);                                                 \
     }
-        ROWS(FMA)
-#undef FMA
-    }
-    __mmask16 m0 = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1);
-    __mmask16 m1 = nr >= 32 ? (__mmask16)0xffff : nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1) : 0;
-    __m512 vbeta = _mm512_set1_ps(beta), zero = _mm512_setzero_ps();
-    __m512 bias0 = bias ? _mm512_maskz_loadu_ps(m0, bias) : zero;
-    __m512 bias1 = bias ? _mm512_maskz_loadu_ps(m1, bias + 16) : zero;
 #define STORE(r)                                                                                      \
     if (r < mr) {                                                                                     \
         float *cr = C + r * ldc;                                                                      \
@@ -148,8 +138,33 @@ static void kernel(int64_t kc, const float *a, const float *b, float *C, int64_t
         _mm512_mask_storeu_ps(cr, m0, v0);                                                            \
         _mm512_mask_storeu_ps(cr + 16, m1, v1);                                                       \
     }
-    ROWS(STORE)
-#undef STORE
+#define DEFINE_KERNEL(name, ROWS)                                                                     \
+    static void name(int64_t kc, const float *a, const float *b, float *C, int64_t ldc, int mr, int nr, \
+                     float beta, const float *bias, int relu)                                         \
+    {                                                                                                 \
+        ROWS(DECL)                                                                                    \
+        for (int64_t p = 0; p < kc; p++, a += MR, b += NR) {                                          \
+            __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);                             \
+            ROWS(FMA)                                                                                 \
+        }                                                                                             \
+        __mmask16 m0 = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1);                    \
+        __mmask16 m1 = nr >= 32 ? (__mmask16)0xffff : nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1) : 0; \
+        __m512 vbeta = _mm512_set1_ps(beta), zero = _mm512_setzero_ps();                              \
+        __m512 bias0 = bias ? _mm512_maskz_loadu_ps(m0, bias) : zero;                                 \
+        __m512 bias1 = bias ? _mm512_maskz_loadu_ps(m1, bias + 16) : zero;                            \
+        ROWS(STORE)                                                                                   \
+    }
+
+DEFINE_KERNEL(kernel14, ROWS14)
+DEFINE_KERNEL(kernel8, ROWS8)
+DEFINE_KERNEL(kernel4, ROWS4)
+
+static void kernel(int64_t kc, const float *a, const float *b, float *C, int64_t ldc, int mr, int nr,
+                   float beta, const float *bias, int relu)
+{
+    if (mr > 8) kernel14(kc, a, b, C, ldc, mr, nr, beta, bias, relu);
+    else if (mr > 4) kernel8(kc, a, b, C, ldc, mr, nr, beta, bias, relu);
+    else kernel4(kc, a, b, C, ldc, mr, nr, beta, bias, relu);
 }
 
 const kiln_gemm_kernel kiln_gemm_kernel_avx512 = {

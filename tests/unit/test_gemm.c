@@ -1,6 +1,7 @@
 /* test_gemm.c - kiln_sgemm_ex against a triple loop in double: odd, tiny and empty shapes, every
  * transpose combination, alpha/beta and epilogue variants, padded strides, each kernel level this
- * CPU has, pools of 1, 2 and 3 threads, and two threads sharing one pool. */
+ * CPU has, pools of 1, 2 and 3 threads, and two threads sharing one pool; the prepacked-B path
+ * must match the plain one bitwise. */
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -80,6 +81,22 @@ static bool check_case(const kiln_gemm_ctx *ctx, const gemm_case *t, const float
     kiln_status st = kiln_sgemm_ex(ctx, t->ta, t->tb, M, N, K, t->alpha, A, t->lda, B, t->ldb, t->beta, C, t->ldc,
                                    &ep);
     bool ok = st == KILN_OK;
+    /* the same product with op(B) prepacked (on the 2-thread pool only, to save time): bitwise equal */
+    kiln_gemm_packed_b *pb = NULL;
+    bool try_packed = kiln_threadpool_size(ctx->pool) == 2;
+    float *C2 = malloc((c_len ? c_len : 1) * sizeof(float));
+    ok = ok && C2 && (!try_packed || kiln_gemm_packed_b_create(ctx, t->tb, K, N, B, t->ldb, &pb) == KILN_OK);
+    if (ok && try_packed) {
+        memcpy(C2, C0, c_len * sizeof(float));
+        if (t->beta == 0.0f)
+            for (int64_t i = 0; i < M; i++)
+                for (int64_t j = 0; j < N; j++) C2[i * t->ldc + j] = NAN;
+        ok = kiln_sgemm_packed(ctx, t->ta, M, t->alpha, A, t->lda, pb, t->beta, C2, t->ldc, &ep) == KILN_OK &&
+             memcmp(C, C2, c_len * sizeof(float)) == 0;
+        if (!ok) fprintf(stderr, "prepacked B differs\n");
+    }
+    kiln_gemm_packed_b_free(pb);
+    free(C2);
     for (int64_t i = 0; i < M && ok; i++) {
         for (int64_t j = 0; j < t->ldc && ok; j++) {
             float got = C[i * t->ldc + j];
@@ -214,6 +231,15 @@ int main(void)
     CHECK(kiln_sgemm_ex(&def, false, false, 1, 2, 1, 1.0f, &a1, 1, &a1, 1, 0.0f, &c1, 1, NULL) == KILN_ERR_INVALID_ARG);
     CHECK(kiln_sgemm_ex(&def, false, false, 1, 1, 2, 1.0f, &a1, 1, &a1, 1, 0.0f, &c1, 1, NULL) == KILN_ERR_INVALID_ARG);
     CHECK(c1 == 7.0f);
+    kiln_gemm_packed_b *pb = NULL;
+    CHECK(kiln_gemm_packed_b_create(&def, false, 2, 1, &a1, 0, &pb) == KILN_ERR_INVALID_ARG && !pb);
+    CHECK(kiln_gemm_packed_b_create(&def, false, 1, 1, &a1, 1, &pb) == KILN_OK && pb);
+    CHECK(kiln_gemm_packed_b_bytes(pb) > 0 && kiln_gemm_packed_b_bytes(NULL) == 0);
+    CHECK(kiln_sgemm_packed(&def, false, 1, 1.0f, &a1, 0, pb, 0.0f, &c1, 1, NULL) == KILN_ERR_INVALID_ARG);
+    CHECK(kiln_sgemm_packed(&def, false, 1, 3.0f, &a1, 1, pb, 0.0f, &c1, 1, NULL) == KILN_OK && c1 == 3.0f);
+    kiln_gemm_packed_b_free(pb);
+    kiln_gemm_packed_b_free(NULL);
+    c1 = 7.0f;
     CHECK(kiln_sgemm(NULL, false, false, 1, 1, 1, 2.0f, &a1, 1, &a1, 1, 1.0f, &c1, 1) == KILN_OK && c1 == 9.0f);
 
     /* two threads sharing the 2-thread pool */
