@@ -16,6 +16,28 @@ static bool is_f32(const kiln_ir_value *v)
 
 static kiln_status reference(kiln_run_ctx *c) { return kiln_run_node(c)->op->run(c); }
 
+/* Constant 2-D float32 weights op(B), packed at compile time for the kernels. */
+static void packed_free(void *p) { kiln_gemm_packed_b_free(p); }
+
+static void pack_weights(kiln_node *n, int input, bool trans_b)
+{
+    const kiln_value *w = n->in[input] ? n->in[input]->init : NULL;
+    if (!w || w->dtype != KILN_DTYPE_FLOAT32 || w->rank != 2 || !w->numel) return;
+    int64_t K = trans_b ? w->dims[1] : w->dims[0], N = trans_b ? w->dims[0] : w->dims[1];
+    kiln_gemm_ctx ctx = {0};
+    kiln_gemm_packed_b *pb = NULL;
+    if (kiln_gemm_packed_b_create(&ctx, trans_b, K, N, w->data, w->dims[1], &pb)) return; /* run unpacked */
+    n->kernel_state = pb;
+    n->kernel_state_free = packed_free;
+}
+
+/* The packed weights when they are the B this call multiplies. */
+static const kiln_gemm_packed_b *packed_for(kiln_run_ctx *c, const kiln_value *B)
+{
+    const kiln_node *n = kiln_run_node(c);
+    return n->kernel_state && n->in[1] && B == n->in[1]->init ? n->kernel_state : NULL;
+}
+
 static kiln_status gemm_fail(kiln_run_ctx *c, kiln_status st)
 {
     return kiln_run_fail(c, st, "sgemm failed (%s)", kiln_status_name(st));
@@ -40,7 +62,10 @@ static kiln_status matmul_run(kiln_run_ctx *c)
     if (rb <= 2) {
         /* B has no batch: every row of A (batches included) is one GEMM row */
         int64_t rows = K ? A->numel / K : (ra >= 2 ? Y->numel / N : 1);
-        kiln_status st = kiln_sgemm(pool, false, false, rows, N, K, 1.0f, a, K, b, N, 0.0f, y, N);
+        const kiln_gemm_packed_b *pb = rb == 2 ? packed_for(c, B) : NULL;
+        kiln_gemm_ctx ctx = {.pool = pool};
+        kiln_status st = pb ? kiln_sgemm_packed(&ctx, false, rows, 1.0f, a, K, pb, 0.0f, y, N, NULL)
+                            : kiln_sgemm(pool, false, false, rows, N, K, 1.0f, a, K, b, N, 0.0f, y, N);
         return st ? gemm_fail(c, st) : KILN_OK;
     }
     /* batched: Y's batch dims are the broadcast of A's and B's */
@@ -92,8 +117,11 @@ static kiln_status gemm_run(kiln_run_ctx *c)
         use_beta = beta;
     }
     if (!Y->numel) return KILN_OK;
-    kiln_status st = kiln_sgemm(kiln_run_threadpool(c), ta, tb, M, N, K, alpha, A->data, A->dims[1], B->data,
-                                B->dims[1], use_beta, y, N);
+    const kiln_gemm_packed_b *pb = packed_for(c, B);
+    kiln_gemm_ctx ctx = {.pool = kiln_run_threadpool(c)};
+    kiln_status st = pb ? kiln_sgemm_packed(&ctx, ta, M, alpha, A->data, A->dims[1], pb, use_beta, y, N, NULL)
+                        : kiln_sgemm(ctx.pool, ta, tb, M, N, K, alpha, A->data, A->dims[1], B->data, B->dims[1],
+                                     use_beta, y, N);
     return st ? gemm_fail(c, st) : KILN_OK;
 }
 
@@ -174,11 +202,17 @@ static kiln_status conv_run(kiln_run_ctx *c)
     return st ? gemm_fail(c, st) : KILN_OK;
 }
 
-static kiln_kernel_fn cpu_select(const kiln_node *n)
+static kiln_kernel_fn cpu_select(kiln_node *n)
 {
     if (*n->domain || n->n_in < 2 || n->n_out < 1 || !is_f32(n->in[0]) || !is_f32(n->in[1])) return NULL;
-    if (!strcmp(n->op_type, "MatMul")) return matmul_run;
-    if (!strcmp(n->op_type, "Gemm") && n->opset >= 11) return gemm_run;
+    if (!strcmp(n->op_type, "MatMul")) {
+        pack_weights(n, 1, false);
+        return matmul_run;
+    }
+    if (!strcmp(n->op_type, "Gemm") && n->opset >= 11) {
+        pack_weights(n, 1, kiln_attr_int(n, "transB", 0) != 0);
+        return gemm_run;
+    }
     if (!strcmp(n->op_type, "Conv") && n->in[0]->type.rank == 4 && n->in[1]->type.rank == 4) return conv_run;
     return NULL;
 }

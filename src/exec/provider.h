@@ -9,11 +9,12 @@
 typedef struct kiln_provider_i {
     const char *name;
     /* Required. The kernel for node n, judged from the types compile-time inference gave its
-     * inputs (dims may be symbolic), or NULL to leave the node to its reference kernel. A
-     * selected kernel must compute what the reference kernel computes (up to float rounding)
-     * for every input the types allow, or fail cleanly; it runs under the same contract as
-     * kiln_op_def.run (outputs allocated from run-time inference). */
-    kiln_kernel_fn (*select)(const kiln_node *n);
+     * inputs (dims may be symbolic) and their constant contents, or NULL to leave the node to
+     * its reference kernel. It may prepare data for the kernel (packed weights) in
+     * n->kernel_state with its destructor in n->kernel_state_free. A selected kernel must
+     * compute what the reference kernel computes (up to float rounding) for every input the
+     * types allow, or fail cleanly; it runs under the same contract as kiln_op_def.run. */
+    kiln_kernel_fn (*select)(kiln_node *n);
 } kiln_provider_i;
 
 /* The optimised CPU provider (src/cpu/). */

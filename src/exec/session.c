@@ -111,6 +111,22 @@ static int nested_node_count(const kiln_node *n)
     return count;
 }
 
+/* Frees what providers prepared for their kernels, subgraphs included. */
+static void release_kernels(kiln_graph *g)
+{
+    for (int k = 0; k < g->n_nodes; k++) {
+        kiln_node *n = g->nodes[k];
+        if (n->kernel_state_free) n->kernel_state_free(n->kernel_state);
+        n->kernel_state = NULL;
+        n->kernel_state_free = NULL;
+        for (int a = 0; a < n->n_attrs; a++) {
+            kiln_attr *at = &n->attrs[a];
+            if (at->type == KILN_ATTR_GRAPH) release_kernels(at->g);
+            for (int q = 0; at->type == KILN_ATTR_GRAPHS && q < at->n; q++) release_kernels(at->graphs[q]);
+        }
+    }
+}
+
 /* Lets the provider take over the nodes it supports, subgraphs included. */
 static void select_kernels(const kiln_provider_i *p, kiln_graph *g)
 {
@@ -179,6 +195,7 @@ static kiln_status session_finish(kiln_session *s, kiln_status st, kiln_err *err
     if (!st) st = compile(s, err);
     if (st) {
         set_error(s, err);
+        if (s->model) release_kernels(s->model->graph);
         kiln_model_free(s->model);
         s->model = NULL;
     }
@@ -208,6 +225,7 @@ kiln_status kiln_session_create_from_memory(const void *buf, size_t len, const c
 void kiln_session_free(kiln_session *s)
 {
     if (!s) return;
+    if (s->model) release_kernels(s->model->graph);
     kiln_model_free(s->model);
     kiln_memprog_release(&s->memprog);
     kiln_plan_cache_release(&s->plans);

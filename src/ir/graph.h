@@ -86,8 +86,11 @@ struct kiln_node {
     const char *domain;        /* "" for the default ONNX domain */
     int opset;                 /* the model's opset version for `domain` */
     const kiln_op_def *op;     /* NULL when kiln has no implementation */
-    /* the kernel a provider selected, or NULL: op->run, the reference kernel */
+    /* the kernel a provider selected, or NULL: op->run, the reference kernel; and the data it
+     * prepared at compile time (packed weights), released with kernel_state_free */
     kiln_status (*kernel)(struct kiln_run_ctx *c);
+    void *kernel_state;
+    void (*kernel_state_free)(void *state);
     int index;                 /* position in graph->nodes */
     int n_in, n_out;
     kiln_ir_value **in;        /* in[i] NULL for an absent optional input */

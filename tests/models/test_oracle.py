@@ -109,6 +109,23 @@ def test_gemm():
                 compare(f"Gemm transA={ta} transB={tb} C rank {c_rank}", blob, feeds)
 
 
+def test_packed_weights():
+    """Constant weights are packed once at session creation: MatMul and Gemm (both transB)."""
+    from onnx import numpy_helper
+    for k, n in [(1, 1), (7, 33), (64, 64), (129, 17)]:
+        w = rand(k, n)
+        for op, attrs, wmat in [("MatMul", {}, w), ("Gemm", {"transB": 0}, w), ("Gemm", {"transB": 1}, w.T.copy())]:
+            node = helper.make_node(op, ["A", "W"], ["Y"], **attrs)
+            g = helper.make_graph([node], "packed", [sym("A", 2 if op == "Gemm" else 3, "a")],
+                                  [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
+                                  [numpy_helper.from_array(wmat, "W")])
+            m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+            m.ir_version = 8
+            feeds = [{"A": rand(*(([] if op == "Gemm" else [b]) + [rows, k]))}
+                     for b, rows in [(1, 1), (2, 5), (3, 31), (1, 0)]]
+            compare(f"{op} {attrs} packed {k}x{n}", m.SerializeToString(), feeds)
+
+
 def test_conv():
     configs = [
         dict(kernel=(3, 3), strides=(1, 1), pads=(1, 1, 1, 1), dil=(1, 1), group=1),
@@ -150,7 +167,7 @@ def test_conv():
 
 
 def main():
-    for test in (test_matmul, test_gemm, test_conv):
+    for test in (test_matmul, test_gemm, test_packed_weights, test_conv):
         test()
     print(f"{results['passed']} passed, {results['failed']} failed")
     return 1 if results["failed"] else 0
