@@ -174,6 +174,7 @@ static kiln_status conv_run(kiln_run_ctx *c)
     int64_t cg = C / group, mg = M / group, kh = g.kernel[0], kw = g.kernel[1], oh = out_hw[0], ow = out_hw[1];
     int64_t kdim = cg * kh * kw, area = oh * ow;
     if (!Y->numel) return KILN_OK;
+    if (!X->numel || !Wt->numel) return reference(c); /* no channels: the output is the bias */
     bool direct = kh == 1 && kw == 1 && g.strides[0] == 1 && g.strides[1] == 1 && !g.pads[0] && !g.pads[1] &&
                   !g.pads[2] && !g.pads[3]; /* 1x1: X itself is the column matrix */
     float *cols = direct ? NULL : malloc((size_t)(kdim * area) * sizeof *cols);
