@@ -16,15 +16,9 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
-results = {"passed": 0, "failed": 0}
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from checks import check, summary  # noqa: E402
 
-
-def check(name, cond, detail=""):
-    if cond:
-        results["passed"] += 1
-    else:
-        results["failed"] += 1
-        print(f"FAIL {name}: {detail}")
 
 
 def kiln(*args):
@@ -168,8 +162,7 @@ def main():
                 test(models)
             except Exception as e:  # one broken test does not hide the others
                 check("test crashed", False, repr(e))
-    print(f"{results['passed']} passed, {results['failed']} failed")
-    return 1 if results["failed"] else 0
+    return summary()
 
 
 if __name__ == "__main__":

@@ -12,21 +12,13 @@ import traceback
 import numpy as np
 import onnxruntime as ort
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from checks import check, summary  # noqa: E402
 import kiln  # noqa: E402
 
 RTOL, ATOL = 1e-4, 1e-4
 N_RANDOM_LENGTHS = int(os.environ.get("KILN_TEST_LENGTHS", "500"))
 N_SOAK_CALLS = 10000
-results = {"passed": 0, "failed": 0}
-
-
-def check(name, cond, detail=""):
-    if cond:
-        results["passed"] += 1
-    else:
-        results["failed"] += 1
-        print(f"FAIL {name}: {detail}")
 
 
 def check_plan(name, sess):
@@ -189,8 +181,7 @@ def main():
             test(sys.argv[1], rng)
         except Exception:  # a crash of one model test is a failure, the others still run
             check(test.__name__, False, traceback.format_exc())
-    print(f"{results['passed']} passed, {results['failed']} failed")
-    return 1 if results["failed"] else 0
+    return summary()
 
 
 if __name__ == "__main__":

@@ -19,18 +19,10 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from checks import check, summary  # noqa: E402
 import kiln  # noqa: E402
 
-results = {"passed": 0, "failed": 0}
-
-
-def check(name, cond, detail=""):
-    if cond:
-        results["passed"] += 1
-    else:
-        results["failed"] += 1
-        print(f"FAIL {name}: {detail}")
 
 
 def safe_name(name):
@@ -199,8 +191,7 @@ def main():
             import traceback
             traceback.print_exc()
             check(t.__name__, False, e)
-    print(f"test_names: {results['passed']} passed, {results['failed']} failed")
-    return 1 if results["failed"] else 0
+    return summary("test_names: ")
 
 
 if __name__ == "__main__":

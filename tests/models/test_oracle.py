@@ -11,21 +11,12 @@ import sys
 import numpy as np
 from onnx import TensorProto, helper
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from checks import check, summary  # noqa: E402
 import kiln  # noqa: E402
 
 RTOL, ATOL = 1e-4, 1e-4
-results = {"passed": 0, "failed": 0}
 rng = np.random.default_rng(2024)
-
-
-def check(name, cond, detail=""):
-    if cond:
-        results["passed"] += 1
-    else:
-        results["failed"] += 1
-        print(f"FAIL {name}: {detail}")
-
 
 def model(node, inputs, outputs, opset=17):
     g = helper.make_graph([node], "oracle", inputs, outputs)
@@ -169,8 +160,7 @@ def test_conv():
 def main():
     for test in (test_matmul, test_gemm, test_packed_weights, test_conv):
         test()
-    print(f"{results['passed']} passed, {results['failed']} failed")
-    return 1 if results["failed"] else 0
+    return summary()
 
 
 if __name__ == "__main__":
