@@ -16,6 +16,14 @@ kiln_status kiln_errf(kiln_err *e, kiln_status code, const char *fmt, ...)
     return code;
 }
 
+kiln_status kiln_errv_node(kiln_err *e, kiln_status code, const char *node, const char *op, const char *fmt,
+                           va_list ap)
+{
+    char msg[KILN_ERR_MSG_SIZE];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    return kiln_errf(e, code, "node '%s' (%s): %s", node, op, msg);
+}
+
 kiln_status kiln_err_prefix(kiln_err *e, const char *fmt, ...)
 {
     if (!e) return KILN_ERR_RUNTIME;

@@ -113,12 +113,11 @@ kiln_dim kiln_infer_fresh(kiln_infer_ctx *c, const char *hint)
 
 kiln_status kiln_infer_fail(kiln_infer_ctx *c, kiln_status code, const char *fmt, ...)
 {
-    char msg[KILN_ERR_MSG_SIZE];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    kiln_status st = kiln_errv_node(c->err, code, c->node->name, c->node->op_type, fmt, ap);
     va_end(ap);
-    return kiln_errf(c->err, code, "node '%s' (%s): %s", c->node->name, c->node->op_type, msg);
+    return st;
 }
 
 /* Compile time: remembers a constraint between dims that are not provably equal, to be

@@ -60,12 +60,11 @@ kiln_status kiln_run_set_out(kiln_run_ctx *c, int i, kiln_value *v)
 
 kiln_status kiln_run_fail(kiln_run_ctx *c, kiln_status code, const char *fmt, ...)
 {
-    char msg[KILN_ERR_MSG_SIZE];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    kiln_status st = kiln_errv_node(c->err, code, c->node->name, c->node->op_type, fmt, ap);
     va_end(ap);
-    return kiln_errf(c->err, code, "node '%s' (%s): %s", c->node->name, c->node->op_type, msg);
+    return st;
 }
 
 kiln_status kiln_run_subgraph(kiln_run_ctx *c, const kiln_graph *g, int n_in, const kiln_value *const *in,
