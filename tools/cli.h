@@ -31,6 +31,7 @@ typedef struct run_args {
     const char *out_dir;
     int warmup, runs;
     bool json, stats;
+    int threads;             /* --threads: the session's num_threads (0: all cores) */
     double rtol, atol;       /* verify */
     const char *fault_node;  /* verify: testing hook */
 } run_args;

@@ -85,6 +85,11 @@ int cli_parse_run_args(int argc, char **argv, const char *cmd, run_args *a)
             } else if (parse_dims(eq + 1, sp->dims, &sp->rank)) {
                 return cli_fail("--shape %s: dims must look like 1x3x224x224", arg);
             }
+        } else if (!strcmp(opt, "--threads") && has_val) {
+            char *end;
+            long t = strtol(argv[++i], &end, 10);
+            if (*end || t < 0 || t > 1024) return cli_fail("--threads expects a count in [0, 1024], got '%s'", argv[i]);
+            a->threads = (int)t;
         } else if (!strcmp(opt, "--seed") && has_val) {
             a->seed = strtoull(argv[++i], NULL, 10);
         } else if (!verify && !strcmp(opt, "--stats")) {

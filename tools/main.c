@@ -17,8 +17,8 @@
 
 static const char usage[] =
     "usage: kiln info MODEL [--json]\n"
-    "       kiln run MODEL [--input NAME=FILE.npy]... [--shape NAME=1x3xHxW]... [--seed N] [--output-dir DIR] [--stats]\n"
-    "       kiln bench MODEL [--input NAME=FILE.npy]... [--shape NAME=DIMS]... [--seed N] [--warmup N] [--runs N] [--json] [--stats]\n"
+    "       kiln run MODEL [--input NAME=FILE.npy]... [--shape NAME=1x3xHxW]... [--seed N] [--threads N] [--output-dir DIR] [--stats]\n"
+    "       kiln bench MODEL [--input NAME=FILE.npy]... [--shape NAME=DIMS]... [--seed N] [--threads N] [--warmup N] [--runs N] [--json] [--stats]\n"
     "       kiln verify MODEL [--provider cpu] [--input ...|--shape ...] [--rtol R] [--atol A]\n"
     "       kiln ops\n"
     "       kiln --version\n"
@@ -212,6 +212,7 @@ static int cmd_run(int argc, char **argv, bool bench)
     if (cli_parse_run_args(argc, argv, bench ? "bench" : "run", &a)) return 1;
     double t0 = now_ms();
     kiln_session_options opt = kiln_session_options_default();
+    opt.num_threads = a.threads;
     kiln_session *s = cli_open_session(a.model, &opt);
     if (!s) return 1;
     double create_ms = now_ms() - t0;
