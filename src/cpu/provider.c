@@ -1,10 +1,12 @@
 /* provider.c - the optimised CPU provider: float32 MatMul, Gemm and 2-D Conv on the packed
- * sgemm (src/cpu/gemm.c) with the session's thread pool. Every other node, and every case
- * these kernels do not cover at run time, runs its reference kernel. */
+ * sgemm (src/cpu/gemm.c) with the session's thread pool; element-wise, normalisation and
+ * layout kernels from kernels_*.c (kernels.h). Every other node, and every case these kernels
+ * do not cover at run time, runs its reference kernel. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "cpu/gemm.h"
+#include "cpu/kernels.h"
 #include "exec/provider.h"
 #include "ops/nn_internal.h"
 #include "ops/util.h"
@@ -205,6 +207,10 @@ static kiln_status conv_run(kiln_run_ctx *c)
 
 static kiln_kernel_fn cpu_select(kiln_node *n)
 {
+    kiln_kernel_fn k = kiln_cpu_select_ew(n);
+    if (!k) k = kiln_cpu_select_norm(n);
+    if (!k) k = kiln_cpu_select_layout(n);
+    if (k) return k;
     if (*n->domain || n->n_in < 2 || n->n_out < 1 || !is_f32(n->in[0]) || !is_f32(n->in[1])) return NULL;
     if (!strcmp(n->op_type, "MatMul")) {
         pack_weights(n, 1, false);

@@ -18,8 +18,9 @@ import kiln  # noqa: E402
 RTOL, ATOL = 1e-4, 1e-4
 rng = np.random.default_rng(2024)
 
-def model(node, inputs, outputs, opset=17):
-    g = helper.make_graph([node], "oracle", inputs, outputs)
+def model(node, inputs, outputs, opset=17, initializers=()):
+    nodes = node if isinstance(node, list) else [node]
+    g = helper.make_graph(nodes, "oracle", inputs, outputs, list(initializers))
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
     m.ir_version = 8
     return m.SerializeToString()
@@ -29,7 +30,7 @@ def sym(name, rank, prefix):
     return helper.make_tensor_value_info(name, TensorProto.FLOAT, [f"{prefix}{i}" for i in range(rank)])
 
 
-def compare(name, blob, feeds_list):
+def compare(name, blob, feeds_list, atol=ATOL):
     fast, ref = kiln.Session(blob, num_threads=3), kiln.Session(blob, unoptimized=True)
     for feeds in feeds_list:
         shapes = " ".join(f"{k}={v.shape}" for k, v in feeds.items())
@@ -45,9 +46,13 @@ def compare(name, blob, feeds_list):
             continue
         got = fast.run(feeds)
         for g, w in zip(got, want):
-            ok = g.shape == w.shape and np.allclose(g, w, rtol=RTOL, atol=ATOL)
-            check(f"{name} {shapes}", ok, f"shape {g.shape} vs {w.shape}, max diff "
-                  f"{np.max(np.abs(g - w)) if g.shape == w.shape and g.size else 0}")
+            ok = g.shape == w.shape and np.allclose(g, w, rtol=RTOL, atol=atol, equal_nan=True)
+            if not ok:
+                with np.errstate(invalid="ignore"):
+                    diff = np.max(np.abs(g - w)) if g.shape == w.shape and g.size else 0
+                check(f"{name} {shapes}", False, f"shape {g.shape} vs {w.shape}, max diff {diff}")
+            else:
+                check(f"{name} {shapes}", True)
 
 
 def rand(*shape):
@@ -157,8 +162,211 @@ def test_conv():
             compare(f"Conv {cfg} bias={bias}", blob, feeds)
 
 
+def spread(*shape):
+    """Values over several magnitudes, signs mixed: normal, x10, x1000 and a few +-1e4."""
+    x = rand(*shape) * rng.choice([1.0, 10.0, 1000.0], size=shape).astype(np.float32)
+    if x.size:
+        x.flat[rng.integers(0, x.size, size=max(1, x.size // 50))] = rng.choice([-1e4, 1e4])
+    return x.astype(np.float32)
+
+
+def out(name="Y"):
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, None)
+
+
+# (A shape, B shape) by broadcast form; the fast kernels take the first five groups, the
+# reference (through the fallback) the rest
+BINARY_CASES = [
+    # same shape, incl. zero-size and sizes that cross the 4096-element parallel chunks
+    ((), ()), ((1,), (1,)), ((0,), (0,)), ((7,), (7,)), ((3, 5), (3, 5)), ((2, 3, 17), (2, 3, 17)),
+    ((3, 4099), (3, 4099)), ((2, 0, 3), (2, 0, 3)),
+    # scalar either side
+    ((3, 5), ()), ((), (3, 5)), ((2, 3, 5), (1,)), ((1, 1), (4, 9)), ((5000, 3), (1, 1)),
+    # B (or A) repeated along the leading dims
+    ((2, 3, 5), (5,)), ((2, 3, 5), (3, 5)), ((2, 3, 5), (1, 3, 5)), ((5,), (2, 3, 5)), ((3, 5), (4, 3, 5)),
+    ((64, 1000), (1000,)), ((7, 3, 1), (3, 1)), ((4, 2, 1, 3), (1, 3)),
+    # one value per row
+    ((2, 3, 5), (2, 3, 1)), ((2, 3, 5), (2, 1, 1)), ((2, 3, 1), (2, 3, 5)), ((64, 999), (64, 1)),
+    ((3, 4, 5, 6), (3, 4, 1, 1)),
+    # unsupported forms: the reference kernel runs
+    ((2, 3, 5), (3, 1)), ((2, 1, 5), (1, 3, 1)), ((2, 3, 5), (1, 3, 1)), ((4, 1), (1, 5)), ((3, 1, 5), (3, 4, 1)),
+    ((1, 5), (4, 1)), ((2, 1, 4), (1, 3, 4)),
+    # incompatible: both refuse
+    ((3, 4), (5,)), ((2, 3), (3, 2)),
+]
+
+
+def test_binary():
+    by_ranks = {}
+    for a, b in BINARY_CASES:
+        by_ranks.setdefault((len(a), len(b)), []).append((a, b))
+    for op in ("Add", "Sub", "Mul", "Div"):
+        for (ra, rb), cases in sorted(by_ranks.items()):
+            blob = model(helper.make_node(op, ["A", "B"], ["Y"]), [sym("A", ra, "a"), sym("B", rb, "b")], [out()])
+            compare(f"{op} rank {ra},{rb}", blob, [{"A": spread(*a), "B": spread(*b)} for a, b in cases], atol=1e-5)
+    # the same tensor as both operands
+    for op in ("Add", "Mul"):
+        blob = model(helper.make_node(op, ["A", "A"], ["Y"]), [sym("A", 2, "a")], [out()])
+        compare(f"{op}(A, A)", blob, [{"A": spread(*s)} for s in [(3, 5), (1, 1), (0, 4), (33, 257)]], atol=1e-5)
+
+
+UNARY_OPS = [("Relu", {}, 14), ("Sigmoid", {}, 13), ("Tanh", {}, 13), ("Erf", {}, 13), ("Exp", {}, 13),
+             ("Sqrt", {}, 13), ("Gelu", {}, 20), ("Gelu", {"approximate": "tanh"}, 20),
+             ("Gelu", {"approximate": "none"}, 20)]
+
+
+def test_unary():
+    shapes = [(0,), (1,), (3,), (5,), (4099,), (3, 10000), (2, 0, 3), (7, 13)]
+    specials = np.array([0.0, -0.0, 1e-3, -1e-3, 0.5, -0.5, 3.0, -3.0, 5.5, -5.5, 9.0, -9.0, 20.0, -20.0, 87.0,
+                         88.5, 88.8, 89.5, -87.5, -100.0, -104.5, -120.0, 1e4, -1e4, np.inf, -np.inf, np.nan],
+                        dtype=np.float32)
+    for op, attrs, opset in UNARY_OPS:
+        blob = model(helper.make_node(op, ["X"], ["Y"], **attrs), [helper.make_tensor_value_info(
+            "X", TensorProto.FLOAT, None)], [out()], opset=opset)
+        feeds = [{"X": spread(*s)} for s in shapes] + [{"X": rand(*s) * 4} for s in shapes[3:6]]
+        feeds.append({"X": specials})
+        feeds.append({"X": np.linspace(-12, 12, 4001, dtype=np.float32)})
+        compare(f"{op} {attrs}", blob, feeds, atol=1e-5)
+
+
+def test_inplace_chain():
+    """Element-wise nodes whose input 0 is an intermediate read last by them: the planner may
+    give output 0 input 0's buffer."""
+    nodes = [helper.make_node("Neg", ["X"], ["t0"]),
+             helper.make_node("Add", ["t0", "B"], ["t1"]),
+             helper.make_node("Mul", ["t1", "C"], ["t2"]),
+             helper.make_node("Div", ["t2", "D"], ["t3"]),
+             helper.make_node("Sub", ["t3", "X"], ["t4"]),
+             helper.make_node("Tanh", ["t4"], ["t5"]),
+             helper.make_node("Sigmoid", ["t5"], ["t6"]),
+             helper.make_node("Relu", ["t6"], ["t7"]),
+             helper.make_node("Exp", ["t7"], ["t8"]),
+             helper.make_node("Sqrt", ["t8"], ["t9"]),
+             helper.make_node("Erf", ["t9"], ["Y"])]
+    blob = model(nodes, [sym("X", 3, "x"), sym("B", 1, "b"), sym("C", 3, "c"), sym("D", 0, "d")], [out()])
+    feeds = []
+    for s in [(2, 3, 5), (1, 1, 1), (4, 33, 1025), (0, 2, 3)]:
+        feeds.append({"X": rand(*s), "B": rand(s[2]), "C": rand(s[0], s[1], 1), "D": np.float32(rng.uniform(1, 2))})
+    compare("in-place chain", blob, feeds, atol=1e-5)
+
+
+def test_softmax():
+    for opset in (11, 13):
+        for axis in (-1, 1, 0, -2):
+            for rank in (1, 2, 3, 4):
+                if not -rank <= axis < rank:
+                    continue
+                blob = model(helper.make_node("Softmax", ["X"], ["Y"], axis=axis), [sym("X", rank, "x")], [out()],
+                             opset=opset)
+                feeds = []
+                for cols in (1, 3, 7, 300, 1000):
+                    dims = [int(rng.choice([1, 2, 3])) for _ in range(rank - 1)] + [cols]
+                    if rank >= 2 and rng.random() < 0.3:
+                        dims[-1], dims[-2] = 1, cols  # last dim 1: the fast path for axis -2
+                    x = rand(*dims) * float(rng.choice([1.0, 10.0, 100.0]))
+                    feeds.append({"X": x})
+                if rank >= 2:
+                    x = rand(3, *([4] * (rank - 1)))
+                    x[0] = -np.inf  # an all -inf row: NaN as the reference
+                    x.flat[5] = -np.inf  # masked entries
+                    feeds.append({"X": x})
+                    feeds.append({"X": rand(*([0] + [3] * (rank - 1)))})
+                compare(f"Softmax opset {opset} axis {axis} rank {rank}", blob, feeds, atol=1e-5)
+
+
+def test_layernorm():
+    from onnx import numpy_helper
+    for axis in (-1, -2, 1):
+        for bias in (False, True):
+            for stats in (False, True):
+                for scale_form in ("exact", "leading1", "bcast"):
+                    rank = 3
+                    names = ["X", "S"] + (["B"] if bias else [])
+                    outs = ["Y"] + (["M", "I"] if stats else [])
+                    node = helper.make_node("LayerNormalization", names, outs, axis=axis, epsilon=1e-5)
+                    feeds = []
+                    for dims in [(2, 3, 5), (1, 1, 1), (4, 7, 300), (2, 64, 64), (1, 2, 1000)]:
+                        k = axis % rank
+                        norm = dims[k:]
+                        s_shape = {"exact": norm, "leading1": (1,) * (rank - len(norm)) + norm,
+                                   "bcast": (1,) * (len(norm) - 1) + (norm[-1],)}[scale_form]
+                        if scale_form == "bcast" and len(norm) == 1:
+                            s_shape = (1,)
+                        x = rand(*dims) * float(rng.choice([1.0, 100.0])) + float(rng.choice([0.0, 1000.0, -50.0]))
+                        f = {"X": x, "S": rand(*s_shape)}
+                        if bias:
+                            f["B"] = rand(*s_shape)
+                        feeds.append(f)
+                    # Scale and B keep their rank per model: one session per scale rank
+                    by_rank = {}
+                    for f in feeds:
+                        by_rank.setdefault(f["S"].ndim, []).append(f)
+                    for sr, fs in by_rank.items():
+                        inputs = [sym("X", rank, "x"), sym("S", sr, "s")] + ([sym("B", sr, "bb")] if bias else [])
+                        blob = model(node, inputs, [out(o) for o in outs], opset=17)
+                        compare(f"LayerNormalization axis {axis} bias {bias} stats {stats} scale {scale_form}",
+                                blob, fs, atol=1e-5)
+    # constant Scale and B, a zero-size batch, stash_type double (the reference then)
+    w, b = rand(16), rand(16)
+    for stash in (1, 11):
+        node = helper.make_node("LayerNormalization", ["X", "W", "Bi"], ["Y", "M", "I"], stash_type=stash)
+        blob = model(node, [sym("X", 3, "x")], [out("Y"), out("M"), out("I")], opset=17,
+                     initializers=[numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "Bi")])
+        compare(f"LayerNormalization const stash {stash}", blob,
+                [{"X": rand(*s)} for s in [(2, 5, 16), (0, 3, 16), (1, 1, 16)]], atol=1e-5)
+
+
+def test_reduce_mean():
+    from onnx import numpy_helper
+    cases = [([-1], 3), ([2], 3), ([1, 2], 3), ([-1, -2], 3), ([0], 3), ([1], 3), ([0, 2], 3), ([-1], 1),
+             ([3, 2], 4)]
+    for axes, rank in cases:
+        for keepdims in (0, 1):
+            for opset in (17, 18):
+                if opset == 17:
+                    node = helper.make_node("ReduceMean", ["X"], ["Y"], axes=axes, keepdims=keepdims)
+                    inits = []
+                else:
+                    node = helper.make_node("ReduceMean", ["X", "axes"], ["Y"], keepdims=keepdims)
+                    inits = [numpy_helper.from_array(np.array(axes, dtype=np.int64), "axes")]
+                blob = model(node, [sym("X", rank, "x")], [out()], opset=opset, initializers=inits)
+                feeds = []
+                for _ in range(4):
+                    dims = [int(rng.choice([1, 2, 3, 5, 17, 300])) for _ in range(rank)]
+                    feeds.append({"X": rand(*dims) * 10 + float(rng.choice([0.0, 1e4]))})
+                feeds.append({"X": rand(*([2] * (rank - 1) + [0]))})
+                feeds.append({"X": rand(*([0] + [3] * (rank - 1)))})
+                compare(f"ReduceMean axes {axes} keepdims {keepdims} opset {opset}", blob, feeds, atol=1e-5)
+    # axes as a graph input: known only at run time
+    node = helper.make_node("ReduceMean", ["X", "axes"], ["Y"], keepdims=1)
+    blob = model(node, [sym("X", 3, "x"), helper.make_tensor_value_info("axes", TensorProto.INT64, ["n"])], [out()],
+                 opset=18)
+    compare("ReduceMean runtime axes", blob, [{"X": rand(2, 3, 5), "axes": np.array(a, dtype=np.int64)}
+                                              for a in ([-1], [1, 2], [0], [], [2, 1])], atol=1e-5)
+
+
+def test_transpose():
+    import itertools
+    for rank in (1, 2, 3, 4, 5):
+        perms = list(itertools.permutations(range(rank)))
+        chosen = perms if len(perms) <= 6 else [perms[int(i)] for i in rng.choice(len(perms), 8, replace=False)]
+        for perm in chosen + [None]:
+            attrs = {"perm": list(perm)} if perm is not None else {}
+            blob = model(helper.make_node("Transpose", ["X"], ["Y"], **attrs), [sym("X", rank, "x")], [out()])
+            feeds = []
+            for _ in range(4):
+                feeds.append({"X": rand(*[int(rng.choice([1, 2, 3, 5, 16, 33])) for _ in range(rank)])})
+            feeds.append({"X": rand(*([0] + [3] * (rank - 1)))})
+            if rank == 2:
+                feeds += [{"X": rand(100, 300)}, {"X": rand(1, 4099)}, {"X": rand(65, 31)}]
+            if rank == 4:
+                feeds.append({"X": rand(1, 128, 4, 16)})
+            compare(f"Transpose perm {perm}", blob, feeds, atol=0)
+
+
 def main():
-    for test in (test_matmul, test_gemm, test_packed_weights, test_conv):
+    for test in (test_matmul, test_gemm, test_packed_weights, test_conv, test_binary, test_unary, test_inplace_chain,
+                 test_softmax, test_layernorm, test_reduce_mean, test_transpose):
         test()
     return summary()
 

@@ -1,0 +1,135 @@
+/* kernels_layout.c - float32 Transpose. The permutation is simplified first (size-1 axes
+ * dropped, output axes that stay adjacent in X merged); then either the innermost axis stays
+ * innermost (a row copy per outer index) or the copy runs in 32 x 32 tiles over the output's
+ * last axis and the axis that is innermost in X, for each index of the other axes. */
+#include <string.h>
+
+#include "cpu/kernels.h"
+#include "cpu/threadpool.h"
+
+#define TILE 32
+
+typedef struct transpose_job {
+    int rank;                   /* simplified rank, >= 1 */
+    int64_t dims[KILN_MAX_RANK]; /* output dims, simplified */
+    int64_t xs[KILN_MAX_RANK];  /* X's stride (elements) along each output axis */
+    int64_t ys[KILN_MAX_RANK];  /* Y's row-major strides */
+    int p;                      /* tile path: the output axis that is X's innermost (xs == 1) */
+    int64_t per_chunk;          /* outer indices per parallel chunk */
+    const float *x;
+    float *y;
+} transpose_job;
+
+/* Offsets in X and Y of outer index t over the axes other than `skip1` and `skip2`. */
+static void outer_offsets(const transpose_job *j, int64_t t, int skip1, int skip2, int64_t *ox, int64_t *oy)
+{
+    *ox = *oy = 0;
+    for (int k = j->rank - 1; k >= 0; k--) {
+        if (k == skip1 || k == skip2) continue;
+        int64_t i = t % j->dims[k];
+        t /= j->dims[k];
+        *ox += i * j->xs[k];
+        *oy += i * j->ys[k];
+    }
+}
+
+static void rows_chunks(void *ctx, int64_t begin, int64_t end)
+{
+    const transpose_job *j = ctx;
+    int last = j->rank - 1;
+    int64_t len = j->dims[last], rows = j->ys[0] * j->dims[0] / len;
+    int64_t t1 = end * j->per_chunk < rows ? end * j->per_chunk : rows;
+    for (int64_t t = begin * j->per_chunk; t < t1; t++) {
+        int64_t ox, oy;
+        outer_offsets(j, t, last, -1, &ox, &oy);
+        memcpy(j->y + oy, j->x + ox, (size_t)len * sizeof(float));
+    }
+}
+
+static void tiles_chunks(void *ctx, int64_t begin, int64_t end)
+{
+    const transpose_job *j = ctx;
+    int l = j->rank - 1, p = j->p;
+    int64_t nl = j->dims[l], np = j->dims[p], xl = j->xs[l], yp = j->ys[p];
+    int64_t outer = j->ys[0] * j->dims[0] / (nl * np);
+    int64_t t1 = end * j->per_chunk < outer ? end * j->per_chunk : outer;
+    for (int64_t t = begin * j->per_chunk; t < t1; t++) {
+        int64_t ox, oy;
+        outer_offsets(j, t, l, p, &ox, &oy);
+        const float *x = j->x + ox;
+        float *y = j->y + oy;
+        for (int64_t p0 = 0; p0 < np; p0 += TILE)
+            for (int64_t l0 = 0; l0 < nl; l0 += TILE) {
+                int64_t p1 = p0 + TILE < np ? p0 + TILE : np, l1 = l0 + TILE < nl ? l0 + TILE : nl;
+                for (int64_t a = p0; a < p1; a++)
+                    for (int64_t b = l0; b < l1; b++) y[a * yp + b] = x[a + b * xl];
+            }
+    }
+}
+
+static kiln_status transpose_run(kiln_run_ctx *c)
+{
+    const kiln_node *n = kiln_run_node(c);
+    const kiln_value *X = kiln_run_in(c, 0);
+    kiln_value *Y = kiln_run_out(c, 0);
+    if (!Y || X->dtype != KILN_DTYPE_FLOAT32 || Y->dtype != KILN_DTYPE_FLOAT32 || Y->numel != X->numel ||
+        X->rank < 1)
+        return kiln_cpu_reference(c);
+    if (!X->numel) return KILN_OK;
+    int rank = X->rank, perm[KILN_MAX_RANK], np = 0;
+    const int64_t *pa = kiln_attr_ints(n, "perm", &np);
+    bool seen[KILN_MAX_RANK] = {false};
+    if (pa && np != rank) return kiln_cpu_reference(c);
+    for (int k = 0; k < rank; k++) {
+        int64_t v = pa ? pa[k] : rank - 1 - k;
+        if (v < 0 || v >= rank || seen[v]) return kiln_cpu_reference(c); /* the reference reports it */
+        seen[v] = true;
+        perm[k] = (int)v;
+    }
+    int64_t xstr[KILN_MAX_RANK];
+    xstr[rank - 1] = 1;
+    for (int k = rank - 2; k >= 0; k--) xstr[k] = xstr[k + 1] * X->dims[k + 1];
+    /* output axes in order, size-1 ones dropped, runs contiguous in X merged */
+    transpose_job j = {.rank = 0, .x = X->data, .y = Y->data};
+    for (int k = 0; k < rank; k++) {
+        int64_t d = X->dims[perm[k]];
+        if (d == 1) continue;
+        if (j.rank && j.xs[j.rank - 1] == xstr[perm[k]] * d) {
+            j.dims[j.rank - 1] *= d;
+            j.xs[j.rank - 1] = xstr[perm[k]];
+            continue;
+        }
+        j.dims[j.rank] = d;
+        j.xs[j.rank++] = xstr[perm[k]];
+    }
+    if (!j.rank) { /* one element */
+        j.dims[0] = 1;
+        j.xs[0] = 1;
+        j.rank = 1;
+    }
+    j.ys[j.rank - 1] = 1;
+    for (int k = j.rank - 2; k >= 0; k--) j.ys[k] = j.ys[k + 1] * j.dims[k + 1];
+    kiln_threadpool *pool = kiln_run_threadpool(c);
+    int last = j.rank - 1;
+    if (j.xs[last] == 1) {
+        int64_t len = j.dims[last], rows = X->numel / len;
+        j.per_chunk = len >= KILN_CPU_CHUNK ? 1 : KILN_CPU_CHUNK / len;
+        kiln_threadpool_parallel_for(pool, (rows + j.per_chunk - 1) / j.per_chunk, rows_chunks, &j);
+        return KILN_OK;
+    }
+    j.p = -1;
+    for (int k = 0; k < last; k++)
+        if (j.xs[k] == 1) j.p = k;
+    if (j.p < 0) return kiln_cpu_reference(c); /* cannot happen: X's innermost axis is an output axis */
+    int64_t slice = j.dims[last] * j.dims[j.p], outer = X->numel / slice;
+    j.per_chunk = slice >= KILN_CPU_CHUNK ? 1 : KILN_CPU_CHUNK / slice;
+    kiln_threadpool_parallel_for(pool, (outer + j.per_chunk - 1) / j.per_chunk, tiles_chunks, &j);
+    return KILN_OK;
+}
+
+kiln_kernel_fn kiln_cpu_select_layout(const kiln_node *n)
+{
+    if (*n->domain || n->n_in != 1 || n->n_out < 1 || !kiln_cpu_is_f32(n->in[0]) || !kiln_cpu_is_f32(n->out[0]))
+        return NULL;
+    return !strcmp(n->op_type, "Transpose") ? transpose_run : NULL;
+}
