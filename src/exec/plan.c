@@ -241,7 +241,7 @@ static kiln_status plan_build(const kiln_memprog *mp, const int64_t *syms, int n
     }
     size_t peak = SIZE_MAX;
     bool best_fit = false;
-    for (int strategy = 0; strategy < 6; strategy++) {
+    for (int strategy = 0; strategy < 6 && peak > lb; strategy++) { /* at the bound: optimal */
         sort_order(items, n, strategy / 2, order);
         size_t got = place(items, n, order, strategy % 2, live, off);
         if (got < peak) {
@@ -251,10 +251,11 @@ static kiln_status plan_build(const kiln_memprog *mp, const int64_t *syms, int n
             memcpy(best_order, order, (size_t)n * sizeof *order);
         }
     }
-    /* then a short hill climb: swap two buffers in the best order, keep what shrinks the
-     * arena; the trial count shrinks with n^2 so planning stays in the microseconds */
-    int trials = n > 2 ? (int)(2000000 / ((int64_t)n * n)) : 0;
-    if (trials > 300) trials = 300;
+    /* then, unless greedy is within 3% of the lower bound already, a short hill climb: swap
+     * two buffers in the best order, keep what shrinks the arena; the trial count shrinks with
+     * n^2 so planning stays cheap next to running */
+    int trials = n > 2 && peak > lb + lb / 32 ? (int)(1000000 / ((int64_t)n * n)) : 0;
+    if (trials > 200) trials = 200;
     uint64_t rng = 0x9e3779b97f4a7c15ull ^ (uint64_t)n;
     for (int t = 0; t < trials && peak > lb; t++) {
         rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
