@@ -1,7 +1,8 @@
 /* kernels.h - the CPU provider's float32 kernels besides MatMul/Gemm/Conv: element-wise ops
- * (kernels_ew.c), Softmax/LayerNormalization/ReduceMean (kernels_norm.c) and Transpose
- * (kernels_layout.c). Each selector returns the kernel for node n or NULL (reference kernel);
- * a selected kernel falls back to the reference kernel on any case it does not cover. */
+ * (kernels_ew.c), Softmax/LayerNormalization/ReduceMean (kernels_norm.c), Transpose
+ * (kernels_layout.c) and the conv-net ops (kernels_cnn.c). Each selector returns the kernel for
+ * node n or NULL (reference kernel); a selected kernel falls back to the reference kernel on any
+ * case it does not cover. */
 #ifndef KILN_CPU_KERNELS_H
 #define KILN_CPU_KERNELS_H
 
@@ -16,6 +17,15 @@ kiln_kernel_fn kiln_cpu_select_ew(const kiln_node *n);
 kiln_kernel_fn kiln_cpu_select_norm(const kiln_node *n);
 /* Transpose on float32. */
 kiln_kernel_fn kiln_cpu_select_layout(const kiln_node *n);
+/* BatchNormalization (inference), Clip, MaxPool/AveragePool 2-D, GlobalAveragePool/GlobalMaxPool
+ * on float32 (kernels_cnn.c). */
+kiln_kernel_fn kiln_cpu_select_cnn(const kiln_node *n);
+/* Depthwise 2-D Conv (group == C == M, W [C, 1, kh, kw]) over X [N, C, H, W] into Y [N, C, oh, ow]
+ * with the resolved geometry g and an optional bias [C]; spread over the N*C planes. */
+struct nn_geom;
+kiln_status kiln_cpu_conv_depthwise(kiln_run_ctx *c, const struct nn_geom *g, const float *x, const float *w,
+                                    const float *bias, float *y, int64_t N, int64_t C, int64_t H, int64_t W,
+                                    int64_t oh, int64_t ow);
 
 /* The node's reference kernel. */
 static inline kiln_status kiln_cpu_reference(kiln_run_ctx *c) { return kiln_run_node(c)->op->run(c); }

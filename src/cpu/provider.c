@@ -177,6 +177,8 @@ static kiln_status conv_run(kiln_run_ctx *c)
     int64_t kdim = cg * kh * kw, area = oh * ow;
     if (!Y->numel) return KILN_OK;
     if (!X->numel || !Wt->numel) return reference(c); /* no channels: the output is the bias */
+    if (group == C && M == C) /* depthwise: W [C, 1, kh, kw] */
+        return kiln_cpu_conv_depthwise(c, &g, X->data, Wt->data, Bv ? Bv->data : NULL, Y->data, Nb, C, H, W, oh, ow);
     bool direct = kh == 1 && kw == 1 && g.strides[0] == 1 && g.strides[1] == 1 && !g.pads[0] && !g.pads[1] &&
                   !g.pads[2] && !g.pads[3]; /* 1x1: X itself is the column matrix */
     float *cols = direct ? NULL : malloc((size_t)(kdim * area) * sizeof *cols);
@@ -210,6 +212,7 @@ static kiln_kernel_fn cpu_select(kiln_node *n)
     kiln_kernel_fn k = kiln_cpu_select_ew(n);
     if (!k) k = kiln_cpu_select_norm(n);
     if (!k) k = kiln_cpu_select_layout(n);
+    if (!k) k = kiln_cpu_select_cnn(n);
     if (k) return k;
     if (*n->domain || n->n_in < 2 || n->n_out < 1 || !is_f32(n->in[0]) || !is_f32(n->in[1])) return NULL;
     if (!strcmp(n->op_type, "MatMul")) {

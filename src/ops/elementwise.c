@@ -747,7 +747,7 @@ static const kiln_op_def defs[] = {
     {"", "Max", 1, variadic_infer, variadic_run},
     {"", "Min", 1, variadic_infer, variadic_run},
     {"", "Where", 1, where_infer, where_run},
-    {"", "Clip", 1, clip_infer, clip_run},
+    {"", "Clip", 1, clip_infer, clip_run, KILN_OP_INPLACE},
 };
 
 const kiln_op_table kiln_ops_elementwise = {defs, sizeof defs / sizeof defs[0]};

@@ -364,9 +364,207 @@ def test_transpose():
             compare(f"Transpose perm {perm}", blob, feeds, atol=0)
 
 
+def test_batchnorm():
+    from onnx import numpy_helper
+    C = 5
+    for opset in (9, 14, 15):
+        for rank in (2, 3, 4, 5):
+            for const in (False, True):
+                params = {"s": rand(C), "b": rand(C), "m": rand(C) * 3, "v": np.abs(rand(C)) + 0.1}
+                node = helper.make_node("BatchNormalization", ["X", "s", "b", "m", "v"], ["Y"], epsilon=1e-3)
+                inputs = [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["n", C] + [f"d{i}" for i in
+                                                                                         range(rank - 2)])]
+                inits = []
+                if const:
+                    inits = [numpy_helper.from_array(v, k) for k, v in params.items()]
+                else:
+                    inputs += [helper.make_tensor_value_info(k, TensorProto.FLOAT, [C]) for k in params]
+                blob = model(node, inputs, [out()], opset=opset, initializers=inits)
+                feeds = []
+                for n, sp in [(1, 1), (2, 7), (3, 33), (0, 4), (1, 0), (2, 1031)]:
+                    f = {"X": rand(n, C, *([sp] + [3] * (rank - 3) if rank > 2 else []))}
+                    if not const:
+                        f.update(params)
+                    feeds.append(f)
+                if not const:  # parameters of the wrong length: both refuse
+                    bad = dict(params, m=rand(C + 1))
+                    feeds.append(dict(bad, X=rand(2, C, *([3] * (rank - 2)))))
+                compare(f"BatchNormalization opset {opset} rank {rank} const {const}", blob, feeds)
+    # training mode (the reference then), with the running statistics as outputs
+    for opset, attrs, outs in [(14, {"training_mode": 1}, ["Y", "rm", "rv"]), (9, {}, ["Y", "rm", "rv"]),
+                               (14, {"training_mode": 1}, ["Y"])]:
+        node = helper.make_node("BatchNormalization", ["X", "s", "b", "m", "v"], outs, **attrs)
+        inputs = [sym("X", 4, "x")] + [helper.make_tensor_value_info(k, TensorProto.FLOAT, [3]) for k in "sbmv"]
+        blob = model(node, inputs, [out(o) for o in outs], opset=opset)
+        compare(f"BatchNormalization training opset {opset} {outs}", blob,
+                [{"X": rand(2, 3, 4, 5), "s": rand(3), "b": rand(3), "m": rand(3), "v": np.abs(rand(3)) + 0.1}])
+
+
+def test_clip():
+    from onnx import numpy_helper
+    shapes = [(0,), (1,), (7,), (3, 4099), (2, 0, 3), (5, 13)]
+    special = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 5.9, 6.1, -1e30, 1e30], dtype=np.float32)
+    for lo, hi in [(None, None), (0.0, 6.0), (-1.0, None), (None, 0.5), (2.0, -2.0), (np.nan, 1.0), (0.0, np.nan)]:
+        # opset 13 with bounds as graph inputs and as constants
+        for const in (False, True):
+            names, inputs, inits = ["X"], [sym("X", 1, "x")], []
+            for nm, v in (("lo", lo), ("hi", hi)):
+                if v is None:
+                    names.append("")
+                elif const:
+                    names.append(nm)
+                    inits.append(numpy_helper.from_array(np.array(v, dtype=np.float32), nm))
+                else:
+                    names.append(nm)
+                    inputs.append(helper.make_tensor_value_info(nm, TensorProto.FLOAT, []))
+            while names[-1] == "":
+                names.pop()
+            for rank in (1, 2, 3):
+                inputs[0] = sym("X", rank, "x")
+                blob = model(helper.make_node("Clip", names, ["Y"]), inputs, [out()], opset=13, initializers=inits)
+                feeds = []
+                for s in [s for s in shapes if len(s) == rank] + ([special.shape] if rank == 1 else []):
+                    f = {"X": special if s == special.shape else spread(*s)}
+                    if not const:
+                        f.update({nm: np.array(v, dtype=np.float32) for nm, v in (("lo", lo), ("hi", hi))
+                                  if v is not None})
+                    feeds.append(f)
+                compare(f"Clip opset 13 min {lo} max {hi} const {const} rank {rank}", blob, feeds, atol=0)
+        # opset 6 attributes
+        attrs = {k: v for k, v in (("min", lo), ("max", hi)) if v is not None}
+        blob = model(helper.make_node("Clip", ["X"], ["Y"], **attrs), [sym("X", 2, "x")], [out()], opset=6)
+        compare(f"Clip opset 6 {attrs}", blob, [{"X": spread(*s)} for s in [(3, 5), (1, 1), (0, 3), (4, 4099)]] +
+                [{"X": special.reshape(1, -1)}], atol=0)
+    # an intermediate read last by Clip: output 0 may take input 0's buffer
+    nodes = [helper.make_node("Neg", ["X"], ["t"]), helper.make_node("Clip", ["t", "lo", "hi"], ["Y"])]
+    blob = model(nodes, [sym("X", 2, "x")], [out()], opset=13,
+                 initializers=[numpy_helper.from_array(np.array(-0.5, dtype=np.float32), "lo"),
+                               numpy_helper.from_array(np.array(0.5, dtype=np.float32), "hi")])
+    compare("Clip in place", blob, [{"X": rand(*s)} for s in [(3, 5), (33, 4099), (0, 2)]], atol=0)
+
+
+POOL_CONFIGS = [
+    dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+    dict(kernel_shape=[2, 2], strides=[2, 2]),
+    dict(kernel_shape=[3, 3]),
+    dict(kernel_shape=[1, 1]),
+    dict(kernel_shape=[3, 2], strides=[1, 2], pads=[0, 1, 2, 0]),
+    dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1),
+    dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 0, 1, 2], ceil_mode=1),
+    dict(kernel_shape=[2, 3], strides=[2, 1], dilations=[2, 2], pads=[1, 1, 1, 1]),
+    dict(kernel_shape=[4, 4], strides=[3, 3], auto_pad="SAME_UPPER"),
+    dict(kernel_shape=[4, 3], strides=[2, 2], auto_pad="SAME_LOWER"),
+    dict(kernel_shape=[3, 3], auto_pad="VALID"),
+    dict(kernel_shape=[2, 2], pads=[2, 2, 2, 2]),  # windows entirely in the padding
+]
+
+
+def test_pool():
+    sizes = [(1, 1, 5, 5), (2, 3, 9, 11), (1, 2, 1, 7), (1, 4, 33, 20), (0, 3, 8, 8), (2, 0, 6, 6), (1, 1, 3, 300)]
+    for op in ("MaxPool", "AveragePool"):
+        variants = [{}] if op == "MaxPool" else [{"count_include_pad": 0}, {"count_include_pad": 1}]
+        for cfg in POOL_CONFIGS:
+            for extra in variants:
+                if op == "AveragePool" and "dilations" in cfg:
+                    opsets = (19,)
+                else:
+                    opsets = (12, 19) if op == "MaxPool" else (11, 19)
+                for opset in opsets:
+                    attrs = dict(cfg, **extra)
+                    blob = model(helper.make_node(op, ["X"], ["Y"], **attrs), [sym("X", 4, "x")], [out()], opset=opset)
+                    feeds = [{"X": rand(*s)} for s in sizes]
+                    x = rand(1, 2, 6, 6)
+                    x[0, 0, 1, 1] = np.nan
+                    x[0, 1, 2:4, 2:4] = -np.inf
+                    feeds.append({"X": x})
+                    x = rand(1, 2, 17, 41)  # NaN and -inf inside the vector paths
+                    x.flat[rng.integers(0, x.size, size=12)] = np.nan
+                    x.flat[rng.integers(0, x.size, size=12)] = -np.inf
+                    feeds.append({"X": x})
+                    feeds.append({"X": rand(1, 1, 2, 2)})  # windows too large for some configs: both refuse
+                    compare(f"{op} opset {opset} {attrs}", blob, feeds)
+    # MaxPool with Indices, 1-D and 3-D: the reference
+    for attrs, rank, outs in [(dict(kernel_shape=[3, 3], strides=[2, 2]), 4, ["Y", "I"]),
+                              (dict(kernel_shape=[3], strides=[2]), 3, ["Y"]),
+                              (dict(kernel_shape=[2, 2, 2]), 5, ["Y"])]:
+        for op in ("MaxPool", "AveragePool"):
+            if op == "AveragePool" and len(outs) > 1:
+                continue
+            o = [out("Y")] + ([helper.make_tensor_value_info("I", TensorProto.INT64, None)] if len(outs) > 1 else [])
+            blob = model(helper.make_node(op, ["X"], outs, **attrs), [sym("X", rank, "x")], o, opset=12)
+            compare(f"{op} {attrs} {outs}", blob, [{"X": rand(*([2, 3] + [7] * (rank - 2)))},
+                                                   {"X": rand(*([1, 1] + [4] * (rank - 2)))}])
+
+
+def test_global_pool():
+    for op in ("GlobalAveragePool", "GlobalMaxPool"):
+        for rank in (3, 4, 5):
+            blob = model(helper.make_node(op, ["X"], ["Y"]), [sym("X", rank, "x")], [out()])
+            feeds = []
+            for _ in range(4):
+                feeds.append({"X": rand(*[int(rng.choice([1, 2, 3, 7, 33])) for _ in range(rank)]) * 10 + 5})
+            feeds.append({"X": rand(*([0] + [3] * (rank - 1)))})
+            feeds.append({"X": rand(*([2, 3] + [0] * (rank - 2)))})
+            x = rand(*([2, 3] + [4] * (rank - 2)))
+            x.flat[7] = np.nan
+            feeds.append({"X": x})
+            feeds.append({"X": np.full([1, 2] + [3] * (rank - 2), -np.inf, dtype=np.float32)})
+            feeds.append({"X": rand(1, 64, *([56] * (rank - 2) if rank < 5 else [9, 9, 9]))})
+            compare(f"{op} rank {rank}", blob, feeds, atol=1e-5)
+
+
+def test_depthwise_conv():
+    from onnx import numpy_helper
+    configs = [
+        dict(kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1]),
+        dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+        dict(kernel_shape=[5, 5], strides=[1, 1], pads=[2, 2, 2, 2]),
+        dict(kernel_shape=[3, 2], strides=[2, 1], pads=[0, 1, 2, 0], dilations=[2, 1]),
+        dict(kernel_shape=[1, 1]),
+        dict(kernel_shape=[3, 3], strides=[3, 2], auto_pad="SAME_UPPER"),
+        dict(kernel_shape=[4, 4], strides=[2, 2], auto_pad="SAME_LOWER"),
+        dict(kernel_shape=[3, 3], auto_pad="VALID", dilations=[2, 3]),
+    ]
+    C = 6
+    for cfg in configs:
+        for bias in (False, True):
+            for const in (False, True):
+                kh, kw = cfg["kernel_shape"]
+                w, b = rand(C, 1, kh, kw), rand(C)
+                names = ["X", "W"] + (["B"] if bias else [])
+                inputs = [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["n", C, "h", "w"])]
+                inits = []
+                if const:
+                    inits = [numpy_helper.from_array(w, "W")] + ([numpy_helper.from_array(b, "B")] if bias else [])
+                else:
+                    inputs.append(helper.make_tensor_value_info("W", TensorProto.FLOAT, [C, 1, kh, kw]))
+                    if bias:
+                        inputs.append(helper.make_tensor_value_info("B", TensorProto.FLOAT, [C]))
+                blob = model(helper.make_node("Conv", names, ["Y"], group=C, **cfg), inputs, [out()],
+                             initializers=inits)
+                feeds = []
+                for n, h, wd in [(1, 9, 9), (2, 17, 13), (1, 5, 31), (1, 1, 1), (3, 8, 8), (1, 33, 20), (0, 5, 5),
+                                 (1, 112, 112)]:
+                    f = {"X": rand(n, C, h, wd)}
+                    if not const:
+                        f["W"] = w
+                        if bias:
+                            f["B"] = b
+                    feeds.append(f)
+                compare(f"Conv depthwise {cfg} bias={bias} const={const}", blob, feeds)
+    # channel multiplier 2 (M = 2C) and group < C: the GEMM path
+    for m_out, group in [(2 * C, C), (C, C // 2)]:
+        node = helper.make_node("Conv", ["X", "W"], ["Y"], group=group, kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+        inputs = [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["n", C, "h", "w"]),
+                  helper.make_tensor_value_info("W", TensorProto.FLOAT, [m_out, C // group, 3, 3])]
+        compare(f"Conv M={m_out} group={group}", model(node, inputs, [out()]),
+                [{"X": rand(2, C, 7, 9), "W": rand(m_out, C // group, 3, 3)}])
+
+
 def main():
     for test in (test_matmul, test_gemm, test_packed_weights, test_conv, test_binary, test_unary, test_inplace_chain,
-                 test_softmax, test_layernorm, test_reduce_mean, test_transpose):
+                 test_softmax, test_layernorm, test_reduce_mean, test_transpose, test_batchnorm, test_clip, test_pool,
+                 test_global_pool, test_depthwise_conv):
         test()
     return summary()
 

@@ -1,0 +1,493 @@
+/* kernels_cnn.c - float32 kernels of conv nets: BatchNormalization (inference), Clip, MaxPool
+ * (2-D, no Indices), AveragePool (2-D), GlobalAveragePool / GlobalMaxPool and the depthwise 2-D
+ * Conv that provider.c's conv_run hands over. Work is spread over the N*C planes; window
+ * geometry comes from nn_geom_* exactly as in the reference kernels. Every case not covered
+ * runs the reference kernel. */
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/kernels.h"
+#include "cpu/threadpool.h"
+#include "cpu/vecmath.h"
+#include "ops/nn_internal.h"
+#include "ops/util.h"
+
+/* Planes per parallel chunk so that a chunk holds about KILN_CPU_CHUNK elements. */
+static int64_t planes_per_chunk(int64_t sz) { return sz >= KILN_CPU_CHUNK ? 1 : KILN_CPU_CHUNK / (sz ? sz : 1); }
+
+typedef struct plane_job {
+    void (*plane)(const struct plane_job *j, int64_t p);
+    int64_t planes, per_chunk, C;
+    int64_t in_sz, out_sz;        /* elements per input / output plane */
+    int64_t H, W, oh, ow;         /* 2-D windows */
+    const nn_geom *g;
+    bool include_pad;
+    const float *x, *w, *bias;    /* bias: per channel (depthwise conv) */
+    const float *a, *b;           /* BatchNormalization: y = x * a[c] + b[c] */
+    float *y;
+} plane_job;
+
+static void plane_chunks(void *ctx, int64_t begin, int64_t end)
+{
+    const plane_job *j = ctx;
+    int64_t p1 = end * j->per_chunk < j->planes ? end * j->per_chunk : j->planes;
+    for (int64_t p = begin * j->per_chunk; p < p1; p++) j->plane(j, p);
+}
+
+static void run_planes(kiln_run_ctx *c, plane_job *j)
+{
+    j->per_chunk = planes_per_chunk(j->in_sz > j->out_sz ? j->in_sz : j->out_sz);
+    kiln_threadpool_parallel_for(kiln_run_threadpool(c), (j->planes + j->per_chunk - 1) / j->per_chunk, plane_chunks,
+                                 j);
+}
+
+/* ---- BatchNormalization, inference: y = (x - mean) * scale / sqrt(var + eps) + B ---- */
+
+static void bn_plane(const plane_job *j, int64_t p)
+{
+    int64_t ch = p % j->C, n = j->in_sz, i = 0;
+    const float *x = j->x + p * n;
+    float *y = j->y + p * n;
+    float a = j->a[ch], b = j->b[ch];
+    v4f a4 = v4_splat(a), b4 = v4_splat(b);
+    for (; i + 8 <= n; i += 8) {
+        v4f x0 = v4_load(x + i) * a4 + b4, x1 = v4_load(x + i + 4) * a4 + b4;
+        v4_store(y + i, x0);
+        v4_store(y + i + 4, x1);
+    }
+    for (; i < n; i++) y[i] = x[i] * a + b;
+}
+
+static kiln_status batchnorm_run(kiln_run_ctx *c)
+{
+    const kiln_node *nd = kiln_run_node(c);
+    const kiln_value *X = kiln_run_in(c, 0), *P[4];
+    kiln_value *Y = kiln_run_out(c, 0);
+    if (!Y || X->dtype != KILN_DTYPE_FLOAT32 || X->rank < 2 || Y->numel != X->numel || kiln_run_n_in(c) != 5)
+        return kiln_cpu_reference(c);
+    for (int o = 1; o < kiln_run_n_out(c); o++)
+        if (kiln_run_has_out(c, o)) return kiln_cpu_reference(c); /* training, or statistics asked for */
+    int64_t N = X->dims[0], C = X->dims[1];
+    for (int i = 0; i < 4; i++) {
+        P[i] = kiln_run_in(c, i + 1);
+        if (!P[i] || P[i]->kind != KILN_VALUE_TENSOR || P[i]->dtype != KILN_DTYPE_FLOAT32 || P[i]->numel != C)
+            return kiln_cpu_reference(c);
+    }
+    if (!X->numel) return KILN_OK;
+    double eps = kiln_attr_float(nd, "epsilon", 1e-5f);
+    float *ab = malloc((size_t)(2 * C) * sizeof *ab);
+    if (!ab) return kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory");
+    const float *scale = P[0]->data, *bias = P[1]->data, *mean = P[2]->data, *var = P[3]->data;
+    for (int64_t ch = 0; ch < C; ch++) {
+        double a = (double)scale[ch] / sqrt((double)var[ch] + eps);
+        ab[ch] = (float)a;
+        ab[C + ch] = (float)((double)bias[ch] - (double)mean[ch] * a);
+    }
+    plane_job j = {.plane = bn_plane, .planes = N * C, .C = C, .in_sz = X->numel / (N * C), .out_sz = 0,
+                   .x = X->data, .y = Y->data, .a = ab, .b = ab + C};
+    run_planes(c, &j);
+    free(ab);
+    return KILN_OK;
+}
+
+/* ---- Clip: y = min(max(x, lo), hi), NaN kept; NaN bounds ignored (fmin/fmax) ---- */
+
+typedef struct clip_job {
+    const float *x;
+    float *y;
+    int64_t n;
+    float lo, hi;
+} clip_job;
+
+static void clip_chunks(void *ctx, int64_t begin, int64_t end)
+{
+    const clip_job *j = ctx;
+    int64_t i = begin * KILN_CPU_CHUNK, e = end * KILN_CPU_CHUNK < j->n ? end * KILN_CPU_CHUNK : j->n;
+    v4f lo = v4_splat(j->lo), hi = v4_splat(j->hi);
+    for (; i + 4 <= e; i += 4) {
+        v4f v = v4_load(j->x + i);
+        v = v4_sel(v < lo, lo, v);
+        v = v4_sel(v > hi, hi, v);
+        v4_store(j->y + i, v);
+    }
+    for (; i < e; i++) {
+        float v = j->x[i];
+        v = v < j->lo ? j->lo : v;
+        j->y[i] = v > j->hi ? j->hi : v;
+    }
+}
+
+/* Bound i (1: min, 2: max) as a float: false when it is not a float32 scalar. */
+static bool clip_bound(kiln_run_ctx *c, int i, float *out)
+{
+    const kiln_value *v = kiln_run_in(c, i);
+    if (!v || (v->kind == KILN_VALUE_TENSOR && v->numel == 0)) return true;
+    if (v->kind != KILN_VALUE_TENSOR || v->dtype != KILN_DTYPE_FLOAT32 || v->numel != 1) return false;
+    float f = *(const float *)v->data;
+    if (!isnan(f)) *out = f;
+    return true;
+}
+
+static kiln_status clip_run(kiln_run_ctx *c)
+{
+    const kiln_node *nd = kiln_run_node(c);
+    const kiln_value *X = kiln_run_in(c, 0);
+    kiln_value *Y = kiln_run_out(c, 0);
+    if (!Y || X->dtype != KILN_DTYPE_FLOAT32 || Y->dtype != KILN_DTYPE_FLOAT32 || Y->numel != X->numel)
+        return kiln_cpu_reference(c);
+    clip_job j = {.x = X->data, .y = Y->data, .n = X->numel, .lo = -INFINITY, .hi = INFINITY};
+    if (kiln_run_opset(c) < 11) {
+        float lo = kiln_attr_float(nd, "min", -FLT_MAX), hi = kiln_attr_float(nd, "max", FLT_MAX);
+        if (isnan(lo) || isnan(hi) || kiln_run_n_in(c) > 1) return kiln_cpu_reference(c);
+        j.lo = lo, j.hi = hi;
+    } else if (!clip_bound(c, 1, &j.lo) || !clip_bound(c, 2, &j.hi)) {
+        return kiln_cpu_reference(c);
+    }
+    if (!j.n) return KILN_OK;
+    kiln_threadpool_parallel_for(kiln_run_threadpool(c), (j.n + KILN_CPU_CHUNK - 1) / KILN_CPU_CHUNK, clip_chunks, &j);
+    return KILN_OK;
+}
+
+/* ---- 2-D MaxPool / AveragePool ---- */
+
+/* Lanes 0, 2, 4, 6 of the 8 floats at p (a stride-2 load). */
+static inline v4f v4_load_even(const float *p)
+{
+#if defined(__clang__)
+    return __builtin_shufflevector(v4_load(p), v4_load(p + 4), 0, 2, 4, 6);
+#else
+    return __builtin_shuffle(v4_load(p), v4_load(p + 4), (v4i){0, 2, 4, 6});
+#endif
+}
+
+/* Output columns [lo, hi) whose window column kx lies inside [0, W): ox*s - pad + kx*d in range. */
+static void col_range(int64_t W, int64_t ow, int64_t s, int64_t off, int64_t *lo, int64_t *hi)
+{
+    /* ix = ox*s + off; need 0 <= ix < W */
+    int64_t l = off >= 0 ? 0 : (-off + s - 1) / s;
+    int64_t h = W - off <= 0 ? 0 : (W - off + s - 1) / s;
+    if (h > ow) h = ow;
+    if (l > h) l = h;
+    *lo = l, *hi = h;
+}
+
+/* NaN-propagating max step of the reference: v replaces m when larger or NaN, unless m is NaN. */
+static inline float max_step(float m, float v) { return (v > m || v != v) && m == m ? v : m; }
+
+static inline v4f v4_max_step(v4f m, v4f v)
+{
+    return v4_sel(((v > m) | (v != v)) & (m == m), v, m);
+}
+
+/* One output of the window at (oy, ox) with bounds checked per tap; 0 when no tap is inside. */
+static float max_point(const plane_job *j, const float *x, int64_t oy, int64_t ox)
+{
+    const nn_geom *g = j->g;
+    float m = -INFINITY;
+    bool seen = false;
+    for (int64_t ky = 0; ky < g->kernel[0]; ky++) {
+        int64_t iy = oy * g->strides[0] - g->pads[0] + ky * g->dilations[0];
+        if (iy < 0 || iy >= j->H) continue;
+        for (int64_t kx = 0; kx < g->kernel[1]; kx++) {
+            int64_t ix = ox * g->strides[1] - g->pads[1] + kx * g->dilations[1];
+            if (ix < 0 || ix >= j->W) continue;
+            m = max_step(m, x[iy * j->W + ix]);
+            seen = true;
+        }
+    }
+    return seen ? m : 0.0f;
+}
+
+static void maxpool_plane(const plane_job *j, int64_t p)
+{
+    const nn_geom *g = j->g;
+    const float *x = j->x + p * j->in_sz;
+    float *y = j->y + p * j->out_sz;
+    int64_t sy = g->strides[0], sx = g->strides[1], dy = g->dilations[0], dx = g->dilations[1];
+    int64_t kh = g->kernel[0], kw = g->kernel[1], ow = j->ow, W = j->W;
+    int64_t off0 = -g->pads[1], offl = off0 + (kw - 1) * dx, cx0, cx1, t0, t1;
+    col_range(W, ow, sx, off0, &cx0, &t0);
+    col_range(W, ow, sx, offl, &t1, &cx1);
+    if (cx1 < cx0) cx1 = cx0;
+    int64_t vx1 = cx0;
+    if (sx == 1 || sx == 2)
+        while (vx1 + 4 <= cx1 && (vx1 + 3) * sx + offl + sx - 1 < W) vx1 += 4;
+    for (int64_t oy = 0; oy < j->oh; oy++) {
+        float *yr = y + oy * ow;
+        int64_t iy0 = oy * sy - g->pads[0], kyl = 0, kyh = kh, ox = 0;
+        while (kyl < kh && iy0 + kyl * dy < 0) kyl++;
+        while (kyh > kyl && iy0 + (kyh - 1) * dy >= j->H) kyh--;
+        if (kyl == kyh) { /* the whole row of windows in the padding */
+            for (; ox < ow; ox++) yr[ox] = max_point(j, x, oy, ox);
+            continue;
+        }
+        for (; ox < cx0 && ox < ow; ox++) yr[ox] = max_point(j, x, oy, ox);
+        const float *xr = x + iy0 * W + off0;
+        if (sx == 1 || sx == 2) {
+            for (; ox < vx1; ox += 4) {
+                v4f m = v4_splat(-INFINITY);
+                for (int64_t ky = kyl; ky < kyh; ky++) {
+                    const float *xk = xr + ky * dy * W + ox * sx;
+                    for (int64_t kx = 0; kx < kw; kx++)
+                        m = v4_max_step(m, sx == 1 ? v4_load(xk + kx * dx) : v4_load_even(xk + kx * dx));
+                }
+                v4_store(yr + ox, m);
+            }
+        }
+        for (; ox < cx1; ox++) {
+            float m = -INFINITY;
+            for (int64_t ky = kyl; ky < kyh; ky++) {
+                const float *xk = xr + ky * dy * W + ox * sx;
+                for (int64_t kx = 0; kx < kw; kx++) m = max_step(m, xk[kx * dx]);
+            }
+            yr[ox] = m;
+        }
+        for (; ox < ow; ox++) yr[ox] = max_point(j, x, oy, ox);
+    }
+}
+
+static void avgpool_plane(const plane_job *j, int64_t p)
+{
+    const nn_geom *g = j->g;
+    const float *x = j->x + p * j->in_sz;
+    float *y = j->y + p * j->out_sz;
+    int64_t sy = g->strides[0], sx = g->strides[1], dy = g->dilations[0], dx = g->dilations[1];
+    int64_t kh = g->kernel[0], kw = g->kernel[1], ow = j->ow, H = j->H, W = j->W;
+    for (int64_t oy = 0; oy < j->oh; oy++) {
+        /* window rows inside X, and those counted with count_include_pad (below H + pad end) */
+        int64_t ny = 0, cy = 0;
+        for (int64_t ky = 0; ky < kh; ky++) {
+            int64_t iy = oy * sy - g->pads[0] + ky * dy;
+            cy += iy < H + g->pads[2];
+            ny += iy >= 0 && iy < H;
+        }
+        for (int64_t ox = 0; ox < ow; ox++) {
+            int64_t nx = 0, cx = 0;
+            float acc = 0.0f;
+            for (int64_t kx = 0; kx < kw; kx++) {
+                int64_t ix = ox * sx - g->pads[1] + kx * dx;
+                cx += ix < W + g->pads[3];
+                if (ix < 0 || ix >= W) continue;
+                nx++;
+                for (int64_t ky = 0; ky < kh; ky++) {
+                    int64_t iy = oy * sy - g->pads[0] + ky * dy;
+                    if (iy >= 0 && iy < H) acc += x[iy * W + ix];
+                }
+            }
+            int64_t cntv = j->include_pad ? cy * cx : ny * nx;
+            y[oy * ow + ox] = (float)((double)acc / (double)cntv);
+        }
+    }
+}
+
+static kiln_status pool2d_run(kiln_run_ctx *c, bool is_max)
+{
+    const kiln_node *nd = kiln_run_node(c);
+    const kiln_value *X = kiln_run_in(c, 0);
+    kiln_value *Y = kiln_run_out(c, 0);
+    if (!Y || X->dtype != KILN_DTYPE_FLOAT32 || Y->dtype != KILN_DTYPE_FLOAT32 || X->rank != 4 || Y->rank != 4 ||
+        (is_max && kiln_run_n_out(c) > 1 && kiln_run_has_out(c, 1)))
+        return kiln_cpu_reference(c);
+    int nk;
+    const int64_t *ks = kiln_attr_ints(nd, "kernel_shape", &nk);
+    nn_geom g;
+    char msg[160];
+    if (!ks || nk != 2 || !nn_geom_parse(nd, 2, &g, msg, sizeof msg)) return kiln_cpu_reference(c);
+    for (int i = 0; i < 2; i++) {
+        if (ks[i] < 1 || ks[i] > NN_ATTR_MAX) return kiln_cpu_reference(c);
+        g.kernel[i] = ks[i];
+    }
+    int64_t od[2];
+    if (!nn_geom_resolve(&g, X->dims + 2, od) || od[0] != Y->dims[2] || od[1] != Y->dims[3] ||
+        Y->dims[0] != X->dims[0] || Y->dims[1] != X->dims[1])
+        return kiln_cpu_reference(c);
+    if (!Y->numel) return KILN_OK;
+    plane_job j = {.plane = is_max ? maxpool_plane : avgpool_plane, .planes = X->dims[0] * X->dims[1],
+                   .in_sz = X->dims[2] * X->dims[3], .out_sz = od[0] * od[1], .H = X->dims[2], .W = X->dims[3],
+                   .oh = od[0], .ow = od[1], .g = &g, .x = X->data, .y = Y->data,
+                   .include_pad = kiln_attr_int(nd, "count_include_pad", 0) != 0};
+    run_planes(c, &j);
+    return KILN_OK;
+}
+
+static kiln_status maxpool_run(kiln_run_ctx *c) { return pool2d_run(c, true); }
+static kiln_status avgpool_run(kiln_run_ctx *c) { return pool2d_run(c, false); }
+
+/* ---- GlobalAveragePool / GlobalMaxPool ---- */
+
+static void gavg_plane(const plane_job *j, int64_t p)
+{
+    const float *x = j->x + p * j->in_sz;
+    int64_t n = j->in_sz, i = 0;
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (; i + 4 <= n; i += 4) {
+        s0 += x[i];
+        s1 += x[i + 1];
+        s2 += x[i + 2];
+        s3 += x[i + 3];
+    }
+    for (; i < n; i++) s0 += x[i];
+    j->y[p] = (float)(((s0 + s1) + (s2 + s3)) / (double)n);
+}
+
+static void gmax_plane(const plane_job *j, int64_t p)
+{
+    const float *x = j->x + p * j->in_sz;
+    float m = -INFINITY;
+    for (int64_t i = 0; i < j->in_sz; i++) {
+        float v = x[i];
+        if (v != v) {
+            m = v;
+            break;
+        }
+        m = v > m ? v : m;
+    }
+    j->y[p] = m;
+}
+
+static kiln_status global_pool_run(kiln_run_ctx *c, bool is_max)
+{
+    const kiln_value *X = kiln_run_in(c, 0);
+    kiln_value *Y = kiln_run_out(c, 0);
+    if (!Y || X->dtype != KILN_DTYPE_FLOAT32 || Y->dtype != KILN_DTYPE_FLOAT32 || X->rank < 2)
+        return kiln_cpu_reference(c);
+    int64_t planes = X->dims[0] * X->dims[1];
+    if (Y->numel != planes) return kiln_cpu_reference(c);
+    if (!planes) return KILN_OK;
+    plane_job j = {.plane = is_max ? gmax_plane : gavg_plane, .planes = planes, .in_sz = X->numel / planes,
+                   .out_sz = 1, .x = X->data, .y = Y->data};
+    run_planes(c, &j);
+    return KILN_OK;
+}
+
+static kiln_status gavg_run(kiln_run_ctx *c) { return global_pool_run(c, false); }
+static kiln_status gmax_run(kiln_run_ctx *c) { return global_pool_run(c, true); }
+
+/* ---- depthwise 2-D Conv: one kh x kw filter per channel ---- */
+
+/* One output of the window at (oy, ox) with the row and column bounds checked per tap. */
+static float dw_point(const plane_job *j, const float *x, const float *w, float b, int64_t oy, int64_t ox)
+{
+    const nn_geom *g = j->g;
+    int64_t kh = g->kernel[0], kw = g->kernel[1];
+    float acc = b;
+    for (int64_t ky = 0; ky < kh; ky++) {
+        int64_t iy = oy * g->strides[0] - g->pads[0] + ky * g->dilations[0];
+        if (iy < 0 || iy >= j->H) continue;
+        for (int64_t kx = 0; kx < kw; kx++) {
+            int64_t ix = ox * g->strides[1] - g->pads[1] + kx * g->dilations[1];
+            if (ix >= 0 && ix < j->W) acc += w[ky * kw + kx] * x[iy * j->W + ix];
+        }
+    }
+    return acc;
+}
+
+static void dwconv_plane(const plane_job *j, int64_t p)
+{
+    const nn_geom *g = j->g;
+    int64_t ch = p % j->C, kh = g->kernel[0], kw = g->kernel[1], ow = j->ow, W = j->W;
+    int64_t sy = g->strides[0], sx = g->strides[1], dy = g->dilations[0], dx = g->dilations[1];
+    const float *x = j->x + p * j->in_sz, *w = j->w + ch * kh * kw;
+    float *y = j->y + p * j->out_sz;
+    float b = j->bias ? j->bias[ch] : 0.0f;
+    /* interior columns [cx0, cx1): every tap's column inside X */
+    int64_t off0 = -g->pads[1], offl = off0 + (kw - 1) * dx, cx0, cx1, t0, t1;
+    col_range(W, ow, sx, off0, &cx0, &t0);
+    col_range(W, ow, sx, offl, &t1, &cx1);
+    if (cx1 < cx0) cx1 = cx0;
+    /* vector loads read up to column ox*sx + offl + 4*sx - 1 (stride 2: one past the last tap) */
+    int64_t vx1 = cx0;
+    if (sx == 1 || sx == 2)
+        while (vx1 + 4 <= cx1 && (vx1 + 3) * sx + offl + sx - 1 < W) vx1 += 4;
+    for (int64_t oy = 0; oy < j->oh; oy++) {
+        float *yr = y + oy * ow;
+        int64_t ox = 0;
+        for (; ox < cx0 && ox < ow; ox++) yr[ox] = dw_point(j, x, w, b, oy, ox);
+        /* window rows [kyl, kyh) inside X */
+        int64_t iy0 = oy * sy - g->pads[0], kyl = 0, kyh = kh;
+        while (kyl < kh && iy0 + kyl * dy < 0) kyl++;
+        while (kyh > kyl && iy0 + (kyh - 1) * dy >= j->H) kyh--;
+        const float *xr = x + iy0 * W + off0;
+        if (sx == 1) {
+            for (; ox + 8 <= vx1; ox += 8) { /* two chains of adds */
+                v4f acc0 = v4_splat(b), acc1 = acc0;
+                for (int64_t ky = kyl; ky < kyh; ky++) {
+                    const float *xk = xr + ky * dy * W + ox;
+                    for (int64_t kx = 0; kx < kw; kx++) {
+                        v4f w4 = v4_splat(w[ky * kw + kx]);
+                        acc0 += w4 * v4_load(xk + kx * dx);
+                        acc1 += w4 * v4_load(xk + kx * dx + 4);
+                    }
+                }
+                v4_store(yr + ox, acc0);
+                v4_store(yr + ox + 4, acc1);
+            }
+            for (; ox < vx1; ox += 4) {
+                v4f acc = v4_splat(b);
+                for (int64_t ky = kyl; ky < kyh; ky++) {
+                    const float *xk = xr + ky * dy * W + ox;
+                    for (int64_t kx = 0; kx < kw; kx++) acc += v4_splat(w[ky * kw + kx]) * v4_load(xk + kx * dx);
+                }
+                v4_store(yr + ox, acc);
+            }
+        } else if (sx == 2) {
+            for (; ox + 8 <= vx1; ox += 8) {
+                v4f acc0 = v4_splat(b), acc1 = acc0;
+                for (int64_t ky = kyl; ky < kyh; ky++) {
+                    const float *xk = xr + ky * dy * W + 2 * ox;
+                    for (int64_t kx = 0; kx < kw; kx++) {
+                        v4f w4 = v4_splat(w[ky * kw + kx]);
+                        acc0 += w4 * v4_load_even(xk + kx * dx);
+                        acc1 += w4 * v4_load_even(xk + kx * dx + 8);
+                    }
+                }
+                v4_store(yr + ox, acc0);
+                v4_store(yr + ox + 4, acc1);
+            }
+            for (; ox < vx1; ox += 4) {
+                v4f acc = v4_splat(b);
+                for (int64_t ky = kyl; ky < kyh; ky++) {
+                    const float *xk = xr + ky * dy * W + 2 * ox;
+                    for (int64_t kx = 0; kx < kw; kx++) acc += v4_splat(w[ky * kw + kx]) * v4_load_even(xk + kx * dx);
+                }
+                v4_store(yr + ox, acc);
+            }
+        }
+        for (; ox < cx1; ox++) {
+            float acc = b;
+            for (int64_t ky = kyl; ky < kyh; ky++) {
+                const float *xk = xr + ky * dy * W + ox * sx;
+                for (int64_t kx = 0; kx < kw; kx++) acc += w[ky * kw + kx] * xk[kx * dx];
+            }
+            yr[ox] = acc;
+        }
+        for (; ox < ow; ox++) yr[ox] = dw_point(j, x, w, b, oy, ox);
+    }
+}
+
+kiln_status kiln_cpu_conv_depthwise(kiln_run_ctx *c, const nn_geom *g, const float *x, const float *w,
+                                    const float *bias, float *y, int64_t N, int64_t C, int64_t H, int64_t W,
+                                    int64_t oh, int64_t ow)
+{
+    plane_job j = {.plane = dwconv_plane, .planes = N * C, .C = C, .in_sz = H * W, .out_sz = oh * ow, .H = H, .W = W,
+                   .oh = oh, .ow = ow, .g = g, .x = x, .w = w, .bias = bias, .y = y};
+    run_planes(c, &j);
+    return KILN_OK;
+}
+
+kiln_kernel_fn kiln_cpu_select_cnn(const kiln_node *n)
+{
+    if (*n->domain || n->n_in < 1 || n->n_out < 1 || !kiln_cpu_is_f32(n->in[0]) || !kiln_cpu_is_f32(n->out[0]))
+        return NULL;
+    if (!strcmp(n->op_type, "BatchNormalization") && n->opset >= 9 && n->n_in == 5 && n->n_out == 1 &&
+        (n->opset < 14 || kiln_attr_int(n, "training_mode", 0) == 0))
+        return batchnorm_run;
+    if (!strcmp(n->op_type, "Clip") && n->opset >= 6) return clip_run;
+    if (!strcmp(n->op_type, "MaxPool") && n->opset >= 8 && n->n_out == 1) return maxpool_run;
+    if (!strcmp(n->op_type, "AveragePool") && n->opset >= 7) return avgpool_run;
+    if (!strcmp(n->op_type, "GlobalAveragePool")) return gavg_run;
+    if (!strcmp(n->op_type, "GlobalMaxPool")) return gmax_run;
+    return NULL;
+}
