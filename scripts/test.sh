@@ -1,15 +1,12 @@
 #!/usr/bin/env bash
-# The whole test suite: a warnings-as-errors build with every test (unit, ONNX conformance,
-# model and CLI tests against ONNX Runtime), then an AddressSanitizer + UndefinedBehaviorSanitizer
-# build running the unit and conformance tests, then a ThreadSanitizer build running the
-# threading tests. Run scripts/setup.sh once before.
+# The whole test suite: an AddressSanitizer + UndefinedBehaviorSanitizer build running the unit
+# and conformance tests, a ThreadSanitizer build running the threading tests, a 60-second
+# fuzzing smoke run, and last the warnings-as-errors build with every test (unit, ONNX
+# conformance, model, CLI and cross-provider oracle tests), whose ctest summary closes the
+# output. Run scripts/setup.sh once before.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs="$(nproc)"
-
-cmake -B build -DKILN_WERROR=ON >/dev/null
-cmake --build build -j"$jobs"
-ctest --test-dir build --output-on-failure -j"$jobs"
 
 cmake -B build-asan -DKILN_WERROR=ON -DKILN_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=Debug >/dev/null
 cmake --build build-asan -j"$jobs"
@@ -27,3 +24,7 @@ rm -rf build-fuzz/corpus && mkdir -p build-fuzz/corpus
 ./build-fuzz/tests/fuzz_model build-fuzz/corpus tests/fuzz/seeds tests/fuzz/regressions -max_len=65536 \
     -fork=1 -ignore_timeouts=1 -ignore_ooms=1 -max_total_time=60 -timeout=10 -rss_limit_mb=3072 \
     -artifact_prefix=build-fuzz/
+
+cmake -B build -DKILN_WERROR=ON >/dev/null
+cmake --build build -j"$jobs"
+ctest --test-dir build --output-on-failure -j"$jobs"
