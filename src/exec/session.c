@@ -10,6 +10,7 @@
 #include "exec/ctx.h"
 #include "exec/plan.h"
 #include "exec/provider.h"
+#include "passes/passes.h"
 #include "onnx/load.h"
 
 struct kiln_session {
@@ -146,6 +147,10 @@ static kiln_status compile(kiln_session *s, kiln_err *err)
     kiln_model *m = s->model;
     kiln_graph *g = m->graph;
     KILN_TRY(kiln_bind_ops(g, !s->opt.allow_unsupported, err));
+    if (!s->opt.unoptimized) {
+        int folded;
+        KILN_TRY(kiln_pass_fold_conv_bn(g, &folded, err));
+    }
     KILN_TRY(kiln_graph_infer(g, NULL));
     kiln_arena *a = &m->arena;
     s->in_vals = kiln_arena_calloc(a, (size_t)g->n_inputs + 1, sizeof *s->in_vals);

@@ -182,3 +182,52 @@ char *kiln_type_print(const kiln_type *t, char *buf, size_t size)
     if (*prefix) snprintf(buf + at, at < size ? size - at : 0, ")");
     return buf;
 }
+
+int kiln_attr_graph_count(const kiln_attr *a)
+{
+    return a->type == KILN_ATTR_GRAPH ? 1 : a->type == KILN_ATTR_GRAPHS ? a->n : 0;
+}
+
+const kiln_graph *kiln_attr_graph_at(const kiln_attr *a, int i)
+{
+    return a->type == KILN_ATTR_GRAPH ? a->g : a->graphs[i];
+}
+
+kiln_status kiln_graph_plan_releases(kiln_graph *g, kiln_err *err)
+{
+    for (int i = 0; i < g->n_values; i++) g->values[i]->last_use = -1;
+    for (int k = 0; k < g->n_nodes; k++) {
+        kiln_node *nd = g->nodes[k];
+        for (int i = 0; i < nd->n_in; i++)
+            if (nd->in[i] && nd->in[i]->graph == g) nd->in[i]->last_use = k;
+        for (int a = 0; a < nd->n_attrs; a++)
+            for (int q = 0; q < kiln_attr_graph_count(&nd->attrs[a]); q++) {
+                const kiln_graph *sg = kiln_attr_graph_at(&nd->attrs[a], q);
+                for (int r = 0; r < sg->n_captures; r++)
+                    if (sg->captures[r]->graph == g) sg->captures[r]->last_use = k;
+            }
+    }
+    int *count = calloc((size_t)g->n_nodes + 1, sizeof *count);
+    if (!count) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < g->n_values; i++) {
+        kiln_ir_value *v = g->values[i];
+        if (v->last_use >= 0 && v->producer && !v->is_output) count[v->last_use]++;
+    }
+    for (int k = 0; k < g->n_nodes; k++) {
+        g->nodes[k]->n_release = 0;
+        g->nodes[k]->release = kiln_arena_calloc(&g->model->arena, (size_t)count[k] + 1, sizeof(kiln_ir_value *));
+        if (!g->nodes[k]->release) {
+            free(count);
+            return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
+        }
+    }
+    free(count);
+    for (int i = 0; i < g->n_values; i++) {
+        kiln_ir_value *v = g->values[i];
+        if (v->last_use >= 0 && v->producer && !v->is_output) {
+            kiln_node *nd = g->nodes[v->last_use];
+            nd->release[nd->n_release++] = v;
+        }
+    }
+    return KILN_OK;
+}

@@ -166,7 +166,14 @@ const float *kiln_attr_floats(const kiln_node *n, const char *name, int *count);
 const kiln_value *kiln_attr_tensor(const kiln_node *n, const char *name);
 const kiln_graph *kiln_attr_graph(const kiln_node *n, const char *name);
 
+/* Subgraphs an attribute holds (GRAPH: 1, GRAPHS: n, others: 0), and the i-th of them. */
+int kiln_attr_graph_count(const kiln_attr *a);
+const kiln_graph *kiln_attr_graph_at(const kiln_attr *a, int i);
+
 /* ---- construction (used by the loader and passes) ---- */
+/* (Re)computes each value's last reader and each node's release list from the node order;
+ * graph outputs are never released early. Run after any change to g's nodes or edges. */
+kiln_status kiln_graph_plan_releases(kiln_graph *g, kiln_err *err);
 kiln_status kiln_model_own_value(kiln_model *m, kiln_value *v, kiln_err *err);
 kiln_ir_value *kiln_graph_new_value(kiln_graph *g, const char *name, kiln_err *err);
 /* Records a constraint (deduplicated; `what` must outlive the model: a literal or arena). */

@@ -481,17 +481,6 @@ static bool add_edge(edge_list *e, const kiln_graph *g, const kiln_ir_value *v, 
     return true;
 }
 
-/* Subgraphs held by attribute a: count, and the i-th. */
-static int attr_graph_count(const kiln_attr *a)
-{
-    return a->type == KILN_ATTR_GRAPH ? 1 : a->type == KILN_ATTR_GRAPHS ? a->n : 0;
-}
-
-static const kiln_graph *attr_graph_at(const kiln_attr *a, int i)
-{
-    return a->type == KILN_ATTR_GRAPH ? a->g : a->graphs[i];
-}
-
 /* Kahn's algorithm; a node depends on the producers of its inputs and of the values its
  * subgraphs capture. */
 static kiln_status topo_sort(loader *L, kiln_graph *g)
@@ -510,8 +499,8 @@ static kiln_status topo_sort(loader *L, kiln_graph *g)
         for (int i = 0; i < nd->n_in; i++)
             if (!add_edge(&e, g, nd->in[i], k)) goto nomem;
         for (int a = 0; a < nd->n_attrs; a++)
-            for (int q = 0; q < attr_graph_count(&nd->attrs[a]); q++) {
-                const kiln_graph *sg = attr_graph_at(&nd->attrs[a], q);
+            for (int q = 0; q < kiln_attr_graph_count(&nd->attrs[a]); q++) {
+                const kiln_graph *sg = kiln_attr_graph_at(&nd->attrs[a], q);
                 for (int r = 0; r < sg->n_captures; r++)
                     if (!add_edge(&e, g, sg->captures[r], k)) goto nomem;
             }
@@ -557,43 +546,6 @@ out:
 }
 
 /* last readers and release lists; graph outputs are never released early */
-static kiln_status plan_releases(loader *L, kiln_graph *g)
-{
-    for (int k = 0; k < g->n_nodes; k++) {
-        kiln_node *nd = g->nodes[k];
-        for (int i = 0; i < nd->n_in; i++)
-            if (nd->in[i] && nd->in[i]->graph == g) nd->in[i]->last_use = k;
-        for (int a = 0; a < nd->n_attrs; a++)
-            for (int q = 0; q < attr_graph_count(&nd->attrs[a]); q++) {
-                const kiln_graph *sg = attr_graph_at(&nd->attrs[a], q);
-                for (int r = 0; r < sg->n_captures; r++)
-                    if (sg->captures[r]->graph == g) sg->captures[r]->last_use = k;
-            }
-    }
-    int *count = calloc((size_t)g->n_nodes + 1, sizeof *count);
-    if (!count) return oom(L);
-    for (int i = 0; i < g->n_values; i++) {
-        kiln_ir_value *v = g->values[i];
-        if (v->last_use >= 0 && v->producer && !v->is_output) count[v->last_use]++;
-    }
-    for (int k = 0; k < g->n_nodes; k++) {
-        g->nodes[k]->release = kiln_arena_calloc(&L->m->arena, (size_t)count[k] + 1, sizeof(kiln_ir_value *));
-        if (!g->nodes[k]->release) {
-            free(count);
-            return oom(L);
-        }
-    }
-    free(count);
-    for (int i = 0; i < g->n_values; i++) {
-        kiln_ir_value *v = g->values[i];
-        if (v->last_use >= 0 && v->producer && !v->is_output) {
-            kiln_node *nd = g->nodes[v->last_use];
-            nd->release[nd->n_release++] = v;
-        }
-    }
-    return KILN_OK;
-}
-
 static kiln_status build_graph(loader *L, const Onnx__GraphProto *gp, scope *sc)
 {
     kiln_graph *g = sc->g;
@@ -706,8 +658,8 @@ static kiln_status build_graph(loader *L, const Onnx__GraphProto *gp, scope *sc)
         }
         /* subgraph captures of values outside this graph propagate here too */
         for (int a = 0; a < n->n_attrs; a++)
-            for (int q = 0; q < attr_graph_count(&n->attrs[a]); q++) {
-                const kiln_graph *sgr = attr_graph_at(&n->attrs[a], q);
+            for (int q = 0; q < kiln_attr_graph_count(&n->attrs[a]); q++) {
+                const kiln_graph *sgr = kiln_attr_graph_at(&n->attrs[a], q);
                 for (int r = 0; r < sgr->n_captures; r++)
                     if (sgr->captures[r]->graph != g) {
                         st = add_capture(L, g, sgr->captures[r]);
@@ -742,7 +694,7 @@ static kiln_status build_graph(loader *L, const Onnx__GraphProto *gp, scope *sc)
         g->outputs[g->n_outputs++] = v;
     }
     st = topo_sort(L, g);
-    if (!st) st = plan_releases(L, g);
+    if (!st) st = kiln_graph_plan_releases(g, L->err);
 done:
     flat_release(&fl);
     return st;

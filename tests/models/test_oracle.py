@@ -561,8 +561,41 @@ def test_depthwise_conv():
                 [{"X": rand(2, C, 7, 9), "W": rand(m_out, C // group, 3, 3)}])
 
 
+def test_conv_bn_folding():
+    """Conv followed by an inference BatchNormalization folds into one Conv (a graph pass of the
+    optimised session); the folded graph must match the reference graph, with and without a
+    Conv bias, and must not fold when the Conv output has another reader."""
+    from onnx import numpy_helper
+    for with_bias in (False, True):
+        for extra_reader in (False, True):
+            c, m = 6, 10
+            inits = [numpy_helper.from_array(rand(m, c, 3, 3), "W"),
+                     numpy_helper.from_array(rand(m) + 1.5, "scale"), numpy_helper.from_array(rand(m), "beta"),
+                     numpy_helper.from_array(rand(m), "mean"),
+                     numpy_helper.from_array(np.abs(rand(m)) + 0.3, "var")]
+            conv_in = ["X", "W"]
+            if with_bias:
+                inits.append(numpy_helper.from_array(rand(m), "CB"))
+                conv_in.append("CB")
+            nodes = [helper.make_node("Conv", conv_in, ["conv_out"], pads=[1, 1, 1, 1]),
+                     helper.make_node("BatchNormalization", ["conv_out", "scale", "beta", "mean", "var"], ["Y"],
+                                      epsilon=1e-3)]
+            outputs = [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)]
+            if extra_reader:
+                nodes.append(helper.make_node("Relu", ["conv_out"], ["Z"]))
+                outputs.append(helper.make_tensor_value_info("Z", TensorProto.FLOAT, None))
+            g = helper.make_graph(nodes, "conv_bn", [helper.make_tensor_value_info("X", TensorProto.FLOAT,
+                                                                                     ["n", c, "h", "w"])],
+                                  outputs, inits)
+            mdl = helper.make_model(g, opset_imports=[helper.make_opsetid("", 15)])
+            mdl.ir_version = 8
+            feeds = [{"X": rand(n, c, h, w)} for n, h, w in [(1, 7, 9), (2, 16, 16), (1, 1, 1), (3, 5, 31)]]
+            compare(f"Conv+BatchNormalization bias={with_bias} extra_reader={extra_reader}", mdl.SerializeToString(),
+                    feeds)
+
+
 def main():
-    for test in (test_matmul, test_gemm, test_packed_weights, test_conv, test_binary, test_unary, test_inplace_chain,
+    for test in (test_conv_bn_folding, test_matmul, test_gemm, test_packed_weights, test_conv, test_binary, test_unary, test_inplace_chain,
                  test_softmax, test_layernorm, test_reduce_mean, test_transpose, test_batchnorm, test_clip, test_pool,
                  test_global_pool, test_depthwise_conv):
         test()
