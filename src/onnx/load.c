@@ -809,7 +809,7 @@ kiln_status kiln_onnx_load(const void *buf, size_t len, const char *base_dir, ki
         st = kiln_errf(err, KILN_ERR_MODEL, "model has no graph");
         goto fail;
     }
-    loader L = {.m = m, .err = err, .mp = mp, .src = {.base_dir = base_dir, .maps = &src->maps}};
+    loader L = {.m = m, .err = err, .mp = mp, .src = {.base_dir = base_dir, .maps = &src->maps, .borrow_raw = true}};
     st = load_graph(&L, mp->graph, NULL, &m->graph);
     if (st) goto fail;
     *out = m;

@@ -136,7 +136,16 @@ kiln_status kiln_onnx_tensor(const Onnx__TensorProto *tp, const kiln_tensor_sour
         if (dt == KILN_DTYPE_STRING) st = kiln_errf(err, KILN_ERR_MODEL, "external string tensors are invalid");
         else st = fill_external(&v, tp, src, err);
     } else if (tp->has_raw_data && dt != KILN_DTYPE_STRING) {
-        st = fill_from_bytes(v, tp->raw_data.data, tp->raw_data.len, err);
+        const unsigned char *raw = tp->raw_data.data;
+        if (src && src->borrow_raw && !sub_byte_bits(dt) && tp->raw_data.len == v->nbytes && v->nbytes &&
+            (uintptr_t)raw % kiln_dtype_size(dt) == 0) {
+            /* zero-copy: the value reads the parsed proto, which lives as long as the model */
+            free(v->data);
+            v->data = (void *)raw;
+            v->owns_data = false;
+        } else {
+            st = fill_from_bytes(v, raw, tp->raw_data.len, err);
+        }
     } else {
         switch (dt) {
         case KILN_DTYPE_STRING:
