@@ -178,7 +178,10 @@ kiln_status kiln_operator_info(int i, const char **domain, const char **op_type,
 typedef struct kiln_session kiln_session;
 
 typedef enum kiln_provider_kind {
-    KILN_PROVIDER_CPU = 0, /* reference CPU kernels */
+    KILN_PROVIDER_CPU = 0,  /* the optimised CPU kernels (the reference ones when unoptimized) */
+    KILN_PROVIDER_CUDA = 1, /* an NVIDIA GPU; nodes it does not support run on the CPU. Session
+                             * creation fails with KILN_ERR_UNSUPPORTED, saying why, when kiln
+                             * was built without it or no GPU is usable. */
 } kiln_provider_kind;
 
 typedef struct kiln_session_options {
@@ -201,6 +204,8 @@ typedef struct kiln_session_options {
      * has its elements reversed (the right values in the wrong places), as a kernel with a
      * layout bug would. Copied at creation. NULL: off. */
     const char *test_fault_node;
+    /* KILN_PROVIDER_CUDA: the GPU's ordinal. Default 0. */
+    int device_id;
 } kiln_session_options;
 
 kiln_session_options kiln_session_options_default(void);
@@ -283,6 +288,15 @@ typedef struct kiln_session_stats {
     int64_t heap_fallbacks;    /* planned tensors that had to go to the heap (0 when shapes infer right) */
     int64_t bind_plan_ns;      /* total time spent checking inputs, binding symbols and planning */
     int64_t run_ns;            /* total time of successful runs, binding and planning included */
+    /* KILN_PROVIDER_CUDA (zero otherwise) */
+    int nodes_gpu, nodes_cpu;  /* main-graph nodes placed on the GPU and on the CPU */
+    int64_t node_runs_gpu;     /* node executions on the GPU, over all runs */
+    int64_t node_runs_cpu;     /* node executions on the CPU, over all runs */
+    int64_t device_mallocs;    /* device allocations (cudaMalloc) made by runs: 0 in steady state */
+    int64_t copies_to_device;  /* host-to-device tensor copies (inputs, CPU-to-GPU boundaries) */
+    int64_t copies_to_host;    /* device-to-host tensor copies (outputs, GPU-to-CPU boundaries) */
+    int64_t graphs_captured;   /* runs recorded as a CUDA graph (one per binding, LRU-bounded) */
+    int64_t graphs_replayed;   /* runs served by replaying a recorded graph */
 } kiln_session_stats;
 
 /* Copies the session's counters into *out. Thread-safe. */
@@ -297,6 +311,10 @@ kiln_status kiln_session_opset(const kiln_session *s, int i, const char **domain
 int kiln_session_node_count(const kiln_session *s);
 kiln_status kiln_session_node(const kiln_session *s, int i, const char **name, const char **domain,
                               const char **op_type, bool *supported);
+/* Where node i (index as in kiln_session_node) runs: *provider is "cuda" or "cpu"; in a
+ * KILN_PROVIDER_CUDA session, *why says why a CPU node is not on the GPU (NULL otherwise).
+ * Strings are borrowed from the session. */
+kiln_status kiln_session_node_placement(const kiln_session *s, int i, const char **provider, const char **why);
 /* A one-line description of node i (index as in kiln_session_node): op type and attributes,
  * e.g. "Conv kernel_shape=[3, 3] strides=[2, 2]". Writes into buf (always NUL-terminated). */
 kiln_status kiln_session_node_describe(const kiln_session *s, int i, char *buf, size_t size);

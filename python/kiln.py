@@ -31,7 +31,8 @@ class _IoInfo(C.Structure):
 
 class _Options(C.Structure):
     _fields_ = [("provider", C.c_int), ("num_threads", C.c_int), ("allow_unsupported", C.c_bool),
-                ("plan_cache_size", C.c_int), ("unoptimized", C.c_bool), ("test_fault_node", C.c_char_p)]
+                ("plan_cache_size", C.c_int), ("unoptimized", C.c_bool), ("test_fault_node", C.c_char_p),
+                ("device_id", C.c_int)]
 
 
 class _Stats(C.Structure):
@@ -39,7 +40,12 @@ class _Stats(C.Structure):
                 ("plan_cache_misses", C.c_int64), ("plan_cache_entries", C.c_int), ("plan_cache_capacity", C.c_int),
                 ("arena_peak_bytes", C.c_int64), ("arena_last_bytes", C.c_int64),
                 ("lower_bound_last_bytes", C.c_int64), ("heap_fallbacks", C.c_int64), ("bind_plan_ns", C.c_int64),
-                ("run_ns", C.c_int64)]
+                ("run_ns", C.c_int64), ("nodes_gpu", C.c_int), ("nodes_cpu", C.c_int),
+                ("node_runs_gpu", C.c_int64), ("node_runs_cpu", C.c_int64), ("device_mallocs", C.c_int64),
+                ("copies_to_device", C.c_int64), ("copies_to_host", C.c_int64), ("graphs_captured", C.c_int64),
+                ("graphs_replayed", C.c_int64)]
+
+PROVIDERS = {"cpu": 0, "cuda": 1}
 
 
 def _load_library(path=None):
@@ -81,10 +87,13 @@ def library():
 
 
 class Session:
-    def __init__(self, model, allow_unsupported=False, plan_cache_size=None, unoptimized=False, num_threads=0):
+    def __init__(self, model, allow_unsupported=False, plan_cache_size=None, unoptimized=False, num_threads=0,
+                 provider="cpu", device_id=0):
         self._h = None
         lib = library()
         opt = lib.kiln_session_options_default()
+        opt.provider = PROVIDERS[provider]
+        opt.device_id = device_id
         opt.allow_unsupported = allow_unsupported
         opt.unoptimized = unoptimized
         opt.num_threads = num_threads

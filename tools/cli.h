@@ -32,10 +32,13 @@ typedef struct run_args {
     int warmup, runs;
     bool json, stats;
     int threads;             /* --threads: the session's num_threads (0: all cores) */
+    kiln_provider_kind provider; /* --provider cpu|cuda */
     double rtol, atol;       /* verify */
     const char *fault_node;  /* verify: testing hook */
 } run_args;
 
+/* The provider named cpu or cuda; returns nonzero (after printing why) for another name. */
+int cli_parse_provider(const char *name, kiln_provider_kind *out);
 /* Parses the options of run ("run"), bench ("bench") or verify ("verify"). */
 int cli_parse_run_args(int argc, char **argv, const char *cmd, run_args *a);
 /* The inputs of run number k: the k-th --input/--shape for each input (the last one when it

@@ -62,6 +62,14 @@ static int parse_dims(const char *s, int64_t *dims, int *rank)
     return 0;
 }
 
+int cli_parse_provider(const char *name, kiln_provider_kind *out)
+{
+    if (!strcmp(name, "cpu")) *out = KILN_PROVIDER_CPU;
+    else if (!strcmp(name, "cuda")) *out = KILN_PROVIDER_CUDA;
+    else return cli_fail("--provider expects cpu or cuda, got '%s'", name);
+    return 0;
+}
+
 int cli_parse_run_args(int argc, char **argv, const char *cmd, run_args *a)
 {
     bool run = !strcmp(cmd, "run"), bench = !strcmp(cmd, "bench"), verify = !strcmp(cmd, "verify");
@@ -108,8 +116,7 @@ int cli_parse_run_args(int argc, char **argv, const char *cmd, run_args *a)
             if (*end || v < 0) return cli_fail("%s expects a non-negative number, got '%s'", opt, argv[i]);
             *(opt[2] == 'r' ? &a->rtol : &a->atol) = v;
         } else if ((verify || run || bench) && !strcmp(opt, "--provider") && has_val) {
-            if (strcmp(argv[++i], "cpu"))
-                return cli_fail("--provider %s: this build of kiln has the cpu provider only", argv[i]);
+            if (cli_parse_provider(argv[++i], &a->provider)) return 1;
         } else if (verify && !strcmp(opt, "--test-fault-node") && has_val) {
             a->fault_node = argv[++i];
         } else if (opt[0] == '-') {

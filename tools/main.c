@@ -16,10 +16,10 @@
 
 
 static const char usage[] =
-    "usage: kiln info MODEL [--json]\n"
-    "       kiln run MODEL [--input NAME=FILE.npy]... [--shape NAME=1x3xHxW]... [--seed N] [--threads N] [--output-dir DIR] [--stats]\n"
-    "       kiln bench MODEL [--input NAME=FILE.npy]... [--shape NAME=DIMS]... [--seed N] [--threads N] [--warmup N] [--runs N] [--json] [--stats]\n"
-    "       kiln verify MODEL [--provider cpu] [--input ...|--shape ...] [--rtol R] [--atol A]\n"
+    "usage: kiln info MODEL [--provider cpu|cuda] [--json]\n"
+    "       kiln run MODEL [--provider cpu|cuda] [--input NAME=FILE.npy]... [--shape NAME=1x3xHxW]... [--seed N] [--threads N] [--output-dir DIR] [--stats]\n"
+    "       kiln bench MODEL [--provider cpu|cuda] [--input NAME=FILE.npy]... [--shape NAME=DIMS]... [--seed N] [--threads N] [--warmup N] [--runs N] [--json] [--stats]\n"
+    "       kiln verify MODEL [--provider cpu|cuda] [--input ...|--shape ...] [--rtol R] [--atol A]\n"
     "       kiln ops\n"
     "       kiln --version\n"
     "A --shape repeated for one input runs the model once per shape, in one session.\n";
@@ -80,14 +80,16 @@ static int cmd_info(int argc, char **argv)
 {
     const char *model = NULL;
     bool json = false;
+    kiln_session_options opt = kiln_session_options_default();
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) json = true;
-        else if (argv[i][0] == '-') return cli_fail("info: unknown option '%s'", argv[i]);
+        else if (!strcmp(argv[i], "--provider") && i + 1 < argc) {
+            if (cli_parse_provider(argv[++i], &opt.provider)) return 1;
+        } else if (argv[i][0] == '-') return cli_fail("info: unknown option '%s'", argv[i]);
         else if (!model) model = argv[i];
         else return cli_fail("info: unexpected argument '%s'", argv[i]);
     }
     if (!model) return cli_fail("info: missing MODEL\n%s", usage);
-    kiln_session_options opt = kiln_session_options_default();
     opt.allow_unsupported = true;
     kiln_session *s = cli_open_session(model, &opt);
     if (!s) return 1;
@@ -161,7 +163,26 @@ static int cmd_info(int argc, char **argv)
                 json_string(o, ops[j].name);
                 first = 0;
             }
-        fprintf(o, "], \"initializer_bytes\": %" PRId64 "}\n", kiln_session_initializer_bytes(s));
+        fprintf(o, "], \"initializer_bytes\": %" PRId64, kiln_session_initializer_bytes(s));
+        if (opt.provider == KILN_PROVIDER_CUDA) {
+            fprintf(o, ", \"cpu_nodes\": [");
+            for (int i = 0, first = 1; i < n_nodes; i++) {
+                const char *name, *domain, *op, *prov, *why;
+                kiln_session_node(s, i, &name, &domain, &op, NULL);
+                kiln_session_node_placement(s, i, &prov, &why);
+                if (strcmp(prov, "cpu")) continue;
+                fprintf(o, "%s{\"node\": ", first ? "" : ", ");
+                json_string(o, name);
+                fprintf(o, ", \"op\": ");
+                json_string(o, op);
+                fprintf(o, ", \"why\": ");
+                json_string(o, why ? why : "");
+                fprintf(o, "}");
+                first = 0;
+            }
+            fprintf(o, "]");
+        }
+        fprintf(o, "}\n");
     } else {
         fprintf(o, "model: %s\nir_version: %" PRId64 "\nopsets:", model, kiln_session_ir_version(s));
         for (int i = 0; i < kiln_session_opset_count(s); i++) {
@@ -198,6 +219,17 @@ static int cmd_info(int argc, char **argv)
         } else {
             fprintf(o, "unsupported operators: none\n");
         }
+        if (opt.provider == KILN_PROVIDER_CUDA) {
+            kiln_session_stats st;
+            kiln_session_stats_get(s, &st);
+            fprintf(o, "placement: %d nodes on the GPU, %d on the CPU\n", st.nodes_gpu, st.nodes_cpu);
+            for (int i = 0; i < n_nodes; i++) {
+                const char *name, *domain, *op, *prov, *why;
+                kiln_session_node(s, i, &name, &domain, &op, NULL);
+                kiln_session_node_placement(s, i, &prov, &why);
+                if (!strcmp(prov, "cpu")) fprintf(o, "  cpu  %-32s %-20s %s\n", name, op, why ? why : "");
+            }
+        }
     }
     free(ops);
     kiln_session_free(s);
@@ -213,6 +245,7 @@ static int cmd_run(int argc, char **argv, bool bench)
     double t0 = now_ms();
     kiln_session_options opt = kiln_session_options_default();
     opt.num_threads = a.threads;
+    opt.provider = a.provider;
     kiln_session *s = cli_open_session(a.model, &opt);
     if (!s) return 1;
     double create_ms = now_ms() - t0;
@@ -310,6 +343,11 @@ static int cmd_run(int argc, char **argv, bool bench)
                st.compilations, st.runs, st.plan_cache_hits, st.plan_cache_misses, st.plan_cache_entries,
                st.plan_cache_capacity, st.arena_peak_bytes, st.arena_last_bytes, st.lower_bound_last_bytes,
                st.heap_fallbacks);
+        if (a.provider == KILN_PROVIDER_CUDA)
+            printf("gpu: nodes %d on the GPU, %d on the CPU; node runs %" PRId64 " GPU, %" PRId64 " CPU; device mallocs %" PRId64
+                   "; copies %" PRId64 " to device, %" PRId64 " to host; graphs captured %" PRId64 ", replayed %" PRId64 "\n",
+                   st.nodes_gpu, st.nodes_cpu, st.node_runs_gpu, st.node_runs_cpu, st.device_mallocs, st.copies_to_device,
+                   st.copies_to_host, st.graphs_captured, st.graphs_replayed);
     }
 out:
     cli_free_values(in, n_in);

@@ -245,6 +245,8 @@ int cmd_verify(int argc, char **argv)
     if (cli_parse_run_args(argc, argv, "verify", &a)) return 2;
     kiln_session_options opt = kiln_session_options_default();
     opt.test_fault_node = a.fault_node;
+    opt.provider = a.provider;
+    opt.num_threads = a.threads;
     kiln_session_options ref_opt = kiln_session_options_default();
     ref_opt.unoptimized = true;
     taps served = {0}, ref = {0};

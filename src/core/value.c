@@ -164,6 +164,7 @@ kiln_status kiln_value_copy(const kiln_value *v, kiln_value **out, kiln_err *err
     *out = NULL;
     switch (v->kind) {
     case KILN_VALUE_TENSOR: {
+        if (v->on_device) return kiln_errf(err, KILN_ERR_RUNTIME, "internal: a device tensor copied on the host");
         KILN_TRY(kiln_tensor_new(v->dtype, v->rank, v->dims, out, err));
         if (v->dtype == KILN_DTYPE_STRING) {
             for (int64_t i = 0; i < v->numel; i++) {
@@ -208,7 +209,9 @@ kiln_status kiln_value_copy(const kiln_value *v, kiln_value **out, kiln_err *err
 void kiln_value_free(kiln_value *v)
 {
     if (!v) return;
-    if (v->owns_data && v->data) {
+    if (v->owns_data && v->data && v->release) {
+        v->release(v->data, v->release_ctx);
+    } else if (v->owns_data && v->data) {
         if (v->dtype == KILN_DTYPE_STRING)
             for (int64_t i = 0; i < v->numel; i++) free(((char **)v->data)[i]);
         free(v->data);

@@ -19,6 +19,11 @@ struct kiln_value {
     size_t nbytes;    /* numel * kiln_dtype_size(dtype) */
     void *data;       /* row-major, contiguous; NULL when numel == 0 */
     bool owns_data;   /* free(data) (and each string) on release */
+    /* data is in GPU device memory (the GPU provider's values; never handed to API callers) */
+    bool on_device;
+    /* owned data not from malloc: released by release(data, release_ctx) instead of free */
+    void (*release)(void *data, void *release_ctx);
+    void *release_ctx;
     /* sequence */
     kiln_value **items;
     int64_t n_items, cap_items;

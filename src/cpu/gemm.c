@@ -68,6 +68,10 @@ typedef struct gemm_job {
     float *C;
     const float *bias;
     int relu;
+    kiln_gemm_pack_b_fn pack_b; /* implicit op(B), or NULL */
+    void *pack_ctx;
+    kiln_gemm_tile_fn tile;     /* caller's epilogue, or NULL */
+    void *tile_ctx;
     int64_t kc;          /* depth block */
     int64_t pm, pn;      /* micro-panels across M (of MR rows) and N (of NR columns) */
     int64_t tiles_m, tiles_n, n_tiles; /* tile i spans panels [i*pm/tiles_m, (i+1)*pm/tiles_m) */
@@ -87,6 +91,7 @@ static void run_tile(const gemm_job *g, float *Ap, float *Bp, int64_t i0, int64_
         float beta = first ? g->beta : 1.0f;
         const float *b_tile = Bp;
         if (g->packed_b) b_tile = g->packed_b + p0 * g->n_pad + j0 * kc; /* j0 is a multiple of NR */
+        else if (g->pack_b) g->pack_b(g->pack_ctx, Bp, p0, kc, j0, n, k->nr);
         else k->pack_b(Bp, g->B, g->ldb, g->trans_b, p0, kc, j0, n);
         k->pack_a(Ap, g->A, g->lda, g->trans_a, i0, m, p0, kc, g->alpha);
         for (int64_t jr = 0; jr < n; jr += k->nr) {
@@ -95,8 +100,9 @@ static void run_tile(const gemm_job *g, float *Ap, float *Bp, int64_t i0, int64_
             const float *b = b_tile + jr * kc;
             for (int64_t ir = 0; ir < m; ir += k->mr) {
                 int mr = (int)min64(k->mr, m - ir);
-                k->kernel(kc, Ap + ir * kc, b, g->C + (i0 + ir) * g->ldc + j0 + jr, g->ldc, mr, nr, beta,
-                          bias, last && g->relu);
+                float *c = g->C + (i0 + ir) * g->ldc + j0 + jr;
+                k->kernel(kc, Ap + ir * kc, b, c, g->ldc, mr, nr, beta, bias, last && g->relu);
+                if (last && g->tile) g->tile(g->tile_ctx, c, g->ldc, i0 + ir, mr, j0 + jr, nr);
             }
         }
     }
@@ -145,7 +151,8 @@ struct kiln_gemm_packed_b {
 static kiln_status gemm_run(const kiln_gemm_kernel *k, kiln_threadpool *pool, bool trans_a, bool trans_b,
                             int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                             const float *B, int64_t ldb, const kiln_gemm_packed_b *packed, float beta, float *C,
-                            int64_t ldc, const float *bias, int relu)
+                            int64_t ldc, const float *bias, int relu, const kiln_gemm_epilogue *ep,
+                            kiln_gemm_pack_b_fn pack_b, void *pack_ctx)
 {
     int threads = kiln_threadpool_size(pool);
 
@@ -170,7 +177,8 @@ static kiln_status gemm_run(const kiln_gemm_kernel *k, kiln_threadpool *pool, bo
         .k = k, .trans_a = trans_a, .trans_b = trans_b, .M = M, .N = N, .K = K, .alpha = alpha,
         .beta = beta, .A = A, .B = B, .packed_b = packed ? packed->data : NULL,
         .n_pad = packed ? packed->n_pad : 0, .lda = lda, .ldb = ldb, .ldc = ldc, .C = C, .bias = bias,
-        .relu = relu, .kc = min64(k->kc, K), .pm = pm, .pn = pn, .tiles_m = tm, .tiles_n = tn, .n_tiles = tm * tn,
+        .relu = relu, .pack_b = pack_b, .pack_ctx = pack_ctx, .tile = ep ? ep->tile : NULL,
+        .tile_ctx = ep ? ep->tile_ctx : NULL, .kc = min64(k->kc, K), .pm = pm, .pn = pn, .tiles_m = tm, .tiles_n = tn, .n_tiles = tm * tn,
     };
     int64_t mt = (pm + tm - 1) / tm * k->mr, nt = (pn + tn - 1) / tn * k->nr; /* the largest tile */
     g.a_floats = round_up(mt * g.kc, ALIGN / (int64_t)sizeof(float));
@@ -209,11 +217,12 @@ kiln_status kiln_sgemm_ex(const kiln_gemm_ctx *ctx, bool trans_a, bool trans_b, 
     if (ep && ep->act != KILN_GEMM_ACT_NONE && ep->act != KILN_GEMM_ACT_RELU) return KILN_ERR_INVALID_ARG;
     if (K == 0 || alpha == 0.0f) {
         scale_only(M, N, beta, C, ldc, bias, relu);
+        if (ep && ep->tile) ep->tile(ep->tile_ctx, C, ldc, 0, M, 0, N);
         return KILN_OK;
     }
     if (!A || !B || lda < (trans_a ? M : K) || ldb < (trans_b ? K : N)) return KILN_ERR_INVALID_ARG;
     return gemm_run(kernel_for(level), ctx ? ctx->pool : NULL, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb,
-                    NULL, beta, C, ldc, bias, relu);
+                    NULL, beta, C, ldc, bias, relu, ep, NULL, NULL);
 }
 
 kiln_status kiln_gemm_packed_b_create(const kiln_gemm_ctx *ctx, bool trans_b, int64_t K, int64_t N,
@@ -275,11 +284,34 @@ kiln_status kiln_sgemm_packed(const kiln_gemm_ctx *ctx, bool trans_a, int64_t M,
     if (ep && ep->act != KILN_GEMM_ACT_NONE && ep->act != KILN_GEMM_ACT_RELU) return KILN_ERR_INVALID_ARG;
     if (K == 0 || alpha == 0.0f) {
         scale_only(M, N, beta, C, ldc, bias, relu);
+        if (ep && ep->tile) ep->tile(ep->tile_ctx, C, ldc, 0, M, 0, N);
         return KILN_OK;
     }
     if (!A || lda < (trans_a ? M : K)) return KILN_ERR_INVALID_ARG;
     return gemm_run(kernel_for(B->level), ctx ? ctx->pool : NULL, trans_a, false, M, N, K, alpha, A, lda, NULL, 0,
-                    B, beta, C, ldc, bias, relu);
+                    B, beta, C, ldc, bias, relu, ep, NULL, NULL);
+}
+
+kiln_status kiln_sgemm_implicit_b(const kiln_gemm_ctx *ctx, int64_t M, int64_t N, int64_t K, const float *A,
+                                  int64_t lda, kiln_gemm_pack_b_fn pack_b, void *pack_ctx, float *C, int64_t ldc,
+                                  const kiln_gemm_epilogue *ep)
+{
+    if (M < 0 || N < 0 || K < 0 || !pack_b) return KILN_ERR_INVALID_ARG;
+    kiln_gemm_level level;
+    if (resolve_level(ctx, &level) != KILN_OK) return KILN_ERR_INVALID_ARG;
+    if (M == 0 || N == 0) return KILN_OK;
+    if (!C || ldc < N) return KILN_ERR_INVALID_ARG;
+    const float *bias = ep ? ep->bias : NULL;
+    int relu = ep && ep->act == KILN_GEMM_ACT_RELU;
+    if (ep && ep->act != KILN_GEMM_ACT_NONE && ep->act != KILN_GEMM_ACT_RELU) return KILN_ERR_INVALID_ARG;
+    if (K == 0) {
+        scale_only(M, N, 0.0f, C, ldc, bias, relu);
+        if (ep && ep->tile) ep->tile(ep->tile_ctx, C, ldc, 0, M, 0, N);
+        return KILN_OK;
+    }
+    if (!A || lda < K) return KILN_ERR_INVALID_ARG;
+    return gemm_run(kernel_for(level), ctx ? ctx->pool : NULL, false, false, M, N, K, 1.0f, A, lda, NULL, 0, NULL,
+                    0.0f, C, ldc, bias, relu, ep, pack_b, pack_ctx);
 }
 
 kiln_status kiln_sgemm(kiln_threadpool *pool, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,

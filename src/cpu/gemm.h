@@ -31,11 +31,18 @@ typedef struct kiln_gemm_ctx {
     kiln_gemm_level level; /* AUTO, or a level to force (tests, benchmarks) */
 } kiln_gemm_ctx;
 
+/* A caller's epilogue over one finished block of C: rows [i0, i0+m), columns [j0, j0+n), at
+ * c = &C[i0][j0] with row stride ldc. Called once per block, after bias and act, from any of the
+ * pool's threads (blocks never overlap), while the block is still in cache. */
+typedef void (*kiln_gemm_tile_fn)(void *ctx, float *c, int64_t ldc, int64_t i0, int64_t m, int64_t j0, int64_t n);
+
 /* Fused epilogue, applied to each element after alpha*A*B + beta*C:
- *   C[i][j] = act(C[i][j] + bias[j]). */
+ *   C[i][j] = act(C[i][j] + bias[j]), then tile over each block. */
 typedef struct kiln_gemm_epilogue {
     const float *bias; /* [N], one value per column; NULL for none */
     kiln_gemm_act act;
+    kiln_gemm_tile_fn tile; /* NULL for none */
+    void *tile_ctx;
 } kiln_gemm_epilogue;
 
 /* The best level this CPU (and OS) supports. */
@@ -77,6 +84,16 @@ size_t kiln_gemm_packed_b_bytes(const kiln_gemm_packed_b *pb);
 kiln_status kiln_sgemm_packed(const kiln_gemm_ctx *ctx, bool trans_a, int64_t M, float alpha, const float *A,
                               int64_t lda, const kiln_gemm_packed_b *B, float beta, float *C, int64_t ldc,
                               const kiln_gemm_epilogue *ep);
+
+/* Packs op(B)[p0 : p0+kc, j0 : j0+n] as ceil(n/nr) micro-panels, each [kc][nr] (k-major,
+ * columns past n zero), into dst. Called from any of the pool's threads. */
+typedef void (*kiln_gemm_pack_b_fn)(void *ctx, float *dst, int64_t p0, int64_t kc, int64_t j0, int64_t n, int nr);
+
+/* kiln_sgemm_ex with op(A) = A [M, K] (row stride lda), beta 0, and op(B) [K, N] never stored:
+ * pack_b produces each block of it when a tile needs it (an implicit im2col matrix). */
+kiln_status kiln_sgemm_implicit_b(const kiln_gemm_ctx *ctx, int64_t M, int64_t N, int64_t K, const float *A,
+                                  int64_t lda, kiln_gemm_pack_b_fn pack_b, void *pack_ctx, float *C, int64_t ldc,
+                                  const kiln_gemm_epilogue *ep);
 
 /* kiln_sgemm_ex on the given pool, at the best level, with no epilogue. */
 kiln_status kiln_sgemm(kiln_threadpool *pool, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,

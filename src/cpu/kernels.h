@@ -15,6 +15,8 @@
 kiln_kernel_fn kiln_cpu_select_ew(const kiln_node *n);
 /* Softmax, LayerNormalization, ReduceMean on float32. */
 kiln_kernel_fn kiln_cpu_select_norm(const kiln_node *n);
+/* Attention (opset 23) on float32: no past, not causal, Y only (kernels_attn.c). */
+kiln_kernel_fn kiln_cpu_select_attn(const kiln_node *n);
 /* Transpose on float32. */
 kiln_kernel_fn kiln_cpu_select_layout(const kiln_node *n);
 /* BatchNormalization (inference), Clip, MaxPool/AveragePool 2-D, GlobalAveragePool/GlobalMaxPool
@@ -24,8 +26,16 @@ kiln_kernel_fn kiln_cpu_select_cnn(const kiln_node *n);
  * with the resolved geometry g and an optional bias [C]; spread over the N*C planes. */
 struct nn_geom;
 kiln_status kiln_cpu_conv_depthwise(kiln_run_ctx *c, const struct nn_geom *g, const float *x, const float *w,
-                                    const float *bias, float *y, int64_t N, int64_t C, int64_t H, int64_t W,
-                                    int64_t oh, int64_t ow);
+                                    const float *bias, const kiln_act *act, float *y, int64_t N, int64_t C,
+                                    int64_t H, int64_t W, int64_t oh, int64_t ow);
+/* 2-D Conv on float32 with the node's fused activation (kernels_conv.c). */
+kiln_kernel_fn kiln_cpu_select_conv(const kiln_node *n);
+/* y[i] = act(y[i] + bias) for i < n (kernels_conv.c). */
+void kiln_cpu_act_apply(const kiln_act *act, float *y, int64_t n, float bias);
+/* A kiln_gemm_tile_fn applying the kiln_act at ctx to each element of the block. */
+void kiln_cpu_act_tile(void *ctx, float *c, int64_t ldc, int64_t i0, int64_t m, int64_t j0, int64_t n);
+/* The reference kernel, then the node's fused activation (kiln_node.act) over output 0. */
+kiln_status kiln_cpu_reference_act(kiln_run_ctx *c);
 
 /* The node's reference kernel. */
 static inline kiln_status kiln_cpu_reference(kiln_run_ctx *c) { return kiln_run_node(c)->op->run(c); }

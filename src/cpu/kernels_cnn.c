@@ -25,6 +25,7 @@ typedef struct plane_job {
     const nn_geom *g;
     bool include_pad;
     const float *x, *w, *bias;    /* bias: per channel (depthwise conv) */
+    const kiln_act *act;          /* depthwise conv: fused activation */
     const float *a, *b;           /* BatchNormalization: y = x * a[c] + b[c] */
     float *y;
 } plane_job;
@@ -464,15 +465,16 @@ static void dwconv_plane(const plane_job *j, int64_t p)
             yr[ox] = acc;
         }
         for (; ox < ow; ox++) yr[ox] = dw_point(j, x, w, b, oy, ox);
+        kiln_cpu_act_apply(j->act, yr, ow, 0.0f); /* the row is still in cache */
     }
 }
 
 kiln_status kiln_cpu_conv_depthwise(kiln_run_ctx *c, const nn_geom *g, const float *x, const float *w,
-                                    const float *bias, float *y, int64_t N, int64_t C, int64_t H, int64_t W,
-                                    int64_t oh, int64_t ow)
+                                    const float *bias, const kiln_act *act, float *y, int64_t N, int64_t C,
+                                    int64_t H, int64_t W, int64_t oh, int64_t ow)
 {
     plane_job j = {.plane = dwconv_plane, .planes = N * C, .C = C, .in_sz = H * W, .out_sz = oh * ow, .H = H, .W = W,
-                   .oh = oh, .ow = ow, .g = g, .x = x, .w = w, .bias = bias, .y = y};
+                   .oh = oh, .ow = ow, .g = g, .x = x, .w = w, .bias = bias, .act = act, .y = y};
     run_planes(c, &j);
     return KILN_OK;
 }

@@ -70,7 +70,7 @@ static void softmax_row(const row_job *j, int64_t r)
         int64_t e = n - i > 256 ? i + 256 : n;
         v4f acc = v4_splat(0.0f);
         for (; i + 4 <= e; i += 4) {
-            v4f v = v4_exp(v4_load(x + i) - m4);
+            v4f v = v4_exp_flush(v4_load(x + i) - m4);
             v4_store(y + i, v);
             acc += v;
         }
@@ -78,7 +78,7 @@ static void softmax_row(const row_job *j, int64_t r)
         if (i < e) {
             float b[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
             memcpy(b, x + i, (size_t)(e - i) * sizeof *b);
-            v4f v = v4_exp(v4_load(b) - m4);
+            v4f v = v4_exp_flush(v4_load(b) - m4);
             v4_store(b, v);
             memcpy(y + i, b, (size_t)(e - i) * sizeof *b);
             t += v4_hsum(v);

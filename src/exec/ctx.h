@@ -22,6 +22,7 @@ struct kiln_run_ctx {
     const kiln_value *const *in;
     kiln_value **out;             /* n_out entries, owned */
     kiln_err *err;
+    struct kiln_gpu_run *gpu;     /* the run's GPU context when the node runs on the GPU */
 };
 
 /* Values of one graph execution; parent holds the enclosing graph's. */
@@ -30,6 +31,7 @@ struct kiln_frame {
     const kiln_frame *parent;
     kiln_value **vals;            /* by value id */
     bool *owned;                  /* vals[i] is freed by the frame */
+    kiln_value **alt;             /* GPU runs: vals[i] copied to the other side (owned), or NULL */
     const kiln_run_env *env;      /* the main graph's run environment, NULL in subgraphs */
 };
 

@@ -10,6 +10,7 @@ typedef struct kiln_frame kiln_frame;
 /* The run's arena and the plan placing tensors in it, by value id of the graph. */
 typedef struct kiln_arena_view {
     unsigned char *base;
+    unsigned char *device_base; /* GPU runs: the device arena, placed by the same plan */
     const size_t *offset; /* SIZE_MAX: not planned, allocated on the heap */
     const size_t *size;   /* planned bytes */
     const int *in_place;  /* 1: the value reuses its producer's input 0 slot (not zeroed) */
@@ -33,6 +34,7 @@ typedef struct kiln_run_env {
     const int *node_ids;       /* [n_nodes] public node index of each main-graph node */
     const char *fault_node;    /* testing hook: reverse this node's output 0, or NULL */
     struct kiln_threadpool *pool; /* for the kernels' parallel loops, or NULL */
+    struct kiln_gpu_run *gpu;  /* GPU sessions: the run's GPU context, else NULL */
 } kiln_run_env;
 
 /* Runs graph g. inputs[i] is bound to g->inputs[i] (NULL: use its initializer). On success

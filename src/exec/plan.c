@@ -11,7 +11,7 @@
 #include "core/dtype.h"
 #include "ops/op.h"
 
-kiln_status kiln_memprog_build(const kiln_graph *g, kiln_memprog *mp, kiln_err *err)
+kiln_status kiln_memprog_build(const kiln_graph *g, bool io, kiln_memprog *mp, kiln_err *err)
 {
     memset(mp, 0, sizeof *mp);
     mp->n_values = g->n_values;
@@ -33,7 +33,8 @@ kiln_status kiln_memprog_build(const kiln_graph *g, kiln_memprog *mp, kiln_err *
     for (int i = 0; i < g->n_values; i++) {
         const kiln_ir_value *v = g->values[i];
         const kiln_type *ty = &v->type;
-        if (!v->producer || v->is_output || ty->kind != KILN_VALUE_TENSOR || ty->rank < 0 ||
+        bool input = io && v->is_input && !v->init;
+        if ((!v->producer && !input) || (v->is_output && !io) || ty->kind != KILN_VALUE_TENSOR || ty->rank < 0 ||
             !kiln_dtype_valid(ty->dtype) || ty->dtype == KILN_DTYPE_STRING)
             continue;
         kiln_dim numel = kiln_dim_const(1);
@@ -42,8 +43,9 @@ kiln_status kiln_memprog_build(const kiln_graph *g, kiln_memprog *mp, kiln_err *
         int j = mp->n++;
         cand_of[i] = j;
         mp->value_id[j] = i;
-        mp->first[j] = v->producer->index;
-        mp->last[j] = v->last_use > v->producer->index ? v->last_use : v->producer->index;
+        mp->first[j] = v->producer ? v->producer->index : 0;
+        mp->last[j] = v->last_use > mp->first[j] ? v->last_use : mp->first[j];
+        if (v->is_output) mp->last[j] = g->n_nodes; /* live to the end of the run */
         mp->numel[j] = numel;
         mp->elem_size[j] = kiln_dtype_size(ty->dtype);
     }
@@ -58,8 +60,8 @@ kiln_status kiln_memprog_build(const kiln_graph *g, kiln_memprog *mp, kiln_err *
     for (int j = 0; j < mp->n; j++) {
         mp->share[j] = -1;
         const kiln_node *nd = g->values[mp->value_id[j]]->producer;
-        const kiln_ir_value *in0 = nd->n_in ? nd->in[0] : NULL;
-        if (!nd->op || !(nd->op->flags & KILN_OP_INPLACE) || nd->out[0] != g->values[mp->value_id[j]] || !in0 ||
+        const kiln_ir_value *in0 = nd && nd->n_in ? nd->in[0] : NULL;
+        if (!nd || !nd->op || !(nd->op->flags & KILN_OP_INPLACE) || nd->out[0] != g->values[mp->value_id[j]] || !in0 ||
             in0->graph != g || cand_of[in0->id] < 0)
             continue;
         int i = cand_of[in0->id];

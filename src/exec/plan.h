@@ -6,6 +6,7 @@
 #define KILN_EXEC_PLAN_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -46,8 +47,10 @@ typedef struct kiln_plan_cache {
 } kiln_plan_cache;
 
 /* Builds the memory program of g (tensors produced by g's nodes, not graph outputs, with a
- * known dtype other than string and dims that are expressions). */
-kiln_status kiln_memprog_build(const kiln_graph *g, kiln_memprog *mp, kiln_err *err);
+ * known dtype other than string and dims that are expressions). With io (GPU sessions, whose
+ * device arena also holds the device copies of graph inputs and the graph outputs before
+ * they are copied back), graph inputs and outputs are planned too. */
+kiln_status kiln_memprog_build(const kiln_graph *g, bool io, kiln_memprog *mp, kiln_err *err);
 void kiln_memprog_release(kiln_memprog *mp);
 
 void kiln_plan_cache_init(kiln_plan_cache *pc, int capacity);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "exec/ctx.h"
+#include "gpu/device.h"
 
 /* ---- run context API ---- */
 
@@ -77,19 +78,69 @@ kiln_status kiln_run_subgraph(kiln_run_ctx *c, const kiln_graph *g, int n_in, co
 
 /* ---- frames ---- */
 
+/* The value of v for a CPU reader: its host copy when it lives on the device. */
 static const kiln_value *frame_get(const kiln_frame *f, const kiln_ir_value *v)
 {
     for (; f; f = f->parent)
-        if (f->g == v->graph) return f->vals[v->id] ? f->vals[v->id] : v->init;
+        if (f->g == v->graph) {
+            const kiln_value *x = f->vals[v->id] ? f->vals[v->id] : v->init;
+            if (x && x->on_device && f->alt && f->alt[v->id]) x = f->alt[v->id];
+            return x;
+        }
     return v->init;
 }
 
 static void frame_release(kiln_frame *f)
 {
-    for (int i = 0; i < f->g->n_values; i++)
+    for (int i = 0; i < f->g->n_values; i++) {
         if (f->owned[i]) kiln_value_free(f->vals[i]);
+        if (f->alt) kiln_value_free(f->alt[i]);
+    }
     free(f->vals);
     free(f->owned);
+    free(f->alt);
+}
+
+/* The planned slot of value id in the host or device arena, or NULL. */
+static void *arena_slot(const kiln_frame *f, int id, bool device, size_t nbytes)
+{
+    const kiln_arena_view *mem = f->env ? f->env->mem : NULL;
+    unsigned char *base = !mem ? NULL : device ? mem->device_base : mem->base;
+    if (!base || mem->offset[id] == SIZE_MAX || nbytes > mem->size[id]) return NULL;
+    return base + mem->offset[id];
+}
+
+/* GPU runs (main graph): main-graph value v in device or host memory. The first reader on the
+ * other side gets a copy, kept in f->alt for later readers and placed in v's arena slot of
+ * that side when v has one. */
+static kiln_status value_at(kiln_frame *f, const kiln_ir_value *v, bool device, const kiln_value **out, kiln_err *err)
+{
+    const kiln_value *p = f->vals[v->id] ? f->vals[v->id] : v->init;
+    *out = p;
+    if (!p || p->kind != KILN_VALUE_TENSOR || p->on_device == device) return KILN_OK;
+    if (!f->alt[v->id]) {
+        void *dst = arena_slot(f, v->id, device, p->nbytes);
+        kiln_gpu_run *gpu = f->env->gpu;
+        /* a recorded run copies nothing but its inputs, before it starts */
+        if (!device || !(v->is_input || v->init)) kiln_gpu_mark_unrecordable(gpu);
+        KILN_TRY(device ? kiln_gpu_to_device(gpu, v, p, dst, &f->alt[v->id], err)
+                        : kiln_gpu_to_host(gpu, p, dst, &f->alt[v->id], err));
+    }
+    *out = f->alt[v->id];
+    return KILN_OK;
+}
+
+/* Ops whose CPU kernels read only the input's type, never its elements. */
+static bool reads_type_only(const kiln_node *n)
+{
+    return !*n->domain && (!strcmp(n->op_type, "Shape") || !strcmp(n->op_type, "Size"));
+}
+
+static bool has_subgraphs(const kiln_node *n)
+{
+    for (int a = 0; a < n->n_attrs; a++)
+        if (n->attrs[a].type == KILN_ATTR_GRAPH || n->attrs[a].type == KILN_ATTR_GRAPHS) return true;
+    return false;
 }
 
 static bool all_const(const kiln_type *t)
@@ -101,13 +152,22 @@ static bool all_const(const kiln_type *t)
 }
 
 /* A zeroed output tensor: in the arena slot the plan gave the value when it fits, else on
- * the heap. */
+ * the heap. On the GPU: in the device arena's slot or the device pool, not zeroed. */
 static kiln_status alloc_output(kiln_frame *f, const kiln_ir_value *v, const kiln_type *t, const int64_t *dims,
-                                kiln_value **out, kiln_err *err)
+                                bool device, kiln_value **out, kiln_err *err)
 {
     kiln_arena_view *mem = f->env ? f->env->mem : NULL;
-    /* an arena of 0 bytes (every planned tensor empty) has no base */
-    if (!mem || !mem->base || !v || mem->offset[v->id] == SIZE_MAX || t->dtype == KILN_DTYPE_STRING)
+    if (device) {
+        int64_t numel;
+        KILN_TRY(kiln_dims_numel(t->rank, dims, &numel, err));
+        size_t nbytes = (size_t)numel * kiln_dtype_size(t->dtype);
+        void *dst = v ? arena_slot(f, v->id, true, nbytes) : NULL;
+        if (v && mem && mem->offset[v->id] != SIZE_MAX && !dst && nbytes) mem->heap_fallbacks++;
+        return kiln_gpu_tensor(f->env->gpu, t->dtype, t->rank, dims, dst, out, err);
+    }
+    /* an arena of 0 bytes (every planned tensor empty) has no base; graph outputs are handed
+     * to the caller, never views of the arena */
+    if (!mem || !mem->base || !v || v->is_output || mem->offset[v->id] == SIZE_MAX || t->dtype == KILN_DTYPE_STRING)
         return kiln_tensor_new(t->dtype, t->rank, dims, out, err);
     kiln_value *x;
     KILN_TRY(kiln_value_view(t->dtype, t->rank, dims, mem->base + mem->offset[v->id], &x, err));
@@ -139,8 +199,27 @@ static kiln_status run_node(const kiln_node *n, kiln_frame *f, kiln_err *err)
     const kiln_type **in_type = (const kiln_type **)(in + ni);
     kiln_value **out = (kiln_value **)(in_type + ni);
     kiln_status st = KILN_OK;
+    /* GPU runs place each input where the node reads it */
+    kiln_gpu_run *gpu = f->env ? f->env->gpu : NULL;
+    bool on_gpu = gpu && n->on_gpu;
+    if (gpu && !n->on_gpu && has_subgraphs(n))
+        /* subgraphs read outer values through frame_get: give every device value a host copy */
+        for (int id = 0; id < f->g->n_values && !st; id++)
+            if (f->vals[id] && f->vals[id]->on_device) {
+                const kiln_value *unused;
+                st = value_at(f, f->g->values[id], false, &unused, err);
+            }
+    if (st) goto fail;
     for (int i = 0; i < n->n_in; i++) {
-        in[i] = n->in[i] ? frame_get(f, n->in[i]) : NULL;
+        if (gpu && n->in[i] && !(!on_gpu && reads_type_only(n))) {
+            bool device = on_gpu && !(n->host_inputs & (1u << i));
+            /* the host reading a graph input's contents: a recording would keep them */
+            if (!device && n->in[i]->is_input && !n->in[i]->init) kiln_gpu_mark_unrecordable(gpu);
+            st = value_at(f, n->in[i], device, &in[i], err);
+            if (st) goto fail;
+        } else {
+            in[i] = n->in[i] ? frame_get(f, n->in[i]) : NULL;
+        }
         if (n->in[i] && !in[i]) {
             st = kiln_errf(err, KILN_ERR_RUNTIME, "node '%s' (%s): input '%s' has no value", n->name,
                            n->op_type, n->in[i]->name);
@@ -162,7 +241,7 @@ static kiln_status run_node(const kiln_node *n, kiln_frame *f, kiln_err *err)
         if (!all_const(&out_type[i])) continue;
         int64_t dims[KILN_MAX_RANK];
         for (int k = 0; k < out_type[i].rank; k++) dims[k] = out_type[i].dims[k].c;
-        st = alloc_output(f, n->out[i], &out_type[i], dims, &out[i], err);
+        st = alloc_output(f, n->out[i], &out_type[i], dims, on_gpu, &out[i], err);
         if (st) {
             kiln_err_prefix(err, "node '%s' (%s): output %d", n->name, n->op_type, i);
             goto fail;
@@ -172,9 +251,10 @@ static kiln_status run_node(const kiln_node *n, kiln_frame *f, kiln_err *err)
     const kiln_frame *top = f;
     while (top->parent) top = top->parent;
     kiln_run_ctx rc = {.node = n, .frame = f, .in = in, .out = out, .err = err,
-                       .pool = top->env ? top->env->pool : NULL};
+                       .pool = top->env ? top->env->pool : NULL, .gpu = on_gpu ? gpu : NULL};
     st = n->kernel ? n->kernel(&rc) : n->op->run(&rc);
     if (st) goto fail;
+    if (gpu) kiln_gpu_run_count_node(gpu, on_gpu);
     for (int i = 0; i < n->n_out; i++) {
         kiln_ir_value *v = n->out[i];
         if (!v) {
@@ -211,19 +291,24 @@ static void reverse_elements(kiln_value *v)
     }
 }
 
-/* Tells the observer about node n; nonzero from it stops the run. */
-static kiln_status observe(const kiln_run_env *env, const kiln_node *n, const kiln_frame *f, kiln_err *err)
+/* Tells the observer about node n (host copies of device values); nonzero from it stops
+ * the run. */
+static kiln_status observe(const kiln_run_env *env, const kiln_node *n, kiln_frame *f, kiln_err *err)
 {
     const char *names_store[64], *onames_store[64];
     const kiln_value *in_store[64], *out_store[64];
     if (n->n_in > 64 || n->n_out > 64) return KILN_OK; /* such nodes are not shown */
     for (int i = 0; i < n->n_in; i++) {
         names_store[i] = n->in[i] ? n->in[i]->name : "";
-        in_store[i] = n->in[i] ? frame_get(f, n->in[i]) : NULL;
+        in_store[i] = NULL;
+        if (n->in[i] && env->gpu) KILN_TRY(value_at(f, n->in[i], false, &in_store[i], err));
+        else if (n->in[i]) in_store[i] = frame_get(f, n->in[i]);
     }
     for (int i = 0; i < n->n_out; i++) {
         onames_store[i] = n->out[i] ? n->out[i]->name : "";
-        out_store[i] = n->out[i] ? f->vals[n->out[i]->id] : NULL;
+        out_store[i] = NULL;
+        if (n->out[i] && env->gpu) KILN_TRY(value_at(f, n->out[i], false, &out_store[i], err));
+        else if (n->out[i]) out_store[i] = f->vals[n->out[i]->id];
     }
     kiln_node_event ev = {.node = env->node_ids ? env->node_ids[n->index] : n->index,
                           .node_name = n->name, .op_type = n->op_type,
@@ -240,10 +325,12 @@ kiln_status kiln_execute(const kiln_graph *g, const kiln_frame *parent, const ki
     kiln_frame f = {.g = g, .parent = parent, .env = env};
     f.vals = calloc((size_t)g->n_values + 1, sizeof *f.vals);
     f.owned = calloc((size_t)g->n_values + 1, sizeof *f.owned);
+    if (env && env->gpu) f.alt = calloc((size_t)g->n_values + 1, sizeof *f.alt);
     for (int j = 0; j < g->n_outputs; j++) outputs[j] = NULL;
-    if (!f.vals || !f.owned) {
+    if (!f.vals || !f.owned || (env && env->gpu && !f.alt)) {
         free(f.vals);
         free(f.owned);
+        free(f.alt);
         return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
     }
     kiln_status st = KILN_OK;
@@ -255,7 +342,8 @@ kiln_status kiln_execute(const kiln_graph *g, const kiln_frame *parent, const ki
         const kiln_node *n = g->nodes[k];
         st = run_node(n, &f, err);
         if (st) goto out;
-        if (env && env->fault_node && n->n_out && n->out[0] && !strcmp(n->name, env->fault_node))
+        if (env && env->fault_node && n->n_out && n->out[0] && !strcmp(n->name, env->fault_node) &&
+            f.vals[n->out[0]->id] && !f.vals[n->out[0]->id]->on_device)
             reverse_elements(f.vals[n->out[0]->id]);
         if (env && env->observer) {
             st = observe(env, n, &f, err);
@@ -268,10 +356,29 @@ kiln_status kiln_execute(const kiln_graph *g, const kiln_frame *parent, const ki
                 f.owned[id] = false;
             }
             f.vals[id] = NULL;
+            if (f.alt) {
+                kiln_value_free(f.alt[id]);
+                f.alt[id] = NULL;
+            }
         }
     }
     for (int j = 0; j < g->n_outputs; j++) {
         const kiln_ir_value *v = g->outputs[j];
+        if (v->graph == g && f.vals[v->id] && f.vals[v->id]->on_device) {
+            const kiln_value *x = f.vals[v->id];
+            if (kiln_gpu_capturing(env->gpu)) {
+                /* recording: the device tensor itself (in the arena), downloaded after launch */
+                st = kiln_value_view(x->dtype, x->rank, x->dims, x->data, &outputs[j], err);
+                if (st) goto out;
+                outputs[j]->on_device = true;
+                continue;
+            }
+            /* a new host tensor for the caller */
+            st = kiln_gpu_to_host(env->gpu, x, NULL, &outputs[j], err);
+            if (st) goto out;
+            continue;
+        }
+        if (env && env->gpu) kiln_gpu_mark_unrecordable(env->gpu);
         if (v->graph == g && f.owned[v->id]) {
             /* hand over the frame's value; a second listing of it gets a copy */
             outputs[j] = f.vals[v->id];

@@ -10,6 +10,7 @@
 #include "exec/ctx.h"
 #include "exec/plan.h"
 #include "exec/provider.h"
+#include "gpu/device.h"
 #include "passes/passes.h"
 #include "onnx/load.h"
 
@@ -29,6 +30,7 @@ struct kiln_session {
     kiln_session_stats stats;
     int *node_ids;         /* public (depth-first) index of each main-graph node */
     kiln_threadpool *pool; /* intra-op threads of the optimised kernels; NULL when unoptimized */
+    kiln_gpu_session *gpu; /* KILN_PROVIDER_CUDA: the device and its run contexts */
     char *fault_node;      /* options.test_fault_node, copied */
 };
 
@@ -150,8 +152,13 @@ static kiln_status compile(kiln_session *s, kiln_err *err)
     if (!s->opt.unoptimized) {
         int folded;
         KILN_TRY(kiln_pass_fold_conv_bn(g, &folded, err));
+        if (s->opt.provider == KILN_PROVIDER_CPU) KILN_TRY(kiln_pass_fuse_attention(g, &folded, err));
     }
     KILN_TRY(kiln_graph_infer(g, NULL));
+    if (!s->opt.unoptimized && s->opt.provider == KILN_PROVIDER_CPU) { /* needs the inferred dtypes */
+        int fused;
+        KILN_TRY(kiln_pass_fuse_activation(g, &fused, err));
+    }
     kiln_arena *a = &m->arena;
     s->in_vals = kiln_arena_calloc(a, (size_t)g->n_inputs + 1, sizeof *s->in_vals);
     s->in_info = kiln_arena_calloc(a, (size_t)g->n_inputs + 1, sizeof *s->in_info);
@@ -165,11 +172,18 @@ static kiln_status compile(kiln_session *s, kiln_err *err)
     }
     for (int j = 0; j < g->n_outputs; j++) KILN_TRY(fill_info(s, g->outputs[j], &s->out_info[j], err));
     s->n_out = g->n_outputs;
-    KILN_TRY(kiln_memprog_build(g, &s->memprog, err));
+    bool cuda = s->opt.provider == KILN_PROVIDER_CUDA;
+    KILN_TRY(kiln_memprog_build(g, cuda, &s->memprog, err));
     if (!s->opt.unoptimized) {
         kiln_status st = kiln_threadpool_create(s->opt.num_threads, &s->pool);
         if (st) return kiln_errf(err, st, "cannot start %d threads", s->opt.num_threads);
         select_kernels(&kiln_provider_cpu, g);
+    }
+    if (cuda) {
+        if (s->opt.unoptimized)
+            return kiln_errf(err, KILN_ERR_INVALID_ARG, "the CUDA provider does not run unoptimized sessions");
+        KILN_TRY(kiln_gpu_session_create(s->opt.device_id, g, &s->gpu, err));
+        kiln_gpu_session_nodes(s->gpu, &s->stats.nodes_gpu, &s->stats.nodes_cpu);
     }
     s->node_ids = calloc((size_t)g->n_nodes + 1, sizeof *s->node_ids);
     if (!s->node_ids) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
@@ -197,9 +211,13 @@ static kiln_status session_new(const kiln_session_options *opt, kiln_session **o
 
 static kiln_status session_finish(kiln_session *s, kiln_status st, kiln_err *err)
 {
+    if (!st && s->opt.provider != KILN_PROVIDER_CPU && s->opt.provider != KILN_PROVIDER_CUDA)
+        st = kiln_errf(err, KILN_ERR_INVALID_ARG, "unknown provider %d", (int)s->opt.provider);
     if (!st) st = compile(s, err);
     if (st) {
         set_error(s, err);
+        kiln_gpu_session_free(s->gpu);
+        s->gpu = NULL;
         if (s->model) release_kernels(s->model->graph);
         kiln_model_free(s->model);
         s->model = NULL;
@@ -230,6 +248,7 @@ kiln_status kiln_session_create_from_memory(const void *buf, size_t len, const c
 void kiln_session_free(kiln_session *s)
 {
     if (!s) return;
+    kiln_gpu_session_free(s->gpu);
     if (s->model) release_kernels(s->model->graph);
     kiln_model_free(s->model);
     kiln_memprog_release(&s->memprog);
@@ -338,6 +357,58 @@ static kiln_status check_constraints(const kiln_model *m, const int64_t *syms, c
     return KILN_OK;
 }
 
+/* A GPU run by its recorded graph (see src/gpu/device.h): uploads the inputs into their
+ * arena slots, then records the run (KILN_GPU_CAPTURE) and launches it, or launches the
+ * recording (KILN_GPU_REPLAY); downloads the outputs into out[]. *done is false when the
+ * capture did not give a graph: the caller runs plainly. */
+static kiln_status run_recorded(kiln_session *s, kiln_gpu_run *gpu, kiln_gpu_mode mode, const kiln_run_env *env,
+                                const int64_t *syms, int n_syms, const kiln_value **bound, kiln_value **out,
+                                bool *done, kiln_err *err)
+{
+    const kiln_graph *g = s->model->graph;
+    const kiln_arena_view *mem = env->mem;
+    *done = false;
+    kiln_value **dev = calloc((size_t)g->n_inputs + 1, sizeof *dev);
+    const kiln_value **in = calloc((size_t)g->n_inputs + 1, sizeof *in);
+    kiln_status st = !dev || !in ? kiln_errf(err, KILN_ERR_NOMEM, "out of memory") : KILN_OK;
+    for (int i = 0; i < g->n_inputs && !st; i++) {
+        const kiln_ir_value *v = g->inputs[i];
+        in[i] = bound[i];
+        if (!bound[i]) continue;
+        if (bound[i]->kind != KILN_VALUE_TENSOR || mem->offset[v->id] == SIZE_MAX || bound[i]->nbytes > mem->size[v->id])
+            goto out; /* not recordable after all: run plainly */
+        st = kiln_gpu_to_device(gpu, NULL, bound[i], mem->device_base + mem->offset[v->id], &dev[i], err);
+        in[i] = dev[i];
+    }
+    if (!st && mode == KILN_GPU_CAPTURE) {
+        st = kiln_gpu_capture_begin(gpu, err);
+        if (st) goto out;
+        kiln_err run_err = {0};
+        kiln_status ran = kiln_execute(g, NULL, env, in, out, &run_err);
+        bool recorded;
+        st = kiln_gpu_capture_end(gpu, syms, n_syms, ran == KILN_OK, g->n_outputs, out, &recorded, err);
+        for (int j = 0; j < g->n_outputs; j++) {
+            kiln_value_free(out[j]); /* views of the device outputs, or what a failed capture left */
+            out[j] = NULL;
+        }
+        if (st || !recorded) goto out;
+        mode = KILN_GPU_REPLAY;
+    }
+    if (!st && mode == KILN_GPU_REPLAY) {
+        int n_out;
+        kiln_value *const *rec;
+        st = kiln_gpu_replay(gpu, syms, n_syms, &n_out, &rec, err);
+        for (int j = 0; j < n_out && !st; j++) st = kiln_gpu_to_host(gpu, rec[j], NULL, &out[j], err);
+        *done = true;
+    }
+out:
+    if (dev)
+        for (int i = 0; i < g->n_inputs; i++) kiln_value_free(dev[i]);
+    free(dev);
+    free(in);
+    return st;
+}
+
 static int64_t now_ns(void)
 {
     struct timespec ts;
@@ -361,6 +432,7 @@ kiln_status kiln_session_run_observed(kiln_session *s, int n_in, const char *con
     kiln_status st = KILN_OK;
     kiln_plan *plan = NULL;
     void *arena = NULL;
+    kiln_gpu_run *gpu = NULL;
     for (int j = 0; outputs && j < n_out; j++) outputs[j] = NULL;
     if (!s->model) return set_error(s, &(kiln_err){KILN_ERR_INVALID_ARG, "session failed to load"});
     const kiln_graph *g = s->model->graph;
@@ -432,8 +504,25 @@ kiln_status kiln_session_run_observed(kiln_session *s, int n_in, const char *con
         mem = (kiln_arena_view){.base = arena, .offset = plan->offset, .size = plan->size, .in_place = plan->in_place};
         env.mem = &mem;
     }
+    if (s->gpu) {
+        st = kiln_gpu_run_begin(s->gpu, plan->peak, &gpu, &err);
+        if (st) goto out;
+        mem.device_base = kiln_gpu_run_arena(gpu);
+        env.gpu = gpu;
+    }
     t_exec = now_ns();
-    st = kiln_execute(g, NULL, &env, bound, all_out, &err);
+    bool done = false;
+    kiln_gpu_mode mode = gpu && !observer && !s->fault_node ? kiln_gpu_graph_mode(gpu, syms, n_syms) : KILN_GPU_PLAIN;
+    if (mode != KILN_GPU_PLAIN) st = run_recorded(s, gpu, mode, &env, syms, n_syms, bound, all_out, &done, &err);
+    if (!st && !done) {
+        st = kiln_execute(g, NULL, &env, bound, all_out, &err);
+        if (!st && gpu && !observer && !s->fault_node) kiln_gpu_graph_note(gpu, syms, n_syms);
+    }
+    if (gpu) {
+        kiln_status end = kiln_gpu_run_end(s->gpu, gpu, st ? NULL : &err);
+        gpu = NULL;
+        if (!st) st = end;
+    }
     if (st) goto out;
     pthread_mutex_lock(&s->stats_lock);
     s->stats.runs++;
@@ -459,6 +548,7 @@ kiln_status kiln_session_run_observed(kiln_session *s, int n_in, const char *con
         }
     }
 out:
+    kiln_gpu_run_end(s->gpu, gpu, NULL);
     free(arena);
     kiln_plan_cache_put(&s->plans, plan);
     if (all_out)
@@ -489,6 +579,7 @@ kiln_status kiln_session_stats_get(const kiln_session *s, kiln_session_stats *ou
     out->plan_cache_entries = s->plans.count;
     out->plan_cache_capacity = s->plans.capacity;
     pthread_mutex_unlock(&m->plans.lock);
+    if (s->gpu) kiln_gpu_session_stats(s->gpu, out);
     return KILN_OK;
 }
 
@@ -544,6 +635,19 @@ kiln_status kiln_session_node(const kiln_session *s, int i, const char **name, c
     if (domain) *domain = n->domain;
     if (op_type) *op_type = n->op_type;
     if (supported) *supported = n->op != NULL;
+    return KILN_OK;
+}
+
+kiln_status kiln_session_node_placement(const kiln_session *s, int i, const char **provider, const char **why)
+{
+    if (!s || !s->model || i < 0) return KILN_ERR_INVALID_ARG;
+    int want = i, count = 0;
+    const kiln_node *n = nth_node(s->model->graph, &want, &count);
+    if (!n) return KILN_ERR_INVALID_ARG;
+    bool main_graph = n->graph == s->model->graph;
+    if (provider) *provider = n->on_gpu ? "cuda" : "cpu";
+    if (why)
+        *why = !s->gpu || n->on_gpu ? NULL : main_graph ? n->placement_note : "inside a subgraph (runs on the CPU)";
     return KILN_OK;
 }
 

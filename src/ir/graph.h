@@ -80,6 +80,24 @@ typedef struct kiln_ir_value {
     int last_use;              /* index of the last node of `graph` reading it (-1: none) */
 } kiln_ir_value;
 
+/* An element-wise activation that a graph pass (src/passes/fuse_activation.c) fused into a node:
+ * applied to output 0 after the op. Only optimised CPU sessions have them, and only on nodes the
+ * CPU provider's kernel applies them for. */
+typedef enum kiln_act_kind {
+    KILN_ACT_NONE = 0,
+    KILN_ACT_RELU,         /* x < 0 ? 0 : x */
+    KILN_ACT_CLIP,         /* min(max(x, alpha), beta), NaN kept */
+    KILN_ACT_SIGMOID,      /* 1 / (1 + e^-x) */
+    KILN_ACT_HARD_SIGMOID, /* clamp(alpha * x + beta, 0, 1) */
+    KILN_ACT_HARD_SWISH,   /* x * clamp(x / 6 + 0.5, 0, 1) */
+    KILN_ACT_LEAKY_RELU,   /* x < 0 ? alpha * x : x */
+} kiln_act_kind;
+
+typedef struct kiln_act {
+    kiln_act_kind kind;
+    float alpha, beta;
+} kiln_act;
+
 struct kiln_node {
     const char *name;
     const char *op_type;
@@ -91,6 +109,12 @@ struct kiln_node {
     kiln_status (*kernel)(struct kiln_run_ctx *c);
     void *kernel_state;
     void (*kernel_state_free)(void *state);
+    kiln_act act;              /* fused activation on output 0 (KILN_ACT_NONE: none) */
+    /* placement (GPU sessions): on the GPU provider, the inputs it reads on the host (bit i:
+     * input i), and why a node stays on the CPU (NULL when on the GPU or not decided) */
+    bool on_gpu;
+    unsigned host_inputs;
+    const char *placement_note;
     int index;                 /* position in graph->nodes */
     int n_in, n_out;
     kiln_ir_value **in;        /* in[i] NULL for an absent optional input */

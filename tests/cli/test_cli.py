@@ -108,20 +108,21 @@ def test_npy_dtypes(tmp):
 
 def test_verify(models):
     """verify compares the served path with the reference value by value; a planted layout bug
-    (the test-only fault hook reverses one node's output) is named, and told apart from wrong
+    (the test-only fault hook reverses one node's output; a LayerNormalization, as attention fusion
+    removes the encoder's Transposes) is named, and told apart from wrong
     values by the sorted comparison."""
     enc = os.path.join(models, "encoder.onnx")
     r = kiln("verify", enc, "--shape", "tokens=2x9")
     check("verify clean exit 0", r.returncode == 0 and " 0 differ" in r.stdout, r.stdout[-500:] + r.stderr)
-    r = kiln("verify", enc, "--shape", "tokens=2x9", "--test-fault-node", "Transpose_24")
+    r = kiln("verify", enc, "--shape", "tokens=2x9", "--test-fault-node", "LayerNormalization_66")
     out = r.stdout
     check("verify fault exit 1", r.returncode == 1, f"rc={r.returncode}")
-    check("verify names the node", "first divergence: node 'Transpose_24' (Transpose perm=[0, 2, 1, 3])" in out,
+    check("verify names the node", "first divergence: node 'LayerNormalization_66' (LayerNormalization axis=-1 epsilon=1e-05)" in out,
           out[-600:])
-    check("verify sees wrong places", "output 'q_t_23': SAME VALUES, WRONG PLACES" in out, out[-600:])
-    check("verify lists input shapes", "inputs: 'q_heads_21' float32[2, 9, 4, 16]" in out, out[-600:])
+    check("verify sees wrong places", "output 'ln_65': SAME VALUES, WRONG PLACES" in out, out[-600:])
+    check("verify lists input shapes", "inputs: 'res2_63' float32[2, 9, 64]" in out, out[-600:])
     # everything before the planted bug agrees
-    before = out.split("q_t_23")[0]
+    before = out.split("ln_65")[0]
     check("verify values before the fault agree", "DIFFERENT" not in before and "WRONG" not in before, before[-300:])
     r = kiln("verify", os.path.join(models, "convnet.onnx"), "--shape", "image=1x19x23x3", "--rtol", "1e-5")
     check("verify convnet", r.returncode == 0, r.stdout[-400:] + r.stderr)

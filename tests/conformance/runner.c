@@ -4,7 +4,13 @@
  * child, so a crash fails that test only. Tests listed in the expected-failures file must fail;
  * a listed test that passes is an error too (the list only shrinks).
  *
- * usage: conformance DATA_ROOT [--expected FILE] [--filter SUBSTR] [--no-fork] [-v] */
+ * With --provider cuda the sessions are created on the CUDA provider and the summary also
+ * counts the tests that ran at least one node on the GPU (nodes_gpu in the session's stats);
+ * --shard I/N runs only every N-th test starting at the I-th (0-based), so that
+ * scripts/test_gpu.sh can run N runners side by side.
+ *
+ * usage: conformance DATA_ROOT [--expected FILE] [--filter SUBSTR] [--no-fork] [-v]
+ *                    [--provider cpu|cuda] [--shard I/N] */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <math.h>
@@ -19,6 +25,9 @@
 #include "testutil.h"
 
 static const char *const folders[] = {"node", "simple", "pytorch-converted", "pytorch-operator"};
+
+/* --provider: the provider every test session is created on */
+static kiln_provider_kind provider = KILN_PROVIDER_CPU;
 
 typedef struct expected {
     char **names;
@@ -129,12 +138,15 @@ out:
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-static int run_test(const char *dir, char *why, size_t why_size)
+/* *on_gpu: whether the session placed at least one node on the GPU. */
+static int run_test(const char *dir, bool *on_gpu, char *why, size_t why_size)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/model.onnx", dir);
     kiln_session_options opt = kiln_session_options_default();
     opt.allow_unsupported = true;
+    opt.provider = provider;
+    *on_gpu = false;
     kiln_session *s = NULL;
     if (kiln_session_create(path, &opt, &s)) {
         snprintf(why, why_size, "load failed: %s", kiln_last_error(s));
@@ -175,24 +187,29 @@ static int run_test(const char *dir, char *why, size_t why_size)
         }
         free(sets[k]);
     }
+    kiln_session_stats st;
+    if (kiln_session_stats_get(s, &st) == KILN_OK) *on_gpu = st.nodes_gpu > 0;
     kiln_session_free(s);
     return res;
 }
 
-/* Runs one test in a child; a crash or a hang counts as a failure. */
-static int run_isolated(const char *dir, bool fork_it, char *why, size_t why_size)
+/* Runs one test in a child; a crash or a hang counts as a failure. The child writes
+ * "RES GPU WHY": its result code, 1 if a node ran on the GPU, and the reason. */
+static int run_isolated(const char *dir, bool fork_it, bool *on_gpu, char *why, size_t why_size)
 {
-    if (!fork_it) return run_test(dir, why, why_size);
+    *on_gpu = false;
+    if (!fork_it) return run_test(dir, on_gpu, why, why_size);
     int fds[2];
-    if (pipe(fds)) return run_test(dir, why, why_size);
+    if (pipe(fds)) return run_test(dir, on_gpu, why, why_size);
     pid_t pid = fork();
     if (pid == 0) {
         close(fds[0]);
         alarm(120);
         char w[2048] = "";
-        int r = run_test(dir, w, sizeof w);
+        bool gpu = false;
+        int r = run_test(dir, &gpu, w, sizeof w);
         char buf[2100];
-        int len = snprintf(buf, sizeof buf, "%d %s", r, w);
+        int len = snprintf(buf, sizeof buf, "%d %d %s", r, gpu ? 1 : 0, w);
         if (write(fds[1], buf, (size_t)len) < 0) _exit(3);
         /* exit, not _exit: sanitizer builds check for leaks at exit and fail the status */
         exit(0);
@@ -211,12 +228,13 @@ static int run_isolated(const char *dir, bool fork_it, char *why, size_t why_siz
                  WTERMSIG(status) == SIGALRM ? " (timeout)" : "");
         return RES_FAIL;
     }
-    if (got < 1) {
+    if (got < 3) {
         snprintf(why, why_size, "child exited with status %d and no result", WEXITSTATUS(status));
         return RES_FAIL;
     }
     int res = buf[0] - '0';
-    snprintf(why, why_size, "%s", got > 2 ? buf + 2 : "");
+    *on_gpu = buf[2] == '1';
+    snprintf(why, why_size, "%s", got > 4 ? buf + 4 : "");
     if (WIFEXITED(status) && WEXITSTATUS(status)) {
         snprintf(why, why_size, "exited with status %d after the test (a sanitizer found a leak or an error)",
                  WEXITSTATUS(status));
@@ -228,25 +246,33 @@ static int run_isolated(const char *dir, bool fork_it, char *why, size_t why_siz
 int main(int argc, char **argv)
 {
     const char *root = NULL, *expected_path = NULL, *filter = NULL;
-    bool fork_it = true, verbose = false;
+    bool fork_it = true, verbose = false, usage = false;
+    int shard = 0, n_shards = 1;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--expected") && i + 1 < argc) expected_path = argv[++i];
+        if (!strcmp(argv[i], "--provider") && i + 1 < argc) {
+            i++;
+            if (!strcmp(argv[i], "cuda")) provider = KILN_PROVIDER_CUDA;
+            else if (!strcmp(argv[i], "cpu")) provider = KILN_PROVIDER_CPU;
+            else usage = true;
+        } else if (!strcmp(argv[i], "--shard") && i + 1 < argc) {
+            if (sscanf(argv[++i], "%d/%d", &shard, &n_shards) != 2 || n_shards < 1 || shard < 0 || shard >= n_shards)
+                usage = true;
+        } else if (!strcmp(argv[i], "--expected") && i + 1 < argc) expected_path = argv[++i];
         else if (!strcmp(argv[i], "--filter") && i + 1 < argc) filter = argv[++i];
         else if (!strcmp(argv[i], "--no-fork")) fork_it = false;
         else if (!strcmp(argv[i], "-v")) verbose = true;
         else if (argv[i][0] != '-' && !root) root = argv[i];
-        else {
-            fprintf(stderr, "usage: conformance DATA_ROOT [--expected FILE] [--filter SUBSTR] [--no-fork] [-v]\n");
-            return 2;
-        }
+        else usage = true;
     }
-    if (!root) {
-        fprintf(stderr, "usage: conformance DATA_ROOT [--expected FILE] [--filter SUBSTR] [--no-fork] [-v]\n");
+    if (!root || usage) {
+        fprintf(stderr, "usage: conformance DATA_ROOT [--expected FILE] [--filter SUBSTR] [--no-fork] [-v]\n"
+                        "                   [--provider cpu|cuda] [--shard I/N]\n");
         return 2;
     }
     expected ex = {0};
     if (expected_path) load_expected(expected_path, &ex);
     int passed = 0, failed = 0, skipped = 0, unexpected = 0, fixed = 0, total = 0;
+    int on_gpu_ran = 0, on_gpu_passed = 0, seq = 0; /* seq: index among the tests the filter keeps */
     for (size_t f = 0; f < sizeof folders / sizeof folders[0]; f++) {
         char fdir[4096];
         snprintf(fdir, sizeof fdir, "%s/%s", root, folders[f]);
@@ -266,7 +292,9 @@ int main(int argc, char **argv)
         closedir(d);
         if (n) qsort(names, (size_t)n, sizeof *names, cmp_str);
         for (int i = 0; i < n; i++) {
-            if (filter && !strstr(names[i], filter)) {
+            bool skip = filter && !strstr(names[i], filter);
+            if (!skip && seq++ % n_shards != shard) skip = true; /* another shard's test */
+            if (skip) {
                 int xi = find_expected(&ex, names[i]);
                 if (xi >= 0) ex.seen[xi] = true;
                 free(names[i]);
@@ -274,7 +302,10 @@ int main(int argc, char **argv)
             }
             char dir[8192], why[2048] = "";
             snprintf(dir, sizeof dir, "%s/%s", fdir, names[i]);
-            int res = run_isolated(dir, fork_it, why, sizeof why);
+            bool on_gpu = false;
+            int res = run_isolated(dir, fork_it, &on_gpu, why, sizeof why);
+            on_gpu_ran += on_gpu;
+            on_gpu_passed += on_gpu && res == RES_PASS;
             int xi = find_expected(&ex, names[i]);
             if (xi >= 0) ex.seen[xi] = true;
             total++;
@@ -308,6 +339,8 @@ int main(int argc, char **argv)
         }
     printf("pass rate %.1f%% (%d of %d, skipped excluded); unexpected failures %d, listed tests now passing %d\n",
            100.0 * passed / (total - skipped > 0 ? total - skipped : 1), passed, total - skipped, unexpected, fixed);
+    if (provider == KILN_PROVIDER_CUDA)
+        printf("on the GPU: %d tests ran at least one node there, %d of them passed\n", on_gpu_ran, on_gpu_passed);
     printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
     for (int i = 0; i < ex.n; i++) {
         free(ex.names[i]);

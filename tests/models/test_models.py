@@ -2,9 +2,11 @@
 """Model tests: kiln against ONNX Runtime on generated models, one kiln session per model,
 with the input shape changing from call to call.
 
-usage: test_models.py MODELS_DIR   (models from scripts/make_models.py; libkiln.so from
-                                     build/ or $KILN_LIB)
+usage: test_models.py MODELS_DIR [--provider cpu|cuda]
+       (models from scripts/make_models.py; libkiln.so from build/ or $KILN_LIB; --provider
+       cuda creates every kiln session on the CUDA provider, for scripts/test_gpu.sh)
 """
+import argparse
 import os
 import sys
 import traceback
@@ -19,6 +21,11 @@ import kiln  # noqa: E402
 RTOL, ATOL = 1e-4, 1e-4
 N_RANDOM_LENGTHS = int(os.environ.get("KILN_TEST_LENGTHS", "500"))
 N_SOAK_CALLS = 10000
+PROVIDER = "cpu"  # --provider: the provider of every kiln session created here
+
+
+def new_session(path, **kw):
+    return kiln.Session(path, provider=PROVIDER, **kw)
 
 
 def check_plan(name, sess):
@@ -60,7 +67,7 @@ def test_encoder(models, rng):
     """TTS-like encoder, one session: lengths 16, 16, 10, 55, 5, then 500 random in [1, 512],
     batch changing between 1 and 64."""
     path = os.path.join(models, "encoder.onnx")
-    sess, ref = kiln.Session(path), ort.InferenceSession(path)
+    sess, ref = new_session(path), ort.InferenceSession(path)
     lengths = [16, 16, 10, 55, 5] + [int(n) for n in rng.integers(1, 513, size=N_RANDOM_LENGTHS)]
     for i, seq in enumerate(lengths):
         batch = 64 if i in (3, 40) else [1, 3, 1, 2][i % 4]
@@ -77,7 +84,7 @@ def test_encoder(models, rng):
 def test_decoder(models, rng):
     """Decoder step with a KV cache: past length grows 0 -> 511, one call per step."""
     path = os.path.join(models, "decoder.onnx")
-    sess, ref = kiln.Session(path), ort.InferenceSession(path)
+    sess, ref = new_session(path), ort.InferenceSession(path)
     for batch in (1, 64):
         past_k = np.zeros((batch, 4, 0, 16), np.float32)
         past_v = np.zeros((batch, 4, 0, 16), np.float32)
@@ -105,7 +112,7 @@ def test_decoder(models, rng):
 def test_convnet(models, rng):
     """Conv/upsample network at many H x W, most not multiples of the total stride."""
     path = os.path.join(models, "convnet.onnx")
-    sess, ref = kiln.Session(path), ort.InferenceSession(path)
+    sess, ref = new_session(path), ort.InferenceSession(path)
     sizes = [(1, 40, 40), (1, 41, 37), (2, 17, 23), (1, 64, 48), (1, 3, 5), (2, 1, 1), (64, 8, 8), (1, 40, 40)]
     sizes += [(1, int(h), int(w)) for h, w in rng.integers(1, 70, size=(12, 2))]
     for batch, h, w in sizes:
@@ -113,7 +120,7 @@ def test_convnet(models, rng):
         compare(f"convnet {batch}x{h}x{w}", sess, ref, {"image": img})
     expect_error("convnet wrong channel count", sess, {"image": np.zeros((1, 8, 8, 4), np.float32)},
                  ["image", "dim 3 must be 3"])
-    strict = kiln.Session(os.path.join(models, "unet_strict.onnx"))
+    strict = new_session(os.path.join(models, "unet_strict.onnx"))
     strict_ref = ort.InferenceSession(os.path.join(models, "unet_strict.onnx"))
     compare("unet_strict 40x36", strict, strict_ref, {"image": rng.standard_normal((1, 40, 36, 3)).astype(np.float32)})
     # 42 = 2 * 21: the upsampled 11 -> 22 cannot be concatenated with 21
@@ -127,7 +134,7 @@ def test_datadep(models, rng):
     """Data-dependent sizes: NonZero -> Gather, TopK with k from an input, Unique, Loop with a
     trip count from data."""
     path = os.path.join(models, "datadep.onnx")
-    sess, ref = kiln.Session(path), ort.InferenceSession(path)
+    sess, ref = new_session(path), ort.InferenceSession(path)
     for n, k, trips in [(9, 3, 4), (1, 1, 0), (30, 30, 7), (5, 2, 1), (0, 0, 2), (17, 5, 12)]:
         feeds = {"x": rng.standard_normal(n).astype(np.float32), "k": np.array([k], np.int64),
                  "trips": np.array(trips, np.int64)}
@@ -141,7 +148,7 @@ def test_datadep(models, rng):
 def test_plan_cache_soak(models, rng):
     """10,000 calls with random shapes: the plan cache stays at its bound and memory is flat."""
     path = os.path.join(models, "mlp.onnx")
-    sess = kiln.Session(path, plan_cache_size=8)
+    sess = new_session(path, plan_cache_size=8)
     x = rng.standard_normal((300, 32)).astype(np.float32)
 
     def rss_kib():
@@ -165,20 +172,23 @@ def test_plan_cache_soak(models, rng):
 
 def test_mlp(models, rng):
     path = os.path.join(models, "mlp.onnx")
-    sess, ref = kiln.Session(path), ort.InferenceSession(path)
+    sess, ref = new_session(path), ort.InferenceSession(path)
     for batch in [1, 64, 7, 1, 33, 64]:
         compare(f"mlp batch={batch}", sess, ref, {"x": rng.standard_normal((batch, 32)).astype(np.float32)})
     expect_error("mlp inner dim", sess, {"x": np.zeros((2, 31), np.float32)}, ["x", "dim 1 must be 32"])
 
 
 def main():
-    if len(sys.argv) != 2:
-        print(__doc__, file=sys.stderr)
-        return 2
+    global PROVIDER
+    ap = argparse.ArgumentParser(usage=__doc__)
+    ap.add_argument("models")
+    ap.add_argument("--provider", choices=sorted(kiln.PROVIDERS), default="cpu")
+    args = ap.parse_args()
+    PROVIDER = args.provider
     rng = np.random.default_rng(1234)
     for test in (test_mlp, test_plan_cache_soak, test_datadep, test_convnet, test_decoder, test_encoder):
         try:
-            test(sys.argv[1], rng)
+            test(args.models, rng)
         except Exception:  # a crash of one model test is a failure, the others still run
             check(test.__name__, False, traceback.format_exc())
     return summary()

@@ -594,10 +594,184 @@ def test_conv_bn_folding():
                     feeds)
 
 
+ACTIVATIONS = [  # (op, attrs, extra constant inputs, opset): what the fusion pass folds into Conv/Gemm
+    ("Relu", {}, [], 17), ("Sigmoid", {}, [], 17), ("HardSigmoid", {"alpha": 0.3, "beta": 0.4}, [], 17),
+    ("HardSwish", {}, [], 17), ("LeakyRelu", {"alpha": 0.07}, [], 17), ("Clip", {}, [0.0, 6.0], 17),
+    ("Clip", {}, [-0.5], 17), ("Clip", {"min": -1.0, "max": 0.5}, [], 6),
+]
+
+
+def test_fused_activation():
+    """Conv (im2col, 1x1, strided, grouped, depthwise, dilated) and Gemm with a following
+    activation fused into one node by the optimised session's pass: bias and activation applied
+    in the GEMM's epilogue. Shapes cover several depth blocks and tiles, odd and zero sizes; an
+    activation whose input has another reader, or non-constant Clip bounds, must not fuse."""
+    from onnx import numpy_helper
+    convs = [
+        dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], c=40, m=30),               # K = 360: two depth blocks
+        dict(kernel_shape=[1, 1], c=9, m=17),                                    # direct GEMM on X
+        dict(kernel_shape=[1, 1], strides=[2, 2], c=5, m=7),
+        dict(kernel_shape=[3, 2], strides=[2, 1], pads=[0, 1, 2, 0], dilations=[2, 1], c=6, m=5),
+        dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=2, c=6, m=4),
+        dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], group=8, c=8, m=8),  # depthwise
+        dict(kernel_shape=[7, 7], strides=[2, 2], pads=[3, 3, 3, 3], c=3, m=16),
+    ]
+    for ci, cfg in enumerate(convs):
+        cfg = dict(cfg)
+        c, m = cfg.pop("c"), cfg.pop("m")
+        group = cfg.get("group", 1)
+        for ai, (op, attrs, extra, opset) in enumerate(ACTIVATIONS):
+            if ci > 1 and ai not in (0, 5, 3):  # every activation on two convolutions, three on the rest
+                continue
+            for bias in (False, True):
+                inits = [numpy_helper.from_array(rand(m, c // group, *cfg["kernel_shape"]), "W")]
+                conv_in = ["X", "W"]
+                if bias:
+                    inits.append(numpy_helper.from_array(rand(m), "B"))
+                    conv_in.append("B")
+                act_in = ["conv_out"]
+                for k, v in enumerate(extra):
+                    inits.append(numpy_helper.from_array(np.array(v, np.float32), f"bound{k}"))
+                    act_in.append(f"bound{k}")
+                nodes = [helper.make_node("Conv", conv_in, ["conv_out"], **cfg),
+                         helper.make_node(op, act_in, ["Y"], **attrs)]
+                g = helper.make_graph(nodes, "conv_act", [helper.make_tensor_value_info(
+                    "X", TensorProto.FLOAT, ["n", c, "h", "w"])], [out()], inits)
+                mdl = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+                mdl.ir_version = 8
+                shapes = [(1, 9, 9), (2, 17, 13), (1, 1, 1), (1, 40, 41), (0, 5, 5), (1, 0, 4), (3, 5, 31)]
+                feeds = [{"X": rand(n, c, h, w)} for n, h, w in shapes]
+                compare(f"Conv {cfg} + {op} {attrs} {extra} bias={bias}", mdl.SerializeToString(), feeds)
+    # not fused: a second reader of the Conv output; Clip bounds that are graph inputs
+    inits = [numpy_helper.from_array(rand(6, 4, 3, 3), "W")]
+    nodes = [helper.make_node("Conv", ["X", "W"], ["conv_out"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["conv_out"], ["Y"]), helper.make_node("Neg", ["conv_out"], ["Z"]),
+             helper.make_node("Conv", ["X", "W"], ["conv2"]), helper.make_node("Clip", ["conv2", "lo", "hi"], ["V"])]
+    g = helper.make_graph(nodes, "conv_act_kept", [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["n", 4, "h", "w"]),
+                                                   helper.make_tensor_value_info("lo", TensorProto.FLOAT, []),
+                                                   helper.make_tensor_value_info("hi", TensorProto.FLOAT, [])],
+                          [out("Y"), out("Z"), out("V")], inits)
+    mdl = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    mdl.ir_version = 8
+    compare("Conv + Relu with a second reader, Clip with input bounds", mdl.SerializeToString(),
+            [{"X": rand(n, 4, h, w), "lo": np.array(-0.3, np.float32), "hi": np.array(0.2, np.float32)}
+             for n, h, w in [(1, 6, 7), (2, 3, 3), (1, 4, 9)]])
+    # Gemm: constant (packed) and input B, with and without C
+    for ai, (op, attrs, extra, opset) in enumerate(ACTIVATIONS):
+        for packed in (False, True):
+            k, n_out = 37, 45
+            inits = [numpy_helper.from_array(rand(k, n_out), "B")] if packed else []
+            inputs = [sym("A", 2, "a")] + ([] if packed else [helper.make_tensor_value_info("B", TensorProto.FLOAT,
+                                                                                            [k, n_out])])
+            inits.append(numpy_helper.from_array(rand(n_out), "C"))
+            act_in = ["g"]
+            for q, v in enumerate(extra):
+                inits.append(numpy_helper.from_array(np.array(v, np.float32), f"bound{q}"))
+                act_in.append(f"bound{q}")
+            nodes = [helper.make_node("Gemm", ["A", "B", "C"], ["g"], alpha=0.5),
+                     helper.make_node(op, act_in, ["Y"], **attrs)]
+            g = helper.make_graph(nodes, "gemm_act", inputs, [out()], inits)
+            mdl = helper.make_model(g, opset_imports=[helper.make_opsetid("", max(opset, 11))])
+            mdl.ir_version = 8
+            feeds = []
+            for rows in (1, 13, 0, 100):
+                f = {"A": rand(rows, k)}
+                if not packed:
+                    f["B"] = rand(k, n_out)
+                feeds.append(f)
+            compare(f"Gemm + {op} {attrs} {extra} packed={packed}", mdl.SerializeToString(), feeds)
+
+
+def test_attention():
+    """The Attention kernel (opset 23) on random shapes, and the fusion of the written-out
+    pattern (MatMul -> scale -> mask -> Softmax -> MatMul, 4-D and split/merged heads)."""
+    f = TensorProto.FLOAT
+    for rank in (4, 3):
+        for mask_rank in (0, 1, 2, 4):
+            for gqa in (False, True):
+                ins = [sym("Q", rank, "q"), sym("K", rank, "k"), sym("V", rank, "v")]
+                names = ["Q", "K", "V"]
+                if mask_rank:
+                    ins.append(sym("M", mask_rank, "m"))
+                    names.append("M")
+                attrs = {"scale": 0.3} if gqa else {}
+                if rank == 3:
+                    attrs.update(q_num_heads=4 if gqa else 3, kv_num_heads=2 if gqa else 3)
+                blob = model(helper.make_node("Attention", names, ["Y"], **attrs), ins, [out()], opset=23)
+                feeds = []
+                for sq, skv, d in [(5, 7, 8), (1, 1, 1), (70, 33, 16), (0, 4, 4), (3, 0, 4), (129, 130, 5)]:
+                    b = int(rng.choice([1, 2]))
+                    hq, hkv = (4, 2) if gqa else (3, 3)
+                    dv = d + 1
+                    if rank == 4:
+                        fd = {"Q": rand(b, hq, sq, d), "K": rand(b, hkv, skv, d), "V": rand(b, hkv, skv, dv)}
+                    else:
+                        fd = {"Q": rand(b, sq, hq * d), "K": rand(b, skv, hkv * d), "V": rand(b, skv, hkv * dv)}
+                    if mask_rank:
+                        full = [b, hq, sq, skv]
+                        md = [1 if (i < 3 and rng.random() < 0.5) else full[4 - mask_rank + i] for i in range(mask_rank)]
+                        if rng.random() < 0.3 and md[-1] > 1:
+                            md[-1] -= 1  # shorter than the keys: the rest is masked
+                        m = rand(*md) * 3
+                        m[m < -2.5] = -np.inf
+                        fd["M"] = m
+                    feeds.append(fd)
+                compare(f"Attention rank {rank} mask rank {mask_rank} gqa {gqa}", blob, feeds)
+
+    # the pattern as models write it, fused in the optimised session only
+    def sdpa(split, scale_op, mask):
+        nodes, ins = [], []
+        if split:
+            ins = [helper.make_tensor_value_info(n, f, ["b", "s", 12]) for n in ("q3", "k3", "v3")]
+            shape = helper.make_tensor("hs", TensorProto.INT64, [4], [0, 0, 3, 4])
+            merged = helper.make_tensor("ms", TensorProto.INT64, [3], [0, 0, 12])
+            inits = [shape, merged]
+            for n in "qkv":
+                nodes += [helper.make_node("Reshape", [n + "3", "hs"], [n + "r"]),
+                          helper.make_node("Transpose", [n + "r"], [n], perm=[0, 2, 1, 3])]
+        else:
+            ins = [helper.make_tensor_value_info(n, f, ["b", 3, "s", 5 if n == "v" else 4]) for n in "qkv"]
+            inits = []
+        inits.append(helper.make_tensor("c", f, [], [0.5 if scale_op == "Mul" else 2.0]))
+        nodes += [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+                  helper.make_node("MatMul", ["q", "kt"], ["s0"])]
+        last = "s0"
+        if scale_op:
+            nodes.append(helper.make_node(scale_op, ["s0", "c"], ["s1"]))
+            last = "s1"
+        if mask:
+            ins.append(helper.make_tensor_value_info("m", f, ["b", 1, 1, "s"]))
+            nodes.append(helper.make_node("Add", [last, "m"], ["s2"]))
+            last = "s2"
+        nodes += [helper.make_node("Softmax", [last], ["p"], axis=-1), helper.make_node("MatMul", ["p", "v"], ["o"])]
+        if split:
+            nodes += [helper.make_node("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]),
+                      helper.make_node("Reshape", ["ot", "ms"], ["Y"])]
+        else:
+            nodes[-1].output[0] = "Y"
+        return model(nodes, ins, [out()], initializers=inits)
+
+    for split in (False, True):
+        for scale_op in (None, "Mul", "Div"):
+            for mask in (False, True):
+                blob = sdpa(split, scale_op, mask)
+                feeds = []
+                for s in (1, 6, 0, 67):
+                    b = int(rng.choice([1, 2]))
+                    if split:
+                        fd = {n: rand(b, s, 12) for n in ("q3", "k3", "v3")}
+                    else:
+                        fd = {"q": rand(b, 3, s, 4), "k": rand(b, 3, s, 4), "v": rand(b, 3, s, 5)}
+                    if mask:
+                        fd["m"] = (rng.integers(0, 2, (b, 1, 1, s)) * -10000.0).astype(np.float32)
+                    feeds.append(fd)
+                compare(f"attention pattern split {split} scale {scale_op} mask {mask}", blob, feeds)
+
+
 def main():
-    for test in (test_conv_bn_folding, test_matmul, test_gemm, test_packed_weights, test_conv, test_binary, test_unary, test_inplace_chain,
+    for test in (test_conv_bn_folding, test_fused_activation, test_matmul, test_gemm, test_packed_weights, test_conv, test_binary, test_unary, test_inplace_chain,
                  test_softmax, test_layernorm, test_reduce_mean, test_transpose, test_batchnorm, test_clip, test_pool,
-                 test_global_pool, test_depthwise_conv):
+                 test_global_pool, test_depthwise_conv, test_attention):
         test()
     return summary()
 

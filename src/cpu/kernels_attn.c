@@ -1,0 +1,252 @@
+/* kernels_attn.c - float32 Attention (ONNX opset 23, what src/passes/fuse_attention.c makes of
+ * MatMul -> scale -> mask Add -> Softmax -> MatMul) in one pass per block of query rows:
+ * S = scale * Q K^T on the packed sgemm, S += mask, row softmax (AVX-512 where the CPU has it),
+ * Y = S V written straight into Y's layout. Blocks of (batch, head, query rows) are spread over
+ * the thread pool; the score block [QB, total] stays in cache. Covered: 3-D (q_num_heads) and
+ * 4-D inputs, grouped K/V heads, a float32 additive mask broadcast to [B, Hq, Sq, total] (keys
+ * past its last dim are masked, as the spec pads), no past, not causal, no softcap, only Y.
+ * Everything else runs the reference kernel. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/gemm.h"
+#include "cpu/kernels.h"
+#include "cpu/threadpool.h"
+#include "cpu/vecmath.h"
+#include "ops/util.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+enum { QB = 64 /* query rows per block */ };
+
+/* One Attention call, shared by the threads that run its blocks. Row strides in elements. */
+typedef struct attn_job {
+    const float *q, *k, *v, *mask;
+    float *y;
+    int64_t B, Hq, group, Sq, total, Dk, Dv;
+    int64_t q_b, q_h, q_s;   /* Q element (b, h, i, 0) at b*q_b + h*q_h + i*q_s */
+    int64_t k_b, k_h, k_s;   /* same for K (kv head) */
+    int64_t v_b, v_h, v_s;
+    int64_t y_b, y_h, y_s;
+    int64_t m_b, m_h, m_s;   /* mask strides over [B, Hq, Sq] (0 where broadcast); keys contiguous */
+    int64_t m_len;           /* mask columns (<= total); keys past it are masked */
+    float scale;
+    int64_t q_blocks;        /* blocks of QB rows per (b, h) */
+    bool avx512;
+    kiln_status st;          /* first failure of any block (sgemm out of memory) */
+} attn_job;
+
+/* Softmax of a score row in place after adding the mask row m (NULL: none; keys at or past
+ * m_len are -inf). A row with no attendable key (all -inf) becomes zeros, as the spec says. */
+static void softmax_row_v4(float *s, int64_t n, const float *m, int64_t m_len)
+{
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < n; j++) {
+        float x = m ? (j < m_len ? s[j] + m[j] : -INFINITY) : s[j];
+        s[j] = x;
+        mx = x > mx ? x : mx;
+    }
+    if (mx == -INFINITY) {
+        memset(s, 0, (size_t)n * sizeof *s);
+        return;
+    }
+    v4f m4 = v4_splat(mx), acc = v4_splat(0.0f);
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+        v4f e = v4_exp_flush(v4_load(s + j) - m4);
+        v4_store(s + j, e);
+        acc += e;
+    }
+    float sum = v4_hsum(acc);
+    for (; j < n; j++) {
+        float b[4] = {s[j] - mx, -INFINITY, -INFINITY, -INFINITY};
+        v4f e = v4_exp_flush(v4_load(b));
+        s[j] = e[0];
+        sum += e[0];
+    }
+    float inv = 1.0f / sum;
+    for (j = 0; j < n; j++) s[j] *= inv;
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define AVX512 __attribute__((target("avx512f")))
+
+/* e^x (the Cephes polynomial of v4_exp), 0 below ln FLT_MIN (no subnormals), NaN kept. */
+static inline AVX512 __m512 exp16(__m512 x)
+{
+    const __m512 lo = _mm512_set1_ps(-87.33f);
+    __mmask16 tiny = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+    x = _mm512_min_ps(x, _mm512_set1_ps(88.7f));
+    x = _mm512_mask_mov_ps(x, tiny, lo);
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    p = _mm512_scalef_ps(p, n);
+    return _mm512_mask_mov_ps(p, tiny, _mm512_setzero_ps());
+}
+
+static AVX512 void softmax_row_avx512(float *s, int64_t n, const float *m, int64_t m_len)
+{
+    int64_t lim = m ? (m_len < n ? m_len : n) : n; /* keys past lim are -inf */
+    __m512 mx16 = _mm512_set1_ps(-INFINITY);
+    int64_t j = 0;
+    for (; j < lim; j += 16) {
+        __mmask16 k = j + 16 <= lim ? (__mmask16)0xFFFF : (__mmask16)((1u << (lim - j)) - 1);
+        __m512 x = _mm512_maskz_loadu_ps(k, s + j);
+        if (m) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(k, m + j));
+        _mm512_mask_storeu_ps(s + j, k, x);
+        mx16 = _mm512_mask_max_ps(mx16, k, mx16, x);
+    }
+    float mx = _mm512_reduce_max_ps(mx16);
+    /* a NaN anywhere: max_ps may have dropped it; the exp below carries it to the sum */
+    if (mx == -INFINITY) {
+        memset(s, 0, (size_t)n * sizeof *s);
+        return;
+    }
+    __m512 m16 = _mm512_set1_ps(mx), acc = _mm512_setzero_ps();
+    for (j = 0; j < lim; j += 16) {
+        __mmask16 k = j + 16 <= lim ? (__mmask16)0xFFFF : (__mmask16)((1u << (lim - j)) - 1);
+        __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), m16));
+        e = _mm512_maskz_mov_ps(k, e);
+        _mm512_mask_storeu_ps(s + j, k, e);
+        acc = _mm512_add_ps(acc, e);
+    }
+    __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(acc));
+    for (j = 0; j < lim; j += 16) {
+        __mmask16 k = j + 16 <= lim ? (__mmask16)0xFFFF : (__mmask16)((1u << (lim - j)) - 1);
+        _mm512_mask_storeu_ps(s + j, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, s + j), inv));
+    }
+    if (lim < n) memset(s + lim, 0, (size_t)(n - lim) * sizeof *s);
+}
+#undef AVX512
+#define HAVE_AVX512_SOFTMAX 1
+#endif
+
+static void attn_blocks(void *ctx, int64_t begin, int64_t end)
+{
+    attn_job *j = ctx;
+    float *S = malloc((size_t)(QB * j->total) * sizeof *S); /* [QB, total] scores */
+    if (!S) {
+        __atomic_store_n(&j->st, KILN_ERR_NOMEM, __ATOMIC_RELAXED);
+        return;
+    }
+    kiln_gemm_ctx g = {.pool = NULL};
+    for (int64_t t = begin; t < end; t++) {
+        int64_t bh = t / j->q_blocks, b = bh / j->Hq, h = bh % j->Hq, hk = h / j->group;
+        int64_t i0 = t % j->q_blocks * QB, rows = j->Sq - i0 < QB ? j->Sq - i0 : QB;
+        const float *q = j->q + b * j->q_b + h * j->q_h + i0 * j->q_s;
+        const float *k = j->k + b * j->k_b + hk * j->k_h, *v = j->v + b * j->v_b + hk * j->v_h;
+        float *y = j->y + b * j->y_b + h * j->y_h + i0 * j->y_s;
+        kiln_status st = kiln_sgemm_ex(&g, false, true, rows, j->total, j->Dk, j->scale, q, j->q_s, k, j->k_s, 0.0f,
+                                       S, j->total, NULL);
+        for (int64_t r = 0; !st && r < rows; r++) {
+            const float *m = j->mask ? j->mask + b * j->m_b + h * j->m_h + (i0 + r) * j->m_s : NULL;
+#ifdef HAVE_AVX512_SOFTMAX
+            if (j->avx512) {
+                softmax_row_avx512(S + r * j->total, j->total, m, j->m_len);
+                continue;
+            }
+#endif
+            softmax_row_v4(S + r * j->total, j->total, m, j->m_len);
+        }
+        if (!st) st = kiln_sgemm_ex(&g, false, false, rows, j->Dv, j->total, 1.0f, S, j->total, v, j->v_s, 0.0f, y,
+                                    j->y_s, NULL);
+        if (st) {
+            __atomic_store_n(&j->st, st, __ATOMIC_RELAXED);
+            break;
+        }
+    }
+    free(S);
+}
+
+static kiln_status attention_run(kiln_run_ctx *c)
+{
+    const kiln_node *n = kiln_run_node(c);
+    const kiln_value *Q = kiln_run_in(c, 0), *K = kiln_run_in(c, 1), *V = kiln_run_in(c, 2);
+    const kiln_value *M = kiln_run_in(c, 3);
+    kiln_value *Y = kiln_run_out(c, 0);
+    if (!Y || !K || !V || Q->dtype != KILN_DTYPE_FLOAT32 || K->dtype != KILN_DTYPE_FLOAT32 ||
+        V->dtype != KILN_DTYPE_FLOAT32 || Y->dtype != KILN_DTYPE_FLOAT32 || (Q->rank != 3 && Q->rank != 4) ||
+        K->rank != Q->rank || V->rank != Q->rank || (M && M->dtype != KILN_DTYPE_FLOAT32) ||
+        (M && (M->rank < 1 || M->rank > 4)))
+        return kiln_cpu_reference(c);
+    bool r3 = Q->rank == 3;
+    int64_t B = Q->dims[0], Hq, Hkv, Sq, Skv, Dk, Dv, Dq;
+    if (r3) {
+        Hq = kiln_attr_int(n, "q_num_heads", 0);
+        Hkv = kiln_attr_int(n, "kv_num_heads", 0);
+        if (Hq <= 0 || Hkv <= 0 || Q->dims[2] % Hq || K->dims[2] % Hkv || V->dims[2] % Hkv)
+            return kiln_cpu_reference(c);
+        Sq = Q->dims[1], Skv = K->dims[1], Dq = Q->dims[2] / Hq, Dk = K->dims[2] / Hkv, Dv = V->dims[2] / Hkv;
+        if (V->dims[1] != Skv) return kiln_cpu_reference(c);
+    } else {
+        Hq = Q->dims[1], Hkv = K->dims[1], Sq = Q->dims[2], Skv = K->dims[2], Dq = Q->dims[3], Dk = K->dims[3],
+        Dv = V->dims[3];
+        if (V->dims[1] != Hkv || V->dims[2] != Skv) return kiln_cpu_reference(c);
+    }
+    if (Hkv <= 0 || Hq % Hkv || Dq != Dk || K->dims[0] != B || V->dims[0] != B) return kiln_cpu_reference(c);
+    int64_t want_y[4] = {B, Hq, Sq, Dv}, want_y3[3] = {B, Sq, Hq * Dv};
+    if (Y->rank != Q->rank || memcmp(Y->dims, r3 ? want_y3 : want_y, (size_t)Y->rank * sizeof(int64_t)))
+        return kiln_cpu_reference(c);
+    attn_job j = {.q = Q->data, .k = K->data, .v = V->data, .y = Y->data, .B = B, .Hq = Hq, .group = Hq / Hkv,
+                  .Sq = Sq, .total = Skv, .Dk = Dk, .Dv = Dv};
+    if (r3) {
+        j.q_s = Hq * Dk, j.q_h = Dk, j.q_b = Sq * Hq * Dk;
+        j.k_s = Hkv * Dk, j.k_h = Dk, j.k_b = Skv * Hkv * Dk;
+        j.v_s = Hkv * Dv, j.v_h = Dv, j.v_b = Skv * Hkv * Dv;
+        j.y_s = Hq * Dv, j.y_h = Dv, j.y_b = Sq * Hq * Dv;
+    } else {
+        j.q_s = Dk, j.q_h = Sq * Dk, j.q_b = Hq * Sq * Dk;
+        j.k_s = Dk, j.k_h = Skv * Dk, j.k_b = Hkv * Skv * Dk;
+        j.v_s = Dv, j.v_h = Skv * Dv, j.v_b = Hkv * Skv * Dv;
+        j.y_s = Dv, j.y_h = Sq * Dv, j.y_b = Hq * Sq * Dv;
+    }
+    if (M) {
+        int64_t want[4] = {B, Hq, Sq, Skv}, md[4] = {1, 1, 1, 1};
+        for (int k = 0; k < M->rank; k++) md[4 - M->rank + k] = M->dims[k];
+        for (int k = 0; k < 3; k++)
+            if (md[k] != 1 && md[k] != want[k]) return kiln_cpu_reference(c); /* the reference reports it */
+        if (md[3] > Skv) return kiln_cpu_reference(c);
+        j.mask = M->data;
+        j.m_len = md[3];
+        j.m_s = md[2] == 1 ? 0 : md[3];
+        j.m_h = md[1] == 1 ? 0 : md[2] * md[3];
+        j.m_b = md[0] == 1 ? 0 : md[1] * md[2] * md[3];
+    }
+    const kiln_attr *sa = kiln_node_attr(n, "scale");
+    j.scale = sa ? sa->f : (float)(1.0 / sqrt((double)Dq));
+    if (!Y->numel) return KILN_OK;
+    if (!Skv || !Dk) return kiln_cpu_reference(c); /* no keys: zeros (or NaN) as the reference decides */
+    j.q_blocks = (Sq + QB - 1) / QB;
+    j.avx512 = kiln_gemm_level_detect() == KILN_GEMM_LEVEL_AVX512;
+    kiln_threadpool_parallel_for(kiln_run_threadpool(c), B * Hq * j.q_blocks, attn_blocks, &j);
+    kiln_status st = __atomic_load_n(&j.st, __ATOMIC_RELAXED);
+    if (st) return kiln_run_fail(c, st, "Attention: sgemm failed (%s)", kiln_status_name(st));
+    return KILN_OK;
+}
+
+kiln_kernel_fn kiln_cpu_select_attn(const kiln_node *n)
+{
+    if (*n->domain || strcmp(n->op_type, "Attention") || n->n_in < 3 || n->n_in > 4 || n->n_out < 1) return NULL;
+    for (int i = 1; i < n->n_out; i++)
+        if (n->out[i]) return NULL; /* present key/value, qk output: the reference */
+    if (!kiln_cpu_is_f32(n->in[0]) || !kiln_cpu_is_f32(n->in[1]) || !kiln_cpu_is_f32(n->in[2])) return NULL;
+    if (n->n_in == 4 && n->in[3] && !kiln_cpu_is_f32(n->in[3])) return NULL;
+    const kiln_attr *sc = kiln_node_attr(n, "softcap");
+    const kiln_attr *sp = kiln_node_attr(n, "softmax_precision");
+    if (kiln_attr_int(n, "is_causal", 0) || (sc && sc->f != 0.0f) || (sp && sp->i != KILN_DTYPE_FLOAT32) ||
+        kiln_attr_int(n, "left_window_size", -1) >= 0 || kiln_attr_int(n, "right_window_size", -1) >= 0)
+        return NULL;
+    return attention_run;
+}

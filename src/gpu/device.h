@@ -1,0 +1,82 @@
+/* device.h - what the executor and the session use of the GPU provider: placing a graph's
+ * nodes, device memory for a run, and copies between host and device. Implemented in
+ * src/gpu/runtime.c (and src/gpu/none.c when kiln is built without CUDA: every entry point
+ * then fails with KILN_ERR_UNSUPPORTED saying so).
+ *
+ * A session owns one kiln_gpu_session: the device, the constants its GPU nodes read (uploaded
+ * once), and a pool of run contexts. A run checks out one context - a stream, BLAS handles, a
+ * device arena mirroring the memory plan, a workspace, pinned staging memory - so concurrent
+ * runs of one session never share one. Arena and workspace only grow: in steady state a run
+ * makes no device allocation. */
+#ifndef KILN_GPU_DEVICE_H
+#define KILN_GPU_DEVICE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "core/error.h"
+#include "core/value.h"
+#include "ir/graph.h"
+
+typedef struct kiln_gpu_session kiln_gpu_session;
+typedef struct kiln_gpu_run kiln_gpu_run;
+
+/* Opens GPU device_id, places the nodes of g's main graph (sets on_gpu, kernel, host_inputs,
+ * placement_note; a GPU node's CPU kernel state is released) and uploads the constants GPU
+ * nodes read. Subgraphs run on the CPU. */
+kiln_status kiln_gpu_session_create(int device_id, kiln_graph *g, kiln_gpu_session **out, kiln_err *err);
+void kiln_gpu_session_free(kiln_gpu_session *gs);
+/* Counts of main-graph nodes per provider. */
+void kiln_gpu_session_nodes(const kiln_gpu_session *gs, int *gpu, int *cpu);
+/* Adds the session's device counters to the stats fields of the GPU provider. */
+void kiln_gpu_session_stats(kiln_gpu_session *gs, kiln_session_stats *st);
+
+/* Checks out a run context whose device arena has at least arena_bytes. */
+kiln_status kiln_gpu_run_begin(kiln_gpu_session *gs, size_t arena_bytes, kiln_gpu_run **out, kiln_err *err);
+/* Waits for the run's work, reports a device error that happened in it, and returns the
+ * context to the pool. r may be NULL. */
+kiln_status kiln_gpu_run_end(kiln_gpu_session *gs, kiln_gpu_run *r, kiln_err *err);
+unsigned char *kiln_gpu_run_arena(kiln_gpu_run *r);
+void kiln_gpu_run_count_node(kiln_gpu_run *r, bool on_gpu);
+
+/* A device tensor of host tensor `host` for IR value iv: the session's upload for constants,
+ * else a copy placed at `dst` (NULL: a new device allocation). */
+kiln_status kiln_gpu_to_device(kiln_gpu_run *r, const kiln_ir_value *iv, const kiln_value *host, void *dst,
+                               kiln_value **out, kiln_err *err);
+/* A host copy of device tensor `dev`, placed at `dst` (NULL: a new owned tensor). Waits. */
+kiln_status kiln_gpu_to_host(kiln_gpu_run *r, const kiln_value *dev, void *dst, kiln_value **out, kiln_err *err);
+/* A device tensor with these dims: at `dst` when not NULL (a view), else a new allocation
+ * from the device's stream-ordered pool, released with the value. Not zeroed. */
+kiln_status kiln_gpu_tensor(kiln_gpu_run *r, kiln_dtype dt, int rank, const int64_t *dims, void *dst,
+                            kiln_value **out, kiln_err *err);
+
+/* ---- CUDA graphs: a binding's run recorded once it repeats, then replayed ----
+ * A plain run tells kiln_gpu_graph_note whether it could be recorded: every graph input in
+ * its arena slot, every output on the device, no copy between host and device inside the run
+ * (CPU nodes only doing shape arithmetic), no pool allocation, no fallback. The next run of
+ * that binding is captured: inputs are uploaded first, the executor runs with the stream
+ * capturing (host work done, device work recorded), outputs come back as device views; the
+ * graph is then launched. Later runs upload the inputs, launch the graph and download the
+ * outputs, skipping the executor. Each run context keeps a few graphs (LRU); growing its
+ * arena or workspace drops them, as they point into both. */
+typedef enum kiln_gpu_mode { KILN_GPU_PLAIN, KILN_GPU_CAPTURE, KILN_GPU_REPLAY } kiln_gpu_mode;
+
+kiln_gpu_mode kiln_gpu_graph_mode(kiln_gpu_run *r, const int64_t *key, int n);
+/* After a plain run of this binding. */
+void kiln_gpu_graph_note(kiln_gpu_run *r, const int64_t *key, int n);
+/* Something in this run cannot be recorded (see above). */
+void kiln_gpu_mark_unrecordable(kiln_gpu_run *r);
+bool kiln_gpu_capturing(const kiln_gpu_run *r);
+kiln_status kiln_gpu_capture_begin(kiln_gpu_run *r, kiln_err *err);
+/* Ends the capture. ok: the executor succeeded and outs[0..n_out) are the outputs as device
+ * views (borrowed: copied into the graph's record). Returns KILN_OK with *recorded true when
+ * the graph was kept; a failed capture marks the binding unrecordable (*recorded false) and
+ * the caller runs it plainly. */
+kiln_status kiln_gpu_capture_end(kiln_gpu_run *r, const int64_t *key, int n, bool ok, int n_out,
+                                 kiln_value *const *outs, bool *recorded, kiln_err *err);
+/* Launches the recorded graph of this binding; *outs receives its n_out device outputs
+ * (borrowed from the record). */
+kiln_status kiln_gpu_replay(kiln_gpu_run *r, const int64_t *key, int n, int *n_out, kiln_value *const **outs,
+                            kiln_err *err);
+
+#endif

@@ -1,0 +1,74 @@
+/* gpu.h - the GPU execution provider (CUDA, portable to HIP through rt.h).
+ *
+ * A GPU kernel is an ordinary kiln_kernel_fn (ops/op.h) that the executor calls for a node the
+ * provider took over. Its tensor inputs and outputs live in device memory: value->data is a
+ * device pointer, dims and numel are on the host as usual. Exceptions are the inputs named in
+ * the op's host_inputs mask (shape-like inputs: Reshape's shape, Slice's starts, Resize's
+ * scales), which the executor hands over in host memory, as their run-time inference needs
+ * their contents. Outputs come allocated from the run-time inference and are NOT zeroed: a
+ * GPU kernel writes every element of its outputs. Work is queued on kiln_gpu_stream(c); the
+ * kernel never synchronises and never allocates device memory itself (kiln_gpu_workspace).
+ * Nothing is compiled per shape: kernels take dims and strides as arguments.
+ *
+ * The kernels of a family live in src/gpu/k_FAMILY.cu (device code and extern "C" launchers
+ * declared in k_FAMILY.h, plain C types only, so the .cu files build with nvcc and hipcc) and
+ * the C side (support checks, argument unpacking) in src/gpu/ops_FAMILY.c, which exports a
+ * kiln_gpu_op_table listed once in src/gpu/registry.c. */
+#ifndef KILN_GPU_GPU_H
+#define KILN_GPU_GPU_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "gpu/rt.h"
+#include "ops/op.h"
+
+/* One operator (default ONNX domain) the GPU provider runs. */
+typedef struct kiln_gpu_op {
+    const char *op_type;
+    int since_version; /* first opset covered */
+    /* Compile time: whether run covers node n, judged from its attributes and its inputs'
+     * compile-time types (n->in[i]->type: dtype, rank, dims may be symbolic) and constant
+     * contents (n->in[i]->init). On false, writes a short reason into why ("dtype int8",
+     * "mode 'cubic' with antialias") for `kiln info --provider cuda`. NULL: always. */
+    bool (*supports)(const kiln_node *n, char *why, size_t size);
+    kiln_status (*run)(kiln_run_ctx *c);
+    unsigned host_inputs; /* bit i set: input i is read on the host */
+} kiln_gpu_op;
+
+typedef struct kiln_gpu_op_table {
+    const kiln_gpu_op *ops;
+    int n;
+} kiln_gpu_op_table;
+
+/* Looks up the GPU op for op_type at the given opset (default domain); NULL if none. */
+const kiln_gpu_op *kiln_gpu_op_lookup(const char *domain, const char *op_type, int opset);
+
+/* ---- what a GPU kernel gets from its run context ---- */
+
+/* The stream of this run; every launch and copy goes on it. */
+gpuStream_t kiln_gpu_stream(kiln_run_ctx *c);
+/* The run's cuBLAS handle (cublasHandle_t), bound to the stream, with its workspace set. */
+void *kiln_gpu_blas(kiln_run_ctx *c);
+/* The run's cuBLASLt handle (cublasLtHandle_t). */
+void *kiln_gpu_blaslt(kiln_run_ctx *c);
+/* Device scratch of at least `bytes` (256-byte aligned) for this kernel call; valid until
+ * the kernel returns (the next kernel may reuse it: it is stream ordered). */
+kiln_status kiln_gpu_workspace(kiln_run_ctx *c, size_t bytes, void **p);
+/* Fails the node with the runtime's message when e is an error; KILN_OK otherwise. */
+kiln_status kiln_gpu_check(kiln_run_ctx *c, gpuError_t e, const char *what);
+/* After a launch: checks the launch error (gpuGetLastError) naming the kernel. */
+kiln_status kiln_gpu_launched(kiln_run_ctx *c, const char *kernel);
+/* Runs the node's reference kernel on host copies of its inputs and copies its outputs back
+ * to the device: for the rare run-time cases a GPU kernel does not cover (slow, synchronous,
+ * correct). */
+kiln_status kiln_gpu_fallback(kiln_run_ctx *c);
+
+/* Number of multiprocessors of the run's device (grid sizing). */
+int kiln_gpu_sm_count(kiln_run_ctx *c);
+
+/* Grid size for n elements with `block` threads per block (at least 1, at most 2^31-1
+ * blocks: kernels loop grid-stride). */
+unsigned kiln_gpu_blocks(int64_t n, unsigned block);
+
+#endif

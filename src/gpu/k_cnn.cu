@@ -1,0 +1,679 @@
+/* k_cnn.cu - the cnn family's GPU kernels: im2col / col2im around cuBLAS GEMMs, direct
+ * depthwise convolution, window and global pooling, Resize (nearest, n-linear, cubic) and the
+ * permuted gather of DepthToSpace / SpaceToDepth. Semantics follow the reference kernels in
+ * src/ops/nn_conv.c, nn_pool.c and image.c. */
+#include "gpu/kcommon.cuh"
+#include "gpu/k_cnn.h"
+
+extern "C" unsigned kiln_gpu_blocks(int64_t n, unsigned block);
+
+#define CNN_BLOCK 256u
+
+/* ---- dispatch over the floating element types ---- */
+
+#define CNN_DISPATCH_FLOAT(dtype, T, ...)                                                     \
+    switch (dtype) {                                                                          \
+    case KILN_DTYPE_FLOAT32: { typedef float T; __VA_ARGS__; break; }                          \
+    case KILN_DTYPE_FLOAT16: { typedef kiln_gpu_half T; __VA_ARGS__; break; }                  \
+    case KILN_DTYPE_BFLOAT16: { typedef kiln_gpu_bf16 T; __VA_ARGS__; break; }                 \
+    default: return gpuErrorInvalidValue;                                                     \
+    }
+
+#if defined(KILN_HIP)
+#define gpuErrorInvalidValue hipErrorInvalidValue
+#else
+#define gpuErrorInvalidValue cudaErrorInvalidValue
+#endif
+
+/* The conv-like kernels run on a 2-D grid: y over rows (one (n, channel[, tap]) each), x over
+ * the output positions of a row, so the costly index arithmetic is done once per row and the
+ * per-element unflattening uses 32-bit division (row lengths fit int: cuBLAS needs that). */
+
+/* Copies w's spatial arrays into per-thread ints / int64s of static size NSP. */
+#define CNN_WINDOW_LOCALS(NSP)                                                                \
+    int out_d[NSP], in_d[NSP], k_d[NSP];                                                      \
+    int64_t str[NSP], dil[NSP], pad[NSP];                                                     \
+    _Pragma("unroll") for (int i = 0; i < NSP; i++)                                           \
+    {                                                                                         \
+        out_d[i] = (int)w.out[i], in_d[i] = (int)w.in[i], k_d[i] = (int)w.k[i];               \
+        str[i] = w.stride[i], dil[i] = w.dil[i], pad[i] = w.pad[i];                           \
+    }
+
+template <int NSP> __device__ __forceinline__ void cnn_unflatten32(const int *dims, int i, int *idx)
+{
+#pragma unroll
+    for (int k = NSP - 1; k >= 0; k--) {
+        int q = i / dims[k];
+        idx[k] = i - q * dims[k];
+        i = q;
+    }
+}
+
+/* q = a / b, r = a % b for a >= 0, b > 0: 32-bit division when both fit (the common case). */
+__device__ __forceinline__ void cnn_divmod(int64_t a, int64_t b, int64_t &q, int64_t &r)
+{
+    if (((uint64_t)a | (uint64_t)b) <= 0xffffffffull) {
+        uint32_t qa = (uint32_t)a / (uint32_t)b;
+        q = qa, r = (int64_t)((uint32_t)a - qa * (uint32_t)b);
+    } else {
+        q = a / b, r = a - (a / b) * b;
+    }
+}
+
+static dim3 cnn_grid(int64_t rows, int64_t per_row)
+{
+    int64_t gx = (per_row + CNN_BLOCK - 1) / CNN_BLOCK, gy = rows;
+    if (gx < 1) gx = 1;
+    if (gy < 1) gy = 1;
+    if (gy > 65535) gy = 65535;
+    int64_t cap = ((int64_t)1 << 20) / gy + 1; /* enough blocks to fill the device, not more */
+    if (gx > cap) gx = cap;
+    return dim3((unsigned)gx, (unsigned)gy, 1);
+}
+
+#define CNN_ROW_LOOP(row, rows) for (int64_t row = blockIdx.y; row < (rows); row += gridDim.y)
+#define CNN_COL_LOOP(j, n) for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < (n); j += gridDim.x * blockDim.x)
+
+#define CNN_DISPATCH_NSP(nsp, NSP, ...)                                                       \
+    switch (nsp) {                                                                            \
+    case 1: { const int NSP = 1; __VA_ARGS__; break; }                                         \
+    case 2: { const int NSP = 2; __VA_ARGS__; break; }                                         \
+    case 3: { const int NSP = 3; __VA_ARGS__; break; }                                         \
+    default: return gpuErrorInvalidValue;                                                     \
+    }
+
+/* ---- im2col ---- */
+
+/* rows = nb * C * ks, row (n*C + c)*ks + kp; col[row][op]. */
+template <typename T, int NSP>
+__global__ void im2col_kernel(const T *__restrict__ X, T *__restrict__ col, int64_t rows, int ks, int os,
+                              int64_t is, kiln_gpu_window w)
+{
+    CNN_WINDOW_LOCALS(NSP)
+    CNN_ROW_LOOP(row, rows)
+    {
+        int64_t nc, kp64;
+        cnn_divmod(row, ks, nc, kp64);
+        int kp = (int)kp64;
+        int q[NSP];
+        cnn_unflatten32<NSP>(k_d, kp, q);
+        int64_t base[NSP];
+#pragma unroll
+        for (int i = 0; i < NSP; i++) base[i] = q[i] * dil[i] - pad[i];
+        const T *x = X + nc * is;
+        T *c = col + row * os;
+        CNN_COL_LOOP(op, os)
+        {
+            int o[NSP];
+            cnn_unflatten32<NSP>(out_d, op, o);
+            int64_t off = 0;
+            bool inside = true;
+#pragma unroll
+            for (int i = 0; i < NSP; i++) {
+                int64_t p = o[i] * str[i] + base[i];
+                inside = inside && p >= 0 && p < in_d[i];
+                off = off * in_d[i] + p;
+            }
+            c[op] = inside ? x[off] : kiln_from_f<T>(0.0f);
+        }
+    }
+}
+
+extern "C" gpuError_t kiln_gpu_cnn_im2col(int dtype, const void *X, void *col, int64_t nb, int64_t C,
+                                          kiln_gpu_window w, gpuStream_t s)
+{
+    int64_t ks = 1, os = 1, is = 1;
+    for (int i = 0; i < w.nsp; i++) ks *= w.k[i], os *= w.out[i], is *= w.in[i];
+    int64_t rows = nb * C * ks;
+    if (rows <= 0 || os <= 0) return gpuSuccess;
+    if (os > INT32_MAX || ks > INT32_MAX) return gpuErrorInvalidValue;
+    dim3 grid = cnn_grid(rows, os);
+    CNN_DISPATCH_FLOAT(dtype, T,
+                       CNN_DISPATCH_NSP(w.nsp, NSP,
+                                        im2col_kernel<T, NSP><<<grid, CNN_BLOCK, 0, s>>>(
+                                            (const T *)X, (T *)col, rows, (int)ks, (int)os, is, w)))
+    return gpuGetLastError();
+}
+
+/* ---- bias ---- */
+
+template <typename T>
+__global__ void bias_fill_kernel(T *__restrict__ Y, const T *__restrict__ B, int64_t rows, int64_t M, int plane)
+{
+    CNN_ROW_LOOP(row, rows)
+    {
+        int64_t n_, m_;
+        cnn_divmod(row, M, n_, m_);
+        T b = B[m_];
+        T *y = Y + row * plane;
+        CNN_COL_LOOP(j, plane) y[j] = b;
+    }
+}
+
+extern "C" gpuError_t kiln_gpu_cnn_bias_fill(int dtype, void *Y, const void *B, int64_t N, int64_t M,
+                                             int64_t plane, gpuStream_t s)
+{
+    int64_t rows = N * M;
+    if (rows <= 0 || plane <= 0) return gpuSuccess;
+    if (plane > INT32_MAX) return gpuErrorInvalidValue;
+    dim3 grid = cnn_grid(rows, plane);
+    CNN_DISPATCH_FLOAT(dtype, T,
+                       bias_fill_kernel<T><<<grid, CNN_BLOCK, 0, s>>>((T *)Y, (const T *)B, rows, M, (int)plane))
+    return gpuGetLastError();
+}
+
+/* ---- direct convolution, one input channel per group ---- */
+
+/* rows = N * M, row n*M + m; Y[row][op]. */
+template <typename T, int NSP>
+__global__ void conv_direct_kernel(const T *__restrict__ X, const T *__restrict__ W, const T *__restrict__ B,
+                                   T *__restrict__ Y, int64_t rows, int64_t C, int64_t M, int ks, int os,
+                                   int64_t is, kiln_gpu_window w)
+{
+    CNN_WINDOW_LOCALS(NSP)
+    int64_t Mg = M / C;
+    CNN_ROW_LOOP(row, rows)
+    {
+        int64_t m, n, c_, r_;
+        cnn_divmod(row, M, n, m);
+        cnn_divmod(m, Mg, c_, r_);
+        const T *x = X + (n * C + c_) * is;
+        const T *wm = W + m * ks;
+        float b = B ? kiln_to_f(B[m]) : 0.0f;
+        T *y = Y + row * os;
+        CNN_COL_LOOP(op, os)
+        {
+            int o[NSP], q[NSP];
+            cnn_unflatten32<NSP>(out_d, op, o);
+            int64_t p0[NSP];
+#pragma unroll
+            for (int i = 0; i < NSP; i++) p0[i] = o[i] * str[i] - pad[i], q[i] = 0;
+            float acc = b;
+            for (int kp = 0; kp < ks; kp++) {
+                int64_t off = 0;
+                bool inside = true;
+#pragma unroll
+                for (int i = 0; i < NSP; i++) {
+                    int64_t p = p0[i] + q[i] * dil[i];
+                    inside = inside && p >= 0 && p < in_d[i];
+                    off = off * in_d[i] + p;
+                }
+                if (inside) acc += kiln_to_f(x[off]) * kiln_to_f(wm[kp]);
+#pragma unroll
+                for (int i = NSP - 1; i >= 0; i--) { /* next tap, row-major */
+                    if (++q[i] < k_d[i]) break;
+                    q[i] = 0;
+                }
+            }
+            y[op] = kiln_from_f<T>(acc);
+        }
+    }
+}
+
+extern "C" gpuError_t kiln_gpu_cnn_conv_direct(int dtype, const void *X, const void *W, const void *B, void *Y,
+                                               int64_t N, int64_t C, int64_t M, kiln_gpu_window w,
+                                               gpuStream_t s)
+{
+    int64_t ks = 1, os = 1, is = 1;
+    for (int i = 0; i < w.nsp; i++) ks *= w.k[i], os *= w.out[i], is *= w.in[i];
+    int64_t rows = N * M;
+    if (rows <= 0 || os <= 0 || C <= 0) return gpuSuccess;
+    if (os > INT32_MAX || ks > INT32_MAX) return gpuErrorInvalidValue;
+    dim3 grid = cnn_grid(rows, os);
+    CNN_DISPATCH_FLOAT(dtype, T,
+                       CNN_DISPATCH_NSP(w.nsp, NSP,
+                                        conv_direct_kernel<T, NSP><<<grid, CNN_BLOCK, 0, s>>>(
+                                            (const T *)X, (const T *)W, (const T *)B, (T *)Y, rows, C, M, (int)ks,
+                                            (int)os, is, w)))
+    return gpuGetLastError();
+}
+
+/* ---- col2im (ConvTranspose) ---- */
+
+/* rows = nb * M, row n*M + m; Y[row][op] gathers cols[row][kp][ii]. */
+template <typename T, int NSP>
+__global__ void col2im_kernel(const float *__restrict__ cols, const T *__restrict__ B, T *__restrict__ Y,
+                              int64_t rows, int64_t M, int ks, int os, int64_t is, kiln_gpu_window w)
+{
+    CNN_WINDOW_LOCALS(NSP)
+    CNN_ROW_LOOP(row, rows)
+    {
+        const float *c = cols + row * ks * is;
+        int64_t n_, m_;
+        cnn_divmod(row, M, n_, m_);
+        float b = B ? kiln_to_f(B[m_]) : 0.0f;
+        T *y = Y + row * os;
+        CNN_COL_LOOP(op, os)
+        {
+            int o[NSP], q[NSP];
+            cnn_unflatten32<NSP>(out_d, op, o);
+#pragma unroll
+            for (int i = 0; i < NSP; i++) q[i] = 0;
+            float acc = 0.0f;
+            for (int kp = 0; kp < ks; kp++) {
+                int64_t off = 0;
+                bool hit = true;
+#pragma unroll
+                for (int i = 0; i < NSP; i++) {
+                    /* input position ii with ii*stride - pad + q*dil == o */
+                    int64_t t = o[i] + pad[i] - q[i] * dil[i];
+                    int64_t ii = t / str[i];
+                    hit = hit && t >= 0 && ii * str[i] == t && ii < in_d[i];
+                    off = off * in_d[i] + ii;
+                }
+                if (hit) acc += c[kp * is + off];
+#pragma unroll
+                for (int i = NSP - 1; i >= 0; i--) {
+                    if (++q[i] < k_d[i]) break;
+                    q[i] = 0;
+                }
+            }
+            y[op] = kiln_from_f<T>(acc + b);
+        }
+    }
+}
+
+extern "C" gpuError_t kiln_gpu_cnn_col2im(int dtype, const float *cols, const void *B, void *Y, int64_t nb,
+                                          int64_t M, kiln_gpu_window w, gpuStream_t s)
+{
+    int64_t ks = 1, os = 1, is = 1;
+    for (int i = 0; i < w.nsp; i++) ks *= w.k[i], os *= w.out[i], is *= w.in[i];
+    int64_t rows = nb * M;
+    if (rows <= 0 || os <= 0) return gpuSuccess;
+    if (os > INT32_MAX || ks > INT32_MAX) return gpuErrorInvalidValue;
+    dim3 grid = cnn_grid(rows, os);
+    CNN_DISPATCH_FLOAT(dtype, T,
+                       CNN_DISPATCH_NSP(w.nsp, NSP,
+                                        col2im_kernel<T, NSP><<<grid, CNN_BLOCK, 0, s>>>(
+                                            cols, (const T *)B, (T *)Y, rows, M, (int)ks, (int)os, is, w)))
+    return gpuGetLastError();
+}
+
+/* ---- window pooling ---- */
+
+/* rows = planes; Y[row][op], I the flat index into X of each max. */
+template <typename T, int NSP>
+__global__ void pool_kernel(const T *__restrict__ X, T *__restrict__ Y, int64_t *__restrict__ I, int64_t rows,
+                            int ks, int os, int64_t is, int mode, kiln_gpu_window w, bool include_pad,
+                            bool col_major, float pw)
+{
+    CNN_WINDOW_LOCALS(NSP)
+    int64_t pad_end[NSP];
+#pragma unroll
+    for (int i = 0; i < NSP; i++) pad_end[i] = w.pad_end[i];
+    CNN_ROW_LOOP(plane, rows)
+    {
+        const T *x = X + plane * is;
+        CNN_COL_LOOP(op, os)
+        {
+            int o[NSP], q[NSP];
+            int64_t p[NSP], best_p[NSP];
+            cnn_unflatten32<NSP>(out_d, op, o);
+#pragma unroll
+            for (int i = 0; i < NSP; i++) q[i] = 0, best_p[i] = 0;
+            float acc = 0.0f, best = 0.0f;
+            int64_t n_in = 0, n_counted = 0;
+            bool found = false;
+            for (int kp = 0; kp < ks; kp++) {
+                bool inside = true, counted = true;
+                int64_t off = 0;
+#pragma unroll
+                for (int i = 0; i < NSP; i++) {
+                    p[i] = o[i] * str[i] - pad[i] + q[i] * dil[i];
+                    inside = inside && p[i] >= 0 && p[i] < in_d[i];
+                    counted = counted && p[i] < in_d[i] + pad_end[i];
+                    off = off * in_d[i] + p[i];
+                }
+#pragma unroll
+                for (int i = NSP - 1; i >= 0; i--) {
+                    if (++q[i] < k_d[i]) break;
+                    q[i] = 0;
+                }
+                n_counted += counted;
+                if (!inside) continue;
+                float v = kiln_to_f(x[off]);
+                n_in++;
+                if (mode == KILN_GPU_POOL_AVG) {
+                    acc += v;
+                } else if (mode == KILN_GPU_POOL_LP) {
+                    acc += powf(fabsf(v), pw);
+                } else if (!found || v > best || (isnan(v) && !isnan(best))) {
+                    best = v, found = true;
+#pragma unroll
+                    for (int i = 0; i < NSP; i++) best_p[i] = p[i];
+                }
+            }
+            float r = mode == KILN_GPU_POOL_MAX  ? best
+                      : mode == KILN_GPU_POOL_LP ? powf(acc, 1.0f / pw)
+                                                 : acc / (float)(include_pad ? n_counted : n_in);
+            int64_t e = plane * os + op;
+            Y[e] = kiln_from_f<T>(r);
+            if (I) {
+                int64_t off = 0;
+                if (col_major) {
+#pragma unroll
+                    for (int i = NSP - 1; i >= 0; i--) off = off * in_d[i] + best_p[i];
+                } else {
+#pragma unroll
+                    for (int i = 0; i < NSP; i++) off = off * in_d[i] + best_p[i];
+                }
+                I[e] = plane * is + off;
+            }
+        }
+    }
+}
+
+extern "C" gpuError_t kiln_gpu_cnn_pool(int dtype, int mode, const void *X, void *Y, int64_t *I, int64_t planes,
+                                        kiln_gpu_window w, bool include_pad, bool col_major, float p,
+                                        gpuStream_t s)
+{
+    int64_t ks = 1, os = 1, is = 1;
+    for (int i = 0; i < w.nsp; i++) ks *= w.k[i], os *= w.out[i], is *= w.in[i];
+    if (planes <= 0 || os <= 0) return gpuSuccess;
+    if (os > INT32_MAX || ks > INT32_MAX) return gpuErrorInvalidValue;
+    dim3 grid = cnn_grid(planes, os);
+    CNN_DISPATCH_FLOAT(dtype, T,
+                       CNN_DISPATCH_NSP(w.nsp, NSP,
+                                        pool_kernel<T, NSP><<<grid, CNN_BLOCK, 0, s>>>(
+                                            (const T *)X, (T *)Y, I, planes, (int)ks, (int)os, is, mode, w,
+                                            include_pad, col_major, p)))
+    return gpuGetLastError();
+}
+
+/* ---- global pooling: one block per plane ---- */
+
+/* Combines two partial results of a global pool. */
+__device__ __forceinline__ float gpool_join(int mode, float a, float b)
+{
+    if (mode != KILN_GPU_POOL_MAX) return a + b;
+    return (b > a || isnan(b)) ? b : a;
+}
+
+template <typename T>
+__global__ void global_pool_kernel(const T *__restrict__ X, T *__restrict__ Y, int64_t planes, int64_t sz,
+                                   int mode, float pw)
+{
+    __shared__ float part[32];
+    float init = mode == KILN_GPU_POOL_MAX ? -INFINITY : 0.0f;
+    for (int64_t pl = blockIdx.x; pl < planes; pl += gridDim.x) {
+        const T *x = X + pl * sz;
+        float acc = init;
+        for (int64_t i = threadIdx.x; i < sz; i += blockDim.x) {
+            float v = kiln_to_f(x[i]);
+            if (mode == KILN_GPU_POOL_LP) v = powf(fabsf(v), pw);
+            acc = gpool_join(mode, acc, v);
+        }
+        for (int d = 16; d > 0; d >>= 1) acc = gpool_join(mode, acc, __shfl_xor_sync(0xffffffffu, acc, d));
+        int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
+        if (lane == 0) part[warp] = acc;
+        __syncthreads();
+        if (warp == 0) {
+            acc = lane < nwarps ? part[lane] : init;
+            for (int d = 16; d > 0; d >>= 1) acc = gpool_join(mode, acc, __shfl_xor_sync(0xffffffffu, acc, d));
+            if (lane == 0) {
+                float r = mode == KILN_GPU_POOL_MAX  ? acc
+                          : mode == KILN_GPU_POOL_LP ? powf(acc, 1.0f / pw)
+                                                     : acc / (float)sz;
+                Y[pl] = kiln_from_f<T>(r);
+            }
+        }
+        __syncthreads();
+    }
+}
+
+extern "C" gpuError_t kiln_gpu_cnn_global_pool(int dtype, int mode, const void *X, void *Y, int64_t planes,
+                                               int64_t sz, float p, gpuStream_t s)
+{
+    if (planes <= 0) return gpuSuccess;
+    unsigned block = sz >= 1024 ? 256u : sz >= 256 ? 128u : 32u;
+    unsigned grid = planes > 65535 * 16 ? 65535u * 16u : (unsigned)planes;
+    CNN_DISPATCH_FLOAT(dtype, T,
+                       global_pool_kernel<T><<<grid, block, 0, s>>>((const T *)X, (T *)Y, planes, sz, mode, p))
+    return gpuGetLastError();
+}
+
+/* ---- Resize ---- */
+
+/* Interpolation taps of one output index along one axis (the reference's resize_taps). */
+struct resize_tap {
+    int64_t idx[4];
+    float w[4];
+    int extrap;
+};
+
+/* The reference's double arithmetic, unfused: __dmul_rn / __dadd_rn keep the compiler from
+ * contracting a*b+c into an fma, so coordinates match the host bit for bit. */
+__device__ double resize_coord(const kiln_gpu_resize &r, int ax, int64_t j)
+{
+    double scale = r.scale[ax], lo = r.lo[ax], hi = r.hi[ax];
+    int64_t in_n = r.in[ax], out_n = r.out[ax];
+    double out_w = __dmul_rn(scale, (double)in_n);
+    double jd = (double)j;
+    switch (r.ct) {
+    case KILN_GPU_CT_HALF_PIXEL_SYM: {
+        double offset = __dmul_rn((double)in_n / 2.0, __dadd_rn(1.0, -((double)out_n / out_w)));
+        return __dadd_rn(__dadd_rn(offset, __dadd_rn(jd, 0.5) / scale), -0.5);
+    }
+    case KILN_GPU_CT_PYTORCH_HALF_PIXEL: return out_n > 1 ? __dadd_rn(__dadd_rn(jd, 0.5) / scale, -0.5) : 0.0;
+    case KILN_GPU_CT_ALIGN_CORNERS:
+        return out_n == 1 || out_w == 1.0 ? 0.0 : __dmul_rn(jd, (double)(in_n - 1)) / __dadd_rn(out_w, -1.0);
+    case KILN_GPU_CT_ASYMMETRIC: return jd / scale;
+    case KILN_GPU_CT_TF_HALF_PIXEL_NN: return __dadd_rn(jd, 0.5) / scale;
+    case KILN_GPU_CT_TF_CROP:
+        if (out_n == 1 || out_w == 1.0) return __dmul_rn(__dmul_rn(0.5, __dadd_rn(lo, hi)), (double)(in_n - 1));
+        return __dadd_rn(__dmul_rn(lo, (double)(in_n - 1)),
+                         __dmul_rn(__dmul_rn(jd, __dadd_rn(hi, -lo)), (double)(in_n - 1)) /
+                             __dadd_rn(out_w, -1.0));
+    default: return __dadd_rn(__dadd_rn(jd, 0.5) / scale, -0.5);
+    }
+}
+
+__device__ double resize_cubic_weight(double x, double A)
+{
+    x = fabs(x);
+    if (x <= 1)
+        return __dadd_rn(__dmul_rn(__dmul_rn(__dadd_rn(__dmul_rn(__dadd_rn(A, 2.0), x), -__dadd_rn(A, 3.0)), x), x),
+                         1.0);
+    if (x < 2)
+        return __dadd_rn(
+            __dmul_rn(__dadd_rn(__dmul_rn(__dadd_rn(__dmul_rn(A, x), -__dmul_rn(5.0, A)), x), __dmul_rn(8.0, A)), x),
+            -__dmul_rn(4.0, A));
+    return 0;
+}
+
+/* One thread per (active axis, output index): fills the tap table. */
+__global__ void resize_taps_kernel(kiln_gpu_resize r, resize_tap *taps, int64_t total)
+{
+    KILN_GRID_LOOP(e, total)
+    {
+        int64_t j = e;
+        int ax = 0;
+        for (; ax < r.rank; ax++) {
+            if (!r.active[ax]) continue;
+            if (j < r.out[ax]) break;
+            j -= r.out[ax];
+        }
+        if (ax >= r.rank) continue;
+        resize_tap t;
+        double x = resize_coord(r, ax, j), last = (double)(r.in[ax] - 1);
+        t.extrap = r.ct == KILN_GPU_CT_TF_CROP && (x < 0 || x > last);
+        for (int k = 0; k < 4; k++) t.idx[k] = 0, t.w[k] = 0.0f;
+        if (r.mode == KILN_GPU_RS_NEAREST) {
+            double f = floor(x), rr = x - f, p;
+            switch (r.nr) {
+            case KILN_GPU_NR_PREFER_CEIL: p = rr < 0.5 ? f : f + 1; break;
+            case KILN_GPU_NR_FLOOR: p = f; break;
+            case KILN_GPU_NR_CEIL: p = ceil(x); break;
+            default: p = rr <= 0.5 ? f : f + 1; break;
+            }
+            t.idx[0] = (int64_t)fmax(0.0, fmin(p, last));
+            t.w[0] = 1.0f;
+        } else {
+            int n = r.mode == KILN_GPU_RS_LINEAR ? 2 : 4;
+            double start = r.mode == KILN_GPU_RS_LINEAR ? 0.0 : -1.0;
+            double base = floor(x), ratio = x - base;
+            if (ratio == 0) base -= 1, ratio = 1;
+            double w[4], kept = 0;
+            for (int k = 0; k < n; k++) {
+                double d = (start + k) - ratio;
+                w[k] = r.mode == KILN_GPU_RS_LINEAR ? fmax(0.0, 1 - fabs(d)) : resize_cubic_weight(d, r.cubic_a);
+            }
+            for (int k = 0; k < n; k++) {
+                double p = (base + start) + k;
+                if (r.exclude_outside && (p < 0 || p > last)) w[k] = 0;
+                kept += w[k];
+                t.idx[k] = (int64_t)fmax(0.0, fmin(p, last));
+            }
+            for (int k = 0; k < n; k++) t.w[k] = (float)(r.exclude_outside && kept != 0 ? w[k] / kept : w[k]);
+        }
+        taps[e] = t;
+    }
+}
+
+/* Output element -> (active-axis tap rows, offset over the inactive axes). */
+struct resize_geom {
+    int rank, n_active, n_taps;
+    int64_t out[KILN_GPU_MAX_RANK], in_stride[KILN_GPU_MAX_RANK];
+    int64_t tap_base[KILN_GPU_MAX_RANK]; /* first table row of axis k (active axes) */
+    bool active[KILN_GPU_MAX_RANK];
+};
+
+template <typename T>
+__global__ void resize_interp_kernel(const T *__restrict__ X, T *__restrict__ Y, const resize_tap *__restrict__ taps,
+                                     resize_geom g, float extrap, int64_t total)
+{
+    KILN_GRID_LOOP(e, total)
+    {
+        const resize_tap *row[KILN_GPU_MAX_RANK];
+        int64_t ax_stride[KILN_GPU_MAX_RANK];
+        int na = 0;
+        int64_t base = 0, i = e;
+        bool ext = false;
+        for (int k = g.rank - 1; k >= 0; k--) {
+            int64_t q = i / g.out[k], o = i - q * g.out[k];
+            i = q;
+            if (g.active[k]) {
+                row[na] = taps + g.tap_base[k] + o;
+                ax_stride[na] = g.in_stride[k];
+                ext = ext || row[na]->extrap;
+                na++;
+            } else {
+                base += o * g.in_stride[k];
+            }
+        }
+        float acc = 0.0f;
+        if (!ext) {
+            int64_t combos = 1;
+            for (int a = 0; a < na; a++) combos *= g.n_taps;
+            for (int64_t cmb = 0; cmb < combos; cmb++) {
+                int64_t c = cmb, off = base;
+                float wt = 1.0f;
+                for (int a = 0; a < na; a++) {
+                    int t = (int)(c % g.n_taps);
+                    c /= g.n_taps;
+                    wt *= row[a]->w[t];
+                    off += row[a]->idx[t] * ax_stride[a];
+                }
+                if (wt != 0.0f) acc += wt * kiln_to_f(X[off]);
+            }
+        }
+        Y[e] = kiln_from_f<T>(ext ? extrap : acc);
+    }
+}
+
+template <typename U>
+__global__ void resize_nearest_kernel(const U *__restrict__ X, U *__restrict__ Y, const resize_tap *__restrict__ taps,
+                                      resize_geom g, U extrap, int64_t total)
+{
+    KILN_GRID_LOOP(e, total)
+    {
+        int64_t off = 0, i = e;
+        bool ext = false;
+        for (int k = g.rank - 1; k >= 0; k--) {
+            int64_t q = i / g.out[k], o = i - q * g.out[k];
+            i = q;
+            if (g.active[k]) {
+                const resize_tap *t = taps + g.tap_base[k] + o;
+                ext = ext || t->extrap;
+                off += t->idx[0] * g.in_stride[k];
+            } else {
+                off += o * g.in_stride[k];
+            }
+        }
+        Y[e] = ext ? extrap : X[off];
+    }
+}
+
+extern "C" size_t kiln_gpu_cnn_resize_ws_bytes(const kiln_gpu_resize *r)
+{
+    int64_t rows = 0;
+    for (int k = 0; k < r->rank; k++)
+        if (r->active[k]) rows += r->out[k];
+    return (size_t)(rows > 0 ? rows : 1) * sizeof(resize_tap);
+}
+
+extern "C" gpuError_t kiln_gpu_cnn_resize(int dtype, size_t esize, const void *X, void *Y,
+                                          const kiln_gpu_resize *r, void *ws, gpuStream_t s)
+{
+    resize_geom g;
+    int64_t total = 1, rows = 0, st = 1;
+    g.rank = r->rank;
+    g.n_active = 0;
+    g.n_taps = r->mode == KILN_GPU_RS_NEAREST ? 1 : r->mode == KILN_GPU_RS_LINEAR ? 2 : 4;
+    for (int k = r->rank - 1; k >= 0; k--) {
+        g.in_stride[k] = st;
+        st *= r->in[k];
+    }
+    for (int k = 0; k < r->rank; k++) {
+        g.out[k] = r->out[k];
+        g.active[k] = r->active[k];
+        g.tap_base[k] = rows;
+        total *= r->out[k];
+        if (r->active[k]) rows += r->out[k], g.n_active++;
+    }
+    if (total <= 0) return gpuSuccess;
+    resize_tap *taps = (resize_tap *)ws;
+    if (rows > 0) resize_taps_kernel<<<kiln_gpu_blocks(rows, CNN_BLOCK), CNN_BLOCK, 0, s>>>(*r, taps, rows);
+    unsigned blocks = kiln_gpu_blocks(total, CNN_BLOCK);
+    if (r->mode == KILN_GPU_RS_NEAREST) {
+        switch (esize) {
+        case 1: resize_nearest_kernel<uint8_t><<<blocks, CNN_BLOCK, 0, s>>>((const uint8_t *)X, (uint8_t *)Y, taps, g,
+                                                                             (uint8_t)r->extrap_bits, total); break;
+        case 2: resize_nearest_kernel<uint16_t><<<blocks, CNN_BLOCK, 0, s>>>(
+                    (const uint16_t *)X, (uint16_t *)Y, taps, g, (uint16_t)r->extrap_bits, total); break;
+        case 4: resize_nearest_kernel<uint32_t><<<blocks, CNN_BLOCK, 0, s>>>(
+                    (const uint32_t *)X, (uint32_t *)Y, taps, g, (uint32_t)r->extrap_bits, total); break;
+        case 8: resize_nearest_kernel<uint64_t><<<blocks, CNN_BLOCK, 0, s>>>(
+                    (const uint64_t *)X, (uint64_t *)Y, taps, g, (uint64_t)r->extrap_bits, total); break;
+        default: return gpuErrorInvalidValue;
+        }
+        return gpuGetLastError();
+    }
+    CNN_DISPATCH_FLOAT(dtype, T,
+                       resize_interp_kernel<T><<<blocks, CNN_BLOCK, 0, s>>>((const T *)X, (T *)Y, taps, g,
+                                                                            r->extrapolation, total))
+    return gpuGetLastError();
+}
+
+/* ---- permuted gather (DepthToSpace / SpaceToDepth) ---- */
+
+template <typename U>
+__global__ void gather_view_kernel(const U *__restrict__ X, U *__restrict__ Y, kiln_gpu_shape src, int64_t n)
+{
+    KILN_GRID_LOOP(i, n) Y[i] = X[kiln_strided_offset(src, i)];
+}
+
+extern "C" gpuError_t kiln_gpu_cnn_gather_view(size_t esize, const void *X, void *Y, kiln_gpu_shape src,
+                                               int64_t n, gpuStream_t s)
+{
+    if (n <= 0) return gpuSuccess;
+    unsigned blocks = kiln_gpu_blocks(n, CNN_BLOCK);
+    switch (esize) {
+    case 1: gather_view_kernel<uint8_t><<<blocks, CNN_BLOCK, 0, s>>>((const uint8_t *)X, (uint8_t *)Y, src, n); break;
+    case 2: gather_view_kernel<uint16_t><<<blocks, CNN_BLOCK, 0, s>>>((const uint16_t *)X, (uint16_t *)Y, src, n); break;
+    case 4: gather_view_kernel<uint32_t><<<blocks, CNN_BLOCK, 0, s>>>((const uint32_t *)X, (uint32_t *)Y, src, n); break;
+    case 8: gather_view_kernel<uint64_t><<<blocks, CNN_BLOCK, 0, s>>>((const uint64_t *)X, (uint64_t *)Y, src, n); break;
+    default: return gpuErrorInvalidValue;
+    }
+    return gpuGetLastError();
+}

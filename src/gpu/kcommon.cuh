@@ -1,0 +1,62 @@
+/* kcommon.cuh - device-side helpers shared by the k_*.cu kernel sources: element conversions
+ * to and from float for every floating dtype, grid-stride loops, and offsets of a strided
+ * index. Builds with nvcc and hipcc. */
+#ifndef KILN_GPU_KCOMMON_CUH
+#define KILN_GPU_KCOMMON_CUH
+
+#if defined(KILN_HIP)
+#include <hip/hip_runtime.h>
+#endif
+#include <stdint.h>
+
+#include "gpu/kshape.h"
+#include "gpu/rt.h"
+
+#if defined(KILN_HIP_OLD_BF16)
+/* hip_bfloat16 (ROCm < 5.7): the conversions of hip_bf16.h, rounding to nearest even */
+static __host__ __device__ __forceinline__ float __bfloat162float(hip_bfloat16 x) { return (float)x; }
+static __host__ __device__ __forceinline__ hip_bfloat16 __float2bfloat16(float x) { return hip_bfloat16(x); }
+#endif
+
+#if defined(KILN_HIP) && (HIP_VERSION_MAJOR < 6 || (HIP_VERSION_MAJOR == 6 && HIP_VERSION_MINOR < 2))
+/* ROCm before 6.2 has no *_sync shuffles. The kernels are written for 32-lane warps: these
+ * shuffle within 32-lane groups (width 32), which keeps that meaning on 64-lane wavefronts.
+ * The mask is ignored (the kernels pass full masks). */
+#define __shfl_sync(mask, v, src) __shfl((v), (src), 32)
+#define __shfl_up_sync(mask, v, d) __shfl_up((v), (d), 32)
+#define __shfl_down_sync(mask, v, d) __shfl_down((v), (d), 32)
+#define __shfl_xor_sync(mask, v, d) __shfl_xor((v), (d), 32)
+#endif
+
+/* Loop over [0, n) across the whole grid. */
+#define KILN_GRID_LOOP(i, n)                                                                  \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (int64_t)(n);        \
+         i += (int64_t)gridDim.x * blockDim.x)
+
+/* Accumulation type and conversions: half and bfloat16 compute in float. */
+template <typename T> struct kiln_acc { typedef T type; };
+template <> struct kiln_acc<kiln_gpu_half> { typedef float type; };
+template <> struct kiln_acc<kiln_gpu_bf16> { typedef float type; };
+
+template <typename T> __device__ __forceinline__ float kiln_to_f(T x) { return (float)x; }
+template <> __device__ __forceinline__ float kiln_to_f<kiln_gpu_half>(kiln_gpu_half x) { return __half2float(x); }
+template <> __device__ __forceinline__ float kiln_to_f<kiln_gpu_bf16>(kiln_gpu_bf16 x) { return __bfloat162float(x); }
+
+template <typename T> __device__ __forceinline__ T kiln_from_f(float x) { return (T)x; }
+template <> __device__ __forceinline__ kiln_gpu_half kiln_from_f<kiln_gpu_half>(float x) { return __float2half(x); }
+template <> __device__ __forceinline__ kiln_gpu_bf16 kiln_from_f<kiln_gpu_bf16>(float x) { return __float2bfloat16(x); }
+
+/* Offset, under s's strides, of the element at flat index i of a contiguous tensor with s's dims. */
+__device__ __forceinline__ int64_t kiln_strided_offset(const kiln_gpu_shape &s, int64_t i)
+{
+    int64_t off = 0;
+    for (int k = s.rank - 1; k >= 0; k--) {
+        int64_t d = s.dims[k];
+        int64_t q = i / d;
+        off += (i - q * d) * s.strides[k];
+        i = q;
+    }
+    return off;
+}
+
+#endif

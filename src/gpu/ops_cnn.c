@@ -1,0 +1,615 @@
+/* ops_cnn.c - GPU provider family 'cnn': Conv and ConvTranspose (im2col / col2im around
+ * cuBLAS GEMMs, a direct kernel for depthwise), window and global pooling, Resize / Upsample,
+ * DepthToSpace / SpaceToDepth. Geometry and Resize scale arithmetic run on the host exactly as
+ * the reference kernels do (src/ops/nn_*.c, src/ops/image.c); the kernels are in k_cnn.cu. */
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/dtype.h"
+#include "gpu/blas.h"
+#include "gpu/gpu.h"
+#include "gpu/k_cnn.h"
+#include "ops/image_internal.h"
+#include "ops/nn_internal.h"
+#include "ops/util.h"
+
+/* Column scratch of the convolutions is bounded by processing the batch in chunks. */
+#define CNN_COL_BYTES ((size_t)256 << 20)
+
+static bool is_fp(kiln_dtype dt)
+{
+    return dt == KILN_DTYPE_FLOAT32 || dt == KILN_DTYPE_FLOAT16 || dt == KILN_DTYPE_BFLOAT16;
+}
+
+/* Bytes of one element of the fixed-size types the gather kernels move; 0 for others. */
+static size_t esize_of(kiln_dtype dt)
+{
+    switch (dt) {
+    case KILN_DTYPE_UINT8: case KILN_DTYPE_INT8: case KILN_DTYPE_BOOL: return 1;
+    case KILN_DTYPE_UINT16: case KILN_DTYPE_INT16: case KILN_DTYPE_FLOAT16: case KILN_DTYPE_BFLOAT16: return 2;
+    case KILN_DTYPE_UINT32: case KILN_DTYPE_INT32: case KILN_DTYPE_FLOAT32: return 4;
+    case KILN_DTYPE_UINT64: case KILN_DTYPE_INT64: case KILN_DTYPE_FLOAT64: return 8;
+    default: return 0;
+    }
+}
+
+static kiln_dtype in_dtype(const kiln_node *n, int i)
+{
+    return i < n->n_in && n->in[i] ? n->in[i]->type.dtype : KILN_DTYPE_UNDEFINED;
+}
+
+static int in_rank(const kiln_node *n, int i)
+{
+    return i < n->n_in && n->in[i] ? n->in[i]->type.rank : -1;
+}
+
+/* Input 0 a float32 / float16 / bfloat16 tensor of rank -1 or 3..5 (1 to 3 spatial dims). */
+static bool fp_spatial_input(const kiln_node *n, char *why, size_t size)
+{
+    kiln_dtype dt = in_dtype(n, 0);
+    if (!is_fp(dt)) {
+        snprintf(why, size, "dtype %s", kiln_dtype_name(dt));
+        return false;
+    }
+    int r = in_rank(n, 0);
+    if (r >= 0 && (r < 3 || r > 2 + KILN_GPU_CNN_MAX_SP)) {
+        snprintf(why, size, "rank %d (1 to %d spatial dims)", r, KILN_GPU_CNN_MAX_SP);
+        return false;
+    }
+    return true;
+}
+
+static size_t dtype_bytes(const kiln_value *v)
+{
+    return esize_of(v->dtype);
+}
+
+/* The kernels' window from a resolved geometry; in / out are the spatial sizes. */
+static kiln_gpu_window make_window(const nn_geom *g, const int64_t *in, const int64_t *out)
+{
+    kiln_gpu_window w;
+    memset(&w, 0, sizeof w);
+    w.nsp = g->nsp;
+    for (int i = 0; i < g->nsp; i++) {
+        w.in[i] = in[i];
+        w.out[i] = out[i];
+        w.k[i] = g->kernel[i];
+        w.stride[i] = g->strides[i];
+        w.dil[i] = g->dilations[i];
+        w.pad[i] = g->pads[i];
+        w.pad_end[i] = g->pads[g->nsp + i];
+    }
+    return w;
+}
+
+/* ---- GEMMs (column-major cuBLAS over row-major tensors) ---- */
+
+static gpuDataType_t blas_type(kiln_dtype dt)
+{
+    return dt == KILN_DTYPE_FLOAT16 ? GPU_R_16F : dt == KILN_DTYPE_BFLOAT16 ? GPU_R_16BF : GPU_R_32F;
+}
+
+static bool fits_int(int64_t v)
+{
+    return v >= 0 && v <= INT_MAX;
+}
+
+/* C = op(A) op(B) (+ C when accumulate), batched with element strides; fp32 stays full
+ * precision (CUBLAS_COMPUTE_32F, no TF32). */
+static kiln_status gemm_batched(kiln_run_ctx *c, bool trans_b, int64_t m, int64_t n, int64_t k, kiln_dtype ab,
+                                const void *A, int64_t lda, int64_t sa, const void *B, int64_t ldb, int64_t sb,
+                                kiln_dtype cd, void *C, int64_t ldc, int64_t sc, int64_t batch, bool accumulate)
+{
+    if (!fits_int(m) || !fits_int(n) || !fits_int(k) || !fits_int(lda) || !fits_int(ldb) || !fits_int(ldc) ||
+        !fits_int(batch))
+        return kiln_run_fail(c, KILN_ERR_UNSUPPORTED, "GEMM dims beyond cuBLAS's int range");
+    if (m == 0 || n == 0 || batch == 0) return KILN_OK;
+    float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    gpublasStatus_t st = gpublasGemmStridedBatchedEx(
+        (gpublasHandle_t)kiln_gpu_blas(c), GPUBLAS_OP_N, trans_b ? GPUBLAS_OP_T : GPUBLAS_OP_N, (int)m, (int)n, (int)k,
+        &alpha, A, blas_type(ab), (int)lda, (long long)sa, B, blas_type(ab), (int)ldb, (long long)sb, &beta, C,
+        blas_type(cd), (int)ldc, (long long)sc, (int)batch, GPUBLAS_COMPUTE_32F, GPUBLAS_GEMM_DEFAULT);
+    if (st != GPUBLAS_STATUS_SUCCESS)
+        return kiln_run_fail(c, KILN_ERR_RUNTIME, "GEMM failed: %s", gpublasGetStatusString(st));
+    return KILN_OK;
+}
+
+/* Items of a batch whose per-item scratch is `item` bytes that fit the column budget. */
+static int64_t chunk_items(int64_t N, size_t item)
+{
+    int64_t nb = item ? (int64_t)(CNN_COL_BYTES / item) : N;
+    if (nb < 1) nb = 1;
+    return nb < N ? nb : N;
+}
+
+/* ---- Conv ---- */
+
+static bool conv_supports(const kiln_node *n, char *why, size_t size)
+{
+    if (!fp_spatial_input(n, why, size)) return false;
+    if (in_dtype(n, 1) != in_dtype(n, 0) || (n->n_in > 2 && n->in[2] && in_dtype(n, 2) != in_dtype(n, 0))) {
+        snprintf(why, size, "mixed dtypes");
+        return false;
+    }
+    return true;
+}
+
+static kiln_status conv_run(kiln_run_ctx *c)
+{
+    const kiln_node *node = kiln_run_node(c);
+    const kiln_value *X = kiln_run_in(c, 0), *W = kiln_run_in(c, 1), *B = kiln_run_in(c, 2);
+    kiln_value *Y = kiln_run_out(c, 0);
+    int nsp = X->rank - 2;
+    nn_geom g;
+    char msg[160];
+    int64_t od[KILN_MAX_RANK];
+    if (!Y || nsp < 1 || nsp > KILN_GPU_CNN_MAX_SP || W->rank != X->rank || !nn_geom_parse(node, nsp, &g, msg, sizeof msg))
+        return kiln_gpu_fallback(c);
+    memcpy(g.kernel, W->dims + 2, (size_t)nsp * sizeof(int64_t));
+    if (!nn_geom_resolve(&g, X->dims + 2, od)) return kiln_gpu_fallback(c);
+    int64_t group = kiln_attr_int(node, "group", 1);
+    int64_t N = X->dims[0], C = X->dims[1], M = W->dims[0], Cg = W->dims[1];
+    if (group < 1 || C != Cg * group || M % group || (B && B->numel != M)) return kiln_gpu_fallback(c);
+    if (Y->numel == 0) return KILN_OK;
+    kiln_gpu_window w = make_window(&g, X->dims + 2, od);
+    gpuStream_t s = kiln_gpu_stream(c);
+    int dt = X->dtype;
+    if (Cg == 1) /* one input channel per group: depthwise and its channel multipliers */
+        return kiln_gpu_check(c, kiln_gpu_cnn_conv_direct(dt, X->data, W->data, B ? B->data : NULL, Y->data, N, C, M, w, s),
+                              "conv_direct");
+
+    int64_t Mg = M / group, ks = nn_prod(nsp, g.kernel), Kg = Cg * ks, is = nn_prod(nsp, X->dims + 2),
+            os = nn_prod(nsp, od);
+    size_t es = dtype_bytes(X);
+    if (Kg == 0) /* no input channels: the bias alone */
+        return kiln_gpu_check(c, B ? kiln_gpu_cnn_bias_fill(dt, Y->data, B->data, N, M, os, s)
+                                   : gpuMemsetAsync(Y->data, 0, Y->nbytes, s),
+                              "bias_fill");
+    if (B) KILN_TRY(kiln_gpu_check(c, kiln_gpu_cnn_bias_fill(dt, Y->data, B->data, N, M, os, s), "bias_fill"));
+    bool direct = true; /* 1x1, stride 1, no padding: X is its own column matrix */
+    for (int i = 0; i < nsp; i++)
+        direct = direct && g.kernel[i] == 1 && g.strides[i] == 1 && g.pads[i] == 0 && g.pads[nsp + i] == 0;
+    size_t item = (size_t)C * (size_t)ks * (size_t)os * es;
+    int64_t nb = direct ? N : chunk_items(N, item);
+    void *col = NULL;
+    if (!direct) KILN_TRY(kiln_gpu_workspace(c, item * (size_t)nb, &col));
+    for (int64_t n0 = 0; n0 < N; n0 += nb) {
+        int64_t cnt = N - n0 < nb ? N - n0 : nb;
+        const char *x = (const char *)X->data + (size_t)(n0 * C * is) * es;
+        char *y = (char *)Y->data + (size_t)(n0 * M * os) * es;
+        const char *a = x;
+        if (!direct) {
+            KILN_TRY(kiln_gpu_check(c, kiln_gpu_cnn_im2col(dt, x, col, cnt, C, w, s), "im2col"));
+            a = col;
+        }
+        /* Y_n,g [Mg x os] = W_g [Mg x Kg] * col_n,g [Kg x os]; column-major: Y^T = col^T W^T */
+        if (group == 1) {
+            KILN_TRY(gemm_batched(c, false, os, M, Kg, X->dtype, a, os, C * ks * os, W->data, Kg, 0, Y->dtype, y, os,
+                                  M * os, cnt, B != NULL));
+            continue;
+        }
+        for (int64_t n = 0; n < cnt; n++)
+            KILN_TRY(gemm_batched(c, false, os, Mg, Kg, X->dtype, a + (size_t)(n * C * ks * os) * es, os, Kg * os,
+                                  W->data, Kg, Mg * Kg, Y->dtype, y + (size_t)(n * M * os) * es, os, Mg * os, group,
+                                  B != NULL));
+    }
+    return KILN_OK;
+}
+
+/* ---- ConvTranspose ---- */
+
+static int64_t floordiv2(int64_t v)
+{
+    return v >= 0 ? v / 2 : -((-v + 1) / 2);
+}
+
+static kiln_status conv_transpose_run(kiln_run_ctx *c)
+{
+    const kiln_node *node = kiln_run_node(c);
+    const kiln_value *X = kiln_run_in(c, 0), *W = kiln_run_in(c, 1), *B = kiln_run_in(c, 2);
+    kiln_value *Y = kiln_run_out(c, 0);
+    int nsp = X->rank - 2;
+    nn_geom g;
+    char msg[160];
+    if (!Y || nsp < 1 || nsp > KILN_GPU_CNN_MAX_SP || W->rank != X->rank || Y->rank != X->rank ||
+        !nn_geom_parse(node, nsp, &g, msg, sizeof msg))
+        return kiln_gpu_fallback(c);
+    int64_t group = kiln_attr_int(node, "group", 1), opad[KILN_MAX_RANK] = {0};
+    int nop, nos;
+    const int64_t *op = kiln_attr_ints(node, "output_padding", &nop);
+    for (int i = 0; op && i < nsp && i < nop; i++) opad[i] = op[i];
+    const int64_t *os_attr = kiln_attr_ints(node, "output_shape", &nos);
+    bool has_os = os_attr && nos >= nsp;
+    /* pads derived from the output size when it is given or SAME (as the reference) */
+    if (has_os || g.auto_pad == NN_PAD_SAME_UPPER || g.auto_pad == NN_PAD_SAME_LOWER)
+        for (int i = 0; i < nsp; i++) {
+            int64_t total = g.strides[i] * (X->dims[2 + i] - 1) + opad[i] + g.dilations[i] * (W->dims[2 + i] - 1) +
+                            1 - Y->dims[2 + i];
+            g.pads[i] = g.auto_pad == NN_PAD_SAME_UPPER ? floordiv2(total) : total - floordiv2(total);
+            g.pads[nsp + i] = total - g.pads[i];
+        }
+    memcpy(g.kernel, W->dims + 2, (size_t)nsp * sizeof(int64_t));
+    int64_t N = X->dims[0], C = X->dims[1], Mg = W->dims[1], M = Y->dims[1];
+    if (group < 1 || C % group || W->dims[0] != C || M != Mg * group || Y->dims[0] != N || (B && B->numel != M))
+        return kiln_gpu_fallback(c);
+    if (Y->numel == 0) return KILN_OK;
+    int64_t Cg = C / group, ks = nn_prod(nsp, g.kernel), is = nn_prod(nsp, X->dims + 2),
+            os = nn_prod(nsp, Y->dims + 2);
+    kiln_gpu_window w = make_window(&g, X->dims + 2, Y->dims + 2);
+    gpuStream_t s = kiln_gpu_stream(c);
+    size_t es = dtype_bytes(X), item = (size_t)M * (size_t)ks * (size_t)is * sizeof(float);
+    int64_t nb = chunk_items(N, item);
+    void *cols;
+    KILN_TRY(kiln_gpu_workspace(c, item * (size_t)nb, &cols));
+    for (int64_t n0 = 0; n0 < N; n0 += nb) {
+        int64_t cnt = N - n0 < nb ? N - n0 : nb;
+        const char *x = (const char *)X->data + (size_t)(n0 * C * is) * es;
+        /* cols_n,g [Mg*ks x is] = W_g^T [Mg*ks x Cg] * X_n,g [Cg x is]; column-major:
+         * cols^T = X^T W with W read transposed */
+        if (Cg == 0) {
+            KILN_TRY(kiln_gpu_check(c, gpuMemsetAsync(cols, 0, item * (size_t)cnt, s), "memset"));
+        } else if (group == 1) {
+            KILN_TRY(gemm_batched(c, true, is, M * ks, C, X->dtype, x, is, C * is, W->data, M * ks, 0,
+                                  KILN_DTYPE_FLOAT32, cols, is, M * ks * is, cnt, false));
+        } else {
+            for (int64_t n = 0; n < cnt; n++)
+                KILN_TRY(gemm_batched(c, true, is, Mg * ks, Cg, X->dtype, x + (size_t)(n * C * is) * es, is, Cg * is,
+                                      W->data, Mg * ks, Cg * Mg * ks, KILN_DTYPE_FLOAT32,
+                                      (float *)cols + n * M * ks * is, is, Mg * ks * is, group, false));
+        }
+        char *y = (char *)Y->data + (size_t)(n0 * M * os) * es;
+        KILN_TRY(kiln_gpu_check(c, kiln_gpu_cnn_col2im(X->dtype, cols, B ? B->data : NULL, y, cnt, M, w, s),
+                                "col2im"));
+    }
+    return KILN_OK;
+}
+
+/* ---- pooling ---- */
+
+static bool pool_supports(const kiln_node *n, char *why, size_t size)
+{
+    if (!fp_spatial_input(n, why, size)) return false;
+    int nk;
+    if (!kiln_attr_ints(n, "kernel_shape", &nk) || nk < 1 || nk > KILN_GPU_CNN_MAX_SP) {
+        snprintf(why, size, "kernel_shape with %d values", nk);
+        return false;
+    }
+    return true;
+}
+
+/* p of LpPool / GlobalLpPool: a float attribute in opset 1, an int later. */
+static double pool_p(const kiln_node *n)
+{
+    const kiln_attr *a = kiln_node_attr(n, "p");
+    if (!a) return 2;
+    return a->type == KILN_ATTR_FLOAT ? a->f : (double)a->i;
+}
+
+static kiln_status pool_run(kiln_run_ctx *c, int mode)
+{
+    const kiln_node *node = kiln_run_node(c);
+    const kiln_value *X = kiln_run_in(c, 0);
+    kiln_value *Y = kiln_run_out(c, 0), *I = kiln_run_out(c, 1);
+    nn_geom g;
+    char msg[160];
+    int nk;
+    const int64_t *ks = kiln_attr_ints(node, "kernel_shape", &nk);
+    int64_t od[KILN_MAX_RANK];
+    if (!Y || !ks || nk != X->rank - 2 || nk < 1 || nk > KILN_GPU_CNN_MAX_SP || !nn_geom_parse(node, nk, &g, msg, sizeof msg))
+        return kiln_gpu_fallback(c);
+    for (int i = 0; i < nk; i++) {
+        if (ks[i] < 1 || ks[i] > NN_ATTR_MAX) return kiln_gpu_fallback(c);
+        g.kernel[i] = ks[i];
+    }
+    if (!nn_geom_resolve(&g, X->dims + 2, od)) return kiln_gpu_fallback(c);
+    if (Y->numel == 0) return KILN_OK;
+    bool include_pad = kiln_attr_int(node, "count_include_pad", 0) != 0;
+    bool col_major = kiln_attr_int(node, "storage_order", 0) == 1;
+    kiln_gpu_window w = make_window(&g, X->dims + 2, od);
+    gpuError_t e = kiln_gpu_cnn_pool(X->dtype, mode, X->data, Y->data, I && mode == KILN_GPU_POOL_MAX ? I->data : NULL,
+                                     X->dims[0] * X->dims[1], w, include_pad, col_major, (float)pool_p(node),
+                                     kiln_gpu_stream(c));
+    return kiln_gpu_check(c, e, "pool");
+}
+
+static kiln_status max_pool_run(kiln_run_ctx *c) { return pool_run(c, KILN_GPU_POOL_MAX); }
+static kiln_status average_pool_run(kiln_run_ctx *c) { return pool_run(c, KILN_GPU_POOL_AVG); }
+static kiln_status lp_pool_run(kiln_run_ctx *c) { return pool_run(c, KILN_GPU_POOL_LP); }
+
+static bool global_pool_supports(const kiln_node *n, char *why, size_t size)
+{
+    kiln_dtype dt = in_dtype(n, 0);
+    if (!is_fp(dt)) {
+        snprintf(why, size, "dtype %s", kiln_dtype_name(dt));
+        return false;
+    }
+    return true;
+}
+
+static kiln_status global_pool_run(kiln_run_ctx *c, int mode)
+{
+    const kiln_value *X = kiln_run_in(c, 0);
+    kiln_value *Y = kiln_run_out(c, 0);
+    if (!Y || X->rank < 2) return kiln_gpu_fallback(c);
+    int64_t planes = X->dims[0] * X->dims[1], sz = planes ? X->numel / planes : 0;
+    if (planes == 0) return KILN_OK;
+    gpuError_t e = kiln_gpu_cnn_global_pool(X->dtype, mode, X->data, Y->data, planes, sz,
+                                            (float)pool_p(kiln_run_node(c)), kiln_gpu_stream(c));
+    return kiln_gpu_check(c, e, "global_pool");
+}
+
+static kiln_status global_max_pool_run(kiln_run_ctx *c) { return global_pool_run(c, KILN_GPU_POOL_MAX); }
+static kiln_status global_average_pool_run(kiln_run_ctx *c) { return global_pool_run(c, KILN_GPU_POOL_AVG); }
+static kiln_status global_lp_pool_run(kiln_run_ctx *c) { return global_pool_run(c, KILN_GPU_POOL_LP); }
+
+/* ---- Resize (opsets 10, 11, 13, 18, 19) and Upsample (7, 9): the reference's attribute and
+ * scale logic (src/ops/image.c), the interpolation on the device ---- */
+
+enum { KA_STRETCH, KA_NOT_LARGER, KA_NOT_SMALLER };
+
+static const char *const rs_modes[] = {"nearest", "linear", "cubic"};
+static const char *const ct_modes[] = {"half_pixel",        "half_pixel_symmetric", "pytorch_half_pixel",
+                                       "align_corners",     "asymmetric",           "tf_half_pixel_for_nn",
+                                       "tf_crop_and_resize"};
+static const char *const nr_modes[] = {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"};
+static const char *const ka_policies[] = {"stretch", "not_larger", "not_smaller"};
+
+typedef struct resize_attrs {
+    int mode, ct, nr, ka;
+    double cubic_a, extrapolation;
+    bool exclude_outside, antialias;
+    int n_axes;
+    int axes[KILN_MAX_RANK];
+    int scales_in, sizes_in, roi_in;
+    const float *scales_attr;
+    int n_scales_attr;
+} resize_attrs;
+
+static int name_index(const char *s, const char *const *names, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(s, names[i])) return i;
+    return -1;
+}
+
+/* Attributes of Resize/Upsample at `opset` for rank `rank` (rank < 0: axes unchecked). */
+static bool resize_parse(const kiln_node *n, int opset, int rank, resize_attrs *a)
+{
+    bool upsample = !strcmp(n->op_type, "Upsample");
+    memset(a, 0, sizeof *a);
+    a->scales_in = a->sizes_in = a->roi_in = -1;
+    const char *mode = kiln_attr_string(n, "mode", "nearest");
+    a->mode = !strcmp(mode, "bilinear") ? KILN_GPU_RS_LINEAR : name_index(mode, rs_modes, 3);
+    if (a->mode < 0 || (a->mode == KILN_GPU_RS_CUBIC && (upsample || opset < 11))) return false;
+    if (upsample || opset < 11) {
+        a->ct = KILN_GPU_CT_ASYMMETRIC;
+        a->nr = KILN_GPU_NR_FLOOR;
+        if (upsample && opset < 9) a->scales_attr = kiln_attr_floats(n, "scales", &a->n_scales_attr);
+        else a->scales_in = 1;
+    } else {
+        a->ct = name_index(kiln_attr_string(n, "coordinate_transformation_mode", "half_pixel"), ct_modes, 7);
+        a->nr = name_index(kiln_attr_string(n, "nearest_mode", "round_prefer_floor"), nr_modes, 4);
+        a->ka = name_index(kiln_attr_string(n, "keep_aspect_ratio_policy", "stretch"), ka_policies, 3);
+        if (a->ct < 0 || (a->ct == KILN_GPU_CT_TF_HALF_PIXEL_NN && opset >= 13) ||
+            (a->ct == KILN_GPU_CT_HALF_PIXEL_SYM && opset < 19) || a->nr < 0 || a->ka < 0)
+            return false;
+        a->roi_in = 1;
+        a->scales_in = 2;
+        a->sizes_in = 3;
+    }
+    a->cubic_a = kiln_attr_float(n, "cubic_coeff_a", -0.75f);
+    a->extrapolation = kiln_attr_float(n, "extrapolation_value", 0.0f);
+    a->exclude_outside = kiln_attr_int(n, "exclude_outside", 0) != 0;
+    a->antialias = opset >= 18 && kiln_attr_int(n, "antialias", 0) != 0;
+    int n_axes = 0;
+    const int64_t *axes = opset >= 18 ? kiln_attr_ints(n, "axes", &n_axes) : NULL;
+    if (rank < 0) return true;
+    if (!axes) {
+        a->n_axes = rank;
+        for (int k = 0; k < rank; k++) a->axes[k] = k;
+        return true;
+    }
+    bool seen[KILN_MAX_RANK] = {false};
+    for (int i = 0; i < n_axes; i++) {
+        int ax;
+        if (n_axes > rank || !kiln_axis_norm(axes[i], rank, &ax) || seen[ax]) return false;
+        seen[ax] = true;
+        a->axes[i] = ax;
+    }
+    a->n_axes = n_axes;
+    return true;
+}
+
+/* Output dims and per-axis scales exactly as the reference's resize_plan; false where the
+ * reference fails (the fallback then reports it). */
+static bool resize_plan(const resize_attrs *a, int rank, const int64_t *in, const kiln_value *scales,
+                        const kiln_value *sizes, int64_t *out, double *scale)
+{
+    for (int k = 0; k < rank; k++) out[k] = in[k], scale[k] = 1.0;
+    if (sizes) {
+        if (sizes->numel != a->n_axes || !kiln_dtype_is_int(sizes->dtype)) return false;
+        double s_min = INFINITY, s_max = 0;
+        for (int i = 0; i < a->n_axes; i++) {
+            int ax = a->axes[i];
+            int64_t v = kiln_load_i64(sizes->dtype, sizes->data, i);
+            if (v < 0 || (in[ax] == 0 && v != 0)) return false;
+            out[ax] = v;
+            scale[ax] = in[ax] ? (double)v / (double)in[ax] : 1.0;
+            s_min = fmin(s_min, scale[ax]);
+            s_max = fmax(s_max, scale[ax]);
+        }
+        if (a->ka != KA_STRETCH) {
+            double s = a->ka == KA_NOT_LARGER ? s_min : s_max;
+            for (int i = 0; i < a->n_axes; i++) {
+                int ax = a->axes[i];
+                scale[ax] = s;
+                out[ax] = (int64_t)(s * (double)in[ax] + 0.5);
+            }
+        }
+        return true;
+    }
+    int n = scales ? (int)scales->numel : a->n_scales_attr;
+    if (n != a->n_axes || (scales && !kiln_dtype_is_float(scales->dtype))) return false;
+    for (int i = 0; i < n; i++) {
+        int ax = a->axes[i];
+        double s = scales ? kiln_load_f64(scales->dtype, scales->data, i) : a->scales_attr[i];
+        double o = floor(s * (double)in[ax]);
+        if (!(s > 0) || o > (double)INT64_MAX / 2) return false;
+        scale[ax] = s;
+        out[ax] = (int64_t)o;
+    }
+    return true;
+}
+
+static bool resize_supports(const kiln_node *n, char *why, size_t size)
+{
+    kiln_dtype dt = in_dtype(n, 0);
+    resize_attrs a;
+    if (!resize_parse(n, n->opset, -1, &a)) {
+        snprintf(why, size, "attributes the reference rejects");
+        return false;
+    }
+    if (a.antialias) {
+        snprintf(why, size, "antialias");
+        return false;
+    }
+    if (a.mode == KILN_GPU_RS_NEAREST ? !esize_of(dt) || dt == KILN_DTYPE_BOOL : !is_fp(dt)) {
+        snprintf(why, size, "mode '%s' on dtype %s", rs_modes[a.mode], kiln_dtype_name(dt));
+        return false;
+    }
+    if (in_rank(n, 0) > KILN_GPU_MAX_RANK) {
+        snprintf(why, size, "rank %d", in_rank(n, 0));
+        return false;
+    }
+    return true;
+}
+
+static kiln_status resize_run(kiln_run_ctx *c)
+{
+    const kiln_node *node = kiln_run_node(c);
+    const kiln_value *x = kiln_run_in(c, 0);
+    kiln_value *y = kiln_run_out(c, 0);
+    resize_attrs a;
+    int rank = x->rank;
+    if (!y || rank > KILN_GPU_MAX_RANK || !resize_parse(node, kiln_run_opset(c), rank, &a) || a.antialias)
+        return kiln_gpu_fallback(c);
+    const kiln_value *scales = a.scales_in >= 0 ? kiln_run_in(c, a.scales_in) : NULL;
+    const kiln_value *sizes = a.sizes_in >= 0 ? kiln_run_in(c, a.sizes_in) : NULL;
+    if (scales && scales->numel == 0 && sizes) scales = NULL;
+    kiln_gpu_resize r;
+    memset(&r, 0, sizeof r);
+    int64_t out[KILN_MAX_RANK];
+    double scale[KILN_MAX_RANK];
+    if (!resize_plan(&a, rank, x->dims, scales, scales ? NULL : sizes, out, scale)) return kiln_gpu_fallback(c);
+    for (int k = 0; k < rank; k++) r.lo[k] = 0, r.hi[k] = 1;
+    if (a.ct == KILN_GPU_CT_TF_CROP) {
+        const kiln_value *roi = a.roi_in >= 0 ? kiln_run_in(c, a.roi_in) : NULL;
+        if (!roi || roi->numel != 2 * a.n_axes || !kiln_dtype_is_float(roi->dtype)) return kiln_gpu_fallback(c);
+        for (int i = 0; i < a.n_axes; i++) {
+            r.lo[a.axes[i]] = kiln_load_f64(roi->dtype, roi->data, i);
+            r.hi[a.axes[i]] = kiln_load_f64(roi->dtype, roi->data, a.n_axes + i);
+        }
+    }
+    if (y->numel == 0) return KILN_OK;
+    if (x->numel == 0) return kiln_gpu_fallback(c); /* the reference reports it */
+    for (int k = 0; k < rank; k++)
+        if (out[k] != y->dims[k]) return kiln_gpu_fallback(c);
+    r.rank = rank;
+    r.mode = a.mode;
+    r.ct = a.ct;
+    r.nr = a.nr;
+    r.exclude_outside = a.exclude_outside;
+    r.cubic_a = a.cubic_a;
+    r.extrapolation = (float)a.extrapolation;
+    uint64_t slot = 0;
+    kiln_image_store_sat(y->dtype, &slot, 0, a.extrapolation);
+    r.extrap_bits = slot;
+    for (int k = 0; k < rank; k++) {
+        r.in[k] = x->dims[k];
+        r.out[k] = out[k];
+        r.scale[k] = scale[k];
+        r.active[k] = !(out[k] == x->dims[k] && scale[k] == 1.0 &&
+                        (a.ct != KILN_GPU_CT_TF_CROP || (r.lo[k] == 0 && r.hi[k] == 1)));
+    }
+    if (a.mode != KILN_GPU_RS_NEAREST && !is_fp(x->dtype)) return kiln_gpu_fallback(c);
+    void *ws;
+    KILN_TRY(kiln_gpu_workspace(c, kiln_gpu_cnn_resize_ws_bytes(&r), &ws));
+    return kiln_gpu_check(c, kiln_gpu_cnn_resize(x->dtype, esize_of(x->dtype), x->data, y->data, &r, ws,
+                                                 kiln_gpu_stream(c)),
+                          "resize");
+}
+
+/* ---- DepthToSpace / SpaceToDepth: a 6-D permuted gather ---- */
+
+static bool block_supports(const kiln_node *n, char *why, size_t size)
+{
+    kiln_dtype dt = in_dtype(n, 0);
+    if (!esize_of(dt)) {
+        snprintf(why, size, "dtype %s", kiln_dtype_name(dt));
+        return false;
+    }
+    return true;
+}
+
+static kiln_status block_run(kiln_run_ctx *c, bool to_space)
+{
+    const kiln_node *node = kiln_run_node(c);
+    const kiln_value *x = kiln_run_in(c, 0);
+    kiln_value *y = kiln_run_out(c, 0);
+    int64_t b = kiln_attr_int(node, "blocksize", 0);
+    const char *mode = kiln_attr_string(node, "mode", "DCR");
+    bool crd = !strcmp(mode, "CRD");
+    if (!y || x->rank != 4 || b <= 0 || (!crd && strcmp(mode, "DCR")) || !esize_of(x->dtype))
+        return kiln_gpu_fallback(c);
+    if (y->numel == 0) return KILN_OK;
+    int64_t dims[6];
+    const int *perm;
+    /* the reference's views (src/ops/shape_move.c) */
+    static const int d2s_dcr[6] = {0, 3, 4, 1, 5, 2}, d2s_crd[6] = {0, 1, 4, 2, 5, 3};
+    static const int s2d_dcr[6] = {0, 3, 5, 1, 2, 4}, s2d_crd[6] = {0, 1, 3, 5, 2, 4};
+    if (to_space) {
+        int64_t cc = x->dims[1] / (b * b);
+        if (cc * b * b != x->dims[1]) return kiln_gpu_fallback(c);
+        int64_t dcr[6] = {x->dims[0], b, b, cc, x->dims[2], x->dims[3]};
+        int64_t crdd[6] = {x->dims[0], cc, b, b, x->dims[2], x->dims[3]};
+        memcpy(dims, crd ? crdd : dcr, sizeof dims);
+        perm = crd ? d2s_crd : d2s_dcr;
+    } else {
+        if (x->dims[2] % b || x->dims[3] % b) return kiln_gpu_fallback(c);
+        int64_t d[6] = {x->dims[0], x->dims[1], x->dims[2] / b, b, x->dims[3] / b, b};
+        memcpy(dims, d, sizeof dims);
+        perm = crd ? s2d_crd : s2d_dcr;
+    }
+    int64_t xs[6], st = 1;
+    for (int k = 5; k >= 0; k--) xs[k] = st, st *= dims[k];
+    kiln_gpu_shape src;
+    memset(&src, 0, sizeof src);
+    src.rank = 6;
+    for (int k = 0; k < 6; k++) src.dims[k] = dims[perm[k]], src.strides[k] = xs[perm[k]];
+    return kiln_gpu_check(c, kiln_gpu_cnn_gather_view(esize_of(x->dtype), x->data, y->data, src, y->numel,
+                                                      kiln_gpu_stream(c)),
+                          "block_gather");
+}
+
+static kiln_status depth_to_space_run(kiln_run_ctx *c) { return block_run(c, true); }
+static kiln_status space_to_depth_run(kiln_run_ctx *c) { return block_run(c, false); }
+
+static const kiln_gpu_op ops[] = {
+    {"Conv", 1, conv_supports, conv_run, 0},
+    {"ConvTranspose", 1, conv_supports, conv_transpose_run, 0},
+    {"MaxPool", 1, pool_supports, max_pool_run, 0},
+    {"AveragePool", 1, pool_supports, average_pool_run, 0},
+    {"LpPool", 1, pool_supports, lp_pool_run, 0},
+    {"GlobalAveragePool", 1, global_pool_supports, global_average_pool_run, 0},
+    {"GlobalMaxPool", 1, global_pool_supports, global_max_pool_run, 0},
+    {"GlobalLpPool", 1, global_pool_supports, global_lp_pool_run, 0},
+    {"Upsample", 7, resize_supports, resize_run, 1u << 1},
+    {"Resize", 10, resize_supports, resize_run, 1u << 1},
+    {"Resize", 11, resize_supports, resize_run, (1u << 1) | (1u << 2) | (1u << 3)},
+    {"DepthToSpace", 1, block_supports, depth_to_space_run, 0},
+    {"SpaceToDepth", 1, block_supports, space_to_depth_run, 0},
+};
+
+const kiln_gpu_op_table kiln_gpu_ops_cnn = {ops, sizeof ops / sizeof ops[0]};

@@ -1,0 +1,32 @@
+/* registry.c - the GPU provider's operator families; the one place a family is listed. */
+#include <string.h>
+
+#include "gpu/gpu.h"
+
+#define GPU_FAMILIES(X) \
+    X(kiln_gpu_ops_ew) \
+    X(kiln_gpu_ops_reduce) \
+    X(kiln_gpu_ops_blas) \
+    X(kiln_gpu_ops_cnn) \
+    X(kiln_gpu_ops_layout)
+
+#define DECLARE(name) extern const kiln_gpu_op_table name;
+GPU_FAMILIES(DECLARE)
+#undef DECLARE
+
+#define ENTRY(name) &name,
+static const kiln_gpu_op_table *const families[] = {GPU_FAMILIES(ENTRY)};
+#undef ENTRY
+
+const kiln_gpu_op *kiln_gpu_op_lookup(const char *domain, const char *op_type, int opset)
+{
+    if (domain && *domain && strcmp(domain, "ai.onnx")) return NULL;
+    const kiln_gpu_op *best = NULL;
+    for (size_t f = 0; f < sizeof families / sizeof families[0]; f++)
+        for (int i = 0; i < families[f]->n; i++) {
+            const kiln_gpu_op *o = &families[f]->ops[i];
+            if (strcmp(o->op_type, op_type) || o->since_version > opset) continue;
+            if (!best || o->since_version > best->since_version) best = o;
+        }
+    return best;
+}

@@ -1,0 +1,625 @@
+/* runtime.c - the GPU provider's runtime: the device a session opened, the constants it
+ * uploaded, its pool of run contexts (stream, BLAS handles, device arena, workspace, pinned
+ * staging), copies between host and device, and what a GPU kernel asks of its run context. */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec/ctx.h"
+#include "gpu/blas.h"
+#include "gpu/device.h"
+#include "gpu/gpu.h"
+#include "gpu/place.h"
+
+#define ALIGN 256
+#define BLAS_WORKSPACE (32u << 20)
+#define PINNED_MIN (1u << 20)
+#define GRAPHS_PER_RUN 8
+
+/* One binding's recorded run (see device.h). */
+typedef struct gpu_graph {
+    int64_t *key;
+    int n_key;
+    int plain_runs;
+    bool unrecordable;
+    gpuGraphExec_t exec;   /* NULL until recorded */
+    int n_out;
+    kiln_value **out;      /* device views of the outputs */
+    int64_t nodes_gpu, nodes_cpu; /* node runs the recording stands for */
+    uint64_t used;         /* LRU tick */
+} gpu_graph;
+
+struct kiln_gpu_run {
+    kiln_gpu_session *gs;
+    gpuStream_t stream;
+    gpublasHandle_t blas;
+    gpublasLtHandle_t blaslt;
+    void *blas_ws;
+    unsigned char *arena;
+    size_t arena_size;
+    void *workspace;
+    size_t workspace_size;
+    unsigned char *pinned; /* staging for host<->device copies */
+    size_t pinned_size, pinned_used;
+    /* counters of the current run, added to the session's at its end */
+    int64_t mallocs, to_device, to_host, nodes_gpu, nodes_cpu;
+    gpuError_t error;      /* first device error of the run */
+    bool capturing, unrecordable;
+    gpu_graph graphs[GRAPHS_PER_RUN];
+    uint64_t tick;
+    int64_t captured, replayed;
+    kiln_gpu_run *next;    /* free list / all contexts */
+    kiln_gpu_run *next_all;
+};
+
+struct kiln_gpu_session {
+    int device;
+    int sm_count;
+    const kiln_graph *g;
+    void *weights;         /* one device buffer holding the uploaded constants */
+    kiln_value **weight;   /* [n_values] device views of main-graph constants, or NULL */
+    int nodes_gpu, nodes_cpu;
+    pthread_mutex_t lock;
+    kiln_gpu_run *free_runs, *all_runs;
+    int64_t mallocs, to_device, to_host, node_runs_gpu, node_runs_cpu, captured, replayed;
+};
+
+static size_t align_up(size_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
+
+static kiln_status rt_fail(kiln_err *err, gpuError_t e, const char *what)
+{
+    return kiln_errf(err, KILN_ERR_RUNTIME, "GPU: %s failed: %s", what, gpuGetErrorString(e));
+}
+
+/* ---- sessions ---- */
+
+static kiln_status upload_constants(kiln_gpu_session *gs, kiln_err *err)
+{
+    const kiln_graph *g = gs->g;
+    gs->weight = calloc((size_t)g->n_values + 1, sizeof *gs->weight);
+    size_t *at = calloc((size_t)g->n_values + 1, sizeof *at);
+    if (!gs->weight || !at) {
+        free(at);
+        return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
+    }
+    size_t total = 0;
+    for (int k = 0; k < g->n_nodes; k++) {
+        const kiln_node *n = g->nodes[k];
+        if (!n->on_gpu) continue;
+        for (int i = 0; i < n->n_in; i++) {
+            const kiln_ir_value *v = n->in[i];
+            if (!v || !v->init || (n->host_inputs & (1u << i)) || v->graph != g || at[v->id]) continue;
+            if (v->init->kind != KILN_VALUE_TENSOR || v->init->dtype == KILN_DTYPE_STRING) continue;
+            at[v->id] = total + 1; /* +1: 0 means none */
+            total += align_up(v->init->nbytes ? v->init->nbytes : 1);
+        }
+    }
+    kiln_status st = KILN_OK;
+    if (total) {
+        gpuError_t e = gpuMalloc(&gs->weights, total);
+        if (e != gpuSuccess) st = rt_fail(err, e, "allocating the constants");
+    }
+    for (int id = 0; id < g->n_values && !st; id++) {
+        if (!at[id]) continue;
+        const kiln_value *h = g->values[id]->init;
+        unsigned char *d = (unsigned char *)gs->weights + (at[id] - 1);
+        if (h->nbytes) {
+            gpuError_t e = gpuMemcpy(d, h->data, h->nbytes, gpuMemcpyHostToDevice);
+            if (e != gpuSuccess) st = rt_fail(err, e, "uploading the constants");
+        }
+        if (!st) st = kiln_value_view(h->dtype, h->rank, h->dims, d, &gs->weight[id], err);
+        if (!st) gs->weight[id]->on_device = true;
+    }
+    free(at);
+    return st;
+}
+
+kiln_status kiln_gpu_session_create(int device_id, kiln_graph *g, kiln_gpu_session **out, kiln_err *err)
+{
+    *out = NULL;
+    int count = 0;
+    gpuError_t e = gpuGetDeviceCount(&count);
+    if (e != gpuSuccess || count == 0)
+        return kiln_errf(err, KILN_ERR_UNSUPPORTED, "CUDA provider: no usable GPU (%s)",
+                         e != gpuSuccess ? gpuGetErrorString(e) : "no device found");
+    if (device_id < 0 || device_id >= count)
+        return kiln_errf(err, KILN_ERR_INVALID_ARG, "CUDA provider: device %d does not exist (%d found)", device_id,
+                         count);
+    e = gpuSetDevice(device_id);
+    if (e != gpuSuccess) return rt_fail(err, e, "selecting the device");
+    kiln_gpu_session *gs = calloc(1, sizeof *gs);
+    if (!gs) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
+    gs->device = device_id;
+    gs->g = g;
+    pthread_mutex_init(&gs->lock, NULL);
+    gpuDeviceGetAttribute(&gs->sm_count, gpuDevAttrMultiProcessorCount, device_id);
+    /* the pool behind stream-ordered allocations keeps what it got: no release to the OS */
+    gpuMemPool_t pool;
+    if (gpuDeviceGetDefaultMemPool(&pool, device_id) == gpuSuccess) {
+        uint64_t keep = UINT64_MAX;
+        gpuMemPoolSetAttribute(pool, gpuMemPoolAttrReleaseThreshold, &keep);
+    }
+    kiln_status st = kiln_gpu_place(g, &gs->nodes_gpu, &gs->nodes_cpu, err);
+    if (!st) st = upload_constants(gs, err);
+    if (st) {
+        kiln_gpu_session_free(gs);
+        return st;
+    }
+    *out = gs;
+    return KILN_OK;
+}
+
+static void graph_clear(gpu_graph *g)
+{
+    if (g->exec) gpuGraphExecDestroy(g->exec);
+    for (int j = 0; j < g->n_out; j++) kiln_value_free(g->out[j]);
+    free(g->out);
+    free(g->key);
+    memset(g, 0, sizeof *g);
+}
+
+/* Drops the recorded graphs, keeping what is known of each binding. */
+static void graphs_invalidate(kiln_gpu_run *r)
+{
+    for (int i = 0; i < GRAPHS_PER_RUN; i++) {
+        gpu_graph *g = &r->graphs[i];
+        if (g->exec) gpuGraphExecDestroy(g->exec);
+        g->exec = NULL;
+        for (int j = 0; j < g->n_out; j++) kiln_value_free(g->out[j]);
+        free(g->out);
+        g->out = NULL;
+        g->n_out = 0;
+    }
+}
+
+static void run_free(kiln_gpu_run *r)
+{
+    for (int i = 0; i < GRAPHS_PER_RUN; i++) graph_clear(&r->graphs[i]);
+    if (r->stream) gpuStreamSynchronize(r->stream);
+    if (r->blas) gpublasDestroy(r->blas);
+    if (r->blaslt) gpublasLtDestroy(r->blaslt);
+    gpuFree(r->blas_ws);
+    gpuFree(r->arena);
+    gpuFree(r->workspace);
+    if (r->pinned) gpuFreeHost(r->pinned);
+    if (r->stream) gpuStreamDestroy(r->stream);
+    free(r);
+}
+
+void kiln_gpu_session_free(kiln_gpu_session *gs)
+{
+    if (!gs) return;
+    gpuSetDevice(gs->device);
+    for (kiln_gpu_run *r = gs->all_runs, *nx; r; r = nx) {
+        nx = r->next_all;
+        run_free(r);
+    }
+    if (gs->weight)
+        for (int id = 0; id < gs->g->n_values; id++) kiln_value_free(gs->weight[id]);
+    free(gs->weight);
+    gpuFree(gs->weights);
+    pthread_mutex_destroy(&gs->lock);
+    free(gs);
+}
+
+void kiln_gpu_session_nodes(const kiln_gpu_session *gs, int *gpu, int *cpu)
+{
+    *gpu = gs->nodes_gpu;
+    *cpu = gs->nodes_cpu;
+}
+
+void kiln_gpu_session_stats(kiln_gpu_session *gs, kiln_session_stats *st)
+{
+    pthread_mutex_lock(&gs->lock);
+    st->nodes_gpu = gs->nodes_gpu;
+    st->nodes_cpu = gs->nodes_cpu;
+    st->node_runs_gpu = gs->node_runs_gpu;
+    st->node_runs_cpu = gs->node_runs_cpu;
+    st->device_mallocs = gs->mallocs;
+    st->copies_to_device = gs->to_device;
+    st->copies_to_host = gs->to_host;
+    st->graphs_captured = gs->captured;
+    st->graphs_replayed = gs->replayed;
+    pthread_mutex_unlock(&gs->lock);
+}
+
+/* ---- run contexts ---- */
+
+static kiln_status run_new(kiln_gpu_session *gs, kiln_gpu_run **out, kiln_err *err)
+{
+    kiln_gpu_run *r = calloc(1, sizeof *r);
+    if (!r) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
+    r->gs = gs;
+    gpuError_t e = gpuStreamCreate(&r->stream);
+    if (e == gpuSuccess) e = gpuMalloc(&r->blas_ws, BLAS_WORKSPACE);
+    if (e != gpuSuccess) {
+        run_free(r);
+        return rt_fail(err, e, "creating a stream");
+    }
+    if (gpublasCreate(&r->blas) != GPUBLAS_STATUS_SUCCESS || gpublasLtCreate(&r->blaslt) != GPUBLAS_STATUS_SUCCESS ||
+        gpublasSetStream(r->blas, r->stream) != GPUBLAS_STATUS_SUCCESS ||
+        gpublasSetWorkspace(r->blas, r->blas_ws, BLAS_WORKSPACE) != GPUBLAS_STATUS_SUCCESS) {
+        run_free(r);
+        return kiln_errf(err, KILN_ERR_RUNTIME, "GPU: cannot create a BLAS handle");
+    }
+    *out = r;
+    return KILN_OK;
+}
+
+/* Makes *buf at least `need` bytes, stream ordered (the old buffer is freed after the work
+ * queued before). Counts the allocation. */
+static gpuError_t grow(kiln_gpu_run *r, void **buf, size_t *size, size_t need)
+{
+    if (*size >= need) return gpuSuccess;
+    if (r->capturing) return gpuErrorNotPermitted; /* a recorded run allocates nothing */
+    graphs_invalidate(r);
+    if (*buf) gpuFreeAsync(*buf, r->stream);
+    *buf = NULL;
+    *size = 0;
+    gpuError_t e = gpuMallocAsync(buf, need, r->stream);
+    if (e != gpuSuccess) return e;
+    *size = need;
+    r->mallocs++;
+    return gpuSuccess;
+}
+
+kiln_status kiln_gpu_run_begin(kiln_gpu_session *gs, size_t arena_bytes, kiln_gpu_run **out, kiln_err *err)
+{
+    *out = NULL;
+    gpuError_t e = gpuSetDevice(gs->device);
+    if (e != gpuSuccess) return rt_fail(err, e, "selecting the device");
+    pthread_mutex_lock(&gs->lock);
+    kiln_gpu_run *r = gs->free_runs;
+    if (r) gs->free_runs = r->next;
+    pthread_mutex_unlock(&gs->lock);
+    if (!r) {
+        KILN_TRY(run_new(gs, &r, err));
+        pthread_mutex_lock(&gs->lock);
+        r->next_all = gs->all_runs;
+        gs->all_runs = r;
+        pthread_mutex_unlock(&gs->lock);
+    }
+    r->mallocs = r->to_device = r->to_host = r->nodes_gpu = r->nodes_cpu = r->captured = r->replayed = 0;
+    r->pinned_used = 0;
+    r->error = gpuSuccess;
+    r->capturing = r->unrecordable = false;
+    e = grow(r, (void **)&r->arena, &r->arena_size, align_up(arena_bytes));
+    if (e != gpuSuccess) {
+        kiln_gpu_run_end(gs, r, NULL);
+        return kiln_errf(err, KILN_ERR_NOMEM, "GPU: cannot allocate a %zu-byte device arena: %s", arena_bytes,
+                         gpuGetErrorString(e));
+    }
+    *out = r;
+    return KILN_OK;
+}
+
+kiln_status kiln_gpu_run_end(kiln_gpu_session *gs, kiln_gpu_run *r, kiln_err *err)
+{
+    if (!r) return KILN_OK;
+    gpuError_t e = gpuStreamSynchronize(r->stream);
+    if (e == gpuSuccess) e = r->error;
+    if (e == gpuSuccess) e = gpuGetLastError();
+    pthread_mutex_lock(&gs->lock);
+    gs->mallocs += r->mallocs;
+    gs->to_device += r->to_device;
+    gs->to_host += r->to_host;
+    gs->node_runs_gpu += r->nodes_gpu;
+    gs->node_runs_cpu += r->nodes_cpu;
+    gs->captured += r->captured;
+    gs->replayed += r->replayed;
+    r->next = gs->free_runs;
+    gs->free_runs = r;
+    pthread_mutex_unlock(&gs->lock);
+    return e != gpuSuccess ? rt_fail(err, e, "the run") : KILN_OK;
+}
+
+unsigned char *kiln_gpu_run_arena(kiln_gpu_run *r) { return r->arena; }
+
+void kiln_gpu_run_count_node(kiln_gpu_run *r, bool on_gpu)
+{
+    if (on_gpu) r->nodes_gpu++;
+    else r->nodes_cpu++;
+}
+
+/* ---- device tensors and copies ---- */
+
+static void pool_release(void *data, void *ctx)
+{
+    kiln_gpu_run *r = ctx;
+    gpuFreeAsync(data, r->stream);
+}
+
+kiln_status kiln_gpu_tensor(kiln_gpu_run *r, kiln_dtype dt, int rank, const int64_t *dims, void *dst,
+                            kiln_value **out, kiln_err *err)
+{
+    if (dt == KILN_DTYPE_STRING) return kiln_errf(err, KILN_ERR_UNSUPPORTED, "GPU: string tensors stay on the host");
+    kiln_value *v;
+    KILN_TRY(kiln_value_view(dt, rank, dims, dst, &v, err));
+    v->on_device = true;
+    if (v->nbytes && !dst) {
+        r->unrecordable = true;
+        void *p = NULL;
+        gpuError_t e = gpuMallocAsync(&p, v->nbytes, r->stream);
+        if (e != gpuSuccess) {
+            kiln_value_free(v);
+            return kiln_errf(err, KILN_ERR_NOMEM, "GPU: cannot allocate %zu bytes: %s", v->nbytes, gpuGetErrorString(e));
+        }
+        v->data = p;
+        v->owns_data = true;
+        v->release = pool_release;
+        v->release_ctx = r;
+    }
+    *out = v;
+    return KILN_OK;
+}
+
+/* Room for n bytes in the pinned staging buffer; waits for the queued copies when full. */
+static kiln_status staging(kiln_gpu_run *r, size_t n, unsigned char **p, kiln_err *err)
+{
+    n = align_up(n);
+    if (r->pinned_used + n > r->pinned_size) {
+        gpuError_t e = gpuStreamSynchronize(r->stream);
+        if (e != gpuSuccess) return rt_fail(err, e, "the run");
+        r->pinned_used = 0;
+        if (n > r->pinned_size) {
+            size_t size = n > PINNED_MIN ? n : PINNED_MIN;
+            if (r->pinned) gpuFreeHost(r->pinned);
+            r->pinned = NULL;
+            r->pinned_size = 0;
+            e = gpuHostAlloc((void **)&r->pinned, size);
+            if (e != gpuSuccess) return rt_fail(err, e, "allocating pinned memory");
+            r->pinned_size = size;
+        }
+    }
+    *p = r->pinned + r->pinned_used;
+    r->pinned_used += n;
+    return KILN_OK;
+}
+
+kiln_status kiln_gpu_to_device(kiln_gpu_run *r, const kiln_ir_value *iv, const kiln_value *host, void *dst,
+                               kiln_value **out, kiln_err *err)
+{
+    *out = NULL;
+    const kiln_gpu_session *gs = r->gs;
+    if (iv && iv->graph == gs->g && gs->weight && gs->weight[iv->id]) {
+        const kiln_value *w = gs->weight[iv->id];
+        KILN_TRY(kiln_value_view(w->dtype, w->rank, w->dims, w->data, out, err));
+        (*out)->on_device = true;
+        return KILN_OK;
+    }
+    KILN_TRY(kiln_gpu_tensor(r, host->dtype, host->rank, host->dims, dst, out, err));
+    if (!host->nbytes) return KILN_OK;
+    unsigned char *stage;
+    kiln_status st = staging(r, host->nbytes, &stage, err);
+    if (!st) {
+        memcpy(stage, host->data, host->nbytes);
+        gpuError_t e = gpuMemcpyAsync((*out)->data, stage, host->nbytes, gpuMemcpyHostToDevice, r->stream);
+        if (e != gpuSuccess) st = rt_fail(err, e, "copying to the device");
+    }
+    if (st) {
+        kiln_value_free(*out);
+        *out = NULL;
+        return st;
+    }
+    r->to_device++;
+    return KILN_OK;
+}
+
+kiln_status kiln_gpu_to_host(kiln_gpu_run *r, const kiln_value *dev, void *dst, kiln_value **out, kiln_err *err)
+{
+    *out = NULL;
+    kiln_value *h;
+    if (dst) KILN_TRY(kiln_value_view(dev->dtype, dev->rank, dev->dims, dst, &h, err));
+    else KILN_TRY(kiln_tensor_new(dev->dtype, dev->rank, dev->dims, &h, err));
+    if (dev->nbytes) {
+        unsigned char *stage;
+        kiln_status st = staging(r, dev->nbytes, &stage, err);
+        if (!st) {
+            gpuError_t e = gpuMemcpyAsync(stage, dev->data, dev->nbytes, gpuMemcpyDeviceToHost, r->stream);
+            if (e == gpuSuccess) e = gpuStreamSynchronize(r->stream);
+            if (e != gpuSuccess) st = rt_fail(err, e, "copying to the host");
+        }
+        if (st) {
+            kiln_value_free(h);
+            return st;
+        }
+        memcpy(h->data, stage, dev->nbytes);
+        r->to_host++;
+    }
+    *out = h;
+    return KILN_OK;
+}
+
+/* ---- the run context of a GPU kernel ---- */
+
+gpuStream_t kiln_gpu_stream(kiln_run_ctx *c) { return c->gpu->stream; }
+void *kiln_gpu_blas(kiln_run_ctx *c) { return c->gpu->blas; }
+void *kiln_gpu_blaslt(kiln_run_ctx *c) { return c->gpu->blaslt; }
+int kiln_gpu_sm_count(kiln_run_ctx *c) { return c->gpu->gs->sm_count; }
+
+unsigned kiln_gpu_blocks(int64_t n, unsigned block)
+{
+    int64_t b = (n + block - 1) / block;
+    if (b < 1) b = 1;
+    if (b > INT32_MAX) b = INT32_MAX;
+    return (unsigned)b;
+}
+
+kiln_status kiln_gpu_workspace(kiln_run_ctx *c, size_t bytes, void **p)
+{
+    kiln_gpu_run *r = c->gpu;
+    gpuError_t e = grow(r, &r->workspace, &r->workspace_size, align_up(bytes ? bytes : 1));
+    if (e != gpuSuccess)
+        return kiln_run_fail(c, KILN_ERR_NOMEM, "GPU: cannot allocate a %zu-byte workspace: %s", bytes,
+                             gpuGetErrorString(e));
+    *p = r->workspace;
+    return KILN_OK;
+}
+
+kiln_status kiln_gpu_check(kiln_run_ctx *c, gpuError_t e, const char *what)
+{
+    if (e == gpuSuccess) return KILN_OK;
+    if (c->gpu && c->gpu->error == gpuSuccess) c->gpu->error = e;
+    return kiln_run_fail(c, KILN_ERR_RUNTIME, "GPU: %s failed: %s", what, gpuGetErrorString(e));
+}
+
+kiln_status kiln_gpu_launched(kiln_run_ctx *c, const char *kernel) { return kiln_gpu_check(c, gpuGetLastError(), kernel); }
+
+kiln_status kiln_gpu_fallback(kiln_run_ctx *c)
+{
+    const kiln_node *n = c->node;
+    kiln_gpu_run *r = c->gpu;
+    r->unrecordable = true;
+    int ni = n->n_in, no = n->n_out;
+    kiln_value **tmp_in = calloc((size_t)ni + 1, sizeof *tmp_in);
+    const kiln_value **in = calloc((size_t)ni + 1, sizeof *in);
+    kiln_value **out = calloc((size_t)no + 1, sizeof *out);
+    kiln_status st = !tmp_in || !in || !out ? kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory") : KILN_OK;
+    for (int i = 0; i < ni && !st; i++) {
+        in[i] = c->in[i];
+        if (in[i] && in[i]->kind == KILN_VALUE_TENSOR && in[i]->on_device) {
+            st = kiln_gpu_to_host(r, in[i], NULL, &tmp_in[i], c->err);
+            in[i] = tmp_in[i];
+        }
+    }
+    for (int i = 0; i < no && !st; i++)
+        if (c->out[i]) st = kiln_tensor_new(c->out[i]->dtype, c->out[i]->rank, c->out[i]->dims, &out[i], c->err);
+    if (!st) {
+        kiln_run_ctx h = {.node = n, .frame = c->frame, .pool = c->pool, .in = in, .out = out, .err = c->err};
+        st = n->op->run(&h);
+    }
+    for (int i = 0; i < no && !st; i++) {
+        if (!out[i] || out[i]->kind != KILN_VALUE_TENSOR) continue;
+        kiln_value *d = c->out[i];
+        if (d && d->rank == out[i]->rank && d->dtype == out[i]->dtype &&
+            !memcmp(d->dims, out[i]->dims, (size_t)d->rank * sizeof *d->dims)) {
+            kiln_value *unused;
+            /* same shape: into the output's own buffer */
+            st = kiln_gpu_to_device(r, NULL, out[i], d->data, &unused, c->err);
+            kiln_value_free(unused);
+        } else {
+            st = kiln_gpu_to_device(r, NULL, out[i], NULL, &d, c->err);
+            if (!st) {
+                kiln_value_free(c->out[i]);
+                c->out[i] = d;
+            }
+        }
+    }
+    /* the copies read the staging buffer, not out[]: free now */
+    for (int i = 0; i < ni; i++) kiln_value_free(tmp_in ? tmp_in[i] : NULL);
+    for (int i = 0; i < no; i++) kiln_value_free(out ? out[i] : NULL);
+    free(tmp_in);
+    free(in);
+    free(out);
+    return st;
+}
+
+/* ---- CUDA graphs ---- */
+
+static gpu_graph *graph_find(kiln_gpu_run *r, const int64_t *key, int n)
+{
+    for (int i = 0; i < GRAPHS_PER_RUN; i++) {
+        gpu_graph *g = &r->graphs[i];
+        if (g->key && g->n_key == n && !memcmp(g->key, key, (size_t)n * sizeof *key)) {
+            g->used = ++r->tick;
+            return g;
+        }
+    }
+    return NULL;
+}
+
+kiln_gpu_mode kiln_gpu_graph_mode(kiln_gpu_run *r, const int64_t *key, int n)
+{
+    const gpu_graph *g = graph_find(r, key, n);
+    if (!g || g->unrecordable) return KILN_GPU_PLAIN;
+    return g->exec ? KILN_GPU_REPLAY : KILN_GPU_CAPTURE;
+}
+
+void kiln_gpu_graph_note(kiln_gpu_run *r, const int64_t *key, int n)
+{
+    gpu_graph *g = graph_find(r, key, n);
+    if (!g) {
+        g = &r->graphs[0];
+        for (int i = 1; i < GRAPHS_PER_RUN; i++)
+            if (r->graphs[i].used < g->used) g = &r->graphs[i];
+        graph_clear(g);
+        g->key = malloc(((size_t)n + 1) * sizeof *key);
+        if (!g->key) return;
+        memcpy(g->key, key, (size_t)n * sizeof *key);
+        g->n_key = n;
+        g->used = ++r->tick;
+    }
+    g->plain_runs++;
+    if (r->unrecordable) g->unrecordable = true;
+}
+
+void kiln_gpu_mark_unrecordable(kiln_gpu_run *r) { r->unrecordable = true; }
+bool kiln_gpu_capturing(const kiln_gpu_run *r) { return r->capturing; }
+
+kiln_status kiln_gpu_capture_begin(kiln_gpu_run *r, kiln_err *err)
+{
+    gpuError_t e = gpuStreamBeginCapture(r->stream);
+    if (e != gpuSuccess) return rt_fail(err, e, "starting a graph capture");
+    r->capturing = true;
+    r->unrecordable = false;
+    return KILN_OK;
+}
+
+kiln_status kiln_gpu_capture_end(kiln_gpu_run *r, const int64_t *key, int n, bool ok, int n_out,
+                                 kiln_value *const *outs, bool *recorded, kiln_err *err)
+{
+    *recorded = false;
+    gpuGraph_t graph = NULL;
+    gpuError_t e = gpuStreamEndCapture(r->stream, &graph);
+    r->capturing = false;
+    gpu_graph *g = graph_find(r, key, n);
+    ok = ok && e == gpuSuccess && graph && !r->unrecordable && g;
+    for (int j = 0; ok && j < n_out; j++) ok = outs[j] && outs[j]->kind == KILN_VALUE_TENSOR && outs[j]->on_device;
+    gpuGraphExec_t exec = NULL;
+    if (ok && gpuGraphInstantiate(&exec, graph) != gpuSuccess) ok = false;
+    if (graph) gpuGraphDestroy(graph);
+    if (!ok) {
+        gpuGetLastError(); /* a failed capture leaves no lasting error */
+        if (exec) gpuGraphExecDestroy(exec);
+        if (g) g->unrecordable = true;
+        return KILN_OK;
+    }
+    g->out = calloc((size_t)n_out + 1, sizeof *g->out);
+    if (!g->out) {
+        gpuGraphExecDestroy(exec);
+        return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
+    }
+    for (int j = 0; j < n_out; j++) {
+        const kiln_value *v = outs[j];
+        kiln_status st = kiln_value_view(v->dtype, v->rank, v->dims, v->data, &g->out[j], err);
+        if (st) {
+            graph_clear(g);
+            gpuGraphExecDestroy(exec);
+            return st;
+        }
+        g->out[j]->on_device = true;
+        g->n_out = j + 1;
+    }
+    g->exec = exec;
+    g->nodes_gpu = r->nodes_gpu;
+    g->nodes_cpu = r->nodes_cpu;
+    r->captured++;
+    *recorded = true;
+    return KILN_OK;
+}
+
+kiln_status kiln_gpu_replay(kiln_gpu_run *r, const int64_t *key, int n, int *n_out, kiln_value *const **outs,
+                            kiln_err *err)
+{
+    gpu_graph *g = graph_find(r, key, n);
+    if (!g || !g->exec) return kiln_errf(err, KILN_ERR_RUNTIME, "internal: no recorded graph for this binding");
+    gpuError_t e = gpuGraphLaunch(g->exec, r->stream);
+    if (e != gpuSuccess) return rt_fail(err, e, "launching the recorded graph");
+    r->replayed++;
+    r->nodes_gpu += g->nodes_gpu;
+    r->nodes_cpu += g->nodes_cpu;
+    *n_out = g->n_out;
+    *outs = g->out;
+    return KILN_OK;
+}

@@ -1,0 +1,247 @@
+/* fuse_attention.c - scaled dot-product attention written out as ops becomes one ONNX Attention
+ * node (opset 23), which the CPU provider runs in one pass (src/cpu/kernels_attn.c):
+ *
+ *   MatMul(Q, Transpose(K, [0,1,3,2])) -> Mul/Div by a constant (optional) -> Add mask (optional)
+ *   -> Softmax(last axis) -> MatMul(., V)
+ *
+ * on float32 [B, H, S, D] tensors. When Q, K and V are themselves Transpose([0,2,1,3]) of
+ * Reshapes of [B, S, H*D] tensors and the result goes through Transpose([0,2,1,3]) and a Reshape
+ * back to [B, S, H*D], the 3-D form of Attention (q_num_heads) reads and writes those directly
+ * and the transposes go. Intermediates must have no other readers. One difference: a query row
+ * whose mask is -inf for every key gives zeros (Attention) instead of NaN (Softmax). */
+#include <math.h>
+#include <string.h>
+
+#include "core/dtype.h"
+#include "exec/exec.h"
+#include "ops/op.h"
+#include "passes/passes.h"
+
+/* Readers of v in g: node inputs, subgraph captures, graph outputs. */
+static int readers(const kiln_graph *g, const kiln_ir_value *v)
+{
+    int n = v->is_output;
+    for (int k = 0; k < g->n_nodes; k++) {
+        const kiln_node *nd = g->nodes[k];
+        if (!nd) continue;
+        for (int i = 0; i < nd->n_in; i++) n += nd->in[i] == v;
+        for (int a = 0; a < nd->n_attrs; a++)
+            for (int q = 0; q < kiln_attr_graph_count(&nd->attrs[a]); q++) {
+                const kiln_graph *sg = kiln_attr_graph_at(&nd->attrs[a], q);
+                for (int r = 0; r < sg->n_captures; r++) n += sg->captures[r] == v;
+            }
+    }
+    return n;
+}
+
+static bool is_f32(const kiln_ir_value *v)
+{
+    return v && v->type.kind == KILN_VALUE_TENSOR && v->type.dtype == KILN_DTYPE_FLOAT32;
+}
+
+/* The node of g producing v with this op type (default domain, one output), or NULL. */
+static kiln_node *producer(const kiln_graph *g, const kiln_ir_value *v, const char *op_type)
+{
+    kiln_node *p = v ? v->producer : NULL;
+    if (!p || p->graph != g || *p->domain || strcmp(p->op_type, op_type) || p->n_out != 1 || p->out[0] != v)
+        return NULL;
+    return p;
+}
+
+/* The only reader of v (a node of g with this op type), or NULL. */
+static kiln_node *only_reader(const kiln_graph *g, const kiln_ir_value *v, const char *op_type)
+{
+    if (v->is_output || readers(g, v) != 1) return NULL;
+    for (int k = 0; k < g->n_nodes; k++) {
+        kiln_node *nd = g->nodes[k];
+        for (int i = 0; i < nd->n_in; i++)
+            if (nd->in[i] == v)
+                return !*nd->domain && !strcmp(nd->op_type, op_type) && nd->n_out == 1 ? nd : NULL;
+    }
+    return NULL;
+}
+
+static bool single_use(const kiln_graph *g, const kiln_ir_value *v) { return !v->is_output && readers(g, v) == 1; }
+
+static bool has_perm(const kiln_node *t, int64_t a, int64_t b, int64_t c, int64_t d)
+{
+    int n;
+    const int64_t *p = kiln_attr_ints(t, "perm", &n);
+    return p && n == 4 && p[0] == a && p[1] == b && p[2] == c && p[3] == d;
+}
+
+/* The float32 scalar constant v holds, if it is one. */
+static bool scalar_const(const kiln_ir_value *v, float *out)
+{
+    const kiln_value *t = v ? v->init : NULL;
+    if (!t || t->kind != KILN_VALUE_TENSOR || t->dtype != KILN_DTYPE_FLOAT32 || t->numel != 1) return false;
+    *out = *(const float *)t->data;
+    return true;
+}
+
+static bool rank4(const kiln_ir_value *v) { return is_f32(v) && v->type.rank == 4; }
+
+/* x [B, H, S, D] = Transpose(Reshape(x3 [B, S, H*D]), [0,2,1,3]) with constant H and D: x3, else NULL. */
+static kiln_ir_value *heads_source(const kiln_graph *g, const kiln_ir_value *x)
+{
+    kiln_node *t = producer(g, x, "Transpose");
+    if (!t || !has_perm(t, 0, 2, 1, 3)) return NULL;
+    kiln_node *r = producer(g, t->in[0], "Reshape");
+    if (!r || !r->in[0] || !rank4(r->out[0])) return NULL;
+    kiln_ir_value *x3 = r->in[0];
+    const kiln_dim *rd = r->out[0]->type.dims, *d3 = x3->type.dims;
+    if (!is_f32(x3) || x3->type.rank != 3 || !kiln_dim_is_const(rd[2]) || !kiln_dim_is_const(rd[3]) ||
+        !kiln_dim_is_const(d3[2]) || d3[2].c != rd[2].c * rd[3].c || !kiln_dim_equal(d3[0], rd[0]) ||
+        !kiln_dim_equal(d3[1], rd[1]))
+        return NULL;
+    return x3;
+}
+
+static kiln_attr *new_attrs(kiln_graph *g, int n) { return kiln_arena_calloc(&g->model->arena, (size_t)n, sizeof(kiln_attr)); }
+
+/* Tries the pattern ending in the Softmax sm; on a match rewrites the graph (dead nodes stay
+ * for the sweep) and sets *done. */
+static kiln_status fuse(kiln_graph *g, kiln_node *sm, bool *done, kiln_err *err)
+{
+    *done = false;
+    if (sm->n_in != 1 || sm->n_out != 1 || !sm->out[0] || !rank4(sm->in[0])) return KILN_OK;
+    int64_t axis = kiln_attr_int(sm, "axis", sm->opset < 13 ? 1 : -1);
+    if (axis != -1 && axis != 3) return KILN_OK;
+    kiln_ir_value *scores = sm->in[0], *mask = NULL;
+    if (!single_use(g, scores)) return KILN_OK;
+    kiln_node *add = producer(g, scores, "Add");
+    kiln_ir_value *x = scores;
+    if (add) {
+        /* one side is the scaled Q K^T, the other the mask; the mask must not widen the scores */
+        for (int side = 0; side < 2 && !mask; side++) {
+            kiln_ir_value *a = add->in[side], *m = add->in[1 - side];
+            if (!a || !m || !is_f32(m) || m->type.rank < 1 || m->type.rank > 4) continue;
+            if (!producer(g, a, "Mul") && !producer(g, a, "Div") && !producer(g, a, "MatMul")) continue;
+            if (!rank4(a) || !single_use(g, a)) continue;
+            bool same = true;
+            for (int k = 0; k < 4; k++) same = same && kiln_dim_equal(a->type.dims[k], scores->type.dims[k]);
+            if (!same || !kiln_dim_equal(m->type.dims[m->type.rank - 1], scores->type.dims[3])) continue;
+            mask = m;
+            x = a;
+        }
+        if (!mask) return KILN_OK;
+    }
+    float scale = 1.0f, c;
+    bool scaled = false;
+    kiln_node *sc = producer(g, x, "Mul");
+    if (!sc) sc = producer(g, x, "Div");
+    if (sc) {
+        bool div = !strcmp(sc->op_type, "Div");
+        int side = scalar_const(sc->in[1], &c) ? 1 : (!div && scalar_const(sc->in[0], &c) ? 0 : -1);
+        if (side < 0 || (div && c == 0.0f) || !single_use(g, sc->in[1 - side]) || !rank4(sc->in[1 - side]))
+            return KILN_OK;
+        scale = div ? 1.0f / c : c;
+        scaled = true;
+        x = sc->in[1 - side];
+    }
+    kiln_node *qk = producer(g, x, "MatMul");
+    if (!qk || !rank4(qk->in[0]) || !rank4(qk->in[1]) || !single_use(g, qk->in[1])) return KILN_OK;
+    kiln_node *kt = producer(g, qk->in[1], "Transpose");
+    if (!kt || !has_perm(kt, 0, 1, 3, 2) || !rank4(kt->in[0])) return KILN_OK;
+    kiln_node *av = only_reader(g, sm->out[0], "MatMul");
+    if (!av || av->in[0] != sm->out[0] || av->in[1] == sm->out[0] || !rank4(av->in[1]) || !rank4(av->out[0]))
+        return KILN_OK;
+    kiln_ir_value *q = qk->in[0], *k = kt->in[0], *v = av->in[1];
+    /* Q [B, H, Sq, D], K [B, H, Skv, D], V [B, H, Skv, Dv]: no broadcasting between them */
+    const kiln_dim *qd = q->type.dims, *kd = k->type.dims, *vd = v->type.dims;
+    for (int i = 0; i < 2; i++)
+        if (!kiln_dim_equal(qd[i], kd[i]) || !kiln_dim_equal(qd[i], vd[i])) return KILN_OK;
+    if (!kiln_dim_equal(qd[3], kd[3]) || !kiln_dim_equal(kd[2], vd[2])) return KILN_OK;
+    if (!kiln_dim_is_const(qd[1]) || qd[1].c <= 0) return KILN_OK;
+    int64_t heads = qd[1].c;
+
+    /* the 3-D form: Q, K, V from [B, S, H*D] and the output back into that layout */
+    kiln_node *target = av;
+    kiln_ir_value *q3 = heads_source(g, q), *k3 = heads_source(g, k), *v3 = heads_source(g, v);
+    kiln_node *ot = only_reader(g, av->out[0], "Transpose"), *orr = NULL;
+    if (ot && has_perm(ot, 0, 2, 1, 3)) orr = only_reader(g, ot->out[0], "Reshape");
+    bool three = q3 && k3 && v3 && orr && orr->in[0] == ot->out[0] && orr->out[0] && is_f32(orr->out[0]) &&
+                 orr->out[0]->type.rank == 3 && kiln_dim_is_const(vd[3]) &&
+                 kiln_dim_equal(orr->out[0]->type.dims[0], qd[0]) && kiln_dim_equal(orr->out[0]->type.dims[1], qd[2]) &&
+                 kiln_dim_is_const(orr->out[0]->type.dims[2]) && orr->out[0]->type.dims[2].c == heads * vd[3].c;
+    if (three) target = orr;
+
+    kiln_ir_value **in = kiln_arena_calloc(&g->model->arena, 4, sizeof *in);
+    kiln_attr *at = new_attrs(g, 3);
+    if (!in || !at) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
+    in[0] = three ? q3 : q;
+    in[1] = three ? k3 : k;
+    in[2] = three ? v3 : v;
+    in[3] = mask;
+    at[0] = (kiln_attr){.name = "scale", .type = KILN_ATTR_FLOAT, .f = scaled ? scale : 1.0f};
+    at[1] = (kiln_attr){.name = "q_num_heads", .type = KILN_ATTR_INT, .i = heads};
+    at[2] = (kiln_attr){.name = "kv_num_heads", .type = KILN_ATTR_INT, .i = heads};
+    const kiln_op_def *op = kiln_op_lookup("", "Attention", 23);
+    if (!op) return KILN_OK;
+    target->op_type = "Attention";
+    target->domain = "";
+    target->opset = 23;
+    target->op = op;
+    target->in = in;
+    target->n_in = mask ? 4 : 3;
+    target->attrs = at;
+    target->n_attrs = three ? 3 : 1;
+    target->act = (kiln_act){0};
+    *done = true;
+    return KILN_OK;
+}
+
+/* Drops nodes of g none of whose outputs is read (pure ops left behind by the rewrites). */
+static void sweep(kiln_graph *g, const bool *candidate)
+{
+    for (bool again = true; again;) {
+        again = false;
+        for (int k = g->n_nodes - 1; k >= 0; k--) {
+            kiln_node *n = g->nodes[k];
+            if (!n || !candidate[k]) continue;
+            bool dead = true;
+            for (int o = 0; o < n->n_out && dead; o++) dead = !n->out[o] || readers(g, n->out[o]) == 0;
+            if (!dead) continue;
+            for (int o = 0; o < n->n_out; o++)
+                if (n->out[o]) n->out[o]->producer = NULL;
+            g->nodes[k] = NULL;
+            again = true;
+        }
+    }
+    int kept = 0;
+    for (int k = 0; k < g->n_nodes; k++)
+        if (g->nodes[k]) {
+            g->nodes[kept] = g->nodes[k];
+            g->nodes[kept]->index = kept;
+            kept++;
+        }
+    g->n_nodes = kept;
+}
+
+kiln_status kiln_pass_fuse_attention(kiln_graph *g, int *fused, kiln_err *err)
+{
+    *fused = 0;
+    bool any = false;
+    for (int k = 0; k < g->n_nodes && !any; k++) any = !strcmp(g->nodes[k]->op_type, "Softmax");
+    if (!any) return KILN_OK;
+    KILN_TRY(kiln_graph_infer(g, NULL)); /* the types the pattern checks */
+    bool *candidate = kiln_arena_calloc(&g->model->arena, (size_t)g->n_nodes + 1, sizeof *candidate);
+    if (!candidate) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
+    for (int k = 0; k < g->n_nodes; k++) {
+        kiln_node *n = g->nodes[k];
+        static const char *const pure[] = {"MatMul", "Mul", "Div", "Add", "Softmax", "Transpose", "Reshape"};
+        for (size_t i = 0; i < sizeof pure / sizeof *pure; i++)
+            candidate[k] = candidate[k] || (!*n->domain && !strcmp(n->op_type, pure[i]));
+    }
+    int n0 = g->n_nodes;
+    for (int k = 0; k < n0; k++) {
+        kiln_node *n = g->nodes[k];
+        if (*n->domain || strcmp(n->op_type, "Softmax")) continue;
+        bool done;
+        KILN_TRY(fuse(g, n, &done, err));
+        *fused += done;
+    }
+    if (!*fused) return KILN_OK;
+    sweep(g, candidate);
+    return kiln_graph_plan_releases(g, err);
+}
