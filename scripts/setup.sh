@@ -9,8 +9,12 @@ if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq cmake gcc make pkg-config libonnx-dev protobuf-c-compiler libprotobuf-c-dev \
     python3 python3-pip clang libclang-rt-dev >/dev/null
+# HIP's compiler, for the check that the GPU kernels also build for AMD GPUs (scripts/check_hip.sh)
+$SUDO apt-get install -y -qq --no-install-recommends hipcc >/dev/null
 python3 -m pip install -q -r requirements.txt
 
+# The CUDA toolkit's compiler, when installed but not on PATH (the CUDA provider is built when found).
+if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then export PATH="/usr/local/cuda/bin:$PATH"; fi
 cmake -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j"$(nproc)"
 

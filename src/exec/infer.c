@@ -21,7 +21,10 @@ const kiln_type *kiln_infer_in(const kiln_infer_ctx *c, int i)
 
 const kiln_value *kiln_infer_in_value(const kiln_infer_ctx *c, int i)
 {
-    return i >= 0 && i < c->node->n_in ? c->in_val[i] : NULL;
+    const kiln_value *v = i >= 0 && i < c->node->n_in ? c->in_val[i] : NULL;
+    /* a GPU node's device input: its contents are not readable here (the ops whose inference
+     * needs them read those inputs on the host: kiln_gpu_op.host_inputs) */
+    return v && v->on_device ? NULL : v;
 }
 
 bool kiln_infer_in_dims_value(const kiln_infer_ctx *c, int i, kiln_dim *dims, int max, int *n)

@@ -211,7 +211,6 @@ __global__ void reduce_rows_kernel(int kind, const T *x, T *y, int64_t n_out, ki
         if (red.rank == 1) {
             const T *xb = x + base;
             int64_t rs = red.strides[0];
-#pragma unroll 4
             for (int64_t r = lane; r < count; r += TPO) a = op(a, op.pre(load_acc(xb, r * rs)));
         } else {
             for (int64_t r = lane; r < count; r += TPO) a = op(a, op.pre(load_acc(x, base + kiln_strided_offset(red, r))));
@@ -403,7 +402,6 @@ __global__ void argext_rows_kernel(const T *x, int64_t *y, int64_t outer, int64_
     for (int64_t o = (int64_t)blockIdx.x * per_block + threadIdx.x / TPO; o < outer;
          o += (int64_t)gridDim.x * per_block) {
         cand<K> c{(K)0, -1};
-#pragma unroll 4
         for (int64_t j = lane; j < n; j += TPO) c = op(c, cand<K>{(K)load_acc(x, o * n + j), (long long)j});
         c = arg_group<K, TPO>(c, op);
         if (lane == 0) y[o] = c.i;
@@ -534,7 +532,8 @@ __device__ __forceinline__ void norm_param_offsets(const norm_params &p, int64_t
     }
 }
 
-template <typename T, int TPO>
+/* CH: KILN_GPU_NP_CHANNEL with planes of at least TPO elements, written channel by channel. */
+template <typename T, int TPO, bool CH>
 __global__ void norm_rows_kernel(const T *x, T *y, int64_t rows, int64_t cols, float eps, bool center,
                                  norm_params p, float *mean_out, float *inv_out)
 {
@@ -546,19 +545,17 @@ __global__ void norm_rows_kernel(const T *x, T *y, int64_t rows, int64_t cols, f
         T *yr = y + r * cols;
         float mean = 0.f, var = 0.f;
         if (center) {
-#pragma unroll 4
             for (int64_t j = lane; j < cols; j += TPO) mean += kiln_to_f<T>(xr[j]);
             mean = group_all<TPO>(mean, op_add_f()) / (float)cols;
         }
-#pragma unroll 4
         for (int64_t j = lane; j < cols; j += TPO) {
             float d = kiln_to_f<T>(xr[j]) - mean;
             var += d * d;
         }
         var = group_all<TPO>(var, op_add_f()) / (float)cols;
         float inv = 1.f / sqrtf(var + eps);
-        if (p.pmode == KILN_GPU_NP_CHANNEL && p.spatial >= TPO) {
-            /* channel by channel: no division per element */
+        if constexpr (CH) {
+            /* no division per element */
             int64_t c0 = (r % p.groups) * p.cg;
             for (int64_t cl = 0; cl < p.cg; cl++) {
                 float sv = kiln_to_f<T>(sc[c0 + cl]) * inv, bv = bs ? kiln_to_f<T>(bs[c0 + cl]) : 0.f;
@@ -583,16 +580,27 @@ __global__ void norm_rows_kernel(const T *x, T *y, int64_t rows, int64_t cols, f
     }
 }
 
+template <typename T, int TPO>
+static void norm_rows_launch(gpuStream_t s, unsigned blocks, const void *x, void *y, int64_t rows, int64_t cols,
+                             float eps, bool center, const norm_params &p, float *mean_out, float *inv_out)
+{
+    if (p.pmode == KILN_GPU_NP_CHANNEL && p.spatial >= TPO)
+        norm_rows_kernel<T, TPO, true><<<blocks, BLOCK, 0, s>>>((const T *)x, (T *)y, rows, cols, eps, center, p,
+                                                                mean_out, inv_out);
+    else
+        norm_rows_kernel<T, TPO, false><<<blocks, BLOCK, 0, s>>>((const T *)x, (T *)y, rows, cols, eps, center, p,
+                                                                 mean_out, inv_out);
+}
+
 template <typename T>
 static void norm_rows_t(gpuStream_t s, const void *x, void *y, int64_t rows, int64_t cols, float eps, bool center,
                         const norm_params &p, float *mean_out, float *inv_out)
 {
     if (cols >= BLOCK_ROW_MIN || (rows < 256 && cols >= 128))
-        norm_rows_kernel<T, BLOCK><<<kiln_gpu_blocks(rows, 1), BLOCK, 0, s>>>((const T *)x, (T *)y, rows, cols, eps,
-                                                                              center, p, mean_out, inv_out);
+        norm_rows_launch<T, BLOCK>(s, kiln_gpu_blocks(rows, 1), x, y, rows, cols, eps, center, p, mean_out, inv_out);
     else
-        norm_rows_kernel<T, 32><<<kiln_gpu_blocks(rows, BLOCK / 32), BLOCK, 0, s>>>(
-            (const T *)x, (T *)y, rows, cols, eps, center, p, mean_out, inv_out);
+        norm_rows_launch<T, 32>(s, kiln_gpu_blocks(rows, BLOCK / 32), x, y, rows, cols, eps, center, p, mean_out,
+                                inv_out);
 }
 
 extern "C" gpuError_t kiln_gpu_norm_rows(gpuStream_t s, kiln_dtype dt, const void *x, void *y, int64_t rows,
@@ -633,22 +641,19 @@ __global__ void batchnorm_apply_kernel(const T *x, T *y, int64_t total, int64_t 
     }
 }
 
-/* Large planes: a block takes BN_SPAN elements of one [n, c] plane (one division per tile). */
-#define BN_SPAN (BLOCK * 4)
+/* Large planes: blocks walk the [n, c] planes along x (one division per plane) and split each
+ * plane's spatial elements gridDim.y ways. */
 template <typename T>
 __global__ void batchnorm_plane_kernel(const T *x, T *y, int64_t planes, int64_t C, int64_t spatial,
-                                       int64_t chunks, const float *work)
+                                       const float *work)
 {
-    for (int64_t t = blockIdx.x; t < planes * chunks; t += gridDim.x) {
-        int64_t pl = t / chunks, s0 = (t - pl * chunks) * BN_SPAN, c = pl % C;
+    for (int64_t pl = blockIdx.x; pl < planes; pl += gridDim.x) {
+        int64_t c = pl % C;
         float m = work[c], a = work[C + c], b = work[2 * C + c];
         const T *xp = x + pl * spatial;
         T *yp = y + pl * spatial;
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            int64_t q = s0 + threadIdx.x + k * BLOCK;
-            if (q < spatial) yp[q] = kiln_from_f<T>((kiln_to_f<T>(xp[q]) - m) * a + b);
-        }
+        for (int64_t q = (int64_t)blockIdx.y * BLOCK + threadIdx.x; q < spatial; q += (int64_t)gridDim.y * BLOCK)
+            yp[q] = kiln_from_f<T>((kiln_to_f<T>(xp[q]) - m) * a + b);
     }
 }
 
@@ -657,9 +662,9 @@ static void batchnorm_t(gpuStream_t s, const void *x, void *y, int64_t total, in
                         const float *work)
 {
     if (spatial >= BLOCK) {
-        int64_t planes = total / spatial, chunks = (spatial + BN_SPAN - 1) / BN_SPAN;
-        batchnorm_plane_kernel<T><<<kiln_gpu_blocks(planes * chunks, 1), BLOCK, 0, s>>>(
-            (const T *)x, (T *)y, planes, C, spatial, chunks, work);
+        int64_t planes = total / spatial, split = (spatial + BLOCK * 8 - 1) / (BLOCK * 8);
+        dim3 grid(kiln_gpu_blocks(planes, 1), (unsigned)(split < 64 ? split : 64));
+        batchnorm_plane_kernel<T><<<grid, BLOCK, 0, s>>>((const T *)x, (T *)y, planes, C, spatial, work);
     } else {
         batchnorm_apply_kernel<T><<<kiln_gpu_blocks(total, BLOCK), BLOCK, 0, s>>>((const T *)x, (T *)y, total, C,
                                                                                    spatial, work);
