@@ -450,16 +450,16 @@ __device__ double resize_coord(const kiln_gpu_resize &r, int ax, int64_t j)
     double out_w = __dmul_rn(scale, (double)in_n);
     double jd = (double)j;
     switch (r.ct) {
-    case KILN_GPU_CT_HALF_PIXEL_SYM: {
+    case KILN_RESIZE_CT_HALF_PIXEL_SYM: {
         double offset = __dmul_rn((double)in_n / 2.0, __dadd_rn(1.0, -((double)out_n / out_w)));
         return __dadd_rn(__dadd_rn(offset, __dadd_rn(jd, 0.5) / scale), -0.5);
     }
-    case KILN_GPU_CT_PYTORCH_HALF_PIXEL: return out_n > 1 ? __dadd_rn(__dadd_rn(jd, 0.5) / scale, -0.5) : 0.0;
-    case KILN_GPU_CT_ALIGN_CORNERS:
+    case KILN_RESIZE_CT_PYTORCH_HALF_PIXEL: return out_n > 1 ? __dadd_rn(__dadd_rn(jd, 0.5) / scale, -0.5) : 0.0;
+    case KILN_RESIZE_CT_ALIGN_CORNERS:
         return out_n == 1 || out_w == 1.0 ? 0.0 : __dmul_rn(jd, (double)(in_n - 1)) / __dadd_rn(out_w, -1.0);
-    case KILN_GPU_CT_ASYMMETRIC: return jd / scale;
-    case KILN_GPU_CT_TF_HALF_PIXEL_NN: return __dadd_rn(jd, 0.5) / scale;
-    case KILN_GPU_CT_TF_CROP:
+    case KILN_RESIZE_CT_ASYMMETRIC: return jd / scale;
+    case KILN_RESIZE_CT_TF_HALF_PIXEL_NN: return __dadd_rn(jd, 0.5) / scale;
+    case KILN_RESIZE_CT_TF_CROP:
         if (out_n == 1 || out_w == 1.0) return __dmul_rn(__dmul_rn(0.5, __dadd_rn(lo, hi)), (double)(in_n - 1));
         return __dadd_rn(__dmul_rn(lo, (double)(in_n - 1)),
                          __dmul_rn(__dmul_rn(jd, __dadd_rn(hi, -lo)), (double)(in_n - 1)) /
@@ -496,27 +496,27 @@ __global__ void resize_taps_kernel(kiln_gpu_resize r, resize_tap *taps, int64_t 
         if (ax >= r.rank) continue;
         resize_tap t;
         double x = resize_coord(r, ax, j), last = (double)(r.in[ax] - 1);
-        t.extrap = r.ct == KILN_GPU_CT_TF_CROP && (x < 0 || x > last);
+        t.extrap = r.ct == KILN_RESIZE_CT_TF_CROP && (x < 0 || x > last);
         for (int k = 0; k < 4; k++) t.idx[k] = 0, t.w[k] = 0.0f;
-        if (r.mode == KILN_GPU_RS_NEAREST) {
+        if (r.mode == KILN_RESIZE_NEAREST) {
             double f = floor(x), rr = x - f, p;
             switch (r.nr) {
-            case KILN_GPU_NR_PREFER_CEIL: p = rr < 0.5 ? f : f + 1; break;
-            case KILN_GPU_NR_FLOOR: p = f; break;
-            case KILN_GPU_NR_CEIL: p = ceil(x); break;
+            case KILN_RESIZE_NR_PREFER_CEIL: p = rr < 0.5 ? f : f + 1; break;
+            case KILN_RESIZE_NR_FLOOR: p = f; break;
+            case KILN_RESIZE_NR_CEIL: p = ceil(x); break;
             default: p = rr <= 0.5 ? f : f + 1; break;
             }
             t.idx[0] = (int64_t)fmax(0.0, fmin(p, last));
             t.w[0] = 1.0f;
         } else {
-            int n = r.mode == KILN_GPU_RS_LINEAR ? 2 : 4;
-            double start = r.mode == KILN_GPU_RS_LINEAR ? 0.0 : -1.0;
+            int n = r.mode == KILN_RESIZE_LINEAR ? 2 : 4;
+            double start = r.mode == KILN_RESIZE_LINEAR ? 0.0 : -1.0;
             double base = floor(x), ratio = x - base;
             if (ratio == 0) base -= 1, ratio = 1;
             double w[4], kept = 0;
             for (int k = 0; k < n; k++) {
                 double d = (start + k) - ratio;
-                w[k] = r.mode == KILN_GPU_RS_LINEAR ? fmax(0.0, 1 - fabs(d)) : resize_cubic_weight(d, r.cubic_a);
+                w[k] = r.mode == KILN_RESIZE_LINEAR ? fmax(0.0, 1 - fabs(d)) : resize_cubic_weight(d, r.cubic_a);
             }
             for (int k = 0; k < n; k++) {
                 double p = (base + start) + k;
@@ -619,7 +619,7 @@ extern "C" gpuError_t kiln_gpu_cnn_resize(int dtype, size_t esize, const void *X
     int64_t total = 1, rows = 0, st = 1;
     g.rank = r->rank;
     g.n_active = 0;
-    g.n_taps = r->mode == KILN_GPU_RS_NEAREST ? 1 : r->mode == KILN_GPU_RS_LINEAR ? 2 : 4;
+    g.n_taps = r->mode == KILN_RESIZE_NEAREST ? 1 : r->mode == KILN_RESIZE_LINEAR ? 2 : 4;
     for (int k = r->rank - 1; k >= 0; k--) {
         g.in_stride[k] = st;
         st *= r->in[k];
@@ -635,7 +635,7 @@ extern "C" gpuError_t kiln_gpu_cnn_resize(int dtype, size_t esize, const void *X
     resize_tap *taps = (resize_tap *)ws;
     if (rows > 0) resize_taps_kernel<<<kiln_gpu_blocks(rows, CNN_BLOCK), CNN_BLOCK, 0, s>>>(*r, taps, rows);
     unsigned blocks = kiln_gpu_blocks(total, CNN_BLOCK);
-    if (r->mode == KILN_GPU_RS_NEAREST) {
+    if (r->mode == KILN_RESIZE_NEAREST) {
         switch (esize) {
         case 1: resize_nearest_kernel<uint8_t><<<blocks, CNN_BLOCK, 0, s>>>((const uint8_t *)X, (uint8_t *)Y, taps, g,
                                                                              (uint8_t)r->extrap_bits, total); break;

@@ -10,6 +10,7 @@
 
 #include "gpu/kshape.h"
 #include "gpu/rt.h"
+#include "ops/resize.h"
 
 /* Most spatial dims the window kernels take. */
 #define KILN_GPU_CNN_MAX_SP 3
@@ -25,19 +26,6 @@ typedef struct kiln_gpu_window {
 
 /* Pool kinds. */
 enum { KILN_GPU_POOL_AVG, KILN_GPU_POOL_MAX, KILN_GPU_POOL_LP };
-
-/* Resize modes and coordinate transformations (the reference's enums, src/ops/image.c). */
-enum { KILN_GPU_RS_NEAREST, KILN_GPU_RS_LINEAR, KILN_GPU_RS_CUBIC };
-enum {
-    KILN_GPU_CT_HALF_PIXEL,
-    KILN_GPU_CT_HALF_PIXEL_SYM,
-    KILN_GPU_CT_PYTORCH_HALF_PIXEL,
-    KILN_GPU_CT_ALIGN_CORNERS,
-    KILN_GPU_CT_ASYMMETRIC,
-    KILN_GPU_CT_TF_HALF_PIXEL_NN,
-    KILN_GPU_CT_TF_CROP
-};
-enum { KILN_GPU_NR_PREFER_FLOOR, KILN_GPU_NR_PREFER_CEIL, KILN_GPU_NR_FLOOR, KILN_GPU_NR_CEIL };
 
 /* Everything a Resize kernel needs: per-axis sizes and scales as the reference computes them
  * on the host; the source coordinates are computed on the device in the same double

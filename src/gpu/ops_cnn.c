@@ -12,6 +12,7 @@
 #include "gpu/gpu.h"
 #include "gpu/k_cnn.h"
 #include "ops/image_internal.h"
+#include "ops/resize.h"
 #include "ops/nn_internal.h"
 #include "ops/util.h"
 
@@ -347,135 +348,22 @@ static kiln_status global_lp_pool_run(kiln_run_ctx *c) { return global_pool_run(
 /* ---- Resize (opsets 10, 11, 13, 18, 19) and Upsample (7, 9): the reference's attribute and
  * scale logic (src/ops/image.c), the interpolation on the device ---- */
 
-enum { KA_STRETCH, KA_NOT_LARGER, KA_NOT_SMALLER };
-
 static const char *const rs_modes[] = {"nearest", "linear", "cubic"};
-static const char *const ct_modes[] = {"half_pixel",        "half_pixel_symmetric", "pytorch_half_pixel",
-                                       "align_corners",     "asymmetric",           "tf_half_pixel_for_nn",
-                                       "tf_crop_and_resize"};
-static const char *const nr_modes[] = {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"};
-static const char *const ka_policies[] = {"stretch", "not_larger", "not_smaller"};
-
-typedef struct resize_attrs {
-    int mode, ct, nr, ka;
-    double cubic_a, extrapolation;
-    bool exclude_outside, antialias;
-    int n_axes;
-    int axes[KILN_MAX_RANK];
-    int scales_in, sizes_in, roi_in;
-    const float *scales_attr;
-    int n_scales_attr;
-} resize_attrs;
-
-static int name_index(const char *s, const char *const *names, int n)
-{
-    for (int i = 0; i < n; i++)
-        if (!strcmp(s, names[i])) return i;
-    return -1;
-}
-
-/* Attributes of Resize/Upsample at `opset` for rank `rank` (rank < 0: axes unchecked). */
-static bool resize_parse(const kiln_node *n, int opset, int rank, resize_attrs *a)
-{
-    bool upsample = !strcmp(n->op_type, "Upsample");
-    memset(a, 0, sizeof *a);
-    a->scales_in = a->sizes_in = a->roi_in = -1;
-    const char *mode = kiln_attr_string(n, "mode", "nearest");
-    a->mode = !strcmp(mode, "bilinear") ? KILN_GPU_RS_LINEAR : name_index(mode, rs_modes, 3);
-    if (a->mode < 0 || (a->mode == KILN_GPU_RS_CUBIC && (upsample || opset < 11))) return false;
-    if (upsample || opset < 11) {
-        a->ct = KILN_GPU_CT_ASYMMETRIC;
-        a->nr = KILN_GPU_NR_FLOOR;
-        if (upsample && opset < 9) a->scales_attr = kiln_attr_floats(n, "scales", &a->n_scales_attr);
-        else a->scales_in = 1;
-    } else {
-        a->ct = name_index(kiln_attr_string(n, "coordinate_transformation_mode", "half_pixel"), ct_modes, 7);
-        a->nr = name_index(kiln_attr_string(n, "nearest_mode", "round_prefer_floor"), nr_modes, 4);
-        a->ka = name_index(kiln_attr_string(n, "keep_aspect_ratio_policy", "stretch"), ka_policies, 3);
-        if (a->ct < 0 || (a->ct == KILN_GPU_CT_TF_HALF_PIXEL_NN && opset >= 13) ||
-            (a->ct == KILN_GPU_CT_HALF_PIXEL_SYM && opset < 19) || a->nr < 0 || a->ka < 0)
-            return false;
-        a->roi_in = 1;
-        a->scales_in = 2;
-        a->sizes_in = 3;
-    }
-    a->cubic_a = kiln_attr_float(n, "cubic_coeff_a", -0.75f);
-    a->extrapolation = kiln_attr_float(n, "extrapolation_value", 0.0f);
-    a->exclude_outside = kiln_attr_int(n, "exclude_outside", 0) != 0;
-    a->antialias = opset >= 18 && kiln_attr_int(n, "antialias", 0) != 0;
-    int n_axes = 0;
-    const int64_t *axes = opset >= 18 ? kiln_attr_ints(n, "axes", &n_axes) : NULL;
-    if (rank < 0) return true;
-    if (!axes) {
-        a->n_axes = rank;
-        for (int k = 0; k < rank; k++) a->axes[k] = k;
-        return true;
-    }
-    bool seen[KILN_MAX_RANK] = {false};
-    for (int i = 0; i < n_axes; i++) {
-        int ax;
-        if (n_axes > rank || !kiln_axis_norm(axes[i], rank, &ax) || seen[ax]) return false;
-        seen[ax] = true;
-        a->axes[i] = ax;
-    }
-    a->n_axes = n_axes;
-    return true;
-}
-
-/* Output dims and per-axis scales exactly as the reference's resize_plan; false where the
- * reference fails (the fallback then reports it). */
-static bool resize_plan(const resize_attrs *a, int rank, const int64_t *in, const kiln_value *scales,
-                        const kiln_value *sizes, int64_t *out, double *scale)
-{
-    for (int k = 0; k < rank; k++) out[k] = in[k], scale[k] = 1.0;
-    if (sizes) {
-        if (sizes->numel != a->n_axes || !kiln_dtype_is_int(sizes->dtype)) return false;
-        double s_min = INFINITY, s_max = 0;
-        for (int i = 0; i < a->n_axes; i++) {
-            int ax = a->axes[i];
-            int64_t v = kiln_load_i64(sizes->dtype, sizes->data, i);
-            if (v < 0 || (in[ax] == 0 && v != 0)) return false;
-            out[ax] = v;
-            scale[ax] = in[ax] ? (double)v / (double)in[ax] : 1.0;
-            s_min = fmin(s_min, scale[ax]);
-            s_max = fmax(s_max, scale[ax]);
-        }
-        if (a->ka != KA_STRETCH) {
-            double s = a->ka == KA_NOT_LARGER ? s_min : s_max;
-            for (int i = 0; i < a->n_axes; i++) {
-                int ax = a->axes[i];
-                scale[ax] = s;
-                out[ax] = (int64_t)(s * (double)in[ax] + 0.5);
-            }
-        }
-        return true;
-    }
-    int n = scales ? (int)scales->numel : a->n_scales_attr;
-    if (n != a->n_axes || (scales && !kiln_dtype_is_float(scales->dtype))) return false;
-    for (int i = 0; i < n; i++) {
-        int ax = a->axes[i];
-        double s = scales ? kiln_load_f64(scales->dtype, scales->data, i) : a->scales_attr[i];
-        double o = floor(s * (double)in[ax]);
-        if (!(s > 0) || o > (double)INT64_MAX / 2) return false;
-        scale[ax] = s;
-        out[ax] = (int64_t)o;
-    }
-    return true;
-}
 
 static bool resize_supports(const kiln_node *n, char *why, size_t size)
 {
     kiln_dtype dt = in_dtype(n, 0);
-    resize_attrs a;
-    if (!resize_parse(n, n->opset, -1, &a)) {
-        snprintf(why, size, "attributes the reference rejects");
+    kiln_resize_attrs a;
+    char msg[200];
+    if (!kiln_resize_parse(n, n->opset, -1, &a, msg, sizeof msg)) {
+        snprintf(why, size, "%s", msg);
         return false;
     }
     if (a.antialias) {
         snprintf(why, size, "antialias");
         return false;
     }
-    if (a.mode == KILN_GPU_RS_NEAREST ? !esize_of(dt) || dt == KILN_DTYPE_BOOL : !is_fp(dt)) {
+    if (a.mode == KILN_RESIZE_NEAREST ? !esize_of(dt) || dt == KILN_DTYPE_BOOL : !is_fp(dt)) {
         snprintf(why, size, "mode '%s' on dtype %s", rs_modes[a.mode], kiln_dtype_name(dt));
         return false;
     }
@@ -491,9 +379,11 @@ static kiln_status resize_run(kiln_run_ctx *c)
     const kiln_node *node = kiln_run_node(c);
     const kiln_value *x = kiln_run_in(c, 0);
     kiln_value *y = kiln_run_out(c, 0);
-    resize_attrs a;
+    kiln_resize_attrs a;
+    char msg[200];
     int rank = x->rank;
-    if (!y || rank > KILN_GPU_MAX_RANK || !resize_parse(node, kiln_run_opset(c), rank, &a) || a.antialias)
+    if (!y || rank > KILN_GPU_MAX_RANK || !kiln_resize_parse(node, kiln_run_opset(c), rank, &a, msg, sizeof msg) ||
+        a.antialias)
         return kiln_gpu_fallback(c);
     const kiln_value *scales = a.scales_in >= 0 ? kiln_run_in(c, a.scales_in) : NULL;
     const kiln_value *sizes = a.sizes_in >= 0 ? kiln_run_in(c, a.sizes_in) : NULL;
@@ -502,9 +392,10 @@ static kiln_status resize_run(kiln_run_ctx *c)
     memset(&r, 0, sizeof r);
     int64_t out[KILN_MAX_RANK];
     double scale[KILN_MAX_RANK];
-    if (!resize_plan(&a, rank, x->dims, scales, scales ? NULL : sizes, out, scale)) return kiln_gpu_fallback(c);
+    if (kiln_resize_plan(&a, rank, x->dims, scales, scales ? NULL : sizes, out, scale, msg, sizeof msg))
+        return kiln_gpu_fallback(c); /* the reference reports it */
     for (int k = 0; k < rank; k++) r.lo[k] = 0, r.hi[k] = 1;
-    if (a.ct == KILN_GPU_CT_TF_CROP) {
+    if (a.ct == KILN_RESIZE_CT_TF_CROP) {
         const kiln_value *roi = a.roi_in >= 0 ? kiln_run_in(c, a.roi_in) : NULL;
         if (!roi || roi->numel != 2 * a.n_axes || !kiln_dtype_is_float(roi->dtype)) return kiln_gpu_fallback(c);
         for (int i = 0; i < a.n_axes; i++) {
@@ -531,9 +422,9 @@ static kiln_status resize_run(kiln_run_ctx *c)
         r.out[k] = out[k];
         r.scale[k] = scale[k];
         r.active[k] = !(out[k] == x->dims[k] && scale[k] == 1.0 &&
-                        (a.ct != KILN_GPU_CT_TF_CROP || (r.lo[k] == 0 && r.hi[k] == 1)));
+                        (a.ct != KILN_RESIZE_CT_TF_CROP || (r.lo[k] == 0 && r.hi[k] == 1)));
     }
-    if (a.mode != KILN_GPU_RS_NEAREST && !is_fp(x->dtype)) return kiln_gpu_fallback(c);
+    if (a.mode != KILN_RESIZE_NEAREST && !is_fp(x->dtype)) return kiln_gpu_fallback(c);
     void *ws;
     KILN_TRY(kiln_gpu_workspace(c, kiln_gpu_cnn_resize_ws_bytes(&r), &ws));
     return kiln_gpu_check(c, kiln_gpu_cnn_resize(x->dtype, esize_of(x->dtype), x->data, y->data, &r, ws,

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "ops/image_internal.h"
+#include "ops/resize.h"
 #include "ops/util.h"
 
 /* ---- helpers shared by the family ---- */
@@ -45,36 +46,12 @@ bool kiln_image_scalar_i64(const kiln_value *v, int64_t *out)
 
 /* ---- Resize (opsets 10, 11, 13, 18, 19) and Upsample (7, 9) ---- */
 
-enum { RS_NEAREST, RS_LINEAR, RS_CUBIC };
-enum {
-    CT_HALF_PIXEL,
-    CT_HALF_PIXEL_SYM,
-    CT_PYTORCH_HALF_PIXEL,
-    CT_ALIGN_CORNERS,
-    CT_ASYMMETRIC,
-    CT_TF_HALF_PIXEL_NN,
-    CT_TF_CROP
-};
-enum { NR_PREFER_FLOOR, NR_PREFER_CEIL, NR_FLOOR, NR_CEIL };
-enum { KA_STRETCH, KA_NOT_LARGER, KA_NOT_SMALLER };
-
 static const char *const rs_modes[] = {"nearest", "linear", "cubic"};
 static const char *const ct_modes[] = {"half_pixel",        "half_pixel_symmetric", "pytorch_half_pixel",
                                        "align_corners",     "asymmetric",           "tf_half_pixel_for_nn",
                                        "tf_crop_and_resize"};
 static const char *const nr_modes[] = {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"};
 static const char *const ka_policies[] = {"stretch", "not_larger", "not_smaller"};
-
-typedef struct resize_attrs {
-    int mode, ct, nr, ka;
-    double cubic_a, extrapolation;
-    bool exclude_outside, antialias;
-    int n_axes;
-    int axes[KILN_MAX_RANK];         /* resized axes, in the order of scales / sizes / roi entries */
-    int scales_in, sizes_in, roi_in; /* input indices; -1: not an input of this version */
-    const float *scales_attr;        /* Upsample-7: scales as attribute */
-    int n_scales_attr;
-} resize_attrs;
 
 static int name_index(const char *s, const char *const *names, int n)
 {
@@ -83,24 +60,22 @@ static int name_index(const char *s, const char *const *names, int n)
     return -1;
 }
 
-/* Reads the attributes of Resize/Upsample at `opset` for an input of rank `rank`; on a bad
- * attribute writes a message to msg and returns false. */
-static bool resize_parse(const kiln_node *n, int opset, int rank, resize_attrs *a, char *msg, size_t msz)
+bool kiln_resize_parse(const kiln_node *n, int opset, int rank, kiln_resize_attrs *a, char *msg, size_t msz)
 {
     bool upsample = !strcmp(n->op_type, "Upsample");
     memset(a, 0, sizeof *a);
     a->scales_in = a->sizes_in = a->roi_in = -1;
     const char *mode = kiln_attr_string(n, "mode", "nearest");
-    a->mode = !strcmp(mode, "bilinear") ? RS_LINEAR : name_index(mode, rs_modes, 3);
-    if (a->mode < 0 || (a->mode == RS_CUBIC && (upsample || opset < 11))) {
+    a->mode = !strcmp(mode, "bilinear") ? KILN_RESIZE_LINEAR : name_index(mode, rs_modes, 3);
+    if (a->mode < 0 || (a->mode == KILN_RESIZE_CUBIC && (upsample || opset < 11))) {
         snprintf(msg, msz, "unsupported mode '%s'", mode);
         return false;
     }
     if (upsample || opset < 11) {
         /* Upsample and Resize-10: output = floor(input * scale), asymmetric coordinates and
          * floor rounding, so integer scales repeat elements. */
-        a->ct = CT_ASYMMETRIC;
-        a->nr = NR_FLOOR;
+        a->ct = KILN_RESIZE_CT_ASYMMETRIC;
+        a->nr = KILN_RESIZE_NR_FLOOR;
         if (upsample && opset < 9)
             a->scales_attr = kiln_attr_floats(n, "scales", &a->n_scales_attr);
         else
@@ -112,8 +87,8 @@ static bool resize_parse(const kiln_node *n, int opset, int rank, resize_attrs *
         a->ct = name_index(ct, ct_modes, 7);
         a->nr = name_index(nr, nr_modes, 4);
         a->ka = name_index(ka, ka_policies, 3);
-        if (a->ct < 0 || (a->ct == CT_TF_HALF_PIXEL_NN && opset >= 13) ||
-            (a->ct == CT_HALF_PIXEL_SYM && opset < 19)) {
+        if (a->ct < 0 || (a->ct == KILN_RESIZE_CT_TF_HALF_PIXEL_NN && opset >= 13) ||
+            (a->ct == KILN_RESIZE_CT_HALF_PIXEL_SYM && opset < 19)) {
             snprintf(msg, msz, "unsupported coordinate_transformation_mode '%s'", ct);
             return false;
         }
@@ -131,6 +106,7 @@ static bool resize_parse(const kiln_node *n, int opset, int rank, resize_attrs *
     a->antialias = opset >= 18 && kiln_attr_int(n, "antialias", 0) != 0;
     int n_axes = 0;
     const int64_t *axes = opset >= 18 ? kiln_attr_ints(n, "axes", &n_axes) : NULL;
+    if (rank < 0) return true;
     if (!axes) {
         a->n_axes = rank;
         for (int k = 0; k < rank; k++) a->axes[k] = k;
@@ -152,7 +128,7 @@ static bool resize_parse(const kiln_node *n, int opset, int rank, resize_attrs *
 }
 
 /* The scales or sizes input this node uses: scales unless absent or empty (opset >= 11). */
-static bool resize_uses_sizes(const resize_attrs *a, const kiln_type *scales, const kiln_type *sizes)
+static bool resize_uses_sizes(const kiln_resize_attrs *a, const kiln_type *scales, const kiln_type *sizes)
 {
     if (a->sizes_in < 0 || !sizes) return false;
     if (!scales) return true;
@@ -161,7 +137,7 @@ static bool resize_uses_sizes(const resize_attrs *a, const kiln_type *scales, co
 
 /* Exact output dims and per-axis scales for input dims `in` (run time, or compile time with
  * everything constant). scales / sizes: the values of those inputs (the one in use). */
-static kiln_status resize_plan(const resize_attrs *a, int rank, const int64_t *in, const kiln_value *scales,
+kiln_status kiln_resize_plan(const kiln_resize_attrs *a, int rank, const int64_t *in, const kiln_value *scales,
                                const kiln_value *sizes, int64_t *out, double *scale, char *msg, size_t msz)
 {
     for (int k = 0; k < rank; k++) out[k] = in[k], scale[k] = 1.0;
@@ -184,8 +160,8 @@ static kiln_status resize_plan(const resize_attrs *a, int rank, const int64_t *i
             s_min = fmin(s_min, scale[ax]);
             s_max = fmax(s_max, scale[ax]);
         }
-        if (a->ka != KA_STRETCH) {
-            double s = a->ka == KA_NOT_LARGER ? s_min : s_max;
+        if (a->ka != KILN_RESIZE_KA_STRETCH) {
+            double s = a->ka == KILN_RESIZE_KA_NOT_LARGER ? s_min : s_max;
             for (int i = 0; i < a->n_axes; i++) {
                 int ax = a->axes[i];
                 scale[ax] = s;
@@ -221,9 +197,9 @@ static kiln_status resize_infer(kiln_infer_ctx *c)
     if (x->dtype != KILN_DTYPE_UNDEFINED && !kiln_image_real(x->dtype))
         return kiln_infer_fail(c, KILN_ERR_UNSUPPORTED, "unsupported element type %d", (int)x->dtype);
     if (x->rank < 0) return kiln_infer_set_out_unknown(c, 0, x->dtype);
-    resize_attrs a;
+    kiln_resize_attrs a;
     char msg[200];
-    if (!resize_parse(n, kiln_infer_opset(c), x->rank, &a, msg, sizeof msg))
+    if (!kiln_resize_parse(n, kiln_infer_opset(c), x->rank, &a, msg, sizeof msg))
         return kiln_infer_fail(c, KILN_ERR_MODEL, "%s", msg);
     const kiln_type *scales_t = a.scales_in >= 0 ? kiln_infer_in(c, a.scales_in) : NULL;
     const kiln_type *sizes_t = a.sizes_in >= 0 ? kiln_infer_in(c, a.sizes_in) : NULL;
@@ -244,7 +220,7 @@ static kiln_status resize_infer(kiln_infer_ctx *c)
         in_c[k] = x->dims[k].c;
     }
     if (all_const && (vals || a.scales_attr)) {
-        kiln_status st = resize_plan(&a, x->rank, in_c, use_sizes ? NULL : vals, use_sizes ? vals : NULL,
+        kiln_status st = kiln_resize_plan(&a, x->rank, in_c, use_sizes ? NULL : vals, use_sizes ? vals : NULL,
                                      out_c, scale, msg, sizeof msg);
         if (st) return kiln_infer_fail(c, st, "%s", msg);
         for (int k = 0; k < x->rank; k++) out[k] = kiln_dim_const(out_c[k]);
@@ -254,7 +230,7 @@ static kiln_status resize_infer(kiln_infer_ctx *c)
      * floor(d * s) is exact as d * s for integer s only. */
     kiln_dim sz[KILN_MAX_RANK];
     int n_sz = 0;
-    bool sizes_known = use_sizes && a.ka == KA_STRETCH &&
+    bool sizes_known = use_sizes && a.ka == KILN_RESIZE_KA_STRETCH &&
                        kiln_infer_in_dims_value(c, a.sizes_in, sz, KILN_MAX_RANK, &n_sz) && n_sz == a.n_axes;
     bool scales_known =
         !use_sizes && ((vals && vals->numel == a.n_axes && kiln_dtype_is_float(vals->dtype)) ||
@@ -285,22 +261,22 @@ static double cubic_weight(double x, double A)
 }
 
 /* Source coordinate of output index j along one axis (ONNX coordinate_transformation_mode). */
-static double resize_coord(const resize_attrs *a, int64_t j, double scale, int64_t in_n, int64_t out_n,
+static double resize_coord(const kiln_resize_attrs *a, int64_t j, double scale, int64_t in_n, int64_t out_n,
                            double lo, double hi)
 {
     /* the target length before flooring; the reference uses it for align_corners too */
     double out_w = scale * (double)in_n;
     double jd = (double)j;
     switch (a->ct) {
-    case CT_HALF_PIXEL_SYM: {
+    case KILN_RESIZE_CT_HALF_PIXEL_SYM: {
         double offset = (double)in_n / 2.0 * (1.0 - (double)out_n / out_w);
         return offset + (jd + 0.5) / scale - 0.5;
     }
-    case CT_PYTORCH_HALF_PIXEL: return out_n > 1 ? (jd + 0.5) / scale - 0.5 : 0.0;
-    case CT_ALIGN_CORNERS: return out_n == 1 || out_w == 1.0 ? 0.0 : jd * (double)(in_n - 1) / (out_w - 1.0);
-    case CT_ASYMMETRIC: return jd / scale;
-    case CT_TF_HALF_PIXEL_NN: return (jd + 0.5) / scale;
-    case CT_TF_CROP:
+    case KILN_RESIZE_CT_PYTORCH_HALF_PIXEL: return out_n > 1 ? (jd + 0.5) / scale - 0.5 : 0.0;
+    case KILN_RESIZE_CT_ALIGN_CORNERS: return out_n == 1 || out_w == 1.0 ? 0.0 : jd * (double)(in_n - 1) / (out_w - 1.0);
+    case KILN_RESIZE_CT_ASYMMETRIC: return jd / scale;
+    case KILN_RESIZE_CT_TF_HALF_PIXEL_NN: return (jd + 0.5) / scale;
+    case KILN_RESIZE_CT_TF_CROP:
         if (out_n == 1 || out_w == 1.0) return 0.5 * (lo + hi) * (double)(in_n - 1);
         return lo * (double)(in_n - 1) + jd * (hi - lo) * (double)(in_n - 1) / (out_w - 1.0);
     default: return (jd + 0.5) / scale - 0.5;
@@ -323,21 +299,21 @@ static void resize_taps_free(resize_taps *t)
     free(t->extrap);
 }
 
-static kiln_status resize_taps_build(const resize_attrs *a, double scale, int64_t in_n, int64_t out_n,
+static kiln_status resize_taps_build(const kiln_resize_attrs *a, double scale, int64_t in_n, int64_t out_n,
                                      double lo, double hi, resize_taps *t, char *msg, size_t msz)
 {
     memset(t, 0, sizeof *t);
     /* Kernel support (1 linear, 2 cubic) widened by 1/scale when antialiasing a downsample. */
     double s_eff = a->antialias ? fmin(scale, 1.0) : 1.0;
     double start = 0;
-    if (a->mode != RS_NEAREST) {
-        start = floor(-(a->mode == RS_LINEAR ? 1.0 : 2.0) / s_eff) + 1;
+    if (a->mode != KILN_RESIZE_NEAREST) {
+        start = floor(-(a->mode == KILN_RESIZE_LINEAR ? 1.0 : 2.0) / s_eff) + 1;
         if (2 - 2 * start > 1 << 20) {
             snprintf(msg, msz, "scale %g needs too many antialiasing taps", scale);
             return KILN_ERR_UNSUPPORTED;
         }
     }
-    t->n = a->mode == RS_NEAREST ? 1 : (int)(2 - 2 * start);
+    t->n = a->mode == KILN_RESIZE_NEAREST ? 1 : (int)(2 - 2 * start);
     size_t cnt = (size_t)out_n * (size_t)t->n;
     t->idx = malloc(cnt * sizeof *t->idx + 1);
     t->w = malloc(cnt * sizeof *t->w + 1);
@@ -352,13 +328,13 @@ static kiln_status resize_taps_build(const resize_attrs *a, double scale, int64_
         double x = resize_coord(a, j, scale, in_n, out_n, lo, hi);
         int64_t *idx = t->idx + j * t->n;
         double *w = t->w + j * t->n;
-        if (a->ct == CT_TF_CROP && (x < 0 || x > last)) t->extrap[j] = true;
-        if (a->mode == RS_NEAREST) {
+        if (a->ct == KILN_RESIZE_CT_TF_CROP && (x < 0 || x > last)) t->extrap[j] = true;
+        if (a->mode == KILN_RESIZE_NEAREST) {
             double f = floor(x), r = x - f, p;
             switch (a->nr) {
-            case NR_PREFER_CEIL: p = r < 0.5 ? f : f + 1; break;
-            case NR_FLOOR: p = f; break;
-            case NR_CEIL: p = ceil(x); break;
+            case KILN_RESIZE_NR_PREFER_CEIL: p = r < 0.5 ? f : f + 1; break;
+            case KILN_RESIZE_NR_FLOOR: p = f; break;
+            case KILN_RESIZE_NR_CEIL: p = ceil(x); break;
             default: p = r <= 0.5 ? f : f + 1; break;
             }
             idx[0] = (int64_t)fmax(0, fmin(p, last));
@@ -371,7 +347,7 @@ static kiln_status resize_taps_build(const resize_attrs *a, double scale, int64_
         double sum = 0, kept = 0;
         for (int k = 0; k < t->n; k++) {
             double d = (start + k - ratio) * s_eff;
-            w[k] = a->mode == RS_LINEAR ? fmax(0, 1 - fabs(d)) : cubic_weight(d, a->cubic_a);
+            w[k] = a->mode == KILN_RESIZE_LINEAR ? fmax(0, 1 - fabs(d)) : cubic_weight(d, a->cubic_a);
             sum += w[k];
         }
         for (int k = 0; k < t->n; k++) {
@@ -388,7 +364,7 @@ static kiln_status resize_taps_build(const resize_attrs *a, double scale, int64_
 }
 
 /* One separable pass: src has dims `dims`, dst the same with dims[axis] = out_n. */
-static void resize_pass(const resize_attrs *a, const resize_taps *t, int rank, const int64_t *dims, int axis,
+static void resize_pass(const kiln_resize_attrs *a, const resize_taps *t, int rank, const int64_t *dims, int axis,
                         int64_t out_n, const double *src, double *dst)
 {
     int64_t outer = 1, inner = 1, in_n = dims[axis];
@@ -412,9 +388,9 @@ static kiln_status resize_run(kiln_run_ctx *c)
     const kiln_node *n = kiln_run_node(c);
     const kiln_value *x = kiln_run_in(c, 0);
     kiln_value *y = kiln_run_out(c, 0);
-    resize_attrs a;
+    kiln_resize_attrs a;
     char msg[200];
-    if (!resize_parse(n, kiln_run_opset(c), x->rank, &a, msg, sizeof msg))
+    if (!kiln_resize_parse(n, kiln_run_opset(c), x->rank, &a, msg, sizeof msg))
         return kiln_run_fail(c, KILN_ERR_MODEL, "%s", msg);
     const kiln_value *scales = a.scales_in >= 0 ? kiln_run_in(c, a.scales_in) : NULL;
     const kiln_value *sizes = a.sizes_in >= 0 ? kiln_run_in(c, a.sizes_in) : NULL;
@@ -423,10 +399,10 @@ static kiln_status resize_run(kiln_run_ctx *c)
     int64_t out[KILN_MAX_RANK];
     double scale[KILN_MAX_RANK], lo[KILN_MAX_RANK], hi[KILN_MAX_RANK];
     kiln_status st =
-        resize_plan(&a, rank, x->dims, scales, scales ? NULL : sizes, out, scale, msg, sizeof msg);
+        kiln_resize_plan(&a, rank, x->dims, scales, scales ? NULL : sizes, out, scale, msg, sizeof msg);
     if (st) return kiln_run_fail(c, st, "%s", msg);
     for (int k = 0; k < rank; k++) lo[k] = 0, hi[k] = 1;
-    if (a.ct == CT_TF_CROP) {
+    if (a.ct == KILN_RESIZE_CT_TF_CROP) {
         const kiln_value *roi = a.roi_in >= 0 ? kiln_run_in(c, a.roi_in) : NULL;
         if (!roi || roi->numel != 2 * a.n_axes || !kiln_dtype_is_float(roi->dtype))
             return kiln_run_fail(c, KILN_ERR_SHAPE, "tf_crop_and_resize needs roi with %d float elements",
@@ -459,7 +435,7 @@ static kiln_status resize_run(kiln_run_ctx *c)
     for (int64_t i = 0; i < x->numel; i++) cur[i] = kiln_load_f64(x->dtype, x->data, i);
     for (int k = 0; k < rank; k++) {
         bool identity =
-            out[k] == dims[k] && scale[k] == 1.0 && (a.ct != CT_TF_CROP || (lo[k] == 0 && hi[k] == 1));
+            out[k] == dims[k] && scale[k] == 1.0 && (a.ct != KILN_RESIZE_CT_TF_CROP || (lo[k] == 0 && hi[k] == 1));
         if (identity) continue;
         resize_taps t;
         st = resize_taps_build(&a, scale[k], dims[k], out[k], lo[k], hi[k], &t, msg, sizeof msg);
