@@ -48,3 +48,24 @@ kiln_status kiln_gpu_tensor(kiln_gpu_run *r, kiln_dtype dt, int rank, const int6
     *out = NULL;
     return kiln_errf(err, KILN_ERR_UNSUPPORTED, "CUDA provider: not built");
 }
+kiln_gpu_mode kiln_gpu_graph_mode(kiln_gpu_run *r, const int64_t *key, int n) { return KILN_GPU_PLAIN; }
+void kiln_gpu_graph_note(kiln_gpu_run *r, const int64_t *key, int n) {}
+void kiln_gpu_mark_unrecordable(kiln_gpu_run *r) {}
+bool kiln_gpu_capturing(const kiln_gpu_run *r) { return false; }
+kiln_status kiln_gpu_capture_begin(kiln_gpu_run *r, kiln_err *err)
+{
+    return kiln_errf(err, KILN_ERR_UNSUPPORTED, "CUDA provider: not built");
+}
+kiln_status kiln_gpu_capture_end(kiln_gpu_run *r, const int64_t *key, int n, bool ok, int n_out,
+                                 kiln_value *const *outs, bool *recorded, kiln_err *err)
+{
+    *recorded = false;
+    return kiln_errf(err, KILN_ERR_UNSUPPORTED, "CUDA provider: not built");
+}
+kiln_status kiln_gpu_replay(kiln_gpu_run *r, const int64_t *key, int n, int *n_out, kiln_value *const **outs,
+                            kiln_err *err)
+{
+    *n_out = 0;
+    *outs = NULL;
+    return kiln_errf(err, KILN_ERR_UNSUPPORTED, "CUDA provider: not built");
+}
