@@ -37,8 +37,9 @@ void kiln_cpu_act_tile(void *ctx, float *c, int64_t ldc, int64_t i0, int64_t m, 
 /* The reference kernel, then the node's fused activation (kiln_node.act) over output 0. */
 kiln_status kiln_cpu_reference_act(kiln_run_ctx *c);
 
-/* The node's reference kernel. */
-static inline kiln_status kiln_cpu_reference(kiln_run_ctx *c) { return kiln_run_node(c)->op->run(c); }
+/* The node's reference kernel, for the cases a provider kernel leaves to it: zeroes the
+ * outputs first, as the reference kernels expect (provider kernels get them unzeroed). */
+kiln_status kiln_cpu_reference(kiln_run_ctx *c);
 
 /* Whether v is a float32 tensor (by its compile-time type). */
 static inline bool kiln_cpu_is_f32(const kiln_ir_value *v)

@@ -16,7 +16,21 @@ static bool is_f32(const kiln_ir_value *v)
     return v && v->type.kind == KILN_VALUE_TENSOR && v->type.dtype == KILN_DTYPE_FLOAT32;
 }
 
-static kiln_status reference(kiln_run_ctx *c) { return kiln_run_node(c)->op->run(c); }
+kiln_status kiln_cpu_reference(kiln_run_ctx *c)
+{
+    for (int i = 0; i < kiln_run_n_out(c); i++) {
+        kiln_value *y = kiln_run_out(c, i);
+        if (!y || y->kind != KILN_VALUE_TENSOR || !y->nbytes || y->dtype == KILN_DTYPE_STRING) continue;
+        /* an output written in place over its input keeps the input's values */
+        bool shared = false;
+        for (int k = 0; k < kiln_run_n_in(c); k++) {
+            const kiln_value *x = kiln_run_in(c, k);
+            shared = shared || (x && x->kind == KILN_VALUE_TENSOR && x->data == y->data);
+        }
+        if (!shared) memset(y->data, 0, y->nbytes);
+    }
+    return kiln_run_node(c)->op->run(c);
+}
 
 /* Constant 2-D float32 weights op(B), packed at compile time for the kernels. */
 static void packed_free(void *p) { kiln_gemm_packed_b_free(p); }
@@ -83,11 +97,11 @@ static kiln_status matmul_run(kiln_run_ctx *c)
     const kiln_value *A = kiln_run_in(c, 0), *B = kiln_run_in(c, 1);
     kiln_value *Y = kiln_run_out(c, 0);
     if (!Y || A->dtype != KILN_DTYPE_FLOAT32 || B->dtype != KILN_DTYPE_FLOAT32 || A->rank < 1 || B->rank < 1)
-        return reference(c);
+        return kiln_cpu_reference(c);
     int ra = A->rank, rb = B->rank;
     int64_t M = ra >= 2 ? A->dims[ra - 2] : 1, K = A->dims[ra - 1];
     int64_t N = rb >= 2 ? B->dims[rb - 1] : 1, KB = rb >= 2 ? B->dims[rb - 2] : B->dims[0];
-    if (K != KB) return reference(c); /* the reference kernel reports it */
+    if (K != KB) return kiln_cpu_reference(c); /* the reference kernel reports it */
     kiln_threadpool *pool = kiln_run_threadpool(c);
     const float *a = A->data, *b = B->data;
     float *y = Y->data;

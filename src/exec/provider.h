@@ -13,7 +13,9 @@ typedef struct kiln_provider_i {
      * its reference kernel. It may prepare data for the kernel (packed weights) in
      * n->kernel_state with its destructor in n->kernel_state_free. A selected kernel must
      * compute what the reference kernel computes (up to float rounding) for every input the
-     * types allow, or fail cleanly; it runs under the same contract as kiln_op_def.run. */
+     * types allow, or fail cleanly; it runs under the same contract as kiln_op_def.run, except
+     * that the outputs the executor allocated are not zeroed: it writes every element (or
+     * hands the node to kiln_cpu_reference, which zeroes them). */
     kiln_kernel_fn (*select)(kiln_node *n);
 } kiln_provider_i;
 

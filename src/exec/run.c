@@ -151,10 +151,11 @@ static bool all_const(const kiln_type *t)
     return true;
 }
 
-/* A zeroed output tensor: in the arena slot the plan gave the value when it fits, else on
- * the heap. On the GPU: in the device arena's slot or the device pool, not zeroed. */
+/* An output tensor: in the arena slot the plan gave the value when it fits, else on the
+ * heap; zeroed for reference kernels (`zero`), left as it is for provider kernels, which write
+ * every element. On the GPU: in the device arena's slot or the device pool, not zeroed. */
 static kiln_status alloc_output(kiln_frame *f, const kiln_ir_value *v, const kiln_type *t, const int64_t *dims,
-                                bool device, kiln_value **out, kiln_err *err)
+                                bool device, bool zero, kiln_value **out, kiln_err *err)
 {
     kiln_arena_view *mem = f->env ? f->env->mem : NULL;
     if (device) {
@@ -178,7 +179,12 @@ static kiln_status alloc_output(kiln_frame *f, const kiln_ir_value *v, const kil
         return kiln_tensor_new(t->dtype, t->rank, dims, out, err);
     }
     /* an in-place output shares its input's bytes: the kernel reads them before writing */
-    if (x->nbytes && !mem->in_place[v->id]) memset(x->data, 0, x->nbytes);
+    if (x->nbytes && !mem->in_place[v->id]) {
+        if (zero) memset(x->data, 0, x->nbytes);
+#ifndef NDEBUG
+        else memset(x->data, 0xff, x->nbytes); /* debug builds: an element a kernel forgets reads as NaN */
+#endif
+    }
     *out = x;
     return KILN_OK;
 }
@@ -241,7 +247,7 @@ static kiln_status run_node(const kiln_node *n, kiln_frame *f, kiln_err *err)
         if (!all_const(&out_type[i])) continue;
         int64_t dims[KILN_MAX_RANK];
         for (int k = 0; k < out_type[i].rank; k++) dims[k] = out_type[i].dims[k].c;
-        st = alloc_output(f, n->out[i], &out_type[i], dims, on_gpu, &out[i], err);
+        st = alloc_output(f, n->out[i], &out_type[i], dims, on_gpu, !n->kernel, &out[i], err);
         if (st) {
             kiln_err_prefix(err, "node '%s' (%s): output %d", n->name, n->op_type, i);
             goto fail;
