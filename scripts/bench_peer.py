@@ -44,6 +44,64 @@ def make_inputs(model_path, shapes, rng):
     return feeds
 
 
+ORT_CHILD = r"""
+import json, sys, time
+import numpy as np
+import onnxruntime as ort
+
+
+def vm_hwm_mb():  # peak RSS of this process; unlike ru_maxrss it does not start at the parent's
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) for l in f if l.startswith("VmHWM:")) / 1024
+
+model, feeds_path, threads, runs, warmup = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+feeds = dict(np.load(feeds_path))
+base_mb = vm_hwm_mb()
+so = ort.SessionOptions()
+so.intra_op_num_threads = threads
+so.inter_op_num_threads = 1
+t0 = time.perf_counter()
+sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+create_ms = (time.perf_counter() - t0) * 1e3
+for _ in range(warmup):
+    sess.run(None, feeds)
+times = []
+for _ in range(runs):
+    t = time.perf_counter()
+    sess.run(None, feeds)
+    times.append((time.perf_counter() - t) * 1e3)
+times.sort()
+print(json.dumps({"median_ms": float(np.median(times)), "p90_ms": times[int(round((len(times) - 1) * 0.9))],
+                  "create_ms": create_ms, "peak_rss_mb": vm_hwm_mb(), "base_rss_mb": base_mb}))
+"""
+
+
+def measure(model, shapes, threads=2, runs=20, warmup=3, kiln="build/kiln"):
+    """kiln and ORT on the same inputs, each in its own process. Returns a dict of figures:
+    median/p90 latency (ms), session creation (ms), peak RSS (MB) of the process, and for ORT
+    also the RSS of its interpreter before the session (the model's share is the difference)."""
+    feeds = make_inputs(model, shapes, np.random.default_rng(0))
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [kiln, "bench", model, "--runs", str(runs), "--warmup", str(warmup), "--json", "--threads", str(threads)]
+        for name, arr in feeds.items():
+            path = os.path.join(tmp, f"in{len(cmd)}.npy")
+            np.save(path, arr)
+            cmd += ["--input", f"{name}={path}"]
+        out = subprocess.run(cmd, capture_output=True, text=True)
+        if out.returncode:
+            raise RuntimeError(f"kiln bench failed: {out.stderr.strip()}")
+        k = json.loads(out.stdout.strip().splitlines()[-1])
+        feeds_path = os.path.join(tmp, "feeds.npz")
+        np.savez(feeds_path, **feeds)
+        out = subprocess.run([sys.executable, "-c", ORT_CHILD, model, feeds_path, str(threads), str(runs), str(warmup)],
+                             capture_output=True, text=True)
+        if out.returncode:
+            raise RuntimeError(f"ORT failed: {out.stderr.strip()[-500:]}")
+        o = json.loads(out.stdout.strip().splitlines()[-1])
+    shape_txt = " ".join(f"{n}={'x'.join(map(str, v.shape))}" for n, v in feeds.items())
+    return {"shape": shape_txt, "kiln": k, "ort": o, "ratio": k["median_ms"] / o["median_ms"]}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model")
@@ -57,41 +115,17 @@ def main():
     for s in a.shape:
         name, dims = s.rsplit("=", 1)
         shapes[name] = [int(d) for d in dims.split("x")] if dims else []
-    feeds = make_inputs(a.model, shapes, np.random.default_rng(0))
-
-    with tempfile.TemporaryDirectory() as tmp:
-        cmd = [a.kiln, "bench", a.model, "--runs", str(a.runs), "--warmup", str(a.warmup), "--json",
-               "--threads", str(a.threads)]
-        for name, arr in feeds.items():
-            path = os.path.join(tmp, f"in{len(cmd)}.npy")
-            np.save(path, arr)
-            cmd += ["--input", f"{name}={path}"]
-        out = subprocess.run(cmd, capture_output=True, text=True)
-        if out.returncode:
-            sys.exit(f"kiln bench failed: {out.stderr.strip()}")
-        k = json.loads(out.stdout.strip().splitlines()[-1])
-
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = a.threads
-    so.inter_op_num_threads = 1
-    t0 = time.perf_counter()
-    sess = ort.InferenceSession(a.model, so, providers=["CPUExecutionProvider"])
-    create_ms = (time.perf_counter() - t0) * 1e3
-    for _ in range(a.warmup):
-        sess.run(None, feeds)
-    times = []
-    for _ in range(a.runs):
-        t = time.perf_counter()
-        sess.run(None, feeds)
-        times.append((time.perf_counter() - t) * 1e3)
-    times.sort()
-    o_med = float(np.median(times))
-    o_p90 = times[int(round((len(times) - 1) * 0.9))]
-    shape_txt = " ".join(f"{n}={'x'.join(map(str, v.shape))}" for n, v in feeds.items())
-    print(f"model {a.model} ({shape_txt}), {a.threads} threads each, {a.runs} runs")
-    print(f"  kiln: median {k['median_ms']:.3f} ms, p90 {k['p90_ms']:.3f} ms, session create {k['create_ms']:.1f} ms")
-    print(f"  ORT : median {o_med:.3f} ms, p90 {o_p90:.3f} ms, session create {create_ms:.1f} ms")
-    print(f"  ratio kiln/ORT (median): {k['median_ms'] / o_med:.2f}")
+    try:
+        r = measure(a.model, shapes, a.threads, a.runs, a.warmup, a.kiln)
+    except RuntimeError as e:
+        sys.exit(str(e))
+    k, o = r["kiln"], r["ort"]
+    print(f"model {a.model} ({r['shape']}), {a.threads} threads each, {a.runs} runs")
+    print(f"  kiln: median {k['median_ms']:.3f} ms, p90 {k['p90_ms']:.3f} ms, session create {k['create_ms']:.1f} ms, "
+          f"peak RSS {k['peak_rss_mb']:.0f} MB")
+    print(f"  ORT : median {o['median_ms']:.3f} ms, p90 {o['p90_ms']:.3f} ms, session create {o['create_ms']:.1f} ms, "
+          f"peak RSS {o['peak_rss_mb']:.0f} MB ({o['peak_rss_mb'] - o['base_rss_mb']:.0f} MB above the interpreter)")
+    print(f"  ratio kiln/ORT (median): {r['ratio']:.2f}")
     return 0
 
 

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -23,6 +24,24 @@ static const char usage[] =
     "       kiln ops\n"
     "       kiln --version\n"
     "A --shape repeated for one input runs the model once per shape, in one session.\n";
+
+/* Peak resident memory of this process in MB: VmHWM (Linux; unlike ru_maxrss it starts anew
+ * at exec, so a parent's size does not count), else getrusage's figure. */
+static double peak_rss_mb(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %ld kB", &kb) == 1) break;
+    if (f) fclose(f);
+    if (kb < 0) {
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        kb = ru.ru_maxrss;
+    }
+    return kb / 1024.0;
+}
 
 static double now_ms(void)
 {
@@ -322,10 +341,12 @@ static int cmd_run(int argc, char **argv, bool bench)
                 }
             double med = n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
             double p90 = t[(int)((n - 1) * 0.9 + 0.5)];
+            double peak_mb = peak_rss_mb();
             if (a.json)
                 printf("{\"model\": \"%s\", \"run\": %d, \"create_ms\": %.3f, \"runs\": %d, \"min_ms\": %.4f, "
-                       "\"median_ms\": %.4f, \"p90_ms\": %.4f, \"max_ms\": %.4f, \"throughput_per_s\": %.2f}\n",
-                       a.model, k + 1, create_ms, n, t[0], med, p90, t[n - 1], 1000.0 / med);
+                       "\"median_ms\": %.4f, \"p90_ms\": %.4f, \"max_ms\": %.4f, \"throughput_per_s\": %.2f, "
+                       "\"peak_rss_mb\": %.1f}\n",
+                       a.model, k + 1, create_ms, n, t[0], med, p90, t[n - 1], 1000.0 / med, peak_mb);
             else
                 printf("%s (shape set %d): %d runs, min %.4f ms, median %.4f ms, p90 %.4f ms, max %.4f ms, "
                        "%.2f runs/s\n", a.model, k + 1, n, t[0], med, p90, t[n - 1], 1000.0 / med);
