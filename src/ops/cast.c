@@ -201,7 +201,7 @@ static kiln_dtype cast_target(const kiln_node *n)
 
 static kiln_status cast_check(kiln_infer_ctx *c, kiln_dtype to)
 {
-    cast_opts o;
+    cast_opts o = {0};
     if (cast_opts_of(kiln_infer_node(c), &o))
         return kiln_infer_fail(c, KILN_ERR_MODEL, "round_mode must be up, down or nearest");
     if (!castable(to)) return kiln_infer_fail(c, KILN_ERR_MODEL, "cannot cast to type %d", (int)to);
@@ -228,7 +228,7 @@ static kiln_status cast_infer(kiln_infer_ctx *c)
 
 static kiln_status cast_run(kiln_run_ctx *c)
 {
-    cast_opts o;
+    cast_opts o = {0};
     cast_opts_of(kiln_run_node(c), &o);
     return convert_all(c, kiln_run_in(c, 0), kiln_run_out(c, 0), &o);
 }

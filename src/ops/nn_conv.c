@@ -71,12 +71,12 @@ static kiln_status conv_like_infer(kiln_infer_ctx *c, int xi, int wi, int bi, ki
 {
     const kiln_type *x = kiln_infer_in(c, xi), *w = kiln_infer_in(c, wi);
     kiln_dimtab *t = kiln_infer_dims(c);
-    int rank;
+    int rank = -1;
     KILN_TRY(infer_rank(c, x, w, &rank));
     if (rank < 0) return kiln_infer_set_out_unknown(c, 0, dt);
     int nsp = rank - 2;
     nn_geom g;
-    int64_t group;
+    int64_t group = 1;
     KILN_TRY(infer_geom(c, nsp, &g, &group));
     kiln_dim k[KILN_MAX_RANK], dims[KILN_MAX_RANK];
     bool k_known;
@@ -280,12 +280,12 @@ kiln_status nn_conv_transpose_infer(kiln_infer_ctx *c)
     const kiln_node *n = kiln_infer_node(c);
     const kiln_type *x = kiln_infer_in(c, 0), *w = kiln_infer_in(c, 1);
     kiln_dimtab *t = kiln_infer_dims(c);
-    int rank;
+    int rank = -1;
     KILN_TRY(infer_rank(c, x, w, &rank));
     if (rank < 0) return kiln_infer_set_out_unknown(c, 0, x->dtype);
     int nsp = rank - 2;
     nn_geom g;
-    int64_t group, opad[KILN_MAX_RANK] = {0};
+    int64_t group = 1, opad[KILN_MAX_RANK] = {0};
     KILN_TRY(infer_geom(c, nsp, &g, &group));
     int nop;
     const int64_t *op = kiln_attr_ints(n, "output_padding", &nop);

@@ -68,7 +68,7 @@ kiln_status kiln_shape_pad_infer(kiln_infer_ctx *c)
     kiln_dimtab *t = kiln_infer_dims(c);
     const kiln_type *x = kiln_infer_in(c, 0);
     kiln_shape_side s = {.ic = c};
-    pad_mode mode;
+    pad_mode mode = PAD_CONSTANT;
     KILN_TRY(pad_mode_arg(&s, &mode));
     kiln_dim begin[KILN_MAX_RANK], end[KILN_MAX_RANK], dims[KILN_MAX_RANK];
     bool fresh[KILN_MAX_RANK];
@@ -123,7 +123,7 @@ kiln_status kiln_shape_pad_run(kiln_run_ctx *c)
     const kiln_value *x = kiln_run_in(c, 0);
     kiln_value *y = kiln_run_out(c, 0);
     kiln_shape_side s = {.rc = c};
-    pad_mode mode;
+    pad_mode mode = PAD_CONSTANT;
     KILN_TRY(pad_mode_arg(&s, &mode));
     int r = x->rank;
     kiln_dim begin[KILN_MAX_RANK], end[KILN_MAX_RANK];
