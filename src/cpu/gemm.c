@@ -63,6 +63,8 @@ typedef struct gemm_job {
     float alpha, beta;
     const float *A, *B;
     const float *packed_b; /* prepacked op(B) (kiln_gemm_packed_b) or NULL: pack per tile */
+    const float *packed_a; /* prepacked A (kiln_gemm_packed_a) or NULL: pack per tile */
+    int64_t m_pad;         /* M rounded up to MR: column length of a prepacked A depth block */
     int64_t n_pad;         /* N rounded up to NR: row length of a prepacked depth block */
     int64_t lda, ldb, ldc;
     float *C;
@@ -93,7 +95,9 @@ static void run_tile(const gemm_job *g, float *Ap, float *Bp, int64_t i0, int64_
         if (g->packed_b) b_tile = g->packed_b + p0 * g->n_pad + j0 * kc; /* j0 is a multiple of NR */
         else if (g->pack_b) g->pack_b(g->pack_ctx, Bp, p0, kc, j0, n, k->nr);
         else k->pack_b(Bp, g->B, g->ldb, g->trans_b, p0, kc, j0, n);
-        k->pack_a(Ap, g->A, g->lda, g->trans_a, i0, m, p0, kc, g->alpha);
+        const float *a_tile = Ap;
+        if (g->packed_a) a_tile = g->packed_a + p0 * g->m_pad + i0 * kc; /* i0 is a multiple of MR */
+        else k->pack_a(Ap, g->A, g->lda, g->trans_a, i0, m, p0, kc, g->alpha);
         for (int64_t jr = 0; jr < n; jr += k->nr) {
             int nr = (int)min64(k->nr, n - jr);
             const float *bias = last && g->bias ? g->bias + j0 + jr : NULL;
@@ -101,7 +105,7 @@ static void run_tile(const gemm_job *g, float *Ap, float *Bp, int64_t i0, int64_
             for (int64_t ir = 0; ir < m; ir += k->mr) {
                 int mr = (int)min64(k->mr, m - ir);
                 float *c = g->C + (i0 + ir) * g->ldc + j0 + jr;
-                k->kernel(kc, Ap + ir * kc, b, c, g->ldc, mr, nr, beta, bias, last && g->relu);
+                k->kernel(kc, a_tile + ir * kc, b, c, g->ldc, mr, nr, beta, bias, last && g->relu);
                 if (last && g->tile) g->tile(g->tile_ctx, c, g->ldc, i0 + ir, mr, j0 + jr, nr);
             }
         }
@@ -147,12 +151,21 @@ struct kiln_gemm_packed_b {
     void *raw;
 };
 
+/* Prepacked A [M, K]: for each depth block p0 (KC deep, the last one shorter), the MR-row
+ * micro-panels of all of M, each [kc][MR]: block p0 starts at p0 * m_pad. */
+struct kiln_gemm_packed_a {
+    kiln_gemm_level level; /* the kernels it was packed for */
+    int64_t M, K, m_pad;
+    float *data; /* [K][m_pad] in the layout above, 64-byte aligned */
+    void *raw;
+};
+
 /* The checked arguments of one call, run on the pool: tiles of C over the threads. */
 static kiln_status gemm_run(const kiln_gemm_kernel *k, kiln_threadpool *pool, bool trans_a, bool trans_b,
                             int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                             const float *B, int64_t ldb, const kiln_gemm_packed_b *packed, float beta, float *C,
                             int64_t ldc, const float *bias, int relu, const kiln_gemm_epilogue *ep,
-                            kiln_gemm_pack_b_fn pack_b, void *pack_ctx)
+                            kiln_gemm_pack_b_fn pack_b, void *pack_ctx, const kiln_gemm_packed_a *pa)
 {
     int threads = kiln_threadpool_size(pool);
 
@@ -162,13 +175,16 @@ static kiln_status gemm_run(const kiln_gemm_kernel *k, kiln_threadpool *pool, bo
      * K floats in all) and more row tiles repack B (tiles_m * K * N; nothing when B is
      * prepacked): split the side that adds less packing. */
     int64_t pm = (M + k->mr - 1) / k->mr, pn = (N + k->nr - 1) / k->nr;
-    int64_t tm = (pm + k->mc / k->mr - 1) / (k->mc / k->mr), tn = (pn + k->nc / k->nr - 1) / (k->nc / k->nr);
+    /* row panels per tile: a prepacked A is read in place, not packed per tile, so taller tiles
+     * (4 MC: still within L2) pack each block of B for fewer of them */
+    int64_t mcp = (pa ? 4 : 1) * k->mc / k->mr;
+    int64_t tm = (pm + mcp - 1) / mcp, tn = (pn + k->nc / k->nr - 1) / (k->nc / k->nr);
     int64_t want = threads > 1 ? 2 * (int64_t)threads : 1;
     for (int grow = 0; grow < 64; grow++) {
         if (tm * tn >= want && (tm * tn) % threads == 0) break;
         int64_t step_m = tm * tn >= want ? 1 : tm, step_n = tm * tn >= want ? 1 : tn; /* then round up */
         bool can_m = tm + step_m <= pm, can_n = tn + step_n <= pn;
-        double cost_n = (double)step_n * (double)M, cost_m = packed ? 0.0 : (double)step_m * (double)N;
+        double cost_n = pa ? 0.0 : (double)step_n * (double)M, cost_m = packed ? 0.0 : (double)step_m * (double)N;
         if (can_n && (!can_m || cost_n < cost_m)) tn += step_n;
         else if (can_m) tm += step_m;
         else break;
@@ -176,12 +192,13 @@ static kiln_status gemm_run(const kiln_gemm_kernel *k, kiln_threadpool *pool, bo
     gemm_job g = {
         .k = k, .trans_a = trans_a, .trans_b = trans_b, .M = M, .N = N, .K = K, .alpha = alpha,
         .beta = beta, .A = A, .B = B, .packed_b = packed ? packed->data : NULL,
-        .n_pad = packed ? packed->n_pad : 0, .lda = lda, .ldb = ldb, .ldc = ldc, .C = C, .bias = bias,
+        .n_pad = packed ? packed->n_pad : 0, .packed_a = pa ? pa->data : NULL, .m_pad = pa ? pa->m_pad : 0,
+        .lda = lda, .ldb = ldb, .ldc = ldc, .C = C, .bias = bias,
         .relu = relu, .pack_b = pack_b, .pack_ctx = pack_ctx, .tile = ep ? ep->tile : NULL,
         .tile_ctx = ep ? ep->tile_ctx : NULL, .kc = min64(k->kc, K), .pm = pm, .pn = pn, .tiles_m = tm, .tiles_n = tn, .n_tiles = tm * tn,
     };
     int64_t mt = (pm + tm - 1) / tm * k->mr, nt = (pn + tn - 1) / tn * k->nr; /* the largest tile */
-    g.a_floats = round_up(mt * g.kc, ALIGN / (int64_t)sizeof(float));
+    g.a_floats = pa ? 0 : round_up(mt * g.kc, ALIGN / (int64_t)sizeof(float));
     g.slot_floats = g.a_floats;
     if (!packed) g.slot_floats += round_up(nt * g.kc, ALIGN / (int64_t)sizeof(float));
     int64_t slots = min64(threads, g.n_tiles);
@@ -222,7 +239,7 @@ kiln_status kiln_sgemm_ex(const kiln_gemm_ctx *ctx, bool trans_a, bool trans_b, 
     }
     if (!A || !B || lda < (trans_a ? M : K) || ldb < (trans_b ? K : N)) return KILN_ERR_INVALID_ARG;
     return gemm_run(kernel_for(level), ctx ? ctx->pool : NULL, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb,
-                    NULL, beta, C, ldc, bias, relu, ep, NULL, NULL);
+                    NULL, beta, C, ldc, bias, relu, ep, NULL, NULL, NULL);
 }
 
 kiln_status kiln_gemm_packed_b_create(const kiln_gemm_ctx *ctx, bool trans_b, int64_t K, int64_t N,
@@ -289,7 +306,7 @@ kiln_status kiln_sgemm_packed(const kiln_gemm_ctx *ctx, bool trans_a, int64_t M,
     }
     if (!A || lda < (trans_a ? M : K)) return KILN_ERR_INVALID_ARG;
     return gemm_run(kernel_for(B->level), ctx ? ctx->pool : NULL, trans_a, false, M, N, K, alpha, A, lda, NULL, 0,
-                    B, beta, C, ldc, bias, relu, ep, NULL, NULL);
+                    B, beta, C, ldc, bias, relu, ep, NULL, NULL, NULL);
 }
 
 kiln_status kiln_sgemm_implicit_b(const kiln_gemm_ctx *ctx, int64_t M, int64_t N, int64_t K, const float *A,
@@ -311,7 +328,7 @@ kiln_status kiln_sgemm_implicit_b(const kiln_gemm_ctx *ctx, int64_t M, int64_t N
     }
     if (!A || lda < K) return KILN_ERR_INVALID_ARG;
     return gemm_run(kernel_for(level), ctx ? ctx->pool : NULL, false, false, M, N, K, 1.0f, A, lda, NULL, 0, NULL,
-                    0.0f, C, ldc, bias, relu, ep, pack_b, pack_ctx);
+                    0.0f, C, ldc, bias, relu, ep, pack_b, pack_ctx, NULL);
 }
 
 kiln_status kiln_sgemm(kiln_threadpool *pool, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
@@ -320,4 +337,65 @@ kiln_status kiln_sgemm(kiln_threadpool *pool, bool trans_a, bool trans_b, int64_
 {
     kiln_gemm_ctx ctx = {.pool = pool, .level = KILN_GEMM_LEVEL_AUTO};
     return kiln_sgemm_ex(&ctx, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL);
+}
+
+kiln_status kiln_gemm_packed_a_create(const kiln_gemm_ctx *ctx, int64_t M, int64_t K, const float *A, int64_t lda,
+                                      kiln_gemm_packed_a **out)
+{
+    if (!out) return KILN_ERR_INVALID_ARG;
+    *out = NULL;
+    if (M < 0 || K < 0 || (M > 0 && K > 0 && (!A || lda < K))) return KILN_ERR_INVALID_ARG;
+    kiln_gemm_level level;
+    if (resolve_level(ctx, &level) != KILN_OK) return KILN_ERR_INVALID_ARG;
+    const kiln_gemm_kernel *k = kernel_for(level);
+    kiln_gemm_packed_a *pa = calloc(1, sizeof *pa);
+    if (!pa) return KILN_ERR_NOMEM;
+    pa->level = level;
+    pa->M = M;
+    pa->K = K;
+    pa->m_pad = round_up(M, k->mr);
+    if ((uint64_t)K * (uint64_t)pa->m_pad > (SIZE_MAX - ALIGN) / sizeof(float)) goto fail_pa;
+    pa->raw = malloc((size_t)(K * pa->m_pad) * sizeof(float) + ALIGN);
+    if (!pa->raw) goto fail_pa;
+    pa->data = (float *)(((uintptr_t)pa->raw + ALIGN - 1) & ~(uintptr_t)(ALIGN - 1));
+    for (int64_t p0 = 0; p0 < K; p0 += k->kc) {
+        int64_t kc = min64(k->kc, K - p0);
+        if (M > 0) k->pack_a(pa->data + p0 * pa->m_pad, A, lda, false, 0, M, p0, kc, 1.0f);
+    }
+    *out = pa;
+    return KILN_OK;
+
+fail_pa:
+    free(pa);
+    return KILN_ERR_NOMEM;
+}
+
+void kiln_gemm_packed_a_free(kiln_gemm_packed_a *pa)
+{
+    if (!pa) return;
+    free(pa->raw);
+    free(pa);
+}
+
+kiln_status kiln_sgemm_packed_a(const kiln_gemm_ctx *ctx, const kiln_gemm_packed_a *A, int64_t N, const float *B,
+                                int64_t ldb, kiln_gemm_pack_b_fn pack_b, void *pack_ctx, float *C, int64_t ldc,
+                                const kiln_gemm_epilogue *ep)
+{
+    if (!A || N < 0 || (!B && !pack_b)) return KILN_ERR_INVALID_ARG;
+    kiln_gemm_level level;
+    if (resolve_level(ctx, &level) != KILN_OK) return KILN_ERR_INVALID_ARG;
+    if (ctx && ctx->level != KILN_GEMM_LEVEL_AUTO && ctx->level != A->level) return KILN_ERR_INVALID_ARG;
+    int64_t M = A->M, K = A->K;
+    if (M == 0 || N == 0) return KILN_OK;
+    if (!C || ldc < N || (!pack_b && ldb < N)) return KILN_ERR_INVALID_ARG;
+    const float *bias = ep ? ep->bias : NULL;
+    int relu = ep && ep->act == KILN_GEMM_ACT_RELU;
+    if (ep && ep->act != KILN_GEMM_ACT_NONE && ep->act != KILN_GEMM_ACT_RELU) return KILN_ERR_INVALID_ARG;
+    if (K == 0) {
+        scale_only(M, N, 0.0f, C, ldc, bias, relu);
+        if (ep && ep->tile) ep->tile(ep->tile_ctx, C, ldc, 0, M, 0, N);
+        return KILN_OK;
+    }
+    return gemm_run(kernel_for(A->level), ctx ? ctx->pool : NULL, false, false, M, N, K, 1.0f, NULL, K, B, ldb, NULL,
+                    0.0f, C, ldc, bias, relu, ep, pack_b, pack_ctx, A);
 }

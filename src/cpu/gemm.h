@@ -95,6 +95,23 @@ kiln_status kiln_sgemm_implicit_b(const kiln_gemm_ctx *ctx, int64_t M, int64_t N
                                   int64_t lda, kiln_gemm_pack_b_fn pack_b, void *pack_ctx, float *C, int64_t ldc,
                                   const kiln_gemm_epilogue *ep);
 
+/* A [M, K] (row stride lda) packed once for the kernels of one level (ctx's; AUTO: the best):
+ * constant weights on the left (convolutions) skip the packing of every call. The caller owns
+ * *out (kiln_gemm_packed_a_free); A may be freed afterwards. Immutable, shareable across
+ * threads. O(M * K) time and floats. Errors: KILN_ERR_INVALID_ARG, KILN_ERR_NOMEM. */
+typedef struct kiln_gemm_packed_a kiln_gemm_packed_a;
+kiln_status kiln_gemm_packed_a_create(const kiln_gemm_ctx *ctx, int64_t M, int64_t K, const float *A, int64_t lda,
+                                      kiln_gemm_packed_a **out);
+/* NULL is a no-op. */
+void kiln_gemm_packed_a_free(kiln_gemm_packed_a *pa);
+
+/* C [M, N] = A [M, K] * B [K, N], beta 0, then ep; M and K are A's. B is either stored (row
+ * stride ldb) or, when pack_b is given, implicit as in kiln_sgemm_implicit_b (B unused). ctx's
+ * level must be AUTO or A's. Errors as kiln_sgemm_ex; on error C is unchanged. */
+kiln_status kiln_sgemm_packed_a(const kiln_gemm_ctx *ctx, const kiln_gemm_packed_a *A, int64_t N, const float *B,
+                                int64_t ldb, kiln_gemm_pack_b_fn pack_b, void *pack_ctx, float *C, int64_t ldc,
+                                const kiln_gemm_epilogue *ep);
+
 /* kiln_sgemm_ex on the given pool, at the best level, with no epilogue. */
 kiln_status kiln_sgemm(kiln_threadpool *pool, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                        float alpha, const float *A, int64_t lda, const float *B, int64_t ldb, float beta,

@@ -29,9 +29,15 @@ kiln_status kiln_cpu_conv_depthwise(kiln_run_ctx *c, const struct nn_geom *g, co
                                     const float *bias, const kiln_act *act, float *y, int64_t N, int64_t C,
                                     int64_t H, int64_t W, int64_t oh, int64_t ow);
 /* 2-D Conv on float32 with the node's fused activation (kernels_conv.c). */
-kiln_kernel_fn kiln_cpu_select_conv(const kiln_node *n);
+/* Packs constant weights into n->kernel_state. */
+kiln_kernel_fn kiln_cpu_select_conv(kiln_node *n);
+/* y[i] = Gelu(x[i]) (exact, erf form) for i < n; y may be x. AVX-512 where the CPU has it
+ * (kernels_ew.c). */
+void kiln_cpu_gelu(const float *x, float *y, int64_t n);
 /* y[i] = act(y[i] + bias) for i < n (kernels_conv.c). */
 void kiln_cpu_act_apply(const kiln_act *act, float *y, int64_t n, float bias);
+/* y[i] = act(y[i] + bias + res[i]) for i < n; res may be NULL (kernels_conv.c). */
+void kiln_cpu_act_apply_sum(const kiln_act *act, float *y, const float *res, int64_t n, float bias);
 /* A kiln_gemm_tile_fn applying the kiln_act at ctx to each element of the block. */
 void kiln_cpu_act_tile(void *ctx, float *c, int64_t ldc, int64_t i0, int64_t m, int64_t j0, int64_t n);
 /* The reference kernel, then the node's fused activation (kiln_node.act) over output 0. */

@@ -469,12 +469,153 @@ static void dwconv_plane(const plane_job *j, int64_t p)
     }
 }
 
+/* ---- depthwise 3x3, dilation 1, stride 1 or 2: each plane is copied into a zero-bordered
+ * buffer once, so every window is in bounds and the rows run as 8-wide vectors with no edge
+ * cases; the border is zeroed once per chunk, since every plane writes the same inside. ---- */
+
+typedef float v8f __attribute__((vector_size(32)));
+
+typedef int32_t v8i __attribute__((vector_size(32)));
+/* max(a, v) and min(a, v) that keep a NaN v (as Clip does) */
+#define V8_MAX(a, v) ((v8f)(((v8i)(a) & ((v) < (a))) | ((v8i)(v) & ~((v) < (a)))))
+#define V8_MIN(a, v) ((v8f)(((v8i)(a) & ((v) > (a))) | ((v8i)(v) & ~((v) > (a)))))
+/* Macros, not functions: a 32-byte vector argument or result would change the ABI of functions
+ * compiled without AVX. */
+#define V8_LOAD(v, p) memcpy(&(v), (p), sizeof(v8f))
+#if defined(__clang__)
+#define V8_EVEN(a, b) __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14)
+#define V8_ODD(a, b) __builtin_shufflevector(a, b, 1, 3, 5, 7, 9, 11, 13, 15)
+#else
+#define V8_EVEN(a, b) __builtin_shuffle(a, b, (v8i){0, 2, 4, 6, 8, 10, 12, 14})
+#define V8_ODD(a, b) __builtin_shuffle(a, b, (v8i){1, 3, 5, 7, 9, 11, 13, 15})
+#endif
+
+/* Geometry of the padded copy of one plane: X[iy][ix] sits at buf[(iy + pt) * wp + ix + pl]. */
+typedef struct dw3_geom {
+    int64_t hp, wp, pt, pl;
+} dw3_geom;
+
+static bool dw3_fits(const plane_job *j, dw3_geom *d)
+{
+    const nn_geom *g = j->g;
+    int64_t s = g->strides[0];
+    if (g->kernel[0] != 3 || g->kernel[1] != 3 || g->dilations[0] != 1 || g->dilations[1] != 1 || s != g->strides[1] ||
+        (s != 1 && s != 2) || g->pads[0] > 2 || g->pads[1] > 2 || j->oh > 4096 || j->ow > 4096 || j->H > 8192 ||
+        j->W > 8192)
+        return false;
+    d->pt = g->pads[0];
+    d->pl = g->pads[1];
+    d->hp = (j->oh - 1) * s + 3; /* rows the windows read */
+    int64_t ow8 = (j->ow + 7) / 8 * 8;
+    d->wp = (ow8 - 1) * s + 3 + 8 * s; /* columns the vector loads read (stride 2: 16-wide loads) */
+    return true;
+}
+
+/* Taps ky of the 8 outputs at column ox (stride S) of row r into acc. */
+#define DW3_TAPS(S, r, ky)                                                                             \
+    do {                                                                                               \
+        v8f t0, t1, t2;                                                                                \
+        if ((S) == 1) {                                                                                \
+            V8_LOAD(t0, (r) + ox), V8_LOAD(t1, (r) + ox + 1), V8_LOAD(t2, (r) + ox + 2);               \
+        } else {                                                                                       \
+            v8f u0, u1, u2, u3;                                                                        \
+            V8_LOAD(u0, (r) + 2 * ox), V8_LOAD(u1, (r) + 2 * ox + 8);                                  \
+            V8_LOAD(u2, (r) + 2 * ox + 2), V8_LOAD(u3, (r) + 2 * ox + 10);                             \
+            t0 = V8_EVEN(u0, u1), t1 = V8_ODD(u0, u1), t2 = V8_EVEN(u2, u3);                           \
+        }                                                                                              \
+        acc += wk##ky##0 * t0 + wk##ky##1 * t1 + wk##ky##2 * t2;                                       \
+    } while (0)
+
+/* Output rows of one plane from its padded copy: y = clamp(bias + taps, lo, hi). */
+#define DW3_ROWS(NAME, ATTR, S)                                                                        \
+    ATTR static void NAME(const float *buf, int64_t wp, const float *w, float b, float lo, float hi,   \
+                          float *y, int64_t oh, int64_t ow)                                            \
+    {                                                                                                  \
+        v8f z = {0}, bb = z + b, vlo = z + lo, vhi = z + hi;                                           \
+        v8f wk00 = z + w[0], wk01 = z + w[1], wk02 = z + w[2], wk10 = z + w[3], wk11 = z + w[4];        \
+        v8f wk12 = z + w[5], wk20 = z + w[6], wk21 = z + w[7], wk22 = z + w[8];                        \
+        for (int64_t oy = 0; oy < oh; oy++) {                                                          \
+            const float *r0 = buf + oy * (S) * wp, *r1 = r0 + wp, *r2 = r1 + wp;                       \
+            float *yr = y + oy * ow;                                                                   \
+            for (int64_t ox = 0; ox < ow; ox += 8) {                                                   \
+                v8f acc = bb;                                                                          \
+                DW3_TAPS(S, r0, 0);                                                                    \
+                DW3_TAPS(S, r1, 1);                                                                    \
+                DW3_TAPS(S, r2, 2);                                                                    \
+                acc = V8_MAX(vlo, acc); /* NaN kept, as in Clip */                                     \
+                acc = V8_MIN(vhi, acc);                                                                \
+                if (ox + 8 <= ow) memcpy(yr + ox, &acc, sizeof acc);                                   \
+                else memcpy(yr + ox, &acc, (size_t)(ow - ox) * sizeof(float));                         \
+            }                                                                                          \
+        }                                                                                              \
+    }
+
+DW3_ROWS(dw3_rows1_base, , 1)
+DW3_ROWS(dw3_rows2_base, , 2)
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+DW3_ROWS(dw3_rows1_avx2, __attribute__((target("avx2,fma"))), 1)
+DW3_ROWS(dw3_rows2_avx2, __attribute__((target("avx2,fma"))), 2)
+#endif
+
+typedef void (*dw3_rows_fn)(const float *buf, int64_t wp, const float *w, float b, float lo, float hi, float *y,
+                            int64_t oh, int64_t ow);
+
+static dw3_rows_fn dw3_rows_pick(int64_t s)
+{
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        return s == 1 ? dw3_rows1_avx2 : dw3_rows2_avx2;
+#endif
+    return s == 1 ? dw3_rows1_base : dw3_rows2_base;
+}
+
+static void dw3_chunks(void *ctx, int64_t begin, int64_t end)
+{
+    const plane_job *j = ctx;
+    int64_t p0 = begin * j->per_chunk, p1 = end * j->per_chunk < j->planes ? end * j->per_chunk : j->planes;
+    dw3_geom d = {0};
+    dw3_fits(j, &d);
+    float *buf = calloc((size_t)(d.hp * d.wp), sizeof *buf);
+    if (!buf) { /* the bounds-checked kernel needs no buffer */
+        for (int64_t p = p0; p < p1; p++) dwconv_plane(j, p);
+        return;
+    }
+    int64_t s = j->g->strides[0];
+    dw3_rows_fn rows = dw3_rows_pick(s);
+    /* Relu and Clip are the clamp the rows apply; other activations run over each finished plane */
+    float lo = -INFINITY, hi = INFINITY;
+    bool clamp = j->act->kind == KILN_ACT_RELU || j->act->kind == KILN_ACT_CLIP;
+    if (j->act->kind == KILN_ACT_RELU) lo = 0.0f;
+    if (j->act->kind == KILN_ACT_CLIP) lo = j->act->alpha, hi = j->act->beta;
+    /* X rows [0, ih) and columns [0, cw) land inside the buffer */
+    int64_t ih = j->H < d.hp - d.pt ? j->H : d.hp - d.pt, cw = j->W < d.wp - d.pl ? j->W : d.wp - d.pl;
+    for (int64_t p = p0; p < p1; p++) {
+        const float *x = j->x + p * j->in_sz;
+        int64_t ch = p % j->C;
+        for (int64_t iy = 0; iy < ih; iy++)
+            memcpy(buf + (iy + d.pt) * d.wp + d.pl, x + iy * j->W, (size_t)cw * sizeof *buf);
+        float *y = j->y + p * j->out_sz;
+        rows(buf, d.wp, j->w + ch * 9, j->bias ? j->bias[ch] : 0.0f, lo, hi, y, j->oh, j->ow);
+        if (!clamp && j->act->kind != KILN_ACT_NONE) kiln_cpu_act_apply(j->act, y, j->out_sz, 0.0f);
+    }
+    free(buf);
+}
+
 kiln_status kiln_cpu_conv_depthwise(kiln_run_ctx *c, const nn_geom *g, const float *x, const float *w,
                                     const float *bias, const kiln_act *act, float *y, int64_t N, int64_t C,
                                     int64_t H, int64_t W, int64_t oh, int64_t ow)
 {
     plane_job j = {.plane = dwconv_plane, .planes = N * C, .C = C, .in_sz = H * W, .out_sz = oh * ow, .H = H, .W = W,
                    .oh = oh, .ow = ow, .g = g, .x = x, .w = w, .bias = bias, .act = act, .y = y};
+    dw3_geom d = {0};
+    if (dw3_fits(&j, &d)) {
+        j.per_chunk = planes_per_chunk(j.in_sz > j.out_sz ? j.in_sz : j.out_sz);
+        /* under about 256K taps (tens of microseconds) waking the pool costs more than it saves */
+        kiln_threadpool *pool = j.planes * j.out_sz * 9 < (1 << 18) ? NULL : kiln_run_threadpool(c);
+        kiln_threadpool_parallel_for(pool, (j.planes + j.per_chunk - 1) / j.per_chunk, dw3_chunks, &j);
+        return KILN_OK;
+    }
     run_planes(c, &j);
     return KILN_OK;
 }

@@ -12,6 +12,9 @@
 #include "cpu/kernels.h"
 #include "cpu/threadpool.h"
 #include "cpu/vecmath.h"
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#endif
 #include "ops/nn_internal.h"
 #include "ops/util.h"
 
@@ -23,7 +26,7 @@ static inline v4f v4_clamp01(v4f v)
     return v4_sel(v > v4_splat(1.0f), v4_splat(1.0f), v);
 }
 
-static inline v4f act_v4(const kiln_act *a, v4f v)
+static inline __attribute__((always_inline)) v4f act_v4(const kiln_act *a, v4f v)
 {
     switch (a->kind) {
     case KILN_ACT_NONE: return v;
@@ -35,6 +38,8 @@ static inline v4f act_v4(const kiln_act *a, v4f v)
     case KILN_ACT_HARD_SIGMOID: return v4_clamp01(v * v4_splat(a->alpha) + v4_splat(a->beta));
     case KILN_ACT_HARD_SWISH: return v * v4_clamp01(v * v4_splat(1.0f / 6.0f) + v4_splat(0.5f));
     case KILN_ACT_LEAKY_RELU: return v4_sel(v < v4_splat(0.0f), v * v4_splat(a->alpha), v);
+    case KILN_ACT_GELU: return v4_gelu(v);
+    case KILN_ACT_GELU_TANH: return v4_gelu_tanh(v);
     }
     return v;
 }
@@ -45,18 +50,58 @@ static inline float act_1(const kiln_act *a, float v)
     return r[0];
 }
 
-void kiln_cpu_act_apply(const kiln_act *a, float *y, int64_t n, float bias)
+/* The loop for one activation kind: with kind a constant, act_v4's switch folds away. */
+/* y = act(y + bias + res), res [n] or NULL. The loop for one activation kind: with kind a
+ * constant, act_v4's switch folds away. */
+static inline __attribute__((always_inline)) void act_loop(kiln_act_kind kind, const kiln_act *a, float *y,
+                                                           const float *res, int64_t n, float bias)
 {
-    if (a->kind == KILN_ACT_NONE && bias == 0.0f) return;
+    kiln_act k = {kind, a->alpha, a->beta};
     v4f b4 = v4_splat(bias);
     int64_t i = 0;
-    for (; i + 4 <= n; i += 4) v4_store(y + i, act_v4(a, v4_load(y + i) + b4));
-    for (; i < n; i++) y[i] = act_1(a, y[i] + bias);
+    for (; i + 8 <= n; i += 8) {
+        v4f x0 = v4_load(y + i) + b4, x1 = v4_load(y + i + 4) + b4;
+        if (res) x0 += v4_load(res + i), x1 += v4_load(res + i + 4);
+        v4_store(y + i, act_v4(&k, x0));
+        v4_store(y + i + 4, act_v4(&k, x1));
+    }
+    for (; i + 4 <= n; i += 4) {
+        v4f x0 = v4_load(y + i) + b4;
+        if (res) x0 += v4_load(res + i);
+        v4_store(y + i, act_v4(&k, x0));
+    }
+    for (; i < n; i++) y[i] = act_1(&k, y[i] + bias + (res ? res[i] : 0.0f));
+}
+
+void kiln_cpu_act_apply_sum(const kiln_act *a, float *y, const float *res, int64_t n, float bias)
+{
+    switch (a->kind) {
+    case KILN_ACT_NONE:
+        if (bias != 0.0f || res) act_loop(KILN_ACT_NONE, a, y, res, n, bias);
+        return;
+    case KILN_ACT_RELU: act_loop(KILN_ACT_RELU, a, y, res, n, bias); return;
+    case KILN_ACT_CLIP: act_loop(KILN_ACT_CLIP, a, y, res, n, bias); return;
+    case KILN_ACT_SIGMOID: act_loop(KILN_ACT_SIGMOID, a, y, res, n, bias); return;
+    case KILN_ACT_HARD_SIGMOID: act_loop(KILN_ACT_HARD_SIGMOID, a, y, res, n, bias); return;
+    case KILN_ACT_HARD_SWISH: act_loop(KILN_ACT_HARD_SWISH, a, y, res, n, bias); return;
+    case KILN_ACT_LEAKY_RELU: act_loop(KILN_ACT_LEAKY_RELU, a, y, res, n, bias); return;
+    case KILN_ACT_GELU:
+        if (!res && bias == 0.0f) kiln_cpu_gelu(y, y, n); /* the 16-lane kernel */
+        else act_loop(KILN_ACT_GELU, a, y, res, n, bias);
+        return;
+    default: act_loop(a->kind, a, y, res, n, bias); return; /* the switch per vector */
+    }
+}
+
+void kiln_cpu_act_apply(const kiln_act *a, float *y, int64_t n, float bias)
+{
+    kiln_cpu_act_apply_sum(a, y, NULL, n, bias);
 }
 
 typedef struct act_job {
     const kiln_act *act;
     float *y;
+    const float *res; /* [n] added before act, or NULL */
     int64_t n;
 } act_job;
 
@@ -64,7 +109,7 @@ static void act_chunks(void *ctx, int64_t begin, int64_t end)
 {
     const act_job *j = ctx;
     int64_t i = begin * KILN_CPU_CHUNK, e = end * KILN_CPU_CHUNK < j->n ? end * KILN_CPU_CHUNK : j->n;
-    kiln_cpu_act_apply(j->act, j->y + i, e - i, 0.0f);
+    kiln_cpu_act_apply_sum(j->act, j->y + i, j->res ? j->res + i : NULL, e - i, 0.0f);
 }
 
 kiln_status kiln_cpu_reference_act(kiln_run_ctx *c)
@@ -72,10 +117,13 @@ kiln_status kiln_cpu_reference_act(kiln_run_ctx *c)
     const kiln_node *n = kiln_run_node(c);
     KILN_TRY(kiln_cpu_reference(c));
     kiln_value *Y = kiln_run_out(c, 0);
-    if (n->act.kind == KILN_ACT_NONE || !Y || !Y->numel) return KILN_OK;
+    const kiln_value *R = n->sum_in ? kiln_run_in(c, n->sum_in) : NULL;
+    if ((n->act.kind == KILN_ACT_NONE && !R) || !Y || !Y->numel) return KILN_OK;
     if (Y->dtype != KILN_DTYPE_FLOAT32)
         return kiln_run_fail(c, KILN_ERR_RUNTIME, "fused activation on a non-float32 output");
-    act_job j = {&n->act, Y->data, Y->numel};
+    if (n->sum_in && (!R || R->dtype != KILN_DTYPE_FLOAT32 || R->numel != Y->numel))
+        return kiln_run_fail(c, KILN_ERR_RUNTIME, "fused residual input does not match the output");
+    act_job j = {&n->act, Y->data, R ? R->data : NULL, Y->numel};
     kiln_threadpool_parallel_for(kiln_run_threadpool(c), (j.n + KILN_CPU_CHUNK - 1) / KILN_CPU_CHUNK, act_chunks, &j);
     return KILN_OK;
 }
@@ -84,12 +132,80 @@ kiln_status kiln_cpu_reference_act(kiln_run_ctx *c)
 typedef struct conv_epi {
     const float *bias;
     const kiln_act *act;
+    const float *res; /* fused residual of this image and group, laid out as the output, or NULL */
+    int64_t ldr;
+    int clamp;        /* 0, or the ISA of the clamp epilogue: 2 AVX2, 3 AVX-512 (act NONE, RELU, CLIP) */
+    float lo, hi;     /* its bounds */
 } conv_epi;
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+/* c[r][j] = min(hi, max(lo, c[r][j] + bias[r] + res[r][j])) over an m x n block; max and min
+ * return their second operand for a NaN, so NaN stays, as in Clip. */
+__attribute__((target("avx512f"))) static void clamp_tile_avx512(const conv_epi *e, float *c, int64_t ldc, int64_t i0,
+                                                                  int64_t m, int64_t j0, int64_t n)
+{
+    __m512 lo = _mm512_set1_ps(e->lo), hi = _mm512_set1_ps(e->hi);
+    for (int64_t r = 0; r < m; r++, c += ldc) {
+        __m512 b = _mm512_set1_ps(e->bias ? e->bias[i0 + r] : 0.0f);
+        const float *res = e->res ? e->res + (i0 + r) * e->ldr + j0 : NULL;
+        for (int64_t j = 0; j < n; j += 16) {
+            __mmask16 k = n - j >= 16 ? 0xffff : (__mmask16)((1u << (n - j)) - 1);
+            __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(k, c + j), b);
+            if (res) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(k, res + j));
+            _mm512_mask_storeu_ps(c + j, k, _mm512_min_ps(hi, _mm512_max_ps(lo, v)));
+        }
+    }
+}
+
+__attribute__((target("avx2"))) static void clamp_tile_avx2(const conv_epi *e, float *c, int64_t ldc, int64_t i0,
+                                                             int64_t m, int64_t j0, int64_t n)
+{
+    __m256 lo = _mm256_set1_ps(e->lo), hi = _mm256_set1_ps(e->hi);
+    for (int64_t r = 0; r < m; r++, c += ldc) {
+        float bs = e->bias ? e->bias[i0 + r] : 0.0f;
+        __m256 b = _mm256_set1_ps(bs);
+        const float *res = e->res ? e->res + (i0 + r) * e->ldr + j0 : NULL;
+        int64_t j = 0;
+        for (; j + 8 <= n; j += 8) {
+            __m256 v = _mm256_add_ps(_mm256_loadu_ps(c + j), b);
+            if (res) v = _mm256_add_ps(v, _mm256_loadu_ps(res + j));
+            _mm256_storeu_ps(c + j, _mm256_min_ps(hi, _mm256_max_ps(lo, v)));
+        }
+        for (; j < n; j++) {
+            float v = c[j] + bs + (res ? res[j] : 0.0f);
+            v = v < e->lo ? e->lo : v;
+            c[j] = v > e->hi ? e->hi : v;
+        }
+    }
+}
+#endif
+
+/* The clamp epilogue's ISA for act (see conv_epi.clamp), with its bounds. */
+static int clamp_isa(const kiln_act *act, float *lo, float *hi)
+{
+    *lo = -INFINITY, *hi = INFINITY;
+    if (act->kind == KILN_ACT_RELU) *lo = 0.0f;
+    else if (act->kind == KILN_ACT_CLIP) *lo = act->alpha, *hi = act->beta;
+    else if (act->kind != KILN_ACT_NONE) return 0;
+    switch (kiln_gemm_level_detect()) {
+    case KILN_GEMM_LEVEL_AVX512: return 3;
+    case KILN_GEMM_LEVEL_AVX2: return 2;
+    default: return 0;
+    }
+}
 
 static void conv_tile(void *ctx, float *c, int64_t ldc, int64_t i0, int64_t m, int64_t j0, int64_t n)
 {
     const conv_epi *e = ctx;
-    for (int64_t r = 0; r < m; r++) kiln_cpu_act_apply(e->act, c + r * ldc, n, e->bias ? e->bias[i0 + r] : 0.0f);
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (e->clamp) {
+        (e->clamp == 3 ? clamp_tile_avx512 : clamp_tile_avx2)(e, c, ldc, i0, m, j0, n);
+        return;
+    }
+#endif
+    for (int64_t r = 0; r < m; r++)
+        kiln_cpu_act_apply_sum(e->act, c + r * ldc, e->res ? e->res + (i0 + r) * e->ldr + j0 : NULL, n,
+                               e->bias ? e->bias[i0 + r] : 0.0f);
 }
 
 void kiln_cpu_act_tile(void *ctx, float *c, int64_t ldc, int64_t i0, int64_t m, int64_t j0, int64_t n)
@@ -105,49 +221,119 @@ typedef struct im2col_src {
     int64_t sy, sx, dy, dx, py, px;
 } im2col_src;
 
+/* Lanes 0, 2, 4, 6 of the 8 floats at p (a stride-2 load). */
+static inline v4f v4_load_even2(const float *p)
+{
+#if defined(__clang__)
+    return __builtin_shufflevector(v4_load(p), v4_load(p + 4), 0, 2, 4, 6);
+#else
+    return __builtin_shuffle(v4_load(p), v4_load(p + 4), (v4i){0, 2, 4, 6});
+#endif
+}
+
+static int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); } /* b > 0 */
+
 /* Packs rows [p0, p0+kc) (row p = (ci, ky, kx)) and columns [j0, j0+n) (column q = oy*ow + ox)
- * of the im2col matrix as nr-wide k-major panels. */
+ * of the im2col matrix as nr-wide k-major panels. A panel's columns fall into runs along output
+ * rows, the same for every p: they are found once per panel, and each run of each p is a
+ * zero-filled head, a copy (a gather for strides above 1) and a zero-filled tail. */
 static void im2col_pack(void *ctx, float *dst, int64_t p0, int64_t kc, int64_t j0, int64_t n, int nr)
 {
     const im2col_src *s = ctx;
+    enum { MAX_RUNS = 65 };
+    int64_t run_c[MAX_RUNS], run_oy[MAX_RUNS], run_ox[MAX_RUNS], run_n[MAX_RUNS];
     for (int64_t c0 = 0; c0 < n; c0 += nr, dst += kc * nr) {
         int64_t cols = n - c0 < nr ? n - c0 : nr;
-        int64_t q0 = j0 + c0, oy0 = q0 / s->ow, ox0 = q0 % s->ow;
+        int runs = 0;
+        for (int64_t c = 0, q = j0 + c0; c < cols;) {
+            int64_t oy = q / s->ow, ox = q % s->ow, seg = s->ow - ox < cols - c ? s->ow - ox : cols - c;
+            if (runs == MAX_RUNS) { /* a panel across more than MAX_RUNS output rows: merge no further */
+                runs = -1;
+                break;
+            }
+            run_c[runs] = c, run_oy[runs] = oy, run_ox[runs] = ox, run_n[runs] = seg, runs++;
+            c += seg, q += seg;
+        }
+        int64_t r = p0, ci = r / (s->kh * s->kw), ky = (r / s->kw) % s->kh, kx = r % s->kw;
         for (int64_t p = 0; p < kc; p++) {
-            int64_t r = p0 + p, ci = r / (s->kh * s->kw), ky = (r / s->kw) % s->kh, kx = r % s->kw;
             const float *xc = s->x + ci * s->H * s->W;
             float *d = dst + p * nr;
-            int64_t c = 0, oy = oy0, ox = ox0;
-            while (c < cols) {
-                int64_t seg = s->ow - ox < cols - c ? s->ow - ox : cols - c; /* this output row */
-                int64_t iy = oy * s->sy - s->py + ky * s->dy;
-                if (iy < 0 || iy >= s->H) {
-                    memset(d + c, 0, (size_t)seg * sizeof *d);
-                } else {
-                    const float *xr = xc + iy * s->W;
-                    int64_t off = kx * s->dx - s->px; /* ix = ox * sx + off */
-                    int64_t k = 0;
-                    /* left padding */
-                    for (; k < seg && (ox + k) * s->sx + off < 0; k++) d[c + k] = 0.0f;
-                    int64_t hi = k;
-                    while (hi < seg && (ox + hi) * s->sx + off < s->W) hi++;
-                    if (s->sx == 1) {
-                        memcpy(d + c + k, xr + ox + k + off, (size_t)(hi - k) * sizeof *d);
-                    } else {
-                        for (int64_t t = k; t < hi; t++) d[c + t] = xr[(ox + t) * s->sx + off];
+            int64_t off = kx * s->dx - s->px; /* ix = ox * sx + off */
+            /* output columns ox with 0 <= ox*sx + off < W */
+            int64_t xlo = -floor_div(off, s->sx), xhi = floor_div(s->W - 1 - off, s->sx) + 1;
+            for (int k = 0; k < (runs < 0 ? 0 : runs); k++) {
+                float *dd = d + run_c[k];
+                int64_t seg = run_n[k], ox = run_ox[k];
+                int64_t iy = run_oy[k] * s->sy - s->py + ky * s->dy;
+                int64_t lo = xlo - ox, hi = xhi - ox;
+                lo = lo < 0 ? 0 : lo > seg ? seg : lo;
+                hi = hi < lo ? lo : hi > seg ? seg : hi;
+                if (iy < 0 || iy >= s->H) lo = hi = seg;
+                for (int64_t t = 0; t < lo; t++) dd[t] = 0.0f;
+                if (hi > lo) {
+                    const float *xr = xc + iy * s->W + ox * s->sx + off; /* column ox */
+                    int64_t t = lo;
+                    if (s->sx == 1) { /* runs are short (an output row at most): no memcpy call */
+                        for (; t + 4 <= hi; t += 4) v4_store(dd + t, v4_load(xr + t));
+                    } else if (s->sx == 2) { /* 8 loaded, 4 kept; the last load ends before xr[2 * (hi - 1)] */
+                        for (; t + 4 < hi; t += 4) v4_store(dd + t, v4_load_even2(xr + 2 * t));
                     }
-                    for (k = hi; k < seg; k++) d[c + k] = 0.0f;
+                    for (; t < hi; t++) dd[t] = xr[t * s->sx];
                 }
-                c += seg;
-                ox += seg;
-                if (ox == s->ow) ox = 0, oy++;
+                for (int64_t t = hi; t < seg; t++) dd[t] = 0.0f;
             }
-            for (; c < nr; c++) d[c] = 0.0f;
+            if (runs < 0) /* element by element */
+                for (int64_t c = 0; c < cols; c++) {
+                    int64_t q = j0 + c0 + c, oy = q / s->ow, ox = q % s->ow;
+                    int64_t iy = oy * s->sy - s->py + ky * s->dy, ix = ox * s->sx + off;
+                    d[c] = iy >= 0 && iy < s->H && ix >= 0 && ix < s->W ? xc[iy * s->W + ix] : 0.0f;
+                }
+            for (int64_t c = cols; c < nr; c++) d[c] = 0.0f;
+            if (++kx == s->kw) {
+                kx = 0;
+                if (++ky == s->kh) ky = 0, ci++;
+            }
         }
     }
 }
 
 /* ---- Conv ---- */
+
+/* Constant weights packed at compile time, one [M/group, C/group*kh*kw] block per group. */
+typedef struct conv_state {
+    int64_t groups;
+    kiln_gemm_packed_a *w[]; /* [groups] */
+} conv_state;
+
+static void conv_state_free(void *p)
+{
+    conv_state *cs = p;
+    if (!cs) return;
+    for (int64_t gi = 0; gi < cs->groups; gi++) kiln_gemm_packed_a_free(cs->w[gi]);
+    free(cs);
+}
+
+/* Packs n's weights when they are a constant float32 [M, C/group, kh, kw] of a non-depthwise
+ * Conv; leaves the node without state (packing per call) otherwise. */
+static void conv_pack_weights(kiln_node *n)
+{
+    const kiln_value *w = n->in[1]->init;
+    int64_t group = kiln_attr_int(n, "group", 1);
+    if (!w || w->dtype != KILN_DTYPE_FLOAT32 || w->rank != 4 || !w->numel || group < 1 || group > 4096 ||
+        w->dims[0] % group || (w->dims[1] == 1 && w->dims[0] == group && group > 1))
+        return;
+    int64_t mg = w->dims[0] / group, kdim = w->dims[1] * w->dims[2] * w->dims[3];
+    conv_state *cs = calloc(1, sizeof *cs + (size_t)group * sizeof cs->w[0]);
+    if (!cs) return;
+    kiln_gemm_ctx ctx = {0};
+    for (int64_t gi = 0; gi < group; gi++, cs->groups++)
+        if (kiln_gemm_packed_a_create(&ctx, mg, kdim, (const float *)w->data + gi * mg * kdim, kdim, &cs->w[gi])) {
+            conv_state_free(cs);
+            return;
+        }
+    n->kernel_state = cs;
+    n->kernel_state_free = conv_state_free;
+}
 
 static kiln_status gemm_fail(kiln_run_ctx *c, kiln_status st)
 {
@@ -178,27 +364,40 @@ static kiln_status conv_run(kiln_run_ctx *c)
     int64_t kdim = cg * kh * kw, area = oh * ow;
     if (!Y->numel) return KILN_OK;
     if (!X->numel || !Wt->numel) return kiln_cpu_reference_act(c); /* no channels: the output is the bias */
-    if (group == C && M == C) /* depthwise: W [C, 1, kh, kw] */
+    const kiln_value *R = n->sum_in ? kiln_run_in(c, n->sum_in) : NULL; /* fused residual: Y's shape */
+    if (n->sum_in &&
+        (!R || R->dtype != KILN_DTYPE_FLOAT32 || R->rank != 4 || memcmp(R->dims, Y->dims, 4 * sizeof R->dims[0])))
+        return kiln_run_fail(c, KILN_ERR_RUNTIME, "fused residual input does not match the output");
+    if (group == C && M == C && !R) /* depthwise: W [C, 1, kh, kw] */
         return kiln_cpu_conv_depthwise(c, &g, X->data, Wt->data, Bv ? Bv->data : NULL, &n->act, Y->data, Nb, C, H,
                                        W, oh, ow);
     bool direct = kh == 1 && kw == 1 && g.strides[0] == 1 && g.strides[1] == 1 && !g.pads[0] && !g.pads[1] &&
                   !g.pads[2] && !g.pads[3]; /* 1x1: X itself is the column matrix */
     kiln_gemm_ctx ctx = {.pool = kiln_run_threadpool(c)};
+    float lo, hi;
+    int clamp = clamp_isa(&n->act, &lo, &hi);
     const float *x = X->data, *w = Wt->data, *bias = Bv ? Bv->data : NULL;
+    const conv_state *cs = n->kernel_state && n->in[1] && Wt == n->in[1]->init ? n->kernel_state : NULL;
+    if (cs && cs->groups != group) cs = NULL;
     float *y = Y->data;
     for (int64_t b = 0; b < Nb; b++)
         for (int64_t gi = 0; gi < group; gi++) {
             const float *xg = x + (b * C + gi * cg) * H * W;
             float *yg = y + (b * M + gi * mg) * area;
-            conv_epi epi = {bias ? bias + gi * mg : NULL, &n->act};
+            conv_epi epi = {bias ? bias + gi * mg : NULL, &n->act,
+                            R ? (const float *)R->data + (b * M + gi * mg) * area : NULL, area, clamp, lo, hi};
             kiln_gemm_epilogue ep = {.tile = conv_tile, .tile_ctx = &epi};
             kiln_status st;
-            if (direct) {
+            const kiln_gemm_packed_a *pa = cs ? cs->w[gi] : NULL;
+            im2col_src src = {xg, H, W, kh, kw, oh, ow, g.strides[0], g.strides[1], g.dilations[0],
+                              g.dilations[1], g.pads[0], g.pads[1]};
+            if (pa) {
+                st = kiln_sgemm_packed_a(&ctx, pa, area, direct ? xg : NULL, area, direct ? NULL : im2col_pack, &src,
+                                         yg, area, &ep);
+            } else if (direct) {
                 st = kiln_sgemm_ex(&ctx, false, false, mg, area, kdim, 1.0f, w + gi * mg * kdim, kdim, xg, area, 0.0f,
                                    yg, area, &ep);
             } else {
-                im2col_src src = {xg, H, W, kh, kw, oh, ow, g.strides[0], g.strides[1], g.dilations[0],
-                                  g.dilations[1], g.pads[0], g.pads[1]};
                 st = kiln_sgemm_implicit_b(&ctx, mg, area, kdim, w + gi * mg * kdim, kdim, im2col_pack, &src, yg,
                                            area, &ep);
             }
@@ -207,10 +406,11 @@ static kiln_status conv_run(kiln_run_ctx *c)
     return KILN_OK;
 }
 
-kiln_kernel_fn kiln_cpu_select_conv(const kiln_node *n)
+kiln_kernel_fn kiln_cpu_select_conv(kiln_node *n)
 {
     if (*n->domain || strcmp(n->op_type, "Conv") || n->n_in < 2 || n->n_out < 1 || !kiln_cpu_is_f32(n->in[0]) ||
         !kiln_cpu_is_f32(n->in[1]) || n->in[0]->type.rank != 4 || n->in[1]->type.rank != 4)
         return NULL;
+    if (!n->kernel_state) conv_pack_weights(n);
     return conv_run;
 }

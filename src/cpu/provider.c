@@ -90,18 +90,47 @@ static void batch_range(void *ctx, int64_t begin, int64_t end)
     }
 }
 
-/* ---- MatMul: numpy matmul semantics ---- */
+/* ---- MatMul: numpy matmul semantics, then the fused bias and activation (kiln_node.bias, act) ---- */
+
+/* The node's fused bias [N] (a constant), or NULL. */
+static const float *matmul_bias(const kiln_node *n, int64_t N)
+{
+    const kiln_value *b = n->bias ? n->bias->init : NULL;
+    return b && b->dtype == KILN_DTYPE_FLOAT32 && b->numel == N ? b->data : NULL;
+}
+
+/* The reference MatMul, then the fused bias and activation over Y's rows. */
+static kiln_status matmul_reference(kiln_run_ctx *c)
+{
+    const kiln_node *n = kiln_run_node(c);
+    KILN_TRY(kiln_cpu_reference(c));
+    kiln_value *Y = kiln_run_out(c, 0);
+    if ((!n->bias && n->act.kind == KILN_ACT_NONE) || !Y || !Y->numel) return KILN_OK;
+    int64_t N = Y->rank ? Y->dims[Y->rank - 1] : 1;
+    const float *bias = matmul_bias(n, N);
+    if (Y->dtype != KILN_DTYPE_FLOAT32 || (n->bias && !bias))
+        return kiln_run_fail(c, KILN_ERR_RUNTIME, "fused bias or activation on a MatMul output it does not fit");
+    float *y = Y->data;
+    for (int64_t r = 0; r < Y->numel / N; r++, y += N) {
+        for (int64_t j = 0; bias && j < N; j++) y[j] += bias[j];
+        kiln_cpu_act_apply(&n->act, y, N, 0.0f);
+    }
+    return KILN_OK;
+}
 
 static kiln_status matmul_run(kiln_run_ctx *c)
 {
+    const kiln_node *n = kiln_run_node(c);
     const kiln_value *A = kiln_run_in(c, 0), *B = kiln_run_in(c, 1);
     kiln_value *Y = kiln_run_out(c, 0);
     if (!Y || A->dtype != KILN_DTYPE_FLOAT32 || B->dtype != KILN_DTYPE_FLOAT32 || A->rank < 1 || B->rank < 1)
-        return kiln_cpu_reference(c);
+        return matmul_reference(c);
     int ra = A->rank, rb = B->rank;
     int64_t M = ra >= 2 ? A->dims[ra - 2] : 1, K = A->dims[ra - 1];
     int64_t N = rb >= 2 ? B->dims[rb - 1] : 1, KB = rb >= 2 ? B->dims[rb - 2] : B->dims[0];
-    if (K != KB) return kiln_cpu_reference(c); /* the reference kernel reports it */
+    if (K != KB) return matmul_reference(c); /* the reference kernel reports it */
+    bool fused = n->bias || n->act.kind != KILN_ACT_NONE;
+    if (fused && rb != 2) return matmul_reference(c); /* the passes fuse only 2-D weights */
     kiln_threadpool *pool = kiln_run_threadpool(c);
     const float *a = A->data, *b = B->data;
     float *y = Y->data;
@@ -111,8 +140,15 @@ static kiln_status matmul_run(kiln_run_ctx *c)
         int64_t rows = K ? A->numel / K : (ra >= 2 ? Y->numel / N : 1);
         const kiln_gemm_packed_b *pb = rb == 2 ? packed_for(c, B) : NULL;
         kiln_gemm_ctx ctx = {.pool = pool};
-        kiln_status st = pb ? kiln_sgemm_packed(&ctx, false, rows, 1.0f, a, K, pb, 0.0f, y, N, NULL)
-                            : kiln_sgemm(pool, false, false, rows, N, K, 1.0f, a, K, b, N, 0.0f, y, N);
+        kiln_gemm_epilogue ep = {.bias = matmul_bias(n, N)};
+        if (n->bias && !ep.bias) return matmul_reference(c); /* it reports the mismatch */
+        if (n->act.kind != KILN_ACT_NONE) {
+            ep.tile = kiln_cpu_act_tile;
+            ep.tile_ctx = (void *)&n->act;
+        }
+        const kiln_gemm_epilogue *epp = fused ? &ep : NULL;
+        kiln_status st = pb ? kiln_sgemm_packed(&ctx, false, rows, 1.0f, a, K, pb, 0.0f, y, N, epp)
+                            : kiln_sgemm_ex(&ctx, false, false, rows, N, K, 1.0f, a, K, b, N, 0.0f, y, N, epp);
         return st ? gemm_fail(c, st) : KILN_OK;
     }
     /* batched: Y's batch dims are the broadcast of A's and B's */

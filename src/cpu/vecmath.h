@@ -1,9 +1,11 @@
 /* vecmath.h - 4-lane float vectors (GCC/clang vector extensions, SSE2/NEON width) and the
- * vector exp the float32 kernels share. Loads and stores go through memcpy: no alignment is
- * assumed, and a store may overwrite the very elements it was loaded from (in-place kernels). */
+ * vector exp, tanh, erf and Gelu the float32 kernels share. Loads and stores go through memcpy:
+ * no alignment is assumed, and a store may overwrite the very elements it was loaded from
+ * (in-place kernels). */
 #ifndef KILN_CPU_VECMATH_H
 #define KILN_CPU_VECMATH_H
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -96,6 +98,26 @@ static inline v4f v4_erf(v4f x)
     q = q * z + v4_splat(-7.37332916720468e-03f);
     q = q * z + v4_splat(-1.42647390514189e-02f);
     return x * p / q;
+}
+
+/* Gelu, 0.5 x (1 + erf(x / sqrt 2)); below x / sqrt 2 = -2 (erf < -0.995) the sum cancels, and
+ * those lanes take 0.5 x erfc(-x / sqrt 2) instead (scalar, rare in practice). */
+static inline v4f v4_gelu(v4f v)
+{
+    v4f z = v * v4_splat(0.70710678118654752f);
+    v4i low = z < v4_splat(-2.0f);
+    v4f r = v4_splat(0.5f) * v * (v4_splat(1.0f) + v4_erf(z));
+    if ((low[0] | low[1]) | (low[2] | low[3]))
+        for (int k = 0; k < 4; k++)
+            if (low[k]) r[k] = 0.5f * v[k] * erfcf(-z[k]);
+    return r;
+}
+
+/* Gelu's tanh approximation, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+static inline v4f v4_gelu_tanh(v4f v)
+{
+    return v4_splat(0.5f) * v *
+           (v4_splat(1.0f) + v4_tanh(v4_splat(0.7978845608028654f) * (v + v4_splat(0.044715f) * v * v * v)));
 }
 
 #endif

@@ -157,6 +157,9 @@ static kiln_status compile(kiln_session *s, kiln_err *err)
     KILN_TRY(kiln_graph_infer(g, NULL));
     if (!s->opt.unoptimized && s->opt.provider == KILN_PROVIDER_CPU) { /* needs the inferred dtypes */
         int fused;
+        KILN_TRY(kiln_pass_fuse_gelu(g, &fused, err));
+        KILN_TRY(kiln_pass_fuse_matmul_bias(g, &fused, err));
+        KILN_TRY(kiln_pass_fuse_residual(g, &fused, err));
         KILN_TRY(kiln_pass_fuse_activation(g, &fused, err));
     }
     kiln_arena *a = &m->arena;

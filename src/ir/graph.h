@@ -91,6 +91,8 @@ typedef enum kiln_act_kind {
     KILN_ACT_HARD_SIGMOID, /* clamp(alpha * x + beta, 0, 1) */
     KILN_ACT_HARD_SWISH,   /* x * clamp(x / 6 + 0.5, 0, 1) */
     KILN_ACT_LEAKY_RELU,   /* x < 0 ? alpha * x : x */
+    KILN_ACT_GELU,         /* 0.5 x (1 + erf(x / sqrt 2)) */
+    KILN_ACT_GELU_TANH,    /* 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) */
 } kiln_act_kind;
 
 typedef struct kiln_act {
@@ -110,6 +112,12 @@ struct kiln_node {
     void *kernel_state;
     void (*kernel_state_free)(void *state);
     kiln_act act;              /* fused activation on output 0 (KILN_ACT_NONE: none) */
+    /* input added to output 0 (same shape) before act: a fused residual Add, or 0 for none
+     * (src/passes/fuse_residual.c; Conv only) */
+    int sum_in;
+    /* fused bias on output 0, added along its last axis before act: a float32 constant of N
+     * values (N the last dim), or NULL (src/passes/fuse_matmul_bias.c; MatMul only) */
+    kiln_ir_value *bias;
     /* placement (GPU sessions): on the GPU provider, the inputs it reads on the host (bit i:
      * input i), and why a node stays on the CPU (NULL when on the GPU or not decided) */
     bool on_gpu;

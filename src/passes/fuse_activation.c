@@ -1,6 +1,7 @@
-/* fuse_activation.c - an element-wise activation that is the only reader of a float32 Conv's or
- * Gemm's output becomes part of that node (kiln_node.act): the CPU provider applies it while the
- * output tile is still in cache, and the activation's pass over memory disappears. */
+/* fuse_activation.c - an element-wise activation that is the only reader of a float32 Conv's,
+ * Gemm's or MatMul's (by constant 2-D weights) output becomes part of that node (kiln_node.act):
+ * the CPU provider applies it while the output tile is still in cache, and the activation's pass
+ * over memory disappears. */
 #include <float.h>
 #include <math.h>
 #include <string.h>
@@ -58,6 +59,10 @@ static kiln_act activation(const kiln_node *a)
         act.kind = KILN_ACT_HARD_SWISH;
     } else if (!strcmp(op, "LeakyRelu") && a->n_in == 1) {
         act = (kiln_act){KILN_ACT_LEAKY_RELU, kiln_attr_float(a, "alpha", 0.01f), 0.0f};
+    } else if (!strcmp(op, "Gelu") && a->n_in == 1) {
+        const char *approx = kiln_attr_string(a, "approximate", "none");
+        if (!strcmp(approx, "none")) act.kind = KILN_ACT_GELU;
+        else if (!strcmp(approx, "tanh")) act.kind = KILN_ACT_GELU_TANH;
     } else if (!strcmp(op, "Clip")) {
         float lo = -INFINITY, hi = INFINITY;
         if (a->opset < 11) {
@@ -81,6 +86,11 @@ static bool fusable(const kiln_node *n)
         return false;
     if (!strcmp(n->op_type, "Conv")) return n->in[0]->type.rank == 4 && n->in[1]->type.rank == 4;
     if (!strcmp(n->op_type, "Gemm")) return n->opset >= 11;
+    if (!strcmp(n->op_type, "MatMul")) { /* by constant 2-D weights: one GEMM over all rows */
+        const kiln_value *w = n->in[1]->init;
+        return n->n_in == 2 && w && !n->in[1]->producer && w->kind == KILN_VALUE_TENSOR && w->rank == 2 &&
+               w->dtype == KILN_DTYPE_FLOAT32 && n->in[0]->type.rank >= 1;
+    }
     return false;
 }
 

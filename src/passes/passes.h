@@ -13,16 +13,31 @@
 kiln_status kiln_pass_fold_conv_bn(kiln_graph *g, int *folded, kiln_err *err);
 
 /* Fuses an activation (Relu, Clip with constant bounds, Sigmoid, HardSigmoid, HardSwish,
- * LeakyRelu) that is the only reader of a float32 Conv's (2-D) or Gemm's output into that node:
- * the node's act is set and it produces the activation's output. Only for sessions whose Conv and
- * Gemm nodes the CPU provider runs (its kernels apply act; the reference kernels do not). *fused
- * receives the count. */
+ * LeakyRelu, Gelu) that is the only reader of a float32 Conv's (2-D), Gemm's or MatMul's (by
+ * constant 2-D weights) output into that node: the node's act is set and it produces the
+ * activation's output. Only for sessions whose Conv, Gemm and MatMul nodes the CPU provider runs
+ * (its kernels apply act; the reference kernels do not). *fused receives the count. */
 kiln_status kiln_pass_fuse_activation(kiln_graph *g, int *fused, kiln_err *err);
+
+/* Fuses a float32 Add of two same-shaped tensors into the group-1 Conv producing one of them
+ * (its only reader): the other becomes the Conv's input kiln_node.sum_in, added before the
+ * activation; the Conv moves to the Add's place. Run before kiln_pass_fuse_activation. */
+kiln_status kiln_pass_fuse_residual(kiln_graph *g, int *fused, kiln_err *err);
 
 /* Scaled dot-product attention written out as MatMul -> scale -> mask Add -> Softmax -> MatMul
  * (float32, 4-D) becomes one Attention node (opset 23), in its 3-D form when the heads are split
  * from and merged back into [B, S, H*D] by Reshape/Transpose (fuse_attention.c). CPU sessions
  * only. *fused receives the count. */
 kiln_status kiln_pass_fuse_attention(kiln_graph *g, int *fused, kiln_err *err);
+
+/* Gelu written out as x * 0.5 * (1 + Erf(x / sqrt 2)), or with the tanh approximation, in any
+ * association (float32, constants to a relative 1e-4, intermediates read by nothing else)
+ * becomes one Gelu node (opset 20) (fuse_gelu.c). CPU sessions only. *fused receives the count. */
+kiln_status kiln_pass_fuse_gelu(kiln_graph *g, int *fused, kiln_err *err);
+
+/* A float32 constant bias [N] added to the output of a MatMul by constant weights [K, N] (the
+ * MatMul's only reader, not widening it) moves into the MatMul (kiln_node.bias); the Add goes
+ * (fuse_matmul_bias.c). CPU sessions only. *fused receives the count. */
+kiln_status kiln_pass_fuse_matmul_bias(kiln_graph *g, int *fused, kiln_err *err);
 
 #endif

@@ -768,10 +768,228 @@ def test_attention():
                 compare(f"attention pattern split {split} scale {scale_op} mask {mask}", blob, feeds)
 
 
+def test_conv_packed():
+    """Conv with constant weights packed at session creation (one block per group), and the
+    depthwise 3x3 kernel (stride 1 and 2, padded copy of each plane) with Relu / Clip fused into
+    it and other activations after it: odd, tiny and zero sizes; several row panels, row tiles
+    and depth blocks."""
+    from onnx import numpy_helper
+    convs = [
+        dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], c=7, m=201),                # M past one row tile
+        dict(kernel_shape=[1, 1], c=300, m=15),                                  # K = 300, direct
+        dict(kernel_shape=[3, 3], strides=[2, 2], pads=[0, 1, 1, 0], c=5, m=29),
+        dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=3, c=9, m=33),
+        dict(kernel_shape=[2, 3], strides=[1, 3], dilations=[2, 1], c=4, m=14),
+    ]
+    dw = [dict(kernel_shape=[3, 3], strides=[s, s], pads=p) for s in (1, 2)
+          for p in ([1, 1, 1, 1], [0, 0, 0, 0], [0, 1, 2, 0], [2, 2, 2, 2], [1, 0, 0, 1])]
+    dw += [dict(kernel_shape=[3, 3], strides=[2, 2], auto_pad="SAME_UPPER"),
+           dict(kernel_shape=[3, 3], strides=[1, 2], pads=[1, 1, 1, 1])]          # unequal strides: not the 3x3 kernel
+    acts = [None, ("Relu", {}, []), ("Clip", {}, [0.0, 6.0]), ("HardSwish", {}, [])]
+    for cfg in convs + [dict(d, c=5, m=5, group=5) for d in dw]:
+        cfg = dict(cfg)
+        c, m = cfg.pop("c"), cfg.pop("m")
+        group = cfg.get("group", 1)
+        for act in acts:
+            if act and cfg.get("group", 1) != c and act[0] != "Relu":
+                continue
+            for bias in (False, True):
+                inits = [numpy_helper.from_array(rand(m, c // group, *cfg["kernel_shape"]), "W")]
+                conv_in = ["X", "W"]
+                if bias:
+                    inits.append(numpy_helper.from_array(rand(m), "B"))
+                    conv_in.append("B")
+                nodes = [helper.make_node("Conv", conv_in, ["Y" if act is None else "conv_out"], **cfg)]
+                if act:
+                    op, attrs, extra = act
+                    act_in = ["conv_out"]
+                    for k, v in enumerate(extra):
+                        inits.append(numpy_helper.from_array(np.array(v, np.float32), f"bound{k}"))
+                        act_in.append(f"bound{k}")
+                    nodes.append(helper.make_node(op, act_in, ["Y"], **attrs))
+                g = helper.make_graph(nodes, "conv_packed", [helper.make_tensor_value_info(
+                    "X", TensorProto.FLOAT, ["n", c, "h", "w"])], [out()], inits)
+                mdl = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+                mdl.ir_version = 8
+                shapes = [(1, 9, 9), (2, 17, 13), (1, 1, 1), (1, 2, 3), (1, 14, 14), (1, 7, 7), (0, 5, 5),
+                          (1, 0, 4), (3, 5, 31), (1, 23, 40)]
+                feeds = [{"X": rand(n, c, h, w)} for n, h, w in shapes]
+                compare(f"Conv packed {cfg} c={c} m={m} + {act} bias={bias}", mdl.SerializeToString(), feeds)
+
+
+def gelu_nodes(x, y, form, prefix="g"):
+    """Gelu of x into y written out as models export it; form picks the node order. Returns
+    (nodes, initializers)."""
+    from onnx import numpy_helper
+
+    def c(name, v):
+        return numpy_helper.from_array(np.array(v, np.float32), prefix + name)
+    p = prefix
+    if form.startswith("tanh"):
+        inits = [c("k", 0.7978845608), c("a", 0.044715), c("one", 1.0), c("half", 0.5)]
+        if form == "tanh_pow":
+            inits.append(numpy_helper.from_array(np.array(3.0, np.float32), p + "three"))
+            cube = [helper.make_node("Pow", [x, p + "three"], [p + "x3"])]
+        else:
+            cube = [helper.make_node("Mul", [x, x], [p + "x2"]), helper.make_node("Mul", [p + "x2", x], [p + "x3"])]
+        nodes = cube + [helper.make_node("Mul", [p + "a", p + "x3"], [p + "ax3"]),
+                        helper.make_node("Add", [x, p + "ax3"], [p + "u"]),
+                        helper.make_node("Mul", [p + "u", p + "k"], [p + "t_in"]),
+                        helper.make_node("Tanh", [p + "t_in"], [p + "e"])]
+    else:
+        inits = [c("one", 1.0), c("half", 0.5)]
+        if form == "mul_sqrt":
+            inits.append(c("r", 0.70710678))
+            nodes = [helper.make_node("Mul", [p + "r", x], [p + "z"])]
+        else:
+            inits.append(c("r", 1.4142135))
+            nodes = [helper.make_node("Div", [x, p + "r"], [p + "z"])]
+        nodes.append(helper.make_node("Erf", [p + "z"], [p + "e"]))
+    nodes.append(helper.make_node("Add", [p + "one", p + "e"] if form == "mul_sqrt" else [p + "e", p + "one"],
+                                  [p + "s"]))
+    assoc = {"div": 0, "mul_sqrt": 1, "tanh_pow": 2, "tanh_mul": 0}[form]
+    if assoc == 0:    # (x * 0.5) * s, as PyTorch's BERT
+        nodes += [helper.make_node("Mul", [x, p + "half"], [p + "xh"]), helper.make_node("Mul", [p + "xh", p + "s"], [y])]
+    elif assoc == 1:  # (s * 0.5) * x
+        nodes += [helper.make_node("Mul", [p + "half", p + "s"], [p + "sh"]), helper.make_node("Mul", [x, p + "sh"], [y])]
+    else:             # (s * x) * 0.5
+        nodes += [helper.make_node("Mul", [p + "s", x], [p + "sx"]), helper.make_node("Mul", [p + "sx", p + "half"], [y])]
+    return nodes, inits
+
+
+GELU_FORMS = ("div", "mul_sqrt", "tanh_pow", "tanh_mul")
+
+
+def test_gelu_fusion():
+    """Gelu written out (exact with Div or Mul by 1/sqrt 2, tanh with Pow or x*x*x; the three
+    associations of the products), fused into one Gelu node by the optimised session; odd,
+    zero-size and large shapes, special values. Not fused: an intermediate that is also a graph
+    output, a constant off by more than the tolerance."""
+    shapes = [(0,), (1,), (3, 5), (2, 0, 3), (7, 13), (3, 4099), (2, 3, 17)]
+    for form in GELU_FORMS:
+        nodes, inits = gelu_nodes("X", "Y", form)
+        for rank in (1, 2, 3):  # typed inputs: the fast kernels need the compile-time dtype
+            blob = model(nodes, [sym("X", rank, "x")], [out()], initializers=inits)
+            feeds = [{"X": rand(*s) * 3} for s in shapes if len(s) == rank]
+            if rank == 1:
+                feeds.append({"X": np.linspace(-12, 12, 4001, dtype=np.float32)})
+                feeds.append({"X": np.array([0.0, -0.0, 1e-3, -5.5, 9.0, -9.0, 20.0, -20.0, 1e4, -1e4, np.inf,
+                                             -np.inf, np.nan], np.float32)})
+            compare(f"Gelu pattern {form} rank {rank}", blob, feeds, atol=1e-5)
+    # the Gelu op itself (opset 20), on the kernel's 16-lane path and its tails
+    for approx in ("none", "tanh"):
+        blob = model(helper.make_node("Gelu", ["X"], ["Y"], approximate=approx), [sym("X", 1, "x")], [out()], opset=20)
+        feeds = [{"X": rand(n) * 4} for n in (0, 1, 15, 16, 17, 4099, 10000)]
+        feeds.append({"X": np.linspace(-14, 14, 20001, dtype=np.float32)})
+        compare(f"Gelu approximate={approx}", blob, feeds, atol=1e-6)
+    # an intermediate the graph also returns: nothing fuses
+    nodes, inits = gelu_nodes("X", "Y", "div")
+    blob = model(nodes, [sym("X", 2, "x")], [out(), out("ge")], initializers=inits)
+    compare("Gelu pattern with an intermediate output", blob, [{"X": rand(*s)} for s in shapes if len(s) == 2])
+    # 0.4 instead of 0.5: not Gelu, must still compute x * 0.4 * (1 + erf(..))
+    nodes, inits = gelu_nodes("X", "Y", "div")
+    inits[1] = helper.make_tensor("ghalf", TensorProto.FLOAT, [], [0.4])
+    blob = model(nodes, [sym("X", 2, "x")], [out()], initializers=inits)
+    compare("Gelu-like pattern with a wrong constant", blob, [{"X": rand(*s)} for s in shapes if len(s) == 2])
+
+
+def test_matmul_bias():
+    """MatMul by constant weights, then a constant bias (fused into the GEMM epilogue), then
+    optionally Relu, Gelu (opset 20) or a written-out Gelu (fused as its activation). A ranks 1-3,
+    odd sizes, zero rows and zero K; bias [N], [1, N], [1, 1, N] on either side of the Add. Not
+    fused: a bias that widens the output, a MatMul output with a second reader."""
+    from onnx import numpy_helper
+    for k, n in ((37, 45), (1, 1), (0, 5), (300, 70)):
+        for a_rank in (1, 2, 3):
+            for bias_shape, left in (((n,), False), ((1, n), True), ((1, 1, n), False)):
+                if len(bias_shape) > a_rank:
+                    continue
+                for act in ("none", "Relu", "Gelu", "div", "tanh_mul"):
+                    inits = [numpy_helper.from_array(rand(k, n), "W"), numpy_helper.from_array(rand(*bias_shape), "B")]
+                    nodes = [helper.make_node("MatMul", ["A", "W"], ["mm"]),
+                             helper.make_node("Add", ["B", "mm"] if left else ["mm", "B"],
+                                              ["Y" if act == "none" else "biased"])]
+                    opset = 17
+                    if act in ("Relu", "Gelu"):
+                        nodes.append(helper.make_node(act, ["biased"], ["Y"]))
+                        opset = 20 if act == "Gelu" else 17
+                    elif act != "none":
+                        gn, gi = gelu_nodes("biased", "Y", act)
+                        nodes += gn
+                        inits += gi
+                    blob = model(nodes, [sym("A", a_rank, "a")], [out()], opset=opset, initializers=inits)
+                    feeds = []
+                    for rows in (1, 13, 0, 100):
+                        shape = {1: (k,), 2: (rows, k), 3: (2, rows, k)}[a_rank]
+                        feeds.append({"A": rand(*shape)})
+                    compare(f"MatMul K={k} N={n} rank {a_rank} + bias {bias_shape} left={left} + {act}", blob, feeds)
+    # not fused: a bias [M, N] (one value per element), a second reader of the MatMul output
+    inits = [numpy_helper.from_array(rand(6, 5), "W"), numpy_helper.from_array(rand(4, 5), "B"),
+             numpy_helper.from_array(rand(5), "B2")]
+    nodes = [helper.make_node("MatMul", ["A", "W"], ["mm"]), helper.make_node("Add", ["mm", "B"], ["Y"]),
+             helper.make_node("MatMul", ["A", "W"], ["mm2"]), helper.make_node("Add", ["mm2", "B2"], ["Z"]),
+             helper.make_node("Neg", ["mm2"], ["V"])]
+    blob = model(nodes, [sym("A", 2, "a")], [out("Y"), out("Z"), out("V")], initializers=inits)
+    compare("MatMul + bias not fusable", blob, [{"A": rand(4, 6)}, {"A": rand(1, 6)}])
+
+
+def test_conv_residual():
+    """Conv -> Add(shortcut) [-> Relu] with the Add fused into the Conv's epilogue (the shortcut a
+    graph input, or another Conv's output computed after the fused one in node order, on either
+    side of the Add); one input channel (the depthwise shape); an Add that broadcasts, or whose
+    Conv output has another reader, is not fused. Odd and zero sizes."""
+    from onnx import numpy_helper
+    for c, m, k, bias, act, short in [(4, 6, 3, True, "Relu", "input"), (5, 7, 1, False, "Relu", "conv"),
+                                      (3, 17, 3, False, None, "conv_swapped"), (1, 1, 3, True, "Relu", "input"),
+                                      (40, 30, 3, True, "Clip", "input"), (6, 6, 1, True, None, "broadcast"),
+                                      (4, 6, 3, False, "Relu", "second_reader")]:
+        pads = [k // 2] * 4
+        inits = [numpy_helper.from_array(rand(m, c, k, k), "W")]
+        conv_in = ["X", "W"]
+        if bias:
+            inits.append(numpy_helper.from_array(rand(m), "B"))
+            conv_in.append("B")
+        nodes = [helper.make_node("Conv", conv_in, ["a"], pads=pads)]
+        inputs = [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["n", c, "h", "w"])]
+        outputs = []
+        if short == "input":
+            inputs.append(helper.make_tensor_value_info("S", TensorProto.FLOAT, ["n", m, "h", "w"]))
+            add_in = ["a", "S"]
+        elif short == "broadcast":
+            inputs.append(helper.make_tensor_value_info("S", TensorProto.FLOAT, [1, m, 1, "w"]))
+            add_in = ["S", "a"]
+        else:
+            inits.append(numpy_helper.from_array(rand(m, c, 1, 1), "W2"))
+            nodes.append(helper.make_node("Conv", ["X", "W2"], ["s"]))
+            add_in = ["s", "a"] if short == "conv_swapped" else ["a", "s"]
+        if short == "second_reader":
+            nodes.append(helper.make_node("Neg", ["a"], ["Z"]))
+            outputs.append(out("Z"))
+        nodes.append(helper.make_node("Add", add_in, ["sum"] if act else ["Y"]))
+        if act == "Relu":
+            nodes.append(helper.make_node("Relu", ["sum"], ["Y"]))
+        elif act == "Clip":
+            inits += [numpy_helper.from_array(np.array(v, np.float32), n) for v, n in ((0.0, "lo"), (6.0, "hi"))]
+            nodes.append(helper.make_node("Clip", ["sum", "lo", "hi"], ["Y"]))
+        g = helper.make_graph(nodes, "conv_residual", inputs, [out()] + outputs, inits)
+        mdl = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+        mdl.ir_version = 8
+        feeds = []
+        for n, h, w in [(1, 9, 9), (2, 17, 13), (1, 1, 1), (0, 5, 5), (1, 0, 4), (3, 5, 31), (1, 7, 7)]:
+            f = {"X": rand(n, c, h, w)}
+            if short == "input":
+                f["S"] = rand(n, m, h, w)
+            elif short == "broadcast":
+                f["S"] = rand(1, m, 1, w)
+            feeds.append(f)
+        compare(f"Conv c={c} m={m} k={k} bias={bias} + Add({short}) + {act}", mdl.SerializeToString(), feeds)
+
+
 def main():
     for test in (test_conv_bn_folding, test_fused_activation, test_matmul, test_gemm, test_packed_weights, test_conv, test_binary, test_unary, test_inplace_chain,
                  test_softmax, test_layernorm, test_reduce_mean, test_transpose, test_batchnorm, test_clip, test_pool,
-                 test_global_pool, test_depthwise_conv, test_attention):
+                 test_global_pool, test_depthwise_conv, test_conv_packed, test_conv_residual, test_attention,
+                 test_gelu_fusion, test_matmul_bias):
         test()
     return summary()
 

@@ -1,0 +1,243 @@
+/* fuse_gelu.c - Gelu written out as element-wise ops (as PyTorch exports it) becomes one ONNX
+ * Gelu node (opset 20), which the CPU provider runs in one pass over memory:
+ *
+ *   exact:  x * 0.5 * (1 + Erf(x / sqrt 2))            (Div by sqrt 2 or Mul by 1 / sqrt 2)
+ *   tanh:   x * 0.5 * (1 + Tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))   (x^3: Pow(x, 3), x*x*x)
+ *
+ * with the products x * 0.5 * s (s the 1 + ... term) in any association and operand order.
+ * Constants are float32 scalars checked to a relative 1e-4; x and every intermediate are float32
+ * and the intermediates have no other reader. CPU sessions only. */
+#include <math.h>
+#include <string.h>
+
+#include "core/dtype.h"
+#include "ops/op.h"
+#include "passes/passes.h"
+
+/* Readers of v in g: node inputs, subgraph captures, graph outputs. */
+static int readers(const kiln_graph *g, const kiln_ir_value *v)
+{
+    int n = v->is_output;
+    for (int k = 0; k < g->n_nodes; k++) {
+        const kiln_node *nd = g->nodes[k];
+        if (!nd) continue;
+        for (int i = 0; i < nd->n_in; i++) n += nd->in[i] == v;
+        for (int a = 0; a < nd->n_attrs; a++)
+            for (int q = 0; q < kiln_attr_graph_count(&nd->attrs[a]); q++) {
+                const kiln_graph *sg = kiln_attr_graph_at(&nd->attrs[a], q);
+                for (int r = 0; r < sg->n_captures; r++) n += sg->captures[r] == v;
+            }
+    }
+    return n;
+}
+
+static bool is_f32(const kiln_ir_value *v)
+{
+    return v && v->type.kind == KILN_VALUE_TENSOR && v->type.dtype == KILN_DTYPE_FLOAT32;
+}
+
+static bool single_use(const kiln_graph *g, const kiln_ir_value *v)
+{
+    return is_f32(v) && !v->is_output && readers(g, v) == 1;
+}
+
+/* The node of g producing v with this op type (default domain, two inputs for binary ops), or NULL. */
+static kiln_node *producer(const kiln_graph *g, const kiln_ir_value *v, const char *op_type)
+{
+    kiln_node *p = v ? v->producer : NULL;
+    if (!p || p->graph != g || *p->domain || strcmp(p->op_type, op_type) || p->n_out != 1 || p->out[0] != v)
+        return NULL;
+    for (int i = 0; i < p->n_in; i++)
+        if (!p->in[i]) return NULL;
+    return p;
+}
+
+/* The only reader of v (a node of g with this op type), or NULL. */
+static kiln_node *only_reader(const kiln_graph *g, const kiln_ir_value *v, const char *op_type)
+{
+    if (!single_use(g, v)) return NULL;
+    for (int k = 0; k < g->n_nodes; k++) {
+        kiln_node *nd = g->nodes[k];
+        for (int i = 0; nd && i < nd->n_in; i++)
+            if (nd->in[i] == v)
+                return !*nd->domain && !strcmp(nd->op_type, op_type) && nd->n_out == 1 && nd->n_in == 2 ? nd : NULL;
+    }
+    return NULL;
+}
+
+/* Whether v is a float32 scalar constant (one element, rank at most max_rank) within a relative
+ * 1e-4 of want: broadcasting it keeps the other operand's shape. */
+static bool is_const(const kiln_ir_value *v, double want, int max_rank)
+{
+    const kiln_value *t = v ? v->init : NULL;
+    if (!t || v->producer || t->kind != KILN_VALUE_TENSOR || t->dtype != KILN_DTYPE_FLOAT32 || t->numel != 1 ||
+        t->rank > max_rank)
+        return false;
+    double c = *(const float *)t->data;
+    return fabs(c - want) <= 1e-4 * fabs(want);
+}
+
+/* For a binary node b with one input `known`: the other input. */
+static kiln_ir_value *other(const kiln_node *b, const kiln_ir_value *known)
+{
+    return b->in[0] == known ? b->in[1] : b->in[1] == known ? b->in[0] : NULL;
+}
+
+/* b = Mul(v, c) in either order with the constant c: v, else NULL. */
+static kiln_ir_value *mul_by(const kiln_node *b, double c, int rank)
+{
+    if (!b || strcmp(b->op_type, "Mul")) return NULL;
+    if (is_const(b->in[1], c, rank)) return b->in[0];
+    if (is_const(b->in[0], c, rank)) return b->in[1];
+    return NULL;
+}
+
+/* The x of Erf's input x / sqrt 2 (or x * (1 / sqrt 2)), else NULL. */
+static kiln_ir_value *erf_arg(const kiln_graph *g, const kiln_ir_value *z)
+{
+    if (!single_use(g, z)) return NULL;
+    int r = z->type.rank;
+    kiln_node *d = producer(g, z, "Div");
+    if (d) return is_const(d->in[1], 1.4142135623730951, r) ? d->in[0] : NULL;
+    return mul_by(producer(g, z, "Mul"), 0.7071067811865476, r);
+}
+
+/* Whether c is x^3: Pow(x, 3) or a product of x and x * x. */
+static bool is_cube(const kiln_graph *g, const kiln_ir_value *c, const kiln_ir_value *x)
+{
+    if (!single_use(g, c)) return false;
+    kiln_node *p = producer(g, c, "Pow");
+    if (p) {
+        const kiln_value *e = p->in[1]->init;
+        if (p->in[0] != x || !e || p->in[1]->producer || e->kind != KILN_VALUE_TENSOR || e->numel != 1 ||
+            e->rank > c->type.rank)
+            return false;
+        if (e->dtype == KILN_DTYPE_FLOAT32) return *(const float *)e->data == 3.0f;
+        if (e->dtype == KILN_DTYPE_INT64) return *(const int64_t *)e->data == 3;
+        if (e->dtype == KILN_DTYPE_INT32) return *(const int32_t *)e->data == 3;
+        return false;
+    }
+    kiln_node *m = producer(g, c, "Mul");
+    kiln_ir_value *sq = m ? other(m, x) : NULL;
+    kiln_node *s = sq && sq != x && single_use(g, sq) ? producer(g, sq, "Mul") : NULL;
+    return s && s->in[0] == x && s->in[1] == x;
+}
+
+/* The x of Tanh's input sqrt(2/pi) * (x + 0.044715 * x^3), else NULL. */
+static kiln_ir_value *tanh_arg(const kiln_graph *g, const kiln_ir_value *t)
+{
+    if (!single_use(g, t)) return NULL;
+    int r = t->type.rank;
+    kiln_ir_value *u = mul_by(producer(g, t, "Mul"), 0.7978845608028654, r);
+    kiln_node *a = u && single_use(g, u) ? producer(g, u, "Add") : NULL;
+    for (int side = 0; a && side < 2; side++) {
+        kiln_ir_value *x = a->in[side], *v = a->in[1 - side];
+        kiln_ir_value *c = single_use(g, v) ? mul_by(producer(g, v, "Mul"), 0.044715, r) : NULL;
+        if (c && is_cube(g, c, x)) return x;
+    }
+    return NULL;
+}
+
+/* Tries the pattern around the Erf or Tanh node e; on a match rewrites the node producing the
+ * result into Gelu (the rest is left for the sweep) and sets *done. */
+static kiln_status fuse(kiln_graph *g, kiln_node *e, bool tanh_form, bool *done, kiln_err *err)
+{
+    *done = false;
+    if (e->n_in != 1 || e->n_out != 1 || !e->in[0] || !e->out[0]) return KILN_OK;
+    kiln_ir_value *x = tanh_form ? tanh_arg(g, e->in[0]) : erf_arg(g, e->in[0]);
+    if (!is_f32(x) || x->type.rank < 0) return KILN_OK;
+    int r = x->type.rank;
+    /* s = 1 + e */
+    kiln_node *add = only_reader(g, e->out[0], "Add");
+    if (!add || !is_const(other(add, e->out[0]), 1.0, r)) return KILN_OK;
+    kiln_ir_value *s = add->out[0];
+    kiln_node *m1 = only_reader(g, s, "Mul"), *target = NULL;
+    if (!m1 || !is_f32(m1->out[0])) return KILN_OK;
+    kiln_ir_value *f = other(m1, s); /* s's factor */
+    if (!f) return KILN_OK;
+    kiln_node *m2 = NULL;
+    if (is_const(f, 0.5, r) || f == x) {
+        /* (s * 0.5) * x or (s * x) * 0.5 */
+        m2 = only_reader(g, m1->out[0], "Mul");
+        kiln_ir_value *f2 = m2 ? other(m2, m1->out[0]) : NULL;
+        if (f2 && (f == x ? is_const(f2, 0.5, r) : f2 == x)) target = m2;
+    } else if (single_use(g, f) && mul_by(producer(g, f, "Mul"), 0.5, r) == x) {
+        target = m1; /* (x * 0.5) * s */
+    }
+    if (!target || !is_f32(target->out[0]) || target->out[0]->type.rank != r) return KILN_OK;
+
+    const kiln_op_def *op = kiln_op_lookup("", "Gelu", 20);
+    if (!op) return KILN_OK;
+    kiln_ir_value **in = kiln_arena_calloc(&g->model->arena, 1, sizeof *in);
+    kiln_attr *at = kiln_arena_calloc(&g->model->arena, 1, sizeof *at);
+    if (!in || !at) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
+    in[0] = x;
+    at[0] = (kiln_attr){.name = "approximate", .type = KILN_ATTR_STRING, .s = "tanh", .s_len = 4};
+    target->op_type = "Gelu";
+    target->domain = "";
+    target->opset = 20;
+    target->op = op;
+    target->in = in;
+    target->n_in = 1;
+    target->attrs = at;
+    target->n_attrs = tanh_form ? 1 : 0;
+    target->act = (kiln_act){0};
+    *done = true;
+    return KILN_OK;
+}
+
+/* Drops nodes of g none of whose outputs is read (pure ops left behind by the rewrites). */
+static void sweep(kiln_graph *g, const bool *candidate)
+{
+    for (bool again = true; again;) {
+        again = false;
+        for (int k = g->n_nodes - 1; k >= 0; k--) {
+            kiln_node *n = g->nodes[k];
+            if (!n || !candidate[k]) continue;
+            bool dead = true;
+            for (int o = 0; o < n->n_out && dead; o++) dead = !n->out[o] || readers(g, n->out[o]) == 0;
+            if (!dead) continue;
+            for (int o = 0; o < n->n_out; o++)
+                if (n->out[o]) n->out[o]->producer = NULL;
+            g->nodes[k] = NULL;
+            again = true;
+        }
+    }
+    int kept = 0;
+    for (int k = 0; k < g->n_nodes; k++)
+        if (g->nodes[k]) {
+            g->nodes[kept] = g->nodes[k];
+            g->nodes[kept]->index = kept;
+            kept++;
+        }
+    g->n_nodes = kept;
+}
+
+kiln_status kiln_pass_fuse_gelu(kiln_graph *g, int *fused, kiln_err *err)
+{
+    *fused = 0;
+    bool any = false;
+    for (int k = 0; k < g->n_nodes && !any; k++)
+        any = !*g->nodes[k]->domain && (!strcmp(g->nodes[k]->op_type, "Erf") || !strcmp(g->nodes[k]->op_type, "Tanh"));
+    if (!any) return KILN_OK;
+    bool *candidate = kiln_arena_calloc(&g->model->arena, (size_t)g->n_nodes + 1, sizeof *candidate);
+    if (!candidate) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
+    int n0 = g->n_nodes;
+    for (int k = 0; k < n0; k++) {
+        kiln_node *n = g->nodes[k];
+        static const char *const pure[] = {"Mul", "Div", "Add", "Erf", "Tanh", "Pow"};
+        for (size_t i = 0; i < sizeof pure / sizeof *pure; i++)
+            candidate[k] = candidate[k] || (!*n->domain && !strcmp(n->op_type, pure[i]));
+    }
+    for (int k = 0; k < n0; k++) {
+        kiln_node *n = g->nodes[k];
+        bool erf = !strcmp(n->op_type, "Erf"), tanh_form = !strcmp(n->op_type, "Tanh");
+        if (*n->domain || (!erf && !tanh_form)) continue;
+        bool done;
+        KILN_TRY(fuse(g, n, tanh_form, &done, err));
+        *fused += done;
+    }
+    if (!*fused) return KILN_OK;
+    sweep(g, candidate);
+    return kiln_graph_plan_releases(g, err);
+}
