@@ -406,8 +406,88 @@ static kiln_status conv_run(kiln_run_ctx *c)
     return KILN_OK;
 }
 
+/* ---- ConvTranspose, float32 2-D: per image and group, cols = W_g^T X_g on the sgemm (one
+ * row per output channel and kernel tap), then each row added into Y at its taps' positions
+ * (col2im), output channels split across the pool ---- */
+
+typedef struct col2im_job {
+    const float *cols; /* [Mg * kh * kw, H * W] */
+    float *y;          /* [Mg, OH, OW] of this image and group */
+    const float *bias; /* [Mg] or NULL */
+    int64_t H, W, OH, OW, kh, kw;
+    const nn_geom *g;
+} col2im_job;
+
+static void col2im_channels(void *ctx, int64_t begin, int64_t end)
+{
+    const col2im_job *j = ctx;
+    int64_t sh = j->g->strides[0], sw = j->g->strides[1], dh = j->g->dilations[0], dw = j->g->dilations[1];
+    int64_t pt = j->g->pads[0], pl = j->g->pads[1], hw = j->H * j->W;
+    for (int64_t m = begin; m < end; m++) {
+        float *ym = j->y + m * j->OH * j->OW;
+        float b = j->bias ? j->bias[m] : 0.0f;
+        for (int64_t i = 0; i < j->OH * j->OW; i++) ym[i] = b;
+        for (int64_t ki = 0; ki < j->kh; ki++)
+            for (int64_t kj = 0; kj < j->kw; kj++) {
+                const float *row = j->cols + ((m * j->kh + ki) * j->kw + kj) * hw;
+                for (int64_t ih = 0; ih < j->H; ih++) {
+                    int64_t oh = ih * sh - pt + ki * dh;
+                    if (oh < 0 || oh >= j->OH) continue;
+                    float *yr = ym + oh * j->OW;
+                    const float *xr = row + ih * j->W;
+                    int64_t ow = kj * dw - pl;
+                    for (int64_t iw = 0; iw < j->W; iw++, ow += sw)
+                        if (ow >= 0 && ow < j->OW) yr[ow] += xr[iw];
+                }
+            }
+    }
+}
+
+static kiln_status conv_transpose_run(kiln_run_ctx *c)
+{
+    const kiln_node *n = kiln_run_node(c);
+    const kiln_value *X = kiln_run_in(c, 0), *Wt = kiln_run_in(c, 1), *Bv = kiln_run_in(c, 2);
+    kiln_value *Y = kiln_run_out(c, 0);
+    if (!Y || X->rank != 4 || Wt->rank != 4 || Y->rank != 4 || X->dtype != KILN_DTYPE_FLOAT32 ||
+        Wt->dtype != KILN_DTYPE_FLOAT32 || (Bv && (Bv->dtype != KILN_DTYPE_FLOAT32 || Bv->numel != Y->dims[1])))
+        return kiln_cpu_reference(c);
+    nn_geom g;
+    char msg[160];
+    int64_t group = kiln_attr_int(n, "group", 1);
+    if (!nn_conv_transpose_geom(n, 2, X->dims, Wt->dims, Y->dims, &g, msg, sizeof msg) || group < 1 ||
+        X->dims[1] % group || Wt->dims[0] != X->dims[1] || Y->dims[1] != Wt->dims[1] * group)
+        return kiln_cpu_reference(c); /* the reference reports it */
+    int64_t N = X->dims[0], C = X->dims[1], H = X->dims[2], W = X->dims[3], Cg = C / group;
+    int64_t Mg = Wt->dims[1], kh = Wt->dims[2], kw = Wt->dims[3], OH = Y->dims[2], OW = Y->dims[3];
+    int64_t rows = Mg * kh * kw;
+    if (!Y->numel) return KILN_OK;
+    float *cols = malloc((size_t)(rows * H * W > 0 ? rows * H * W : 1) * sizeof *cols);
+    if (!cols) return kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory for a %lld x %lld column buffer",
+                                    (long long)rows, (long long)(H * W));
+    kiln_threadpool *pool = kiln_run_threadpool(c);
+    kiln_status st = KILN_OK;
+    const float *x = X->data, *w = Wt->data, *bias = Bv ? Bv->data : NULL;
+    for (int64_t b = 0; b < N && !st; b++)
+        for (int64_t gi = 0; gi < group && !st; gi++) {
+            /* W_g is [Cg, rows]: cols [rows, H*W] = W_g^T X_g */
+            if (Cg) st = kiln_sgemm(pool, true, false, rows, H * W, Cg, 1.0f, w + gi * Cg * rows, rows,
+                                    x + (b * C + gi * Cg) * H * W, H * W, 0.0f, cols, H * W);
+            else memset(cols, 0, (size_t)(rows * H * W) * sizeof *cols);
+            if (st) break;
+            col2im_job j = {cols, (float *)Y->data + (b * Y->dims[1] + gi * Mg) * OH * OW, bias ? bias + gi * Mg : NULL,
+                            H, W, OH, OW, kh, kw, &g};
+            kiln_threadpool_parallel_for(pool, Mg, col2im_channels, &j);
+        }
+    free(cols);
+    return st ? kiln_run_fail(c, st, "sgemm failed (%s)", kiln_status_name(st)) : KILN_OK;
+}
+
 kiln_kernel_fn kiln_cpu_select_conv(kiln_node *n)
 {
+    if (!*n->domain && !strcmp(n->op_type, "ConvTranspose") && n->n_in >= 2 && n->n_out >= 1 &&
+        kiln_cpu_is_f32(n->in[0]) && kiln_cpu_is_f32(n->in[1]) && n->in[0]->type.rank == 4 &&
+        n->in[1]->type.rank == 4 && n->act.kind == KILN_ACT_NONE)
+        return conv_transpose_run;
     if (*n->domain || strcmp(n->op_type, "Conv") || n->n_in < 2 || n->n_out < 1 || !kiln_cpu_is_f32(n->in[0]) ||
         !kiln_cpu_is_f32(n->in[1]) || n->in[0]->type.rank != 4 || n->in[1]->type.rank != 4)
         return NULL;

@@ -341,6 +341,25 @@ static int64_t floordiv2(int64_t v)
     return v >= 0 ? v / 2 : -((-v + 1) / 2);
 }
 
+bool nn_conv_transpose_geom(const kiln_node *node, int nsp, const int64_t *xdims, const int64_t *wdims,
+                            const int64_t *ydims, nn_geom *g, char *msg, int size)
+{
+    if (!nn_geom_parse(node, nsp, g, msg, size)) return false;
+    int64_t opad[KILN_MAX_RANK] = {0};
+    int nop;
+    const int64_t *op = kiln_attr_ints(node, "output_padding", &nop);
+    for (int i = 0; op && i < nsp && i < nop; i++) opad[i] = op[i];
+    /* pads derived from the output size when it is given or SAME; SAME_UPPER puts the odd one at the end */
+    if (transpose_output_shape(node, nsp) || g->auto_pad == NN_PAD_SAME_UPPER || g->auto_pad == NN_PAD_SAME_LOWER)
+        for (int i = 0; i < nsp; i++) {
+            int64_t total = g->strides[i] * (xdims[2 + i] - 1) + opad[i] + g->dilations[i] * (wdims[2 + i] - 1) + 1 -
+                            ydims[2 + i];
+            g->pads[i] = g->auto_pad == NN_PAD_SAME_UPPER ? floordiv2(total) : total - floordiv2(total);
+            g->pads[nsp + i] = total - g->pads[i];
+        }
+    return true;
+}
+
 kiln_status nn_conv_transpose_run(kiln_run_ctx *c)
 {
     const kiln_node *node = kiln_run_node(c);
@@ -349,19 +368,9 @@ kiln_status nn_conv_transpose_run(kiln_run_ctx *c)
     nn_geom g;
     char msg[160];
     int nsp = X->rank - 2;
-    if (!nn_geom_parse(node, nsp, &g, msg, sizeof msg)) return kiln_run_fail(c, KILN_ERR_MODEL, "%s", msg);
-    int64_t group = kiln_attr_int(node, "group", 1), opad[KILN_MAX_RANK] = {0};
-    int nop;
-    const int64_t *op = kiln_attr_ints(node, "output_padding", &nop);
-    for (int i = 0; op && i < nsp && i < nop; i++) opad[i] = op[i];
-    /* pads derived from the output size when it is given or SAME; SAME_UPPER puts the odd one at the end */
-    if (transpose_output_shape(node, nsp) || g.auto_pad == NN_PAD_SAME_UPPER || g.auto_pad == NN_PAD_SAME_LOWER)
-        for (int i = 0; i < nsp; i++) {
-            int64_t total = g.strides[i] * (X->dims[2 + i] - 1) + opad[i] +
-                            g.dilations[i] * (W->dims[2 + i] - 1) + 1 - Y->dims[2 + i];
-            g.pads[i] = g.auto_pad == NN_PAD_SAME_UPPER ? floordiv2(total) : total - floordiv2(total);
-            g.pads[nsp + i] = total - g.pads[i];
-        }
+    if (!nn_conv_transpose_geom(node, nsp, X->dims, W->dims, Y->dims, &g, msg, sizeof msg))
+        return kiln_run_fail(c, KILN_ERR_MODEL, "%s", msg);
+    int64_t group = kiln_attr_int(node, "group", 1);
     int64_t N = X->dims[0], C = X->dims[1], Mg = W->dims[1], M = Y->dims[1], Cg = C / group;
     int64_t in_sz = nn_prod(nsp, X->dims + 2), k_sz = nn_prod(nsp, W->dims + 2),
             out_sz = nn_prod(nsp, Y->dims + 2);

@@ -35,6 +35,12 @@ kiln_dim nn_geom_out_dim(kiln_dimtab *t, const nn_geom *g, int i, kiln_dim in, k
  * Returns false when a window does not fit the padded input. */
 bool nn_geom_resolve(nn_geom *g, const int64_t *in, int64_t *out);
 
+/* ConvTranspose's geometry at run time for X, W and Y dims: nn_geom_parse, then the pads that
+ * output_shape or SAME auto_pad imply (Y's dims come from inference). Element (ci, i) of X and
+ * kernel tap k land at output position i * stride - pads[begin] + k * dilation. */
+bool nn_conv_transpose_geom(const kiln_node *node, int nsp, const int64_t *xdims, const int64_t *wdims,
+                            const int64_t *ydims, nn_geom *g, char *msg, int size);
+
 /* Advances a row-major multi-index over dims; false after the last one (idx back to zeros). */
 static inline bool nn_index_next(int n, const int64_t *dims, int64_t *idx)
 {

@@ -985,11 +985,43 @@ def test_conv_residual():
         compare(f"Conv c={c} m={m} k={k} bias={bias} + Add({short}) + {act}", mdl.SerializeToString(), feeds)
 
 
+def test_conv_transpose():
+    """ConvTranspose 2-D: strides, dilations, groups, explicit / SAME / output_padding pads, bias,
+    empty and odd sizes; one session per weight shape, the input shape changing per call."""
+    for trial in range(40):
+        g = int(rng.choice([1, 1, 2, 3]))
+        C, Mg = int(rng.integers(1, 5)) * g, int(rng.integers(1, 5))
+        kh, kw = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+        sh, sw = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+        attrs = {"strides": [sh, sw], "dilations": [int(rng.integers(1, 3)), int(rng.integers(1, 3))], "group": g}
+        mode = trial % 4
+        if mode == 0:
+            attrs["pads"] = [int(rng.integers(0, 2)) for _ in range(4)]
+        elif mode == 1:
+            attrs["auto_pad"] = "SAME_UPPER"
+        elif mode == 2:
+            attrs["output_padding"] = [int(rng.integers(0, sh)), int(rng.integers(0, sw))]
+        with_bias = trial % 2 == 0
+        inputs = [sym("X", 4, "x"), helper.make_tensor_value_info("W", TensorProto.FLOAT, [C, Mg, kh, kw])]
+        if with_bias:
+            inputs.append(helper.make_tensor_value_info("B", TensorProto.FLOAT, [Mg * g]))
+        blob = model(helper.make_node("ConvTranspose", ["X", "W"] + (["B"] if with_bias else []), ["Y"], **attrs),
+                     inputs, [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)])
+        w = rand(C, Mg, kh, kw)
+        feeds = []
+        for n, h, wd in ((1, 5, 7), (2, 1, 1), (1, 0, 3), (1, 13, 9)):
+            f = {"X": rand(n, C, h, wd), "W": w}
+            if with_bias:
+                f["B"] = rand(Mg * g)
+            feeds.append(f)
+        compare(f"ConvTranspose {attrs} bias={with_bias}", blob, feeds)
+
+
 def main():
     for test in (test_conv_bn_folding, test_fused_activation, test_matmul, test_gemm, test_packed_weights, test_conv, test_binary, test_unary, test_inplace_chain,
                  test_softmax, test_layernorm, test_reduce_mean, test_transpose, test_batchnorm, test_clip, test_pool,
                  test_global_pool, test_depthwise_conv, test_conv_packed, test_conv_residual, test_attention,
-                 test_gelu_fusion, test_matmul_bias):
+                 test_gelu_fusion, test_matmul_bias, test_conv_transpose):
         test()
     return summary()
 
