@@ -20,7 +20,9 @@
 #include <immintrin.h>
 #endif
 
-enum { QB = 64 /* query rows per block */ };
+/* Query rows per block, and blocks per task: a task packs its head's K and V once for all its
+ * blocks (up to QB * QG query rows) */
+enum { QB = 64, QG = 4 };
 
 /* One Attention call, shared by the threads that run its blocks. Row strides in elements. */
 typedef struct attn_job {
@@ -35,6 +37,7 @@ typedef struct attn_job {
     int64_t m_len;           /* mask columns (<= total); keys past it are masked */
     float scale;
     int64_t q_blocks;        /* blocks of QB rows per (b, h) */
+    int64_t q_tasks;         /* tasks per (b, h): groups of up to QG blocks */
     bool avx512;
     kiln_status st;          /* first failure of any block (sgemm out of memory) */
 } attn_job;
@@ -129,9 +132,32 @@ static AVX512 void softmax_row_avx512(float *s, int64_t n, const float *m, int64
     }
     if (lim < n) memset(s + lim, 0, (size_t)(n - lim) * sizeof *s);
 }
+
 #undef AVX512
 #define HAVE_AVX512_SOFTMAX 1
 #endif
+
+/* One block of query rows from i0 of head h of batch b: scores, softmax, times V. */
+static kiln_status attn_block(const attn_job *j, float *S, const kiln_gemm_ctx *g, const kiln_gemm_packed_b *kt,
+                              const kiln_gemm_packed_b *vp, int64_t b, int64_t h, int64_t i0)
+{
+    int64_t rows = j->Sq - i0 < QB ? j->Sq - i0 : QB;
+    const float *q = j->q + b * j->q_b + h * j->q_h + i0 * j->q_s;
+    float *y = j->y + b * j->y_b + h * j->y_h + i0 * j->y_s;
+    kiln_status st = kiln_sgemm_packed(g, false, rows, j->scale, q, j->q_s, kt, 0.0f, S, j->total, NULL);
+    for (int64_t r = 0; !st && r < rows; r++) {
+        const float *m = j->mask ? j->mask + b * j->m_b + h * j->m_h + (i0 + r) * j->m_s : NULL;
+#ifdef HAVE_AVX512_SOFTMAX
+        if (j->avx512) {
+            softmax_row_avx512(S + r * j->total, j->total, m, j->m_len);
+            continue;
+        }
+#endif
+        softmax_row_v4(S + r * j->total, j->total, m, j->m_len);
+    }
+    if (!st) st = kiln_sgemm_packed(g, false, rows, 1.0f, S, j->total, vp, 0.0f, y, j->y_s, NULL);
+    return st;
+}
 
 static void attn_blocks(void *ctx, int64_t begin, int64_t end)
 {
@@ -142,31 +168,21 @@ static void attn_blocks(void *ctx, int64_t begin, int64_t end)
         return;
     }
     kiln_gemm_ctx g = {.pool = NULL};
-    for (int64_t t = begin; t < end; t++) {
-        int64_t bh = t / j->q_blocks, b = bh / j->Hq, h = bh % j->Hq, hk = h / j->group;
-        int64_t i0 = t % j->q_blocks * QB, rows = j->Sq - i0 < QB ? j->Sq - i0 : QB;
-        const float *q = j->q + b * j->q_b + h * j->q_h + i0 * j->q_s;
+    kiln_status st = KILN_OK;
+    for (int64_t t = begin; t < end && !st; t++) {
+        int64_t bh = t / j->q_tasks, b = bh / j->Hq, h = bh % j->Hq, hk = h / j->group;
         const float *k = j->k + b * j->k_b + hk * j->k_h, *v = j->v + b * j->v_b + hk * j->v_h;
-        float *y = j->y + b * j->y_b + h * j->y_h + i0 * j->y_s;
-        kiln_status st = kiln_sgemm_ex(&g, false, true, rows, j->total, j->Dk, j->scale, q, j->q_s, k, j->k_s, 0.0f,
-                                       S, j->total, NULL);
-        for (int64_t r = 0; !st && r < rows; r++) {
-            const float *m = j->mask ? j->mask + b * j->m_b + h * j->m_h + (i0 + r) * j->m_s : NULL;
-#ifdef HAVE_AVX512_SOFTMAX
-            if (j->avx512) {
-                softmax_row_avx512(S + r * j->total, j->total, m, j->m_len);
-                continue;
-            }
-#endif
-            softmax_row_v4(S + r * j->total, j->total, m, j->m_len);
-        }
-        if (!st) st = kiln_sgemm_ex(&g, false, false, rows, j->Dv, j->total, 1.0f, S, j->total, v, j->v_s, 0.0f, y,
-                                    j->y_s, NULL);
-        if (st) {
-            __atomic_store_n(&j->st, st, __ATOMIC_RELAXED);
-            break;
-        }
+        /* K^T [Dk, total] and V [total, Dv] packed once for this task's blocks */
+        kiln_gemm_packed_b *kt = NULL, *vp = NULL;
+        st = kiln_gemm_packed_b_create(&g, true, j->Dk, j->total, k, j->k_s, &kt);
+        if (!st) st = kiln_gemm_packed_b_create(&g, false, j->total, j->Dv, v, j->v_s, &vp);
+        int64_t blk0 = t % j->q_tasks * QG, blk1 = blk0 + QG < j->q_blocks ? blk0 + QG : j->q_blocks;
+        for (int64_t blk = blk0; blk < blk1 && !st; blk++)
+            st = attn_block(j, S, &g, kt, vp, b, h, blk * QB);
+        kiln_gemm_packed_b_free(kt);
+        kiln_gemm_packed_b_free(vp);
     }
+    if (st) __atomic_store_n(&j->st, st, __ATOMIC_RELAXED);
     free(S);
 }
 
@@ -229,8 +245,9 @@ static kiln_status attention_run(kiln_run_ctx *c)
     if (!Y->numel) return KILN_OK;
     if (!Skv || !Dk) return kiln_cpu_reference(c); /* no keys: zeros (or NaN) as the reference decides */
     j.q_blocks = (Sq + QB - 1) / QB;
+    j.q_tasks = (j.q_blocks + QG - 1) / QG;
     j.avx512 = kiln_gemm_level_detect() == KILN_GEMM_LEVEL_AVX512;
-    kiln_threadpool_parallel_for(kiln_run_threadpool(c), B * Hq * j.q_blocks, attn_blocks, &j);
+    kiln_threadpool_parallel_for(kiln_run_threadpool(c), B * Hq * j.q_tasks, attn_blocks, &j);
     kiln_status st = __atomic_load_n(&j.st, __ATOMIC_RELAXED);
     if (st) return kiln_run_fail(c, st, "Attention: sgemm failed (%s)", kiln_status_name(st));
     return KILN_OK;
