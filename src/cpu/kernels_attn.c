@@ -132,7 +132,6 @@ static AVX512 void softmax_row_avx512(float *s, int64_t n, const float *m, int64
     }
     if (lim < n) memset(s + lim, 0, (size_t)(n - lim) * sizeof *s);
 }
-
 #undef AVX512
 #define HAVE_AVX512_SOFTMAX 1
 #endif
