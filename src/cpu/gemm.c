@@ -146,6 +146,7 @@ static void scale_only(int64_t M, int64_t N, float beta, float *C, int64_t ldc, 
  * micro-panels of all of N, each [kc][NR]: block p0 starts at p0 * n_pad. */
 struct kiln_gemm_packed_b {
     kiln_gemm_level level; /* the kernels it was packed for */
+    bool trans_b;          /* packed from B [N, K] (else [K, N]) */
     int64_t K, N, n_pad;
     float *data; /* [K][n_pad] in the layout above, 64-byte aligned */
     void *raw;
@@ -254,6 +255,7 @@ kiln_status kiln_gemm_packed_b_create(const kiln_gemm_ctx *ctx, bool trans_b, in
     kiln_gemm_packed_b *pb = calloc(1, sizeof *pb);
     if (!pb) return KILN_ERR_NOMEM;
     pb->level = level;
+    pb->trans_b = trans_b;
     pb->K = K;
     pb->N = N;
     pb->n_pad = round_up(N, k->nr);
@@ -278,6 +280,22 @@ void kiln_gemm_packed_b_free(kiln_gemm_packed_b *pb)
     if (!pb) return;
     free(pb->raw);
     free(pb);
+}
+
+void kiln_gemm_packed_b_unpack(const kiln_gemm_packed_b *pb, float *B)
+{
+    const kiln_gemm_kernel *k = kernel_for(pb->level);
+    int64_t nr = k->nr;
+    for (int64_t p0 = 0; p0 < pb->K; p0 += k->kc) {
+        int64_t kc = min64(k->kc, pb->K - p0);
+        const float *blk = pb->data + p0 * pb->n_pad;
+        for (int64_t p = 0; p < kc; p++)
+            for (int64_t j = 0; j < pb->N; j++) {
+                float v = blk[(j / nr) * kc * nr + p * nr + j % nr];
+                if (pb->trans_b) B[j * pb->K + p0 + p] = v;
+                else B[(p0 + p) * pb->N + j] = v;
+            }
+    }
 }
 
 size_t kiln_gemm_packed_b_bytes(const kiln_gemm_packed_b *pb)
@@ -375,6 +393,18 @@ void kiln_gemm_packed_a_free(kiln_gemm_packed_a *pa)
     if (!pa) return;
     free(pa->raw);
     free(pa);
+}
+
+void kiln_gemm_packed_a_unpack(const kiln_gemm_packed_a *pa, float *A)
+{
+    const kiln_gemm_kernel *k = kernel_for(pa->level);
+    int64_t mr = k->mr;
+    for (int64_t p0 = 0; p0 < pa->K; p0 += k->kc) {
+        int64_t kc = min64(k->kc, pa->K - p0);
+        const float *blk = pa->data + p0 * pa->m_pad;
+        for (int64_t i = 0; i < pa->M; i++)
+            for (int64_t p = 0; p < kc; p++) A[i * pa->K + p0 + p] = blk[(i / mr) * kc * mr + p * mr + i % mr];
+    }
 }
 
 kiln_status kiln_sgemm_packed_a(const kiln_gemm_ctx *ctx, const kiln_gemm_packed_a *A, int64_t N, const float *B,

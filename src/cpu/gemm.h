@@ -75,6 +75,10 @@ kiln_status kiln_gemm_packed_b_create(const kiln_gemm_ctx *ctx, bool trans_b, in
                                       const float *B, int64_t ldb, kiln_gemm_packed_b **out);
 /* NULL is a no-op. */
 void kiln_gemm_packed_b_free(kiln_gemm_packed_b *pb);
+/* The inverse of the packing: writes the B it was packed from, densely (B [K, N], or [N, K]
+ * when packed with trans_b), bitwise. Lets a caller free the original weights and rebuild them
+ * for the rare call that needs that layout. O(K * N). */
+void kiln_gemm_packed_b_unpack(const kiln_gemm_packed_b *pb, float *B);
 /* Bytes of packed data (0 for NULL). */
 size_t kiln_gemm_packed_b_bytes(const kiln_gemm_packed_b *pb);
 
@@ -104,6 +108,9 @@ kiln_status kiln_gemm_packed_a_create(const kiln_gemm_ctx *ctx, int64_t M, int64
                                       kiln_gemm_packed_a **out);
 /* NULL is a no-op. */
 void kiln_gemm_packed_a_free(kiln_gemm_packed_a *pa);
+/* The inverse of the packing: writes the A it was packed from, densely (A [M, K]), bitwise.
+ * O(M * K). */
+void kiln_gemm_packed_a_unpack(const kiln_gemm_packed_a *pa, float *A);
 
 /* C [M, N] = A [M, K] * B [K, N], beta 0, then ep; M and K are A's. B is either stored (row
  * stride ldb) or, when pack_b is given, implicit as in kiln_sgemm_implicit_b (B unused). ctx's

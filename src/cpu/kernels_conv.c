@@ -302,6 +302,7 @@ static void im2col_pack(void *ctx, float *dst, int64_t p0, int64_t kc, int64_t j
 /* Constant weights packed at compile time, one [M/group, C/group*kh*kw] block per group. */
 typedef struct conv_state {
     int64_t groups;
+    int64_t block;           /* floats of one group's block: M/group * C/group*kh*kw */
     kiln_gemm_packed_a *w[]; /* [groups] */
 } conv_state;
 
@@ -313,8 +314,17 @@ static void conv_state_free(void *p)
     free(cs);
 }
 
+/* Rebuilds W [M, C/group, kh, kw] from the packed blocks (for the reference kernel, once the
+ * original was released). */
+static void conv_state_unpack(const void *p, void *dst)
+{
+    const conv_state *cs = p;
+    for (int64_t gi = 0; gi < cs->groups; gi++) kiln_gemm_packed_a_unpack(cs->w[gi], (float *)dst + gi * cs->block);
+}
+
 /* Packs n's weights when they are a constant float32 [M, C/group, kh, kw] of a non-depthwise
- * Conv; leaves the node without state (packing per call) otherwise. */
+ * Conv, then releases the original when nothing else reads it (kiln_node_release_constant);
+ * leaves the node without state (packing per call) otherwise. */
 static void conv_pack_weights(kiln_node *n)
 {
     const kiln_value *w = n->in[1]->init;
@@ -325,6 +335,7 @@ static void conv_pack_weights(kiln_node *n)
     int64_t mg = w->dims[0] / group, kdim = w->dims[1] * w->dims[2] * w->dims[3];
     conv_state *cs = calloc(1, sizeof *cs + (size_t)group * sizeof cs->w[0]);
     if (!cs) return;
+    cs->block = mg * kdim;
     kiln_gemm_ctx ctx = {0};
     for (int64_t gi = 0; gi < group; gi++, cs->groups++)
         if (kiln_gemm_packed_a_create(&ctx, mg, kdim, (const float *)w->data + gi * mg * kdim, kdim, &cs->w[gi])) {
@@ -333,6 +344,10 @@ static void conv_pack_weights(kiln_node *n)
         }
     n->kernel_state = cs;
     n->kernel_state_free = conv_state_free;
+    if (kiln_node_release_constant(n, 1)) {
+        n->kernel_state_unpack = conv_state_unpack;
+        n->released_in = 1;
+    }
 }
 
 static kiln_status gemm_fail(kiln_run_ctx *c, kiln_status st)

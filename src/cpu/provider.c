@@ -16,7 +16,7 @@ static bool is_f32(const kiln_ir_value *v)
     return v && v->type.kind == KILN_VALUE_TENSOR && v->type.dtype == KILN_DTYPE_FLOAT32;
 }
 
-kiln_status kiln_cpu_reference(kiln_run_ctx *c)
+static kiln_status reference_run(kiln_run_ctx *c)
 {
     for (int i = 0; i < kiln_run_n_out(c); i++) {
         kiln_value *y = kiln_run_out(c, i);
@@ -32,8 +32,30 @@ kiln_status kiln_cpu_reference(kiln_run_ctx *c)
     return kiln_run_node(c)->op->run(c);
 }
 
-/* Constant 2-D float32 weights op(B), packed at compile time for the kernels. */
+/* The reference kernel, which reads constants in their ONNX layout: a weight whose original
+ * bytes were released after packing (kiln_node_release_constant) is rebuilt from the packed
+ * copy into a temporary buffer for this call. Only error paths and shapes the fast kernels do
+ * not cover get here with such a node, so the O(weight) rebuild is not on any hot path. */
+kiln_status kiln_cpu_reference(kiln_run_ctx *c)
+{
+    const kiln_node *n = kiln_run_node(c);
+    const kiln_value *w = n->kernel_state_unpack ? n->in[n->released_in]->init : NULL;
+    if (!w || kiln_run_in(c, n->released_in) != w) return reference_run(c);
+    kiln_value tmp = *w;
+    tmp.owns_data = false;
+    tmp.data = malloc(w->nbytes);
+    if (!tmp.data) return kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory rebuilding %zu bytes of weights", w->nbytes);
+    n->kernel_state_unpack(n->kernel_state, tmp.data);
+    kiln_status st = kiln_run_with_in(c, n->released_in, &tmp, reference_run);
+    free(tmp.data);
+    return st;
+}
+
+/* Constant 2-D float32 weights op(B), packed at compile time for the kernels; the originals are
+ * released when nothing else reads them (kiln_node_release_constant) and rebuilt by unpacking
+ * for the reference kernel (kiln_cpu_reference). */
 static void packed_free(void *p) { kiln_gemm_packed_b_free(p); }
+static void packed_unpack(const void *p, void *dst) { kiln_gemm_packed_b_unpack(p, dst); }
 
 static void pack_weights(kiln_node *n, int input, bool trans_b)
 {
@@ -45,6 +67,10 @@ static void pack_weights(kiln_node *n, int input, bool trans_b)
     if (kiln_gemm_packed_b_create(&ctx, trans_b, K, N, w->data, w->dims[1], &pb)) return; /* run unpacked */
     n->kernel_state = pb;
     n->kernel_state_free = packed_free;
+    if (kiln_node_release_constant(n, input)) {
+        n->kernel_state_unpack = packed_unpack;
+        n->released_in = input;
+    }
 }
 
 /* The packed weights when they are the B this call multiplies. */

@@ -23,6 +23,21 @@ const kiln_value *kiln_run_in(const kiln_run_ctx *c, int i)
     return i >= 0 && i < c->node->n_in ? c->in[i] : NULL;
 }
 
+kiln_status kiln_run_with_in(kiln_run_ctx *c, int i, const kiln_value *v, kiln_status (*fn)(kiln_run_ctx *c))
+{
+    int n = c->node->n_in;
+    if (i < 0 || i >= n) return kiln_run_fail(c, KILN_ERR_RUNTIME, "input %d of %d replaced", i, n);
+    const kiln_value **in = malloc((size_t)n * sizeof *in);
+    if (!in) return kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory");
+    memcpy(in, c->in, (size_t)n * sizeof *in);
+    in[i] = v;
+    kiln_run_ctx c2 = *c; /* outputs, errors and the pool are shared with c */
+    c2.in = in;
+    kiln_status st = fn(&c2);
+    free(in);
+    return st;
+}
+
 kiln_value *kiln_run_out(kiln_run_ctx *c, int i)
 {
     return i >= 0 && i < c->node->n_out ? c->out[i] : NULL;

@@ -180,7 +180,11 @@ static kiln_status compile(kiln_session *s, kiln_err *err)
     if (!s->opt.unoptimized) {
         kiln_status st = kiln_threadpool_create(s->opt.num_threads, &s->pool);
         if (st) return kiln_errf(err, st, "cannot start %d threads", s->opt.num_threads);
+        /* a CPU session reads packed weights only: their originals may go (the CUDA
+         * provider uploads the originals after this, so its sessions keep them) */
+        m->release_packed = s->opt.provider == KILN_PROVIDER_CPU;
         select_kernels(&kiln_provider_cpu, g);
+        m->release_packed = false;
     }
     if (cuda) {
         if (s->opt.unoptimized)

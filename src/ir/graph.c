@@ -152,6 +152,51 @@ int64_t kiln_model_opset(const kiln_model *m, const char *domain)
     return -1;
 }
 
+/* Whether graph g, one of its nodes other than skip, or a subgraph of them reads v, or another
+ * value of g shares v's constant (inference propagates constants through Identity and the like). */
+static bool read_elsewhere(const kiln_graph *g, const kiln_ir_value *v, const kiln_node *skip)
+{
+    for (int i = 0; i < g->n_outputs; i++)
+        if (g->outputs[i] == v) return true;
+    for (int i = 0; i < g->n_values; i++)
+        if (g->values[i] && g->values[i] != v && g->values[i]->init == v->init) return true;
+    for (int k = 0; k < g->n_nodes; k++) {
+        const kiln_node *n = g->nodes[k];
+        if (n != skip) {
+            if (n->bias == v) return true;
+            for (int i = 0; i < n->n_in; i++)
+                if (n->in[i] == v) return true;
+        }
+        for (int a = 0; a < n->n_attrs; a++) {
+            const kiln_attr *at = &n->attrs[a];
+            for (int q = 0; q < kiln_attr_graph_count(at); q++) {
+                const kiln_graph *sg = kiln_attr_graph_at(at, q);
+                for (int c = 0; c < sg->n_captures; c++)
+                    if (sg->captures[c] == v) return true;
+            }
+        }
+    }
+    return false;
+}
+
+bool kiln_node_release_constant(kiln_node *n, int input)
+{
+    kiln_ir_value *v = input >= 0 && input < n->n_in ? n->in[input] : NULL;
+    kiln_model *m = n->graph ? n->graph->model : NULL;
+    kiln_value *w = v ? (kiln_value *)v->init : NULL; /* the model owns its constants */
+    if (!m || !m->release_packed || !w || !w->data || w->kind != KILN_VALUE_TENSOR || w->on_device || w->release ||
+        v->graph != n->graph || v->producer || v->is_input || v->is_output || n->bias == v)
+        return false;
+    for (int i = 0; i < n->n_in; i++)
+        if (i != input && n->in[i] == v) return false;
+    if (read_elsewhere(n->graph, v, n)) return false;
+    if (w->owns_data) free(w->data);
+    else if (!m->release_bytes || !m->release_bytes(m->source, w->data, w->nbytes)) return false;
+    w->data = NULL;
+    w->owns_data = false;
+    return true;
+}
+
 void kiln_model_free(kiln_model *m)
 {
     if (!m) return;

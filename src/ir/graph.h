@@ -111,6 +111,12 @@ struct kiln_node {
     kiln_status (*kernel)(struct kiln_run_ctx *c);
     void *kernel_state;
     void (*kernel_state_free)(void *state);
+    /* when the provider released the original bytes of the constant input `released_in` after
+     * packing it into kernel_state (kiln_node_release_constant: its init->data is then NULL),
+     * how to rebuild them for a call that reads that layout: writes init->nbytes bytes into dst.
+     * NULL when no input was released. */
+    void (*kernel_state_unpack)(const void *state, void *dst);
+    int released_in;
     kiln_act act;              /* fused activation on output 0 (KILN_ACT_NONE: none) */
     /* input added to output 0 (same shape) before act: a fused residual Add, or 0 for none
      * (src/passes/fuse_residual.c; Conv only) */
@@ -181,6 +187,13 @@ typedef struct kiln_model {
      * external-data files); released with release_source */
     void *source;
     void (*release_source)(void *source);
+    /* gives back the bytes the loader lends a constant (data, nbytes): true when they are freed
+     * (the caller clears the value's data), false when they stay readable (mapped file pages,
+     * dropped from memory and read again on a later touch) or are not the loader's. May be NULL. */
+    bool (*release_bytes)(void *source, const void *data, size_t nbytes);
+    /* set by the session (optimised CPU sessions): kernels may release the original bytes of the
+     * constants they packed (kiln_node_release_constant) */
+    bool release_packed;
 } kiln_model;
 
 /* ---- attributes ---- */
@@ -207,6 +220,17 @@ const kiln_graph *kiln_attr_graph_at(const kiln_attr *a, int i);
  * graph outputs are never released early. Run after any change to g's nodes or edges. */
 kiln_status kiln_graph_plan_releases(kiln_graph *g, kiln_err *err);
 kiln_status kiln_model_own_value(kiln_model *m, kiln_value *v, kiln_err *err);
+/* Peak-memory rule for packed weights: once a provider has packed the constant n->in[input]
+ * into n->kernel_state, the original bytes are dead weight unless something else reads them.
+ * When the model allows it (release_packed) and n is the only reader (input `input` only; no
+ * other node of its graph, no subgraph, not a graph input or output), gives the bytes back:
+ * owned data is freed, loader bytes go back through release_bytes (parsed protobuf blocks are
+ * freed, mapped external data has its pages dropped and stays readable). Returns true when the
+ * data is gone (init->data NULL): the caller must then set n->kernel_state_unpack (and
+ * released_in = input) so a fallback to the reference kernel can rebuild it. Called once per
+ * packed weight, right after packing it, so creation's high-water mark holds one weight twice
+ * at most. O(nodes of n's graph). */
+bool kiln_node_release_constant(kiln_node *n, int input);
 kiln_ir_value *kiln_graph_new_value(kiln_graph *g, const char *name, kiln_err *err);
 /* Records a constraint (deduplicated; `what` must outlive the model: a literal or arena). */
 kiln_status kiln_model_add_constraint(kiln_model *m, const kiln_constraint *c, kiln_err *err);

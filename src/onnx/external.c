@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,4 +98,18 @@ void kiln_mappings_release(kiln_mapping *list)
         free(list);
         list = n;
     }
+}
+
+bool kiln_mappings_drop(kiln_mapping *list, const void *p, size_t n)
+{
+    uintptr_t lo = (uintptr_t)p, hi = lo + n;
+    for (; list; list = list->next) {
+        uintptr_t base = (uintptr_t)list->addr;
+        if (!list->addr || lo < base || hi > base + list->len) continue;
+        uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+        uintptr_t a = (lo + page - 1) & ~(page - 1), b = hi & ~(page - 1); /* whole pages only */
+        if (a < b) madvise((void *)a, b - a, MADV_DONTNEED);
+        return true;
+    }
+    return false;
 }

@@ -3,6 +3,7 @@
 #ifndef KILN_ONNX_EXTERNAL_H
 #define KILN_ONNX_EXTERNAL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "core/error.h"
@@ -15,5 +16,8 @@ typedef struct kiln_mapping kiln_mapping;
 kiln_status kiln_external_map(kiln_mapping **list, const char *base_dir, const char *location,
                               const unsigned char **addr, size_t *len, kiln_err *err);
 void kiln_mappings_release(kiln_mapping *list);
+/* When [p, p + n) lies in one of the mappings, drops its whole pages from memory
+ * (MADV_DONTNEED: a later read maps them in again from the file) and returns true. */
+bool kiln_mappings_drop(kiln_mapping *list, const void *p, size_t n);
 
 #endif

@@ -36,6 +36,38 @@ static void release_source(void *p)
     free(s);
 }
 
+/* The raw_data field of an initializer of gp or of its subgraphs holding the block at p, or NULL. */
+static ProtobufCBinaryData *find_raw(Onnx__GraphProto *gp, const void *p, int depth)
+{
+    if (!gp || depth > MAX_GRAPH_DEPTH) return NULL;
+    for (size_t i = 0; i < gp->n_initializer; i++)
+        if (gp->initializer[i]->raw_data.data == p) return &gp->initializer[i]->raw_data;
+    for (size_t k = 0; k < gp->n_node; k++)
+        for (size_t a = 0; a < gp->node[k]->n_attribute; a++) {
+            const Onnx__AttributeProto *at = gp->node[k]->attribute[a];
+            ProtobufCBinaryData *b = find_raw(at->g, p, depth + 1);
+            for (size_t q = 0; !b && q < at->n_graphs; q++) b = find_raw(at->graphs[q], p, depth + 1);
+            if (b) return b;
+        }
+    return NULL;
+}
+
+/* kiln_model.release_bytes: the pages of mapped external data are dropped (the mapping is
+ * private and never written, so a later read faults them in again from the file); a
+ * raw_data block of the parsed proto is freed and its field cleared, so that
+ * free_unpacked does not free it again. O(initializers) per call. */
+static bool release_bytes(void *p, const void *data, size_t nbytes)
+{
+    load_source *s = p;
+    if (kiln_mappings_drop(s->maps, data, nbytes)) return false;
+    ProtobufCBinaryData *b = s->proto ? find_raw(s->proto->graph, data, 0) : NULL;
+    if (!b) return false;
+    free(b->data); /* protobuf-c's default allocator is malloc */
+    b->data = NULL;
+    b->len = 0;
+    return true;
+}
+
 typedef struct loader {
     kiln_model *m;
     kiln_err *err;
@@ -782,6 +814,7 @@ kiln_status kiln_onnx_load(const void *buf, size_t len, const char *base_dir, ki
     }
     m->source = src;
     m->release_source = release_source;
+    m->release_bytes = release_bytes;
     kiln_status st;
     if (!wire_depth_ok(&onnx__model_proto__descriptor, buf, len, 0)) {
         st = kiln_errf(err, KILN_ERR_MODEL, "messages nested more than %d deep", MAX_WIRE_DEPTH);

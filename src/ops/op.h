@@ -113,6 +113,9 @@ int kiln_run_n_in(const kiln_run_ctx *c);
 int kiln_run_n_out(const kiln_run_ctx *c);
 /* Input i, or NULL when absent. Borrowed, read-only. */
 const kiln_value *kiln_run_in(const kiln_run_ctx *c, int i);
+/* Runs fn on this node as c would, but with input i read as v (borrowed): how a kernel hands a
+ * temporary copy of an input to another kernel. Allocates (O(n_in)); for rare paths only. */
+kiln_status kiln_run_with_in(kiln_run_ctx *c, int i, const kiln_value *v, kiln_status (*fn)(kiln_run_ctx *c));
 /* Output tensor i as allocated from run-time inference (data zeroed), or NULL when the node
  * does not produce output i or its shape was left to the kernel. */
 kiln_value *kiln_run_out(kiln_run_ctx *c, int i);

@@ -242,6 +242,38 @@ int main(void)
     c1 = 7.0f;
     CHECK(kiln_sgemm(NULL, false, false, 1, 1, 1, 2.0f, &a1, 1, &a1, 1, 1.0f, &c1, 1) == KILN_OK && c1 == 9.0f);
 
+    /* packing is invertible: unpack gives back the original bits (weights whose originals were
+     * released are rebuilt this way for a fallback), at every level, odd sizes and more than
+     * one KC block included */
+    for (int l = 0; l < 3; l++) {
+        if (!kiln_gemm_level_supported(levels[l])) continue;
+        kiln_gemm_ctx lc = {.level = levels[l]};
+        for (int i = 0; i < 24; i++) {
+            int64_t R = all[rnd() % N_ALL] + (i == 0 ? 300 : 0), K = all[rnd() % N_ALL] + (i < 3 ? 600 : 0);
+            int64_t n = R * K;
+            float *orig = malloc((size_t)(n ? n : 1) * sizeof *orig), *back = malloc((size_t)(n ? n : 1) * sizeof *back);
+            CHECK(orig && back);
+            for (int64_t e = 0; e < n; e++) orig[e] = rnd_val();
+            for (int trans = 0; trans < 2; trans++) {
+                /* B is [K, R], or [R, K] transposed */
+                kiln_gemm_packed_b *p = NULL;
+                CHECK(kiln_gemm_packed_b_create(&lc, trans, K, R, orig, trans ? K : R, &p) == KILN_OK);
+                memset(back, 0, (size_t)n * sizeof *back);
+                kiln_gemm_packed_b_unpack(p, back);
+                CHECK(!memcmp(orig, back, (size_t)n * sizeof *back));
+                kiln_gemm_packed_b_free(p);
+            }
+            kiln_gemm_packed_a *pa = NULL;
+            CHECK(kiln_gemm_packed_a_create(&lc, R, K, orig, K, &pa) == KILN_OK);
+            memset(back, 0, (size_t)n * sizeof *back);
+            kiln_gemm_packed_a_unpack(pa, back);
+            CHECK(!memcmp(orig, back, (size_t)n * sizeof *back));
+            kiln_gemm_packed_a_free(pa);
+            free(orig);
+            free(back);
+        }
+    }
+
     /* two threads sharing the 2-thread pool */
     shared_ctx sh[2] = {{.ctx = {.pool = pools[1], .level = KILN_GEMM_LEVEL_AUTO}},
                         {.ctx = {.pool = pools[1], .level = KILN_GEMM_LEVEL_BASELINE}}};
