@@ -1,9 +1,11 @@
 /* kernels_norm.c - float32 row kernels over contiguous trailing axes: Softmax (the normalised
  * axes are the last ones), LayerNormalization (Scale and B over exactly the normalised axes),
- * ReduceMean (the reduced axes are the last ones). Rows are spread over the thread pool; sums
+ * ReduceMean (one contiguous run of axes: rows when it is the last ones, else columns of each
+ * outer slice). Rows are spread over the thread pool; sums
  * and means accumulate in double, variances and softmax sums in float partial sums per block of
  * 256 added in double. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cpu/kernels.h"
@@ -182,9 +184,36 @@ static kiln_status layernorm_run(kiln_run_ctx *c)
     return KILN_OK;
 }
 
-/* ---- ReduceMean over the last axes ---- */
+/* ---- ReduceMean over one contiguous run of axes ---- */
 
 static void mean_row(const row_job *j, int64_t r) { j->y[r] = (float)(sum_f64(j->x + r * j->cols, j->cols) / (double)j->cols); }
+
+/* Mean over a middle block of axes: X [outer, r, inner] -> Y [outer, inner], summed in double
+ * like the reference, one outer slice per task. */
+typedef struct mid_job {
+    const float *x;
+    float *y;
+    int64_t r, inner;
+    kiln_status st;
+} mid_job;
+
+static void mean_mid(void *ctx, int64_t begin, int64_t end)
+{
+    mid_job *j = ctx;
+    double *acc = malloc((size_t)j->inner * sizeof *acc);
+    if (!acc) {
+        __atomic_store_n(&j->st, KILN_ERR_NOMEM, __ATOMIC_RELAXED);
+        return;
+    }
+    for (int64_t o = begin; o < end; o++) {
+        const float *x = j->x + o * j->r * j->inner;
+        for (int64_t i = 0; i < j->inner; i++) acc[i] = 0.0;
+        for (int64_t q = 0; q < j->r; q++)
+            for (int64_t i = 0; i < j->inner; i++) acc[i] += x[q * j->inner + i];
+        for (int64_t i = 0; i < j->inner; i++) j->y[o * j->inner + i] = (float)(acc[i] / (double)j->r);
+    }
+    free(acc);
+}
 
 static kiln_status reduce_mean_run(kiln_run_ctx *c)
 {
@@ -209,14 +238,25 @@ static kiln_status reduce_mean_run(kiln_run_ctx *c)
         if (!kiln_axis_norm(attr[i], X->rank, &k) || mask[k]) return kiln_cpu_reference(c);
         mask[k] = true;
     }
-    for (int k = X->rank - na; k < X->rank; k++)
-        if (!mask[k]) return kiln_cpu_reference(c); /* not the last axes */
-    int64_t cols = 1;
-    for (int k = X->rank - na; k < X->rank; k++) cols *= X->dims[k];
-    if (!cols || Y->numel != X->numel / cols || Y->dtype != KILN_DTYPE_FLOAT32) return kiln_cpu_reference(c);
-    row_job j = {.row = mean_row, .rows = Y->numel, .cols = cols, .x = X->data, .y = Y->data};
-    run_rows(c, &j);
-    return KILN_OK;
+    /* the reduced axes must be one contiguous run [a0, a1] */
+    int a0 = 0;
+    while (!mask[a0]) a0++;
+    int a1 = a0 + na - 1;
+    for (int k = a0; k <= a1; k++)
+        if (!mask[k]) return kiln_cpu_reference(c);
+    int64_t outer = 1, cols = 1, inner = 1;
+    for (int k = 0; k < a0; k++) outer *= X->dims[k];
+    for (int k = a0; k <= a1; k++) cols *= X->dims[k];
+    for (int k = a1 + 1; k < X->rank; k++) inner *= X->dims[k];
+    if (!cols || Y->numel != outer * inner || Y->dtype != KILN_DTYPE_FLOAT32) return kiln_cpu_reference(c);
+    if (inner == 1) {
+        row_job j = {.row = mean_row, .rows = Y->numel, .cols = cols, .x = X->data, .y = Y->data};
+        run_rows(c, &j);
+        return KILN_OK;
+    }
+    mid_job j = {X->data, Y->data, cols, inner, KILN_OK};
+    kiln_threadpool_parallel_for(kiln_run_threadpool(c), outer, mean_mid, &j);
+    return j.st ? kiln_run_fail(c, j.st, "out of memory") : KILN_OK;
 }
 
 kiln_kernel_fn kiln_cpu_select_norm(const kiln_node *n)

@@ -319,7 +319,7 @@ def test_layernorm():
 def test_reduce_mean():
     from onnx import numpy_helper
     cases = [([-1], 3), ([2], 3), ([1, 2], 3), ([-1, -2], 3), ([0], 3), ([1], 3), ([0, 2], 3), ([-1], 1),
-             ([3, 2], 4)]
+             ([3, 2], 4), ([1, 2], 4), ([2, 1], 4)]
     for axes, rank in cases:
         for keepdims in (0, 1):
             for opset in (17, 18):
