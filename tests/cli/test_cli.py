@@ -142,12 +142,28 @@ def test_errors(models, tmp):
         ("symbolic dims without --shape", ["run", enc]),
         ("bad shape syntax", ["run", enc, "--shape", "tokens=1xQ"]),
         ("missing npy", ["run", enc, "--input", f"tokens={tmp}/none.npy"]),
+        ("unknown provider", ["run", enc, "--shape", "tokens=1x4", "--provider", "tpu"]),
     ]
     for name, args in cases:
         r = kiln(*args)
         lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
         check(f"error: {name}", r.returncode != 0 and len(lines) >= 1 and lines[0].startswith("kiln: ") and
               "Traceback" not in r.stderr and r.returncode < 128, f"rc={r.returncode} stderr={r.stderr!r}")
+
+
+def test_cuda_provider(models):
+    """--provider cuda: runs where a GPU is usable, else one clean line saying why."""
+    enc = os.path.join(models, "encoder.onnx")
+    for cmd in (["run", enc, "--shape", "tokens=2x9", "--provider", "cuda"],
+                ["bench", enc, "--shape", "tokens=2x9", "--provider", "cuda", "--runs", "2"],
+                ["info", enc, "--provider", "cuda"]):
+        r = kiln(*cmd)
+        lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+        if r.returncode == 0:
+            check(f"cuda {cmd[0]} runs on the GPU", "Traceback" not in r.stderr, r.stderr)
+        else:
+            check(f"cuda {cmd[0]} without a GPU: clean error", r.returncode == 1 and len(lines) == 1 and
+                  lines[0].startswith("kiln: CUDA provider:"), f"rc={r.returncode} stderr={r.stderr!r}")
 
 
 def main():
@@ -158,7 +174,7 @@ def main():
     KILN, models = sys.argv[1], sys.argv[2]
     with tempfile.TemporaryDirectory() as tmp:
         for test in (test_info, lambda m: test_run_matches_ort(m, tmp), lambda m: test_npy_dtypes(tmp), test_verify,
-                     lambda m: test_errors(m, tmp)):
+                     lambda m: test_errors(m, tmp), test_cuda_provider):
             try:
                 test(models)
             except Exception as e:  # one broken test does not hide the others
