@@ -43,4 +43,9 @@ typedef struct kiln_run_env {
 kiln_status kiln_execute(const kiln_graph *g, const kiln_frame *parent, const kiln_run_env *env,
                          const kiln_value *const *inputs, kiln_value **outputs, kiln_err *err);
 
+/* Compile time: runs node n of the main graph with its op's reference kernel, every input read
+ * from its initializer (n has no subgraphs). out[i] receives an owned value for each output n
+ * has (NULL for absent ones). */
+kiln_status kiln_node_evaluate(const kiln_node *n, kiln_value **out, kiln_err *err);
+
 #endif

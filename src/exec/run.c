@@ -136,8 +136,9 @@ static kiln_status value_at(kiln_frame *f, const kiln_ir_value *v, bool device, 
     if (!f->alt[v->id]) {
         void *dst = arena_slot(f, v->id, device, p->nbytes);
         kiln_gpu_run *gpu = f->env->gpu;
-        /* a recorded run copies nothing but its inputs, before it starts */
-        if (!device || !(v->is_input || v->init)) kiln_gpu_mark_unrecordable(gpu);
+        /* a download makes what the host computes next depend on the inputs' contents: the
+         * run cannot be recorded (uploads can: see kiln_gpu_graph_mode) */
+        if (!device) kiln_gpu_mark_unrecordable(gpu);
         KILN_TRY(device ? kiln_gpu_to_device(gpu, v, p, dst, &f->alt[v->id], err)
                         : kiln_gpu_to_host(gpu, p, dst, &f->alt[v->id], err));
     }
@@ -424,5 +425,24 @@ out:
             outputs[j] = NULL;
         }
     frame_release(&f);
+    return st;
+}
+
+kiln_status kiln_node_evaluate(const kiln_node *n, kiln_value **out, kiln_err *err)
+{
+    for (int i = 0; i < n->n_out; i++) out[i] = NULL;
+    if (n->kernel || has_subgraphs(n))
+        return kiln_errf(err, KILN_ERR_RUNTIME, "internal: node '%s' cannot be evaluated at compile time", n->name);
+    kiln_frame f = {.g = n->graph};
+    f.vals = calloc((size_t)f.g->n_values + 1, sizeof *f.vals);
+    f.owned = calloc((size_t)f.g->n_values + 1, sizeof *f.owned);
+    kiln_status st = !f.vals || !f.owned ? kiln_errf(err, KILN_ERR_NOMEM, "out of memory") : run_node(n, &f, err);
+    for (int i = 0; i < n->n_out && !st; i++)
+        if (n->out[i]) {
+            out[i] = f.vals[n->out[i]->id];
+            f.owned[n->out[i]->id] = false;
+        }
+    if (f.vals) frame_release(&f);
+    else free(f.owned);
     return st;
 }

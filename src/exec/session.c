@@ -151,6 +151,7 @@ static kiln_status compile(kiln_session *s, kiln_err *err)
     KILN_TRY(kiln_bind_ops(g, !s->opt.allow_unsupported, err));
     if (!s->opt.unoptimized) {
         int folded;
+        KILN_TRY(kiln_pass_fold_constants(g, &folded, err));
         KILN_TRY(kiln_pass_fold_conv_bn(g, &folded, err));
         if (s->opt.provider == KILN_PROVIDER_CPU) KILN_TRY(kiln_pass_fuse_attention(g, &folded, err));
     }

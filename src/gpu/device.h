@@ -52,11 +52,13 @@ kiln_status kiln_gpu_tensor(kiln_gpu_run *r, kiln_dtype dt, int rank, const int6
 
 /* ---- CUDA graphs: a binding's run recorded once it repeats, then replayed ----
  * A plain run tells kiln_gpu_graph_note whether it could be recorded: every graph input in
- * its arena slot, every output on the device, no copy between host and device inside the run
- * (CPU nodes only doing shape arithmetic), no pool allocation, no fallback. The next run of
- * that binding is captured: inputs are uploaded first, the executor runs with the stream
- * capturing (host work done, device work recorded), outputs come back as device views; the
- * graph is then launched. Later runs upload the inputs, launch the graph and download the
+ * its arena slot, every output on the device, no pool allocation, no fallback, and nothing the
+ * host computes depends on the inputs' contents: no host read of a graph input's elements, no
+ * copy from the device to the host inside the run. What the host computes then depends on the
+ * binding's shapes and the constants alone, so its copies to the device are recorded too (from
+ * pinned bytes the recording keeps). The next run of that binding is captured: inputs are
+ * uploaded first, the executor runs with the stream capturing (host work done, device work
+ * recorded), outputs come back as device views; the graph is then launched. Later runs upload the inputs, launch the graph and download the
  * outputs, skipping the executor. Each run context keeps a few graphs (LRU); growing its
  * arena or workspace drops them, as they point into both. */
 typedef enum kiln_gpu_mode { KILN_GPU_PLAIN, KILN_GPU_CAPTURE, KILN_GPU_REPLAY } kiln_gpu_mode;

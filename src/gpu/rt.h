@@ -38,7 +38,7 @@ typedef hipGraphExec_t gpuGraphExec_t;
 #define gpuStreamCreate(s) hipStreamCreateWithFlags((s), hipStreamNonBlocking)
 #define gpuStreamDestroy hipStreamDestroy
 #define gpuStreamSynchronize hipStreamSynchronize
-#define gpuStreamBeginCapture(s) hipStreamBeginCapture((s), hipStreamCaptureModeThreadLocal)
+#define gpuStreamBeginCapture(s) hipStreamBeginCapture((s), hipStreamCaptureModeRelaxed)
 #define gpuStreamEndCapture hipStreamEndCapture
 #define gpuGraphInstantiate(e, g) hipGraphInstantiate((e), (g), NULL, NULL, 0)
 #define gpuGraphLaunch hipGraphLaunch
@@ -84,7 +84,7 @@ typedef cudaGraphExec_t gpuGraphExec_t;
 #define gpuStreamCreate(s) cudaStreamCreateWithFlags((s), cudaStreamNonBlocking)
 #define gpuStreamDestroy cudaStreamDestroy
 #define gpuStreamSynchronize cudaStreamSynchronize
-#define gpuStreamBeginCapture(s) cudaStreamBeginCapture((s), cudaStreamCaptureModeThreadLocal)
+#define gpuStreamBeginCapture(s) cudaStreamBeginCapture((s), cudaStreamCaptureModeRelaxed)
 #define gpuStreamEndCapture cudaStreamEndCapture
 #define gpuGraphInstantiate(e, g) cudaGraphInstantiate((e), (g), 0)
 #define gpuGraphLaunch cudaGraphLaunch

@@ -28,6 +28,8 @@ typedef struct gpu_graph {
     kiln_value **out;      /* device views of the outputs */
     int64_t nodes_gpu, nodes_cpu; /* node runs the recording stands for */
     uint64_t used;         /* LRU tick */
+    void **held;           /* pinned host bytes the recording uploads from (see held_copy) */
+    int n_held;
 } gpu_graph;
 
 struct kiln_gpu_run {
@@ -46,6 +48,8 @@ struct kiln_gpu_run {
     int64_t mallocs, to_device, to_host, nodes_gpu, nodes_cpu;
     gpuError_t error;      /* first device error of the run */
     bool capturing, unrecordable;
+    void **held;           /* pinned buffers of the capture in progress */
+    int n_held;
     gpu_graph graphs[GRAPHS_PER_RUN];
     uint64_t tick;
     int64_t captured, replayed;
@@ -150,11 +154,29 @@ kiln_status kiln_gpu_session_create(int device_id, kiln_graph *g, kiln_gpu_sessi
     return KILN_OK;
 }
 
-static void graph_clear(gpu_graph *g)
+static void held_free(void ***held, int *n)
+{
+    for (int i = 0; i < *n; i++) gpuFreeHost((*held)[i]);
+    free(*held);
+    *held = NULL;
+    *n = 0;
+}
+
+/* Forgets g's recording (its key stays). */
+static void graph_drop(gpu_graph *g)
 {
     if (g->exec) gpuGraphExecDestroy(g->exec);
+    g->exec = NULL;
     for (int j = 0; j < g->n_out; j++) kiln_value_free(g->out[j]);
     free(g->out);
+    g->out = NULL;
+    g->n_out = 0;
+    held_free(&g->held, &g->n_held);
+}
+
+static void graph_clear(gpu_graph *g)
+{
+    graph_drop(g);
     free(g->key);
     memset(g, 0, sizeof *g);
 }
@@ -162,20 +184,13 @@ static void graph_clear(gpu_graph *g)
 /* Drops the recorded graphs, keeping what is known of each binding. */
 static void graphs_invalidate(kiln_gpu_run *r)
 {
-    for (int i = 0; i < GRAPHS_PER_RUN; i++) {
-        gpu_graph *g = &r->graphs[i];
-        if (g->exec) gpuGraphExecDestroy(g->exec);
-        g->exec = NULL;
-        for (int j = 0; j < g->n_out; j++) kiln_value_free(g->out[j]);
-        free(g->out);
-        g->out = NULL;
-        g->n_out = 0;
-    }
+    for (int i = 0; i < GRAPHS_PER_RUN; i++) graph_drop(&r->graphs[i]);
 }
 
 static void run_free(kiln_gpu_run *r)
 {
     for (int i = 0; i < GRAPHS_PER_RUN; i++) graph_clear(&r->graphs[i]);
+    held_free(&r->held, &r->n_held);
     if (r->stream) gpuStreamSynchronize(r->stream);
     if (r->blas) gpublasDestroy(r->blas);
     if (r->blaslt) gpublasLtDestroy(r->blaslt);
@@ -377,6 +392,20 @@ static kiln_status staging(kiln_gpu_run *r, size_t n, unsigned char **p, kiln_er
     return KILN_OK;
 }
 
+/* During a capture, pinned bytes that the recording keeps: a value the host computed in the
+ * middle of a recordable run depends on the binding's shapes alone (device.h), so the
+ * recorded copy from these bytes is right on every replay of that binding. */
+static kiln_status held_copy(kiln_gpu_run *r, size_t n, unsigned char **p, kiln_err *err)
+{
+    void **grown = realloc(r->held, ((size_t)r->n_held + 1) * sizeof *grown);
+    if (!grown) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
+    r->held = grown;
+    gpuError_t e = gpuHostAlloc((void **)p, n);
+    if (e != gpuSuccess) return rt_fail(err, e, "allocating pinned memory");
+    r->held[r->n_held++] = *p;
+    return KILN_OK;
+}
+
 kiln_status kiln_gpu_to_device(kiln_gpu_run *r, const kiln_ir_value *iv, const kiln_value *host, void *dst,
                                kiln_value **out, kiln_err *err)
 {
@@ -391,7 +420,7 @@ kiln_status kiln_gpu_to_device(kiln_gpu_run *r, const kiln_ir_value *iv, const k
     KILN_TRY(kiln_gpu_tensor(r, host->dtype, host->rank, host->dims, dst, out, err));
     if (!host->nbytes) return KILN_OK;
     unsigned char *stage;
-    kiln_status st = staging(r, host->nbytes, &stage, err);
+    kiln_status st = r->capturing ? held_copy(r, host->nbytes, &stage, err) : staging(r, host->nbytes, &stage, err);
     if (!st) {
         memcpy(stage, host->data, host->nbytes);
         gpuError_t e = gpuMemcpyAsync((*out)->data, stage, host->nbytes, gpuMemcpyHostToDevice, r->stream);
@@ -583,8 +612,13 @@ kiln_status kiln_gpu_capture_end(kiln_gpu_run *r, const int64_t *key, int n, boo
         gpuGetLastError(); /* a failed capture leaves no lasting error */
         if (exec) gpuGraphExecDestroy(exec);
         if (g) g->unrecordable = true;
+        held_free(&r->held, &r->n_held);
         return KILN_OK;
     }
+    g->held = r->held;
+    g->n_held = r->n_held;
+    r->held = NULL;
+    r->n_held = 0;
     g->out = calloc((size_t)n_out + 1, sizeof *g->out);
     if (!g->out) {
         gpuGraphExecDestroy(exec);

@@ -73,6 +73,16 @@ const kiln_graph *kiln_attr_graph(const kiln_node *n, const char *name)
     return a && a->type == KILN_ATTR_GRAPH ? a->g : NULL;
 }
 
+void kiln_ir_value_set_constant(kiln_ir_value *v, const kiln_value *t)
+{
+    v->producer = NULL;
+    v->init = t;
+    v->type.kind = KILN_VALUE_TENSOR;
+    v->type.dtype = t->dtype;
+    v->type.rank = t->rank;
+    for (int k = 0; k < t->rank; k++) v->type.dims[k] = kiln_dim_const(t->dims[k]);
+}
+
 kiln_status kiln_model_own_value(kiln_model *m, kiln_value *v, kiln_err *err)
 {
     if (m->n_owned == m->cap_owned) {

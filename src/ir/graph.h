@@ -232,6 +232,9 @@ kiln_status kiln_model_own_value(kiln_model *m, kiln_value *v, kiln_err *err);
  * at most. O(nodes of n's graph). */
 bool kiln_node_release_constant(kiln_node *n, int input);
 kiln_ir_value *kiln_graph_new_value(kiln_graph *g, const char *name, kiln_err *err);
+/* Makes v a constant holding t (owned by the model), its type t's: graph passes that compute a
+ * value when the session is compiled. v loses its producer. */
+void kiln_ir_value_set_constant(kiln_ir_value *v, const kiln_value *t);
 /* Records a constraint (deduplicated; `what` must outlive the model: a literal or arena). */
 kiln_status kiln_model_add_constraint(kiln_model *m, const kiln_constraint *c, kiln_err *err);
 /* Sets a type to unknown. */

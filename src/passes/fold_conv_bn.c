@@ -37,12 +37,7 @@ static kiln_ir_value *constant(kiln_graph *g, const char *name, kiln_value *t, k
 {
     if (kiln_model_own_value(g->model, t, err)) return NULL;
     kiln_ir_value *v = kiln_graph_new_value(g, name, err);
-    if (!v) return NULL;
-    v->init = t;
-    v->type.kind = KILN_VALUE_TENSOR;
-    v->type.dtype = t->dtype;
-    v->type.rank = t->rank;
-    for (int k = 0; k < t->rank; k++) v->type.dims[k] = kiln_dim_const(t->dims[k]);
+    if (v) kiln_ir_value_set_constant(v, t);
     return v;
 }
 

@@ -7,6 +7,12 @@
 #include "core/error.h"
 #include "ir/graph.h"
 
+/* Evaluates each node whose inputs are all constants (not random, no subgraphs, outputs no
+ * larger than its inputs plus 1 MiB, none a graph output) with its reference kernel: its outputs
+ * become constants and it leaves the graph (fold_constants.c). Every provider's sessions.
+ * *folded receives the count. */
+kiln_status kiln_pass_fold_constants(kiln_graph *g, int *folded, kiln_err *err);
+
 /* Folds an inference-mode BatchNormalization that is the only reader of a Conv's output, with
  * constant float32 weights and statistics, into that Conv's weights and bias; the Conv then
  * produces the BatchNormalization's output. *folded receives the count. */

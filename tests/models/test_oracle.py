@@ -1017,8 +1017,75 @@ def test_conv_transpose():
         compare(f"ConvTranspose {attrs} bias={with_bias}", blob, feeds)
 
 
+def test_constant_folding():
+    """Nodes of constants only are evaluated when the session is compiled (a graph pass of every
+    optimised session): Constant forms, chains of them, a folded value that is also a graph
+    output, an initializer that is also a graph input (fed in some runs: never folded), a random
+    op (never folded: two runs differ), an output too large to fold, and a constant node that
+    fails (the run must fail as the reference's does)."""
+    from onnx import numpy_helper
+    k, n = 7, 5
+    w = rand(n, k)
+    nodes = [helper.make_node("Constant", [], ["W"], value=numpy_helper.from_array(w)),
+             helper.make_node("Transpose", ["W"], ["Wt"]),
+             helper.make_node("Constant", [], ["half"], value_float=0.5),
+             helper.make_node("Constant", [], ["two"], value_floats=[2.0]),
+             helper.make_node("Mul", ["half", "two"], ["one"]),
+             helper.make_node("Cast", ["one"], ["one_d"], to=TensorProto.DOUBLE),
+             helper.make_node("Cast", ["one_d"], ["one_f"], to=TensorProto.FLOAT),
+             helper.make_node("MatMul", ["X", "Wt"], ["xw"]),
+             helper.make_node("Add", ["xw", "one_f"], ["xw1"]),
+             helper.make_node("Mul", ["xw1", "S"], ["Y"]),          # S: initializer and graph input
+             helper.make_node("Identity", ["Wt"], ["Wout"]),        # a folded chain as an output
+             helper.make_node("Constant", [], ["big_shape"], value_ints=[700, 600]),
+             helper.make_node("ConstantOfShape", ["big_shape"], ["big"],
+                              value=numpy_helper.from_array(np.array([1.5], np.float32))),
+             helper.make_node("ReduceSum", ["big"], ["big_sum"], keepdims=0),
+             helper.make_node("Add", ["big_sum", "one_f"], ["Z"])]
+    s_init = numpy_helper.from_array(np.array([3.0], np.float32), "S")
+    g = helper.make_graph(nodes, "fold", [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["b", k]),
+                                          helper.make_tensor_value_info("S", TensorProto.FLOAT, [1])],
+                          [helper.make_tensor_value_info(x, TensorProto.FLOAT, None) for x in ("Y", "Wout", "Z")],
+                          [s_init])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    feeds = [{"X": rand(b, k)} for b in (1, 4, 0, 9)] + [{"X": rand(3, k), "S": rand(1)}, {"X": rand(2, k)}]
+    compare("constant folding", m.SerializeToString(), feeds)
+    got = kiln.Session(m.SerializeToString()).run({"X": rand(2, k)})
+    check("constant folding: folded output Wout", np.array_equal(got[1], w.T))
+    check("constant folding: the large ConstantOfShape", np.isclose(got[2], 700 * 600 * 1.5 + 1, rtol=1e-6))
+
+    # a random op of constants stays a node: two runs differ
+    nodes = [helper.make_node("RandomUniform", [], ["r"], shape=[64], dtype=TensorProto.FLOAT),
+             helper.make_node("Add", ["r", "X"], ["Y"])]
+    g = helper.make_graph(nodes, "rand", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [64])],
+                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    sess = kiln.Session(m.SerializeToString())
+    x = rand(64)
+    a, b = sess.run({"X": x})[0], sess.run({"X": x})[0]
+    check("constant folding: RandomUniform is not folded", not np.array_equal(a, b))
+
+    # a constant node that fails: the session is created, the run fails naming the node
+    nodes = [helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(rand(6))),
+             helper.make_node("Constant", [], ["shape"], value_ints=[4]),
+             helper.make_node("Reshape", ["c", "shape"], ["bad"], name="bad_reshape"),
+             helper.make_node("Add", ["bad", "X"], ["Y"])]
+    g = helper.make_graph(nodes, "bad", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [4])],
+                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    try:
+        sess = kiln.Session(m.SerializeToString())
+        sess.run({"X": rand(4)})
+        check("constant folding: failing constant node", False, "the run succeeded")
+    except kiln.KilnError as e:
+        check("constant folding: failing constant node", "bad_reshape" in str(e), str(e))
+
+
 def main():
-    for test in (test_conv_bn_folding, test_fused_activation, test_matmul, test_gemm, test_packed_weights, test_conv, test_binary, test_unary, test_inplace_chain,
+    for test in (test_constant_folding, test_conv_bn_folding, test_fused_activation, test_matmul, test_gemm, test_packed_weights, test_conv, test_binary, test_unary, test_inplace_chain,
                  test_softmax, test_layernorm, test_reduce_mean, test_transpose, test_batchnorm, test_clip, test_pool,
                  test_global_pool, test_depthwise_conv, test_conv_packed, test_conv_residual, test_attention,
                  test_gelu_fusion, test_matmul_bias, test_conv_transpose):
