@@ -297,6 +297,7 @@ typedef struct kiln_session_stats {
     int64_t copies_to_host;    /* device-to-host tensor copies (outputs, GPU-to-CPU boundaries) */
     int64_t graphs_captured;   /* runs recorded as a CUDA graph (one per binding, LRU-bounded) */
     int64_t graphs_replayed;   /* runs served by replaying a recorded graph */
+    char graphs_note[192];     /* why the last run that could not be recorded could not, or "" */
 } kiln_session_stats;
 
 /* Copies the session's counters into *out. Thread-safe. */

@@ -43,7 +43,7 @@ class _Stats(C.Structure):
                 ("run_ns", C.c_int64), ("nodes_gpu", C.c_int), ("nodes_cpu", C.c_int),
                 ("node_runs_gpu", C.c_int64), ("node_runs_cpu", C.c_int64), ("device_mallocs", C.c_int64),
                 ("copies_to_device", C.c_int64), ("copies_to_host", C.c_int64), ("graphs_captured", C.c_int64),
-                ("graphs_replayed", C.c_int64)]
+                ("graphs_replayed", C.c_int64), ("graphs_note", C.c_char * 192)]
 
 PROVIDERS = {"cpu": 0, "cuda": 1}
 
@@ -157,7 +157,9 @@ class Session:
     def stats(self):
         st = _Stats()
         self._lib.kiln_session_stats_get(self._h, C.byref(st))
-        return {name: getattr(st, name) for name, _ in _Stats._fields_}
+        out = {name: getattr(st, name) for name, _ in _Stats._fields_}
+        out["graphs_note"] = out["graphs_note"].decode("utf-8", "replace")
+        return out
 
     def _to_numpy(self, v):
         lib = self._lib

@@ -370,6 +370,9 @@ def main():
                     if r["model"] == label:
                         r["nodes"] = f"{st['nodes_gpu']}/{st['nodes_cpu']}"
                         r["graphs"] = st["graphs_replayed"]
+                        if st.get("graphs_note"):
+                            r["note"] = (r["note"] + "; " if r["note"] else "") + "not recorded: " + st["graphs_note"]
+                            log(f"{label}: not recorded: {st['graphs_note']}")
                 sess.close()
             torch.cuda.empty_cache()
 

@@ -369,6 +369,7 @@ static int cmd_run(int argc, char **argv, bool bench)
                    "; copies %" PRId64 " to device, %" PRId64 " to host; graphs captured %" PRId64 ", replayed %" PRId64 "\n",
                    st.nodes_gpu, st.nodes_cpu, st.node_runs_gpu, st.node_runs_cpu, st.device_mallocs, st.copies_to_device,
                    st.copies_to_host, st.graphs_captured, st.graphs_replayed);
+        if (a.provider == KILN_PROVIDER_CUDA && st.graphs_note[0]) printf("gpu: not recorded: %s\n", st.graphs_note);
     }
 out:
     cli_free_values(in, n_in);

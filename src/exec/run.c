@@ -138,7 +138,7 @@ static kiln_status value_at(kiln_frame *f, const kiln_ir_value *v, bool device, 
         kiln_gpu_run *gpu = f->env->gpu;
         /* a download makes what the host computes next depend on the inputs' contents: the
          * run cannot be recorded (uploads can: see kiln_gpu_graph_mode) */
-        if (!device) kiln_gpu_mark_unrecordable(gpu);
+        if (!device) kiln_gpu_mark_unrecordable(gpu, "'%s' is copied to the host in the middle of the run", v->name);
         KILN_TRY(device ? kiln_gpu_to_device(gpu, v, p, dst, &f->alt[v->id], err)
                         : kiln_gpu_to_host(gpu, p, dst, &f->alt[v->id], err));
     }
@@ -236,7 +236,9 @@ static kiln_status run_node(const kiln_node *n, kiln_frame *f, kiln_err *err)
         if (gpu && n->in[i] && !(!on_gpu && reads_type_only(n))) {
             bool device = on_gpu && !(n->host_inputs & (1u << i));
             /* the host reading a graph input's contents: a recording would keep them */
-            if (!device && n->in[i]->is_input && !n->in[i]->init) kiln_gpu_mark_unrecordable(gpu);
+            if (!device && n->in[i]->is_input && !n->in[i]->init)
+                kiln_gpu_mark_unrecordable(gpu, "node '%s' (%s) reads input '%s' on the host", n->name, n->op_type,
+                                           n->in[i]->name);
             st = value_at(f, n->in[i], device, &in[i], err);
             if (st) goto fail;
         } else {
@@ -389,10 +391,9 @@ kiln_status kiln_execute(const kiln_graph *g, const kiln_frame *parent, const ki
         if (v->graph == g && f.vals[v->id] && f.vals[v->id]->on_device) {
             const kiln_value *x = f.vals[v->id];
             if (kiln_gpu_capturing(env->gpu)) {
-                /* recording: the device tensor itself (in the arena), downloaded after launch */
-                st = kiln_value_view(x->dtype, x->rank, x->dims, x->data, &outputs[j], err);
+                /* recording: a device view, downloaded after each launch */
+                st = kiln_gpu_capture_output(env->gpu, x, &outputs[j], err);
                 if (st) goto out;
-                outputs[j]->on_device = true;
                 continue;
             }
             /* a new host tensor for the caller */
@@ -400,7 +401,7 @@ kiln_status kiln_execute(const kiln_graph *g, const kiln_frame *parent, const ki
             if (st) goto out;
             continue;
         }
-        if (env && env->gpu) kiln_gpu_mark_unrecordable(env->gpu);
+        if (env && env->gpu) kiln_gpu_mark_unrecordable(env->gpu, "output '%s' is computed on the host", v->name);
         if (v->graph == g && f.owned[v->id]) {
             /* hand over the frame's value; a second listing of it gets a copy */
             outputs[j] = f.vals[v->id];

@@ -52,24 +52,31 @@ kiln_status kiln_gpu_tensor(kiln_gpu_run *r, kiln_dtype dt, int rank, const int6
 
 /* ---- CUDA graphs: a binding's run recorded once it repeats, then replayed ----
  * A plain run tells kiln_gpu_graph_note whether it could be recorded: every graph input in
- * its arena slot, every output on the device, no pool allocation, no fallback, and nothing the
- * host computes depends on the inputs' contents: no host read of a graph input's elements, no
- * copy from the device to the host inside the run. What the host computes then depends on the
- * binding's shapes and the constants alone, so its copies to the device are recorded too (from
- * pinned bytes the recording keeps). The next run of that binding is captured: inputs are
- * uploaded first, the executor runs with the stream capturing (host work done, device work
- * recorded), outputs come back as device views; the graph is then launched. Later runs upload the inputs, launch the graph and download the
- * outputs, skipping the executor. Each run context keeps a few graphs (LRU); growing its
- * arena or workspace drops them, as they point into both. */
+ * its arena slot, no fallback, and nothing the host computes depends on the inputs' contents:
+ * no host read of a graph input's elements, no copy from the device to the host inside the
+ * run. What the host computes then depends on the binding's shapes and the constants alone,
+ * so its copies to the device are recorded too (from pinned bytes the recording keeps), as are
+ * the allocations and releases of tensors without an arena slot (from the stream-ordered
+ * pool). The next run of that binding is captured: inputs are uploaded first, the executor
+ * runs with the stream capturing (host work done, device work recorded), outputs come back as
+ * device views (copied out of the pool into memory the recording keeps); the graph is then
+ * launched. Later runs upload the
+ * inputs, launch the graph and download the outputs, skipping the executor. Each run context
+ * keeps a few graphs (LRU); growing its arena or workspace drops them, as they point into
+ * both. */
 typedef enum kiln_gpu_mode { KILN_GPU_PLAIN, KILN_GPU_CAPTURE, KILN_GPU_REPLAY } kiln_gpu_mode;
 
 kiln_gpu_mode kiln_gpu_graph_mode(kiln_gpu_run *r, const int64_t *key, int n);
 /* After a plain run of this binding. */
 void kiln_gpu_graph_note(kiln_gpu_run *r, const int64_t *key, int n);
-/* Something in this run cannot be recorded (see above). */
-void kiln_gpu_mark_unrecordable(kiln_gpu_run *r);
+/* Something in this run cannot be recorded (see above): the first reason of a run is kept
+ * and shows in the session statistics (graphs_note). */
+void kiln_gpu_mark_unrecordable(kiln_gpu_run *r, const char *fmt, ...);
 bool kiln_gpu_capturing(const kiln_gpu_run *r);
 kiln_status kiln_gpu_capture_begin(kiln_gpu_run *r, kiln_err *err);
+/* While capturing: graph output x as a device view that outlives the recording's run (x
+ * itself when it lies in the arena, else a recorded copy into memory the recording keeps). */
+kiln_status kiln_gpu_capture_output(kiln_gpu_run *r, const kiln_value *x, kiln_value **out, kiln_err *err);
 /* Ends the capture. ok: the executor succeeded and outs[0..n_out) are the outputs as device
  * views (borrowed: copied into the graph's record). Returns KILN_OK with *recorded true when
  * the graph was kept; a failed capture marks the binding unrecordable (*recorded false) and

@@ -2,6 +2,8 @@
  * uploaded, its pool of run contexts (stream, BLAS handles, device arena, workspace, pinned
  * staging), copies between host and device, and what a GPU kernel asks of its run context. */
 #include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +19,12 @@
 #define PINNED_MIN (1u << 20)
 #define GRAPHS_PER_RUN 8
 
+/* Memory a recording reads or writes on every replay (see held_alloc). */
+typedef struct held_buf {
+    void *p;
+    bool device;
+} held_buf;
+
 /* One binding's recorded run (see device.h). */
 typedef struct gpu_graph {
     int64_t *key;
@@ -28,7 +36,7 @@ typedef struct gpu_graph {
     kiln_value **out;      /* device views of the outputs */
     int64_t nodes_gpu, nodes_cpu; /* node runs the recording stands for */
     uint64_t used;         /* LRU tick */
-    void **held;           /* pinned host bytes the recording uploads from (see held_copy) */
+    held_buf *held;        /* what the recording keeps (see held_alloc) */
     int n_held;
 } gpu_graph;
 
@@ -48,7 +56,8 @@ struct kiln_gpu_run {
     int64_t mallocs, to_device, to_host, nodes_gpu, nodes_cpu;
     gpuError_t error;      /* first device error of the run */
     bool capturing, unrecordable;
-    void **held;           /* pinned buffers of the capture in progress */
+    char why[192];         /* the first reason the run cannot be recorded */
+    held_buf *held;        /* memory of the capture in progress */
     int n_held;
     gpu_graph graphs[GRAPHS_PER_RUN];
     uint64_t tick;
@@ -65,6 +74,7 @@ struct kiln_gpu_session {
     kiln_value **weight;   /* [n_values] device views of main-graph constants, or NULL */
     int nodes_gpu, nodes_cpu;
     pthread_mutex_t lock;
+    char why[192];         /* the last run's reason it could not be recorded */
     kiln_gpu_run *free_runs, *all_runs;
     int64_t mallocs, to_device, to_host, node_runs_gpu, node_runs_cpu, captured, replayed;
 };
@@ -154,9 +164,12 @@ kiln_status kiln_gpu_session_create(int device_id, kiln_graph *g, kiln_gpu_sessi
     return KILN_OK;
 }
 
-static void held_free(void ***held, int *n)
+static void held_free(held_buf **held, int *n)
 {
-    for (int i = 0; i < *n; i++) gpuFreeHost((*held)[i]);
+    for (int i = 0; i < *n; i++) {
+        if ((*held)[i].device) gpuFree((*held)[i].p);
+        else gpuFreeHost((*held)[i].p);
+    }
     free(*held);
     *held = NULL;
     *n = 0;
@@ -236,6 +249,7 @@ void kiln_gpu_session_stats(kiln_gpu_session *gs, kiln_session_stats *st)
     st->copies_to_host = gs->to_host;
     st->graphs_captured = gs->captured;
     st->graphs_replayed = gs->replayed;
+    snprintf(st->graphs_note, sizeof st->graphs_note, "%s", gs->why);
     pthread_mutex_unlock(&gs->lock);
 }
 
@@ -323,6 +337,7 @@ kiln_status kiln_gpu_run_end(kiln_gpu_session *gs, kiln_gpu_run *r, kiln_err *er
     gs->node_runs_cpu += r->nodes_cpu;
     gs->captured += r->captured;
     gs->replayed += r->replayed;
+    if (r->unrecordable) memcpy(gs->why, r->why, sizeof gs->why);
     r->next = gs->free_runs;
     gs->free_runs = r;
     pthread_mutex_unlock(&gs->lock);
@@ -353,7 +368,8 @@ kiln_status kiln_gpu_tensor(kiln_gpu_run *r, kiln_dtype dt, int rank, const int6
     KILN_TRY(kiln_value_view(dt, rank, dims, dst, &v, err));
     v->on_device = true;
     if (v->nbytes && !dst) {
-        r->unrecordable = true;
+        /* recordable: a capture records the allocation and the release (the value is
+         * released before the capture ends; outputs must be in the arena, see capture_end) */
         void *p = NULL;
         gpuError_t e = gpuMallocAsync(&p, v->nbytes, r->stream);
         if (e != gpuSuccess) {
@@ -392,17 +408,34 @@ static kiln_status staging(kiln_gpu_run *r, size_t n, unsigned char **p, kiln_er
     return KILN_OK;
 }
 
-/* During a capture, pinned bytes that the recording keeps: a value the host computed in the
+/* During a capture, memory the recording keeps for its replays: pinned host bytes it
+ * uploads from and device buffers it leaves outputs in. A value the host computed in the
  * middle of a recordable run depends on the binding's shapes alone (device.h), so the
- * recorded copy from these bytes is right on every replay of that binding. */
-static kiln_status held_copy(kiln_gpu_run *r, size_t n, unsigned char **p, kiln_err *err)
+ * recorded copy from its bytes is right on every replay of that binding. */
+static kiln_status held_alloc(kiln_gpu_run *r, size_t n, bool device, void **p, kiln_err *err)
 {
-    void **grown = realloc(r->held, ((size_t)r->n_held + 1) * sizeof *grown);
+    held_buf *grown = realloc(r->held, ((size_t)r->n_held + 1) * sizeof *grown);
     if (!grown) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
     r->held = grown;
-    gpuError_t e = gpuHostAlloc((void **)p, n);
-    if (e != gpuSuccess) return rt_fail(err, e, "allocating pinned memory");
-    r->held[r->n_held++] = *p;
+    gpuError_t e = device ? gpuMalloc(p, n) : gpuHostAlloc(p, n);
+    if (e != gpuSuccess) return rt_fail(err, e, device ? "allocating device memory" : "allocating pinned memory");
+    r->held[r->n_held++] = (held_buf){*p, device};
+    return KILN_OK;
+}
+
+kiln_status kiln_gpu_capture_output(kiln_gpu_run *r, const kiln_value *x, kiln_value **out, kiln_err *err)
+{
+    *out = NULL;
+    void *at = x->data;
+    const unsigned char *p = x->data;
+    if (x->nbytes && (p < r->arena || p + x->nbytes > r->arena + r->arena_size)) {
+        /* from the pool, released before the recording ends: copied to memory it keeps */
+        KILN_TRY(held_alloc(r, x->nbytes, true, &at, err));
+        gpuError_t e = gpuMemcpyAsync(at, x->data, x->nbytes, gpuMemcpyDeviceToDevice, r->stream);
+        if (e != gpuSuccess) return rt_fail(err, e, "copying an output");
+    }
+    KILN_TRY(kiln_value_view(x->dtype, x->rank, x->dims, at, out, err));
+    (*out)->on_device = true;
     return KILN_OK;
 }
 
@@ -420,7 +453,8 @@ kiln_status kiln_gpu_to_device(kiln_gpu_run *r, const kiln_ir_value *iv, const k
     KILN_TRY(kiln_gpu_tensor(r, host->dtype, host->rank, host->dims, dst, out, err));
     if (!host->nbytes) return KILN_OK;
     unsigned char *stage;
-    kiln_status st = r->capturing ? held_copy(r, host->nbytes, &stage, err) : staging(r, host->nbytes, &stage, err);
+    kiln_status st = r->capturing ? held_alloc(r, host->nbytes, false, (void **)&stage, err)
+                                  : staging(r, host->nbytes, &stage, err);
     if (!st) {
         memcpy(stage, host->data, host->nbytes);
         gpuError_t e = gpuMemcpyAsync((*out)->data, stage, host->nbytes, gpuMemcpyHostToDevice, r->stream);
@@ -499,7 +533,7 @@ kiln_status kiln_gpu_fallback(kiln_run_ctx *c)
 {
     const kiln_node *n = c->node;
     kiln_gpu_run *r = c->gpu;
-    r->unrecordable = true;
+    kiln_gpu_mark_unrecordable(r, "node '%s' (%s) fell back to its CPU kernel", n->name, n->op_type);
     int ni = n->n_in, no = n->n_out;
     kiln_value **tmp_in = calloc((size_t)ni + 1, sizeof *tmp_in);
     const kiln_value **in = calloc((size_t)ni + 1, sizeof *in);
@@ -583,7 +617,15 @@ void kiln_gpu_graph_note(kiln_gpu_run *r, const int64_t *key, int n)
     if (r->unrecordable) g->unrecordable = true;
 }
 
-void kiln_gpu_mark_unrecordable(kiln_gpu_run *r) { r->unrecordable = true; }
+void kiln_gpu_mark_unrecordable(kiln_gpu_run *r, const char *fmt, ...)
+{
+    if (r->unrecordable) return;
+    r->unrecordable = true;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->why, sizeof r->why, fmt, ap);
+    va_end(ap);
+}
 bool kiln_gpu_capturing(const kiln_gpu_run *r) { return r->capturing; }
 
 kiln_status kiln_gpu_capture_begin(kiln_gpu_run *r, kiln_err *err)
@@ -610,6 +652,7 @@ kiln_status kiln_gpu_capture_end(kiln_gpu_run *r, const int64_t *key, int n, boo
     if (graph) gpuGraphDestroy(graph);
     if (!ok) {
         gpuGetLastError(); /* a failed capture leaves no lasting error */
+        kiln_gpu_mark_unrecordable(r, "the capture failed (%s)", e != gpuSuccess ? gpuGetErrorString(e) : "instantiation, or an output not on the device");
         if (exec) gpuGraphExecDestroy(exec);
         if (g) g->unrecordable = true;
         held_free(&r->held, &r->n_held);

@@ -420,6 +420,98 @@ def test_steady_state():
               f"{after['copies_to_device']} d2h {after['copies_to_host']}")
 
 
+def mask_model():
+    """What exported transformers do around their attention mask: host shape arithmetic (Shape,
+    Gather, Range) whose results the GPU reads in the middle of the run, beside the mask's
+    elements, which the GPU reads itself."""
+    i64 = lambda name, v: tensor(name, np.array(v, np.int64))  # noqa: E731
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Gather", ["shape", "one"], ["s"]),
+             helper.make_node("Range", ["zero", "s", "one"], ["pos"]),      # host: [s]
+             helper.make_node("Unsqueeze", ["pos", "axis0"], ["pos2"]),     # GPU reads it: [1, s]
+             helper.make_node("Cast", ["pos2"], ["posf"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["posf", "scale"], ["pe"]),
+             helper.make_node("Cast", ["mask"], ["maskf"], to=TensorProto.FLOAT),
+             helper.make_node("Sub", ["onef", "maskf"], ["inv"]),
+             helper.make_node("Mul", ["inv", "big"], ["bias"]),
+             helper.make_node("Add", ["x", "pe"], ["xp"]),
+             helper.make_node("Add", ["xp", "bias"], ["z"]),
+             helper.make_node("Softmax", ["z"], ["y"], axis=-1)]
+    inits = [i64("zero", 0), i64("one", 1), i64("axis0", [0]), tensor("scale", np.array(0.25, np.float32)),
+             tensor("onef", np.array(1, np.float32)), tensor("big", np.array(-1e4, np.float32))]
+    return make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "s"]),
+                              helper.make_tensor_value_info("mask", TensorProto.INT64, ["b", "s"])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", "s"])], inits)
+
+
+def test_recording():
+    """Recorded runs stay right when the host computes values in the middle of the run: values
+    of shapes alone are recorded (and replayed on new data), values of the inputs' elements
+    keep the binding unrecorded."""
+    blob = mask_model()
+    gpu, ref = cuda(blob), reference(blob)
+    r = np.random.default_rng(11)
+
+    def feeds(shape):
+        return {"x": r.standard_normal(shape).astype(np.float32), "mask": r.integers(0, 2, size=shape).astype(np.int64)}
+    for _ in range(3):
+        gpu.run(feeds((2, 37)))
+        gpu.run(feeds((1, 128)))
+    before = gpu.stats()
+    ok = True
+    for i in range(12):
+        f = feeds((2, 37) if i % 2 else (1, 128))
+        ok = compare(f"recording: mask model {f['x'].shape} call {i}", gpu.run(f)[0], ref.run(f)[0]) and ok
+    after = gpu.stats()
+    check("recording: mask model replayed", after["graphs_replayed"] - before["graphs_replayed"] == 12,
+          f"captured {after['graphs_captured']}, replayed {before['graphs_replayed']} -> {after['graphs_replayed']}")
+
+    # a tensor whose shape inference cannot give before the run (Expand to a shape the host
+    # computes with Where, as exported position ids are) lives in the device pool, not the
+    # arena: its allocation is recorded too
+    i64 = lambda name, v: tensor(name, np.array(v, np.int64))  # noqa: E731
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Gather", ["shape", "zero"], ["b"]),
+             helper.make_node("Unsqueeze", ["b", "axis0"], ["b1"]),
+             helper.make_node("Concat", ["b1", "minus1"], ["target"], axis=0),
+             helper.make_node("Equal", ["target", "minus1s"], ["is_neg"]),
+             helper.make_node("Where", ["is_neg", "ones", "target"], ["target2"]),
+             helper.make_node("Expand", ["table", "target2"], ["e"]),
+             helper.make_node("ReduceSum", ["e", "axes01"], ["e_sum"], keepdims=0),
+             helper.make_node("Reshape", ["e_sum", "one_shape"], ["e1"]),
+             helper.make_node("Mul", ["x", "e1"], ["y"]),
+             helper.make_node("Mul", ["e", "e"], ["z"])]  # an output without an arena slot
+    inits = [i64("zero", 0), i64("axis0", [0]), i64("minus1", [-1]), i64("minus1s", [-1, -1]), i64("ones", [1, 1]),
+             tensor("table", r.standard_normal((1, 8)).astype(np.float32)), i64("axes01", [0, 1]),
+             i64("one_shape", [1])]
+    blob = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "s"])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", "s"]),
+                       helper.make_tensor_value_info("z", TensorProto.FLOAT, None)], inits)
+    gpu, ref = cuda(blob), reference(blob)
+    for i in range(10):
+        f = {"x": r.standard_normal((3, 5) if i % 2 else (1, 9)).astype(np.float32)}
+        got, want = gpu.run(f), ref.run(f)
+        compare(f"recording: Expand to a host-computed shape, call {i}", got[0], want[0])
+        compare(f"recording: an output from the device pool, call {i}", got[1], want[1])
+    st = gpu.stats()
+    check("recording: Expand to a host-computed shape replayed", st["graphs_replayed"] >= 4,
+          f"replayed {st['graphs_replayed']}, note {st['graphs_note']!r}")
+
+    # the target shape is an input's elements: the same binding, different shapes out
+    nodes = [helper.make_node("Reshape", ["x", "shape"], ["r"]), helper.make_node("Relu", ["r"], ["y"])]
+    blob = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"]),
+                              helper.make_tensor_value_info("shape", TensorProto.INT64, [2])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    gpu, ref = cuda(blob), reference(blob)
+    for i in range(8):
+        f = {"x": r.standard_normal(6).astype(np.float32), "shape": np.array([2, 3] if i % 3 else [3, 2], np.int64)}
+        compare(f"recording: Reshape by an input's elements, call {i}", gpu.run(f)[0], ref.run(f)[0])
+    check("recording: Reshape by an input's elements is never replayed", gpu.stats()["graphs_replayed"] == 0,
+          f"replayed {gpu.stats()['graphs_replayed']}")
+    note = gpu.stats()["graphs_note"]
+    check("recording: the statistics say why", "reads input 'shape' on the host" in note, f"graphs_note {note!r}")
+
+
 def probe():
     """None when a CUDA session can be created, else the reason."""
     blob = make_model([helper.make_node("Relu", ["x"], ["y"])],
@@ -441,7 +533,7 @@ def main():
         print(f"SKIP test_gpu_models: no CUDA session: {why}")
         return 0
     only = os.environ.get("KILN_GPU_MODEL_TESTS", "").split()
-    for test in (test_layout, test_outputs, test_fallback, test_dynamic, test_steady_state, test_lifetimes):
+    for test in (test_layout, test_outputs, test_fallback, test_dynamic, test_steady_state, test_recording, test_lifetimes):
         if only and test.__name__[5:] not in only:
             continue
         print(f"-- {test.__name__}", flush=True)
