@@ -126,6 +126,16 @@ kiln_status kiln_value_create_tensor(kiln_dtype dt, int rank, const int64_t *dim
  * alive and unchanged until the value is freed. Not available for STRING. */
 kiln_status kiln_value_wrap_tensor(kiln_dtype dt, int rank, const int64_t *dims, void *data,
                                    size_t nbytes, kiln_value **out);
+/* Creates a tensor that borrows device memory: `data` is a pointer on the GPU of the CUDA
+ * session the value is given to (not copied, not freed; the caller keeps it alive and
+ * unchanged until the run returns). Only KILN_PROVIDER_CUDA sessions take such inputs; they
+ * read them on the device without a host copy. Not available for STRING. */
+kiln_status kiln_value_wrap_device_tensor(kiln_dtype dt, int rank, const int64_t *dims, void *data,
+                                          size_t nbytes, kiln_value **out);
+/* Whether tensor v's data is device memory (kiln_value_wrap_device_tensor, or the output of
+ * a session with device_outputs). Such values cannot be cloned, decoded or put into
+ * sequences and optionals; kiln_value_data gives the device pointer. */
+bool kiln_value_on_device(const kiln_value *v);
 /* Creates a sequence of the given element dtype holding `items`; takes ownership of each item
  * (also on failure). `items` itself is borrowed. n may be 0. */
 kiln_status kiln_value_create_sequence(kiln_dtype elem, kiln_value **items, int64_t n,
@@ -206,6 +216,10 @@ typedef struct kiln_session_options {
     const char *test_fault_node;
     /* KILN_PROVIDER_CUDA: the GPU's ordinal. Default 0. */
     int device_id;
+    /* KILN_PROVIDER_CUDA: runs return their tensor outputs (strings aside) in device memory
+     * on the session's GPU (kiln_value_on_device; kiln_value_free releases it), complete when
+     * the run returns. Default false: outputs in host memory. */
+    bool device_outputs;
 } kiln_session_options;
 
 kiln_session_options kiln_session_options_default(void);

@@ -2,6 +2,9 @@
 
     sess = Session("model.onnx")            # or Session(bytes)
     outs = sess.run({"x": np.ones((2, 3), np.float32)})   # dict name -> ndarray
+
+CUDA sessions also take DeviceArray feeds (device pointers, read in place) and, with
+device_outputs=True, return DeviceArray outputs that own their device memory.
 """
 import ctypes as C
 import os
@@ -32,7 +35,7 @@ class _IoInfo(C.Structure):
 class _Options(C.Structure):
     _fields_ = [("provider", C.c_int), ("num_threads", C.c_int), ("allow_unsupported", C.c_bool),
                 ("plan_cache_size", C.c_int), ("unoptimized", C.c_bool), ("test_fault_node", C.c_char_p),
-                ("device_id", C.c_int)]
+                ("device_id", C.c_int), ("device_outputs", C.c_bool)]
 
 
 class _Stats(C.Structure):
@@ -46,6 +49,22 @@ class _Stats(C.Structure):
                 ("graphs_replayed", C.c_int64), ("graphs_note", C.c_char * 192)]
 
 PROVIDERS = {"cpu": 0, "cuda": 1}
+
+
+class DeviceArray:
+    """A tensor in GPU memory: `ptr` (an int device pointer), shape and numpy dtype. As a feed it
+    is borrowed (keep it alive during the run); as an output of a device_outputs session it owns
+    its memory, released when the object goes."""
+
+    def __init__(self, ptr, shape, dtype, _value=None, _lib=None):
+        self.ptr, self.shape, self.dtype = ptr, tuple(shape), np.dtype(dtype)
+        self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        self._value, self._lib = _value, _lib
+
+    def __del__(self):
+        if self._value:
+            self._lib.kiln_value_free(self._value)
+            self._value = None
 
 
 def _load_library(path=None):
@@ -67,6 +86,9 @@ def _load_library(path=None):
                                      C.POINTER(C.c_char_p), C.POINTER(P)]
     lib.kiln_session_stats_get.argtypes = [P, C.POINTER(_Stats)]
     lib.kiln_value_wrap_tensor.argtypes = [C.c_int, C.c_int, C.POINTER(C.c_int64), P, C.c_size_t, C.POINTER(P)]
+    lib.kiln_value_wrap_device_tensor.argtypes = lib.kiln_value_wrap_tensor.argtypes
+    lib.kiln_value_on_device.argtypes = [P]
+    lib.kiln_value_on_device.restype = C.c_bool
     lib.kiln_value_free.argtypes = [P]
     for f, res in (("kiln_value_kind_of", C.c_int), ("kiln_value_dtype", C.c_int), ("kiln_value_rank", C.c_int),
                    ("kiln_value_dims", C.POINTER(C.c_int64)), ("kiln_value_data", P),
@@ -88,12 +110,13 @@ def library():
 
 class Session:
     def __init__(self, model, allow_unsupported=False, plan_cache_size=None, unoptimized=False, num_threads=0,
-                 provider="cpu", device_id=0):
+                 provider="cpu", device_id=0, device_outputs=False):
         self._h = None
         lib = library()
         opt = lib.kiln_session_options_default()
         opt.provider = PROVIDERS[provider]
         opt.device_id = device_id
+        opt.device_outputs = device_outputs
         opt.allow_unsupported = allow_unsupported
         opt.unoptimized = unoptimized
         opt.num_threads = num_threads
@@ -127,6 +150,16 @@ class Session:
         arrays, handles = [], []
         try:
             for name, arr in feeds.items():
+                if isinstance(arr, DeviceArray):
+                    code = _CODES.get(arr.dtype)
+                    dims = (C.c_int64 * max(len(arr.shape), 1))(*arr.shape)
+                    h = C.c_void_p()
+                    st = lib.kiln_value_wrap_device_tensor(code or 0, len(arr.shape), dims, C.c_void_p(arr.ptr),
+                                                           arr.nbytes, C.byref(h))
+                    if st:
+                        raise KilnError(st, f"cannot wrap device input {name}")
+                    handles.append(h)
+                    continue
                 a = np.ascontiguousarray(arr).reshape(np.shape(arr))
                 code = _CODES.get(a.dtype)
                 if code is None:
@@ -147,6 +180,9 @@ class Session:
                 raise KilnError(st, lib.kiln_last_error(self._h).decode(errors="replace"))
             result = []
             for j in range(len(names)):
+                if lib.kiln_value_on_device(outs[j]):
+                    result.append(self._device_output(outs[j]))
+                    continue
                 result.append(self._to_numpy(outs[j]))
                 lib.kiln_value_free(outs[j])
             return result
@@ -160,6 +196,12 @@ class Session:
         out = {name: getattr(st, name) for name, _ in _Stats._fields_}
         out["graphs_note"] = out["graphs_note"].decode("utf-8", "replace")
         return out
+
+    def _device_output(self, v):
+        lib = self._lib
+        dims = lib.kiln_value_dims(v)
+        shape = tuple(dims[k] for k in range(lib.kiln_value_rank(v)))
+        return DeviceArray(lib.kiln_value_data(v) or 0, shape, _DTYPES[lib.kiln_value_dtype(v)], v, lib)
 
     def _to_numpy(self, v):
         lib = self._lib

@@ -270,12 +270,23 @@ kiln_status kiln_value_wrap_tensor(kiln_dtype dt, int rank, const int64_t *dims,
     return KILN_OK;
 }
 
+kiln_status kiln_value_wrap_device_tensor(kiln_dtype dt, int rank, const int64_t *dims, void *data,
+                                          size_t nbytes, kiln_value **out)
+{
+    kiln_status st = kiln_value_wrap_tensor(dt, rank, dims, data, nbytes, out);
+    if (!st) (*out)->on_device = true;
+    return st;
+}
+
+bool kiln_value_on_device(const kiln_value *v) { return v && v->kind == KILN_VALUE_TENSOR && v->on_device; }
+
 kiln_status kiln_value_create_sequence(kiln_dtype elem, kiln_value **items, int64_t n,
                                        kiln_value **out)
 {
     if (!out || (n && !items) || n < 0) return KILN_ERR_INVALID_ARG;
     kiln_status st = kiln_sequence_new(elem, out, NULL);
     for (int64_t i = 0; i < n; i++) {
+        if (!st && kiln_value_on_device(items[i])) st = KILN_ERR_INVALID_ARG;
         if (st) {
             kiln_value_free(items[i]);
             continue;
@@ -291,8 +302,9 @@ kiln_status kiln_value_create_sequence(kiln_dtype elem, kiln_value **items, int6
 
 kiln_status kiln_value_create_optional(kiln_dtype elem, kiln_value *inner, kiln_value **out)
 {
-    if (!out) {
+    if (!out || kiln_value_on_device(inner)) {
         kiln_value_free(inner);
+        if (out) *out = NULL;
         return KILN_ERR_INVALID_ARG;
     }
     return kiln_optional_new(elem, inner, out, NULL);
@@ -301,6 +313,8 @@ kiln_status kiln_value_create_optional(kiln_dtype elem, kiln_value *inner, kiln_
 kiln_status kiln_value_clone(const kiln_value *v, kiln_value **out)
 {
     if (!v || !out) return KILN_ERR_INVALID_ARG;
+    *out = NULL;
+    if (kiln_value_on_device(v)) return KILN_ERR_INVALID_ARG; /* device memory: not readable here */
     return kiln_value_copy(v, out, NULL);
 }
 

@@ -35,6 +35,7 @@ typedef struct kiln_run_env {
     const char *fault_node;    /* testing hook: reverse this node's output 0, or NULL */
     struct kiln_threadpool *pool; /* for the kernels' parallel loops, or NULL */
     struct kiln_gpu_run *gpu;  /* GPU sessions: the run's GPU context, else NULL */
+    bool device_outputs;       /* GPU sessions: outputs stay in (caller-owned) device memory */
 } kiln_run_env;
 
 /* Runs graph g. inputs[i] is bound to g->inputs[i] (NULL: use its initializer). On success

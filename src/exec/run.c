@@ -396,8 +396,9 @@ kiln_status kiln_execute(const kiln_graph *g, const kiln_frame *parent, const ki
                 if (st) goto out;
                 continue;
             }
-            /* a new host tensor for the caller */
-            st = kiln_gpu_to_host(env->gpu, x, NULL, &outputs[j], err);
+            /* a new tensor for the caller */
+            st = env->device_outputs ? kiln_gpu_output(env->gpu, x, &outputs[j], err)
+                                     : kiln_gpu_to_host(env->gpu, x, NULL, &outputs[j], err);
             if (st) goto out;
             continue;
         }
@@ -406,18 +407,25 @@ kiln_status kiln_execute(const kiln_graph *g, const kiln_frame *parent, const ki
             /* hand over the frame's value; a second listing of it gets a copy */
             outputs[j] = f.vals[v->id];
             f.owned[v->id] = false;
-            continue;
+        } else {
+            const kiln_value *src = NULL;
+            for (int p = 0; p < j && !src; p++)
+                if (g->outputs[p] == v) src = outputs[p];
+            if (!src) src = frame_get(&f, v);
+            if (!src) {
+                st = kiln_errf(err, KILN_ERR_RUNTIME, "graph output '%s' has no value", v->name);
+                goto out;
+            }
+            st = src->on_device ? kiln_gpu_output(env->gpu, src, &outputs[j], err) : kiln_value_copy(src, &outputs[j], err);
+            if (st) goto out;
         }
-        const kiln_value *src = NULL;
-        for (int p = 0; p < j && !src; p++)
-            if (g->outputs[p] == v) src = outputs[p];
-        if (!src) src = frame_get(&f, v);
-        if (!src) {
-            st = kiln_errf(err, KILN_ERR_RUNTIME, "graph output '%s' has no value", v->name);
-            goto out;
+        const kiln_value *h = outputs[j];
+        if (env && env->device_outputs && h->kind == KILN_VALUE_TENSOR && h->dtype != KILN_DTYPE_STRING && !h->on_device) {
+            kiln_value *host = outputs[j];
+            st = kiln_gpu_output(env->gpu, host, &outputs[j], err);
+            kiln_value_free(host);
+            if (st) goto out;
         }
-        st = kiln_value_copy(src, &outputs[j], err);
-        if (st) goto out;
     }
 out:
     if (st)

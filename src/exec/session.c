@@ -221,6 +221,8 @@ static kiln_status session_finish(kiln_session *s, kiln_status st, kiln_err *err
 {
     if (!st && s->opt.provider != KILN_PROVIDER_CPU && s->opt.provider != KILN_PROVIDER_CUDA)
         st = kiln_errf(err, KILN_ERR_INVALID_ARG, "unknown provider %d", (int)s->opt.provider);
+    if (!st && s->opt.device_outputs && s->opt.provider != KILN_PROVIDER_CUDA)
+        st = kiln_errf(err, KILN_ERR_INVALID_ARG, "device_outputs needs the CUDA provider");
     if (!st) st = compile(s, err);
     if (st) {
         set_error(s, err);
@@ -406,7 +408,9 @@ static kiln_status run_recorded(kiln_session *s, kiln_gpu_run *gpu, kiln_gpu_mod
         int n_out;
         kiln_value *const *rec;
         st = kiln_gpu_replay(gpu, syms, n_syms, &n_out, &rec, err);
-        for (int j = 0; j < n_out && !st; j++) st = kiln_gpu_to_host(gpu, rec[j], NULL, &out[j], err);
+        for (int j = 0; j < n_out && !st; j++)
+            st = env->device_outputs ? kiln_gpu_output(gpu, rec[j], &out[j], err)
+                                     : kiln_gpu_to_host(gpu, rec[j], NULL, &out[j], err);
         *done = true;
     }
 out:
@@ -478,6 +482,12 @@ kiln_status kiln_session_run_observed(kiln_session *s, int n_in, const char *con
             st = kiln_errf(&err, KILN_ERR_INVALID_ARG, "input '%s' given twice", in_names[i]);
             goto out;
         }
+        if (kiln_value_on_device(inputs[i]) && !s->gpu) {
+            st = kiln_errf(&err, KILN_ERR_INVALID_ARG,
+                           "input '%s' is in device memory: only sessions of the CUDA provider take device tensors",
+                           in_names[i]);
+            goto out;
+        }
         st = bind_input(g->inputs[found], inputs[i], syms, sym_src, n_syms, &err);
         if (st) goto out;
         bound[found] = inputs[i];
@@ -500,6 +510,7 @@ kiln_status kiln_session_run_observed(kiln_session *s, int n_in, const char *con
     if (st) goto out;
     kiln_arena_view mem = {0};
     kiln_run_env env = {.observer = observer, .observer_user = user, .node_ids = s->node_ids,
+                        .device_outputs = s->opt.device_outputs,
                         .fault_node = s->fault_node, .pool = s->pool};
     if (!s->opt.unoptimized) {
         st = kiln_plan_cache_get(&s->plans, &s->memprog, syms, n_syms, &plan, &err);
@@ -551,7 +562,9 @@ kiln_status kiln_session_run_observed(kiln_session *s, int n_in, const char *con
         } else {
             /* the same output asked for twice */
             for (int p = 0; p < j && !outputs[j]; p++)
-                if (out_idx[p] == k) st = kiln_value_copy(outputs[p], &outputs[j], &err);
+                if (out_idx[p] == k)
+                    st = kiln_value_on_device(outputs[p]) ? kiln_gpu_clone(s->gpu, outputs[p], &outputs[j], &err)
+                                                          : kiln_value_copy(outputs[p], &outputs[j], &err);
             if (st) goto out;
         }
     }

@@ -39,12 +39,18 @@ kiln_status kiln_gpu_run_end(kiln_gpu_session *gs, kiln_gpu_run *r, kiln_err *er
 unsigned char *kiln_gpu_run_arena(kiln_gpu_run *r);
 void kiln_gpu_run_count_node(kiln_gpu_run *r, bool on_gpu);
 
-/* A device tensor of host tensor `host` for IR value iv: the session's upload for constants,
- * else a copy placed at `dst` (NULL: a new device allocation). */
+/* A device tensor of tensor `host` (host memory, or the caller's device tensor) for IR value
+ * iv: the session's upload for constants, else a copy placed at `dst` (NULL: a new device
+ * allocation). */
 kiln_status kiln_gpu_to_device(kiln_gpu_run *r, const kiln_ir_value *iv, const kiln_value *host, void *dst,
                                kiln_value **out, kiln_err *err);
 /* A host copy of device tensor `dev`, placed at `dst` (NULL: a new owned tensor). Waits. */
 kiln_status kiln_gpu_to_host(kiln_gpu_run *r, const kiln_value *dev, void *dst, kiln_value **out, kiln_err *err);
+/* A caller-owned device tensor (device_outputs) holding x, on the device or the host; from
+ * the stream-ordered pool, released by kiln_value_free. */
+kiln_status kiln_gpu_output(kiln_gpu_run *r, const kiln_value *x, kiln_value **out, kiln_err *err);
+/* Outside runs: a caller-owned copy of device tensor x (an output listed twice). Waits. */
+kiln_status kiln_gpu_clone(kiln_gpu_session *gs, const kiln_value *x, kiln_value **out, kiln_err *err);
 /* A device tensor with these dims: at `dst` when not NULL (a view), else a new allocation
  * from the device's stream-ordered pool, released with the value. Not zeroed. */
 kiln_status kiln_gpu_tensor(kiln_gpu_run *r, kiln_dtype dt, int rank, const int64_t *dims, void *dst,

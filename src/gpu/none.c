@@ -52,6 +52,16 @@ kiln_gpu_mode kiln_gpu_graph_mode(kiln_gpu_run *r, const int64_t *key, int n) { 
 void kiln_gpu_graph_note(kiln_gpu_run *r, const int64_t *key, int n) {}
 void kiln_gpu_mark_unrecordable(kiln_gpu_run *r, const char *fmt, ...) {}
 bool kiln_gpu_capturing(const kiln_gpu_run *r) { return false; }
+kiln_status kiln_gpu_output(kiln_gpu_run *r, const kiln_value *x, kiln_value **out, kiln_err *err)
+{
+    *out = NULL;
+    return kiln_errf(err, KILN_ERR_UNSUPPORTED, "CUDA provider: not built");
+}
+kiln_status kiln_gpu_clone(kiln_gpu_session *gs, const kiln_value *x, kiln_value **out, kiln_err *err)
+{
+    *out = NULL;
+    return kiln_errf(err, KILN_ERR_UNSUPPORTED, "CUDA provider: not built");
+}
 kiln_status kiln_gpu_capture_output(kiln_gpu_run *r, const kiln_value *x, kiln_value **out, kiln_err *err)
 {
     *out = NULL;

@@ -452,6 +452,15 @@ kiln_status kiln_gpu_to_device(kiln_gpu_run *r, const kiln_ir_value *iv, const k
     }
     KILN_TRY(kiln_gpu_tensor(r, host->dtype, host->rank, host->dims, dst, out, err));
     if (!host->nbytes) return KILN_OK;
+    if (host->on_device) { /* the caller's device tensor */
+        gpuError_t e = gpuMemcpyAsync((*out)->data, host->data, host->nbytes, gpuMemcpyDeviceToDevice, r->stream);
+        if (e != gpuSuccess) {
+            kiln_value_free(*out);
+            *out = NULL;
+            return rt_fail(err, e, "copying an input on the device");
+        }
+        return KILN_OK;
+    }
     unsigned char *stage;
     kiln_status st = r->capturing ? held_alloc(r, host->nbytes, false, (void **)&stage, err)
                                   : staging(r, host->nbytes, &stage, err);
@@ -466,6 +475,77 @@ kiln_status kiln_gpu_to_device(kiln_gpu_run *r, const kiln_ir_value *iv, const k
         return st;
     }
     r->to_device++;
+    return KILN_OK;
+}
+
+static void caller_release(void *data, void *ctx)
+{
+    (void)ctx;
+    gpuFreeAsync(data, 0);
+}
+
+/* A caller-owned device tensor with x's dims, from the stream-ordered pool, on `stream`. */
+static kiln_status caller_tensor(const kiln_value *x, gpuStream_t stream, kiln_value **out, kiln_err *err)
+{
+    KILN_TRY(kiln_value_view(x->dtype, x->rank, x->dims, NULL, out, err));
+    (*out)->on_device = true;
+    if (!x->nbytes) return KILN_OK;
+    void *p = NULL;
+    gpuError_t e = gpuMallocAsync(&p, x->nbytes, stream);
+    if (e != gpuSuccess) {
+        kiln_value_free(*out);
+        *out = NULL;
+        return kiln_errf(err, KILN_ERR_NOMEM, "GPU: cannot allocate a %zu-byte output: %s", x->nbytes, gpuGetErrorString(e));
+    }
+    (*out)->data = p;
+    (*out)->owns_data = true;
+    (*out)->release = caller_release;
+    return KILN_OK;
+}
+
+kiln_status kiln_gpu_output(kiln_gpu_run *r, const kiln_value *x, kiln_value **out, kiln_err *err)
+{
+    *out = NULL;
+    if (x->dtype == KILN_DTYPE_STRING) return kiln_errf(err, KILN_ERR_UNSUPPORTED, "GPU: string tensors stay on the host");
+    KILN_TRY(caller_tensor(x, r->stream, out, err));
+    if (!x->nbytes) return KILN_OK;
+    gpuError_t e;
+    if (x->on_device) {
+        e = gpuMemcpyAsync((*out)->data, x->data, x->nbytes, gpuMemcpyDeviceToDevice, r->stream);
+    } else {
+        unsigned char *stage;
+        kiln_status st = staging(r, x->nbytes, &stage, err);
+        if (st) {
+            kiln_value_free(*out);
+            *out = NULL;
+            return st;
+        }
+        memcpy(stage, x->data, x->nbytes);
+        e = gpuMemcpyAsync((*out)->data, stage, x->nbytes, gpuMemcpyHostToDevice, r->stream);
+        r->to_device++;
+    }
+    if (e != gpuSuccess) {
+        kiln_value_free(*out);
+        *out = NULL;
+        return rt_fail(err, e, "copying an output");
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln_gpu_clone(kiln_gpu_session *gs, const kiln_value *x, kiln_value **out, kiln_err *err)
+{
+    *out = NULL;
+    gpuError_t e = gpuSetDevice(gs->device);
+    if (e != gpuSuccess) return rt_fail(err, e, "selecting the device");
+    KILN_TRY(caller_tensor(x, 0, out, err));
+    if (!x->nbytes) return KILN_OK;
+    e = gpuMemcpyAsync((*out)->data, x->data, x->nbytes, gpuMemcpyDeviceToDevice, 0);
+    if (e == gpuSuccess) e = gpuStreamSynchronize(0);
+    if (e != gpuSuccess) {
+        kiln_value_free(*out);
+        *out = NULL;
+        return rt_fail(err, e, "copying an output");
+    }
     return KILN_OK;
 }
 

@@ -14,6 +14,11 @@ CPU session), element by element.
             threads at once, and one CUDA session run from two threads at once.
   dynamic   one CUDA session of the TTS-like encoder fed 20 shapes: one compilation.
   steady    repeated runs at one shape make no device allocation; graphs replay with new data.
+  recording runs with host shape arithmetic in the middle, pool tensors and outputs are recorded
+            and stay right on new data; a host read of an input's elements is never recorded.
+  device_io inputs given as device pointers (read in place) and outputs returned in device
+            memory (device_outputs), plain, recorded and replayed, an output listed twice, a
+            device input the host must read; memory from libcudart through ctypes.
 
 usage: test_gpu_models.py   (libkiln.so from build/ or $KILN_LIB; prints SKIP and exits 0 when
                              no CUDA session can be created)
@@ -512,6 +517,85 @@ def test_recording():
     check("recording: the statistics say why", "reads input 'shape' on the host" in note, f"graphs_note {note!r}")
 
 
+class Cudart:
+    """The few CUDA runtime calls the device I/O test needs, through ctypes."""
+    def __init__(self):
+        import ctypes
+        self.C = ctypes
+        last = None
+        for name in ("libcudart.so.13", "libcudart.so.12", "libcudart.so"):
+            try:
+                self.lib = ctypes.CDLL(name)
+                break
+            except OSError as e:
+                last = e
+        else:
+            raise OSError(f"no libcudart: {last}")
+        self.lib.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
+        self.lib.cudaFree.argtypes = [ctypes.c_void_p]
+        self.lib.cudaMemcpy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+
+    def upload(self, a):
+        """A device copy of ndarray a, as (kiln.DeviceArray, pointer to free)."""
+        a = np.ascontiguousarray(a)
+        p = self.C.c_void_p()
+        assert self.lib.cudaMalloc(self.C.byref(p), max(a.nbytes, 1)) == 0
+        assert self.lib.cudaMemcpy(p, a.ctypes.data_as(self.C.c_void_p), a.nbytes, 1) == 0
+        return kiln.DeviceArray(p.value, a.shape, a.dtype), p
+
+    def download(self, d):
+        out = np.empty(d.shape, d.dtype)
+        if d.nbytes:
+            assert self.lib.cudaMemcpy(out.ctypes.data_as(self.C.c_void_p), self.C.c_void_p(d.ptr), d.nbytes, 2) == 0
+        return out
+
+    def free(self, p):
+        self.lib.cudaFree(p)
+
+
+def test_device_io():
+    rt = Cudart()
+    blob = layout_model(True, np.float32)
+    ref = reference(blob)
+    for device_outputs in (False, True):
+        gpu = cuda(blob, device_outputs=device_outputs)
+        for i, shape in enumerate([(1, 40, 40, 3), (2, 37, 41, 3), (1, 40, 40, 3), (1, 40, 40, 3), (2, 37, 41, 3),
+                                   (1, 40, 40, 3)]):
+            img = rng.standard_normal(shape).astype(np.float32)
+            d, p = rt.upload(img)
+            try:
+                got = gpu.run({"image": d})[0]
+            finally:
+                rt.free(p)
+            label = f"device_io outputs_on_device={device_outputs} call {i} {shape}"
+            if device_outputs:
+                check(f"{label}: output in device memory", isinstance(got, kiln.DeviceArray))
+                got = rt.download(got) if isinstance(got, kiln.DeviceArray) else got
+            compare(label, got, ref.run({"image": img})[0])
+        st = gpu.stats()
+        check(f"device_io outputs_on_device={device_outputs}: replayed", st["graphs_replayed"] > 0,
+              f"replayed {st['graphs_replayed']}, note {st['graphs_note']!r}")
+
+    # an output listed twice; a device input whose elements the host reads (Reshape's shape)
+    nodes = [helper.make_node("Reshape", ["x", "shape"], ["r"]), helper.make_node("Relu", ["r"], ["y"])]
+    blob = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"]),
+                              helper.make_tensor_value_info("shape", TensorProto.INT64, [2])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    gpu, ref = cuda(blob, device_outputs=True), reference(blob)
+    x, shape = rng.standard_normal(12).astype(np.float32), np.array([3, 4], np.int64)
+    dx, px = rt.upload(x)
+    ds, ps = rt.upload(shape)
+    try:
+        got = gpu.run({"x": dx, "shape": ds}, output_names=["y", "y"])
+    finally:
+        rt.free(px)
+        rt.free(ps)
+    want = ref.run({"x": x, "shape": shape})[0]
+    check("device_io: output listed twice gives two buffers", got[0].ptr != got[1].ptr or got[0].nbytes == 0)
+    for k in range(2):
+        compare(f"device_io: device shape input, output copy {k}", rt.download(got[k]), want)
+
+
 def probe():
     """None when a CUDA session can be created, else the reason."""
     blob = make_model([helper.make_node("Relu", ["x"], ["y"])],
@@ -533,7 +617,7 @@ def main():
         print(f"SKIP test_gpu_models: no CUDA session: {why}")
         return 0
     only = os.environ.get("KILN_GPU_MODEL_TESTS", "").split()
-    for test in (test_layout, test_outputs, test_fallback, test_dynamic, test_steady_state, test_recording, test_lifetimes):
+    for test in (test_layout, test_outputs, test_fallback, test_dynamic, test_steady_state, test_recording, test_device_io, test_lifetimes):
         if only and test.__name__[5:] not in only:
             continue
         print(f"-- {test.__name__}", flush=True)

@@ -3,6 +3,7 @@
  * external data confinement, outputs that are inputs or listed twice. */
 #define _GNU_SOURCE
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -151,6 +152,28 @@ static void test_bad_calls(void)
     CHECK(out && kiln_value_numel(out) == 0);
     kiln_value_free(out);
     kiln_value_free(v);
+    /* device tensors: a CPU session refuses them before touching the pointer (never
+     * dereferenced here); they cannot be cloned or put into sequences or optionals */
+    CHECK(kiln_value_wrap_device_tensor(KILN_DTYPE_FLOAT32, 2, good, (void *)(uintptr_t)0x1000, sizeof x, &v) == KILN_OK);
+    CHECK(kiln_value_on_device(v));
+    expect_run_error(s, "X", v, KILN_ERR_INVALID_ARG, "input 'X' is in device memory");
+    kiln_value *c = (kiln_value *)1;
+    CHECK(kiln_value_clone(v, &c) == KILN_ERR_INVALID_ARG && c == NULL);
+    CHECK(kiln_value_create_sequence(KILN_DTYPE_FLOAT32, &v, 1, &c) == KILN_ERR_INVALID_ARG && c == NULL); /* takes v */
+    kiln_value_wrap_device_tensor(KILN_DTYPE_FLOAT32, 2, good, (void *)(uintptr_t)0x1000, sizeof x, &v);
+    CHECK(kiln_value_create_optional(KILN_DTYPE_FLOAT32, v, &c) == KILN_ERR_INVALID_ARG && c == NULL); /* takes v */
+    CHECK(kiln_value_wrap_device_tensor(KILN_DTYPE_STRING, 2, good, (void *)(uintptr_t)0x1000, 6 * sizeof(char *), &v) ==
+          KILN_ERR_INVALID_ARG);
+    kiln_value_wrap_tensor(KILN_DTYPE_FLOAT32, 2, good, x, sizeof x, &v);
+    CHECK(!kiln_value_on_device(v) && !kiln_value_on_device(NULL));
+    kiln_value_free(v);
+    /* device outputs need the CUDA provider */
+    kiln_session_options opt = kiln_session_options_default();
+    opt.device_outputs = true;
+    kiln_session *d = NULL;
+    CHECK(kiln_session_create_from_memory(buf, len, NULL, &opt, &d) == KILN_ERR_INVALID_ARG);
+    CHECK(strstr(kiln_last_error(d), "device_outputs needs the CUDA provider") != NULL);
+    kiln_session_free(d);
     /* still usable */
     kiln_value_wrap_tensor(KILN_DTYPE_FLOAT32, 2, good, x, sizeof x, &v);
     CHECK(kiln_session_run(s, 1, names, (const kiln_value *const *)&v, 1, outs, &out) == KILN_OK);
