@@ -4,6 +4,7 @@
 #ifndef KILN_GPU_BLAS_H
 #define KILN_GPU_BLAS_H
 
+#include "core/error.h"
 #include "gpu/rt.h"
 
 #if defined(KILN_HIP)
@@ -23,8 +24,6 @@ typedef hipDataType gpuDataType_t;
 #define GPU_R_16BF HIP_R_16BF
 #define GPUBLAS_COMPUTE_32F HIPBLAS_COMPUTE_32F
 #define GPUBLAS_GEMM_DEFAULT HIPBLAS_GEMM_DEFAULT
-#define gpublasGemmStridedBatchedEx hipblasGemmStridedBatchedEx
-#define gpublasGetStatusString hipblasStatusToString
 #else
 #include <cublas_v2.h>
 typedef cublasHandle_t gpublasHandle_t;
@@ -39,30 +38,41 @@ typedef cudaDataType gpuDataType_t;
 #define GPU_R_16BF CUDA_R_16BF
 #define GPUBLAS_COMPUTE_32F CUBLAS_COMPUTE_32F
 #define GPUBLAS_GEMM_DEFAULT CUBLAS_GEMM_DEFAULT
-#define gpublasGemmStridedBatchedEx cublasGemmStridedBatchedEx
-#define gpublasGetStatusString cublasGetStatusString
 #endif
 
 
-/* Handle management (used by src/gpu/runtime.c). */
+/* The BLAS library is opened on first use (src/gpu/blas_load.c), not linked: processes that
+ * never create a CUDA session never map it (libcublasLt alone is hundreds of MB). Every call
+ * goes through kiln_blas, filled by kiln_gpu_blas_open. */
+typedef struct kiln_blas_api {
 #if defined(KILN_HIP)
-#include <hipblaslt/hipblaslt.h>
-typedef hipblasLtHandle_t gpublasLtHandle_t;
-#define gpublasCreate hipblasCreate
-#define gpublasDestroy hipblasDestroy
-#define gpublasSetStream hipblasSetStream
-#define gpublasSetWorkspace hipblasSetWorkspace
-#define gpublasLtCreate hipblasLtCreate
-#define gpublasLtDestroy hipblasLtDestroy
+    __typeof__(hipblasCreate) *create;
+    __typeof__(hipblasDestroy) *destroy;
+    __typeof__(hipblasSetStream) *set_stream;
+    __typeof__(hipblasSetWorkspace) *set_workspace;
+    __typeof__(hipblasGemmStridedBatchedEx) *gemm_strided_batched_ex;
+    __typeof__(hipblasStatusToString) *status_string;
 #else
-#include <cublasLt.h>
-typedef cublasLtHandle_t gpublasLtHandle_t;
-#define gpublasCreate cublasCreate
-#define gpublasDestroy cublasDestroy
-#define gpublasSetStream cublasSetStream
-#define gpublasSetWorkspace cublasSetWorkspace
-#define gpublasLtCreate cublasLtCreate
-#define gpublasLtDestroy cublasLtDestroy
+    __typeof__(cublasCreate_v2) *create;
+    __typeof__(cublasDestroy_v2) *destroy;
+    __typeof__(cublasSetStream_v2) *set_stream;
+    __typeof__(cublasSetWorkspace_v2) *set_workspace;
+    __typeof__(cublasGemmStridedBatchedEx) *gemm_strided_batched_ex;
+    __typeof__(cublasGetStatusString) *status_string;
 #endif
+} kiln_blas_api;
+
+extern kiln_blas_api kiln_blas;
+
+/* Opens the BLAS library once per process and fills kiln_blas. Thread-safe; a failure (the
+ * library or a symbol missing) is reported every time, with dlerror's words. */
+kiln_status kiln_gpu_blas_open(kiln_err *err);
+
+#define gpublasCreate (*kiln_blas.create)
+#define gpublasDestroy (*kiln_blas.destroy)
+#define gpublasSetStream (*kiln_blas.set_stream)
+#define gpublasSetWorkspace (*kiln_blas.set_workspace)
+#define gpublasGemmStridedBatchedEx (*kiln_blas.gemm_strided_batched_ex)
+#define gpublasGetStatusString (*kiln_blas.status_string)
 
 #endif

@@ -50,8 +50,6 @@ const kiln_gpu_op *kiln_gpu_op_lookup(const char *domain, const char *op_type, i
 gpuStream_t kiln_gpu_stream(kiln_run_ctx *c);
 /* The run's cuBLAS handle (cublasHandle_t), bound to the stream, with its workspace set. */
 void *kiln_gpu_blas(kiln_run_ctx *c);
-/* The run's cuBLASLt handle (cublasLtHandle_t). */
-void *kiln_gpu_blaslt(kiln_run_ctx *c);
 /* Device scratch of at least `bytes` (256-byte aligned) for this kernel call; valid until
  * the kernel returns (the next kernel may reuse it: it is stream ordered). */
 kiln_status kiln_gpu_workspace(kiln_run_ctx *c, size_t bytes, void **p);

@@ -44,7 +44,6 @@ struct kiln_gpu_run {
     kiln_gpu_session *gs;
     gpuStream_t stream;
     gpublasHandle_t blas;
-    gpublasLtHandle_t blaslt;
     void *blas_ws;
     unsigned char *arena;
     size_t arena_size;
@@ -142,6 +141,7 @@ kiln_status kiln_gpu_session_create(int device_id, kiln_graph *g, kiln_gpu_sessi
                          count);
     e = gpuSetDevice(device_id);
     if (e != gpuSuccess) return rt_fail(err, e, "selecting the device");
+    KILN_TRY(kiln_gpu_blas_open(err));
     kiln_gpu_session *gs = calloc(1, sizeof *gs);
     if (!gs) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
     gs->device = device_id;
@@ -206,7 +206,6 @@ static void run_free(kiln_gpu_run *r)
     held_free(&r->held, &r->n_held);
     if (r->stream) gpuStreamSynchronize(r->stream);
     if (r->blas) gpublasDestroy(r->blas);
-    if (r->blaslt) gpublasLtDestroy(r->blaslt);
     gpuFree(r->blas_ws);
     gpuFree(r->arena);
     gpuFree(r->workspace);
@@ -266,7 +265,7 @@ static kiln_status run_new(kiln_gpu_session *gs, kiln_gpu_run **out, kiln_err *e
         run_free(r);
         return rt_fail(err, e, "creating a stream");
     }
-    if (gpublasCreate(&r->blas) != GPUBLAS_STATUS_SUCCESS || gpublasLtCreate(&r->blaslt) != GPUBLAS_STATUS_SUCCESS ||
+    if (gpublasCreate(&r->blas) != GPUBLAS_STATUS_SUCCESS ||
         gpublasSetStream(r->blas, r->stream) != GPUBLAS_STATUS_SUCCESS ||
         gpublasSetWorkspace(r->blas, r->blas_ws, BLAS_WORKSPACE) != GPUBLAS_STATUS_SUCCESS) {
         run_free(r);
@@ -578,7 +577,6 @@ kiln_status kiln_gpu_to_host(kiln_gpu_run *r, const kiln_value *dev, void *dst, 
 
 gpuStream_t kiln_gpu_stream(kiln_run_ctx *c) { return c->gpu->stream; }
 void *kiln_gpu_blas(kiln_run_ctx *c) { return c->gpu->blas; }
-void *kiln_gpu_blaslt(kiln_run_ctx *c) { return c->gpu->blaslt; }
 int kiln_gpu_sm_count(kiln_run_ctx *c) { return c->gpu->gs->sm_count; }
 
 unsigned kiln_gpu_blocks(int64_t n, unsigned block)
