@@ -16,6 +16,9 @@
 #include "cpu/gemm_internal.h"
 
 enum { MR = 14, NR = 32 };
+#ifndef PF
+#define PF (32 * NR)
+#endif
 
 /* In-register transpose: r[i] holds row i of a 16x16 block on entry, column i on return. */
 static inline void transpose16(__m512 r[16])
@@ -144,6 +147,8 @@ static void pack_b(float *dst, const float *B, int64_t ldb, bool trans, int64_t 
     {                                                                                                 \
         ROWS(DECL)                                                                                    \
         for (int64_t p = 0; p < kc; p++, a += MR, b += NR) {                                          \
+            _mm_prefetch((const char *)(b + PF), _MM_HINT_T0);                                        \
+            _mm_prefetch((const char *)(b + PF + 16), _MM_HINT_T0);                                   \
             __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);                             \
             ROWS(FMA)                                                                                 \
         }                                                                                             \

@@ -28,6 +28,8 @@ static const shape SHAPES[] = {
     {"bert ffn up 128x3072x768", 128, 3072, 768, false},
     {"bert ffn down 128x768x3072", 128, 768, 3072, false},
     {"minilm 16x384x384", 16, 384, 384, false},
+    {"bert seq 16 ffn up 16x3072x768", 16, 3072, 768, false},
+    {"bert seq 16 ffn down 16x768x3072", 16, 768, 3072, false},
     {"conv3x3 56x56 64->64 (im2col)", 3136, 64, 576, false},
     {"conv1x1 56x56 64->256", 3136, 256, 64, false},
 };
