@@ -36,7 +36,7 @@ kiln_status kiln_external_map(kiln_mapping **list, const char *base_dir, const c
                               const unsigned char **addr, size_t *len, kiln_err *err)
 {
     for (kiln_mapping *m = *list; m; m = m->next)
-        if (!strcmp(m->location, location)) {
+        if (m->location && !strcmp(m->location, location)) {
             *addr = m->addr;
             *len = m->len;
             return KILN_OK;
@@ -87,6 +87,23 @@ kiln_status kiln_external_map(kiln_mapping **list, const char *base_dir, const c
     *addr = p;
     *len = m->len;
     return KILN_OK;
+}
+
+bool kiln_mapping_adopt(kiln_mapping **list, unsigned char *addr, size_t len)
+{
+    kiln_mapping *m = calloc(1, sizeof *m);
+    if (!m) return false;
+    m->addr = addr;
+    m->len = len;
+    m->next = *list;
+    *list = m;
+    return true;
+}
+
+void kiln_mapping_forget(kiln_mapping *list, const unsigned char *addr)
+{
+    for (; list; list = list->next)
+        if (list->addr == addr) list->addr = NULL;
 }
 
 void kiln_mappings_release(kiln_mapping *list)

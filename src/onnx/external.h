@@ -15,6 +15,11 @@ typedef struct kiln_mapping kiln_mapping;
  * or resolves (through symlinks) outside base_dir, and when base_dir is NULL. */
 kiln_status kiln_external_map(kiln_mapping **list, const char *base_dir, const char *location,
                               const unsigned char **addr, size_t *len, kiln_err *err);
+/* Keeps the read-only mapping [addr, addr + len) (of the model file itself) in *list, which
+ * unmaps it when released. False when out of memory (the caller still owns the mapping). */
+bool kiln_mapping_adopt(kiln_mapping **list, unsigned char *addr, size_t len);
+/* Takes the mapping at addr off the list's hands again (not unmapped). */
+void kiln_mapping_forget(kiln_mapping *list, const unsigned char *addr);
 void kiln_mappings_release(kiln_mapping *list);
 /* When [p, p + n) lies in one of the mappings, drops its whole pages from memory
  * (MADV_DONTNEED: a later read maps them in again from the file) and returns true. */

@@ -16,6 +16,7 @@
 #include "core/dtype.h"
 #include "core/strmap.h"
 #include "onnx/onnx_pb.h"
+#include "onnx/slim.h"
 
 #define MAX_INLINE_DEPTH 32
 #define MAX_GRAPH_DEPTH 64
@@ -25,12 +26,22 @@
 typedef struct load_source {
     Onnx__ModelProto *proto;
     kiln_mapping *maps;
+    /* initializers whose raw_data points into the mapped model file (kiln_onnx_load_file) */
+    kiln_raw_cut *cuts;
+    size_t n_cuts;
 } load_source;
 
 static void release_source(void *p)
 {
     load_source *s = p;
     if (!s) return;
+    /* raw_data borrowed from the file is not protobuf-c's to free */
+    for (size_t i = 0; s->proto && s->proto->graph && i < s->n_cuts; i++) {
+        Onnx__TensorProto *tp = s->proto->graph->initializer[s->cuts[i].initializer];
+        tp->raw_data.data = NULL;
+        tp->raw_data.len = 0;
+    }
+    free(s->cuts);
     if (s->proto) onnx__model_proto__free_unpacked(s->proto, NULL);
     kiln_mappings_release(s->maps);
     free(s);
@@ -800,8 +811,27 @@ static bool wire_depth_ok(const ProtobufCMessageDescriptor *d, const uint8_t *p,
     return true;
 }
 
-kiln_status kiln_onnx_load(const void *buf, size_t len, const char *base_dir, kiln_model **out,
-                           kiln_err *err)
+/* Points the cut initializers of the parsed slim model at their bytes in the mapped file;
+ * false when the parse does not line up with the cuts. */
+static bool attach_cuts(Onnx__ModelProto *mp, const unsigned char *file, const kiln_raw_cut *cuts, size_t n)
+{
+    Onnx__GraphProto *gp = mp->graph;
+    for (size_t i = 0; i < n; i++)
+        if (!gp || cuts[i].initializer >= gp->n_initializer || gp->initializer[cuts[i].initializer]->has_raw_data)
+            return false;
+    for (size_t i = 0; i < n; i++) {
+        Onnx__TensorProto *tp = gp->initializer[cuts[i].initializer];
+        tp->raw_data.data = (uint8_t *)(uintptr_t)(file + cuts[i].offset);
+        tp->raw_data.len = cuts[i].len;
+        tp->has_raw_data = 1;
+    }
+    return true;
+}
+
+/* kiln_onnx_load; with `file` (a model file mapped read-only, len file_len) and cuts, buf is
+ * its slim copy (slim.c) and the model takes over the mapping and cuts on success. */
+static kiln_status load_model(const void *buf, size_t len, const char *base_dir, unsigned char *file,
+                              size_t file_len, kiln_raw_cut *cuts, size_t n_cuts, kiln_model **out, kiln_err *err)
 {
     *out = NULL;
     if (!buf && len) return kiln_errf(err, KILN_ERR_INVALID_ARG, "model buffer is NULL");
@@ -825,6 +855,15 @@ kiln_status kiln_onnx_load(const void *buf, size_t len, const char *base_dir, ki
         st = kiln_errf(err, KILN_ERR_MODEL, "not a valid ONNX model (protobuf parse failed on %zu bytes)", len);
         goto fail;
     }
+    if (file && !attach_cuts(src->proto, file, cuts, n_cuts)) {
+        st = KILN_ERR_RUNTIME; /* not an error of the model: the caller parses the whole file */
+        goto fail;
+    }
+    /* the mapping is listed (copies out of it drop its pages), owned by the model on success */
+    if (file && !kiln_mapping_adopt(&src->maps, file, file_len)) {
+        st = kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
     const Onnx__ModelProto *mp = src->proto;
     m->ir_version = mp->ir_version;
     m->producer = kiln_arena_strdup(&m->arena, nz(mp->producer_name));
@@ -845,11 +884,27 @@ kiln_status kiln_onnx_load(const void *buf, size_t len, const char *base_dir, ki
     loader L = {.m = m, .err = err, .mp = mp, .src = {.base_dir = base_dir, .maps = &src->maps, .borrow_raw = true}};
     st = load_graph(&L, mp->graph, NULL, &m->graph);
     if (st) goto fail;
+    if (file) { /* the model keeps the file mapped: its tensors read it */
+        src->cuts = cuts;
+        src->n_cuts = n_cuts;
+    }
     *out = m;
     return KILN_OK;
 fail:
+    if (file) kiln_mapping_forget(src->maps, file); /* the caller unmaps it */
+    if (file && src->proto && src->proto->graph) /* free_unpacked must not free the file's bytes */
+        for (size_t i = 0; i < n_cuts; i++)
+            if (cuts[i].initializer < src->proto->graph->n_initializer) {
+                Onnx__TensorProto *tp = src->proto->graph->initializer[cuts[i].initializer];
+                if (tp->raw_data.data >= file && tp->raw_data.data < file + file_len) tp->raw_data.data = NULL;
+            }
     kiln_model_free(m);
     return st;
+}
+
+kiln_status kiln_onnx_load(const void *buf, size_t len, const char *base_dir, kiln_model **out, kiln_err *err)
+{
+    return load_model(buf, len, base_dir, NULL, 0, NULL, 0, out, err);
 }
 
 kiln_status kiln_onnx_load_file(const char *path, kiln_model **out, kiln_err *err)
@@ -882,7 +937,20 @@ kiln_status kiln_onnx_load_file(const char *path, kiln_model **out, kiln_err *er
     } else {
         snprintf(dir, sizeof dir, ".");
     }
-    kiln_status st = kiln_onnx_load(p, len, dir, out, err);
+    /* weights of at least a page stay in the mapped file: parsing copies the rest only */
+    unsigned char *slim;
+    size_t slim_len, n_cuts;
+    kiln_raw_cut *cuts;
+    kiln_status st = KILN_ERR_RUNTIME;
+    if (p && kiln_onnx_slim(p, len, 4096, &slim, &slim_len, &cuts, &n_cuts)) {
+        kiln_err quiet = {0};
+        st = load_model(slim, slim_len, dir, p, len, cuts, n_cuts, out, &quiet);
+        free(slim);
+        if (st) free(cuts);
+        if (st == KILN_OK) return KILN_OK; /* the model owns the mapping now */
+        if (st != KILN_ERR_RUNTIME && err) *err = quiet;
+    }
+    if (st == KILN_ERR_RUNTIME) st = kiln_onnx_load(p, len, dir, out, err);
     if (p) munmap(p, len);
     if (st) kiln_err_prefix(err, "%s", path);
     return st;

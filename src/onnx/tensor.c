@@ -145,6 +145,8 @@ kiln_status kiln_onnx_tensor(const Onnx__TensorProto *tp, const kiln_tensor_sour
             v->owns_data = false;
         } else {
             st = fill_from_bytes(v, raw, tp->raw_data.len, err);
+            /* copied out of a mapped file (an unaligned raw_data): its pages can go */
+            if (!st && src && src->maps) kiln_mappings_drop(*src->maps, raw, tp->raw_data.len);
         }
     } else {
         switch (dt) {

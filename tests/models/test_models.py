@@ -178,6 +178,55 @@ def test_mlp(models, rng):
     expect_error("mlp inner dim", sess, {"x": np.zeros((2, 31), np.float32)}, ["x", "dim 1 must be 32"])
 
 
+def test_weights_in_file(models, rng):
+    """A model file's large initializers stay in the mapped file (the loader parses a copy
+    without their bytes): float32, float16, float64 and int8 weights at whatever alignment
+    their names leave them, small ones parsed as usual, an initializer that is also a graph
+    input and is fed in some runs; the file removed while the session lives. Against ORT and
+    against the same model loaded from memory."""
+    import tempfile
+    from onnx import TensorProto, helper, numpy_helper
+    inits = {"W1_a": rng.standard_normal((64, 64)).astype(np.float32),
+             "W2_bcd": rng.standard_normal((64, 64)).astype(np.float16),
+             "W3_e": rng.standard_normal(601).astype(np.float64),
+             "W4_fghij": rng.integers(-100, 100, 5001).astype(np.int8),
+             "small": rng.standard_normal(64).astype(np.float32),
+             "S": rng.standard_normal((1, 64)).astype(np.float32)}
+    nodes = [helper.make_node("MatMul", ["x", "W1_a"], ["a"]),
+             helper.make_node("Cast", ["W2_bcd"], ["w2"], to=TensorProto.FLOAT),
+             helper.make_node("MatMul", ["x", "w2"], ["b"]),
+             helper.make_node("ReduceSum", ["W3_e"], ["s3"], keepdims=0),
+             helper.make_node("Cast", ["s3"], ["s3f"], to=TensorProto.FLOAT),
+             helper.make_node("Cast", ["W4_fghij"], ["w4"], to=TensorProto.FLOAT),
+             helper.make_node("ReduceSum", ["w4"], ["s4"], keepdims=0),
+             helper.make_node("Add", ["a", "b"], ["ab"]),
+             helper.make_node("Add", ["ab", "small"], ["abs"]),
+             helper.make_node("Mul", ["abs", "S"], ["m"]),
+             helper.make_node("Add", ["m", "s3f"], ["m3"]),
+             helper.make_node("Sub", ["m3", "s4"], ["y"])]
+    g = helper.make_graph(nodes, "weights", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 64]),
+                                             helper.make_tensor_value_info("S", TensorProto.FLOAT, [1, 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 64])],
+                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    blob = m.SerializeToString()
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "weights.onnx")
+        with open(path, "wb") as f:
+            f.write(blob)
+        sess, ref = new_session(path), ort.InferenceSession(path)
+        os.remove(path)
+    mem = kiln.Session(blob, provider=PROVIDER)
+    for i, n in enumerate([1, 5, 0, 17, 3]):
+        feeds = {"x": rng.standard_normal((n, 64)).astype(np.float32)}
+        if i % 2:
+            feeds["S"] = rng.standard_normal((1, 64)).astype(np.float32)
+        compare(f"weights in the file n={n} S fed={i % 2 == 1}", sess, ref, feeds)
+        got, same = sess.run(feeds)[0], mem.run(feeds)[0]
+        check(f"weights in the file n={n}: same as loaded from memory", np.array_equal(got, same))
+
+
 def main():
     global PROVIDER
     ap = argparse.ArgumentParser(usage=__doc__)
@@ -186,7 +235,7 @@ def main():
     args = ap.parse_args()
     PROVIDER = args.provider
     rng = np.random.default_rng(1234)
-    for test in (test_mlp, test_plan_cache_soak, test_datadep, test_convnet, test_decoder, test_encoder):
+    for test in (test_weights_in_file, test_mlp, test_plan_cache_soak, test_datadep, test_convnet, test_decoder, test_encoder):
         try:
             test(args.models, rng)
         except Exception:  # a crash of one model test is a failure, the others still run
