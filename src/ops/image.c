@@ -383,6 +383,55 @@ static void resize_pass(const kiln_resize_attrs *a, const resize_taps *t, int ra
         }
 }
 
+/* Nearest without extrapolation: every output element is one input element, gathered whole
+ * (exact for every dtype, no round trip through double) along rows of the last axis. */
+static kiln_status resize_nearest(kiln_run_ctx *c, const kiln_resize_attrs *a, const kiln_value *x, kiln_value *y,
+                                  const int64_t *out, const double *scale)
+{
+    int rank = x->rank;
+    int64_t *idx[KILN_MAX_RANK] = {0};
+    char msg[200];
+    kiln_status st = KILN_OK;
+    for (int k = 0; k < rank && !st; k++) {
+        if (out[k] == x->dims[k] && scale[k] == 1.0) { /* left as it is, as resize_run does */
+            if (!(idx[k] = malloc((size_t)out[k] * sizeof *idx[k] + 1))) st = kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory");
+            for (int64_t j = 0; !st && j < out[k]; j++) idx[k][j] = j;
+            continue;
+        }
+        resize_taps t;
+        st = resize_taps_build(a, scale[k], x->dims[k], out[k], 0, 1, &t, msg, sizeof msg);
+        if (st) {
+            st = kiln_run_fail(c, st, "%s", msg);
+            break;
+        }
+        idx[k] = t.idx; /* one tap per output index */
+        t.idx = NULL;
+        resize_taps_free(&t);
+    }
+    if (!st) {
+        size_t es = kiln_dtype_size(x->dtype);
+        int64_t xs[KILN_MAX_RANK], coord[KILN_MAX_RANK] = {0}, rows = 1, w = out[rank - 1];
+        xs[rank - 1] = 1;
+        for (int k = rank - 2; k >= 0; k--) xs[k] = xs[k + 1] * x->dims[k + 1];
+        for (int k = 0; k < rank - 1; k++) rows *= out[k];
+        const unsigned char *src = x->data;
+        unsigned char *dst = y->data;
+        const int64_t *ix = idx[rank - 1];
+        for (int64_t r = 0; r < rows; r++, dst += (size_t)w * es) {
+            int64_t base = 0;
+            for (int k = 0; k < rank - 1; k++) base += idx[k][coord[k]] * xs[k];
+            const unsigned char *s = src + (size_t)base * es;
+            if (es == 4)
+                for (int64_t j = 0; j < w; j++) memcpy(dst + 4 * j, s + 4 * ix[j], 4);
+            else
+                for (int64_t j = 0; j < w; j++) memcpy(dst + (size_t)j * es, s + (size_t)ix[j] * es, es);
+            for (int k = rank - 2; k >= 0 && ++coord[k] == out[k]; k--) coord[k] = 0;
+        }
+    }
+    for (int k = 0; k < rank; k++) free(idx[k]);
+    return st;
+}
+
 static kiln_status resize_run(kiln_run_ctx *c)
 {
     const kiln_node *n = kiln_run_node(c);
@@ -415,6 +464,8 @@ static kiln_status resize_run(kiln_run_ctx *c)
     if (!y || y->numel == 0) return KILN_OK;
     if (x->numel == 0)
         return kiln_run_fail(c, KILN_ERR_SHAPE, "cannot resize an empty input to a non-empty output");
+    if (a.mode == KILN_RESIZE_NEAREST && a.ct != KILN_RESIZE_CT_TF_CROP && x->dtype != KILN_DTYPE_STRING && rank > 0)
+        return resize_nearest(c, &a, x, y, out, scale);
 
     /* Separable: interpolate one axis at a time in double. Peak buffer size is bounded by the
      * largest intermediate shape. */
