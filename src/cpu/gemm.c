@@ -2,6 +2,7 @@
  * split of C into tiles run on a thread pool (BLIS-style loops around a level's micro-kernel). */
 #include "cpu/gemm.h"
 
+#include <math.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -68,8 +69,8 @@ typedef struct gemm_job {
     int64_t n_pad;         /* N rounded up to NR: row length of a prepacked depth block */
     int64_t lda, ldb, ldc;
     float *C;
-    const float *bias;
-    int relu;
+    kiln_gemm_kepi epi;  /* the whole matrix's: col_bias [N], row_bias [M] */
+    bool has_epi;
     kiln_gemm_pack_b_fn pack_b; /* implicit op(B), or NULL */
     void *pack_ctx;
     kiln_gemm_tile_fn tile;     /* caller's epilogue, or NULL */
@@ -100,12 +101,14 @@ static void run_tile(const gemm_job *g, float *Ap, float *Bp, int64_t i0, int64_
         else k->pack_a(Ap, g->A, g->lda, g->trans_a, i0, m, p0, kc, g->alpha);
         for (int64_t jr = 0; jr < n; jr += k->nr) {
             int nr = (int)min64(k->nr, n - jr);
-            const float *bias = last && g->bias ? g->bias + j0 + jr : NULL;
+            kiln_gemm_kepi e = g->epi;
+            if (e.col_bias) e.col_bias += j0 + jr;
             const float *b = b_tile + jr * kc;
             for (int64_t ir = 0; ir < m; ir += k->mr) {
                 int mr = (int)min64(k->mr, m - ir);
                 float *c = g->C + (i0 + ir) * g->ldc + j0 + jr;
-                k->kernel(kc, a_tile + ir * kc, b, c, g->ldc, mr, nr, beta, bias, last && g->relu);
+                if (e.row_bias) e.row_bias = g->epi.row_bias + i0 + ir;
+                k->kernel(kc, a_tile + ir * kc, b, c, g->ldc, mr, nr, beta, last && g->has_epi ? &e : NULL);
                 if (last && g->tile) g->tile(g->tile_ctx, c, g->ldc, i0 + ir, mr, j0 + jr, nr);
             }
         }
@@ -129,16 +132,35 @@ static void run_slots(void *ctx, int64_t begin, int64_t end)
 }
 
 /* C = beta*C, then the epilogue: alpha == 0 or K == 0. */
-static void scale_only(int64_t M, int64_t N, float beta, float *C, int64_t ldc, const float *bias, int relu)
+static void scale_only(int64_t M, int64_t N, float beta, float *C, int64_t ldc, const kiln_gemm_kepi *e)
 {
     for (int64_t i = 0; i < M; i++) {
         float *c = C + i * ldc;
         for (int64_t j = 0; j < N; j++) {
             float v = beta == 0.0f ? 0.0f : beta * c[j];
-            if (bias) v += bias[j];
-            if (relu && v < 0.0f) v = 0.0f;
+            if (e->col_bias) v += e->col_bias[j];
+            if (e->row_bias) v += e->row_bias[i];
+            if (e->clamp) { /* NaN stays NaN */
+                v = v < e->lo ? e->lo : v;
+                v = v > e->hi ? e->hi : v;
+            }
             c[j] = v;
         }
+    }
+}
+
+/* The kernels' epilogue of the whole matrix for ep (NULL: none); false for an unknown act. */
+static bool epi_of(const kiln_gemm_epilogue *ep, kiln_gemm_kepi *e)
+{
+    *e = (kiln_gemm_kepi){0};
+    if (!ep) return true;
+    e->col_bias = ep->bias;
+    e->row_bias = ep->row_bias;
+    switch (ep->act) {
+    case KILN_GEMM_ACT_NONE: return true;
+    case KILN_GEMM_ACT_RELU: e->lo = 0.0f, e->hi = INFINITY, e->clamp = true; return true;
+    case KILN_GEMM_ACT_CLIP: e->lo = ep->lo, e->hi = ep->hi, e->clamp = true; return true;
+    default: return false;
     }
 }
 
@@ -165,7 +187,7 @@ struct kiln_gemm_packed_a {
 static kiln_status gemm_run(const kiln_gemm_kernel *k, kiln_threadpool *pool, bool trans_a, bool trans_b,
                             int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                             const float *B, int64_t ldb, const kiln_gemm_packed_b *packed, float beta, float *C,
-                            int64_t ldc, const float *bias, int relu, const kiln_gemm_epilogue *ep,
+                            int64_t ldc, const kiln_gemm_kepi *epi, const kiln_gemm_epilogue *ep,
                             kiln_gemm_pack_b_fn pack_b, void *pack_ctx, const kiln_gemm_packed_a *pa)
 {
     int threads = kiln_threadpool_size(pool);
@@ -194,8 +216,9 @@ static kiln_status gemm_run(const kiln_gemm_kernel *k, kiln_threadpool *pool, bo
         .k = k, .trans_a = trans_a, .trans_b = trans_b, .M = M, .N = N, .K = K, .alpha = alpha,
         .beta = beta, .A = A, .B = B, .packed_b = packed ? packed->data : NULL,
         .n_pad = packed ? packed->n_pad : 0, .packed_a = pa ? pa->data : NULL, .m_pad = pa ? pa->m_pad : 0,
-        .lda = lda, .ldb = ldb, .ldc = ldc, .C = C, .bias = bias,
-        .relu = relu, .pack_b = pack_b, .pack_ctx = pack_ctx, .tile = ep ? ep->tile : NULL,
+        .lda = lda, .ldb = ldb, .ldc = ldc, .C = C, .epi = *epi,
+        .has_epi = epi->col_bias || epi->row_bias || epi->clamp, .pack_b = pack_b, .pack_ctx = pack_ctx,
+        .tile = ep ? ep->tile : NULL,
         .tile_ctx = ep ? ep->tile_ctx : NULL, .kc = min64(k->kc, K), .pm = pm, .pn = pn, .tiles_m = tm, .tiles_n = tn, .n_tiles = tm * tn,
     };
     int64_t mt = (pm + tm - 1) / tm * k->mr, nt = (pn + tn - 1) / tn * k->nr; /* the largest tile */
@@ -230,17 +253,16 @@ kiln_status kiln_sgemm_ex(const kiln_gemm_ctx *ctx, bool trans_a, bool trans_b, 
     if (resolve_level(ctx, &level) != KILN_OK) return KILN_ERR_INVALID_ARG;
     if (M == 0 || N == 0) return KILN_OK;
     if (!C || ldc < N) return KILN_ERR_INVALID_ARG;
-    const float *bias = ep ? ep->bias : NULL;
-    int relu = ep && ep->act == KILN_GEMM_ACT_RELU;
-    if (ep && ep->act != KILN_GEMM_ACT_NONE && ep->act != KILN_GEMM_ACT_RELU) return KILN_ERR_INVALID_ARG;
+    kiln_gemm_kepi epi;
+    if (!epi_of(ep, &epi)) return KILN_ERR_INVALID_ARG;
     if (K == 0 || alpha == 0.0f) {
-        scale_only(M, N, beta, C, ldc, bias, relu);
+        scale_only(M, N, beta, C, ldc, &epi);
         if (ep && ep->tile) ep->tile(ep->tile_ctx, C, ldc, 0, M, 0, N);
         return KILN_OK;
     }
     if (!A || !B || lda < (trans_a ? M : K) || ldb < (trans_b ? K : N)) return KILN_ERR_INVALID_ARG;
     return gemm_run(kernel_for(level), ctx ? ctx->pool : NULL, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb,
-                    NULL, beta, C, ldc, bias, relu, ep, NULL, NULL, NULL);
+                    NULL, beta, C, ldc, &epi, ep, NULL, NULL, NULL);
 }
 
 kiln_status kiln_gemm_packed_b_create(const kiln_gemm_ctx *ctx, bool trans_b, int64_t K, int64_t N,
@@ -314,17 +336,16 @@ kiln_status kiln_sgemm_packed(const kiln_gemm_ctx *ctx, bool trans_a, int64_t M,
     int64_t N = B->N, K = B->K;
     if (M == 0 || N == 0) return KILN_OK;
     if (!C || ldc < N) return KILN_ERR_INVALID_ARG;
-    const float *bias = ep ? ep->bias : NULL;
-    int relu = ep && ep->act == KILN_GEMM_ACT_RELU;
-    if (ep && ep->act != KILN_GEMM_ACT_NONE && ep->act != KILN_GEMM_ACT_RELU) return KILN_ERR_INVALID_ARG;
+    kiln_gemm_kepi epi;
+    if (!epi_of(ep, &epi)) return KILN_ERR_INVALID_ARG;
     if (K == 0 || alpha == 0.0f) {
-        scale_only(M, N, beta, C, ldc, bias, relu);
+        scale_only(M, N, beta, C, ldc, &epi);
         if (ep && ep->tile) ep->tile(ep->tile_ctx, C, ldc, 0, M, 0, N);
         return KILN_OK;
     }
     if (!A || lda < (trans_a ? M : K)) return KILN_ERR_INVALID_ARG;
     return gemm_run(kernel_for(B->level), ctx ? ctx->pool : NULL, trans_a, false, M, N, K, alpha, A, lda, NULL, 0,
-                    B, beta, C, ldc, bias, relu, ep, NULL, NULL, NULL);
+                    B, beta, C, ldc, &epi, ep, NULL, NULL, NULL);
 }
 
 kiln_status kiln_sgemm_implicit_b(const kiln_gemm_ctx *ctx, int64_t M, int64_t N, int64_t K, const float *A,
@@ -336,17 +357,16 @@ kiln_status kiln_sgemm_implicit_b(const kiln_gemm_ctx *ctx, int64_t M, int64_t N
     if (resolve_level(ctx, &level) != KILN_OK) return KILN_ERR_INVALID_ARG;
     if (M == 0 || N == 0) return KILN_OK;
     if (!C || ldc < N) return KILN_ERR_INVALID_ARG;
-    const float *bias = ep ? ep->bias : NULL;
-    int relu = ep && ep->act == KILN_GEMM_ACT_RELU;
-    if (ep && ep->act != KILN_GEMM_ACT_NONE && ep->act != KILN_GEMM_ACT_RELU) return KILN_ERR_INVALID_ARG;
+    kiln_gemm_kepi epi;
+    if (!epi_of(ep, &epi)) return KILN_ERR_INVALID_ARG;
     if (K == 0) {
-        scale_only(M, N, 0.0f, C, ldc, bias, relu);
+        scale_only(M, N, 0.0f, C, ldc, &epi);
         if (ep && ep->tile) ep->tile(ep->tile_ctx, C, ldc, 0, M, 0, N);
         return KILN_OK;
     }
     if (!A || lda < K) return KILN_ERR_INVALID_ARG;
     return gemm_run(kernel_for(level), ctx ? ctx->pool : NULL, false, false, M, N, K, 1.0f, A, lda, NULL, 0, NULL,
-                    0.0f, C, ldc, bias, relu, ep, pack_b, pack_ctx, NULL);
+                    0.0f, C, ldc, &epi, ep, pack_b, pack_ctx, NULL);
 }
 
 kiln_status kiln_sgemm(kiln_threadpool *pool, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
@@ -418,14 +438,13 @@ kiln_status kiln_sgemm_packed_a(const kiln_gemm_ctx *ctx, const kiln_gemm_packed
     int64_t M = A->M, K = A->K;
     if (M == 0 || N == 0) return KILN_OK;
     if (!C || ldc < N || (!pack_b && ldb < N)) return KILN_ERR_INVALID_ARG;
-    const float *bias = ep ? ep->bias : NULL;
-    int relu = ep && ep->act == KILN_GEMM_ACT_RELU;
-    if (ep && ep->act != KILN_GEMM_ACT_NONE && ep->act != KILN_GEMM_ACT_RELU) return KILN_ERR_INVALID_ARG;
+    kiln_gemm_kepi epi;
+    if (!epi_of(ep, &epi)) return KILN_ERR_INVALID_ARG;
     if (K == 0) {
-        scale_only(M, N, 0.0f, C, ldc, bias, relu);
+        scale_only(M, N, 0.0f, C, ldc, &epi);
         if (ep && ep->tile) ep->tile(ep->tile_ctx, C, ldc, 0, M, 0, N);
         return KILN_OK;
     }
     return gemm_run(kernel_for(A->level), ctx ? ctx->pool : NULL, false, false, M, N, K, 1.0f, NULL, K, B, ldb, NULL,
-                    0.0f, C, ldc, bias, relu, ep, pack_b, pack_ctx, A);
+                    0.0f, C, ldc, &epi, ep, pack_b, pack_ctx, A);
 }

@@ -18,10 +18,11 @@ typedef enum kiln_gemm_level {
     KILN_GEMM_LEVEL_AVX512,    /* AVX-512F, 14x32 micro-kernel (8x32, 4x32 for short panels) */
 } kiln_gemm_level;
 
-/* Activation applied after the bias, element-wise, as the last step. */
+/* Activation applied after the biases, element-wise, as the last step. */
 typedef enum kiln_gemm_act {
     KILN_GEMM_ACT_NONE = 0,
-    KILN_GEMM_ACT_RELU,
+    KILN_GEMM_ACT_RELU, /* max(x, 0) */
+    KILN_GEMM_ACT_CLIP, /* min(max(x, lo), hi) */
 } kiln_gemm_act;
 
 /* How a GEMM runs: which threads and which kernels. Plain data, owned by the caller; one
@@ -36,11 +37,13 @@ typedef struct kiln_gemm_ctx {
  * pool's threads (blocks never overlap), while the block is still in cache. */
 typedef void (*kiln_gemm_tile_fn)(void *ctx, float *c, int64_t ldc, int64_t i0, int64_t m, int64_t j0, int64_t n);
 
-/* Fused epilogue, applied to each element after alpha*A*B + beta*C:
- *   C[i][j] = act(C[i][j] + bias[j]), then tile over each block. */
+/* Fused epilogue, applied by the micro-kernels to each element after alpha*A*B + beta*C:
+ *   C[i][j] = act(C[i][j] + bias[j] + row_bias[i]) (a NaN stays NaN), then tile over each block. */
 typedef struct kiln_gemm_epilogue {
-    const float *bias; /* [N], one value per column; NULL for none */
+    const float *bias;     /* [N], one value per column; NULL for none */
+    const float *row_bias; /* [M], one value per row (a convolution's, its rows being channels); NULL */
     kiln_gemm_act act;
+    float lo, hi;          /* KILN_GEMM_ACT_CLIP's bounds */
     kiln_gemm_tile_fn tile; /* NULL for none */
     void *tile_ctx;
 } kiln_gemm_epilogue;

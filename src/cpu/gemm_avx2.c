@@ -99,7 +99,7 @@ static void pack_b(float *dst, const float *B, int64_t ldb, bool trans, int64_t 
 #define ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
 
 static void kernel(int64_t kc, const float *a, const float *b, float *C, int64_t ldc, int mr, int nr,
-                   float beta, const float *bias, int relu)
+                   float beta, const kiln_gemm_kepi *e)
 {
 #define DECL(r) __m256 c##r##0 = _mm256_setzero_ps(), c##r##1 = _mm256_setzero_ps();
     ROWS(DECL)
@@ -116,8 +116,11 @@ static void kernel(int64_t kc, const float *a, const float *b, float *C, int64_t
 #undef FMA
     }
     if (mr == MR && nr == NR) {
+        const float *bias = e ? e->col_bias : NULL, *rbias = e ? e->row_bias : NULL;
+        bool clamp = e && e->clamp;
         __m256 vbeta = _mm256_set1_ps(beta), zero = _mm256_setzero_ps();
         __m256 bias0 = bias ? _mm256_loadu_ps(bias) : zero, bias1 = bias ? _mm256_loadu_ps(bias + 8) : zero;
+        __m256 vlo = _mm256_set1_ps(clamp ? e->lo : 0.0f), vhi = _mm256_set1_ps(clamp ? e->hi : 0.0f);
 #define STORE(r)                                                                                      \
     {                                                                                                 \
         float *cr = C + r * ldc;                                                                      \
@@ -130,9 +133,14 @@ static void kernel(int64_t kc, const float *a, const float *b, float *C, int64_t
             v0 = _mm256_add_ps(v0, bias0);                                                            \
             v1 = _mm256_add_ps(v1, bias1);                                                            \
         }                                                                                             \
-        if (relu) {                                                                                   \
-            v0 = _mm256_max_ps(zero, v0);                                                             \
-            v1 = _mm256_max_ps(zero, v1);                                                             \
+        if (rbias) {                                                                                  \
+            __m256 rb = _mm256_broadcast_ss(rbias + r);                                               \
+            v0 = _mm256_add_ps(v0, rb);                                                               \
+            v1 = _mm256_add_ps(v1, rb);                                                               \
+        }                                                                                             \
+        if (clamp) { /* max and min return their second operand for a NaN: a NaN stays */            \
+            v0 = _mm256_min_ps(vhi, _mm256_max_ps(vlo, v0));                                          \
+            v1 = _mm256_min_ps(vhi, _mm256_max_ps(vlo, v1));                                          \
         }                                                                                             \
         _mm256_storeu_ps(cr, v0);                                                                     \
         _mm256_storeu_ps(cr + 8, v1);                                                                 \
@@ -147,7 +155,7 @@ static void kernel(int64_t kc, const float *a, const float *b, float *C, int64_t
     _mm256_store_ps(acc + r * NR + 8, c##r##1);
     ROWS(SPILL)
 #undef SPILL
-    kiln_gemm_store_tile(acc, NR, mr, nr, C, ldc, beta, bias, relu);
+    kiln_gemm_store_tile(acc, NR, mr, nr, C, ldc, beta, e);
 }
 
 const kiln_gemm_kernel kiln_gemm_kernel_avx2 = {

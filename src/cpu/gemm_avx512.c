@@ -134,16 +134,21 @@ static void pack_b(float *dst, const float *B, int64_t ldb, bool trans, int64_t 
             v0 = _mm512_add_ps(v0, bias0);                                                            \
             v1 = _mm512_add_ps(v1, bias1);                                                            \
         }                                                                                             \
-        if (relu) {                                                                                   \
-            v0 = _mm512_max_ps(zero, v0);                                                             \
-            v1 = _mm512_max_ps(zero, v1);                                                             \
+        if (rbias) {                                                                                  \
+            __m512 rb = _mm512_set1_ps(rbias[r]);                                                     \
+            v0 = _mm512_add_ps(v0, rb);                                                               \
+            v1 = _mm512_add_ps(v1, rb);                                                               \
+        }                                                                                             \
+        if (clamp) { /* max and min return their second operand for a NaN: a NaN stays */            \
+            v0 = _mm512_min_ps(vhi, _mm512_max_ps(vlo, v0));                                          \
+            v1 = _mm512_min_ps(vhi, _mm512_max_ps(vlo, v1));                                          \
         }                                                                                             \
         _mm512_mask_storeu_ps(cr, m0, v0);                                                            \
         _mm512_mask_storeu_ps(cr + 16, m1, v1);                                                       \
     }
 #define DEFINE_KERNEL(name, ROWS)                                                                     \
     static void name(int64_t kc, const float *a, const float *b, float *C, int64_t ldc, int mr, int nr, \
-                     float beta, const float *bias, int relu)                                         \
+                     float beta, const kiln_gemm_kepi *e)                                             \
     {                                                                                                 \
         ROWS(DECL)                                                                                    \
         for (int64_t p = 0; p < kc; p++, a += MR, b += NR) {                                          \
@@ -154,9 +159,12 @@ static void pack_b(float *dst, const float *B, int64_t ldb, bool trans, int64_t 
         }                                                                                             \
         __mmask16 m0 = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1);                    \
         __mmask16 m1 = nr >= 32 ? (__mmask16)0xffff : nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1) : 0; \
+        const float *bias = e ? e->col_bias : NULL, *rbias = e ? e->row_bias : NULL;                  \
+        bool clamp = e && e->clamp;                                                                   \
         __m512 vbeta = _mm512_set1_ps(beta), zero = _mm512_setzero_ps();                              \
         __m512 bias0 = bias ? _mm512_maskz_loadu_ps(m0, bias) : zero;                                 \
         __m512 bias1 = bias ? _mm512_maskz_loadu_ps(m1, bias + 16) : zero;                            \
+        __m512 vlo = _mm512_set1_ps(clamp ? e->lo : 0.0f), vhi = _mm512_set1_ps(clamp ? e->hi : 0.0f); \
         ROWS(STORE)                                                                                   \
     }
 
@@ -165,11 +173,11 @@ DEFINE_KERNEL(kernel8, ROWS8)
 DEFINE_KERNEL(kernel4, ROWS4)
 
 static void kernel(int64_t kc, const float *a, const float *b, float *C, int64_t ldc, int mr, int nr,
-                   float beta, const float *bias, int relu)
+                   float beta, const kiln_gemm_kepi *e)
 {
-    if (mr > 8) kernel14(kc, a, b, C, ldc, mr, nr, beta, bias, relu);
-    else if (mr > 4) kernel8(kc, a, b, C, ldc, mr, nr, beta, bias, relu);
-    else kernel4(kc, a, b, C, ldc, mr, nr, beta, bias, relu);
+    if (mr > 8) kernel14(kc, a, b, C, ldc, mr, nr, beta, e);
+    else if (mr > 4) kernel8(kc, a, b, C, ldc, mr, nr, beta, e);
+    else kernel4(kc, a, b, C, ldc, mr, nr, beta, e);
 }
 
 const kiln_gemm_kernel kiln_gemm_kernel_avx512 = {

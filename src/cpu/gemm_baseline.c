@@ -16,13 +16,13 @@ static void pack_b(float *dst, const float *B, int64_t ldb, bool trans, int64_t 
 }
 
 static void kernel(int64_t kc, const float *a, const float *b, float *C, int64_t ldc, int mr, int nr,
-                   float beta, const float *bias, int relu)
+                   float beta, const kiln_gemm_kepi *e)
 {
     float acc[MR][NR] = {{0}};
     for (int64_t p = 0; p < kc; p++, a += MR, b += NR)
         for (int r = 0; r < MR; r++)
             for (int j = 0; j < NR; j++) acc[r][j] += a[r] * b[j];
-    kiln_gemm_store_tile(&acc[0][0], NR, mr, nr, C, ldc, beta, bias, relu);
+    kiln_gemm_store_tile(&acc[0][0], NR, mr, nr, C, ldc, beta, e);
 }
 
 const kiln_gemm_kernel kiln_gemm_kernel_baseline = {

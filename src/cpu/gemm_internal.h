@@ -4,7 +4,18 @@
 #define KILN_CPU_GEMM_INTERNAL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+
+/* What a micro-kernel adds to its tile at the last depth block, after acc + beta*C:
+ * C[r][j] = clamp(v + col_bias[j] + row_bias[r], lo, hi), the clamp as max then min (a NaN
+ * stays NaN). */
+typedef struct kiln_gemm_kepi {
+    const float *col_bias; /* [nr] of this tile, or NULL */
+    const float *row_bias; /* [mr] of this tile, or NULL */
+    float lo, hi;
+    bool clamp;
+} kiln_gemm_kepi;
 
 /* One level's kernels and its cache blocking.
  *
@@ -19,10 +30,10 @@ typedef struct kiln_gemm_kernel {
     /* Packs op(B)[p0 : p0+kc, j0 : j0+n] (op(B)[p][j] = trans ? B[j*ldb + p] : B[p*ldb + j]). */
     void (*pack_b)(float *dst, const float *B, int64_t ldb, bool trans, int64_t p0, int64_t kc,
                    int64_t j0, int64_t n);
-    /* C[0:mr, 0:nr] = act(acc + beta*C + bias) with acc = a-panel x b-panel over kc; beta == 0
-     * never reads C; bias ([nr]) may be NULL; relu non-zero applies max(x, 0). mr <= MR, nr <= NR. */
+    /* C[0:mr, 0:nr] = acc + beta*C then the epilogue e (NULL: none), with acc = a-panel x
+     * b-panel over kc; beta == 0 never reads C. mr <= MR, nr <= NR. */
     void (*kernel)(int64_t kc, const float *a, const float *b, float *C, int64_t ldc, int mr, int nr,
-                   float beta, const float *bias, int relu);
+                   float beta, const kiln_gemm_kepi *e);
 } kiln_gemm_kernel;
 
 extern const kiln_gemm_kernel kiln_gemm_kernel_baseline;
@@ -95,8 +106,9 @@ static inline void kiln_gemm_pack_b_generic(float *dst, const float *B, int64_t 
 
 /* Writes an accumulator tile acc[mr][ld] to C with the epilogue (the partial-tile path). */
 static inline void kiln_gemm_store_tile(const float *acc, int ld, int mr, int nr, float *C, int64_t ldc,
-                                        float beta, const float *bias, int relu)
+                                        float beta, const kiln_gemm_kepi *e)
 {
+    const float *bias = e ? e->col_bias : NULL, *rbias = e ? e->row_bias : NULL;
     for (int r = 0; r < mr; r++) {
         float *c = C + r * ldc;
         const float *a = acc + r * ld;
@@ -104,7 +116,11 @@ static inline void kiln_gemm_store_tile(const float *acc, int ld, int mr, int nr
             float v = a[j];
             if (beta != 0.0f) v += beta * c[j];
             if (bias) v += bias[j];
-            if (relu && v < 0.0f) v = 0.0f; /* NaN stays NaN */
+            if (rbias) v += rbias[r];
+            if (e && e->clamp) { /* NaN stays NaN */
+                v = v < e->lo ? e->lo : v;
+                v = v > e->hi ? e->hi : v;
+            }
             c[j] = v;
         }
     }

@@ -391,6 +391,8 @@ static kiln_status conv_run(kiln_run_ctx *c)
     kiln_gemm_ctx ctx = {.pool = kiln_run_threadpool(c)};
     float lo, hi;
     int clamp = clamp_isa(&n->act, &lo, &hi);
+    /* bias and Relu/Clip in the micro-kernels; a residual or another activation in a tile pass */
+    bool in_kernel = !R && (n->act.kind == KILN_ACT_NONE || n->act.kind == KILN_ACT_RELU || n->act.kind == KILN_ACT_CLIP);
     const float *x = X->data, *w = Wt->data, *bias = Bv ? Bv->data : NULL;
     const conv_state *cs = n->kernel_state && n->in[1] && Wt == n->in[1]->init ? n->kernel_state : NULL;
     if (cs && cs->groups != group) cs = NULL;
@@ -402,6 +404,10 @@ static kiln_status conv_run(kiln_run_ctx *c)
             conv_epi epi = {bias ? bias + gi * mg : NULL, &n->act,
                             R ? (const float *)R->data + (b * M + gi * mg) * area : NULL, area, clamp, lo, hi};
             kiln_gemm_epilogue ep = {.tile = conv_tile, .tile_ctx = &epi};
+            if (in_kernel)
+                ep = (kiln_gemm_epilogue){.row_bias = epi.bias,
+                                          .act = n->act.kind == KILN_ACT_NONE ? KILN_GEMM_ACT_NONE : KILN_GEMM_ACT_CLIP,
+                                          .lo = lo, .hi = hi};
             kiln_status st;
             const kiln_gemm_packed_a *pa = cs ? cs->w[gi] : NULL;
             im2col_src src = {xg, H, W, kh, kw, oh, ow, g.strides[0], g.strides[1], g.dilations[0],
