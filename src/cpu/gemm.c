@@ -108,6 +108,7 @@ static void run_tile(const gemm_job *g, float *Ap, float *Bp, int64_t i0, int64_
                 int mr = (int)min64(k->mr, m - ir);
                 float *c = g->C + (i0 + ir) * g->ldc + j0 + jr;
                 if (e.row_bias) e.row_bias = g->epi.row_bias + i0 + ir;
+                if (e.res) e.res = g->epi.res + (i0 + ir) * e.ldr + j0 + jr;
                 k->kernel(kc, a_tile + ir * kc, b, c, g->ldc, mr, nr, beta, last && g->has_epi ? &e : NULL);
                 if (last && g->tile) g->tile(g->tile_ctx, c, g->ldc, i0 + ir, mr, j0 + jr, nr);
             }
@@ -140,6 +141,7 @@ static void scale_only(int64_t M, int64_t N, float beta, float *C, int64_t ldc, 
             float v = beta == 0.0f ? 0.0f : beta * c[j];
             if (e->col_bias) v += e->col_bias[j];
             if (e->row_bias) v += e->row_bias[i];
+            if (e->res) v += e->res[i * e->ldr + j];
             if (e->clamp) { /* NaN stays NaN */
                 v = v < e->lo ? e->lo : v;
                 v = v > e->hi ? e->hi : v;
@@ -156,6 +158,8 @@ static bool epi_of(const kiln_gemm_epilogue *ep, kiln_gemm_kepi *e)
     if (!ep) return true;
     e->col_bias = ep->bias;
     e->row_bias = ep->row_bias;
+    e->res = ep->residual;
+    e->ldr = ep->ldr;
     switch (ep->act) {
     case KILN_GEMM_ACT_NONE: return true;
     case KILN_GEMM_ACT_RELU: e->lo = 0.0f, e->hi = INFINITY, e->clamp = true; return true;
@@ -217,7 +221,7 @@ static kiln_status gemm_run(const kiln_gemm_kernel *k, kiln_threadpool *pool, bo
         .beta = beta, .A = A, .B = B, .packed_b = packed ? packed->data : NULL,
         .n_pad = packed ? packed->n_pad : 0, .packed_a = pa ? pa->data : NULL, .m_pad = pa ? pa->m_pad : 0,
         .lda = lda, .ldb = ldb, .ldc = ldc, .C = C, .epi = *epi,
-        .has_epi = epi->col_bias || epi->row_bias || epi->clamp, .pack_b = pack_b, .pack_ctx = pack_ctx,
+        .has_epi = epi->col_bias || epi->row_bias || epi->res || epi->clamp, .pack_b = pack_b, .pack_ctx = pack_ctx,
         .tile = ep ? ep->tile : NULL,
         .tile_ctx = ep ? ep->tile_ctx : NULL, .kc = min64(k->kc, K), .pm = pm, .pn = pn, .tiles_m = tm, .tiles_n = tn, .n_tiles = tm * tn,
     };

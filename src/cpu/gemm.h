@@ -38,10 +38,13 @@ typedef struct kiln_gemm_ctx {
 typedef void (*kiln_gemm_tile_fn)(void *ctx, float *c, int64_t ldc, int64_t i0, int64_t m, int64_t j0, int64_t n);
 
 /* Fused epilogue, applied by the micro-kernels to each element after alpha*A*B + beta*C:
- *   C[i][j] = act(C[i][j] + bias[j] + row_bias[i]) (a NaN stays NaN), then tile over each block. */
+ *   C[i][j] = act(C[i][j] + bias[j] + row_bias[i] + residual[i][j]) (a NaN stays NaN), then
+ * tile over each block. */
 typedef struct kiln_gemm_epilogue {
     const float *bias;     /* [N], one value per column; NULL for none */
     const float *row_bias; /* [M], one value per row (a convolution's, its rows being channels); NULL */
+    const float *residual; /* [M][ldr], added element by element (a fused shortcut); NULL */
+    int64_t ldr;
     kiln_gemm_act act;
     float lo, hi;          /* KILN_GEMM_ACT_CLIP's bounds */
     kiln_gemm_tile_fn tile; /* NULL for none */

@@ -116,7 +116,7 @@ static void kernel(int64_t kc, const float *a, const float *b, float *C, int64_t
 #undef FMA
     }
     if (mr == MR && nr == NR) {
-        const float *bias = e ? e->col_bias : NULL, *rbias = e ? e->row_bias : NULL;
+        const float *bias = e ? e->col_bias : NULL, *rbias = e ? e->row_bias : NULL, *res = e ? e->res : NULL;
         bool clamp = e && e->clamp;
         __m256 vbeta = _mm256_set1_ps(beta), zero = _mm256_setzero_ps();
         __m256 bias0 = bias ? _mm256_loadu_ps(bias) : zero, bias1 = bias ? _mm256_loadu_ps(bias + 8) : zero;
@@ -137,6 +137,10 @@ static void kernel(int64_t kc, const float *a, const float *b, float *C, int64_t
             __m256 rb = _mm256_broadcast_ss(rbias + r);                                               \
             v0 = _mm256_add_ps(v0, rb);                                                               \
             v1 = _mm256_add_ps(v1, rb);                                                               \
+        }                                                                                             \
+        if (res) {                                                                                    \
+            v0 = _mm256_add_ps(v0, _mm256_loadu_ps(res + r * e->ldr));                                \
+            v1 = _mm256_add_ps(v1, _mm256_loadu_ps(res + r * e->ldr + 8));                            \
         }                                                                                             \
         if (clamp) { /* max and min return their second operand for a NaN: a NaN stays */            \
             v0 = _mm256_min_ps(vhi, _mm256_max_ps(vlo, v0));                                          \

@@ -139,6 +139,10 @@ static void pack_b(float *dst, const float *B, int64_t ldb, bool trans, int64_t 
             v0 = _mm512_add_ps(v0, rb);                                                               \
             v1 = _mm512_add_ps(v1, rb);                                                               \
         }                                                                                             \
+        if (res) {                                                                                    \
+            v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, res + r * e->ldr));                      \
+            v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, res + r * e->ldr + 16));                 \
+        }                                                                                             \
         if (clamp) { /* max and min return their second operand for a NaN: a NaN stays */            \
             v0 = _mm512_min_ps(vhi, _mm512_max_ps(vlo, v0));                                          \
             v1 = _mm512_min_ps(vhi, _mm512_max_ps(vlo, v1));                                          \
@@ -160,6 +164,7 @@ static void pack_b(float *dst, const float *B, int64_t ldb, bool trans, int64_t 
         __mmask16 m0 = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1);                    \
         __mmask16 m1 = nr >= 32 ? (__mmask16)0xffff : nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1) : 0; \
         const float *bias = e ? e->col_bias : NULL, *rbias = e ? e->row_bias : NULL;                  \
+        const float *res = e ? e->res : NULL;                                                         \
         bool clamp = e && e->clamp;                                                                   \
         __m512 vbeta = _mm512_set1_ps(beta), zero = _mm512_setzero_ps();                              \
         __m512 bias0 = bias ? _mm512_maskz_loadu_ps(m0, bias) : zero;                                 \

@@ -8,11 +8,13 @@
 #include <stdint.h>
 
 /* What a micro-kernel adds to its tile at the last depth block, after acc + beta*C:
- * C[r][j] = clamp(v + col_bias[j] + row_bias[r], lo, hi), the clamp as max then min (a NaN
- * stays NaN). */
+ * C[r][j] = clamp(v + col_bias[j] + row_bias[r] + res[r][j], lo, hi), the clamp as max then
+ * min (a NaN stays NaN). */
 typedef struct kiln_gemm_kepi {
     const float *col_bias; /* [nr] of this tile, or NULL */
     const float *row_bias; /* [mr] of this tile, or NULL */
+    const float *res;      /* [mr][ldr] of this tile, or NULL */
+    int64_t ldr;
     float lo, hi;
     bool clamp;
 } kiln_gemm_kepi;
@@ -117,6 +119,7 @@ static inline void kiln_gemm_store_tile(const float *acc, int ld, int mr, int nr
             if (beta != 0.0f) v += beta * c[j];
             if (bias) v += bias[j];
             if (rbias) v += rbias[r];
+            if (e && e->res) v += e->res[r * e->ldr + j];
             if (e && e->clamp) { /* NaN stays NaN */
                 v = v < e->lo ? e->lo : v;
                 v = v > e->hi ? e->hi : v;

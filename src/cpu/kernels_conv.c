@@ -12,9 +12,6 @@
 #include "cpu/kernels.h"
 #include "cpu/threadpool.h"
 #include "cpu/vecmath.h"
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-#endif
 #include "ops/nn_internal.h"
 #include "ops/util.h"
 
@@ -128,81 +125,27 @@ kiln_status kiln_cpu_reference_act(kiln_run_ctx *c)
     return KILN_OK;
 }
 
-/* Per-row bias ([M] of this group, or NULL) and activation over a finished GEMM block. */
+/* Per-row bias ([M] of this group, or NULL), residual and an activation the micro-kernels do
+ * not apply, over a finished GEMM block. */
 typedef struct conv_epi {
     const float *bias;
     const kiln_act *act;
     const float *res; /* fused residual of this image and group, laid out as the output, or NULL */
     int64_t ldr;
-    int clamp;        /* 0, or the ISA of the clamp epilogue: 2 AVX2, 3 AVX-512 (act NONE, RELU, CLIP) */
-    float lo, hi;     /* its bounds */
 } conv_epi;
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-/* c[r][j] = min(hi, max(lo, c[r][j] + bias[r] + res[r][j])) over an m x n block; max and min
- * return their second operand for a NaN, so NaN stays, as in Clip. */
-__attribute__((target("avx512f"))) static void clamp_tile_avx512(const conv_epi *e, float *c, int64_t ldc, int64_t i0,
-                                                                  int64_t m, int64_t j0, int64_t n)
-{
-    __m512 lo = _mm512_set1_ps(e->lo), hi = _mm512_set1_ps(e->hi);
-    for (int64_t r = 0; r < m; r++, c += ldc) {
-        __m512 b = _mm512_set1_ps(e->bias ? e->bias[i0 + r] : 0.0f);
-        const float *res = e->res ? e->res + (i0 + r) * e->ldr + j0 : NULL;
-        for (int64_t j = 0; j < n; j += 16) {
-            __mmask16 k = n - j >= 16 ? 0xffff : (__mmask16)((1u << (n - j)) - 1);
-            __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(k, c + j), b);
-            if (res) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(k, res + j));
-            _mm512_mask_storeu_ps(c + j, k, _mm512_min_ps(hi, _mm512_max_ps(lo, v)));
-        }
-    }
-}
-
-__attribute__((target("avx2"))) static void clamp_tile_avx2(const conv_epi *e, float *c, int64_t ldc, int64_t i0,
-                                                             int64_t m, int64_t j0, int64_t n)
-{
-    __m256 lo = _mm256_set1_ps(e->lo), hi = _mm256_set1_ps(e->hi);
-    for (int64_t r = 0; r < m; r++, c += ldc) {
-        float bs = e->bias ? e->bias[i0 + r] : 0.0f;
-        __m256 b = _mm256_set1_ps(bs);
-        const float *res = e->res ? e->res + (i0 + r) * e->ldr + j0 : NULL;
-        int64_t j = 0;
-        for (; j + 8 <= n; j += 8) {
-            __m256 v = _mm256_add_ps(_mm256_loadu_ps(c + j), b);
-            if (res) v = _mm256_add_ps(v, _mm256_loadu_ps(res + j));
-            _mm256_storeu_ps(c + j, _mm256_min_ps(hi, _mm256_max_ps(lo, v)));
-        }
-        for (; j < n; j++) {
-            float v = c[j] + bs + (res ? res[j] : 0.0f);
-            v = v < e->lo ? e->lo : v;
-            c[j] = v > e->hi ? e->hi : v;
-        }
-    }
-}
-#endif
-
-/* The clamp epilogue's ISA for act (see conv_epi.clamp), with its bounds. */
-static int clamp_isa(const kiln_act *act, float *lo, float *hi)
+/* Whether the micro-kernels apply act (none, Relu, Clip: a clamp), with its bounds. */
+static bool clamp_bounds(const kiln_act *act, float *lo, float *hi)
 {
     *lo = -INFINITY, *hi = INFINITY;
     if (act->kind == KILN_ACT_RELU) *lo = 0.0f;
     else if (act->kind == KILN_ACT_CLIP) *lo = act->alpha, *hi = act->beta;
-    else if (act->kind != KILN_ACT_NONE) return 0;
-    switch (kiln_gemm_level_detect()) {
-    case KILN_GEMM_LEVEL_AVX512: return 3;
-    case KILN_GEMM_LEVEL_AVX2: return 2;
-    default: return 0;
-    }
+    return act->kind == KILN_ACT_NONE || act->kind == KILN_ACT_RELU || act->kind == KILN_ACT_CLIP;
 }
 
 static void conv_tile(void *ctx, float *c, int64_t ldc, int64_t i0, int64_t m, int64_t j0, int64_t n)
 {
     const conv_epi *e = ctx;
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    if (e->clamp) {
-        (e->clamp == 3 ? clamp_tile_avx512 : clamp_tile_avx2)(e, c, ldc, i0, m, j0, n);
-        return;
-    }
-#endif
     for (int64_t r = 0; r < m; r++)
         kiln_cpu_act_apply_sum(e->act, c + r * ldc, e->res ? e->res + (i0 + r) * e->ldr + j0 : NULL, n,
                                e->bias ? e->bias[i0 + r] : 0.0f);
@@ -389,10 +332,8 @@ static kiln_status conv_run(kiln_run_ctx *c)
     bool direct = kh == 1 && kw == 1 && g.strides[0] == 1 && g.strides[1] == 1 && !g.pads[0] && !g.pads[1] &&
                   !g.pads[2] && !g.pads[3]; /* 1x1: X itself is the column matrix */
     kiln_gemm_ctx ctx = {.pool = kiln_run_threadpool(c)};
-    float lo, hi;
-    int clamp = clamp_isa(&n->act, &lo, &hi);
-    /* bias and Relu/Clip in the micro-kernels; a residual or another activation in a tile pass */
-    bool in_kernel = !R && (n->act.kind == KILN_ACT_NONE || n->act.kind == KILN_ACT_RELU || n->act.kind == KILN_ACT_CLIP);
+    float lo, hi; /* bias, residual and Relu/Clip in the micro-kernels; another act in a tile pass */
+    bool in_kernel = clamp_bounds(&n->act, &lo, &hi);
     const float *x = X->data, *w = Wt->data, *bias = Bv ? Bv->data : NULL;
     const conv_state *cs = n->kernel_state && n->in[1] && Wt == n->in[1]->init ? n->kernel_state : NULL;
     if (cs && cs->groups != group) cs = NULL;
@@ -402,10 +343,10 @@ static kiln_status conv_run(kiln_run_ctx *c)
             const float *xg = x + (b * C + gi * cg) * H * W;
             float *yg = y + (b * M + gi * mg) * area;
             conv_epi epi = {bias ? bias + gi * mg : NULL, &n->act,
-                            R ? (const float *)R->data + (b * M + gi * mg) * area : NULL, area, clamp, lo, hi};
+                            R ? (const float *)R->data + (b * M + gi * mg) * area : NULL, area};
             kiln_gemm_epilogue ep = {.tile = conv_tile, .tile_ctx = &epi};
             if (in_kernel)
-                ep = (kiln_gemm_epilogue){.row_bias = epi.bias,
+                ep = (kiln_gemm_epilogue){.row_bias = epi.bias, .residual = epi.res, .ldr = epi.ldr,
                                           .act = n->act.kind == KILN_ACT_NONE ? KILN_GEMM_ACT_NONE : KILN_GEMM_ACT_CLIP,
                                           .lo = lo, .hi = hi};
             kiln_status st;

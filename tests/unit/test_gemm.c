@@ -31,7 +31,7 @@ typedef struct {
     int64_t M, N, K;
     bool ta, tb;
     float alpha, beta;
-    const float *bias, *row_bias;
+    const float *bias, *row_bias, *res; /* res [M][N + 1] */
     kiln_gemm_act act;
     float lo, hi; /* KILN_GEMM_ACT_CLIP */
     int64_t lda, ldb, ldc;
@@ -63,6 +63,10 @@ static void reference(const gemm_case *t, const float *A, const float *B, const 
                 w += t->row_bias[i];
                 m += fabs(t->row_bias[i]);
             }
+            if (t->res) {
+                w += t->res[i * (t->N + 1) + j];
+                m += fabs(t->res[i * (t->N + 1) + j]);
+            }
             if (t->act == KILN_GEMM_ACT_RELU && w < 0) w = 0;
             if (t->act == KILN_GEMM_ACT_CLIP) w = w < t->lo ? t->lo : w > t->hi ? t->hi : w;
             want[i * t->N + j] = w;
@@ -83,7 +87,8 @@ static bool check_case(const kiln_gemm_ctx *ctx, const gemm_case *t, const float
     if (t->beta == 0.0f) /* beta == 0 must not read C */
         for (int64_t i = 0; i < M; i++)
             for (int64_t j = 0; j < N; j++) C[i * t->ldc + j] = NAN;
-    kiln_gemm_epilogue ep = {.bias = t->bias, .row_bias = t->row_bias, .act = t->act, .lo = t->lo, .hi = t->hi};
+    kiln_gemm_epilogue ep = {.bias = t->bias, .row_bias = t->row_bias, .residual = t->res, .ldr = N + 1,
+                             .act = t->act, .lo = t->lo, .hi = t->hi};
     kiln_status st = kiln_sgemm_ex(ctx, t->ta, t->tb, M, N, K, t->alpha, A, t->lda, B, t->ldb, t->beta, C, t->ldc,
                                    &ep);
     bool ok = st == KILN_OK;
@@ -140,14 +145,17 @@ static void check_shape(kiln_gemm_ctx *ctxs, int n_ctx, int64_t M, int64_t N, in
     int64_t ldc = N + (int64_t)(rnd() % 3);
     float *C0 = malloc((size_t)(M * ldc + 1) * sizeof(float));
     float *bias = malloc((size_t)(N + 1) * sizeof(float)), *row_bias = malloc((size_t)(M + 1) * sizeof(float));
+    float *res = malloc((size_t)(M * (N + 1) + 1) * sizeof(float));
     for (int64_t i = 0; i < ra * ld; i++) A[i] = rnd_val();
     for (int64_t i = 0; i < rb * ldbv; i++) B[i] = rnd_val();
     for (int64_t i = 0; i < M; i++)
         for (int64_t j = 0; j < ldc; j++) C0[i * ldc + j] = j < N ? rnd_val() : SENTINEL;
     for (int64_t j = 0; j < N; j++) bias[j] = rnd_val();
     for (int64_t i = 0; i < M; i++) row_bias[i] = rnd_val();
+    for (int64_t i = 0; i < M * (N + 1); i++) res[i] = rnd_val();
     gemm_case t = {.M = M, .N = N, .K = K, .alpha = ALPHAS[variant % 6], .beta = BETAS[variant % 6],
                    .bias = variant % 4 >= 2 ? bias : NULL, .row_bias = variant % 8 >= 4 ? row_bias : NULL,
+                   .res = variant % 16 >= 8 ? res : NULL,
                    .act = variant % 3 == 1 ? KILN_GEMM_ACT_RELU : variant % 3 == 2 ? KILN_GEMM_ACT_CLIP : KILN_GEMM_ACT_NONE,
                    .lo = -0.3f, .hi = 0.4f, .ldc = ldc};
     double *want = malloc(sizeof(double) * (size_t)(M * N + 1)), *mag = malloc(sizeof(double) * (size_t)(M * N + 1));
@@ -169,6 +177,7 @@ static void check_shape(kiln_gemm_ctx *ctxs, int n_ctx, int64_t M, int64_t N, in
     free(C0);
     free(bias);
     free(row_bias);
+    free(res);
 }
 
 typedef struct {
