@@ -23,6 +23,8 @@
 /* Query rows per block, and blocks per task: a task packs its head's K and V once for all its
  * blocks (up to QB * QG query rows) */
 enum { QB = 64, QG = 4 };
+/* Heads of up to this many V columns multiply the probabilities by V without packing it */
+enum { PV_DIRECT_MAX = 128 };
 
 /* One Attention call, shared by the threads that run its blocks. Row strides in elements. */
 typedef struct attn_job {
@@ -132,6 +134,50 @@ static AVX512 void softmax_row_avx512(float *s, int64_t n, const float *m, int64
     }
     if (lim < n) memset(s + lim, 0, (size_t)(n - lim) * sizeof *s);
 }
+
+/* y[r][0:dv] = sum over p < total of s[r][p] * v[p][0:dv], for r < rows: the probabilities
+ * times V with both read where they are (no packing, which for the few columns of a head
+ * costs more than the product). Four rows and 16 columns at a time, even and odd p in
+ * separate accumulators (eight chains keep both FMA ports busy); a row past `rows` repeats
+ * the last one and is not stored. */
+static AVX512 void probs_times_v_avx512(const float *s, int64_t ld_s, int64_t rows, int64_t total, const float *v,
+                                        int64_t v_s, int64_t dv, float *y, int64_t y_s)
+{
+    for (int64_t r0 = 0; r0 < rows; r0 += 4) {
+        int64_t last = rows - 1;
+        const float *s0 = s + r0 * ld_s, *s1 = s + (r0 + 1 < rows ? r0 + 1 : last) * ld_s;
+        const float *s2 = s + (r0 + 2 < rows ? r0 + 2 : last) * ld_s, *s3 = s + (r0 + 3 < rows ? r0 + 3 : last) * ld_s;
+        for (int64_t c0 = 0; c0 < dv; c0 += 16) {
+            __mmask16 k = (__mmask16)(dv - c0 >= 16 ? 0xFFFF : (1u << (dv - c0)) - 1);
+            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+            const float *vp = v + c0;
+            int64_t p = 0;
+            for (; p + 2 <= total; p += 2, vp += 2 * v_s) {
+                __m512 v0 = _mm512_maskz_loadu_ps(k, vp), v1 = _mm512_maskz_loadu_ps(k, vp + v_s);
+                a0 = _mm512_fmadd_ps(_mm512_set1_ps(s0[p]), v0, a0);
+                a1 = _mm512_fmadd_ps(_mm512_set1_ps(s1[p]), v0, a1);
+                a2 = _mm512_fmadd_ps(_mm512_set1_ps(s2[p]), v0, a2);
+                a3 = _mm512_fmadd_ps(_mm512_set1_ps(s3[p]), v0, a3);
+                b0 = _mm512_fmadd_ps(_mm512_set1_ps(s0[p + 1]), v1, b0);
+                b1 = _mm512_fmadd_ps(_mm512_set1_ps(s1[p + 1]), v1, b1);
+                b2 = _mm512_fmadd_ps(_mm512_set1_ps(s2[p + 1]), v1, b2);
+                b3 = _mm512_fmadd_ps(_mm512_set1_ps(s3[p + 1]), v1, b3);
+            }
+            if (p < total) {
+                __m512 v0 = _mm512_maskz_loadu_ps(k, vp);
+                a0 = _mm512_fmadd_ps(_mm512_set1_ps(s0[p]), v0, a0);
+                a1 = _mm512_fmadd_ps(_mm512_set1_ps(s1[p]), v0, a1);
+                a2 = _mm512_fmadd_ps(_mm512_set1_ps(s2[p]), v0, a2);
+                a3 = _mm512_fmadd_ps(_mm512_set1_ps(s3[p]), v0, a3);
+            }
+            float *yr = y + r0 * y_s + c0;
+            _mm512_mask_storeu_ps(yr, k, _mm512_add_ps(a0, b0));
+            if (r0 + 1 < rows) _mm512_mask_storeu_ps(yr + y_s, k, _mm512_add_ps(a1, b1));
+            if (r0 + 2 < rows) _mm512_mask_storeu_ps(yr + 2 * y_s, k, _mm512_add_ps(a2, b2));
+            if (r0 + 3 < rows) _mm512_mask_storeu_ps(yr + 3 * y_s, k, _mm512_add_ps(a3, b3));
+        }
+    }
+}
 #undef AVX512
 #define HAVE_AVX512_SOFTMAX 1
 #endif
@@ -154,6 +200,13 @@ static kiln_status attn_block(const attn_job *j, float *S, const kiln_gemm_ctx *
 #endif
         softmax_row_v4(S + r * j->total, j->total, m, j->m_len);
     }
+#ifdef HAVE_AVX512_SOFTMAX
+    if (!st && !vp) {
+        probs_times_v_avx512(S, j->total, rows, j->total, j->v + b * j->v_b + h / j->group * j->v_h, j->v_s, j->Dv, y,
+                             j->y_s);
+        return st;
+    }
+#endif
     if (!st) st = kiln_sgemm_packed(g, false, rows, 1.0f, S, j->total, vp, 0.0f, y, j->y_s, NULL);
     return st;
 }
@@ -174,7 +227,9 @@ static void attn_blocks(void *ctx, int64_t begin, int64_t end)
         /* K^T [Dk, total] and V [total, Dv] packed once for this task's blocks */
         kiln_gemm_packed_b *kt = NULL, *vp = NULL;
         st = kiln_gemm_packed_b_create(&g, true, j->Dk, j->total, k, j->k_s, &kt);
-        if (!st) st = kiln_gemm_packed_b_create(&g, false, j->total, j->Dv, v, j->v_s, &vp);
+        /* V read in place by the AVX-512 product (heads of up to PV_DIRECT_MAX columns), else packed */
+        if (!st && !(j->avx512 && j->Dv <= PV_DIRECT_MAX))
+            st = kiln_gemm_packed_b_create(&g, false, j->total, j->Dv, v, j->v_s, &vp);
         int64_t blk0 = t % j->q_tasks * QG, blk1 = blk0 + QG < j->q_blocks ? blk0 + QG : j->q_blocks;
         for (int64_t blk = blk0; blk < blk1 && !st; blk++)
             st = attn_block(j, S, &g, kt, vp, b, h, blk * QB);
