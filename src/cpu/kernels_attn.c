@@ -101,7 +101,9 @@ static inline AVX512 __m512 exp16(__m512 x)
     return _mm512_mask_mov_ps(p, tiny, _mm512_setzero_ps());
 }
 
-static AVX512 void softmax_row_avx512(float *s, int64_t n, const float *m, int64_t m_len)
+/* With inv not NULL the row is left unnormalised (exponentials) and *inv receives the factor
+ * that normalises it (0 for a row with no attendable key). */
+static AVX512 void softmax_row_avx512(float *s, int64_t n, const float *m, int64_t m_len, float *inv)
 {
     int64_t lim = m ? (m_len < n ? m_len : n) : n; /* keys past lim are -inf */
     __m512 mx16 = _mm512_set1_ps(-INFINITY);
@@ -117,6 +119,7 @@ static AVX512 void softmax_row_avx512(float *s, int64_t n, const float *m, int64
     /* a NaN anywhere: max_ps may have dropped it; the exp below carries it to the sum */
     if (mx == -INFINITY) {
         memset(s, 0, (size_t)n * sizeof *s);
+        if (inv) *inv = 0.0f;
         return;
     }
     __m512 m16 = _mm512_set1_ps(mx), acc = _mm512_setzero_ps();
@@ -127,21 +130,26 @@ static AVX512 void softmax_row_avx512(float *s, int64_t n, const float *m, int64
         _mm512_mask_storeu_ps(s + j, k, e);
         acc = _mm512_add_ps(acc, e);
     }
-    __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(acc));
-    for (j = 0; j < lim; j += 16) {
-        __mmask16 k = j + 16 <= lim ? (__mmask16)0xFFFF : (__mmask16)((1u << (lim - j)) - 1);
-        _mm512_mask_storeu_ps(s + j, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, s + j), inv));
+    float f = 1.0f / _mm512_reduce_add_ps(acc);
+    if (inv) {
+        *inv = f;
+    } else {
+        __m512 f16 = _mm512_set1_ps(f);
+        for (j = 0; j < lim; j += 16) {
+            __mmask16 k = j + 16 <= lim ? (__mmask16)0xFFFF : (__mmask16)((1u << (lim - j)) - 1);
+            _mm512_mask_storeu_ps(s + j, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, s + j), f16));
+        }
     }
     if (lim < n) memset(s + lim, 0, (size_t)(n - lim) * sizeof *s);
 }
 
-/* y[r][0:dv] = sum over p < total of s[r][p] * v[p][0:dv], for r < rows: the probabilities
+/* y[r][0:dv] = inv[r] * sum over p < total of s[r][p] * v[p][0:dv], for r < rows: the probabilities
  * times V with both read where they are (no packing, which for the few columns of a head
  * costs more than the product). Four rows and 16 columns at a time, even and odd p in
  * separate accumulators (eight chains keep both FMA ports busy); a row past `rows` repeats
  * the last one and is not stored. */
-static AVX512 void probs_times_v_avx512(const float *s, int64_t ld_s, int64_t rows, int64_t total, const float *v,
-                                        int64_t v_s, int64_t dv, float *y, int64_t y_s)
+static AVX512 void probs_times_v_avx512(const float *s, const float *inv, int64_t ld_s, int64_t rows, int64_t total,
+                                        const float *v, int64_t v_s, int64_t dv, float *y, int64_t y_s)
 {
     for (int64_t r0 = 0; r0 < rows; r0 += 4) {
         int64_t last = rows - 1;
@@ -171,10 +179,13 @@ static AVX512 void probs_times_v_avx512(const float *s, int64_t ld_s, int64_t ro
                 a3 = _mm512_fmadd_ps(_mm512_set1_ps(s3[p]), v0, a3);
             }
             float *yr = y + r0 * y_s + c0;
-            _mm512_mask_storeu_ps(yr, k, _mm512_add_ps(a0, b0));
-            if (r0 + 1 < rows) _mm512_mask_storeu_ps(yr + y_s, k, _mm512_add_ps(a1, b1));
-            if (r0 + 2 < rows) _mm512_mask_storeu_ps(yr + 2 * y_s, k, _mm512_add_ps(a2, b2));
-            if (r0 + 3 < rows) _mm512_mask_storeu_ps(yr + 3 * y_s, k, _mm512_add_ps(a3, b3));
+            _mm512_mask_storeu_ps(yr, k, _mm512_mul_ps(_mm512_add_ps(a0, b0), _mm512_set1_ps(inv[r0])));
+            if (r0 + 1 < rows)
+                _mm512_mask_storeu_ps(yr + y_s, k, _mm512_mul_ps(_mm512_add_ps(a1, b1), _mm512_set1_ps(inv[r0 + 1])));
+            if (r0 + 2 < rows)
+                _mm512_mask_storeu_ps(yr + 2 * y_s, k, _mm512_mul_ps(_mm512_add_ps(a2, b2), _mm512_set1_ps(inv[r0 + 2])));
+            if (r0 + 3 < rows)
+                _mm512_mask_storeu_ps(yr + 3 * y_s, k, _mm512_mul_ps(_mm512_add_ps(a3, b3), _mm512_set1_ps(inv[r0 + 3])));
         }
     }
 }
@@ -190,11 +201,12 @@ static kiln_status attn_block(const attn_job *j, float *S, const kiln_gemm_ctx *
     const float *q = j->q + b * j->q_b + h * j->q_h + i0 * j->q_s;
     float *y = j->y + b * j->y_b + h * j->y_h + i0 * j->y_s;
     kiln_status st = kiln_sgemm_packed(g, false, rows, j->scale, q, j->q_s, kt, 0.0f, S, j->total, NULL);
+    float inv[QB]; /* the rows' normalisation, applied to Y when V is read in place */
     for (int64_t r = 0; !st && r < rows; r++) {
         const float *m = j->mask ? j->mask + b * j->m_b + h * j->m_h + (i0 + r) * j->m_s : NULL;
 #ifdef HAVE_AVX512_SOFTMAX
         if (j->avx512) {
-            softmax_row_avx512(S + r * j->total, j->total, m, j->m_len);
+            softmax_row_avx512(S + r * j->total, j->total, m, j->m_len, vp ? NULL : &inv[r]);
             continue;
         }
 #endif
@@ -202,8 +214,8 @@ static kiln_status attn_block(const attn_job *j, float *S, const kiln_gemm_ctx *
     }
 #ifdef HAVE_AVX512_SOFTMAX
     if (!st && !vp) {
-        probs_times_v_avx512(S, j->total, rows, j->total, j->v + b * j->v_b + h / j->group * j->v_h, j->v_s, j->Dv, y,
-                             j->y_s);
+        probs_times_v_avx512(S, inv, j->total, rows, j->total, j->v + b * j->v_b + h / j->group * j->v_h, j->v_s,
+                             j->Dv, y, j->y_s);
         return st;
     }
 #endif
