@@ -158,6 +158,8 @@ static void pack_b(float *dst, const float *B, int64_t ldb, bool trans, int64_t 
         for (int64_t p = 0; p < kc; p++, a += MR, b += NR) {                                          \
             _mm_prefetch((const char *)(b + PF), _MM_HINT_T0);                                        \
             _mm_prefetch((const char *)(b + PF + 16), _MM_HINT_T0);                                   \
+            _mm_prefetch((const char *)(b + 4 * PF), _MM_HINT_T1);                                    \
+            _mm_prefetch((const char *)(b + 4 * PF + 16), _MM_HINT_T1);                               \
             __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);                             \
             ROWS(FMA)                                                                                 \
         }                                                                                             \
