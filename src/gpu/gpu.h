@@ -48,8 +48,9 @@ const kiln_gpu_op *kiln_gpu_op_lookup(const char *domain, const char *op_type, i
 
 /* The stream of this run; every launch and copy goes on it. */
 gpuStream_t kiln_gpu_stream(kiln_run_ctx *c);
-/* The run's cuBLAS handle (cublasHandle_t), bound to the stream, with its workspace set. */
-void *kiln_gpu_blas(kiln_run_ctx *c);
+/* The run's cuBLAS handle (cublasHandle_t), bound to the stream, with its workspace set;
+ * cuBLAS is loaded and the handle made on first use (a failure fails the node). */
+kiln_status kiln_gpu_blas(kiln_run_ctx *c, void **handle);
 /* Device scratch of at least `bytes` (256-byte aligned) for this kernel call; valid until
  * the kernel returns (the next kernel may reuse it: it is stream ordered). */
 kiln_status kiln_gpu_workspace(kiln_run_ctx *c, size_t bytes, void **p);

@@ -125,7 +125,9 @@ static kiln_status mm_exec(kiln_run_ctx *c, kiln_dtype dt, const void *A, const 
 {
     gpuDataType_t t;
     if (!blas_dtype(dt, &t)) return kiln_run_fail(c, KILN_ERR_UNSUPPORTED, "dtype %d on cuBLAS", (int)dt);
-    gpublasHandle_t h = (gpublasHandle_t)kiln_gpu_blas(c);
+    void *hv;
+    KILN_TRY(kiln_gpu_blas(c, &hv));
+    gpublasHandle_t h = (gpublasHandle_t)hv;
     size_t es = kiln_dtype_size(dt);
     int64_t idx[KILN_MAX_RANK] = {0}, calls = 1;
     for (int i = 0; i < d->n_outer; i++) calls *= d->outer[i];

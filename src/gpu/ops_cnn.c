@@ -108,8 +108,10 @@ static kiln_status gemm_batched(kiln_run_ctx *c, bool trans_b, int64_t m, int64_
         return kiln_run_fail(c, KILN_ERR_UNSUPPORTED, "GEMM dims beyond cuBLAS's int range");
     if (m == 0 || n == 0 || batch == 0) return KILN_OK;
     float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    void *h;
+    KILN_TRY(kiln_gpu_blas(c, &h));
     gpublasStatus_t st = gpublasGemmStridedBatchedEx(
-        (gpublasHandle_t)kiln_gpu_blas(c), GPUBLAS_OP_N, trans_b ? GPUBLAS_OP_T : GPUBLAS_OP_N, (int)m, (int)n, (int)k,
+        (gpublasHandle_t)h, GPUBLAS_OP_N, trans_b ? GPUBLAS_OP_T : GPUBLAS_OP_N, (int)m, (int)n, (int)k,
         &alpha, A, blas_type(ab), (int)lda, (long long)sa, B, blas_type(ab), (int)ldb, (long long)sb, &beta, C,
         blas_type(cd), (int)ldc, (long long)sc, (int)batch, GPUBLAS_COMPUTE_32F, GPUBLAS_GEMM_DEFAULT);
     if (st != GPUBLAS_STATUS_SUCCESS)

@@ -141,7 +141,6 @@ kiln_status kiln_gpu_session_create(int device_id, kiln_graph *g, kiln_gpu_sessi
                          count);
     e = gpuSetDevice(device_id);
     if (e != gpuSuccess) return rt_fail(err, e, "selecting the device");
-    KILN_TRY(kiln_gpu_blas_open(err));
     kiln_gpu_session *gs = calloc(1, sizeof *gs);
     if (!gs) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
     gs->device = device_id;
@@ -260,18 +259,34 @@ static kiln_status run_new(kiln_gpu_session *gs, kiln_gpu_run **out, kiln_err *e
     if (!r) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
     r->gs = gs;
     gpuError_t e = gpuStreamCreate(&r->stream);
-    if (e == gpuSuccess) e = gpuMalloc(&r->blas_ws, BLAS_WORKSPACE);
     if (e != gpuSuccess) {
         run_free(r);
         return rt_fail(err, e, "creating a stream");
     }
-    if (gpublasCreate(&r->blas) != GPUBLAS_STATUS_SUCCESS ||
-        gpublasSetStream(r->blas, r->stream) != GPUBLAS_STATUS_SUCCESS ||
-        gpublasSetWorkspace(r->blas, r->blas_ws, BLAS_WORKSPACE) != GPUBLAS_STATUS_SUCCESS) {
-        run_free(r);
+    *out = r;
+    return KILN_OK;
+}
+
+/* The run context's cuBLAS handle, made (with its workspace, on its stream) when a kernel
+ * first asks: sessions without a BLAS node never load cuBLAS. Not while capturing (a
+ * recorded binding ran plainly first, so its handle exists). */
+static kiln_status blas_ready(kiln_gpu_run *r, kiln_err *err)
+{
+    if (r->blas) return KILN_OK;
+    if (r->capturing) return kiln_errf(err, KILN_ERR_RUNTIME, "GPU: no BLAS handle while recording");
+    KILN_TRY(kiln_gpu_blas_open(err));
+    gpuError_t e = r->blas_ws ? gpuSuccess : gpuMalloc(&r->blas_ws, BLAS_WORKSPACE);
+    if (e != gpuSuccess) return rt_fail(err, e, "allocating the BLAS workspace");
+    if (gpublasCreate(&r->blas) != GPUBLAS_STATUS_SUCCESS) {
+        r->blas = NULL;
         return kiln_errf(err, KILN_ERR_RUNTIME, "GPU: cannot create a BLAS handle");
     }
-    *out = r;
+    if (gpublasSetStream(r->blas, r->stream) != GPUBLAS_STATUS_SUCCESS ||
+        gpublasSetWorkspace(r->blas, r->blas_ws, BLAS_WORKSPACE) != GPUBLAS_STATUS_SUCCESS) {
+        gpublasDestroy(r->blas);
+        r->blas = NULL;
+        return kiln_errf(err, KILN_ERR_RUNTIME, "GPU: cannot set up the BLAS handle");
+    }
     return KILN_OK;
 }
 
@@ -576,7 +591,15 @@ kiln_status kiln_gpu_to_host(kiln_gpu_run *r, const kiln_value *dev, void *dst, 
 /* ---- the run context of a GPU kernel ---- */
 
 gpuStream_t kiln_gpu_stream(kiln_run_ctx *c) { return c->gpu->stream; }
-void *kiln_gpu_blas(kiln_run_ctx *c) { return c->gpu->blas; }
+kiln_status kiln_gpu_blas(kiln_run_ctx *c, void **handle)
+{
+    *handle = NULL;
+    kiln_err *err = kiln_run_err(c);
+    kiln_status st = blas_ready(c->gpu, err);
+    if (st) return kiln_err_prefix(err, "node '%s' (%s)", c->node->name, c->node->op_type);
+    *handle = c->gpu->blas;
+    return KILN_OK;
+}
 int kiln_gpu_sm_count(kiln_run_ctx *c) { return c->gpu->gs->sm_count; }
 
 unsigned kiln_gpu_blocks(int64_t n, unsigned block)
