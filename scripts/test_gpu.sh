@@ -8,7 +8,8 @@
 #   b  tests/gpu/test_gpu_models.py: the layout case, several outputs, CPU fallback, session
 #      lifetimes and threads, dynamic shapes, steady state
 #   c  the dynamic-shapes model tests on the CUDA provider (tests/models/test_models.py)
-#   d  the ONNX backend conformance suite on the CUDA provider, sharded over parallel runners
+#   d  the ONNX backend conformance suite on the CUDA provider, sharded over parallel runners,
+#      each running its tests in children of 64 (conformance --batch)
 #   e  compute-sanitizer memcheck: the layout-case model and the encoder through `kiln run`
 #   f  scripts/bench_gpu.py: benchmarks against PyTorch (figures; passes when it completes)
 # A section that exits 0 after printing a line starting with SKIP counts as skipped.
@@ -156,8 +157,10 @@ conformance() {
     echo "$shards runners side by side; full output in $LOGS/conformance.log"
     local pids=() i rc=0
     for ((i = 0; i < shards; i++)); do
+        # --batch: a child runs up to 64 tests, opening the GPU once for them (a crash still
+        # fails only its test)
         "$CONFORMANCE" "$data" --provider cuda --expected tests/conformance/expected_failures.txt \
-            --shard "$i/$shards" >"$WORK/conf.$i.log" 2>&1 &
+            --shard "$i/$shards" --batch 64 >"$WORK/conf.$i.log" 2>&1 &
         pids+=($!)
     done
     for i in "${!pids[@]}"; do wait "${pids[$i]}" || rc=1; done

@@ -7,13 +7,17 @@
  * With --provider cuda the sessions are created on the CUDA provider and the summary also
  * counts the tests that ran at least one node on the GPU (nodes_gpu in the session's stats);
  * --shard I/N runs only every N-th test starting at the I-th (0-based), so that
- * scripts/test_gpu.sh can run N runners side by side.
+ * scripts/test_gpu.sh can run N runners side by side. --batch N runs up to N tests in one
+ * child (a crash still fails only the test in flight; the next test gets a new child): a
+ * child opening the GPU once instead of once per test saves most of a GPU run's time, at the
+ * price of tests sharing a process (a leak found at exit cannot be pinned to one test).
  *
  * usage: conformance DATA_ROOT [--expected FILE] [--filter SUBSTR] [--no-fork] [-v]
- *                    [--provider cpu|cuda] [--shard I/N] */
+ *                    [--provider cpu|cuda] [--shard I/N] [--batch N] */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -247,11 +251,99 @@ static int run_isolated(const char *dir, bool fork_it, bool *on_gpu, char *why, 
     return res;
 }
 
+/* --batch: a child that runs the tests whose folders it reads, one per line, from `to`, and
+ * answers each with "RES GPU LEN\n" and LEN bytes of reason on `from`. */
+typedef struct batch_child {
+    pid_t pid; /* 0: none running */
+    FILE *to, *from;
+    int left; /* tests it may still take */
+} batch_child;
+
+static void batch_child_serve(FILE *in, FILE *out)
+{
+    /* testing hook of the runner itself: a child crashes on the test of this folder name */
+    const char *crash = getenv("KILN_CONFORMANCE_TEST_CRASH");
+    char dir[8192];
+    while (fgets(dir, sizeof dir, in)) {
+        dir[strcspn(dir, "\n")] = '\0';
+        const char *name = strrchr(dir, '/');
+        if (crash && *crash && !strcmp(name ? name + 1 : dir, crash)) raise(SIGSEGV);
+        char w[2048] = "";
+        bool gpu = false;
+        alarm(120);
+        int r = run_test(dir, &gpu, w, sizeof w);
+        alarm(0);
+        fprintf(out, "%d %d %zu\n%s", r, gpu ? 1 : 0, strlen(w), w);
+        fflush(out);
+    }
+}
+
+static void batch_child_stop(batch_child *c, int *status)
+{
+    if (!c->pid) return;
+    fclose(c->to);
+    fclose(c->from);
+    waitpid(c->pid, status, 0);
+    c->pid = 0;
+}
+
+static int run_batched(batch_child *c, int batch, const char *dir, bool *on_gpu, char *why, size_t why_size)
+{
+    *on_gpu = false;
+    int status = 0;
+    if (c->pid && c->left == 0) {
+        batch_child_stop(c, &status);
+        if (WIFEXITED(status) && WEXITSTATUS(status))
+            fprintf(stderr, "conformance: a batch child exited with status %d (a sanitizer report?)\n",
+                    WEXITSTATUS(status));
+    }
+    if (!c->pid) {
+        int down[2], up[2];
+        if (pipe(down) || pipe(up)) return run_isolated(dir, true, on_gpu, why, why_size);
+        pid_t pid = fork();
+        if (pid == 0) {
+            close(down[1]);
+            close(up[0]);
+            FILE *in = fdopen(down[0], "r"), *out = fdopen(up[1], "w");
+            if (in && out) batch_child_serve(in, out);
+            exit(0); /* exit, not _exit: sanitizer builds check for leaks at exit */
+        }
+        close(down[0]);
+        close(up[1]);
+        c->pid = pid;
+        c->to = fdopen(down[1], "w");
+        c->from = fdopen(up[0], "r");
+        c->left = batch;
+    }
+    c->left--;
+    fprintf(c->to, "%s\n", dir);
+    fflush(c->to);
+    int res, gpu;
+    size_t len;
+    if (fscanf(c->from, "%d %d %zu", &res, &gpu, &len) == 3 && fgetc(c->from) == '\n') {
+        size_t n = len < why_size - 1 ? len : why_size - 1;
+        size_t got = fread(why, 1, n, c->from);
+        why[got] = '\0';
+        for (size_t i = n; i < len; i++) fgetc(c->from);
+        *on_gpu = gpu == 1;
+        return res;
+    }
+    /* no answer: the child died on this test */
+    batch_child_stop(c, &status);
+    if (WIFSIGNALED(status))
+        snprintf(why, why_size, "crashed with signal %d%s", WTERMSIG(status),
+                 WTERMSIG(status) == SIGALRM ? " (timeout)" : "");
+    else
+        snprintf(why, why_size, "child exited with status %d and no result", WEXITSTATUS(status));
+    return RES_FAIL;
+}
+
 int main(int argc, char **argv)
 {
     const char *root = NULL, *expected_path = NULL, *filter = NULL;
     bool fork_it = true, verbose = false, usage = false;
-    int shard = 0, n_shards = 1;
+    int shard = 0, n_shards = 1, batch = 0;
+    batch_child child = {0};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--provider") && i + 1 < argc) {
             i++;
@@ -264,13 +356,17 @@ int main(int argc, char **argv)
         } else if (!strcmp(argv[i], "--expected") && i + 1 < argc) expected_path = argv[++i];
         else if (!strcmp(argv[i], "--filter") && i + 1 < argc) filter = argv[++i];
         else if (!strcmp(argv[i], "--no-fork")) fork_it = false;
+        else if (!strcmp(argv[i], "--batch") && i + 1 < argc) {
+            batch = atoi(argv[++i]);
+            if (batch < 1) usage = true;
+        }
         else if (!strcmp(argv[i], "-v")) verbose = true;
         else if (argv[i][0] != '-' && !root) root = argv[i];
         else usage = true;
     }
     if (!root || usage) {
         fprintf(stderr, "usage: conformance DATA_ROOT [--expected FILE] [--filter SUBSTR] [--no-fork] [-v]\n"
-                        "                   [--provider cpu|cuda] [--shard I/N]\n");
+                        "                   [--provider cpu|cuda] [--shard I/N] [--batch N]\n");
         return 2;
     }
     expected ex = {0};
@@ -307,7 +403,8 @@ int main(int argc, char **argv)
             char dir[8192], why[2048] = "";
             snprintf(dir, sizeof dir, "%s/%s", fdir, names[i]);
             bool on_gpu = false;
-            int res = run_isolated(dir, fork_it, &on_gpu, why, sizeof why);
+            int res = fork_it && batch ? run_batched(&child, batch, dir, &on_gpu, why, sizeof why)
+                                       : run_isolated(dir, fork_it, &on_gpu, why, sizeof why);
             on_gpu_ran += on_gpu;
             on_gpu_passed += on_gpu && res == RES_PASS;
             int xi = find_expected(&ex, names[i]);
@@ -337,6 +434,11 @@ int main(int argc, char **argv)
         }
         free(names);
     }
+    int child_status = 0;
+    batch_child_stop(&child, &child_status);
+    if (WIFEXITED(child_status) && WEXITSTATUS(child_status))
+        fprintf(stderr, "conformance: a batch child exited with status %d (a sanitizer report?)\n",
+                WEXITSTATUS(child_status));
     int stale = 0;
     for (int i = 0; i < ex.n; i++)
         if (!ex.seen[i]) {
