@@ -25,10 +25,21 @@ ctest --test-dir build-tsan --output-on-failure -L threads
 # report fails; inputs that only run long or need much memory (a valid model may) do not.
 CC=clang cmake -B build-fuzz -DKILN_CUDA=OFF -DKILN_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build-fuzz -j"$jobs" --target fuzz_model
-rm -rf build-fuzz/corpus && mkdir -p build-fuzz/corpus
+rm -rf build-fuzz/corpus build-fuzz/crash-* build-fuzz/leak-* build-fuzz/oom-* build-fuzz/timeout-* && mkdir -p build-fuzz/corpus
+fuzz_rc=0
 ./build-fuzz/tests/fuzz_model build-fuzz/corpus tests/fuzz/seeds tests/fuzz/regressions -max_len=65536 \
     -fork=1 -ignore_timeouts=1 -ignore_ooms=1 -max_total_time=60 -timeout=10 -rss_limit_mb=3072 \
-    -artifact_prefix=build-fuzz/
+    -artifact_prefix=build-fuzz/ || fuzz_rc=$?
+# fork mode still exits non-zero after an ignored OOM or timeout: only crashes and leaks count
+if compgen -G 'build-fuzz/crash-*' >/dev/null || compgen -G 'build-fuzz/leak-*' >/dev/null; then
+    echo "fuzz: crash or leak found (build-fuzz/crash-* / leak-*)"
+    exit 1
+fi
+if ((fuzz_rc)) && ! compgen -G 'build-fuzz/oom-*' >/dev/null && ! compgen -G 'build-fuzz/timeout-*' >/dev/null; then
+    echo "fuzz: exit status $fuzz_rc with no artifact"
+    exit 1
+fi
+((fuzz_rc == 0)) || echo "fuzz: exit status $fuzz_rc from ignored OOM/timeout inputs: $(ls build-fuzz/oom-* build-fuzz/timeout-* 2>/dev/null | tr '\n' ' ')"
 
 # The GPU kernels compile for an AMD GPU too (HIP, compile only).
 bash scripts/check_hip.sh

@@ -33,6 +33,7 @@ struct kiln_frame {
     bool *owned;                  /* vals[i] is freed by the frame */
     kiln_value **alt;             /* GPU runs: vals[i] copied to the other side (owned), or NULL */
     const kiln_run_env *env;      /* the main graph's run environment, NULL in subgraphs */
+    size_t alloc_limit;           /* kiln_node_evaluate: bytes one output may take (0: no limit) */
 };
 
 /* Runtime type of a value (constant dims). */

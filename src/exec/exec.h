@@ -46,7 +46,8 @@ kiln_status kiln_execute(const kiln_graph *g, const kiln_frame *parent, const ki
 
 /* Compile time: runs node n of the main graph with its op's reference kernel, every input read
  * from its initializer (n has no subgraphs). out[i] receives an owned value for each output n
- * has (NULL for absent ones). */
-kiln_status kiln_node_evaluate(const kiln_node *n, kiln_value **out, kiln_err *err);
+ * has (NULL for absent ones). An output the kernel would allocate with more than max_bytes
+ * (0: no limit) fails it before the allocation. */
+kiln_status kiln_node_evaluate(const kiln_node *n, size_t max_bytes, kiln_value **out, kiln_err *err);
 
 #endif

@@ -48,12 +48,24 @@ bool kiln_run_has_out(const kiln_run_ctx *c, int i)
     return i >= 0 && i < c->node->n_out && c->node->out[i];
 }
 
+/* kiln_node_evaluate's bound on one output, checked before allocating it. */
+static kiln_status check_limit(const kiln_frame *f, kiln_dtype dt, int rank, const int64_t *dims, kiln_err *err)
+{
+    if (!f || !f->alloc_limit) return KILN_OK;
+    int64_t numel;
+    KILN_TRY(kiln_dims_numel(rank, dims, &numel, err));
+    if ((uint64_t)numel > f->alloc_limit / (kiln_dtype_size(dt) ? kiln_dtype_size(dt) : 1))
+        return kiln_errf(err, KILN_ERR_UNSUPPORTED, "output larger than %zu bytes", f->alloc_limit);
+    return KILN_OK;
+}
+
 kiln_status kiln_run_alloc_out(kiln_run_ctx *c, int i, kiln_dtype dt, int rank, const int64_t *dims,
                                kiln_value **out)
 {
     if (out) *out = NULL;
     if (i < 0 || i >= c->node->n_out)
         return kiln_run_fail(c, KILN_ERR_RUNTIME, "kernel wrote output %d of %d", i, c->node->n_out);
+    KILN_TRY(check_limit(c->frame, dt, rank, dims, c->err));
     kiln_value *v;
     kiln_status st = kiln_tensor_new(dt, rank, dims, &v, c->err);
     if (st) return kiln_err_prefix(c->err, "node '%s' (%s): output %d", c->node->name, c->node->op_type, i);
@@ -265,7 +277,8 @@ static kiln_status run_node(const kiln_node *n, kiln_frame *f, kiln_err *err)
         if (!all_const(&out_type[i])) continue;
         int64_t dims[KILN_MAX_RANK];
         for (int k = 0; k < out_type[i].rank; k++) dims[k] = out_type[i].dims[k].c;
-        st = alloc_output(f, n->out[i], &out_type[i], dims, on_gpu, !n->kernel, &out[i], err);
+        st = check_limit(f, out_type[i].dtype, out_type[i].rank, dims, err);
+        if (!st) st = alloc_output(f, n->out[i], &out_type[i], dims, on_gpu, !n->kernel, &out[i], err);
         if (st) {
             kiln_err_prefix(err, "node '%s' (%s): output %d", n->name, n->op_type, i);
             goto fail;
@@ -437,12 +450,12 @@ out:
     return st;
 }
 
-kiln_status kiln_node_evaluate(const kiln_node *n, kiln_value **out, kiln_err *err)
+kiln_status kiln_node_evaluate(const kiln_node *n, size_t max_bytes, kiln_value **out, kiln_err *err)
 {
     for (int i = 0; i < n->n_out; i++) out[i] = NULL;
     if (n->kernel || has_subgraphs(n))
         return kiln_errf(err, KILN_ERR_RUNTIME, "internal: node '%s' cannot be evaluated at compile time", n->name);
-    kiln_frame f = {.g = n->graph};
+    kiln_frame f = {.g = n->graph, .alloc_limit = max_bytes ? max_bytes : SIZE_MAX};
     f.vals = calloc((size_t)f.g->n_values + 1, sizeof *f.vals);
     f.owned = calloc((size_t)f.g->n_values + 1, sizeof *f.owned);
     kiln_status st = !f.vals || !f.owned ? kiln_errf(err, KILN_ERR_NOMEM, "out of memory") : run_node(n, &f, err);

@@ -61,7 +61,7 @@ static kiln_status fold(kiln_graph *g, kiln_node *n, bool *done, kiln_err *err)
     if (!out) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
     kiln_err ignored = {0}; /* a node that fails now fails at run time too, with its context */
     size_t out_bytes = 0;
-    bool ok = !kiln_node_evaluate(n, out, &ignored);
+    bool ok = !kiln_node_evaluate(n, in_bytes + GROWTH_BYTES, out, &ignored);
     for (int i = 0; ok && i < n->n_out; i++) {
         if (!n->out[i]) continue;
         if (!out[i] || out[i]->kind != KILN_VALUE_TENSOR) ok = false;
