@@ -164,13 +164,6 @@ static bool reads_type_only(const kiln_node *n)
     return !*n->domain && (!strcmp(n->op_type, "Shape") || !strcmp(n->op_type, "Size"));
 }
 
-static bool has_subgraphs(const kiln_node *n)
-{
-    for (int a = 0; a < n->n_attrs; a++)
-        if (n->attrs[a].type == KILN_ATTR_GRAPH || n->attrs[a].type == KILN_ATTR_GRAPHS) return true;
-    return false;
-}
-
 static bool all_const(const kiln_type *t)
 {
     if (t->kind != KILN_VALUE_TENSOR || t->rank < 0 || !kiln_dtype_valid(t->dtype)) return false;
@@ -236,7 +229,7 @@ static kiln_status run_node(const kiln_node *n, kiln_frame *f, kiln_err *err)
     /* GPU runs place each input where the node reads it */
     kiln_gpu_run *gpu = f->env ? f->env->gpu : NULL;
     bool on_gpu = gpu && n->on_gpu;
-    if (gpu && !n->on_gpu && has_subgraphs(n))
+    if (gpu && !n->on_gpu && kiln_node_has_subgraphs(n))
         /* subgraphs read outer values through frame_get: give every device value a host copy */
         for (int id = 0; id < f->g->n_values && !st; id++)
             if (f->vals[id] && f->vals[id]->on_device) {
@@ -453,7 +446,7 @@ out:
 kiln_status kiln_node_evaluate(const kiln_node *n, size_t max_bytes, kiln_value **out, kiln_err *err)
 {
     for (int i = 0; i < n->n_out; i++) out[i] = NULL;
-    if (n->kernel || has_subgraphs(n))
+    if (n->kernel || kiln_node_has_subgraphs(n))
         return kiln_errf(err, KILN_ERR_RUNTIME, "internal: node '%s' cannot be evaluated at compile time", n->name);
     kiln_frame f = {.g = n->graph, .alloc_limit = max_bytes ? max_bytes : SIZE_MAX};
     f.vals = calloc((size_t)f.g->n_values + 1, sizeof *f.vals);

@@ -16,13 +16,6 @@ static bool int_vector(const kiln_type *t)
     }
 }
 
-static bool has_subgraphs(const kiln_node *n)
-{
-    for (int a = 0; a < n->n_attrs; a++)
-        if (n->attrs[a].type == KILN_ATTR_GRAPH || n->attrs[a].type == KILN_ATTR_GRAPHS) return true;
-    return false;
-}
-
 static bool is_type_op(const kiln_node *n)
 {
     return !*n->domain && (!strcmp(n->op_type, "Shape") || !strcmp(n->op_type, "Size"));
@@ -51,7 +44,7 @@ kiln_status kiln_gpu_place(kiln_graph *g, int *n_gpu, int *n_cpu, kiln_err *err)
         if (!n->op) snprintf(why, sizeof why, "not supported by kiln");
         else if (is_type_op(n)) snprintf(why, sizeof why, "reads only the input's shape");
         else if (all_shape && int_out) snprintf(why, sizeof why, "shape computation");
-        else if (has_subgraphs(n)) snprintf(why, sizeof why, "control flow runs on the CPU");
+        else if (kiln_node_has_subgraphs(n)) snprintf(why, sizeof why, "control flow runs on the CPU");
         else if (!(o = kiln_gpu_op_lookup(n->domain, n->op_type, n->opset)))
             snprintf(why, sizeof why, "no GPU kernel for %s%s%s", n->domain, *n->domain ? "." : "", n->op_type);
         else if (o->supports && !o->supports(n, why, sizeof why)) {

@@ -238,6 +238,13 @@ char *kiln_type_print(const kiln_type *t, char *buf, size_t size)
     return buf;
 }
 
+bool kiln_node_has_subgraphs(const kiln_node *n)
+{
+    for (int a = 0; a < n->n_attrs; a++)
+        if (n->attrs[a].type == KILN_ATTR_GRAPH || n->attrs[a].type == KILN_ATTR_GRAPHS) return true;
+    return false;
+}
+
 int kiln_attr_graph_count(const kiln_attr *a)
 {
     return a->type == KILN_ATTR_GRAPH ? 1 : a->type == KILN_ATTR_GRAPHS ? a->n : 0;

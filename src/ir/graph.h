@@ -213,6 +213,8 @@ const kiln_graph *kiln_attr_graph(const kiln_node *n, const char *name);
 
 /* Subgraphs an attribute holds (GRAPH: 1, GRAPHS: n, others: 0), and the i-th of them. */
 int kiln_attr_graph_count(const kiln_attr *a);
+/* Whether n has a graph attribute (If, Loop, Scan...). */
+bool kiln_node_has_subgraphs(const kiln_node *n);
 const kiln_graph *kiln_attr_graph_at(const kiln_attr *a, int i);
 
 /* ---- construction (used by the loader and passes) ---- */

@@ -21,18 +21,11 @@ static bool is_random(const kiln_node *n)
     return false;
 }
 
-static bool has_subgraphs(const kiln_node *n)
-{
-    for (int a = 0; a < n->n_attrs; a++)
-        if (kiln_attr_graph_count(&n->attrs[a])) return true;
-    return false;
-}
-
 /* Whether n may be folded, with the bytes its inputs hold. */
 static bool foldable(const kiln_node *n, size_t *in_bytes)
 {
     *in_bytes = 0;
-    if (*n->domain || !n->op || !n->op->run || n->kernel || is_random(n) || has_subgraphs(n) || !n->n_out) return false;
+    if (*n->domain || !n->op || !n->op->run || n->kernel || is_random(n) || kiln_node_has_subgraphs(n) || !n->n_out) return false;
     for (int i = 0; i < n->n_in; i++) {
         const kiln_ir_value *v = n->in[i];
         if (!v) continue;
