@@ -406,6 +406,9 @@ static kiln_status dropout_infer(kiln_infer_ctx *c)
 {
     const kiln_type *x = kiln_infer_in(c, 0);
     if (!x) return kiln_infer_fail(c, KILN_ERR_MODEL, "input 0 (data) is missing");
+    /* T is a float type: the kernel copies and scales elements (a string's are pointers) */
+    if (x->kind && kiln_dtype_valid(x->dtype) && !kiln_dtype_is_float(x->dtype))
+        return kiln_infer_fail(c, KILN_ERR_MODEL, "input 0 (data) is %s, not a float type", kiln_dtype_name(x->dtype));
     KILN_TRY(kiln_infer_same_as_input(c, 0, 0));
     /* the mask is bool from opset 10, of the input's type before */
     kiln_dtype mdt = kiln_infer_opset(c) >= 10 ? KILN_DTYPE_BOOL : x->dtype;
