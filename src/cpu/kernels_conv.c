@@ -270,7 +270,7 @@ static void conv_state_unpack(const void *p, void *dst)
  * leaves the node without state (packing per call) otherwise. */
 static void conv_pack_weights(kiln_node *n)
 {
-    const kiln_value *w = n->in[1]->init;
+    const kiln_value *w = kiln_ir_constant(n->in[1]);
     int64_t group = kiln_attr_int(n, "group", 1);
     if (!w || w->dtype != KILN_DTYPE_FLOAT32 || w->rank != 4 || !w->numel || group < 1 || group > 4096 ||
         w->dims[0] % group || (w->dims[1] == 1 && w->dims[0] == group && group > 1))

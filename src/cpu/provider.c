@@ -59,7 +59,7 @@ static void packed_unpack(const void *p, void *dst) { kiln_gemm_packed_b_unpack(
 
 static void pack_weights(kiln_node *n, int input, bool trans_b)
 {
-    const kiln_value *w = n->in[input] ? n->in[input]->init : NULL;
+    const kiln_value *w = kiln_ir_constant(n->in[input]);
     if (!w || w->dtype != KILN_DTYPE_FLOAT32 || w->rank != 2 || !w->numel) return;
     int64_t K = trans_b ? w->dims[1] : w->dims[0], N = trans_b ? w->dims[0] : w->dims[1];
     kiln_gemm_ctx ctx = {0};

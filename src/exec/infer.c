@@ -277,7 +277,7 @@ kiln_status kiln_graph_infer(kiln_graph *g, kiln_err *note)
         bool ok = n->op && n->op->infer && n->n_in <= 64 && n->n_out <= 64;
         for (int i = 0; ok && i < n->n_in; i++) {
             in[i] = n->in[i] ? &n->in[i]->type : NULL;
-            in_val[i] = n->in[i] ? n->in[i]->init : NULL;
+            in_val[i] = kiln_ir_constant(n->in[i]);
             if (in[i] && !type_known(in[i])) ok = false;
         }
         if (ok) {

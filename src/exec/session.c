@@ -372,7 +372,7 @@ static kiln_status check_constraints(const kiln_model *m, const int64_t *syms, c
  * recording (KILN_GPU_REPLAY); downloads the outputs into out[]. *done is false when the
  * capture did not give a graph: the caller runs plainly. */
 static kiln_status run_recorded(kiln_session *s, kiln_gpu_run *gpu, kiln_gpu_mode mode, const kiln_run_env *env,
-                                const int64_t *syms, int n_syms, const kiln_value **bound, kiln_value **out,
+                                const int64_t *key, int n_key, const kiln_value **bound, kiln_value **out,
                                 bool *done, kiln_err *err)
 {
     const kiln_graph *g = s->model->graph;
@@ -396,7 +396,7 @@ static kiln_status run_recorded(kiln_session *s, kiln_gpu_run *gpu, kiln_gpu_mod
         kiln_err run_err = {0};
         kiln_status ran = kiln_execute(g, NULL, env, in, out, &run_err);
         bool recorded;
-        st = kiln_gpu_capture_end(gpu, syms, n_syms, ran == KILN_OK, g->n_outputs, out, &recorded, err);
+        st = kiln_gpu_capture_end(gpu, key, n_key, ran == KILN_OK, g->n_outputs, out, &recorded, err);
         for (int j = 0; j < g->n_outputs; j++) {
             kiln_value_free(out[j]); /* views of the device outputs, or what a failed capture left */
             out[j] = NULL;
@@ -407,7 +407,7 @@ static kiln_status run_recorded(kiln_session *s, kiln_gpu_run *gpu, kiln_gpu_mod
     if (!st && mode == KILN_GPU_REPLAY) {
         int n_out;
         kiln_value *const *rec;
-        st = kiln_gpu_replay(gpu, syms, n_syms, &n_out, &rec, err);
+        st = kiln_gpu_replay(gpu, key, n_key, &n_out, &rec, err);
         for (int j = 0; j < n_out && !st; j++)
             st = env->device_outputs ? kiln_gpu_output(gpu, rec[j], &out[j], err)
                                      : kiln_gpu_to_host(gpu, rec[j], NULL, &out[j], err);
@@ -452,7 +452,9 @@ kiln_status kiln_session_run_observed(kiln_session *s, int n_in, const char *con
         return kiln_errf(&err, KILN_ERR_INVALID_ARG, "invalid input/output arrays"), set_error(s, &err);
     int n_syms = kiln_dimtab_sym_count(s->model->dims);
     const kiln_value **bound = calloc((size_t)g->n_inputs + 1, sizeof *bound);
-    int64_t *syms = malloc(((size_t)n_syms + 1) * sizeof *syms);
+    /* the symbols' values, then (the GPU's recording key) whether each input with a default
+     * initializer was fed: a recording uploads either the fed value or the default */
+    int64_t *syms = malloc(((size_t)n_syms + (size_t)g->n_inputs + 1) * sizeof *syms);
     const char **sym_src = calloc((size_t)n_syms + 1, sizeof *sym_src);
     int *out_idx = calloc((size_t)n_out + 1, sizeof *out_idx);
     kiln_value **all_out = calloc((size_t)g->n_outputs + 1, sizeof *all_out);
@@ -492,11 +494,15 @@ kiln_status kiln_session_run_observed(kiln_session *s, int n_in, const char *con
         if (st) goto out;
         bound[found] = inputs[i];
     }
-    for (int k = 0; k < g->n_inputs; k++)
-        if (!bound[k] && !g->inputs[k]->init) {
+    int n_key = n_syms;
+    for (int k = 0; k < g->n_inputs; k++) {
+        if (g->inputs[k]->init) {
+            syms[n_key++] = bound[k] != NULL;
+        } else if (!bound[k]) {
             st = kiln_errf(&err, KILN_ERR_INVALID_ARG, "input '%s' is required but was not given", g->inputs[k]->name);
             goto out;
         }
+    }
     for (int j = 0; j < n_out; j++) {
         out_idx[j] = -1;
         for (int k = 0; out_names[j] && k < g->n_outputs; k++)
@@ -531,11 +537,11 @@ kiln_status kiln_session_run_observed(kiln_session *s, int n_in, const char *con
     }
     t_exec = now_ns();
     bool done = false;
-    kiln_gpu_mode mode = gpu && !observer && !s->fault_node ? kiln_gpu_graph_mode(gpu, syms, n_syms) : KILN_GPU_PLAIN;
-    if (mode != KILN_GPU_PLAIN) st = run_recorded(s, gpu, mode, &env, syms, n_syms, bound, all_out, &done, &err);
+    kiln_gpu_mode mode = gpu && !observer && !s->fault_node ? kiln_gpu_graph_mode(gpu, syms, n_key) : KILN_GPU_PLAIN;
+    if (mode != KILN_GPU_PLAIN) st = run_recorded(s, gpu, mode, &env, syms, n_key, bound, all_out, &done, &err);
     if (!st && !done) {
         st = kiln_execute(g, NULL, &env, bound, all_out, &err);
-        if (!st && gpu && !observer && !s->fault_node) kiln_gpu_graph_note(gpu, syms, n_syms);
+        if (!st && gpu && !observer && !s->fault_node) kiln_gpu_graph_note(gpu, syms, n_key);
     }
     if (gpu) {
         kiln_status end = kiln_gpu_run_end(s->gpu, gpu, st ? NULL : &err);

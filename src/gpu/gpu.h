@@ -29,7 +29,7 @@ typedef struct kiln_gpu_op {
     int since_version; /* first opset covered */
     /* Compile time: whether run covers node n, judged from its attributes and its inputs'
      * compile-time types (n->in[i]->type: dtype, rank, dims may be symbolic) and constant
-     * contents (n->in[i]->init). On false, writes a short reason into why ("dtype int8",
+     * contents (kiln_ir_constant(n->in[i])). On false, writes a short reason into why ("dtype int8",
      * "mode 'cubic' with antialias") for `kiln info --provider cuda`. NULL: always. */
     bool (*supports)(const kiln_node *n, char *why, size_t size);
     kiln_status (*run)(kiln_run_ctx *c);

@@ -128,7 +128,7 @@ static kiln_status strided_copy(kiln_run_ctx *c, kiln_value *y, const kiln_value
 static bool const_indices_ok(kiln_run_ctx *c, int i, int64_t d)
 {
     const kiln_node *n = kiln_run_node(c);
-    const kiln_value *v = i < n->n_in && n->in[i] ? n->in[i]->init : NULL;
+    const kiln_value *v = i < n->n_in ? kiln_ir_constant(n->in[i]) : NULL;
     if (!v || !v->data) return true;
     for (int64_t j = 0; j < v->numel; j++) {
         int64_t p = kiln_load_i64(v->dtype, v->data, j);
@@ -141,7 +141,7 @@ static bool const_indices_ok(kiln_run_ctx *c, int i, int64_t d)
 static bool const_tuples_ok(kiln_run_ctx *c, int i, const int64_t *dims, int last)
 {
     const kiln_node *n = kiln_run_node(c);
-    const kiln_value *v = i < n->n_in && n->in[i] ? n->in[i]->init : NULL;
+    const kiln_value *v = i < n->n_in ? kiln_ir_constant(n->in[i]) : NULL;
     if (!v || !v->data || last <= 0) return true;
     for (int64_t j = 0; j < v->numel; j++) {
         int64_t p = kiln_load_i64(v->dtype, v->data, j), d = dims[j % last];

@@ -102,10 +102,11 @@ static kiln_status upload_constants(kiln_gpu_session *gs, kiln_err *err)
         if (!n->on_gpu) continue;
         for (int i = 0; i < n->n_in; i++) {
             const kiln_ir_value *v = n->in[i];
-            if (!v || !v->init || (n->host_inputs & (1u << i)) || v->graph != g || at[v->id]) continue;
-            if (v->init->kind != KILN_VALUE_TENSOR || v->init->dtype == KILN_DTYPE_STRING) continue;
+            const kiln_value *h = kiln_ir_constant(v);
+            if (!h || (n->host_inputs & (1u << i)) || v->graph != g || at[v->id]) continue;
+            if (h->kind != KILN_VALUE_TENSOR || h->dtype == KILN_DTYPE_STRING) continue;
             at[v->id] = total + 1; /* +1: 0 means none */
-            total += align_up(v->init->nbytes ? v->init->nbytes : 1);
+            total += align_up(h->nbytes ? h->nbytes : 1);
         }
     }
     kiln_status st = KILN_OK;

@@ -80,6 +80,14 @@ typedef struct kiln_ir_value {
     int last_use;              /* index of the last node of `graph` reading it (-1: none) */
 } kiln_ir_value;
 
+/* v's content when it is a constant: its initializer, unless v is also a graph input, whose
+ * initializer is only a default that a run may replace by feeding it (ONNX IR 4 and later).
+ * Passes, compile-time inference and weight preparation read constants through this. */
+static inline const kiln_value *kiln_ir_constant(const kiln_ir_value *v)
+{
+    return v && !v->is_input ? v->init : NULL;
+}
+
 /* An element-wise activation that a graph pass (src/passes/fuse_activation.c) fused into a node:
  * applied to output 0 after the op. Only optimised CPU sessions have them, and only on nodes the
  * CPU provider's kernel applies them for. */

@@ -27,8 +27,8 @@ static int readers(const kiln_graph *g, const kiln_ir_value *v)
 static const float *param(const kiln_node *n, int i, int64_t m)
 {
     const kiln_ir_value *v = i < n->n_in ? n->in[i] : NULL;
-    if (!v || v->producer || !v->init) return NULL;
-    const kiln_value *t = v->init;
+    const kiln_value *t = kiln_ir_constant(v);
+    if (!t || v->producer) return NULL;
     return t->kind == KILN_VALUE_TENSOR && t->dtype == KILN_DTYPE_FLOAT32 && t->numel == m ? t->data : NULL;
 }
 
@@ -45,8 +45,8 @@ static kiln_status fold(kiln_graph *g, kiln_node *conv, kiln_node *bn, bool *don
 {
     *done = false;
     const kiln_ir_value *wv = conv->in[1];
-    if (!wv || wv->producer || !wv->init) return KILN_OK;
-    const kiln_value *W = wv->init;
+    const kiln_value *W = kiln_ir_constant(wv);
+    if (!W || wv->producer) return KILN_OK;
     if (W->kind != KILN_VALUE_TENSOR || W->dtype != KILN_DTYPE_FLOAT32 || W->rank < 3 || !W->dims[0]) return KILN_OK;
     int64_t M = W->dims[0], per = W->numel / M;
     const float *scale = param(bn, 1, M), *beta = param(bn, 2, M), *mean = param(bn, 3, M), *var = param(bn, 4, M);

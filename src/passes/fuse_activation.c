@@ -35,8 +35,8 @@ static bool const_scalar(const kiln_node *n, int i, float *out)
 {
     const kiln_ir_value *v = i < n->n_in ? n->in[i] : NULL;
     if (!v) return true;
-    if (v->producer || !v->init) return false;
-    const kiln_value *t = v->init;
+    const kiln_value *t = kiln_ir_constant(v);
+    if (v->producer || !t) return false;
     if (t->kind != KILN_VALUE_TENSOR || t->dtype != KILN_DTYPE_FLOAT32 || t->numel != 1) return false;
     float f = *(const float *)t->data;
     if (!isnan(f)) *out = f; /* a NaN bound is ignored, as the Clip kernels do */
@@ -87,7 +87,7 @@ static bool fusable(const kiln_node *n)
     if (!strcmp(n->op_type, "Conv")) return n->in[0]->type.rank == 4 && n->in[1]->type.rank == 4;
     if (!strcmp(n->op_type, "Gemm")) return n->opset >= 11;
     if (!strcmp(n->op_type, "MatMul")) { /* by constant 2-D weights: one GEMM over all rows */
-        const kiln_value *w = n->in[1]->init;
+        const kiln_value *w = kiln_ir_constant(n->in[1]);
         return n->n_in == 2 && w && !n->in[1]->producer && w->kind == KILN_VALUE_TENSOR && w->rank == 2 &&
                w->dtype == KILN_DTYPE_FLOAT32 && n->in[0]->type.rank >= 1;
     }

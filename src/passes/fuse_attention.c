@@ -73,7 +73,7 @@ static bool has_perm(const kiln_node *t, int64_t a, int64_t b, int64_t c, int64_
 /* The float32 scalar constant v holds, if it is one. */
 static bool scalar_const(const kiln_ir_value *v, float *out)
 {
-    const kiln_value *t = v ? v->init : NULL;
+    const kiln_value *t = kiln_ir_constant(v);
     if (!t || t->kind != KILN_VALUE_TENSOR || t->dtype != KILN_DTYPE_FLOAT32 || t->numel != 1) return false;
     *out = *(const float *)t->data;
     return true;

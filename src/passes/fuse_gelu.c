@@ -69,7 +69,7 @@ static kiln_node *only_reader(const kiln_graph *g, const kiln_ir_value *v, const
  * 1e-4 of want: broadcasting it keeps the other operand's shape. */
 static bool is_const(const kiln_ir_value *v, double want, int max_rank)
 {
-    const kiln_value *t = v ? v->init : NULL;
+    const kiln_value *t = kiln_ir_constant(v);
     if (!t || v->producer || t->kind != KILN_VALUE_TENSOR || t->dtype != KILN_DTYPE_FLOAT32 || t->numel != 1 ||
         t->rank > max_rank)
         return false;
@@ -108,7 +108,7 @@ static bool is_cube(const kiln_graph *g, const kiln_ir_value *c, const kiln_ir_v
     if (!single_use(g, c)) return false;
     kiln_node *p = producer(g, c, "Pow");
     if (p) {
-        const kiln_value *e = p->in[1]->init;
+        const kiln_value *e = kiln_ir_constant(p->in[1]);
         if (p->in[0] != x || !e || p->in[1]->producer || e->kind != KILN_VALUE_TENSOR || e->numel != 1 ||
             e->rank > c->type.rank)
             return false;

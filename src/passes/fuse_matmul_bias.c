@@ -39,7 +39,7 @@ static const kiln_value *weights(const kiln_graph *g, const kiln_node *m)
         m->in[0]->type.rank < 1 || m->out[0]->type.rank < 1)
         return NULL;
     const kiln_ir_value *w = m->in[1];
-    const kiln_value *t = w ? w->init : NULL;
+    const kiln_value *t = kiln_ir_constant(w);
     if (!t || w->producer || t->kind != KILN_VALUE_TENSOR || t->dtype != KILN_DTYPE_FLOAT32 || t->rank != 2)
         return NULL;
     return t;
@@ -49,7 +49,7 @@ static const kiln_value *weights(const kiln_graph *g, const kiln_node *m)
  * without widening it. */
 static bool bias_fits(const kiln_ir_value *b, int64_t n, int r)
 {
-    const kiln_value *t = b ? b->init : NULL;
+    const kiln_value *t = kiln_ir_constant(b);
     if (!t || b->producer || t->kind != KILN_VALUE_TENSOR || t->dtype != KILN_DTYPE_FLOAT32 || t->rank < 1 ||
         t->rank > r || t->numel != n || t->dims[t->rank - 1] != n)
         return false;

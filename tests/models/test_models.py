@@ -227,6 +227,64 @@ def test_weights_in_file(models, rng):
         check(f"weights in the file n={n}: same as loaded from memory", np.array_equal(got, same))
 
 
+def test_overridable_initializers(models, rng):
+    """Initializers that are also graph inputs are defaults a run may replace (ONNX IR 4+):
+    Conv weights and bias under a BatchNormalization, the BatchNormalization variance, Clip
+    bounds, MatMul weights and bias, the Gelu pattern's constants and Gather indices. The
+    graph passes (Conv+BN folding, bias and activation fusion, the Gelu fusion), weight packing
+    and the GPU's uploaded constants must all use the fed value. One session; each default fed
+    alone, all fed, none fed, repeated so that GPU runs get recorded."""
+    from onnx import TensorProto, helper, numpy_helper
+    f32 = np.float32
+    inits = {"Wc": rng.standard_normal((4, 3, 3, 3)).astype(f32), "Bc": rng.standard_normal(4).astype(f32),
+             "sc": rng.uniform(0.5, 1.5, 4).astype(f32), "bi": rng.standard_normal(4).astype(f32),
+             "mu": rng.standard_normal(4).astype(f32), "var": rng.uniform(0.5, 2.0, 4).astype(f32),
+             "lo": np.array(-0.5, f32), "hi": np.array(1.5, f32),
+             "Wm": (rng.standard_normal((196, 10)) / 14).astype(f32), "bm": rng.standard_normal(10).astype(f32),
+             "s2": np.array(np.sqrt(2.0), f32), "one": np.array(1.0, f32), "half": np.array(0.5, f32),
+             "idx": np.array([7, 0, 3], np.int64)}
+    nodes = [helper.make_node("Conv", ["x", "Wc", "Bc"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "sc", "bi", "mu", "var"], ["b"]),
+             helper.make_node("Clip", ["b", "lo", "hi"], ["r"]),
+             helper.make_node("Flatten", ["r"], ["f"]),
+             helper.make_node("MatMul", ["f", "Wm"], ["m"]),
+             helper.make_node("Add", ["m", "bm"], ["a"]),
+             helper.make_node("Div", ["a", "s2"], ["d"]),
+             helper.make_node("Erf", ["d"], ["e"]),
+             helper.make_node("Add", ["e", "one"], ["e1"]),
+             helper.make_node("Mul", ["a", "e1"], ["g1"]),
+             helper.make_node("Mul", ["g1", "half"], ["y"]),
+             helper.make_node("Gather", ["y", "idx"], ["z"], axis=1)]
+    overridable = [k for k in inits if k not in ("sc", "bi", "mu", "one")]
+    ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3, 7, 7])]
+    ins += [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(inits[k].dtype), inits[k].shape)
+            for k in overridable]
+    g = helper.make_graph(nodes, "overridable", ins, [helper.make_tensor_value_info("z", TensorProto.FLOAT, ["n", 3])],
+                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    blob = m.SerializeToString()
+    sess, ref = kiln.Session(blob, provider=PROVIDER), ort.InferenceSession(blob)
+
+    def fresh(k):
+        v = inits[k]
+        if k == "idx":
+            return rng.integers(-10, 10, 3).astype(np.int64)
+        if k in ("var", "s2", "half"):
+            return np.asarray(rng.uniform(0.5, 2.0, v.shape), f32)
+        if k == "hi":
+            return np.asarray(rng.uniform(0.5, 3.0), f32)
+        return np.asarray(rng.standard_normal(v.shape) * (1 / 14 if k == "Wm" else 1), f32)
+
+    cases = [[], ["Wc"], ["Bc"], ["var"], ["lo", "hi"], ["Wm"], ["bm"], ["s2", "half"], ["idx"], overridable]
+    for n in (2, 2, 1):
+        for fed in cases:
+            for _ in range(2):  # the same binding again: a GPU run replays its recording
+                feeds = {"x": rng.standard_normal((n, 3, 7, 7)).astype(f32)}
+                feeds.update({k: fresh(k) for k in fed})
+                compare(f"overridable n={n} fed={','.join(fed) or 'none'}", sess, ref, feeds)
+
+
 def main():
     global PROVIDER
     ap = argparse.ArgumentParser(usage=__doc__)
@@ -235,7 +293,7 @@ def main():
     args = ap.parse_args()
     PROVIDER = args.provider
     rng = np.random.default_rng(1234)
-    for test in (test_weights_in_file, test_mlp, test_plan_cache_soak, test_datadep, test_convnet, test_decoder, test_encoder):
+    for test in (test_weights_in_file, test_overridable_initializers, test_mlp, test_plan_cache_soak, test_datadep, test_convnet, test_decoder, test_encoder):
         try:
             test(args.models, rng)
         except Exception:  # a crash of one model test is a failure, the others still run
