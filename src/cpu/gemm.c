@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/error.h"
 #include "cpu/gemm_internal.h"
 
 enum { ALIGN = 64 /* bytes, of each packing buffer */ };
@@ -71,7 +72,7 @@ typedef struct gemm_job {
     float *C;
     kiln_gemm_kepi epi;  /* the whole matrix's: col_bias [N], row_bias [M] */
     bool has_epi;
-    kiln_gemm_pack_b_fn pack_b; /* implicit op(B), or NULL */
+    kiln_gemm_pack_fn pack_b; /* implicit op(B), or NULL */
     void *pack_ctx;
     kiln_gemm_tile_fn tile;     /* caller's epilogue, or NULL */
     void *tile_ctx;
@@ -168,6 +169,22 @@ static bool epi_of(const kiln_gemm_epilogue *ep, kiln_gemm_kepi *e)
     }
 }
 
+/* The common start of a call with beta 0: checks C and the epilogue into *epi; *done when
+ * there is nothing to multiply (C is then the epilogue of zeros). */
+static kiln_status start_beta0(int64_t M, int64_t N, int64_t K, float *C, int64_t ldc, const kiln_gemm_epilogue *ep,
+                               kiln_gemm_kepi *epi, bool *done)
+{
+    *done = M == 0 || N == 0;
+    if (*done) return KILN_OK;
+    if (!C || ldc < N || !epi_of(ep, epi)) return KILN_ERR_INVALID_ARG;
+    *done = K == 0;
+    if (*done) {
+        scale_only(M, N, 0.0f, C, ldc, epi);
+        if (ep && ep->tile) ep->tile(ep->tile_ctx, C, ldc, 0, M, 0, N);
+    }
+    return KILN_OK;
+}
+
 /* Prepacked op(B) [K, N]: for each depth block p0 (KC deep, the last one shorter), the NR-column
  * micro-panels of all of N, each [kc][NR]: block p0 starts at p0 * n_pad. */
 struct kiln_gemm_packed_b {
@@ -192,15 +209,15 @@ static kiln_status gemm_run(const kiln_gemm_kernel *k, kiln_threadpool *pool, bo
                             int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                             const float *B, int64_t ldb, const kiln_gemm_packed_b *packed, float beta, float *C,
                             int64_t ldc, const kiln_gemm_kepi *epi, const kiln_gemm_epilogue *ep,
-                            kiln_gemm_pack_b_fn pack_b, void *pack_ctx, const kiln_gemm_packed_a *pa)
+                            kiln_gemm_pack_fn pack_b, void *pack_ctx, const kiln_gemm_packed_a *pa)
 {
     int threads = kiln_threadpool_size(pool);
 
     /* Tiles of C, of whole micro-panels and balanced to within one panel: at most MC x NC each,
      * then split until every thread has two (and their count is a multiple of the threads). Each
      * tile packs its rows of A and its columns of B, so more column tiles repack A (tiles_n * M *
-     * K floats in all) and more row tiles repack B (tiles_m * K * N; nothing when B is
-     * prepacked): split the side that adds less packing. */
+     * K floats in all) and more row tiles repack B (tiles_m * K * N; a prepacked operand is read
+     * again instead): split the side that adds less traffic. */
     int64_t pm = (M + k->mr - 1) / k->mr, pn = (N + k->nr - 1) / k->nr;
     /* row panels per tile: a prepacked A is read in place, not packed per tile, so taller tiles
      * (4 MC: still within L2) pack each block of B for fewer of them */
@@ -211,7 +228,11 @@ static kiln_status gemm_run(const kiln_gemm_kernel *k, kiln_threadpool *pool, bo
         if (tm * tn >= want && (tm * tn) % threads == 0) break;
         int64_t step_m = tm * tn >= want ? 1 : tm, step_n = tm * tn >= want ? 1 : tn; /* then round up */
         bool can_m = tm + step_m <= pm, can_n = tn + step_n <= pn;
-        double cost_n = pa ? 0.0 : (double)step_n * (double)M, cost_m = packed ? 0.0 : (double)step_m * (double)N;
+        /* an extra tile across N packs its rows of A again, or re-reads them when A is prepacked
+         * (from memory: a layer's weights rarely stay in cache), at about half the cost; the same
+         * for B across M */
+        double cost_n = (pa ? 0.5 : 1.0) * (double)step_n * (double)M;
+        double cost_m = (packed ? 0.5 : 1.0) * (double)step_m * (double)N;
         if (can_n && (!can_m || cost_n < cost_m)) tn += step_n;
         else if (can_m) tm += step_m;
         else break;
@@ -353,21 +374,16 @@ kiln_status kiln_sgemm_packed(const kiln_gemm_ctx *ctx, bool trans_a, int64_t M,
 }
 
 kiln_status kiln_sgemm_implicit_b(const kiln_gemm_ctx *ctx, int64_t M, int64_t N, int64_t K, const float *A,
-                                  int64_t lda, kiln_gemm_pack_b_fn pack_b, void *pack_ctx, float *C, int64_t ldc,
+                                  int64_t lda, kiln_gemm_pack_fn pack_b, void *pack_ctx, float *C, int64_t ldc,
                                   const kiln_gemm_epilogue *ep)
 {
     if (M < 0 || N < 0 || K < 0 || !pack_b) return KILN_ERR_INVALID_ARG;
     kiln_gemm_level level;
     if (resolve_level(ctx, &level) != KILN_OK) return KILN_ERR_INVALID_ARG;
-    if (M == 0 || N == 0) return KILN_OK;
-    if (!C || ldc < N) return KILN_ERR_INVALID_ARG;
     kiln_gemm_kepi epi;
-    if (!epi_of(ep, &epi)) return KILN_ERR_INVALID_ARG;
-    if (K == 0) {
-        scale_only(M, N, 0.0f, C, ldc, &epi);
-        if (ep && ep->tile) ep->tile(ep->tile_ctx, C, ldc, 0, M, 0, N);
-        return KILN_OK;
-    }
+    bool done;
+    KILN_TRY(start_beta0(M, N, K, C, ldc, ep, &epi, &done));
+    if (done) return KILN_OK;
     if (!A || lda < K) return KILN_ERR_INVALID_ARG;
     return gemm_run(kernel_for(level), ctx ? ctx->pool : NULL, false, false, M, N, K, 1.0f, A, lda, NULL, 0, NULL,
                     0.0f, C, ldc, &epi, ep, pack_b, pack_ctx, NULL);
@@ -381,12 +397,9 @@ kiln_status kiln_sgemm(kiln_threadpool *pool, bool trans_a, bool trans_b, int64_
     return kiln_sgemm_ex(&ctx, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL);
 }
 
-kiln_status kiln_gemm_packed_a_create(const kiln_gemm_ctx *ctx, int64_t M, int64_t K, const float *A, int64_t lda,
-                                      kiln_gemm_packed_a **out)
+/* An unfilled packed A [M, K] for ctx's level. */
+static kiln_status packed_a_new(const kiln_gemm_ctx *ctx, int64_t M, int64_t K, kiln_gemm_packed_a **out)
 {
-    if (!out) return KILN_ERR_INVALID_ARG;
-    *out = NULL;
-    if (M < 0 || K < 0 || (M > 0 && K > 0 && (!A || lda < K))) return KILN_ERR_INVALID_ARG;
     kiln_gemm_level level;
     if (resolve_level(ctx, &level) != KILN_OK) return KILN_ERR_INVALID_ARG;
     const kiln_gemm_kernel *k = kernel_for(level);
@@ -396,20 +409,29 @@ kiln_status kiln_gemm_packed_a_create(const kiln_gemm_ctx *ctx, int64_t M, int64
     pa->M = M;
     pa->K = K;
     pa->m_pad = round_up(M, k->mr);
-    if ((uint64_t)K * (uint64_t)pa->m_pad > (SIZE_MAX - ALIGN) / sizeof(float)) goto fail_pa;
-    pa->raw = malloc((size_t)(K * pa->m_pad) * sizeof(float) + ALIGN);
-    if (!pa->raw) goto fail_pa;
-    pa->data = (float *)(((uintptr_t)pa->raw + ALIGN - 1) & ~(uintptr_t)(ALIGN - 1));
-    for (int64_t p0 = 0; p0 < K; p0 += k->kc) {
-        int64_t kc = min64(k->kc, K - p0);
-        if (M > 0) k->pack_a(pa->data + p0 * pa->m_pad, A, lda, false, 0, M, p0, kc, 1.0f);
+    if ((uint64_t)K * (uint64_t)pa->m_pad > (SIZE_MAX - ALIGN) / sizeof(float) ||
+        !(pa->raw = malloc((size_t)(K * pa->m_pad) * sizeof(float) + ALIGN))) {
+        free(pa);
+        return KILN_ERR_NOMEM;
     }
+    pa->data = (float *)(((uintptr_t)pa->raw + ALIGN - 1) & ~(uintptr_t)(ALIGN - 1));
     *out = pa;
     return KILN_OK;
+}
 
-fail_pa:
-    free(pa);
-    return KILN_ERR_NOMEM;
+kiln_status kiln_gemm_packed_a_create(const kiln_gemm_ctx *ctx, int64_t M, int64_t K, const float *A, int64_t lda,
+                                      kiln_gemm_packed_a **out)
+{
+    if (!out) return KILN_ERR_INVALID_ARG;
+    *out = NULL;
+    if (M < 0 || K < 0 || (M > 0 && K > 0 && (!A || lda < K))) return KILN_ERR_INVALID_ARG;
+    kiln_gemm_packed_a *pa;
+    KILN_TRY(packed_a_new(ctx, M, K, &pa));
+    const kiln_gemm_kernel *k = kernel_for(pa->level);
+    for (int64_t p0 = 0; p0 < K && M > 0; p0 += k->kc)
+        k->pack_a(pa->data + p0 * pa->m_pad, A, lda, false, 0, M, p0, min64(k->kc, K - p0), 1.0f);
+    *out = pa;
+    return KILN_OK;
 }
 
 void kiln_gemm_packed_a_free(kiln_gemm_packed_a *pa)
@@ -432,7 +454,7 @@ void kiln_gemm_packed_a_unpack(const kiln_gemm_packed_a *pa, float *A)
 }
 
 kiln_status kiln_sgemm_packed_a(const kiln_gemm_ctx *ctx, const kiln_gemm_packed_a *A, int64_t N, const float *B,
-                                int64_t ldb, kiln_gemm_pack_b_fn pack_b, void *pack_ctx, float *C, int64_t ldc,
+                                int64_t ldb, kiln_gemm_pack_fn pack_b, void *pack_ctx, float *C, int64_t ldc,
                                 const kiln_gemm_epilogue *ep)
 {
     if (!A || N < 0 || (!B && !pack_b)) return KILN_ERR_INVALID_ARG;
@@ -451,4 +473,53 @@ kiln_status kiln_sgemm_packed_a(const kiln_gemm_ctx *ctx, const kiln_gemm_packed
     }
     return gemm_run(kernel_for(A->level), ctx ? ctx->pool : NULL, false, false, M, N, K, 1.0f, NULL, K, B, ldb, NULL,
                     0.0f, C, ldc, &epi, ep, pack_b, pack_ctx, A);
+}
+
+/* One K block of a packed A made by a pack function: chunks of MR-row panels. */
+typedef struct pack_a_job {
+    kiln_gemm_pack_fn pack;
+    void *pack_ctx;
+    float *dst; /* the block: panel i at dst + i * kc * MR */
+    int64_t p0, kc, M, mr, per_chunk;
+} pack_a_job;
+
+static void pack_a_chunks(void *ctx, int64_t begin, int64_t end)
+{
+    const pack_a_job *j = ctx;
+    int64_t i0 = begin * j->per_chunk * j->mr, i1 = min64(j->M, end * j->per_chunk * j->mr);
+    if (i1 > i0) j->pack(j->pack_ctx, j->dst + i0 * j->kc, j->p0, j->kc, i0, i1 - i0, (int)j->mr);
+}
+
+kiln_status kiln_gemm_packed_a_create_from(const kiln_gemm_ctx *ctx, int64_t M, int64_t K, kiln_gemm_pack_fn pack,
+                                           void *pack_ctx, kiln_gemm_packed_a **out)
+{
+    if (!out) return KILN_ERR_INVALID_ARG;
+    *out = NULL;
+    if (M < 0 || K < 0 || !pack) return KILN_ERR_INVALID_ARG;
+    kiln_gemm_packed_a *pa;
+    KILN_TRY(packed_a_new(ctx, M, K, &pa));
+    const kiln_gemm_kernel *k = kernel_for(pa->level);
+    kiln_threadpool *pool = ctx ? ctx->pool : NULL;
+    int64_t panels = pa->m_pad / k->mr, chunks = min64(panels, 8 * (int64_t)kiln_threadpool_size(pool));
+    for (int64_t p0 = 0; p0 < K && M > 0; p0 += k->kc) {
+        pack_a_job j = {pack, pack_ctx, pa->data + p0 * pa->m_pad, p0, min64(k->kc, K - p0), M, k->mr,
+                        (panels + chunks - 1) / chunks};
+        kiln_threadpool_parallel_for(pool, (panels + j.per_chunk - 1) / j.per_chunk, pack_a_chunks, &j);
+    }
+    *out = pa;
+    return KILN_OK;
+}
+
+kiln_status kiln_sgemm_packed_ab(const kiln_gemm_ctx *ctx, const kiln_gemm_packed_a *A, const kiln_gemm_packed_b *B,
+                                 float *C, int64_t ldc, const kiln_gemm_epilogue *ep)
+{
+    if (!A || !B || A->K != B->K || A->level != B->level) return KILN_ERR_INVALID_ARG;
+    if (ctx && ctx->level != KILN_GEMM_LEVEL_AUTO && ctx->level != A->level) return KILN_ERR_INVALID_ARG;
+    int64_t M = A->M, N = B->N, K = A->K;
+    kiln_gemm_kepi epi;
+    bool done;
+    KILN_TRY(start_beta0(M, N, K, C, ldc, ep, &epi, &done));
+    if (done) return KILN_OK;
+    return gemm_run(kernel_for(A->level), ctx ? ctx->pool : NULL, false, false, M, N, K, 1.0f, NULL, K, NULL, 0, B,
+                    0.0f, C, ldc, &epi, ep, NULL, NULL, A);
 }

@@ -95,14 +95,17 @@ kiln_status kiln_sgemm_packed(const kiln_gemm_ctx *ctx, bool trans_a, int64_t M,
                               int64_t lda, const kiln_gemm_packed_b *B, float beta, float *C, int64_t ldc,
                               const kiln_gemm_epilogue *ep);
 
-/* Packs op(B)[p0 : p0+kc, j0 : j0+n] as ceil(n/nr) micro-panels, each [kc][nr] (k-major,
- * columns past n zero), into dst. Called from any of the pool's threads. */
-typedef void (*kiln_gemm_pack_b_fn)(void *ctx, float *dst, int64_t p0, int64_t kc, int64_t j0, int64_t n, int nr);
+/* Packs an operand that is never stored (an implicit im2col matrix) for the micro-kernels:
+ * columns [j0, j0+n) of its rows [p0, p0+kc) as ceil(n/w) micro-panels, each [kc][w] (k-major,
+ * columns past n zero), into dst. For op(B) [K, N] the columns are B's (w = NR); for op(A)
+ * [M, K] they are A's rows, i.e. the columns of op(A)^T (w = MR). Called from any of the
+ * pool's threads. */
+typedef void (*kiln_gemm_pack_fn)(void *ctx, float *dst, int64_t p0, int64_t kc, int64_t j0, int64_t n, int w);
 
 /* kiln_sgemm_ex with op(A) = A [M, K] (row stride lda), beta 0, and op(B) [K, N] never stored:
  * pack_b produces each block of it when a tile needs it (an implicit im2col matrix). */
 kiln_status kiln_sgemm_implicit_b(const kiln_gemm_ctx *ctx, int64_t M, int64_t N, int64_t K, const float *A,
-                                  int64_t lda, kiln_gemm_pack_b_fn pack_b, void *pack_ctx, float *C, int64_t ldc,
+                                  int64_t lda, kiln_gemm_pack_fn pack_b, void *pack_ctx, float *C, int64_t ldc,
                                   const kiln_gemm_epilogue *ep);
 
 /* A [M, K] (row stride lda) packed once for the kernels of one level (ctx's; AUTO: the best):
@@ -122,8 +125,19 @@ void kiln_gemm_packed_a_unpack(const kiln_gemm_packed_a *pa, float *A);
  * stride ldb) or, when pack_b is given, implicit as in kiln_sgemm_implicit_b (B unused). ctx's
  * level must be AUTO or A's. Errors as kiln_sgemm_ex; on error C is unchanged. */
 kiln_status kiln_sgemm_packed_a(const kiln_gemm_ctx *ctx, const kiln_gemm_packed_a *A, int64_t N, const float *B,
-                                int64_t ldb, kiln_gemm_pack_b_fn pack_b, void *pack_ctx, float *C, int64_t ldc,
+                                int64_t ldb, kiln_gemm_pack_fn pack_b, void *pack_ctx, float *C, int64_t ldc,
                                 const kiln_gemm_epilogue *ep);
+
+/* A [M, K] made by pack (columns [i0, i0+m) of A^T, w = MR: rows of an implicit im2col^T, the
+ * output pixels of a convolution) and packed for ctx's level, the pack calls spread over ctx's
+ * pool: the operand is gathered once, not once per tile. Otherwise as kiln_gemm_packed_a_create. */
+kiln_status kiln_gemm_packed_a_create_from(const kiln_gemm_ctx *ctx, int64_t M, int64_t K, kiln_gemm_pack_fn pack,
+                                           void *pack_ctx, kiln_gemm_packed_a **out);
+
+/* C [M, N] = A [M, K] * B [K, N], both prepacked at one level (A's K must be B's), beta 0, then
+ * ep. ctx's level must be AUTO or theirs. Errors as kiln_sgemm_ex; on error C is unchanged. */
+kiln_status kiln_sgemm_packed_ab(const kiln_gemm_ctx *ctx, const kiln_gemm_packed_a *A, const kiln_gemm_packed_b *B,
+                                 float *C, int64_t ldc, const kiln_gemm_epilogue *ep);
 
 /* kiln_sgemm_ex on the given pool, at the best level, with no epilogue. */
 kiln_status kiln_sgemm(kiln_threadpool *pool, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,

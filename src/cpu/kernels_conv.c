@@ -2,8 +2,11 @@
  * cols[k, p] per image and group, where cols is X itself for 1x1 convolutions and otherwise an
  * im2col matrix that is never stored: the GEMM asks for each [kc x nr] panel of it as it packs
  * (kiln_sgemm_implicit_b), so it only ever lives in cache. Bias and the node's fused activation
- * (kiln_node.act) are applied to each output tile right after the GEMM writes it. Depthwise
- * convolutions go to kernels_cnn.c. Every case not covered runs the reference kernel. */
+ * (kiln_node.act) are applied to each output tile right after the GEMM writes it. Layers deep in
+ * a CNN (many channels, few pixels: conv_pixels_as_m) run the transposed product instead,
+ * Y^T [pixels, channels] = cols^T * W^T against weights prepacked as B, with cols^T gathered
+ * once per call and each tile stored transposed. Depthwise convolutions go to kernels_cnn.c.
+ * Every case not covered runs the reference kernel. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -242,18 +245,27 @@ static void im2col_pack(void *ctx, float *dst, int64_t p0, int64_t kc, int64_t j
 
 /* ---- Conv ---- */
 
-/* Constant weights packed at compile time, one [M/group, C/group*kh*kw] block per group. */
+/* Constant weights packed at compile time, one block per group: W_g [M/group, C/group*kh*kw]
+ * as the GEMM's A (output channels as rows), or, pixels_as_m, W_g^T as its B (output pixels as
+ * rows, channels as columns; see conv_pixels_as_m). */
 typedef struct conv_state {
     int64_t groups;
-    int64_t block;           /* floats of one group's block: M/group * C/group*kh*kw */
-    kiln_gemm_packed_a *w[]; /* [groups] */
+    int64_t block;     /* floats of one group's block: M/group * C/group*kh*kw */
+    bool pixels_as_m;
+    union {
+        kiln_gemm_packed_a *a;
+        kiln_gemm_packed_b *b;
+    } w[]; /* [groups] */
 } conv_state;
 
 static void conv_state_free(void *p)
 {
     conv_state *cs = p;
     if (!cs) return;
-    for (int64_t gi = 0; gi < cs->groups; gi++) kiln_gemm_packed_a_free(cs->w[gi]);
+    for (int64_t gi = 0; gi < cs->groups; gi++) {
+        if (cs->pixels_as_m) kiln_gemm_packed_b_free(cs->w[gi].b);
+        else kiln_gemm_packed_a_free(cs->w[gi].a);
+    }
     free(cs);
 }
 
@@ -262,8 +274,23 @@ static void conv_state_free(void *p)
 static void conv_state_unpack(const void *p, void *dst)
 {
     const conv_state *cs = p;
-    for (int64_t gi = 0; gi < cs->groups; gi++) kiln_gemm_packed_a_unpack(cs->w[gi], (float *)dst + gi * cs->block);
+    for (int64_t gi = 0; gi < cs->groups; gi++) {
+        float *w = (float *)dst + gi * cs->block;
+        if (cs->pixels_as_m) kiln_gemm_packed_b_unpack(cs->w[gi].b, w); /* packed from W_g [mg, kdim] as B^T */
+        else kiln_gemm_packed_a_unpack(cs->w[gi].a, w);
+    }
 }
+
+/* Whether a convolution's GEMM runs with the output pixels as its rows (M) and the output
+ * channels as its columns (N) against prepacked W^T, rather than channels as rows against the
+ * implicit im2col matrix. Decided when the session is created, from the channel counts alone
+ * (the pixel count changes with the input), for the layers deep in a CNN: many channels, whole
+ * 32-column panels, depth of 512 and more. There, few pixels (7x7 = 49 columns waste a quarter
+ * of two 32-wide panels) no longer pad the micro-tiles, and the weights are the operand reused
+ * from cache. Per layer of ResNet-50 at 224x224, one thread: 14x14 3x3 2.44 -> 2.00 ms, 7x7 3x3
+ * 3.25 -> 2.31, 7x7 1x1 1.25-1.30 -> 0.89-1.08; with fewer channels and more pixels (56x56 and
+ * 28x28, or a depth of 256) it was slower, so those keep channels as rows. */
+static bool conv_pixels_as_m(int64_t mg, int64_t kdim) { return mg % 32 == 0 && mg >= 256 && kdim >= 512; }
 
 /* Packs n's weights when they are a constant float32 [M, C/group, kh, kw] of a non-depthwise
  * Conv, then releases the original when nothing else reads it (kiln_node_release_constant);
@@ -279,17 +306,43 @@ static void conv_pack_weights(kiln_node *n)
     conv_state *cs = calloc(1, sizeof *cs + (size_t)group * sizeof cs->w[0]);
     if (!cs) return;
     cs->block = mg * kdim;
+    cs->pixels_as_m = conv_pixels_as_m(mg, kdim);
     kiln_gemm_ctx ctx = {0};
-    for (int64_t gi = 0; gi < group; gi++, cs->groups++)
-        if (kiln_gemm_packed_a_create(&ctx, mg, kdim, (const float *)w->data + gi * mg * kdim, kdim, &cs->w[gi])) {
+    for (int64_t gi = 0; gi < group; gi++, cs->groups++) {
+        const float *wg = (const float *)w->data + gi * mg * kdim;
+        kiln_status st = cs->pixels_as_m ? kiln_gemm_packed_b_create(&ctx, true, kdim, mg, wg, kdim, &cs->w[gi].b)
+                                         : kiln_gemm_packed_a_create(&ctx, mg, kdim, wg, kdim, &cs->w[gi].a);
+        if (st) {
             conv_state_free(cs);
             return;
         }
+    }
     n->kernel_state = cs;
     n->kernel_state_free = conv_state_free;
     if (kiln_node_release_constant(n, 1)) {
         n->kernel_state_unpack = conv_state_unpack;
         n->released_in = 1;
+    }
+}
+
+/* The output of a pixels-as-rows GEMM: each finished tile of C [pixels, channels] (bias, and
+ * the clamp when there is no residual, already added by the micro-kernel) is written transposed
+ * into Y [channels, pixels] while it is in cache, then gets the residual and the activation the
+ * micro-kernel could not apply. */
+typedef struct pixels_out {
+    float *y;         /* [mg, area] of this image and group */
+    const float *res; /* same layout, or NULL */
+    int64_t area;
+    const kiln_act *act; /* applied here, or NULL */
+} pixels_out;
+
+static void conv_pixels_tile(void *ctx, float *c, int64_t ldc, int64_t i0, int64_t m, int64_t j0, int64_t n)
+{
+    const pixels_out *o = ctx;
+    for (int64_t j = 0; j < n; j++) {
+        float *y = o->y + (j0 + j) * o->area + i0;
+        for (int64_t r = 0; r < m; r++) y[r] = c[r * ldc + j];
+        if (o->act) kiln_cpu_act_apply_sum(o->act, y, o->res ? o->res + (j0 + j) * o->area + i0 : NULL, m, 0.0f);
     }
 }
 
@@ -338,6 +391,33 @@ static kiln_status conv_run(kiln_run_ctx *c)
     const conv_state *cs = n->kernel_state && n->in[1] && Wt == n->in[1]->init ? n->kernel_state : NULL;
     if (cs && cs->groups != group) cs = NULL;
     float *y = Y->data;
+    if (cs && cs->pixels_as_m) {
+        float *tmp = malloc((size_t)(area * mg) * sizeof *tmp); /* C [area, mg], written tile by tile */
+        if (!tmp) return kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory (%lld x %lld floats)", (long long)area,
+                                       (long long)mg);
+        kiln_status st = KILN_OK;
+        bool clamp_in_kernel = in_kernel && !R && n->act.kind != KILN_ACT_NONE;
+        for (int64_t b = 0; b < Nb && !st; b++)
+            for (int64_t gi = 0; gi < group && !st; gi++) {
+                pixels_out out = {y + (b * M + gi * mg) * area, R ? (const float *)R->data + (b * M + gi * mg) * area : NULL,
+                                  area, clamp_in_kernel || (!R && n->act.kind == KILN_ACT_NONE) ? NULL : &n->act};
+                kiln_gemm_epilogue ep = {.bias = bias ? bias + gi * mg : NULL,
+                                         .act = clamp_in_kernel ? KILN_GEMM_ACT_CLIP : KILN_GEMM_ACT_NONE, .lo = lo,
+                                         .hi = hi, .tile = conv_pixels_tile, .tile_ctx = &out};
+                im2col_src src = {x + (b * C + gi * cg) * H * W, H, W, kh, kw, oh, ow, g.strides[0], g.strides[1],
+                                  g.dilations[0], g.dilations[1], g.pads[0], g.pads[1]};
+                if (direct) { /* X [cg, area] is A^T */
+                    st = kiln_sgemm_packed(&ctx, true, area, 1.0f, src.x, area, cs->w[gi].b, 0.0f, tmp, mg, &ep);
+                    continue;
+                }
+                kiln_gemm_packed_a *cols = NULL; /* im2col^T, gathered once for all the tiles */
+                st = kiln_gemm_packed_a_create_from(&ctx, area, kdim, im2col_pack, &src, &cols);
+                if (!st) st = kiln_sgemm_packed_ab(&ctx, cols, cs->w[gi].b, tmp, mg, &ep);
+                kiln_gemm_packed_a_free(cols);
+            }
+        free(tmp);
+        return st ? gemm_fail(c, st) : KILN_OK;
+    }
     for (int64_t b = 0; b < Nb; b++)
         for (int64_t gi = 0; gi < group; gi++) {
             const float *xg = x + (b * C + gi * cg) * H * W;
@@ -350,7 +430,7 @@ static kiln_status conv_run(kiln_run_ctx *c)
                                           .act = n->act.kind == KILN_ACT_NONE ? KILN_GEMM_ACT_NONE : KILN_GEMM_ACT_CLIP,
                                           .lo = lo, .hi = hi};
             kiln_status st;
-            const kiln_gemm_packed_a *pa = cs ? cs->w[gi] : NULL;
+            const kiln_gemm_packed_a *pa = cs ? cs->w[gi].a : NULL;
             im2col_src src = {xg, H, W, kh, kw, oh, ow, g.strides[0], g.strides[1], g.dilations[0],
                               g.dilations[1], g.pads[0], g.pads[1]};
             if (pa) {

@@ -32,6 +32,13 @@ static const shape SHAPES[] = {
     {"bert seq 16 ffn down 16x768x3072", 16, 768, 3072, false},
     {"conv3x3 56x56 64->64 (im2col)", 3136, 64, 576, false},
     {"conv1x1 56x56 64->256", 3136, 256, 64, false},
+    {"resnet conv3x3 56x56 as run (Cout x pixels x K)", 64, 3136, 576, false},
+    {"resnet conv3x3 14x14 as run", 256, 196, 2304, false},
+    {"resnet conv3x3 7x7 as run", 512, 49, 4608, false},
+    {"resnet conv1x1 7x7 512->2048 as run", 2048, 49, 512, false},
+    {"resnet conv3x3 7x7, pixels as M", 49, 512, 4608, false},
+    {"resnet conv1x1 7x7 512->2048, pixels as M", 49, 2048, 512, false},
+    {"resnet conv3x3 14x14, pixels as M", 196, 256, 2304, false},
 };
 enum { N_SHAPES = sizeof SHAPES / sizeof SHAPES[0] };
 

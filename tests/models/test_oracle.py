@@ -780,6 +780,11 @@ def test_conv_packed():
         dict(kernel_shape=[3, 3], strides=[2, 2], pads=[0, 1, 1, 0], c=5, m=29),
         dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=3, c=9, m=33),
         dict(kernel_shape=[2, 3], strides=[1, 3], dilations=[2, 1], c=4, m=14),
+        # whole 32-channel panels and depth >= 256: output pixels as the GEMM's rows
+        dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], c=29, m=64),
+        dict(kernel_shape=[1, 1], c=300, m=32),
+        dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], group=2, c=60, m=64),
+        dict(kernel_shape=[3, 3], strides=[2, 2], pads=[0, 1, 1, 0], dilations=[1, 2], c=31, m=96),
     ]
     dw = [dict(kernel_shape=[3, 3], strides=[s, s], pads=p) for s in (1, 2)
           for p in ([1, 1, 1, 1], [0, 0, 0, 0], [0, 1, 2, 0], [2, 2, 2, 2], [1, 0, 0, 1])]
@@ -942,6 +947,8 @@ def test_conv_residual():
     for c, m, k, bias, act, short in [(4, 6, 3, True, "Relu", "input"), (5, 7, 1, False, "Relu", "conv"),
                                       (3, 17, 3, False, None, "conv_swapped"), (1, 1, 3, True, "Relu", "input"),
                                       (40, 30, 3, True, "Clip", "input"), (6, 6, 1, True, None, "broadcast"),
+                                      (30, 64, 3, True, "Relu", "input"), (300, 32, 1, False, None, "conv"),
+                                      (29, 96, 3, True, "Clip", "conv_swapped"),
                                       (4, 6, 3, False, "Relu", "second_reader")]:
         pads = [k // 2] * 4
         inits = [numpy_helper.from_array(rand(m, c, k, k), "W")]

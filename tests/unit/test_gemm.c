@@ -75,6 +75,24 @@ static void reference(const gemm_case *t, const float *A, const float *B, const 
     }
 }
 
+/* A pack function for kiln_gemm_packed_a_create_from, reading a stored op(A). */
+typedef struct {
+    const float *A;
+    int64_t lda;
+    bool ta;
+} implicit_a;
+
+static void pack_rows_of_a(void *ctx, float *dst, int64_t p0, int64_t kc, int64_t i0, int64_t m, int w)
+{
+    const implicit_a *s = ctx;
+    for (int64_t r0 = 0; r0 < m; r0 += w, dst += kc * w)
+        for (int64_t p = 0; p < kc; p++)
+            for (int r = 0; r < w; r++) {
+                int64_t i = i0 + r0 + r, k = p0 + p;
+                dst[p * w + r] = r0 + r >= m ? 0.0f : s->ta ? s->A[k * s->lda + i] : s->A[i * s->lda + k];
+            }
+}
+
 /* Runs one case with ctx and compares C (and the padding of C) with the reference. */
 static bool check_case(const kiln_gemm_ctx *ctx, const gemm_case *t, const float *A, const float *B,
                        const float *C0, const double *want, const double *mag)
@@ -105,6 +123,15 @@ static bool check_case(const kiln_gemm_ctx *ctx, const gemm_case *t, const float
         ok = kiln_sgemm_packed(ctx, t->ta, M, t->alpha, A, t->lda, pb, t->beta, C2, t->ldc, &ep) == KILN_OK &&
              memcmp(C, C2, c_len * sizeof(float)) == 0;
         if (!ok) fprintf(stderr, "prepacked B differs\n");
+    }
+    if (ok && try_packed && t->alpha == 1.0f && t->beta == 0.0f) { /* A packed by a function: bitwise equal too */
+        for (size_t i = 0; i < c_len; i++) C2[i] = (int64_t)(i % (size_t)t->ldc) >= N ? SENTINEL : NAN;
+        implicit_a src = {A, t->lda, t->ta};
+        kiln_gemm_packed_a *pa = NULL;
+        ok = kiln_gemm_packed_a_create_from(ctx, M, K, pack_rows_of_a, &src, &pa) == KILN_OK &&
+             kiln_sgemm_packed_ab(ctx, pa, pb, C2, t->ldc, &ep) == KILN_OK && memcmp(C, C2, c_len * sizeof(float)) == 0;
+        kiln_gemm_packed_a_free(pa);
+        if (!ok) fprintf(stderr, "A packed from a pack function differs\n");
     }
     kiln_gemm_packed_b_free(pb);
     free(C2);
@@ -255,6 +282,20 @@ int main(void)
     CHECK(kiln_gemm_packed_b_bytes(pb) > 0 && kiln_gemm_packed_b_bytes(NULL) == 0);
     CHECK(kiln_sgemm_packed(&def, false, 1, 1.0f, &a1, 0, pb, 0.0f, &c1, 1, NULL) == KILN_ERR_INVALID_ARG);
     CHECK(kiln_sgemm_packed(&def, false, 1, 3.0f, &a1, 1, pb, 0.0f, &c1, 1, NULL) == KILN_OK && c1 == 3.0f);
+    kiln_gemm_packed_a *pa = NULL, *pa2 = NULL;
+    CHECK(kiln_gemm_packed_a_create_from(&def, 1, 1, NULL, NULL, &pa) == KILN_ERR_INVALID_ARG && !pa);
+    CHECK(kiln_gemm_packed_a_create_from(&def, -1, 1, pack_rows_of_a, NULL, &pa) == KILN_ERR_INVALID_ARG && !pa);
+    float a2[2] = {1.0f, 1.0f};
+    implicit_a one = {&a1, 1, false}, two = {a2, 2, false};
+    CHECK(kiln_gemm_packed_a_create_from(&def, 1, 1, pack_rows_of_a, &one, &pa) == KILN_OK);
+    CHECK(kiln_gemm_packed_a_create_from(&def, 1, 2, pack_rows_of_a, &two, &pa2) == KILN_OK);
+    CHECK(kiln_sgemm_packed_ab(&def, pa, NULL, &c1, 1, NULL) == KILN_ERR_INVALID_ARG);
+    CHECK(kiln_sgemm_packed_ab(&def, pa2, pb, &c1, 1, NULL) == KILN_ERR_INVALID_ARG); /* K differs */
+    CHECK(kiln_sgemm_packed_ab(&def, pa, pb, &c1, 0, NULL) == KILN_ERR_INVALID_ARG);
+    CHECK(c1 == 3.0f);
+    CHECK(kiln_sgemm_packed_ab(&def, pa, pb, &c1, 1, NULL) == KILN_OK && c1 == 1.0f);
+    kiln_gemm_packed_a_free(pa);
+    kiln_gemm_packed_a_free(pa2);
     kiln_gemm_packed_b_free(pb);
     kiln_gemm_packed_b_free(NULL);
     c1 = 7.0f;
