@@ -243,6 +243,77 @@ static void im2col_pack(void *ctx, float *dst, int64_t p0, int64_t kc, int64_t j
     }
 }
 
+/* ---- the im2col matrix of a stride-1 convolution, from a zero-bordered copy ---- */
+
+/* Over a zero-bordered copy P [cg, Hp, Wp] of the input, with the output laid out on P's row
+ * pitch (column q = oy * Wp + ox for ox < Wp; the columns with ox >= ow are computed and then
+ * dropped), row k = (ci, ky, kx) of a stride-1 convolution's im2col matrix is P shifted by
+ * off[k] = ci*Hp*Wp + ky*dy*Wp + kx*dx: packing a panel is a contiguous copy per row, where the
+ * general gather (im2col_pack) finds runs and bounds per row. */
+typedef struct shifted_src {
+    const float *p;     /* P, followed by (kw-1)*dx zeros: the last rows read past the last plane */
+    const int64_t *off; /* [kdim] */
+} shifted_src;
+
+static void shifted_pack(void *ctx, float *dst, int64_t p0, int64_t kc, int64_t j0, int64_t n, int nr)
+{
+    const shifted_src *s = ctx;
+    for (int64_t c0 = 0; c0 < n; c0 += nr, dst += kc * nr) {
+        int64_t cols = n - c0 < nr ? n - c0 : nr;
+        for (int64_t p = 0; p < kc; p++) {
+            const float *src = s->p + s->off[p0 + p] + j0 + c0;
+            float *d = dst + p * nr;
+            int64_t c = 0;
+            for (; c + 4 <= cols; c += 4) v4_store(d + c, v4_load(src + c));
+            for (; c < cols; c++) d[c] = src[c];
+            for (; c < nr; c++) d[c] = 0.0f;
+        }
+    }
+}
+
+/* Copies the kept columns of the pitched result C' [mg, oh * Wp] into Y [mg, oh, ow], adding
+ * the residual and applying the activation the micro-kernel could not. */
+typedef struct unpitch_job {
+    const float *cp;
+    float *y;
+    const float *res; /* laid out as y, or NULL */
+    const kiln_act *act; /* applied here, or NULL */
+    int64_t oh, ow, wp;
+} unpitch_job;
+
+static void unpitch_channels(void *ctx, int64_t begin, int64_t end)
+{
+    const unpitch_job *j = ctx;
+    for (int64_t m = begin; m < end; m++)
+        for (int64_t oy = 0; oy < j->oh; oy++) {
+            float *y = j->y + (m * j->oh + oy) * j->ow;
+            memcpy(y, j->cp + (m * j->oh + oy) * j->wp, (size_t)j->ow * sizeof *y);
+            if (j->act) kiln_cpu_act_apply_sum(j->act, y, j->res ? j->res + (m * j->oh + oy) * j->ow : NULL, j->ow, 0.0f);
+        }
+}
+
+/* Y_g [mg, oh, ow] = W_g * cols (+ bias, residual, act) for one image and group of a stride-1
+ * convolution with packed weights, by shifted_pack. P [cg, hp, wp] (+ tail) and cp [mg, oh * wp]
+ * are the caller's buffers, P's borders and tail zero. */
+static kiln_status conv_shifted(const kiln_gemm_ctx *ctx, const kiln_gemm_packed_a *pa, const float *x, float *P,
+                                const int64_t *off, float *cp, int64_t cg, int64_t H, int64_t W, int64_t hp,
+                                int64_t wp, int64_t top, int64_t left, int64_t oh, int64_t ow, int64_t mg,
+                                const float *bias, const float *res, const kiln_act *act, float *y)
+{
+    for (int64_t ci = 0; ci < cg; ci++)
+        for (int64_t iy = 0; iy < H; iy++)
+            memcpy(P + (ci * hp + top + iy) * wp + left, x + (ci * H + iy) * W, (size_t)W * sizeof *P);
+    float lo, hi;
+    bool clamp = clamp_bounds(act, &lo, &hi) && !res && act->kind != KILN_ACT_NONE; /* else after the residual */
+    kiln_gemm_epilogue ep = {.row_bias = bias, .act = clamp ? KILN_GEMM_ACT_CLIP : KILN_GEMM_ACT_NONE, .lo = lo, .hi = hi};
+    shifted_src src = {P, off};
+    kiln_status st = kiln_sgemm_packed_a(ctx, pa, oh * wp, NULL, 0, shifted_pack, &src, cp, oh * wp, &ep);
+    if (st) return st;
+    unpitch_job j = {cp, y, res, clamp || (!res && act->kind == KILN_ACT_NONE) ? NULL : act, oh, ow, wp};
+    kiln_threadpool_parallel_for(ctx->pool, mg, unpitch_channels, &j);
+    return KILN_OK;
+}
+
 /* ---- Conv ---- */
 
 /* Constant weights packed at compile time, one block per group: W_g [M/group, C/group*kh*kw]
@@ -416,6 +487,26 @@ static kiln_status conv_run(kiln_run_ctx *c)
                 kiln_gemm_packed_a_free(cols);
             }
         free(tmp);
+        return st ? gemm_fail(c, st) : KILN_OK;
+    }
+    int64_t hp = H + g.pads[0] + g.pads[2], wp = W + g.pads[1] + g.pads[3];
+    if (cs && !direct && g.strides[0] == 1 && g.strides[1] == 1 && oh == hp - (kh - 1) * g.dilations[0] &&
+        ow == wp - (kw - 1) * g.dilations[1] && (wp - ow) * 5 <= wp) { /* at most a fifth of the columns dropped */
+        int64_t tail = (kw - 1) * g.dilations[1];
+        float *P = calloc((size_t)(cg * hp * wp + tail), sizeof *P), *cp = malloc((size_t)(mg * oh * wp) * sizeof *cp);
+        int64_t *off = malloc((size_t)kdim * sizeof *off);
+        kiln_status st = P && cp && off ? KILN_OK : KILN_ERR_NOMEM;
+        for (int64_t k = 0; k < kdim && !st; k++)
+            off[k] = k / (kh * kw) * hp * wp + k / kw % kh * g.dilations[0] * wp + k % kw * g.dilations[1];
+        for (int64_t b = 0; b < Nb && !st; b++)
+            for (int64_t gi = 0; gi < group && !st; gi++)
+                st = conv_shifted(&ctx, cs->w[gi].a, x + (b * C + gi * cg) * H * W, P, off, cp, cg, H, W, hp, wp,
+                                  g.pads[0], g.pads[1], oh, ow, mg, bias ? bias + gi * mg : NULL,
+                                  R ? (const float *)R->data + (b * M + gi * mg) * area : NULL, &n->act,
+                                  y + (b * M + gi * mg) * area);
+        free(P);
+        free(cp);
+        free(off);
         return st ? gemm_fail(c, st) : KILN_OK;
     }
     for (int64_t b = 0; b < Nb; b++)
