@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/scratch.h"
 #include "cpu/gemm_internal.h"
 
 enum { ALIGN = 64 /* bytes, of each packing buffer */ };
@@ -202,15 +203,18 @@ struct kiln_gemm_packed_a {
     int64_t M, K, m_pad;
     float *data; /* [K][m_pad] in the layout above, 64-byte aligned */
     void *raw;
+    kiln_scratch *scratch; /* where raw came from (kiln_gemm_packed_a_create_from), or NULL: malloc */
 };
 
 /* The checked arguments of one call, run on the pool: tiles of C over the threads. */
-static kiln_status gemm_run(const kiln_gemm_kernel *k, kiln_threadpool *pool, bool trans_a, bool trans_b,
+static kiln_status gemm_run(const kiln_gemm_kernel *k, const kiln_gemm_ctx *ctx, bool trans_a, bool trans_b,
                             int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                             const float *B, int64_t ldb, const kiln_gemm_packed_b *packed, float beta, float *C,
                             int64_t ldc, const kiln_gemm_kepi *epi, const kiln_gemm_epilogue *ep,
                             kiln_gemm_pack_fn pack_b, void *pack_ctx, const kiln_gemm_packed_a *pa)
 {
+    kiln_threadpool *pool = ctx ? ctx->pool : NULL;
+    kiln_scratch *scratch = ctx ? ctx->scratch : NULL;
     int threads = kiln_threadpool_size(pool);
 
     /* Tiles of C, of whole micro-panels and balanced to within one panel: at most MC x NC each,
@@ -251,12 +255,12 @@ static kiln_status gemm_run(const kiln_gemm_kernel *k, kiln_threadpool *pool, bo
     g.slot_floats = g.a_floats;
     if (!packed) g.slot_floats += round_up(nt * g.kc, ALIGN / (int64_t)sizeof(float));
     int64_t slots = min64(threads, g.n_tiles);
-    void *raw = malloc((size_t)(slots * g.slot_floats) * sizeof(float) + ALIGN);
-    if (!raw) return KILN_ERR_NOMEM;
-    g.work = (float *)(((uintptr_t)raw + ALIGN - 1) & ~(uintptr_t)(ALIGN - 1));
+    /* 64-byte aligned; one float when both operands are prepacked */
+    g.work = kiln_scratch_get(scratch, (size_t)(slots * g.slot_floats + 1) * sizeof(float));
+    if (!g.work) return KILN_ERR_NOMEM;
     atomic_init(&g.next_tile, 0);
     kiln_threadpool_parallel_for(pool, slots, run_slots, &g);
-    free(raw);
+    kiln_scratch_put(scratch, g.work);
     return KILN_OK;
 }
 
@@ -286,7 +290,7 @@ kiln_status kiln_sgemm_ex(const kiln_gemm_ctx *ctx, bool trans_a, bool trans_b, 
         return KILN_OK;
     }
     if (!A || !B || lda < (trans_a ? M : K) || ldb < (trans_b ? K : N)) return KILN_ERR_INVALID_ARG;
-    return gemm_run(kernel_for(level), ctx ? ctx->pool : NULL, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb,
+    return gemm_run(kernel_for(level), ctx, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb,
                     NULL, beta, C, ldc, &epi, ep, NULL, NULL, NULL);
 }
 
@@ -369,7 +373,7 @@ kiln_status kiln_sgemm_packed(const kiln_gemm_ctx *ctx, bool trans_a, int64_t M,
         return KILN_OK;
     }
     if (!A || lda < (trans_a ? M : K)) return KILN_ERR_INVALID_ARG;
-    return gemm_run(kernel_for(B->level), ctx ? ctx->pool : NULL, trans_a, false, M, N, K, alpha, A, lda, NULL, 0,
+    return gemm_run(kernel_for(B->level), ctx, trans_a, false, M, N, K, alpha, A, lda, NULL, 0,
                     B, beta, C, ldc, &epi, ep, NULL, NULL, NULL);
 }
 
@@ -385,7 +389,7 @@ kiln_status kiln_sgemm_implicit_b(const kiln_gemm_ctx *ctx, int64_t M, int64_t N
     KILN_TRY(start_beta0(M, N, K, C, ldc, ep, &epi, &done));
     if (done) return KILN_OK;
     if (!A || lda < K) return KILN_ERR_INVALID_ARG;
-    return gemm_run(kernel_for(level), ctx ? ctx->pool : NULL, false, false, M, N, K, 1.0f, A, lda, NULL, 0, NULL,
+    return gemm_run(kernel_for(level), ctx, false, false, M, N, K, 1.0f, A, lda, NULL, 0, NULL,
                     0.0f, C, ldc, &epi, ep, pack_b, pack_ctx, NULL);
 }
 
@@ -397,8 +401,9 @@ kiln_status kiln_sgemm(kiln_threadpool *pool, bool trans_a, bool trans_b, int64_
     return kiln_sgemm_ex(&ctx, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL);
 }
 
-/* An unfilled packed A [M, K] for ctx's level. */
-static kiln_status packed_a_new(const kiln_gemm_ctx *ctx, int64_t M, int64_t K, kiln_gemm_packed_a **out)
+/* An unfilled packed A [M, K] for ctx's level, its data from scratch when given. */
+static kiln_status packed_a_new(const kiln_gemm_ctx *ctx, kiln_scratch *scratch, int64_t M, int64_t K,
+                                kiln_gemm_packed_a **out)
 {
     kiln_gemm_level level;
     if (resolve_level(ctx, &level) != KILN_OK) return KILN_ERR_INVALID_ARG;
@@ -409,8 +414,10 @@ static kiln_status packed_a_new(const kiln_gemm_ctx *ctx, int64_t M, int64_t K, 
     pa->M = M;
     pa->K = K;
     pa->m_pad = round_up(M, k->mr);
+    pa->scratch = scratch;
+    size_t bytes = (size_t)(K * pa->m_pad) * sizeof(float) + ALIGN;
     if ((uint64_t)K * (uint64_t)pa->m_pad > (SIZE_MAX - ALIGN) / sizeof(float) ||
-        !(pa->raw = malloc((size_t)(K * pa->m_pad) * sizeof(float) + ALIGN))) {
+        !(pa->raw = scratch ? kiln_scratch_get(scratch, bytes) : malloc(bytes))) {
         free(pa);
         return KILN_ERR_NOMEM;
     }
@@ -426,7 +433,7 @@ kiln_status kiln_gemm_packed_a_create(const kiln_gemm_ctx *ctx, int64_t M, int64
     *out = NULL;
     if (M < 0 || K < 0 || (M > 0 && K > 0 && (!A || lda < K))) return KILN_ERR_INVALID_ARG;
     kiln_gemm_packed_a *pa;
-    KILN_TRY(packed_a_new(ctx, M, K, &pa));
+    KILN_TRY(packed_a_new(ctx, NULL, M, K, &pa));
     const kiln_gemm_kernel *k = kernel_for(pa->level);
     for (int64_t p0 = 0; p0 < K && M > 0; p0 += k->kc)
         k->pack_a(pa->data + p0 * pa->m_pad, A, lda, false, 0, M, p0, min64(k->kc, K - p0), 1.0f);
@@ -437,7 +444,8 @@ kiln_status kiln_gemm_packed_a_create(const kiln_gemm_ctx *ctx, int64_t M, int64
 void kiln_gemm_packed_a_free(kiln_gemm_packed_a *pa)
 {
     if (!pa) return;
-    free(pa->raw);
+    if (pa->scratch) kiln_scratch_put(pa->scratch, pa->raw);
+    else free(pa->raw);
     free(pa);
 }
 
@@ -471,7 +479,7 @@ kiln_status kiln_sgemm_packed_a(const kiln_gemm_ctx *ctx, const kiln_gemm_packed
         if (ep && ep->tile) ep->tile(ep->tile_ctx, C, ldc, 0, M, 0, N);
         return KILN_OK;
     }
-    return gemm_run(kernel_for(A->level), ctx ? ctx->pool : NULL, false, false, M, N, K, 1.0f, NULL, K, B, ldb, NULL,
+    return gemm_run(kernel_for(A->level), ctx, false, false, M, N, K, 1.0f, NULL, K, B, ldb, NULL,
                     0.0f, C, ldc, &epi, ep, pack_b, pack_ctx, A);
 }
 
@@ -497,7 +505,7 @@ kiln_status kiln_gemm_packed_a_create_from(const kiln_gemm_ctx *ctx, int64_t M, 
     *out = NULL;
     if (M < 0 || K < 0 || !pack) return KILN_ERR_INVALID_ARG;
     kiln_gemm_packed_a *pa;
-    KILN_TRY(packed_a_new(ctx, M, K, &pa));
+    KILN_TRY(packed_a_new(ctx, ctx ? ctx->scratch : NULL, M, K, &pa));
     const kiln_gemm_kernel *k = kernel_for(pa->level);
     kiln_threadpool *pool = ctx ? ctx->pool : NULL;
     int64_t panels = pa->m_pad / k->mr, chunks = min64(panels, 8 * (int64_t)kiln_threadpool_size(pool));
@@ -520,6 +528,6 @@ kiln_status kiln_sgemm_packed_ab(const kiln_gemm_ctx *ctx, const kiln_gemm_packe
     bool done;
     KILN_TRY(start_beta0(M, N, K, C, ldc, ep, &epi, &done));
     if (done) return KILN_OK;
-    return gemm_run(kernel_for(A->level), ctx ? ctx->pool : NULL, false, false, M, N, K, 1.0f, NULL, K, NULL, 0, B,
+    return gemm_run(kernel_for(A->level), ctx, false, false, M, N, K, 1.0f, NULL, K, NULL, 0, B,
                     0.0f, C, ldc, &epi, ep, NULL, NULL, A);
 }

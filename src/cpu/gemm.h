@@ -29,6 +29,8 @@ typedef enum kiln_gemm_act {
  * context may be used by any number of threads at once. */
 typedef struct kiln_gemm_ctx {
     kiln_threadpool *pool; /* borrowed; NULL runs on the calling thread only */
+    struct kiln_scratch *scratch; /* borrowed: where packing buffers come from and go back to
+                                   * (core/scratch.h); NULL: the C library */
     kiln_gemm_level level; /* AUTO, or a level to force (tests, benchmarks) */
 } kiln_gemm_ctx;
 
@@ -130,7 +132,8 @@ kiln_status kiln_sgemm_packed_a(const kiln_gemm_ctx *ctx, const kiln_gemm_packed
 
 /* A [M, K] made by pack (columns [i0, i0+m) of A^T, w = MR: rows of an implicit im2col^T, the
  * output pixels of a convolution) and packed for ctx's level, the pack calls spread over ctx's
- * pool: the operand is gathered once, not once per tile. Otherwise as kiln_gemm_packed_a_create. */
+ * pool: the operand is gathered once, not once per tile. Its memory comes from ctx's scratch
+ * (and goes back there when freed). Otherwise as kiln_gemm_packed_a_create. */
 kiln_status kiln_gemm_packed_a_create_from(const kiln_gemm_ctx *ctx, int64_t M, int64_t K, kiln_gemm_pack_fn pack,
                                            void *pack_ctx, kiln_gemm_packed_a **out);
 

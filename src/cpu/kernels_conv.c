@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/scratch.h"
 #include "cpu/gemm.h"
 #include "cpu/kernels.h"
 #include "cpu/threadpool.h"
@@ -455,7 +456,7 @@ static kiln_status conv_run(kiln_run_ctx *c)
                                        W, oh, ow);
     bool direct = kh == 1 && kw == 1 && g.strides[0] == 1 && g.strides[1] == 1 && !g.pads[0] && !g.pads[1] &&
                   !g.pads[2] && !g.pads[3]; /* 1x1: X itself is the column matrix */
-    kiln_gemm_ctx ctx = {.pool = kiln_run_threadpool(c)};
+    kiln_gemm_ctx ctx = {.pool = kiln_run_threadpool(c), .scratch = kiln_run_scratch(c)};
     float lo, hi; /* bias, residual and Relu/Clip in the micro-kernels; another act in a tile pass */
     bool in_kernel = clamp_bounds(&n->act, &lo, &hi);
     const float *x = X->data, *w = Wt->data, *bias = Bv ? Bv->data : NULL;
@@ -463,7 +464,7 @@ static kiln_status conv_run(kiln_run_ctx *c)
     if (cs && cs->groups != group) cs = NULL;
     float *y = Y->data;
     if (cs && cs->pixels_as_m) {
-        float *tmp = malloc((size_t)(area * mg) * sizeof *tmp); /* C [area, mg], written tile by tile */
+        float *tmp = kiln_scratch_get(ctx.scratch, (size_t)(area * mg) * sizeof *tmp); /* C [area, mg] */
         if (!tmp) return kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory (%lld x %lld floats)", (long long)area,
                                        (long long)mg);
         kiln_status st = KILN_OK;
@@ -486,16 +487,19 @@ static kiln_status conv_run(kiln_run_ctx *c)
                 if (!st) st = kiln_sgemm_packed_ab(&ctx, cols, cs->w[gi].b, tmp, mg, &ep);
                 kiln_gemm_packed_a_free(cols);
             }
-        free(tmp);
+        kiln_scratch_put(ctx.scratch, tmp);
         return st ? gemm_fail(c, st) : KILN_OK;
     }
     int64_t hp = H + g.pads[0] + g.pads[2], wp = W + g.pads[1] + g.pads[3];
     if (cs && !direct && g.strides[0] == 1 && g.strides[1] == 1 && oh == hp - (kh - 1) * g.dilations[0] &&
         ow == wp - (kw - 1) * g.dilations[1] && (wp - ow) * 5 <= wp) { /* at most a fifth of the columns dropped */
         int64_t tail = (kw - 1) * g.dilations[1];
-        float *P = calloc((size_t)(cg * hp * wp + tail), sizeof *P), *cp = malloc((size_t)(mg * oh * wp) * sizeof *cp);
+        size_t p_bytes = (size_t)(cg * hp * wp + tail) * sizeof(float);
+        float *P = kiln_scratch_get(ctx.scratch, p_bytes);
+        float *cp = kiln_scratch_get(ctx.scratch, (size_t)(mg * oh * wp) * sizeof *cp);
         int64_t *off = malloc((size_t)kdim * sizeof *off);
         kiln_status st = P && cp && off ? KILN_OK : KILN_ERR_NOMEM;
+        if (P) memset(P, 0, p_bytes); /* the borders and the tail */
         for (int64_t k = 0; k < kdim && !st; k++)
             off[k] = k / (kh * kw) * hp * wp + k / kw % kh * g.dilations[0] * wp + k % kw * g.dilations[1];
         for (int64_t b = 0; b < Nb && !st; b++)
@@ -504,8 +508,8 @@ static kiln_status conv_run(kiln_run_ctx *c)
                                   g.pads[0], g.pads[1], oh, ow, mg, bias ? bias + gi * mg : NULL,
                                   R ? (const float *)R->data + (b * M + gi * mg) * area : NULL, &n->act,
                                   y + (b * M + gi * mg) * area);
-        free(P);
-        free(cp);
+        kiln_scratch_put(ctx.scratch, P);
+        kiln_scratch_put(ctx.scratch, cp);
         free(off);
         return st ? gemm_fail(c, st) : KILN_OK;
     }

@@ -165,7 +165,7 @@ static kiln_status matmul_run(kiln_run_ctx *c)
         /* B has no batch: every row of A (batches included) is one GEMM row */
         int64_t rows = K ? A->numel / K : (ra >= 2 ? Y->numel / N : 1);
         const kiln_gemm_packed_b *pb = rb == 2 ? packed_for(c, B) : NULL;
-        kiln_gemm_ctx ctx = {.pool = pool};
+        kiln_gemm_ctx ctx = {.pool = pool, .scratch = kiln_run_scratch(c)};
         kiln_gemm_epilogue ep = {.bias = matmul_bias(n, N)};
         if (n->bias && !ep.bias) return matmul_reference(c); /* it reports the mismatch */
         if (n->act.kind != KILN_ACT_NONE) {
@@ -227,7 +227,7 @@ static kiln_status gemm_run(kiln_run_ctx *c)
     }
     if (!Y->numel) return KILN_OK;
     const kiln_gemm_packed_b *pb = packed_for(c, B);
-    kiln_gemm_ctx ctx = {.pool = kiln_run_threadpool(c)};
+    kiln_gemm_ctx ctx = {.pool = kiln_run_threadpool(c), .scratch = kiln_run_scratch(c)};
     kiln_gemm_epilogue ep = {.tile = kiln_cpu_act_tile, .tile_ctx = (void *)&n->act}; /* the fused activation */
     const kiln_gemm_epilogue *epp = n->act.kind != KILN_ACT_NONE ? &ep : NULL;
     kiln_status st = pb ? kiln_sgemm_packed(&ctx, ta, M, alpha, A->data, A->dims[1], pb, use_beta, y, N, epp)

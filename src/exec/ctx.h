@@ -19,6 +19,7 @@ struct kiln_run_ctx {
     const kiln_node *node;
     const kiln_frame *frame;
     kiln_threadpool *pool;
+    struct kiln_scratch *scratch;
     const kiln_value *const *in;
     kiln_value **out;             /* n_out entries, owned */
     kiln_err *err;

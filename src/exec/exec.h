@@ -34,6 +34,7 @@ typedef struct kiln_run_env {
     const int *node_ids;       /* [n_nodes] public node index of each main-graph node */
     const char *fault_node;    /* testing hook: reverse this node's output 0, or NULL */
     struct kiln_threadpool *pool; /* for the kernels' parallel loops, or NULL */
+    struct kiln_scratch *scratch; /* the session's reused temporary blocks, or NULL */
     struct kiln_gpu_run *gpu;  /* GPU sessions: the run's GPU context, else NULL */
     bool device_outputs;       /* GPU sessions: outputs stay in (caller-owned) device memory */
 } kiln_run_env;

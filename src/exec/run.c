@@ -18,6 +18,8 @@ int kiln_run_n_out(const kiln_run_ctx *c) { return c->node->n_out; }
 kiln_err *kiln_run_err(kiln_run_ctx *c) { return c->err; }
 kiln_threadpool *kiln_run_threadpool(const kiln_run_ctx *c) { return c->pool; }
 
+struct kiln_scratch *kiln_run_scratch(const kiln_run_ctx *c) { return c->scratch; }
+
 const kiln_value *kiln_run_in(const kiln_run_ctx *c, int i)
 {
     return i >= 0 && i < c->node->n_in ? c->in[i] : NULL;
@@ -281,7 +283,8 @@ static kiln_status run_node(const kiln_node *n, kiln_frame *f, kiln_err *err)
     const kiln_frame *top = f;
     while (top->parent) top = top->parent;
     kiln_run_ctx rc = {.node = n, .frame = f, .in = in, .out = out, .err = err,
-                       .pool = top->env ? top->env->pool : NULL, .gpu = on_gpu ? gpu : NULL};
+                       .pool = top->env ? top->env->pool : NULL, .scratch = top->env ? top->env->scratch : NULL,
+                       .gpu = on_gpu ? gpu : NULL};
     st = n->kernel ? n->kernel(&rc) : n->op->run(&rc);
     if (st) goto fail;
     if (gpu) kiln_gpu_run_count_node(gpu, on_gpu);

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/scratch.h"
 #include "cpu/threadpool.h"
 #include "exec/ctx.h"
 #include "exec/plan.h"
@@ -30,6 +31,7 @@ struct kiln_session {
     kiln_session_stats stats;
     int *node_ids;         /* public (depth-first) index of each main-graph node */
     kiln_threadpool *pool; /* intra-op threads of the optimised kernels; NULL when unoptimized */
+    kiln_scratch *scratch; /* run arenas and kernel temporaries kept between runs; NULL when unoptimized */
     kiln_gpu_session *gpu; /* KILN_PROVIDER_CUDA: the device and its run contexts */
     char *fault_node;      /* options.test_fault_node, copied */
 };
@@ -181,6 +183,8 @@ static kiln_status compile(kiln_session *s, kiln_err *err)
     if (!s->opt.unoptimized) {
         kiln_status st = kiln_threadpool_create(s->opt.num_threads, &s->pool);
         if (st) return kiln_errf(err, st, "cannot start %d threads", s->opt.num_threads);
+        s->scratch = kiln_scratch_create();
+        if (!s->scratch) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
         /* a CPU session reads packed weights only: their originals may go (the CUDA
          * provider uploads the originals after this, so its sessions keep them) */
         m->release_packed = s->opt.provider == KILN_PROVIDER_CPU;
@@ -266,6 +270,7 @@ void kiln_session_free(kiln_session *s)
     free(s->node_ids);
     free(s->fault_node);
     kiln_threadpool_free(s->pool);
+    kiln_scratch_free(s->scratch);
     pthread_mutex_destroy(&s->err_lock);
     pthread_mutex_destroy(&s->stats_lock);
     free(s);
@@ -517,11 +522,11 @@ kiln_status kiln_session_run_observed(kiln_session *s, int n_in, const char *con
     kiln_arena_view mem = {0};
     kiln_run_env env = {.observer = observer, .observer_user = user, .node_ids = s->node_ids,
                         .device_outputs = s->opt.device_outputs,
-                        .fault_node = s->fault_node, .pool = s->pool};
+                        .fault_node = s->fault_node, .pool = s->pool, .scratch = s->scratch};
     if (!s->opt.unoptimized) {
         st = kiln_plan_cache_get(&s->plans, &s->memprog, syms, n_syms, &plan, &err);
         if (st) goto out;
-        arena = plan->peak ? aligned_alloc(KILN_ARENA_ALIGN, plan->peak) : NULL;
+        arena = plan->peak ? kiln_scratch_get(s->scratch, plan->peak) : NULL; /* 64-byte aligned */
         if (plan->peak && !arena) {
             st = kiln_errf(&err, KILN_ERR_NOMEM, "out of memory allocating a %zu-byte arena", plan->peak);
             goto out;
@@ -576,7 +581,7 @@ kiln_status kiln_session_run_observed(kiln_session *s, int n_in, const char *con
     }
 out:
     kiln_gpu_run_end(s->gpu, gpu, NULL);
-    free(arena);
+    kiln_scratch_put(s->scratch, arena);
     kiln_plan_cache_put(&s->plans, plan);
     if (all_out)
         for (int k = 0; k < g->n_outputs; k++) kiln_value_free(all_out[k]);

@@ -129,6 +129,8 @@ kiln_status kiln_run_set_out(kiln_run_ctx *c, int i, kiln_value *v);
 kiln_err *kiln_run_err(kiln_run_ctx *c);
 /* The session's thread pool for intra-op parallel loops, or NULL (run on this thread). */
 kiln_threadpool *kiln_run_threadpool(const kiln_run_ctx *c);
+/* The session's reused temporary blocks (core/scratch.h; NULL is valid there). */
+struct kiln_scratch *kiln_run_scratch(const kiln_run_ctx *c);
 /* Fails with a message prefixed by the node's name and op type. */
 kiln_status kiln_run_fail(kiln_run_ctx *c, kiln_status code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
