@@ -8,6 +8,10 @@
  * once per call and each tile stored transposed. Depthwise convolutions go to kernels_cnn.c.
  * Every case not covered runs the reference kernel. */
 #include <math.h>
+#include <stdbool.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -254,10 +258,38 @@ static void im2col_pack(void *ctx, float *dst, int64_t p0, int64_t kc, int64_t j
 typedef struct shifted_src {
     const float *p;     /* P, followed by (kw-1)*dx zeros: the last rows read past the last plane */
     const int64_t *off; /* [kdim] */
+    bool avx512;        /* the CPU has it */
 } shifted_src;
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+/* The same, 16 wide (a panel row is two masked loads and stores for the AVX-512 kernels). */
+__attribute__((target("avx512f"))) static void shifted_pack_avx512(void *ctx, float *dst, int64_t p0, int64_t kc,
+                                                                   int64_t j0, int64_t n, int nr)
+{
+    const shifted_src *s = ctx;
+    for (int64_t c0 = 0; c0 < n; c0 += nr, dst += kc * nr) {
+        int64_t cols = n - c0 < nr ? n - c0 : nr;
+        for (int64_t p = 0; p < kc; p++) {
+            const float *src = s->p + s->off[p0 + p] + j0 + c0;
+            float *d = dst + p * nr;
+            for (int64_t c = 0; c < nr; c += 16) {
+                int64_t left = cols - c;
+                __mmask16 m = left >= 16 ? (__mmask16)0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+                _mm512_storeu_ps(d + c, _mm512_maskz_loadu_ps(m, src + c));
+            }
+        }
+    }
+}
+#endif
 
 static void shifted_pack(void *ctx, float *dst, int64_t p0, int64_t kc, int64_t j0, int64_t n, int nr)
 {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (nr % 16 == 0 && ((const shifted_src *)ctx)->avx512) {
+        shifted_pack_avx512(ctx, dst, p0, kc, j0, n, nr);
+        return;
+    }
+#endif
     const shifted_src *s = ctx;
     for (int64_t c0 = 0; c0 < n; c0 += nr, dst += kc * nr) {
         int64_t cols = n - c0 < nr ? n - c0 : nr;
@@ -293,6 +325,21 @@ static void unpitch_channels(void *ctx, int64_t begin, int64_t end)
         }
 }
 
+/* Zeroes what the copies of the input leave: the borders of P [cg, hp, wp] around each
+ * [H, W] plane at (top, left), and the tail after it. */
+static void zero_borders(float *P, int64_t cg, int64_t H, int64_t W, int64_t hp, int64_t wp, int64_t top,
+                         int64_t left, int64_t tail)
+{
+    for (int64_t ci = 0; ci < cg; ci++) {
+        float *pl = P + ci * hp * wp;
+        memset(pl, 0, (size_t)(top * wp + left) * sizeof *pl); /* the top rows and the first left border */
+        for (int64_t iy = 0; iy < H; iy++) /* each right border and the next row's left border */
+            memset(pl + (top + iy) * wp + left + W, 0,
+                   (size_t)(iy + 1 < H ? wp - W : wp - left - W + (hp - top - H) * wp) * sizeof *pl);
+    }
+    memset(P + cg * hp * wp, 0, (size_t)tail * sizeof *P);
+}
+
 /* Y_g [mg, oh, ow] = W_g * cols (+ bias, residual, act) for one image and group of a stride-1
  * convolution with packed weights, by shifted_pack. P [cg, hp, wp] (+ tail) and cp [mg, oh * wp]
  * are the caller's buffers, P's borders and tail zero. */
@@ -307,7 +354,7 @@ static kiln_status conv_shifted(const kiln_gemm_ctx *ctx, const kiln_gemm_packed
     float lo, hi;
     bool clamp = clamp_bounds(act, &lo, &hi) && !res && act->kind != KILN_ACT_NONE; /* else after the residual */
     kiln_gemm_epilogue ep = {.row_bias = bias, .act = clamp ? KILN_GEMM_ACT_CLIP : KILN_GEMM_ACT_NONE, .lo = lo, .hi = hi};
-    shifted_src src = {P, off};
+    shifted_src src = {P, off, kiln_gemm_level_detect() == KILN_GEMM_LEVEL_AVX512};
     kiln_status st = kiln_sgemm_packed_a(ctx, pa, oh * wp, NULL, 0, shifted_pack, &src, cp, oh * wp, &ep);
     if (st) return st;
     unpitch_job j = {cp, y, res, clamp || (!res && act->kind == KILN_ACT_NONE) ? NULL : act, oh, ow, wp};
@@ -499,7 +546,7 @@ static kiln_status conv_run(kiln_run_ctx *c)
         float *cp = kiln_scratch_get(ctx.scratch, (size_t)(mg * oh * wp) * sizeof *cp);
         int64_t *off = malloc((size_t)kdim * sizeof *off);
         kiln_status st = P && cp && off ? KILN_OK : KILN_ERR_NOMEM;
-        if (P) memset(P, 0, p_bytes); /* the borders and the tail */
+        if (P) zero_borders(P, cg, H, W, hp, wp, g.pads[0], g.pads[1], tail);
         for (int64_t k = 0; k < kdim && !st; k++)
             off[k] = k / (kh * kw) * hp * wp + k / kw % kh * g.dilations[0] * wp + k % kw * g.dilations[1];
         for (int64_t b = 0; b < Nb && !st; b++)

@@ -780,6 +780,9 @@ def test_conv_packed():
         dict(kernel_shape=[3, 3], strides=[2, 2], pads=[0, 1, 1, 0], c=5, m=29),
         dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=3, c=9, m=33),
         dict(kernel_shape=[2, 3], strides=[1, 3], dilations=[2, 1], c=4, m=14),
+        # stride 1: over a zero-bordered copy; uneven pads and a dilation
+        dict(kernel_shape=[3, 2], pads=[2, 0, 1, 3], dilations=[1, 2], c=6, m=20),
+        dict(kernel_shape=[5, 5], pads=[2, 2, 2, 2], c=3, m=9),
         # whole 32-channel panels and depth >= 256: output pixels as the GEMM's rows
         dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], c=29, m=64),
         dict(kernel_shape=[1, 1], c=300, m=32),
