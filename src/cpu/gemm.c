@@ -206,6 +206,68 @@ struct kiln_gemm_packed_a {
     kiln_scratch *scratch; /* where raw came from (kiln_gemm_packed_a_create_from), or NULL: malloc */
 };
 
+/* An unfilled packed A [M, K] for the kernels of level, its data from scratch when given. */
+static kiln_status packed_a_new(kiln_gemm_level level, kiln_scratch *scratch, int64_t M, int64_t K,
+                                kiln_gemm_packed_a **out)
+{
+    const kiln_gemm_kernel *k = kernel_for(level);
+    kiln_gemm_packed_a *pa = calloc(1, sizeof *pa);
+    if (!pa) return KILN_ERR_NOMEM;
+    pa->level = level;
+    pa->M = M;
+    pa->K = K;
+    pa->m_pad = round_up(M, k->mr);
+    pa->scratch = scratch;
+    size_t bytes = (size_t)(K * pa->m_pad) * sizeof(float) + ALIGN;
+    if ((uint64_t)K * (uint64_t)pa->m_pad > (SIZE_MAX - ALIGN) / sizeof(float) ||
+        !(pa->raw = scratch ? kiln_scratch_get(scratch, bytes) : malloc(bytes))) {
+        free(pa);
+        return KILN_ERR_NOMEM;
+    }
+    pa->data = (float *)(((uintptr_t)pa->raw + ALIGN - 1) & ~(uintptr_t)(ALIGN - 1));
+    *out = pa;
+    return KILN_OK;
+}
+
+/* What A is packed from: a pack function, or a stored op(A) scaled by alpha. */
+typedef struct a_source {
+    kiln_gemm_pack_fn pack;
+    void *pack_ctx;
+    const float *A;
+    int64_t lda;
+    bool trans;
+    float alpha;
+} a_source;
+
+/* One K block of a whole packed A: chunks of MR-row panels. */
+typedef struct pack_a_job {
+    const kiln_gemm_kernel *k;
+    const a_source *src;
+    float *dst; /* the block: panel i at dst + i * kc * MR */
+    int64_t p0, kc, M, per_chunk;
+} pack_a_job;
+
+static void pack_a_chunks(void *ctx, int64_t begin, int64_t end)
+{
+    const pack_a_job *j = ctx;
+    int64_t mr = j->k->mr, i0 = begin * j->per_chunk * mr, i1 = min64(j->M, end * j->per_chunk * mr);
+    if (i1 <= i0) return;
+    if (j->src->pack) j->src->pack(j->src->pack_ctx, j->dst + i0 * j->kc, j->p0, j->kc, i0, i1 - i0, (int)mr);
+    else j->k->pack_a(j->dst + i0 * j->kc, j->src->A, j->src->lda, j->src->trans, i0, i1 - i0, j->p0, j->kc,
+                      j->src->alpha);
+}
+
+/* Fills pa (packed_a_new's, for k) from src, the panels of each K block spread over the pool. */
+static void pack_a_whole(const kiln_gemm_kernel *k, kiln_threadpool *pool, const a_source *src, kiln_gemm_packed_a *pa)
+{
+    int64_t panels = pa->m_pad / k->mr, chunks = min64(panels, 8 * (int64_t)kiln_threadpool_size(pool));
+    for (int64_t p0 = 0; p0 < pa->K && pa->M > 0; p0 += k->kc) {
+        pack_a_job j = {k, src, pa->data + p0 * pa->m_pad, p0, min64(k->kc, pa->K - p0), pa->M,
+                        (panels + chunks - 1) / chunks};
+        kiln_threadpool_parallel_for(pool, (panels + j.per_chunk - 1) / j.per_chunk, pack_a_chunks, &j);
+    }
+}
+
 /* The checked arguments of one call, run on the pool: tiles of C over the threads. */
 static kiln_status gemm_run(const kiln_gemm_kernel *k, const kiln_gemm_ctx *ctx, bool trans_a, bool trans_b,
                             int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
@@ -241,6 +303,14 @@ static kiln_status gemm_run(const kiln_gemm_kernel *k, const kiln_gemm_ctx *ctx,
         else if (can_m) tm += step_m;
         else break;
     }
+    /* every column tile would pack the same rows of A again: pack them once, in parallel */
+    kiln_gemm_packed_a *own_a = NULL;
+    if (!pa && !pack_b && packed && tn > 1) {
+        KILN_TRY(packed_a_new(packed->level, scratch, M, K, &own_a));
+        a_source src = {.A = A, .lda = lda, .trans = trans_a, .alpha = alpha};
+        pack_a_whole(k, pool, &src, own_a);
+        pa = own_a;
+    }
     gemm_job g = {
         .k = k, .trans_a = trans_a, .trans_b = trans_b, .M = M, .N = N, .K = K, .alpha = alpha,
         .beta = beta, .A = A, .B = B, .packed_b = packed ? packed->data : NULL,
@@ -257,11 +327,13 @@ static kiln_status gemm_run(const kiln_gemm_kernel *k, const kiln_gemm_ctx *ctx,
     int64_t slots = min64(threads, g.n_tiles);
     /* 64-byte aligned; one float when both operands are prepacked */
     g.work = kiln_scratch_get(scratch, (size_t)(slots * g.slot_floats + 1) * sizeof(float));
-    if (!g.work) return KILN_ERR_NOMEM;
-    atomic_init(&g.next_tile, 0);
-    kiln_threadpool_parallel_for(pool, slots, run_slots, &g);
-    kiln_scratch_put(scratch, g.work);
-    return KILN_OK;
+    if (g.work) {
+        atomic_init(&g.next_tile, 0);
+        kiln_threadpool_parallel_for(pool, slots, run_slots, &g);
+        kiln_scratch_put(scratch, g.work);
+    }
+    kiln_gemm_packed_a_free(own_a);
+    return g.work ? KILN_OK : KILN_ERR_NOMEM;
 }
 
 /* Resolves ctx's level (AUTO: the best; a forced one must be supported). */
@@ -401,39 +473,16 @@ kiln_status kiln_sgemm(kiln_threadpool *pool, bool trans_a, bool trans_b, int64_
     return kiln_sgemm_ex(&ctx, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL);
 }
 
-/* An unfilled packed A [M, K] for ctx's level, its data from scratch when given. */
-static kiln_status packed_a_new(const kiln_gemm_ctx *ctx, kiln_scratch *scratch, int64_t M, int64_t K,
-                                kiln_gemm_packed_a **out)
-{
-    kiln_gemm_level level;
-    if (resolve_level(ctx, &level) != KILN_OK) return KILN_ERR_INVALID_ARG;
-    const kiln_gemm_kernel *k = kernel_for(level);
-    kiln_gemm_packed_a *pa = calloc(1, sizeof *pa);
-    if (!pa) return KILN_ERR_NOMEM;
-    pa->level = level;
-    pa->M = M;
-    pa->K = K;
-    pa->m_pad = round_up(M, k->mr);
-    pa->scratch = scratch;
-    size_t bytes = (size_t)(K * pa->m_pad) * sizeof(float) + ALIGN;
-    if ((uint64_t)K * (uint64_t)pa->m_pad > (SIZE_MAX - ALIGN) / sizeof(float) ||
-        !(pa->raw = scratch ? kiln_scratch_get(scratch, bytes) : malloc(bytes))) {
-        free(pa);
-        return KILN_ERR_NOMEM;
-    }
-    pa->data = (float *)(((uintptr_t)pa->raw + ALIGN - 1) & ~(uintptr_t)(ALIGN - 1));
-    *out = pa;
-    return KILN_OK;
-}
-
 kiln_status kiln_gemm_packed_a_create(const kiln_gemm_ctx *ctx, int64_t M, int64_t K, const float *A, int64_t lda,
                                       kiln_gemm_packed_a **out)
 {
     if (!out) return KILN_ERR_INVALID_ARG;
     *out = NULL;
     if (M < 0 || K < 0 || (M > 0 && K > 0 && (!A || lda < K))) return KILN_ERR_INVALID_ARG;
+    kiln_gemm_level level;
+    if (resolve_level(ctx, &level) != KILN_OK) return KILN_ERR_INVALID_ARG;
     kiln_gemm_packed_a *pa;
-    KILN_TRY(packed_a_new(ctx, NULL, M, K, &pa));
+    KILN_TRY(packed_a_new(level, NULL, M, K, &pa));
     const kiln_gemm_kernel *k = kernel_for(pa->level);
     for (int64_t p0 = 0; p0 < K && M > 0; p0 += k->kc)
         k->pack_a(pa->data + p0 * pa->m_pad, A, lda, false, 0, M, p0, min64(k->kc, K - p0), 1.0f);
@@ -483,37 +532,18 @@ kiln_status kiln_sgemm_packed_a(const kiln_gemm_ctx *ctx, const kiln_gemm_packed
                     0.0f, C, ldc, &epi, ep, pack_b, pack_ctx, A);
 }
 
-/* One K block of a packed A made by a pack function: chunks of MR-row panels. */
-typedef struct pack_a_job {
-    kiln_gemm_pack_fn pack;
-    void *pack_ctx;
-    float *dst; /* the block: panel i at dst + i * kc * MR */
-    int64_t p0, kc, M, mr, per_chunk;
-} pack_a_job;
-
-static void pack_a_chunks(void *ctx, int64_t begin, int64_t end)
-{
-    const pack_a_job *j = ctx;
-    int64_t i0 = begin * j->per_chunk * j->mr, i1 = min64(j->M, end * j->per_chunk * j->mr);
-    if (i1 > i0) j->pack(j->pack_ctx, j->dst + i0 * j->kc, j->p0, j->kc, i0, i1 - i0, (int)j->mr);
-}
-
 kiln_status kiln_gemm_packed_a_create_from(const kiln_gemm_ctx *ctx, int64_t M, int64_t K, kiln_gemm_pack_fn pack,
                                            void *pack_ctx, kiln_gemm_packed_a **out)
 {
     if (!out) return KILN_ERR_INVALID_ARG;
     *out = NULL;
     if (M < 0 || K < 0 || !pack) return KILN_ERR_INVALID_ARG;
+    kiln_gemm_level level;
+    if (resolve_level(ctx, &level) != KILN_OK) return KILN_ERR_INVALID_ARG;
     kiln_gemm_packed_a *pa;
-    KILN_TRY(packed_a_new(ctx, ctx ? ctx->scratch : NULL, M, K, &pa));
-    const kiln_gemm_kernel *k = kernel_for(pa->level);
-    kiln_threadpool *pool = ctx ? ctx->pool : NULL;
-    int64_t panels = pa->m_pad / k->mr, chunks = min64(panels, 8 * (int64_t)kiln_threadpool_size(pool));
-    for (int64_t p0 = 0; p0 < K && M > 0; p0 += k->kc) {
-        pack_a_job j = {pack, pack_ctx, pa->data + p0 * pa->m_pad, p0, min64(k->kc, K - p0), M, k->mr,
-                        (panels + chunks - 1) / chunks};
-        kiln_threadpool_parallel_for(pool, (panels + j.per_chunk - 1) / j.per_chunk, pack_a_chunks, &j);
-    }
+    KILN_TRY(packed_a_new(level, ctx ? ctx->scratch : NULL, M, K, &pa));
+    a_source src = {.pack = pack, .pack_ctx = pack_ctx};
+    pack_a_whole(kernel_for(pa->level), ctx ? ctx->pool : NULL, &src, pa);
     *out = pa;
     return KILN_OK;
 }
