@@ -62,13 +62,13 @@ static kiln_status tensor_header(kiln_dtype dt, int rank, const int64_t *dims, k
     return KILN_OK;
 }
 
-kiln_status kiln_tensor_new(kiln_dtype dt, int rank, const int64_t *dims, kiln_value **out,
-                            kiln_err *err)
+static kiln_status tensor_alloc(kiln_dtype dt, int rank, const int64_t *dims, bool zero, kiln_value **out,
+                                kiln_err *err)
 {
     KILN_TRY(tensor_header(dt, rank, dims, out, err));
     kiln_value *v = *out;
     if (v->nbytes) {
-        v->data = calloc(1, v->nbytes);
+        v->data = zero || dt == KILN_DTYPE_STRING ? calloc(1, v->nbytes) : malloc(v->nbytes);
         if (!v->data) {
             size_t nbytes = v->nbytes;
             free(v);
@@ -89,6 +89,16 @@ kiln_status kiln_tensor_new(kiln_dtype dt, int rank, const int64_t *dims, kiln_v
         }
     }
     return KILN_OK;
+}
+
+kiln_status kiln_tensor_new(kiln_dtype dt, int rank, const int64_t *dims, kiln_value **out, kiln_err *err)
+{
+    return tensor_alloc(dt, rank, dims, true, out, err);
+}
+
+kiln_status kiln_tensor_new_unset(kiln_dtype dt, int rank, const int64_t *dims, kiln_value **out, kiln_err *err)
+{
+    return tensor_alloc(dt, rank, dims, false, out, err);
 }
 
 kiln_status kiln_value_view(kiln_dtype dt, int rank, const int64_t *dims, void *data, kiln_value **out,

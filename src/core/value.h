@@ -37,6 +37,10 @@ kiln_status kiln_dims_numel(int rank, const int64_t *dims, int64_t *numel, kiln_
 /* New owned tensor, data zeroed (strings: empty). */
 kiln_status kiln_tensor_new(kiln_dtype dt, int rank, const int64_t *dims, kiln_value **out,
                             kiln_err *err);
+/* The same with the data left unset (strings are still empty): for a kernel that writes every
+ * element, where zeroing a large output would be a wasted pass over memory. */
+kiln_status kiln_tensor_new_unset(kiln_dtype dt, int rank, const int64_t *dims, kiln_value **out,
+                                  kiln_err *err);
 /* A tensor header over memory it does not own (an arena slot); data must outlive it. */
 kiln_status kiln_value_view(kiln_dtype dt, int rank, const int64_t *dims, void *data, kiln_value **out,
                             kiln_err *err);

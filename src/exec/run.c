@@ -191,8 +191,14 @@ static kiln_status alloc_output(kiln_frame *f, const kiln_ir_value *v, const kil
     }
     /* an arena of 0 bytes (every planned tensor empty) has no base; graph outputs are handed
      * to the caller, never views of the arena */
-    if (!mem || !mem->base || !v || v->is_output || mem->offset[v->id] == SIZE_MAX || t->dtype == KILN_DTYPE_STRING)
-        return kiln_tensor_new(t->dtype, t->rank, dims, out, err);
+    if (!mem || !mem->base || !v || v->is_output || mem->offset[v->id] == SIZE_MAX || t->dtype == KILN_DTYPE_STRING) {
+        if (zero) return kiln_tensor_new(t->dtype, t->rank, dims, out, err);
+        KILN_TRY(kiln_tensor_new_unset(t->dtype, t->rank, dims, out, err)); /* a fast kernel writes it all */
+#ifndef NDEBUG
+        if ((*out)->nbytes && t->dtype != KILN_DTYPE_STRING) memset((*out)->data, 0xff, (*out)->nbytes);
+#endif
+        return KILN_OK;
+    }
     kiln_value *x;
     KILN_TRY(kiln_value_view(t->dtype, t->rank, dims, mem->base + mem->offset[v->id], &x, err));
     if (x->nbytes > mem->size[v->id]) {
