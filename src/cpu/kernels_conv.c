@@ -248,15 +248,25 @@ static void im2col_pack(void *ctx, float *dst, int64_t p0, int64_t kc, int64_t j
     }
 }
 
-/* ---- the im2col matrix of a stride-1 convolution, from a zero-bordered copy ---- */
+/* ---- the im2col matrix from a zero-bordered copy, split into stride phases ---- */
 
-/* Over a zero-bordered copy P [cg, Hp, Wp] of the input, with the output laid out on P's row
- * pitch (column q = oy * Wp + ox for ox < Wp; the columns with ox >= ow are computed and then
- * dropped), row k = (ci, ky, kx) of a stride-1 convolution's im2col matrix is P shifted by
- * off[k] = ci*Hp*Wp + ky*dy*Wp + kx*dx: packing a panel is a contiguous copy per row, where the
- * general gather (im2col_pack) finds runs and bounds per row. */
+/* The input of one group, zero-bordered and split by stride phase: P [cg][sy][sx][hq][wq],
+ * where padded position (Y, X) = (iy + top, ix + left) lands in phase plane (Y % sy, X % sx) at
+ * (Y / sy, X / sx). With the output laid out on the phase planes' row pitch (column
+ * q = oy * wq + ox; the columns with ox >= ow are computed and then dropped), row
+ * k = (ci, ky, kx) of the im2col matrix is P shifted by
+ *   off[k] = ((ci * sy + ry % sy) * sx + rx % sx) * hq * wq + (ry / sy) * wq + rx / sx,
+ * ry = ky * dy, rx = kx * dx: packing a panel is a contiguous copy per row, where the general
+ * gather (im2col_pack) finds runs and bounds per row. At stride 1 there is one phase. */
+typedef struct shifted_geom {
+    int64_t cg, H, W, top, left; /* the input of one group and its leading pads */
+    int64_t sy, sx, hq, wq;      /* strides, and each phase plane's rows and pitch */
+    int64_t oh, ow;
+    int64_t size; /* floats of P: the planes, then a tail the last shifted rows read into */
+} shifted_geom;
+
 typedef struct shifted_src {
-    const float *p;     /* P, followed by (kw-1)*dx zeros: the last rows read past the last plane */
+    const float *p;     /* P (shifted_geom), its borders and tail zero */
     const int64_t *off; /* [kdim] */
     bool avx512;        /* the CPU has it */
 } shifted_src;
@@ -325,39 +335,61 @@ static void unpitch_channels(void *ctx, int64_t begin, int64_t end)
         }
 }
 
-/* Zeroes what the copies of the input leave: the borders of P [cg, hp, wp] around each
- * [H, W] plane at (top, left), and the tail after it. */
-static void zero_borders(float *P, int64_t cg, int64_t H, int64_t W, int64_t hp, int64_t wp, int64_t top,
-                         int64_t left, int64_t tail)
+/* Zeroes what the copies of the input leave at stride 1 (one phase): the borders of each plane
+ * around its [H, W] input at (top, left), and the tail. At larger strides all of P. */
+static void zero_borders(float *P, const shifted_geom *q)
 {
-    for (int64_t ci = 0; ci < cg; ci++) {
+    if (q->sy != 1 || q->sx != 1) {
+        memset(P, 0, (size_t)q->size * sizeof *P);
+        return;
+    }
+    int64_t hp = q->hq, wp = q->wq, top = q->top, left = q->left, H = q->H, W = q->W;
+    for (int64_t ci = 0; ci < q->cg; ci++) {
         float *pl = P + ci * hp * wp;
         memset(pl, 0, (size_t)(top * wp + left) * sizeof *pl); /* the top rows and the first left border */
         for (int64_t iy = 0; iy < H; iy++) /* each right border and the next row's left border */
             memset(pl + (top + iy) * wp + left + W, 0,
                    (size_t)(iy + 1 < H ? wp - W : wp - left - W + (hp - top - H) * wp) * sizeof *pl);
     }
-    memset(P + cg * hp * wp, 0, (size_t)tail * sizeof *P);
+    memset(P + q->cg * hp * wp, 0, (size_t)(q->size - q->cg * hp * wp) * sizeof *P);
 }
 
-/* Y_g [mg, oh, ow] = W_g * cols (+ bias, residual, act) for one image and group of a stride-1
- * convolution with packed weights, by shifted_pack. P [cg, hp, wp] (+ tail) and cp [mg, oh * wp]
- * are the caller's buffers, P's borders and tail zero. */
-static kiln_status conv_shifted(const kiln_gemm_ctx *ctx, const kiln_gemm_packed_a *pa, const float *x, float *P,
-                                const int64_t *off, float *cp, int64_t cg, int64_t H, int64_t W, int64_t hp,
-                                int64_t wp, int64_t top, int64_t left, int64_t oh, int64_t ow, int64_t mg,
-                                const float *bias, const float *res, const kiln_act *act, float *y)
+/* Copies the input of one group x [cg, H, W] into P's phase planes. */
+static void copy_phases(float *P, const float *x, const shifted_geom *q)
 {
-    for (int64_t ci = 0; ci < cg; ci++)
-        for (int64_t iy = 0; iy < H; iy++)
-            memcpy(P + (ci * hp + top + iy) * wp + left, x + (ci * H + iy) * W, (size_t)W * sizeof *P);
+    int64_t plane = q->hq * q->wq;
+    for (int64_t ci = 0; ci < q->cg; ci++)
+        for (int64_t iy = 0; iy < q->H; iy++) {
+            const float *xr = x + (ci * q->H + iy) * q->W;
+            int64_t Y = iy + q->top;
+            float *row = P + (ci * q->sy + Y % q->sy) * q->sx * plane + (Y / q->sy) * q->wq;
+            if (q->sx == 1) {
+                memcpy(row + q->left, xr, (size_t)q->W * sizeof *row);
+                continue;
+            }
+            for (int64_t px = 0; px < q->sx; px++) { /* the columns X = ix + left with X % sx == px */
+                int64_t ix = ((px - q->left) % q->sx + q->sx) % q->sx;
+                float *d = row + px * plane + (ix + q->left) / q->sx;
+                for (; ix < q->W; ix += q->sx) *d++ = xr[ix];
+            }
+        }
+}
+
+/* Y_g [mg, oh, ow] = W_g * cols (+ bias, residual, act) for one image and group with packed
+ * weights, by shifted_pack. P (q->size floats, its borders and tail zero) and cp [mg, oh * wq]
+ * are the caller's buffers. */
+static kiln_status conv_shifted(const kiln_gemm_ctx *ctx, const kiln_gemm_packed_a *pa, const float *x, float *P,
+                                const int64_t *off, float *cp, const shifted_geom *q, int64_t mg, const float *bias,
+                                const float *res, const kiln_act *act, float *y)
+{
+    copy_phases(P, x, q);
     float lo, hi;
     bool clamp = clamp_bounds(act, &lo, &hi) && !res && act->kind != KILN_ACT_NONE; /* else after the residual */
     kiln_gemm_epilogue ep = {.row_bias = bias, .act = clamp ? KILN_GEMM_ACT_CLIP : KILN_GEMM_ACT_NONE, .lo = lo, .hi = hi};
     shifted_src src = {P, off, kiln_gemm_level_detect() == KILN_GEMM_LEVEL_AVX512};
-    kiln_status st = kiln_sgemm_packed_a(ctx, pa, oh * wp, NULL, 0, shifted_pack, &src, cp, oh * wp, &ep);
+    kiln_status st = kiln_sgemm_packed_a(ctx, pa, q->oh * q->wq, NULL, 0, shifted_pack, &src, cp, q->oh * q->wq, &ep);
     if (st) return st;
-    unpitch_job j = {cp, y, res, clamp || (!res && act->kind == KILN_ACT_NONE) ? NULL : act, oh, ow, wp};
+    unpitch_job j = {cp, y, res, clamp || (!res && act->kind == KILN_ACT_NONE) ? NULL : act, q->oh, q->ow, q->wq};
     kiln_threadpool_parallel_for(ctx->pool, mg, unpitch_channels, &j);
     return KILN_OK;
 }
@@ -537,22 +569,31 @@ static kiln_status conv_run(kiln_run_ctx *c)
         kiln_scratch_put(ctx.scratch, tmp);
         return st ? gemm_fail(c, st) : KILN_OK;
     }
-    int64_t hp = H + g.pads[0] + g.pads[2], wp = W + g.pads[1] + g.pads[3];
-    if (cs && !direct && g.strides[0] == 1 && g.strides[1] == 1 && oh == hp - (kh - 1) * g.dilations[0] &&
-        ow == wp - (kw - 1) * g.dilations[1] && (wp - ow) * 5 <= wp) { /* at most a fifth of the columns dropped */
-        int64_t tail = (kw - 1) * g.dilations[1];
-        size_t p_bytes = (size_t)(cg * hp * wp + tail) * sizeof(float);
-        float *P = kiln_scratch_get(ctx.scratch, p_bytes);
-        float *cp = kiln_scratch_get(ctx.scratch, (size_t)(mg * oh * wp) * sizeof *cp);
+    /* every kernel but the 1x1 at stride 1 (X itself) and at larger strides (a quarter of the
+     * input read), when at most a fifth of the pitched columns are dropped; at strides 2 to 4
+     * only for a depth of at most 256 (the first layers of a CNN), where the gather's work per
+     * row is not amortised over the many channels that make splitting the copy cost more
+     * (measured: ResNet-50's 7x7 stride-2 stem 2.8 -> 2.6 ms, its 3x3 stride-2 128-channel
+     * layer 2.4 -> 2.6 ms, one thread) */
+    int64_t sy = g.strides[0], sx = g.strides[1], dy = g.dilations[0], dx = g.dilations[1];
+    shifted_geom q = {cg, H, W, g.pads[0], g.pads[1], sy, sx, (H + g.pads[0] + g.pads[2] + sy - 1) / sy,
+                      (W + g.pads[1] + g.pads[3] + sx - 1) / sx, oh, ow, 0};
+    if (cs && kh * kw > 1 && ((sy == 1 && sx == 1) || (sy <= 4 && sx <= 4 && kdim <= 256)) && (q.wq - ow) * 5 <= q.wq &&
+        (oh - 1) * sy + (kh - 1) * dy < H + g.pads[0] + g.pads[2] && (ow - 1) * sx + (kw - 1) * dx < W + g.pads[1] + g.pads[3]) {
+        q.size = cg * sy * sx * q.hq * q.wq + (kw - 1) * dx + 1;
+        float *P = kiln_scratch_get(ctx.scratch, (size_t)q.size * sizeof *P);
+        float *cp = kiln_scratch_get(ctx.scratch, (size_t)(mg * oh * q.wq) * sizeof *cp);
         int64_t *off = malloc((size_t)kdim * sizeof *off);
         kiln_status st = P && cp && off ? KILN_OK : KILN_ERR_NOMEM;
-        if (P) zero_borders(P, cg, H, W, hp, wp, g.pads[0], g.pads[1], tail);
-        for (int64_t k = 0; k < kdim && !st; k++)
-            off[k] = k / (kh * kw) * hp * wp + k / kw % kh * g.dilations[0] * wp + k % kw * g.dilations[1];
+        if (P) zero_borders(P, &q);
+        for (int64_t k = 0; k < kdim && !st; k++) {
+            int64_t ry = k / kw % kh * dy, rx = k % kw * dx;
+            off[k] = ((k / (kh * kw) * sy + ry % sy) * sx + rx % sx) * q.hq * q.wq + ry / sy * q.wq + rx / sx;
+        }
         for (int64_t b = 0; b < Nb && !st; b++)
             for (int64_t gi = 0; gi < group && !st; gi++)
-                st = conv_shifted(&ctx, cs->w[gi].a, x + (b * C + gi * cg) * H * W, P, off, cp, cg, H, W, hp, wp,
-                                  g.pads[0], g.pads[1], oh, ow, mg, bias ? bias + gi * mg : NULL,
+                st = conv_shifted(&ctx, cs->w[gi].a, x + (b * C + gi * cg) * H * W, P, off, cp, &q, mg,
+                                  bias ? bias + gi * mg : NULL,
                                   R ? (const float *)R->data + (b * M + gi * mg) * area : NULL, &n->act,
                                   y + (b * M + gi * mg) * area);
         kiln_scratch_put(ctx.scratch, P);

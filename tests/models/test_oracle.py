@@ -783,6 +783,10 @@ def test_conv_packed():
         # stride 1: over a zero-bordered copy; uneven pads and a dilation
         dict(kernel_shape=[3, 2], pads=[2, 0, 1, 3], dilations=[1, 2], c=6, m=20),
         dict(kernel_shape=[5, 5], pads=[2, 2, 2, 2], c=3, m=9),
+        # larger strides: the copy is split into stride phases
+        dict(kernel_shape=[7, 7], strides=[2, 2], pads=[3, 3, 3, 3], c=3, m=16),
+        dict(kernel_shape=[3, 3], strides=[2, 2], dilations=[2, 2], pads=[2, 1, 0, 2], c=5, m=17),
+        dict(kernel_shape=[3, 2], strides=[3, 2], pads=[1, 0, 2, 1], c=2, m=6),
         # whole 32-channel panels and depth >= 256: output pixels as the GEMM's rows
         dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], c=29, m=64),
         dict(kernel_shape=[1, 1], c=300, m=32),
