@@ -155,6 +155,12 @@ static void pack_b(float *dst, const float *B, int64_t ldb, bool trans, int64_t 
                      float beta, const kiln_gemm_kepi *e)                                             \
     {                                                                                                 \
         ROWS(DECL)                                                                                    \
+        if (e && e->res) /* the residual rows are read at the end, each from another plane: fetch    \
+                          * them while the tile is computed */                                       \
+            for (int r = 0; r < mr; r++) {                                                            \
+                _mm_prefetch((const char *)(e->res + r * e->ldr), _MM_HINT_T0);                       \
+                _mm_prefetch((const char *)(e->res + r * e->ldr + 16), _MM_HINT_T0);                  \
+            }                                                                                         \
         for (int64_t p = 0; p < kc; p++, a += MR, b += NR) {                                          \
             _mm_prefetch((const char *)(b + PF), _MM_HINT_T0);                                        \
             _mm_prefetch((const char *)(b + PF + 16), _MM_HINT_T0);                                   \
