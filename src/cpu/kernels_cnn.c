@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/gemm.h"
 #include "cpu/kernels.h"
 #include "cpu/threadpool.h"
 #include "cpu/vecmath.h"
@@ -252,6 +253,68 @@ static void maxpool_plane(const plane_job *j, int64_t p)
     }
 }
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+enum { MAXPOOL3_ROW = 4096 }; /* floats of the padded row buffer (on the stack) */
+
+/* The reference's max step, 16 wide: a NaN, once met, stays. */
+__attribute__((target("avx512f"))) static inline __m512 max16_step(__m512 m, __m512 v)
+{
+    return _mm512_mask_mov_ps(_mm512_max_ps(m, v), _mm512_cmp_ps_mask(m, m, _CMP_UNORD_Q), m);
+}
+
+/* Whether maxpool3_plane_avx512 covers the pooling: a 3x3 window at stride 1 or 2 in both
+ * directions, no dilation, pads of at most 1 (every window then holds an element of X), no
+ * ceil_mode, and a padded row that fits the stack buffer. */
+static bool maxpool3_fits(const plane_job *j)
+{
+    const nn_geom *g = j->g;
+    int64_t s = g->strides[0];
+    return g->kernel[0] == 3 && g->kernel[1] == 3 && s == g->strides[1] && (s == 1 || s == 2) &&
+           g->dilations[0] == 1 && g->dilations[1] == 1 && !g->ceil_mode && g->pads[0] <= 1 && g->pads[1] <= 1 &&
+           g->pads[2] <= 1 && g->pads[3] <= 1 && (j->ow + 15) / 16 * 16 * s + 32 <= MAXPOOL3_ROW &&
+           j->W + 2 <= MAXPOOL3_ROW && kiln_gemm_level_detect() == KILN_GEMM_LEVEL_AVX512;
+}
+
+/* 3x3 MaxPool of one plane, separably: the max of each output row's (up to) three input rows
+ * into a row padded with -inf, then of three neighbours along it. */
+__attribute__((target("avx512f"))) static void maxpool3_plane_avx512(const plane_job *j, int64_t p)
+{
+    const nn_geom *g = j->g;
+    int64_t s = g->strides[0], pt = g->pads[0], pl = g->pads[1], H = j->H, W = j->W, ow = j->ow;
+    const float *x = j->x + p * j->in_sz;
+    float *y = j->y + p * j->out_sz;
+    float vp[MAXPOOL3_ROW] __attribute__((aligned(64)));
+    __m512 ninf = _mm512_set1_ps(-INFINITY);
+    for (int64_t i = 0; i < MAXPOOL3_ROW; i += 16) _mm512_store_ps(vp + i, ninf);
+    __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    for (int64_t oy = 0; oy < j->oh; oy++) {
+        int64_t iy0 = oy * s - pt, ky0 = iy0 < 0 ? -iy0 : 0, ky1 = H - iy0 < 3 ? H - iy0 : 3;
+        for (int64_t ix = 0; ix < W; ix += 16) {
+            __mmask16 m = W - ix >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (W - ix)) - 1);
+            __m512 v = _mm512_maskz_loadu_ps(m, x + (iy0 + ky0) * W + ix);
+            for (int64_t ky = ky0 + 1; ky < ky1; ky++) v = max16_step(v, _mm512_maskz_loadu_ps(m, x + (iy0 + ky) * W + ix));
+            _mm512_mask_storeu_ps(vp + pl + ix, m, v);
+        }
+        float *yr = y + oy * ow;
+        for (int64_t ox = 0; ox < ow; ox += 16) {
+            __m512 t0, t1, t2;
+            if (s == 1) {
+                t0 = _mm512_loadu_ps(vp + ox), t1 = _mm512_loadu_ps(vp + ox + 1), t2 = _mm512_loadu_ps(vp + ox + 2);
+            } else {
+                __m512 u0 = _mm512_loadu_ps(vp + 2 * ox), u1 = _mm512_loadu_ps(vp + 2 * ox + 16);
+                __m512 u2 = _mm512_loadu_ps(vp + 2 * ox + 2), u3 = _mm512_loadu_ps(vp + 2 * ox + 18);
+                t0 = _mm512_permutex2var_ps(u0, even, u1);
+                t1 = _mm512_permutex2var_ps(u0, odd, u1);
+                t2 = _mm512_permutex2var_ps(u2, even, u3);
+            }
+            __mmask16 m = ow - ox >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (ow - ox)) - 1);
+            _mm512_mask_storeu_ps(yr + ox, m, max16_step(max16_step(t0, t1), t2));
+        }
+    }
+}
+#endif
+
 static void avgpool_plane(const plane_job *j, int64_t p)
 {
     const nn_geom *g = j->g;
@@ -312,6 +375,9 @@ static kiln_status pool2d_run(kiln_run_ctx *c, bool is_max)
                    .in_sz = X->dims[2] * X->dims[3], .out_sz = od[0] * od[1], .H = X->dims[2], .W = X->dims[3],
                    .oh = od[0], .ow = od[1], .g = &g, .x = X->data, .y = Y->data,
                    .include_pad = kiln_attr_int(nd, "count_include_pad", 0) != 0};
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (is_max && maxpool3_fits(&j)) j.plane = maxpool3_plane_avx512;
+#endif
     run_planes(c, &j);
     return KILN_OK;
 }

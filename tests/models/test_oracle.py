@@ -456,6 +456,8 @@ POOL_CONFIGS = [
     dict(kernel_shape=[4, 3], strides=[2, 2], auto_pad="SAME_LOWER"),
     dict(kernel_shape=[3, 3], auto_pad="VALID"),
     dict(kernel_shape=[2, 2], pads=[2, 2, 2, 2]),  # windows entirely in the padding
+    dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1]),  # 3x3 at stride 1 and 2: the separable AVX-512 MaxPool
+    dict(kernel_shape=[3, 3], strides=[2, 2], pads=[0, 1, 1, 0]),
 ]
 
 
