@@ -9,6 +9,7 @@ enum {
     HEAD = 64,        /* bytes before each block: its capacity (and the alignment) */
     PAGE = 4096,      /* capacities are whole pages */
     MAX_KEPT = 64,
+    KEEP_FACTOR = 4, /* kept bytes: at most this many times the most ever out at once */
 };
 
 typedef struct kept_block {
@@ -91,7 +92,7 @@ void kiln_scratch_put(kiln_scratch *s, void *p)
     s->out_bytes -= cap;
     /* keep at most the peak of what was out at once: drop the smallest kept blocks (the cheapest
      * to map again) until this one fits, or this one if it is the smallest */
-    while (s->n_kept > 0 && (s->n_kept == MAX_KEPT || s->kept_bytes + cap > s->peak_out)) {
+    while (s->n_kept > 0 && (s->n_kept == MAX_KEPT || s->kept_bytes + cap > KEEP_FACTOR * s->peak_out)) {
         int small = 0;
         for (int i = 1; i < s->n_kept; i++)
             if (s->kept[i].cap < s->kept[small].cap) small = i;
@@ -100,7 +101,7 @@ void kiln_scratch_put(kiln_scratch *s, void *p)
         s->kept_bytes -= s->kept[small].cap;
         s->kept[small] = s->kept[--s->n_kept];
     }
-    if (s->n_kept < MAX_KEPT && s->kept_bytes + cap <= s->peak_out) {
+    if (s->n_kept < MAX_KEPT && s->kept_bytes + cap <= KEEP_FACTOR * s->peak_out) {
         s->kept[s->n_kept++] = (kept_block){raw, cap};
         s->kept_bytes += cap;
         raw = NULL;

@@ -7,9 +7,11 @@
  *     ...
  *     kiln_scratch_put(s, p);
  *
- * A scratch keeps the blocks given back, up to as many bytes as were ever out at once, and
- * hands the smallest that fits (no more than twice the size asked for, so a small request
- * does not pin a large block). Thread-safe; a NULL scratch is plain aligned_alloc/free. */
+ * A scratch keeps the blocks given back, up to four times as many bytes as were ever out at
+ * once (a run asks for many sizes one after another: a bound of once evicted, and the next run
+ * mapped again, blocks on every run), and hands the smallest that fits (no more than twice
+ * the size asked for, so a small request does not pin a large block). Thread-safe; a NULL
+ * scratch is plain aligned_alloc/free. */
 #ifndef KILN_CORE_SCRATCH_H
 #define KILN_CORE_SCRATCH_H
 

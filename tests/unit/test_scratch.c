@@ -46,13 +46,19 @@ int main(void)
     kiln_scratch_put(s, small);
     kiln_scratch_put(s, large);
 
-    /* never more kept than was ever out at once (here 100000 + 20000 + 200000, page-rounded) */
-    size_t peak = 0;
-    void *blocks[8];
-    for (int i = 0; i < 8; i++) blocks[i] = kiln_scratch_get(s, 4096 * (size_t)(i + 1));
-    for (int i = 0; i < 8; i++) peak += 4096 * (size_t)(i + 1);
-    for (int i = 0; i < 8; i++) kiln_scratch_put(s, blocks[i]);
-    CHECK(kiln_scratch_kept_bytes(s) <= 4096 * 25 + 20480 + 200704 + peak);
+    /* blocks of many sizes, one out at a time: all kept while they fit in four times the most
+     * ever out at once (here one block), then the smallest are dropped */
+    kiln_scratch *u = kiln_scratch_create();
+    size_t last = 0;
+    for (int i = 0; i < 20; i++) {
+        size_t n = 40960 + 4096 * (size_t)i; /* whole pages */
+        kiln_scratch_put(u, kiln_scratch_get(u, n));
+        last = n;
+        CHECK(kiln_scratch_kept_bytes(u) <= 4 * n);
+        if (i < 3) CHECK(kiln_scratch_kept_bytes(u) >= 40960 * (size_t)(i + 1)); /* nothing dropped yet */
+    }
+    CHECK(kiln_scratch_kept_bytes(u) >= last);
+    kiln_scratch_free(u);
     kiln_scratch_put(s, NULL);
 
     /* a NULL scratch is aligned_alloc and free */
