@@ -354,11 +354,21 @@ static void zero_borders(float *P, const shifted_geom *q)
     memset(P + q->cg * hp * wp, 0, (size_t)(q->size - q->cg * hp * wp) * sizeof *P);
 }
 
-/* Copies the input of one group x [cg, H, W] into P's phase planes. */
-static void copy_phases(float *P, const float *x, const shifted_geom *q)
+/* Copies channels [begin, end) of the input of one group x [cg, H, W] into P's phase planes. */
+typedef struct phases_job {
+    float *P;
+    const float *x;
+    const shifted_geom *q;
+} phases_job;
+
+static void copy_phases(void *ctx, int64_t begin, int64_t end)
 {
+    const phases_job *j = ctx;
+    float *P = j->P;
+    const float *x = j->x;
+    const shifted_geom *q = j->q;
     int64_t plane = q->hq * q->wq;
-    for (int64_t ci = 0; ci < q->cg; ci++)
+    for (int64_t ci = begin; ci < end; ci++)
         for (int64_t iy = 0; iy < q->H; iy++) {
             const float *xr = x + (ci * q->H + iy) * q->W;
             int64_t Y = iy + q->top;
@@ -382,7 +392,8 @@ static kiln_status conv_shifted(const kiln_gemm_ctx *ctx, const kiln_gemm_packed
                                 const int64_t *off, float *cp, const shifted_geom *q, int64_t mg, const float *bias,
                                 const float *res, const kiln_act *act, float *y)
 {
-    copy_phases(P, x, q);
+    phases_job pj = {P, x, q};
+    kiln_threadpool_parallel_for(q->cg * q->H * q->W < (1 << 15) ? NULL : ctx->pool, q->cg, copy_phases, &pj);
     float lo, hi;
     bool clamp = clamp_bounds(act, &lo, &hi) && !res && act->kind != KILN_ACT_NONE; /* else after the residual */
     kiln_gemm_epilogue ep = {.row_bias = bias, .act = clamp ? KILN_GEMM_ACT_CLIP : KILN_GEMM_ACT_NONE, .lo = lo, .hi = hi};
