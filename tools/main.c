@@ -19,7 +19,7 @@
 static const char usage[] =
     "usage: kiln info MODEL [--provider cpu|cuda] [--json]\n"
     "       kiln run MODEL [--provider cpu|cuda] [--input NAME=FILE.npy]... [--shape NAME=1x3xHxW]... [--seed N] [--threads N] [--output-dir DIR] [--stats]\n"
-    "       kiln bench MODEL [--provider cpu|cuda] [--input NAME=FILE.npy]... [--shape NAME=DIMS]... [--seed N] [--threads N] [--warmup N] [--runs N] [--json] [--stats]\n"
+    "       kiln bench MODEL [--provider cpu|cuda] [--input NAME=FILE.npy]... [--shape NAME=DIMS]... [--seed N] [--threads N] [--warmup N] [--runs N] [--json] [--stats] [--profile]\n"
     "       kiln verify MODEL [--provider cpu|cuda] [--input ...|--shape ...] [--rtol R] [--atol A]\n"
     "       kiln ops\n"
     "       kiln --version\n"
@@ -255,6 +255,96 @@ static int cmd_info(int argc, char **argv)
     return 0;
 }
 
+/* ---- bench --profile: wall time between the observer's callbacks, per node ---- */
+
+typedef struct node_times {
+    double last;
+    double *ms; /* [nodes] */
+    char (*shape)[64];          /* [nodes] output 0's dims, as seen */
+    int nodes;
+} node_times;
+
+static int time_node(void *user, const kiln_node_event *ev)
+{
+    node_times *p = user;
+    double t = now_ms();
+    if (ev->node >= 0 && ev->node < p->nodes) {
+        p->ms[ev->node] += t - p->last;
+        const kiln_value *y = ev->n_outputs > 0 ? ev->outputs[0] : NULL;
+        if (y && !p->shape[ev->node][0] && kiln_value_kind_of(y) == KILN_VALUE_TENSOR) {
+            int at = 0;
+            for (int d = 0; d < kiln_value_rank(y) && at < 56; d++)
+                at += snprintf(p->shape[ev->node] + at, 64 - (size_t)at, "%s%" PRId64, d ? "x" : "", kiln_value_dims(y)[d]);
+        }
+    }
+    p->last = now_ms();
+    return 0;
+}
+
+/* Runs the model `runs` more times with an observer and prints where the time goes: per op
+ * type, then the costliest nodes. The observer's callbacks add to the times, so the sum is
+ * above the timed runs' median. */
+static int print_profile(kiln_session *s, int n_in, const char **in_names, kiln_value **in, int n_out,
+                         const char **out_names, int runs)
+{
+    node_times p = {0};
+    p.nodes = kiln_session_node_count(s);
+    p.ms = calloc((size_t)p.nodes + 1, sizeof *p.ms);
+    p.shape = calloc((size_t)p.nodes + 1, sizeof *p.shape);
+    kiln_value **out = calloc((size_t)n_out + 1, sizeof *out);
+    int *order = calloc((size_t)p.nodes + 1, sizeof *order);
+    int rc = !p.ms || !p.shape || !out || !order ? cli_fail("out of memory") : 0;
+    for (int r = 0; r < runs && !rc; r++) {
+        p.last = now_ms();
+        if (kiln_session_run_observed(s, n_in, in_names, (const kiln_value *const *)in, n_out, out_names, out,
+                                      time_node, &p))
+            rc = cli_fail("%s", kiln_last_error(s));
+        cli_free_values(out, n_out);
+    }
+    double total = 0;
+    for (int i = 0; i < p.nodes; i++) total += p.ms[i];
+    if (!rc && total > 0) {
+        printf("profile: %d runs with an observer, %.3f ms per run in nodes\n", runs, total / runs);
+        /* per op type, in order of first appearance; then the nodes by time */
+        printf("  by op type:\n");
+        for (int i = 0; i < p.nodes; i++) {
+            const char *name, *domain, *op, *op_i;
+            bool sup;
+            kiln_session_node(s, i, &name, &domain, &op, &sup);
+            bool first = true;
+            for (int k = 0; k < i && first; k++)
+                if (kiln_session_node(s, k, &name, &domain, &op_i, &sup) == KILN_OK && !strcmp(op_i, op)) first = false;
+            if (!first) continue;
+            double t = 0;
+            int count = 0;
+            for (int k = i; k < p.nodes; k++)
+                if (kiln_session_node(s, k, &name, &domain, &op_i, &sup) == KILN_OK && !strcmp(op_i, op) && p.ms[k] > 0)
+                    t += p.ms[k], count++;
+            if (count) printf("    %-24s %4d nodes %9.3f ms %5.1f%%\n", op, count, t / runs, 100 * t / total);
+        }
+        for (int i = 0; i < p.nodes; i++) order[i] = i;
+        for (int i = 1; i < p.nodes; i++)
+            for (int j = i; j > 0 && p.ms[order[j - 1]] < p.ms[order[j]]; j--) {
+                int x = order[j];
+                order[j] = order[j - 1];
+                order[j - 1] = x;
+            }
+        printf("  costliest nodes:\n");
+        for (int i = 0; i < p.nodes && i < 15 && p.ms[order[i]] > 0; i++) {
+            const char *name, *domain, *op;
+            bool sup;
+            kiln_session_node(s, order[i], &name, &domain, &op, &sup);
+            printf("    %9.3f ms %5.1f%%  %-16s %-24s -> [%s]\n", p.ms[order[i]] / runs, 100 * p.ms[order[i]] / total, op,
+                   name, p.shape[order[i]]);
+        }
+    }
+    free(p.ms);
+    free(p.shape);
+    free(out);
+    free(order);
+    return rc;
+}
+
 /* ---- inputs for run and bench ---- */
 
 static int cmd_run(int argc, char **argv, bool bench)
@@ -352,6 +442,7 @@ static int cmd_run(int argc, char **argv, bool bench)
                        "%.2f runs/s\n", a.model, k + 1, n, t[0], med, p90, t[n - 1], 1000.0 / med);
         }
         free(times);
+        if (!rc && bench && a.profile) rc = print_profile(s, n_in, in_names, in, n_out, out_names, a.runs);
         cli_free_values(in, n_in);
         cli_free_values(out, n_out);
     }

@@ -59,6 +59,12 @@ def test_run_matches_ort(models, tmp):
                   f"{got.shape} vs {w.shape}")
     r = kiln("bench", path, "--shape", "tokens=1x16", "--runs", "3", "--warmup", "1", "--json")
     check("bench --json", r.returncode == 0 and json.loads(r.stdout)["runs"] == 3, r.stdout + r.stderr)
+    r = kiln("bench", path, "--shape", "tokens=2x7", "--runs", "2", "--warmup", "1", "--profile")
+    lines = [l.strip() for l in r.stdout.splitlines()]
+    check("bench --profile", r.returncode == 0 and any(l.startswith("profile: 2 runs") for l in lines) and
+          "by op type:" in lines and "costliest nodes:" in lines and
+          any("MatMul" in l and "nodes" in l for l in lines) and any("-> [2x7x" in l for l in lines),
+          r.stdout + r.stderr)
 
 
 def identity_model(path, elem_type, name="x"):
