@@ -513,6 +513,131 @@ static kiln_status gemm_fail(kiln_run_ctx *c, kiln_status st)
     return kiln_run_fail(c, st, "sgemm failed (%s)", kiln_status_name(st));
 }
 
+/* One convolution call, checked: what each of the three ways of running it reads. */
+typedef struct conv_call {
+    kiln_gemm_ctx ctx;
+    const kiln_node *n;
+    const conv_state *cs; /* packed weights, or NULL */
+    nn_geom g;
+    const float *x, *w, *bias, *res; /* res: the fused residual, laid out as y, or NULL */
+    float *y;
+    int64_t Nb, C, H, W, M, group, cg, mg, kh, kw, oh, ow, kdim, area;
+    bool direct;     /* 1x1 at stride 1 without pads: X itself is the column matrix */
+    bool in_kernel;  /* the micro-kernels apply the activation (none, Relu, Clip) */
+    float lo, hi;    /* its bounds */
+} conv_call;
+
+/* Output pixels as the GEMM's rows against W^T (conv_pixels_as_m). */
+static kiln_status conv_pixels_rows(const conv_call *k)
+{
+    kiln_gemm_ctx ctx = k->ctx;
+    float *tmp = kiln_scratch_get(ctx.scratch, (size_t)(k->area * k->mg) * sizeof *tmp); /* C [area, mg] */
+    if (!tmp) return KILN_ERR_NOMEM;
+    kiln_status st = KILN_OK;
+    const kiln_act *act = &k->n->act;
+    bool clamp_in_kernel = k->in_kernel && !k->res && act->kind != KILN_ACT_NONE;
+    for (int64_t b = 0; b < k->Nb && !st; b++)
+        for (int64_t gi = 0; gi < k->group && !st; gi++) {
+            int64_t at = (b * k->M + gi * k->mg) * k->area;
+            pixels_out out = {k->y + at, k->res ? k->res + at : NULL, k->area,
+                              clamp_in_kernel || (!k->res && act->kind == KILN_ACT_NONE) ? NULL : act};
+            kiln_gemm_epilogue ep = {.bias = k->bias ? k->bias + gi * k->mg : NULL,
+                                     .act = clamp_in_kernel ? KILN_GEMM_ACT_CLIP : KILN_GEMM_ACT_NONE, .lo = k->lo,
+                                     .hi = k->hi, .tile = conv_pixels_tile, .tile_ctx = &out};
+            im2col_src src = {k->x + (b * k->C + gi * k->cg) * k->H * k->W, k->H, k->W, k->kh, k->kw, k->oh, k->ow,
+                              k->g.strides[0], k->g.strides[1], k->g.dilations[0], k->g.dilations[1], k->g.pads[0],
+                              k->g.pads[1]};
+            if (k->direct) { /* X [cg, area] is A^T */
+                st = kiln_sgemm_packed(&ctx, true, k->area, 1.0f, src.x, k->area, k->cs->w[gi].b, 0.0f, tmp, k->mg, &ep);
+                continue;
+            }
+            kiln_gemm_packed_a *cols = NULL; /* im2col^T, gathered once for all the tiles */
+            st = kiln_gemm_packed_a_create_from(&ctx, k->area, k->kdim, im2col_pack, &src, &cols);
+            if (!st) st = kiln_sgemm_packed_ab(&ctx, cols, k->cs->w[gi].b, tmp, k->mg, &ep);
+            kiln_gemm_packed_a_free(cols);
+        }
+    kiln_scratch_put(ctx.scratch, tmp);
+    return st;
+}
+
+/* Whether conv_over_copy runs the call, and its geometry: every kernel but the 1x1 at stride 1
+ * (X itself) and at larger strides (a quarter of the input read), when at most a fifth of the
+ * pitched columns are dropped; at strides 2 to 4 only for a depth of at most 256 (the first
+ * layers of a CNN), where the gather's work per row is not amortised over the many channels
+ * that make splitting the copy cost more (measured: ResNet-50's 7x7 stride-2 stem 2.8 -> 2.6
+ * ms, its 3x3 stride-2 128-channel layer 2.4 -> 2.6 ms, one thread). */
+static bool over_copy_fits(const conv_call *k, shifted_geom *q)
+{
+    const nn_geom *g = &k->g;
+    int64_t sy = g->strides[0], sx = g->strides[1], dy = g->dilations[0], dx = g->dilations[1];
+    int64_t hp = k->H + g->pads[0] + g->pads[2], wp = k->W + g->pads[1] + g->pads[3];
+    *q = (shifted_geom){k->cg, k->H, k->W, g->pads[0], g->pads[1], sy, sx, (hp + sy - 1) / sy, (wp + sx - 1) / sx,
+                        k->oh, k->ow, 0};
+    q->size = k->cg * sy * sx * q->hq * q->wq + (k->kw - 1) * dx + 1;
+    return k->cs && k->kh * k->kw > 1 && ((sy == 1 && sx == 1) || (sy <= 4 && sx <= 4 && k->kdim <= 256)) &&
+           (q->wq - k->ow) * 5 <= q->wq && (k->oh - 1) * sy + (k->kh - 1) * dy < hp &&
+           (k->ow - 1) * sx + (k->kw - 1) * dx < wp;
+}
+
+/* Channels as the GEMM's rows over a zero-bordered copy of the input (shifted_pack). */
+static kiln_status conv_over_copy(const conv_call *k, const shifted_geom *q)
+{
+    const nn_geom *g = &k->g;
+    int64_t dy = g->dilations[0], dx = g->dilations[1], sy = q->sy, sx = q->sx, kh = k->kh, kw = k->kw;
+    float *P = kiln_scratch_get(k->ctx.scratch, (size_t)q->size * sizeof *P);
+    float *cp = kiln_scratch_get(k->ctx.scratch, (size_t)(k->mg * k->oh * q->wq) * sizeof *cp);
+    int64_t *off = malloc((size_t)k->kdim * sizeof *off);
+    kiln_status st = P && cp && off ? KILN_OK : KILN_ERR_NOMEM;
+    if (P) zero_borders(P, q);
+    for (int64_t r = 0; r < k->kdim && !st; r++) {
+        int64_t ry = r / kw % kh * dy, rx = r % kw * dx;
+        off[r] = ((r / (kh * kw) * sy + ry % sy) * sx + rx % sx) * q->hq * q->wq + ry / sy * q->wq + rx / sx;
+    }
+    for (int64_t b = 0; b < k->Nb && !st; b++)
+        for (int64_t gi = 0; gi < k->group && !st; gi++) {
+            int64_t at = (b * k->M + gi * k->mg) * k->area;
+            st = conv_shifted(&k->ctx, k->cs->w[gi].a, k->x + (b * k->C + gi * k->cg) * k->H * k->W, P, off, cp, q,
+                              k->mg, k->bias ? k->bias + gi * k->mg : NULL, k->res ? k->res + at : NULL, &k->n->act,
+                              k->y + at);
+        }
+    kiln_scratch_put(k->ctx.scratch, P);
+    kiln_scratch_put(k->ctx.scratch, cp);
+    free(off);
+    return st;
+}
+
+/* Channels as the GEMM's rows against X itself (1x1) or the implicit im2col matrix, with the
+ * packed weights when there are. */
+static kiln_status conv_channel_rows(const conv_call *k)
+{
+    for (int64_t b = 0; b < k->Nb; b++)
+        for (int64_t gi = 0; gi < k->group; gi++) {
+            const float *xg = k->x + (b * k->C + gi * k->cg) * k->H * k->W;
+            int64_t at = (b * k->M + gi * k->mg) * k->area;
+            conv_epi epi = {k->bias ? k->bias + gi * k->mg : NULL, &k->n->act, k->res ? k->res + at : NULL, k->area};
+            kiln_gemm_epilogue ep = {.tile = conv_tile, .tile_ctx = &epi};
+            if (k->in_kernel)
+                ep = (kiln_gemm_epilogue){.row_bias = epi.bias, .residual = epi.res, .ldr = epi.ldr,
+                                          .act = k->n->act.kind == KILN_ACT_NONE ? KILN_GEMM_ACT_NONE : KILN_GEMM_ACT_CLIP,
+                                          .lo = k->lo, .hi = k->hi};
+            kiln_status st;
+            const kiln_gemm_packed_a *pa = k->cs ? k->cs->w[gi].a : NULL;
+            im2col_src src = {xg, k->H, k->W, k->kh, k->kw, k->oh, k->ow, k->g.strides[0], k->g.strides[1],
+                              k->g.dilations[0], k->g.dilations[1], k->g.pads[0], k->g.pads[1]};
+            if (pa)
+                st = kiln_sgemm_packed_a(&k->ctx, pa, k->area, k->direct ? xg : NULL, k->area,
+                                         k->direct ? NULL : im2col_pack, &src, k->y + at, k->area, &ep);
+            else if (k->direct)
+                st = kiln_sgemm_ex(&k->ctx, false, false, k->mg, k->area, k->kdim, 1.0f, k->w + gi * k->mg * k->kdim,
+                                   k->kdim, xg, k->area, 0.0f, k->y + at, k->area, &ep);
+            else
+                st = kiln_sgemm_implicit_b(&k->ctx, k->mg, k->area, k->kdim, k->w + gi * k->mg * k->kdim, k->kdim,
+                                           im2col_pack, &src, k->y + at, k->area, &ep);
+            if (st) return st;
+        }
+    return KILN_OK;
+}
+
 static kiln_status conv_run(kiln_run_ctx *c)
 {
     const kiln_node *n = kiln_run_node(c);
@@ -522,124 +647,42 @@ static kiln_status conv_run(kiln_run_ctx *c)
         Wt->dtype != KILN_DTYPE_FLOAT32 || Y->dtype != KILN_DTYPE_FLOAT32 ||
         (Bv && (Bv->dtype != KILN_DTYPE_FLOAT32 || Bv->numel != Wt->dims[0])))
         return kiln_cpu_reference_act(c);
-    nn_geom g;
+    conv_call k = {.n = n};
     char msg[128];
-    if (!nn_geom_parse(n, 2, &g, msg, sizeof msg)) return kiln_cpu_reference_act(c);
-    g.kernel[0] = Wt->dims[2];
-    g.kernel[1] = Wt->dims[3];
+    if (!nn_geom_parse(n, 2, &k.g, msg, sizeof msg)) return kiln_cpu_reference_act(c);
+    k.g.kernel[0] = k.kh = Wt->dims[2];
+    k.g.kernel[1] = k.kw = Wt->dims[3];
     int64_t out_hw[2];
-    int64_t group = kiln_attr_int(n, "group", 1);
-    int64_t Nb = X->dims[0], C = X->dims[1], H = X->dims[2], W = X->dims[3], M = Wt->dims[0];
-    if (group < 1 || C % group || M % group || Wt->dims[1] != C / group || !nn_geom_resolve(&g, X->dims + 2, out_hw) ||
-        out_hw[0] != Y->dims[2] || out_hw[1] != Y->dims[3] || Y->dims[1] != M || Y->dims[0] != Nb)
+    k.group = kiln_attr_int(n, "group", 1);
+    k.Nb = X->dims[0], k.C = X->dims[1], k.H = X->dims[2], k.W = X->dims[3], k.M = Wt->dims[0];
+    if (k.group < 1 || k.C % k.group || k.M % k.group || Wt->dims[1] != k.C / k.group ||
+        !nn_geom_resolve(&k.g, X->dims + 2, out_hw) || out_hw[0] != Y->dims[2] || out_hw[1] != Y->dims[3] ||
+        Y->dims[1] != k.M || Y->dims[0] != k.Nb)
         return kiln_cpu_reference_act(c);
-    int64_t cg = C / group, mg = M / group, kh = g.kernel[0], kw = g.kernel[1], oh = out_hw[0], ow = out_hw[1];
-    int64_t kdim = cg * kh * kw, area = oh * ow;
+    k.cg = k.C / k.group, k.mg = k.M / k.group, k.oh = out_hw[0], k.ow = out_hw[1];
+    k.kdim = k.cg * k.kh * k.kw, k.area = k.oh * k.ow;
     if (!Y->numel) return KILN_OK;
     if (!X->numel || !Wt->numel) return kiln_cpu_reference_act(c); /* no channels: the output is the bias */
     const kiln_value *R = n->sum_in ? kiln_run_in(c, n->sum_in) : NULL; /* fused residual: Y's shape */
     if (n->sum_in &&
         (!R || R->dtype != KILN_DTYPE_FLOAT32 || R->rank != 4 || memcmp(R->dims, Y->dims, 4 * sizeof R->dims[0])))
         return kiln_run_fail(c, KILN_ERR_RUNTIME, "fused residual input does not match the output");
-    if (group == C && M == C && !R) /* depthwise: W [C, 1, kh, kw] */
-        return kiln_cpu_conv_depthwise(c, &g, X->data, Wt->data, Bv ? Bv->data : NULL, &n->act, Y->data, Nb, C, H,
-                                       W, oh, ow);
-    bool direct = kh == 1 && kw == 1 && g.strides[0] == 1 && g.strides[1] == 1 && !g.pads[0] && !g.pads[1] &&
-                  !g.pads[2] && !g.pads[3]; /* 1x1: X itself is the column matrix */
-    kiln_gemm_ctx ctx = {.pool = kiln_run_threadpool(c), .scratch = kiln_run_scratch(c)};
-    float lo, hi; /* bias, residual and Relu/Clip in the micro-kernels; another act in a tile pass */
-    bool in_kernel = clamp_bounds(&n->act, &lo, &hi);
-    const float *x = X->data, *w = Wt->data, *bias = Bv ? Bv->data : NULL;
-    const conv_state *cs = n->kernel_state && n->in[1] && Wt == n->in[1]->init ? n->kernel_state : NULL;
-    if (cs && cs->groups != group) cs = NULL;
-    float *y = Y->data;
-    if (cs && cs->pixels_as_m) {
-        float *tmp = kiln_scratch_get(ctx.scratch, (size_t)(area * mg) * sizeof *tmp); /* C [area, mg] */
-        if (!tmp) return kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory (%lld x %lld floats)", (long long)area,
-                                       (long long)mg);
-        kiln_status st = KILN_OK;
-        bool clamp_in_kernel = in_kernel && !R && n->act.kind != KILN_ACT_NONE;
-        for (int64_t b = 0; b < Nb && !st; b++)
-            for (int64_t gi = 0; gi < group && !st; gi++) {
-                pixels_out out = {y + (b * M + gi * mg) * area, R ? (const float *)R->data + (b * M + gi * mg) * area : NULL,
-                                  area, clamp_in_kernel || (!R && n->act.kind == KILN_ACT_NONE) ? NULL : &n->act};
-                kiln_gemm_epilogue ep = {.bias = bias ? bias + gi * mg : NULL,
-                                         .act = clamp_in_kernel ? KILN_GEMM_ACT_CLIP : KILN_GEMM_ACT_NONE, .lo = lo,
-                                         .hi = hi, .tile = conv_pixels_tile, .tile_ctx = &out};
-                im2col_src src = {x + (b * C + gi * cg) * H * W, H, W, kh, kw, oh, ow, g.strides[0], g.strides[1],
-                                  g.dilations[0], g.dilations[1], g.pads[0], g.pads[1]};
-                if (direct) { /* X [cg, area] is A^T */
-                    st = kiln_sgemm_packed(&ctx, true, area, 1.0f, src.x, area, cs->w[gi].b, 0.0f, tmp, mg, &ep);
-                    continue;
-                }
-                kiln_gemm_packed_a *cols = NULL; /* im2col^T, gathered once for all the tiles */
-                st = kiln_gemm_packed_a_create_from(&ctx, area, kdim, im2col_pack, &src, &cols);
-                if (!st) st = kiln_sgemm_packed_ab(&ctx, cols, cs->w[gi].b, tmp, mg, &ep);
-                kiln_gemm_packed_a_free(cols);
-            }
-        kiln_scratch_put(ctx.scratch, tmp);
-        return st ? gemm_fail(c, st) : KILN_OK;
-    }
-    /* every kernel but the 1x1 at stride 1 (X itself) and at larger strides (a quarter of the
-     * input read), when at most a fifth of the pitched columns are dropped; at strides 2 to 4
-     * only for a depth of at most 256 (the first layers of a CNN), where the gather's work per
-     * row is not amortised over the many channels that make splitting the copy cost more
-     * (measured: ResNet-50's 7x7 stride-2 stem 2.8 -> 2.6 ms, its 3x3 stride-2 128-channel
-     * layer 2.4 -> 2.6 ms, one thread) */
-    int64_t sy = g.strides[0], sx = g.strides[1], dy = g.dilations[0], dx = g.dilations[1];
-    shifted_geom q = {cg, H, W, g.pads[0], g.pads[1], sy, sx, (H + g.pads[0] + g.pads[2] + sy - 1) / sy,
-                      (W + g.pads[1] + g.pads[3] + sx - 1) / sx, oh, ow, 0};
-    if (cs && kh * kw > 1 && ((sy == 1 && sx == 1) || (sy <= 4 && sx <= 4 && kdim <= 256)) && (q.wq - ow) * 5 <= q.wq &&
-        (oh - 1) * sy + (kh - 1) * dy < H + g.pads[0] + g.pads[2] && (ow - 1) * sx + (kw - 1) * dx < W + g.pads[1] + g.pads[3]) {
-        q.size = cg * sy * sx * q.hq * q.wq + (kw - 1) * dx + 1;
-        float *P = kiln_scratch_get(ctx.scratch, (size_t)q.size * sizeof *P);
-        float *cp = kiln_scratch_get(ctx.scratch, (size_t)(mg * oh * q.wq) * sizeof *cp);
-        int64_t *off = malloc((size_t)kdim * sizeof *off);
-        kiln_status st = P && cp && off ? KILN_OK : KILN_ERR_NOMEM;
-        if (P) zero_borders(P, &q);
-        for (int64_t k = 0; k < kdim && !st; k++) {
-            int64_t ry = k / kw % kh * dy, rx = k % kw * dx;
-            off[k] = ((k / (kh * kw) * sy + ry % sy) * sx + rx % sx) * q.hq * q.wq + ry / sy * q.wq + rx / sx;
-        }
-        for (int64_t b = 0; b < Nb && !st; b++)
-            for (int64_t gi = 0; gi < group && !st; gi++)
-                st = conv_shifted(&ctx, cs->w[gi].a, x + (b * C + gi * cg) * H * W, P, off, cp, &q, mg,
-                                  bias ? bias + gi * mg : NULL,
-                                  R ? (const float *)R->data + (b * M + gi * mg) * area : NULL, &n->act,
-                                  y + (b * M + gi * mg) * area);
-        kiln_scratch_put(ctx.scratch, P);
-        kiln_scratch_put(ctx.scratch, cp);
-        free(off);
-        return st ? gemm_fail(c, st) : KILN_OK;
-    }
-    for (int64_t b = 0; b < Nb; b++)
-        for (int64_t gi = 0; gi < group; gi++) {
-            const float *xg = x + (b * C + gi * cg) * H * W;
-            float *yg = y + (b * M + gi * mg) * area;
-            conv_epi epi = {bias ? bias + gi * mg : NULL, &n->act,
-                            R ? (const float *)R->data + (b * M + gi * mg) * area : NULL, area};
-            kiln_gemm_epilogue ep = {.tile = conv_tile, .tile_ctx = &epi};
-            if (in_kernel)
-                ep = (kiln_gemm_epilogue){.row_bias = epi.bias, .residual = epi.res, .ldr = epi.ldr,
-                                          .act = n->act.kind == KILN_ACT_NONE ? KILN_GEMM_ACT_NONE : KILN_GEMM_ACT_CLIP,
-                                          .lo = lo, .hi = hi};
-            kiln_status st;
-            const kiln_gemm_packed_a *pa = cs ? cs->w[gi].a : NULL;
-            im2col_src src = {xg, H, W, kh, kw, oh, ow, g.strides[0], g.strides[1], g.dilations[0],
-                              g.dilations[1], g.pads[0], g.pads[1]};
-            if (pa) {
-                st = kiln_sgemm_packed_a(&ctx, pa, area, direct ? xg : NULL, area, direct ? NULL : im2col_pack, &src,
-                                         yg, area, &ep);
-            } else if (direct) {
-                st = kiln_sgemm_ex(&ctx, false, false, mg, area, kdim, 1.0f, w + gi * mg * kdim, kdim, xg, area, 0.0f,
-                                   yg, area, &ep);
-            } else {
-                st = kiln_sgemm_implicit_b(&ctx, mg, area, kdim, w + gi * mg * kdim, kdim, im2col_pack, &src, yg,
-                                           area, &ep);
-            }
-            if (st) return gemm_fail(c, st);
-        }
-    return KILN_OK;
+    if (k.group == k.C && k.M == k.C && !R) /* depthwise: W [C, 1, kh, kw] */
+        return kiln_cpu_conv_depthwise(c, &k.g, X->data, Wt->data, Bv ? Bv->data : NULL, &n->act, Y->data, k.Nb, k.C,
+                                       k.H, k.W, k.oh, k.ow);
+    const nn_geom *g = &k.g;
+    k.direct = k.kh == 1 && k.kw == 1 && g->strides[0] == 1 && g->strides[1] == 1 && !g->pads[0] && !g->pads[1] &&
+               !g->pads[2] && !g->pads[3];
+    k.ctx = (kiln_gemm_ctx){.pool = kiln_run_threadpool(c), .scratch = kiln_run_scratch(c)};
+    k.in_kernel = clamp_bounds(&n->act, &k.lo, &k.hi); /* else another act in a tile pass */
+    k.x = X->data, k.w = Wt->data, k.bias = Bv ? Bv->data : NULL, k.res = R ? R->data : NULL, k.y = Y->data;
+    k.cs = n->kernel_state && n->in[1] && Wt == n->in[1]->init ? n->kernel_state : NULL;
+    if (k.cs && k.cs->groups != k.group) k.cs = NULL;
+    shifted_geom q;
+    kiln_status st = k.cs && k.cs->pixels_as_m ? conv_pixels_rows(&k)
+                     : over_copy_fits(&k, &q)  ? conv_over_copy(&k, &q)
+                                               : conv_channel_rows(&k);
+    return st ? gemm_fail(c, st) : KILN_OK;
 }
 
 /* ---- ConvTranspose, float32 2-D: per image and group, cols = W_g^T X_g on the sgemm (one
