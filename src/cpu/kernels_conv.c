@@ -359,7 +359,42 @@ typedef struct phases_job {
     float *P;
     const float *x;
     const shifted_geom *q;
+    bool avx512; /* the CPU has it */
 } phases_job;
+
+/* The stride-2 case of one input row xr [W] at padded column left: the even padded columns to
+ * row[X / 2], the odd ones to row[plane + X / 2], 32 input columns at a time. */
+static void split_even_odd_tail(float *row, int64_t plane, const float *xr, int64_t from, int64_t W, int64_t left)
+{
+    for (int64_t ix = from; ix < W; ix++) {
+        int64_t X = ix + left;
+        row[(X & 1) * plane + X / 2] = xr[ix];
+    }
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("avx512f"))) static void split_even_odd(float *row, int64_t plane, const float *xr, int64_t W,
+                                                             int64_t left)
+{
+    /* the first columns until X = ix + left is even, then pairs: even X to the first plane */
+    int64_t ix = left & 1;
+    split_even_odd_tail(row, plane, xr, 0, ix < W ? ix : W, left);
+    __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    for (; ix + 32 <= W; ix += 32) {
+        __m512 u0 = _mm512_loadu_ps(xr + ix), u1 = _mm512_loadu_ps(xr + ix + 16);
+        int64_t X = ix + left; /* even */
+        _mm512_storeu_ps(row + X / 2, _mm512_permutex2var_ps(u0, even, u1));
+        _mm512_storeu_ps(row + plane + X / 2, _mm512_permutex2var_ps(u0, odd, u1));
+    }
+    split_even_odd_tail(row, plane, xr, ix, W, left);
+}
+#else
+static void split_even_odd(float *row, int64_t plane, const float *xr, int64_t W, int64_t left)
+{
+    split_even_odd_tail(row, plane, xr, 0, W, left);
+}
+#endif
 
 static void copy_phases(void *ctx, int64_t begin, int64_t end)
 {
@@ -377,6 +412,10 @@ static void copy_phases(void *ctx, int64_t begin, int64_t end)
                 memcpy(row + q->left, xr, (size_t)q->W * sizeof *row);
                 continue;
             }
+            if (q->sx == 2 && j->avx512) {
+                split_even_odd(row, plane, xr, q->W, q->left);
+                continue;
+            }
             for (int64_t px = 0; px < q->sx; px++) { /* the columns X = ix + left with X % sx == px */
                 int64_t ix = ((px - q->left) % q->sx + q->sx) % q->sx;
                 float *d = row + px * plane + (ix + q->left) / q->sx;
@@ -392,7 +431,7 @@ static kiln_status conv_shifted(const kiln_gemm_ctx *ctx, const kiln_gemm_packed
                                 const int64_t *off, float *cp, const shifted_geom *q, int64_t mg, const float *bias,
                                 const float *res, const kiln_act *act, float *y)
 {
-    phases_job pj = {P, x, q};
+    phases_job pj = {P, x, q, kiln_gemm_level_detect() == KILN_GEMM_LEVEL_AVX512};
     kiln_threadpool_parallel_for(q->cg * q->H * q->W < (1 << 15) ? NULL : ctx->pool, q->cg, copy_phases, &pj);
     float lo, hi;
     bool clamp = clamp_bounds(act, &lo, &hi) && !res && act->kind != KILN_ACT_NONE; /* else after the residual */
