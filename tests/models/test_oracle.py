@@ -794,6 +794,11 @@ def test_conv_packed():
         dict(kernel_shape=[1, 1], c=300, m=32),
         dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], group=2, c=60, m=64),
         dict(kernel_shape=[3, 3], strides=[2, 2], pads=[0, 1, 1, 0], dilations=[1, 2], c=31, m=96),
+        # 3x3 at stride 1 with 16 channels and more on both sides: Winograd's F(2x2, 3x3)
+        dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], c=16, m=16),
+        dict(kernel_shape=[3, 3], pads=[0, 0, 0, 0], c=17, m=33),
+        dict(kernel_shape=[3, 3], pads=[2, 0, 1, 3], c=20, m=18),
+        dict(kernel_shape=[3, 3], auto_pad="SAME_LOWER", c=35, m=70),
     ]
     dw = [dict(kernel_shape=[3, 3], strides=[s, s], pads=p) for s in (1, 2)
           for p in ([1, 1, 1, 1], [0, 0, 0, 0], [0, 1, 2, 0], [2, 2, 2, 2], [1, 0, 0, 1])]
