@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """The CPU benchmark table: every benchmark model at every shape through kiln and ONNX Runtime
-(scripts/bench_peer.py's measure: same inputs, same thread count, each in its own process),
+(scripts/bench_peer.py's measure: same inputs, same thread count, each in its own process,
+taking turns for --rounds rounds; each figure is the median over the rounds),
 printed as a markdown table with median and p90 latency, the ratio kiln / ORT, session
 creation and peak RSS. Figures, not a test: it never fails on time.
 
 usage: bench_cpu.py [--models build/models] [--bm /tmp/bm] [--kiln build/kiln] [--threads 2] [--runs N]
+                    [--rounds N]
   build/models from scripts/make_models.py, /tmp/bm from scripts/make_bench_models.py
 """
 import argparse
@@ -37,10 +39,12 @@ def main():
     ap.add_argument("--kiln", default=os.path.join(here, "build", "kiln"))
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args()
     cpu = subprocess.run(["sh", "-c", "grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"], capture_output=True,
                          text=True).stdout.strip()
-    print(f"{os.cpu_count()} CPUs ({cpu}), {a.threads} threads each, {a.runs} runs after 3 warm-ups")
+    print(f"{os.cpu_count()} CPUs ({cpu}), {a.threads} threads each; {a.rounds} rounds of kiln then ORT, {a.runs} runs "
+          "after 3 warm-ups each; each figure the median over the rounds")
     print("| model | shape | kiln median / p90 ms | ORT median / p90 ms | kiln/ORT | session create kiln / ORT ms "
           "| peak RSS kiln / ORT MB (ORT above its interpreter) |")
     print("|---|---|---|---|---|---|---|")
@@ -49,7 +53,7 @@ def main():
             print(f"| {name} | {shape} | missing {path} | | | | |")
             continue
         try:
-            r = measure(path, shapes, a.threads, a.runs, 3, a.kiln)
+            r = measure(path, shapes, a.threads, a.runs, 3, a.kiln, a.rounds)
         except RuntimeError as e:
             print(f"| {name} | {shape} | failed: {e} | | | | |")
             continue

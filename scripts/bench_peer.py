@@ -3,8 +3,13 @@
 thread count), in one run; prints both latencies and the ratio kiln / ORT. A benchmark, not a
 test: it never fails on time.
 
+Each of the two runs in its own process, and they take turns: --rounds rounds of kiln then ORT,
+--runs timed runs each. A shared machine's speed drifts by tens of percent over seconds, so
+one long run of each would compare two different machines; each figure is the median over the
+rounds of that round's figure.
+
 usage: bench_peer.py MODEL --shape NAME=1x3x224x224 [...] [--threads N] [--runs N] [--warmup N]
-                     [--kiln build/kiln]
+                     [--rounds N] [--kiln build/kiln]
 """
 import argparse
 import json
@@ -76,28 +81,34 @@ print(json.dumps({"median_ms": float(np.median(times)), "p90_ms": times[int(roun
 """
 
 
-def measure(model, shapes, threads=2, runs=20, warmup=3, kiln="build/kiln"):
-    """kiln and ORT on the same inputs, each in its own process. Returns a dict of figures:
-    median/p90 latency (ms), session creation (ms), peak RSS (MB) of the process, and for ORT
-    also the RSS of its interpreter before the session (the model's share is the difference)."""
+def measure(model, shapes, threads=2, runs=20, warmup=3, kiln="build/kiln", rounds=3):
+    """kiln and ORT on the same inputs, each in its own process, taking turns for `rounds`
+    rounds. Returns a dict of figures, each the median over the rounds: median/p90 latency (ms),
+    session creation (ms), peak RSS (MB) of the process, and for ORT also the RSS of its
+    interpreter before the session (the model's share is the difference)."""
     feeds = make_inputs(model, shapes, np.random.default_rng(0))
+    ks, os_ = [], []
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [kiln, "bench", model, "--runs", str(runs), "--warmup", str(warmup), "--json", "--threads", str(threads)]
         for name, arr in feeds.items():
             path = os.path.join(tmp, f"in{len(cmd)}.npy")
             np.save(path, arr)
             cmd += ["--input", f"{name}={path}"]
-        out = subprocess.run(cmd, capture_output=True, text=True)
-        if out.returncode:
-            raise RuntimeError(f"kiln bench failed: {out.stderr.strip()}")
-        k = json.loads(out.stdout.strip().splitlines()[-1])
         feeds_path = os.path.join(tmp, "feeds.npz")
         np.savez(feeds_path, **feeds)
-        out = subprocess.run([sys.executable, "-c", ORT_CHILD, model, feeds_path, str(threads), str(runs), str(warmup)],
-                             capture_output=True, text=True)
-        if out.returncode:
-            raise RuntimeError(f"ORT failed: {out.stderr.strip()[-500:]}")
-        o = json.loads(out.stdout.strip().splitlines()[-1])
+        for _ in range(rounds):
+            out = subprocess.run(cmd, capture_output=True, text=True)
+            if out.returncode:
+                raise RuntimeError(f"kiln bench failed: {out.stderr.strip()}")
+            ks.append(json.loads(out.stdout.strip().splitlines()[-1]))
+            out = subprocess.run([sys.executable, "-c", ORT_CHILD, model, feeds_path, str(threads), str(runs),
+                                  str(warmup)], capture_output=True, text=True)
+            if out.returncode:
+                raise RuntimeError(f"ORT failed: {out.stderr.strip()[-500:]}")
+            os_.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    k = {key: float(np.median([r[key] for r in ks])) for key in ("median_ms", "p90_ms", "create_ms", "peak_rss_mb")}
+    o = {key: float(np.median([r[key] for r in os_]))
+         for key in ("median_ms", "p90_ms", "create_ms", "peak_rss_mb", "base_rss_mb")}
     shape_txt = " ".join(f"{n}={'x'.join(map(str, v.shape))}" for n, v in feeds.items())
     return {"shape": shape_txt, "kiln": k, "ort": o, "ratio": k["median_ms"] / o["median_ms"]}
 
@@ -109,6 +120,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--kiln", default=os.path.join(os.path.dirname(__file__), "..", "build", "kiln"))
     a = ap.parse_args()
     shapes = {}
@@ -116,11 +128,12 @@ def main():
         name, dims = s.rsplit("=", 1)
         shapes[name] = [int(d) for d in dims.split("x")] if dims else []
     try:
-        r = measure(a.model, shapes, a.threads, a.runs, a.warmup, a.kiln)
+        r = measure(a.model, shapes, a.threads, a.runs, a.warmup, a.kiln, a.rounds)
     except RuntimeError as e:
         sys.exit(str(e))
     k, o = r["kiln"], r["ort"]
-    print(f"model {a.model} ({r['shape']}), {a.threads} threads each, {a.runs} runs")
+    print(f"model {a.model} ({r['shape']}), {a.threads} threads each, {a.rounds} rounds of {a.runs} runs; "
+          "each figure the median over the rounds")
     print(f"  kiln: median {k['median_ms']:.3f} ms, p90 {k['p90_ms']:.3f} ms, session create {k['create_ms']:.1f} ms, "
           f"peak RSS {k['peak_rss_mb']:.0f} MB")
     print(f"  ORT : median {o['median_ms']:.3f} ms, p90 {o['p90_ms']:.3f} ms, session create {o['create_ms']:.1f} ms, "
