@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/scratch.h"
 #include "cpu/gemm.h"
 #include "cpu/kernels.h"
 #include "cpu/threadpool.h"
@@ -41,6 +42,7 @@ typedef struct attn_job {
     int64_t q_blocks;        /* blocks of QB rows per (b, h) */
     int64_t q_tasks;         /* tasks per (b, h): groups of up to QG blocks */
     bool avx512;
+    struct kiln_scratch *scratch; /* where the score blocks and packed K and V come from */
     kiln_status st;          /* first failure of any block (sgemm out of memory) */
 } attn_job;
 
@@ -226,12 +228,14 @@ static kiln_status attn_block(const attn_job *j, float *S, const kiln_gemm_ctx *
 static void attn_blocks(void *ctx, int64_t begin, int64_t end)
 {
     attn_job *j = ctx;
-    float *S = malloc((size_t)(QB * j->total) * sizeof *S); /* [QB, total] scores */
+    /* [QB, total] scores; from the session's scratch: a block this large was mapped and
+     * faulted in afresh by every malloc (glibc serves 128 KiB and more with mmap) */
+    float *S = kiln_scratch_get(j->scratch, (size_t)(QB * j->total) * sizeof *S);
     if (!S) {
         __atomic_store_n(&j->st, KILN_ERR_NOMEM, __ATOMIC_RELAXED);
         return;
     }
-    kiln_gemm_ctx g = {.pool = NULL};
+    kiln_gemm_ctx g = {.pool = NULL, .scratch = j->scratch};
     kiln_status st = KILN_OK;
     for (int64_t t = begin; t < end && !st; t++) {
         int64_t bh = t / j->q_tasks, b = bh / j->Hq, h = bh % j->Hq, hk = h / j->group;
@@ -249,7 +253,7 @@ static void attn_blocks(void *ctx, int64_t begin, int64_t end)
         kiln_gemm_packed_b_free(vp);
     }
     if (st) __atomic_store_n(&j->st, st, __ATOMIC_RELAXED);
-    free(S);
+    kiln_scratch_put(j->scratch, S);
 }
 
 static kiln_status attention_run(kiln_run_ctx *c)
@@ -313,6 +317,7 @@ static kiln_status attention_run(kiln_run_ctx *c)
     j.q_blocks = (Sq + QB - 1) / QB;
     j.q_tasks = (j.q_blocks + QG - 1) / QG;
     j.avx512 = kiln_gemm_level_detect() == KILN_GEMM_LEVEL_AVX512;
+    j.scratch = kiln_run_scratch(c);
     kiln_threadpool_parallel_for(kiln_run_threadpool(c), B * Hq * j.q_tasks, attn_blocks, &j);
     kiln_status st = __atomic_load_n(&j.st, __ATOMIC_RELAXED);
     if (st) return kiln_run_fail(c, st, "Attention: sgemm failed (%s)", kiln_status_name(st));
