@@ -610,7 +610,8 @@ def test_fused_activation():
     activation whose input has another reader, or non-constant Clip bounds, must not fuse."""
     from onnx import numpy_helper
     convs = [
-        dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], c=40, m=30),               # K = 360: two depth blocks
+        dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], c=40, m=30),               # Winograd F(2x2, 3x3)
+        dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], c=15, m=30),               # K = 135, im2col
         dict(kernel_shape=[1, 1], c=9, m=17),                                    # direct GEMM on X
         dict(kernel_shape=[1, 1], strides=[2, 2], c=5, m=7),
         dict(kernel_shape=[3, 2], strides=[2, 1], pads=[0, 1, 2, 0], dilations=[2, 1], c=6, m=5),
@@ -623,7 +624,7 @@ def test_fused_activation():
         c, m = cfg.pop("c"), cfg.pop("m")
         group = cfg.get("group", 1)
         for ai, (op, attrs, extra, opset) in enumerate(ACTIVATIONS):
-            if ci > 1 and ai not in (0, 5, 3):  # every activation on two convolutions, three on the rest
+            if ci > 2 and ai not in (0, 5, 3):  # every activation on three convolutions, three on the rest
                 continue
             for bias in (False, True):
                 inits = [numpy_helper.from_array(rand(m, c // group, *cfg["kernel_shape"]), "W")]
