@@ -31,7 +31,7 @@ typedef struct run_args {
     const char *out_dir;
     int warmup, runs;
     bool json, stats;
-    bool profile;            /* bench --profile: time per node after the timed runs */
+    enum { PROFILE_OFF, PROFILE_COSTLIEST, PROFILE_ALL } profile; /* bench --profile[-all] */
     int threads;             /* --threads: the session's num_threads (0: all cores) */
     kiln_provider_kind provider; /* --provider cpu|cuda */
     double rtol, atol;       /* verify */

@@ -110,8 +110,8 @@ int cli_parse_run_args(int argc, char **argv, const char *cmd, run_args *a)
             a->runs = atoi(argv[++i]);
         } else if (bench && !strcmp(opt, "--json")) {
             a->json = true;
-        } else if (bench && !strcmp(opt, "--profile")) {
-            a->profile = true;
+        } else if (bench && (!strcmp(opt, "--profile") || !strcmp(opt, "--profile-all"))) {
+            a->profile = opt[9] ? PROFILE_ALL : PROFILE_COSTLIEST;
         } else if (verify && (!strcmp(opt, "--rtol") || !strcmp(opt, "--atol")) && has_val) {
             char *end;
             double v = strtod(argv[++i], &end);

@@ -19,7 +19,7 @@
 static const char usage[] =
     "usage: kiln info MODEL [--provider cpu|cuda] [--json]\n"
     "       kiln run MODEL [--provider cpu|cuda] [--input NAME=FILE.npy]... [--shape NAME=1x3xHxW]... [--seed N] [--threads N] [--output-dir DIR] [--stats]\n"
-    "       kiln bench MODEL [--provider cpu|cuda] [--input NAME=FILE.npy]... [--shape NAME=DIMS]... [--seed N] [--threads N] [--warmup N] [--runs N] [--json] [--stats] [--profile]\n"
+    "       kiln bench MODEL [--provider cpu|cuda] [--input NAME=FILE.npy]... [--shape NAME=DIMS]... [--seed N] [--threads N] [--warmup N] [--runs N] [--json] [--stats] [--profile|--profile-all]\n"
     "       kiln verify MODEL [--provider cpu|cuda] [--input ...|--shape ...] [--rtol R] [--atol A]\n"
     "       kiln ops\n"
     "       kiln --version\n"
@@ -282,10 +282,10 @@ static int time_node(void *user, const kiln_node_event *ev)
 }
 
 /* Runs the model `runs` more times with an observer and prints where the time goes: per op
- * type, then the costliest nodes. The observer's callbacks add to the times, so the sum is
+ * type, then the costliest nodes (or, with `all`, every node in graph order). The observer's callbacks add to the times, so the sum is
  * above the timed runs' median. */
 static int print_profile(kiln_session *s, int n_in, const char **in_names, kiln_value **in, int n_out,
-                         const char **out_names, int runs)
+                         const char **out_names, int runs, bool all)
 {
     node_times p = {0};
     p.nodes = kiln_session_node_count(s);
@@ -323,16 +323,17 @@ static int print_profile(kiln_session *s, int n_in, const char **in_names, kiln_
             if (count) printf("    %-24s %4d nodes %9.3f ms %5.1f%%\n", op, count, t / runs, 100 * t / total);
         }
         for (int i = 0; i < p.nodes; i++) order[i] = i;
-        for (int i = 1; i < p.nodes; i++)
+        for (int i = 1; i < p.nodes && !all; i++)
             for (int j = i; j > 0 && p.ms[order[j - 1]] < p.ms[order[j]]; j--) {
                 int x = order[j];
                 order[j] = order[j - 1];
                 order[j - 1] = x;
             }
-        printf("  costliest nodes:\n");
-        for (int i = 0; i < p.nodes && i < 15 && p.ms[order[i]] > 0; i++) {
+        printf(all ? "  nodes:\n" : "  costliest nodes:\n");
+        for (int i = 0; i < p.nodes && (all || (i < 15 && p.ms[order[i]] > 0)); i++) {
             const char *name, *domain, *op;
             bool sup;
+            if (all && p.ms[order[i]] <= 0) continue;
             kiln_session_node(s, order[i], &name, &domain, &op, &sup);
             printf("    %9.3f ms %5.1f%%  %-16s %-24s -> [%s]\n", p.ms[order[i]] / runs, 100 * p.ms[order[i]] / total, op,
                    name, p.shape[order[i]]);
@@ -442,7 +443,7 @@ static int cmd_run(int argc, char **argv, bool bench)
                        "%.2f runs/s\n", a.model, k + 1, n, t[0], med, p90, t[n - 1], 1000.0 / med);
         }
         free(times);
-        if (!rc && bench && a.profile) rc = print_profile(s, n_in, in_names, in, n_out, out_names, a.runs);
+        if (!rc && bench && a.profile) rc = print_profile(s, n_in, in_names, in, n_out, out_names, a.runs, a.profile == PROFILE_ALL);
         cli_free_values(in, n_in);
         cli_free_values(out, n_out);
     }

@@ -13,6 +13,7 @@
 #pragma GCC target("avx512f")
 #endif
 
+#include "cpu/avx512_util.h"
 #include "cpu/gemm_internal.h"
 
 enum { MR = 14, NR = 32 };
@@ -20,49 +21,19 @@ enum { MR = 14, NR = 32 };
 #define PF (32 * NR)
 #endif
 
-/* In-register transpose: r[i] holds row i of a 16x16 block on entry, column i on return. */
-static inline void transpose16(__m512 r[16])
-{
-    __m512 t[16];
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    for (int i = 0; i < 4; i++) {
-        r[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
-        r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
-        r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
-        r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
-    }
-    for (int j = 0; j < 4; j++) {
-        t[j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x88);
-        t[4 + j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xDD);
-        t[8 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x88);
-        t[12 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xDD);
-    }
-    for (int j = 0; j < 4; j++) {
-        r[j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0x88);
-        r[8 + j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0xDD);
-        r[4 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0x88);
-        r[12 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0xDD);
-    }
-}
-
-static inline __mmask16 lanes(int64_t n) { return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1); }
-
 /* dst[q*ld + 0 : q*ld + 16) (masked by store) = column q of the rows[count] x 16 block at src
  * (rows src + r*lds, k-lanes masked by kmask), for q < kcount; rows past count are zero. */
 static inline void transpose_block(float *dst, int64_t ld, __mmask16 store, const float *src, int64_t lds,
                                    int count, int64_t kcount, float alpha)
 {
     __m512 r[16];
-    __mmask16 kmask = lanes(kcount);
+    __mmask16 kmask = kiln_lanes(kcount);
     __m512 va = _mm512_set1_ps(alpha);
     for (int i = 0; i < 16; i++) {
         r[i] = i < count ? _mm512_maskz_loadu_ps(kmask, src + i * lds) : _mm512_setzero_ps();
         if (alpha != 1.0f) r[i] = _mm512_mul_ps(r[i], va);
     }
-    transpose16(r);
+    kiln_transpose16(r);
     for (int q = 0; q < kcount; q++) _mm512_mask_storeu_ps(dst + q * ld, store, r[q]);
 }
 
@@ -74,7 +45,7 @@ static void pack_a(float *dst, const float *A, int64_t lda, bool trans, int64_t 
     for (int64_t r0 = 0; r0 < m; r0 += MR, dst += kc * MR) {
         int rows = m - r0 < MR ? (int)(m - r0) : MR;
         if (trans) {
-            __mmask16 rm = lanes(rows);
+            __mmask16 rm = kiln_lanes(rows);
             for (int64_t p = 0; p < kc; p++) {
                 __m512 v = _mm512_maskz_loadu_ps(rm, A + (p0 + p) * lda + i0 + r0);
                 if (alpha != 1.0f) v = _mm512_mul_ps(v, va);
@@ -99,7 +70,7 @@ static void pack_b(float *dst, const float *B, int64_t ldb, bool trans, int64_t 
                     transpose_block(dst + p * NR + 16 * g, NR, 0xffff, B + (j0 + c0 + 16 * g) * ldb + p0 + p, ldb,
                                     cols - 16 * g, kc - p < 16 ? kc - p : 16, 1.0f);
         } else {
-            __mmask16 m0 = lanes(cols), m1 = lanes(cols > 16 ? cols - 16 : 0);
+            __mmask16 m0 = kiln_lanes(cols), m1 = kiln_lanes(cols > 16 ? cols - 16 : 0);
             for (int64_t p = 0; p < kc; p++) {
                 const float *src = B + (p0 + p) * ldb + j0 + c0;
                 _mm512_storeu_ps(dst + p * NR, _mm512_maskz_loadu_ps(m0, src));

@@ -613,6 +613,7 @@ def test_fused_activation():
         dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], c=40, m=30),               # Winograd F(2x2, 3x3)
         dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], c=15, m=30),               # K = 135, im2col
         dict(kernel_shape=[1, 1], c=9, m=17),                                    # direct GEMM on X
+        dict(kernel_shape=[1, 1], c=67, m=33),                                   # pointwise.h
         dict(kernel_shape=[1, 1], strides=[2, 2], c=5, m=7),
         dict(kernel_shape=[3, 2], strides=[2, 1], pads=[0, 1, 2, 0], dilations=[2, 1], c=6, m=5),
         dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=2, c=6, m=4),
@@ -624,7 +625,7 @@ def test_fused_activation():
         c, m = cfg.pop("c"), cfg.pop("m")
         group = cfg.get("group", 1)
         for ai, (op, attrs, extra, opset) in enumerate(ACTIVATIONS):
-            if ci > 2 and ai not in (0, 5, 3):  # every activation on three convolutions, three on the rest
+            if ci > 3 and ai not in (0, 5, 3):  # every activation on four convolutions, three on the rest
                 continue
             for bias in (False, True):
                 inits = [numpy_helper.from_array(rand(m, c // group, *cfg["kernel_shape"]), "W")]
@@ -794,6 +795,11 @@ def test_conv_packed():
         dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], c=29, m=64),
         dict(kernel_shape=[1, 1], c=300, m=32),
         dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], group=2, c=60, m=64),
+        # 1x1 reducing the channels twofold and more: pixels as the rows, read from X in place
+        # (pointwise.h), with whole, partial and one-channel 32-wide panels
+        dict(kernel_shape=[1, 1], c=70, m=33),
+        dict(kernel_shape=[1, 1], c=100, m=50),
+        dict(kernel_shape=[1, 1], auto_pad="VALID", c=64, m=32),
         dict(kernel_shape=[3, 3], strides=[2, 2], pads=[0, 1, 1, 0], dilations=[1, 2], c=31, m=96),
         # 3x3 at stride 1 with 16 channels and more on both sides: Winograd's F(2x2, 3x3)
         dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], c=16, m=16),
@@ -964,6 +970,7 @@ def test_conv_residual():
                                       (40, 30, 3, True, "Clip", "input"), (6, 6, 1, True, None, "broadcast"),
                                       (30, 64, 3, True, "Relu", "input"), (300, 32, 1, False, None, "conv"),
                                       (29, 96, 3, True, "Clip", "conv_swapped"),
+                                      (70, 33, 1, True, "Clip", "input"), (100, 50, 1, False, "Relu", "conv_swapped"),
                                       (4, 6, 3, False, "Relu", "second_reader")]:
         pads = [k // 2] * 4
         inits = [numpy_helper.from_array(rand(m, c, k, k), "W")]
