@@ -21,7 +21,7 @@
 #include "cpu/kernels.h"
 #include "cpu/threadpool.h"
 #include "cpu/vecmath.h"
-#include "cpu/pointwise.h"
+#include "cpu/direct.h"
 #include "cpu/winograd.h"
 #include "ops/nn_internal.h"
 #include "ops/util.h"
@@ -464,7 +464,7 @@ static kiln_status conv_shifted(const kiln_gemm_ctx *ctx, const kiln_gemm_packed
  * conv_winograd runs, their Winograd transforms alone (no blocks; the original stays). */
 typedef struct conv_state {
     kiln_winograd *wino;
-    kiln_pointwise *pw; /* a pointwise layer's weights (then no groups) */
+    kiln_direct *direct; /* the weights of a layer conv_direct runs (then no groups) */
     int64_t groups;
     int64_t block;     /* floats of one group's block: M/group * C/group*kh*kw */
     bool pixels_as_m;
@@ -479,7 +479,7 @@ static void conv_state_free(void *p)
     conv_state *cs = p;
     if (!cs) return;
     kiln_cpu_winograd_free(cs->wino);
-    kiln_cpu_pointwise_free(cs->pw);
+    kiln_cpu_direct_free(cs->direct);
     for (int64_t gi = 0; gi < cs->groups; gi++) {
         if (cs->pixels_as_m) kiln_gemm_packed_b_free(cs->w[gi].b);
         else kiln_gemm_packed_a_free(cs->w[gi].a);
@@ -492,7 +492,7 @@ static void conv_state_free(void *p)
 static void conv_state_unpack(const void *p, void *dst)
 {
     const conv_state *cs = p;
-    if (cs->pw) kiln_cpu_pointwise_unpack(cs->pw, dst);
+    if (cs->direct) kiln_cpu_direct_unpack(cs->direct, dst);
     for (int64_t gi = 0; gi < cs->groups; gi++) {
         float *w = (float *)dst + gi * cs->block;
         if (cs->pixels_as_m) kiln_gemm_packed_b_unpack(cs->w[gi].b, w); /* packed from W_g [mg, kdim] as B^T */
@@ -528,24 +528,31 @@ static bool conv_winograd_fits(const kiln_node *n, const kiln_value *w, int64_t 
            g.dilations[0] == 1 && g.dilations[1] == 1;
 }
 
-/* Whether node n (weights W [M, C/group, kh, kw]) runs by pointwise.h (where the CPU has
- * AVX-512; kiln_cpu_pointwise_pack checks): 1x1 at stride 1 without pads or groups, reducing
- * the channels at least twofold (32 outputs or more), with weights of at most 2 MB. There the
- * packed GEMM's per-call packing of X and its padded last pixel panel cost the most: per layer,
- * two threads, in the model, MobileNetV2's 576 -> 96 at 14x14 0.137 -> 0.117 ms and 960 -> 160 at
- * 7x7 0.118-0.134 -> 0.090, ResNet-50's 512 -> 128 at 28x28 and 1024 -> 256 at 14x14 about 20%
- * faster. Expanding layers are slower (each tile's transposed store is amortised over a short
- * depth: MobileNetV2's 96 -> 576 at 14x14 0.12 -> 0.14 ms), and so are larger weights, which
- * every tile streams whole from past L2 (ResNet-50's 2048 -> 512 at 7x7, 4 MB). */
-static bool conv_pointwise_fits(const kiln_node *n, const kiln_value *w, int64_t group)
+/* Whether node n (weights W [M, C/group, kh, kw]) runs by conv_direct (where the CPU has
+ * AVX-512; kiln_cpu_direct_pack checks), decided from the weights and attributes alone (the
+ * input's size changes from call to call): group 1, 32 output channels or more, and
+ *  - 1x1 at stride 1 without pads, reducing the channels at least twofold, with weights of at
+ *    most 2 MB. There the packed GEMM's per-call packing of X and its padded last pixel panel
+ *    cost the most: per layer, two threads, in the model, MobileNetV2's 576 -> 96 at 14x14
+ *    0.137 -> 0.117 ms and 960 -> 160 at 7x7 0.118-0.134 -> 0.090, ResNet-50's 512 -> 128 at
+ *    28x28 and 1024 -> 256 at 14x14 about 20% faster. Expanding layers are slower (each tile's
+ *    transposed store is amortised over a short depth: MobileNetV2's 96 -> 576 at 14x14 0.12 ->
+ *    0.14 ms), and so are larger weights, which every tile streams whole from past L2
+ *    (ResNet-50's 2048 -> 512 at 7x7, 4 MB).
+ *  - larger kernels at strides of 2 and more, with weights of at most 4 MB: ResNet-50's 7x7
+ *    stem 1.57 -> 1.18-1.28 ms, its 3x3 stride-2 layers at 56x56 1.41-1.45 -> 1.13-1.34 and at
+ *    28x28 1.35 -> 1.21. Its 512-channel one at 14x14 (9 MB of weights, and 7 output columns,
+ *    half a tile) ran 1.4 -> 2.3 ms. */
+static bool conv_direct_fits(const kiln_node *n, const kiln_value *w, int64_t group)
 {
     nn_geom g;
     char msg[128];
-    int64_t m = w->dims[0], k = w->dims[1];
+    int64_t m = w->dims[0], k = w->dims[1] * w->dims[2] * w->dims[3];
+    if (group != 1 || m < 32 || !nn_geom_parse(n, 2, &g, msg, sizeof msg)) return false;
+    if (w->dims[2] * w->dims[3] > 1) return (g.strides[0] > 1 || g.strides[1] > 1) && m * k <= (1 << 20);
     const char *pad = kiln_attr_string(n, "auto_pad", "NOTSET");
-    return group == 1 && w->dims[2] == 1 && w->dims[3] == 1 && m >= 32 && k >= 2 * m && m * k <= (1 << 19) &&
-           nn_geom_parse(n, 2, &g, msg, sizeof msg) && g.strides[0] == 1 && g.strides[1] == 1 && !g.pads[0] &&
-           !g.pads[1] && !g.pads[2] && !g.pads[3] && (!strcmp(pad, "NOTSET") || !strcmp(pad, "VALID"));
+    return k >= 2 * m && m * k <= (1 << 19) && g.strides[0] == 1 && g.strides[1] == 1 && !g.pads[0] && !g.pads[1] &&
+           !g.pads[2] && !g.pads[3] && (!strcmp(pad, "NOTSET") || !strcmp(pad, "VALID"));
 }
 
 /* Packs n's weights when they are a constant float32 [M, C/group, kh, kw] of a non-depthwise
@@ -559,14 +566,14 @@ static void conv_pack_weights(kiln_node *n)
         w->dims[0] % group || (w->dims[1] == 1 && w->dims[0] == group && group > 1))
         return;
     int64_t mg = w->dims[0] / group, kdim = w->dims[1] * w->dims[2] * w->dims[3];
-    kiln_pointwise *pw = conv_pointwise_fits(n, w, group) ? kiln_cpu_pointwise_pack(w->data, mg, kdim) : NULL;
-    if (pw) {
+    kiln_direct *direct = conv_direct_fits(n, w, group) ? kiln_cpu_direct_pack(w->data, mg, kdim) : NULL;
+    if (direct) {
         conv_state *cs = calloc(1, sizeof *cs);
         if (!cs) {
-            kiln_cpu_pointwise_free(pw);
+            kiln_cpu_direct_free(direct);
             return;
         }
-        cs->pw = pw;
+        cs->direct = direct;
         n->kernel_state = cs;
         n->kernel_state_free = conv_state_free;
         if (kiln_node_release_constant(n, 1)) {
@@ -679,6 +686,30 @@ static kiln_status conv_pixels_rows(const conv_call *k)
     return st;
 }
 
+/* The geometry of call k's zero-bordered copy of the input split into stride phases, and
+ * whether it holds every window (the taps read nothing past the padded input). */
+static bool phases_geom(const conv_call *k, shifted_geom *q)
+{
+    const nn_geom *g = &k->g;
+    int64_t sy = g->strides[0], sx = g->strides[1], dy = g->dilations[0], dx = g->dilations[1];
+    int64_t hp = k->H + g->pads[0] + g->pads[2], wp = k->W + g->pads[1] + g->pads[3];
+    *q = (shifted_geom){k->cg, k->H, k->W, g->pads[0], g->pads[1], sy, sx, (hp + sy - 1) / sy, (wp + sx - 1) / sx,
+                        k->oh, k->ow, 0};
+    q->size = k->cg * sy * sx * q->hq * q->wq + (k->kw - 1) * dx + 1;
+    return (k->oh - 1) * sy + (k->kh - 1) * dy < hp && (k->ow - 1) * sx + (k->kw - 1) * dx < wp;
+}
+
+/* off[r]: where tap r = (ci, ky, kx) of output pixel (0, 0) is in the copy; pixel (oy, ox)'s is
+ * oy * q->wq + ox further. */
+static void phases_offsets(const conv_call *k, const shifted_geom *q, int64_t *off)
+{
+    int64_t dy = k->g.dilations[0], dx = k->g.dilations[1], sy = q->sy, sx = q->sx, kh = k->kh, kw = k->kw;
+    for (int64_t r = 0; r < k->kdim; r++) {
+        int64_t ry = r / kw % kh * dy, rx = r % kw * dx;
+        off[r] = ((r / (kh * kw) * sy + ry % sy) * sx + rx % sx) * q->hq * q->wq + ry / sy * q->wq + rx / sx;
+    }
+}
+
 /* Whether conv_over_copy runs the call, and its geometry: every kernel but the 1x1 at stride 1
  * (X itself) and at larger strides (a quarter of the input read), when at most a fifth of the
  * pitched columns are dropped; at strides 2 to 4 only for a depth of at most 256 (the first
@@ -687,31 +718,20 @@ static kiln_status conv_pixels_rows(const conv_call *k)
  * ms, its 3x3 stride-2 128-channel layer 2.4 -> 2.6 ms, one thread). */
 static bool over_copy_fits(const conv_call *k, shifted_geom *q)
 {
-    const nn_geom *g = &k->g;
-    int64_t sy = g->strides[0], sx = g->strides[1], dy = g->dilations[0], dx = g->dilations[1];
-    int64_t hp = k->H + g->pads[0] + g->pads[2], wp = k->W + g->pads[1] + g->pads[3];
-    *q = (shifted_geom){k->cg, k->H, k->W, g->pads[0], g->pads[1], sy, sx, (hp + sy - 1) / sy, (wp + sx - 1) / sx,
-                        k->oh, k->ow, 0};
-    q->size = k->cg * sy * sx * q->hq * q->wq + (k->kw - 1) * dx + 1;
-    return k->cs && k->kh * k->kw > 1 && ((sy == 1 && sx == 1) || (sy <= 4 && sx <= 4 && k->kdim <= 256)) &&
-           (q->wq - k->ow) * 5 <= q->wq && (k->oh - 1) * sy + (k->kh - 1) * dy < hp &&
-           (k->ow - 1) * sx + (k->kw - 1) * dx < wp;
+    int64_t sy = k->g.strides[0], sx = k->g.strides[1];
+    return phases_geom(k, q) && k->cs && k->kh * k->kw > 1 &&
+           ((sy == 1 && sx == 1) || (sy <= 4 && sx <= 4 && k->kdim <= 256)) && (q->wq - k->ow) * 5 <= q->wq;
 }
 
 /* Channels as the GEMM's rows over a zero-bordered copy of the input (shifted_pack). */
 static kiln_status conv_over_copy(const conv_call *k, const shifted_geom *q)
 {
-    const nn_geom *g = &k->g;
-    int64_t dy = g->dilations[0], dx = g->dilations[1], sy = q->sy, sx = q->sx, kh = k->kh, kw = k->kw;
     float *P = kiln_scratch_get(k->ctx.scratch, (size_t)q->size * sizeof *P);
     float *cp = kiln_scratch_get(k->ctx.scratch, (size_t)(k->mg * k->oh * q->wq) * sizeof *cp);
     int64_t *off = malloc((size_t)k->kdim * sizeof *off);
     kiln_status st = P && cp && off ? KILN_OK : KILN_ERR_NOMEM;
     if (P) zero_borders(P, q);
-    for (int64_t r = 0; r < k->kdim && !st; r++) {
-        int64_t ry = r / kw % kh * dy, rx = r % kw * dx;
-        off[r] = ((r / (kh * kw) * sy + ry % sy) * sx + rx % sx) * q->hq * q->wq + ry / sy * q->wq + rx / sx;
-    }
+    if (off) phases_offsets(k, q, off);
     for (int64_t b = 0; b < k->Nb && !st; b++)
         for (int64_t gi = 0; gi < k->group && !st; gi++) {
             int64_t at = (b * k->M + gi * k->mg) * k->area;
@@ -755,6 +775,60 @@ static kiln_status conv_channel_rows(const conv_call *k)
             if (st) return st;
         }
     return KILN_OK;
+}
+
+/* By direct.h over the zero-bordered copy of each image split into stride phases, where the
+ * taps of consecutive output pixels are consecutive (phases_offsets); the copy is followed by a
+ * row and a tile of slack for the reads past the last row of a narrow output. */
+static kiln_status conv_direct_phases(const conv_call *k)
+{
+    shifted_geom q;
+    if (!phases_geom(k, &q)) return KILN_ERR_INVALID_ARG;
+    size_t floats = (size_t)(q.size + q.wq + KILN_DIRECT_ROWS);
+    float *P = kiln_scratch_get(k->ctx.scratch, floats * sizeof *P);
+    int64_t *off = kiln_scratch_get(k->ctx.scratch, (size_t)k->kdim * sizeof *off);
+    kiln_status st = P && off ? KILN_OK : KILN_ERR_NOMEM;
+    if (!st) {
+        zero_borders(P, &q);
+        memset(P + q.size, 0, (floats - (size_t)q.size) * sizeof *P);
+        phases_offsets(k, &q, off);
+    }
+    bool avx512 = kiln_gemm_level_detect() == KILN_GEMM_LEVEL_AVX512;
+    for (int64_t b = 0; b < k->Nb && !st; b++) {
+        phases_job pj = {P, k->x + b * k->C * k->H * k->W, &q, avx512};
+        kiln_threadpool_parallel_for(q.cg * q.H * q.W < (1 << 15) ? NULL : k->ctx.pool, q.cg, copy_phases, &pj);
+        kiln_direct_src src = {P, 0, off, q.wq, k->oh, k->ow};
+        int64_t at = b * k->M * k->area;
+        st = kiln_cpu_direct_run(&k->ctx, k->cs->direct, &src, 1, k->bias, k->res ? k->res + at : NULL, &k->n->act,
+                                 k->y + at);
+    }
+    kiln_scratch_put(k->ctx.scratch, P);
+    kiln_scratch_put(k->ctx.scratch, off);
+    return st;
+}
+
+/* By direct.h, for a 1x1 stride-1 layer: X itself holds the taps (tap k of pixel i at
+ * X[k * area + i]); under 14 pixels, a copy with rows of 16 (the tiles read 14 from each). */
+static kiln_status conv_direct(const conv_call *k)
+{
+    if (!k->direct) return conv_direct_phases(k);
+    bool small = k->area < KILN_DIRECT_ROWS;
+    int64_t pitch = small ? 16 : k->area;
+    int64_t *off = kiln_scratch_get(k->ctx.scratch, (size_t)k->kdim * sizeof *off);
+    float *pad = small ? kiln_scratch_get(k->ctx.scratch, (size_t)(k->Nb * k->kdim * 16) * sizeof *pad) : NULL;
+    kiln_status st = off && (pad || !small) ? KILN_OK : KILN_ERR_NOMEM;
+    if (!st) {
+        for (int64_t r = 0; r < k->kdim; r++) off[r] = r * pitch;
+        for (int64_t r = 0; small && r < k->Nb * k->kdim; r++) {
+            memcpy(pad + r * 16, k->x + r * k->area, (size_t)k->area * sizeof *pad);
+            memset(pad + r * 16 + k->area, 0, (size_t)(16 - k->area) * sizeof *pad);
+        }
+        kiln_direct_src src = {small ? pad : k->x, k->kdim * pitch, off, 0, 1, k->area};
+        st = kiln_cpu_direct_run(&k->ctx, k->cs->direct, &src, k->Nb, k->bias, k->res, &k->n->act, k->y);
+    }
+    kiln_scratch_put(k->ctx.scratch, off);
+    kiln_scratch_put(k->ctx.scratch, pad);
+    return st;
 }
 
 /* 3x3 at stride 1 by Winograd's F(2x2, 3x3) (winograd.h) over a zero-bordered copy of the
@@ -823,9 +897,9 @@ static kiln_status conv_run(kiln_run_ctx *c)
     if (k.cs && k.cs->wino && k.kh == 3 && k.kw == 3 && g->strides[0] == 1 && g->strides[1] == 1 &&
         g->dilations[0] == 1 && g->dilations[1] == 1 && k.group == 1)
         k.wino = k.cs->wino;
-    if (k.cs && k.cs->pw) { /* the weights are only there; the geometry was checked when packing */
-        if (!k.direct || k.group != 1) return kiln_cpu_reference_act(c);
-        kiln_status st = kiln_cpu_pointwise_run(&k.ctx, k.cs->pw, k.x, k.Nb, k.area, k.bias, k.res, &n->act, k.y);
+    if (k.cs && k.cs->direct) { /* the weights are only there; the geometry was checked when packing */
+        if (k.group != 1) return kiln_cpu_reference_act(c);
+        kiln_status st = conv_direct(&k);
         return st ? gemm_fail(c, st) : KILN_OK;
     }
     if (k.cs && k.cs->groups != k.group) k.cs = NULL;

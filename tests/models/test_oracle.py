@@ -618,7 +618,7 @@ def test_fused_activation():
         dict(kernel_shape=[3, 2], strides=[2, 1], pads=[0, 1, 2, 0], dilations=[2, 1], c=6, m=5),
         dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=2, c=6, m=4),
         dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], group=8, c=8, m=8),  # depthwise
-        dict(kernel_shape=[7, 7], strides=[2, 2], pads=[3, 3, 3, 3], c=3, m=16),
+        dict(kernel_shape=[7, 7], strides=[2, 2], pads=[3, 3, 3, 3], c=3, m=32),  # direct.h, strided
     ]
     for ci, cfg in enumerate(convs):
         cfg = dict(cfg)
@@ -800,6 +800,11 @@ def test_conv_packed():
         dict(kernel_shape=[1, 1], c=70, m=33),
         dict(kernel_shape=[1, 1], c=100, m=50),
         dict(kernel_shape=[1, 1], auto_pad="VALID", c=64, m=32),
+        # strided, 32 output channels and more: the same kernel over the stride-phase copy
+        dict(kernel_shape=[7, 7], strides=[2, 2], pads=[3, 3, 3, 3], c=3, m=33),
+        dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], c=20, m=40),
+        dict(kernel_shape=[3, 2], strides=[2, 3], pads=[1, 0, 0, 1], c=4, m=32),
+        dict(kernel_shape=[3, 3], strides=[2, 2], auto_pad="SAME_UPPER", c=7, m=48),
         dict(kernel_shape=[3, 3], strides=[2, 2], pads=[0, 1, 1, 0], dilations=[1, 2], c=31, m=96),
         # 3x3 at stride 1 with 16 channels and more on both sides: Winograd's F(2x2, 3x3)
         dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], c=16, m=16),
