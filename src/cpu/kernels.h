@@ -1,5 +1,5 @@
-/* kernels.h - the CPU provider's float32 kernels besides MatMul/Gemm/Conv: element-wise ops
- * (kernels_ew.c), Softmax/LayerNormalization/ReduceMean (kernels_norm.c), Transpose
+/* kernels.h - the CPU provider's kernels besides MatMul/Gemm/Conv (float32 but for Concat): element-wise ops
+ * (kernels_ew.c), Softmax/LayerNormalization/ReduceMean (kernels_norm.c), Transpose and Concat
  * (kernels_layout.c) and the conv-net ops (kernels_cnn.c). Each selector returns the kernel for
  * node n or NULL (reference kernel); a selected kernel falls back to the reference kernel on any
  * case it does not cover. */

@@ -912,8 +912,8 @@ static kiln_status conv_run(kiln_run_ctx *c)
 }
 
 /* ---- ConvTranspose, float32 2-D: per image and group, cols = W_g^T X_g on the sgemm (one
- * row per output channel and kernel tap), then each row added into Y at its taps' positions
- * (col2im), output channels split across the pool ---- */
+ * row per output channel and kernel tap), then each output row is summed from the cols rows
+ * whose taps land on it (col2im), output rows of all channels split across the pool ---- */
 
 typedef struct col2im_job {
     const float *cols; /* [Mg * kh * kw, H * W] */
@@ -923,28 +923,35 @@ typedef struct col2im_job {
     const nn_geom *g;
 } col2im_job;
 
-static void col2im_channels(void *ctx, int64_t begin, int64_t end)
+/* Output rows [begin, end) of the [Mg * OH] rows: bias, then every (ki, kj) tap's input row
+ * that lands there added over the columns it reaches. */
+static void col2im_rows(void *ctx, int64_t begin, int64_t end)
 {
     const col2im_job *j = ctx;
     int64_t sh = j->g->strides[0], sw = j->g->strides[1], dh = j->g->dilations[0], dw = j->g->dilations[1];
     int64_t pt = j->g->pads[0], pl = j->g->pads[1], hw = j->H * j->W;
-    for (int64_t m = begin; m < end; m++) {
-        float *ym = j->y + m * j->OH * j->OW;
+    for (int64_t r = begin; r < end; r++) {
+        int64_t m = r / j->OH, oh = r % j->OH;
+        float *yr = j->y + r * j->OW;
         float b = j->bias ? j->bias[m] : 0.0f;
-        for (int64_t i = 0; i < j->OH * j->OW; i++) ym[i] = b;
-        for (int64_t ki = 0; ki < j->kh; ki++)
+        for (int64_t i = 0; i < j->OW; i++) yr[i] = b;
+        for (int64_t ki = 0; ki < j->kh; ki++) {
+            int64_t t = oh + pt - ki * dh; /* ih * sh */
+            if (t < 0 || t % sh || t / sh >= j->H) continue;
+            int64_t ih = t / sh;
             for (int64_t kj = 0; kj < j->kw; kj++) {
-                const float *row = j->cols + ((m * j->kh + ki) * j->kw + kj) * hw;
-                for (int64_t ih = 0; ih < j->H; ih++) {
-                    int64_t oh = ih * sh - pt + ki * dh;
-                    if (oh < 0 || oh >= j->OH) continue;
-                    float *yr = ym + oh * j->OW;
-                    const float *xr = row + ih * j->W;
-                    int64_t ow = kj * dw - pl;
-                    for (int64_t iw = 0; iw < j->W; iw++, ow += sw)
-                        if (ow >= 0 && ow < j->OW) yr[ow] += xr[iw];
-                }
+                const float *xr = j->cols + ((m * j->kh + ki) * j->kw + kj) * hw + ih * j->W;
+                int64_t c0 = kj * dw - pl; /* ow = iw * sw + c0 */
+                int64_t lo = c0 >= 0 ? 0 : (-c0 + sw - 1) / sw;
+                int64_t hi = j->OW - 1 - c0 < 0 ? 0 : (j->OW - 1 - c0) / sw + 1;
+                if (hi > j->W) hi = j->W;
+                float *yo = yr + c0;
+                if (sw == 1)
+                    for (int64_t iw = lo; iw < hi; iw++) yo[iw] += xr[iw];
+                else
+                    for (int64_t iw = lo; iw < hi; iw++) yo[iw * sw] += xr[iw];
             }
+        }
     }
 }
 
@@ -966,24 +973,25 @@ static kiln_status conv_transpose_run(kiln_run_ctx *c)
     int64_t Mg = Wt->dims[1], kh = Wt->dims[2], kw = Wt->dims[3], OH = Y->dims[2], OW = Y->dims[3];
     int64_t rows = Mg * kh * kw;
     if (!Y->numel) return KILN_OK;
-    float *cols = malloc((size_t)(rows * H * W > 0 ? rows * H * W : 1) * sizeof *cols);
+    kiln_scratch *scratch = kiln_run_scratch(c);
+    float *cols = kiln_scratch_get(scratch, (size_t)(rows * H * W > 0 ? rows * H * W : 1) * sizeof *cols);
     if (!cols) return kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory for a %lld x %lld column buffer",
                                     (long long)rows, (long long)(H * W));
-    kiln_threadpool *pool = kiln_run_threadpool(c);
+    kiln_gemm_ctx ctx = {.pool = kiln_run_threadpool(c), .scratch = scratch};
     kiln_status st = KILN_OK;
     const float *x = X->data, *w = Wt->data, *bias = Bv ? Bv->data : NULL;
     for (int64_t b = 0; b < N && !st; b++)
         for (int64_t gi = 0; gi < group && !st; gi++) {
             /* W_g is [Cg, rows]: cols [rows, H*W] = W_g^T X_g */
-            if (Cg) st = kiln_sgemm(pool, true, false, rows, H * W, Cg, 1.0f, w + gi * Cg * rows, rows,
-                                    x + (b * C + gi * Cg) * H * W, H * W, 0.0f, cols, H * W);
+            if (Cg) st = kiln_sgemm_ex(&ctx, true, false, rows, H * W, Cg, 1.0f, w + gi * Cg * rows, rows,
+                                       x + (b * C + gi * Cg) * H * W, H * W, 0.0f, cols, H * W, NULL);
             else memset(cols, 0, (size_t)(rows * H * W) * sizeof *cols);
             if (st) break;
             col2im_job j = {cols, (float *)Y->data + (b * Y->dims[1] + gi * Mg) * OH * OW, bias ? bias + gi * Mg : NULL,
                             H, W, OH, OW, kh, kw, &g};
-            kiln_threadpool_parallel_for(pool, Mg, col2im_channels, &j);
+            kiln_threadpool_parallel_for(ctx.pool, Mg * OH, col2im_rows, &j);
         }
-    free(cols);
+    kiln_scratch_put(scratch, cols);
     return st ? kiln_run_fail(c, st, "sgemm failed (%s)", kiln_status_name(st)) : KILN_OK;
 }
 

@@ -1,7 +1,11 @@
-/* kernels_layout.c - float32 Transpose. The permutation is simplified first (size-1 axes
- * dropped, output axes that stay adjacent in X merged); then either the innermost axis stays
- * innermost (a row copy per outer index) or the copy runs in 32 x 32 tiles over the output's
- * last axis and the axis that is innermost in X, for each index of the other axes. */
+/* kernels_layout.c - data movement.
+ * float32 Transpose: the permutation is simplified first (size-1 axes dropped, output axes that
+ * stay adjacent in X merged); then either the innermost axis stays innermost (a row copy per
+ * outer index) or the copy runs in 32 x 32 tiles over the output's last axis and the axis that
+ * is innermost in X, for each index of the other axes.
+ * Concat of any fixed-size element type: Y's bytes are cut into equal ranges spread over the
+ * pool, each filled by memcpy from the inputs' blocks it covers (Y is not zeroed first). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "cpu/kernels.h"
@@ -127,9 +131,88 @@ static kiln_status transpose_run(kiln_run_ctx *c)
     return KILN_OK;
 }
 
+/* ---- Concat ---- */
+
+/* Bytes of Y per parallel task */
+enum { CONCAT_CHUNK = 64 << 10 };
+
+typedef struct concat_job {
+    int n;                 /* inputs */
+    const char **x;        /* [n] input bytes */
+    const int64_t *xblock; /* [n] bytes of input i per outer index */
+    const int64_t *off;    /* [n] where input i's block starts in Y's block */
+    int64_t yblock;        /* bytes of Y per outer index */
+    int64_t total;         /* bytes of Y */
+    char *y;
+} concat_job;
+
+/* Fills Y's bytes [begin * CONCAT_CHUNK, end * CONCAT_CHUNK). */
+static void concat_chunks(void *ctx, int64_t begin, int64_t end)
+{
+    const concat_job *j = ctx;
+    int64_t s = begin * CONCAT_CHUNK, e = end * CONCAT_CHUNK < j->total ? end * CONCAT_CHUNK : j->total;
+    for (int64_t o = s / j->yblock; o * j->yblock < e; o++) {
+        int64_t base = o * j->yblock;
+        for (int i = 0; i < j->n; i++) {
+            int64_t a = base + j->off[i], b = a + j->xblock[i]; /* input i's bytes in Y */
+            int64_t lo = a > s ? a : s, hi = b < e ? b : e;
+            if (lo < hi) memcpy(j->y + lo, j->x[i] + o * j->xblock[i] + (lo - a), (size_t)(hi - lo));
+        }
+    }
+}
+
+static kiln_status concat_run(kiln_run_ctx *c)
+{
+    const kiln_node *n = kiln_run_node(c);
+    kiln_value *Y = kiln_run_out(c, 0);
+    int n_in = kiln_run_n_in(c);
+    if (!Y || Y->kind != KILN_VALUE_TENSOR || Y->dtype == KILN_DTYPE_STRING || Y->rank < 1)
+        return kiln_cpu_reference(c);
+    int64_t a = kiln_attr_int(n, "axis", 0);
+    if (a < 0) a += Y->rank;
+    if (a < 0 || a >= Y->rank) return kiln_cpu_reference(c); /* the reference reports it */
+    int axis = (int)a;
+    int64_t inner = (int64_t)kiln_dtype_size(Y->dtype);
+    for (int k = axis + 1; k < Y->rank; k++) inner *= Y->dims[k];
+    /* every input present, of Y's type and rank, agreeing off the axis; the axis sizes sum up */
+    int64_t along = 0;
+    for (int i = 0; i < n_in; i++) {
+        const kiln_value *x = kiln_run_in(c, i);
+        if (!x || x->kind != KILN_VALUE_TENSOR || x->dtype != Y->dtype || x->rank != Y->rank)
+            return kiln_cpu_reference(c);
+        for (int k = 0; k < Y->rank; k++)
+            if (k != axis && x->dims[k] != Y->dims[k]) return kiln_cpu_reference(c);
+        along += x->dims[axis];
+    }
+    if (along != Y->dims[axis]) return kiln_cpu_reference(c);
+    if (!Y->nbytes) return KILN_OK;
+    const char **xs = malloc((size_t)n_in * sizeof *xs);
+    int64_t *sizes = malloc(2 * (size_t)n_in * sizeof *sizes);
+    if (!xs || !sizes) {
+        free(xs);
+        free(sizes);
+        return kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory for %d Concat inputs", n_in);
+    }
+    int64_t off = 0;
+    for (int i = 0; i < n_in; i++) {
+        const kiln_value *x = kiln_run_in(c, i);
+        xs[i] = x->data;
+        sizes[i] = x->dims[axis] * inner;
+        sizes[n_in + i] = off;
+        off += sizes[i];
+    }
+    concat_job j = {n_in, xs, sizes, sizes + n_in, Y->dims[axis] * inner, (int64_t)Y->nbytes, Y->data};
+    kiln_threadpool_parallel_for(kiln_run_threadpool(c), (j.total + CONCAT_CHUNK - 1) / CONCAT_CHUNK,
+                                 concat_chunks, &j);
+    free(xs);
+    free(sizes);
+    return KILN_OK;
+}
+
 kiln_kernel_fn kiln_cpu_select_layout(const kiln_node *n)
 {
-    if (*n->domain || n->n_in != 1 || n->n_out < 1 || !kiln_cpu_is_f32(n->in[0]) || !kiln_cpu_is_f32(n->out[0]))
-        return NULL;
+    if (*n->domain || n->n_out < 1) return NULL;
+    if (!strcmp(n->op_type, "Concat")) return n->n_in >= 1 ? concat_run : NULL;
+    if (n->n_in != 1 || !kiln_cpu_is_f32(n->in[0]) || !kiln_cpu_is_f32(n->out[0])) return NULL;
     return !strcmp(n->op_type, "Transpose") ? transpose_run : NULL;
 }

@@ -85,14 +85,14 @@ static kiln_status gemm_fail(kiln_run_ctx *c, kiln_status st)
     return kiln_run_fail(c, st, "sgemm failed (%s)", kiln_status_name(st));
 }
 
-/* Batches [begin, end) of a batched MatMul, each one sgemm (on pool, NULL inside a parallel loop). */
+/* Batches [begin, end) of a batched MatMul, each one sgemm (ctx's pool NULL inside a parallel loop). */
 typedef struct batch_job {
     int yb;
     int64_t ydims[KILN_MAX_RANK], sa[KILN_MAX_RANK], sb[KILN_MAX_RANK];
     int64_t M, N, K;
     const float *a, *b;
     float *y;
-    kiln_threadpool *pool;
+    kiln_gemm_ctx ctx;
     kiln_status st; /* first failure */
 } batch_job;
 
@@ -107,8 +107,8 @@ static void batch_range(void *ctx, int64_t begin, int64_t end)
             oa += i * j->sa[k];
             ob += i * j->sb[k];
         }
-        kiln_status st = kiln_sgemm(j->pool, false, false, j->M, j->N, j->K, 1.0f, j->a + oa * j->M * j->K, j->K,
-                                    j->b + ob * j->K * j->N, j->N, 0.0f, j->y + t * j->M * j->N, j->N);
+        kiln_status st = kiln_sgemm_ex(&j->ctx, false, false, j->M, j->N, j->K, 1.0f, j->a + oa * j->M * j->K, j->K,
+                                       j->b + ob * j->K * j->N, j->N, 0.0f, j->y + t * j->M * j->N, j->N, NULL);
         if (st) {
             __atomic_store_n(&j->st, st, __ATOMIC_RELAXED);
             return;
@@ -185,14 +185,14 @@ static kiln_status matmul_run(kiln_run_ctx *c)
     kiln_bcast_strides(yb, ydims, rb - 2, B->dims, sb);
     int64_t batches = 1;
     for (int k = 0; k < yb; k++) batches *= ydims[k];
-    batch_job j = {.yb = yb, .M = M, .N = N, .K = K, .a = a, .b = b, .y = y};
+    batch_job j = {.yb = yb, .M = M, .N = N, .K = K, .a = a, .b = b, .y = y, .ctx.scratch = kiln_run_scratch(c)};
     memcpy(j.ydims, ydims, sizeof ydims);
     memcpy(j.sa, sa, sizeof sa);
     memcpy(j.sb, sb, sizeof sb);
     /* small products (attention heads): one whole GEMM per thread beats splitting each one */
     if (batches > 1 && M * N * K < (int64_t)1 << 22) kiln_threadpool_parallel_for(pool, batches, batch_range, &j);
     else {
-        j.pool = pool;
+        j.ctx.pool = pool;
         batch_range(&j, 0, batches);
     }
     kiln_status st = __atomic_load_n(&j.st, __ATOMIC_RELAXED);

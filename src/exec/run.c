@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/scratch.h"
 #include "exec/ctx.h"
 #include "gpu/device.h"
 
@@ -177,6 +178,35 @@ static bool all_const(const kiln_type *t)
 /* An output tensor: in the arena slot the plan gave the value when it fits, else on the
  * heap; zeroed for reference kernels (`zero`), left as it is for provider kernels, which write
  * every element. On the GPU: in the device arena's slot or the device pool, not zeroed. */
+static void scratch_release(void *data, void *scratch) { kiln_scratch_put(scratch, data); }
+
+/* An intermediate tensor the plan could not place (its size is decided at run time), in a block
+ * of the session's scratch: from glibc, the large ones were mapped afresh on every run. */
+static kiln_status scratch_tensor(kiln_scratch *scratch, const kiln_type *t, const int64_t *dims, bool zero,
+                                  kiln_value **out, kiln_err *err)
+{
+    int64_t numel;
+    KILN_TRY(kiln_dims_numel(t->rank, dims, &numel, err));
+    size_t nbytes = (size_t)numel * kiln_dtype_size(t->dtype);
+    void *p = nbytes ? kiln_scratch_get(scratch, nbytes) : NULL;
+    if (nbytes && !p) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory allocating %zu bytes", nbytes);
+    kiln_status st = kiln_value_view(t->dtype, t->rank, dims, p, out, err);
+    if (st) {
+        kiln_scratch_put(scratch, p);
+        return st;
+    }
+    if (p) {
+        (*out)->owns_data = true;
+        (*out)->release = scratch_release;
+        (*out)->release_ctx = scratch;
+        if (zero) memset(p, 0, nbytes);
+#ifndef NDEBUG
+        else memset(p, 0xff, nbytes);
+#endif
+    }
+    return KILN_OK;
+}
+
 static kiln_status alloc_output(kiln_frame *f, const kiln_ir_value *v, const kiln_type *t, const int64_t *dims,
                                 bool device, bool zero, kiln_value **out, kiln_err *err)
 {
@@ -192,6 +222,8 @@ static kiln_status alloc_output(kiln_frame *f, const kiln_ir_value *v, const kil
     /* an arena of 0 bytes (every planned tensor empty) has no base; graph outputs are handed
      * to the caller, never views of the arena */
     if (!mem || !mem->base || !v || v->is_output || mem->offset[v->id] == SIZE_MAX || t->dtype == KILN_DTYPE_STRING) {
+        if (v && !v->is_output && t->dtype != KILN_DTYPE_STRING && f->env && f->env->scratch)
+            return scratch_tensor(f->env->scratch, t, dims, zero, out, err);
         if (zero) return kiln_tensor_new(t->dtype, t->rank, dims, out, err);
         KILN_TRY(kiln_tensor_new_unset(t->dtype, t->rank, dims, out, err)); /* a fast kernel writes it all */
 #ifndef NDEBUG

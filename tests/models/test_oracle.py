@@ -364,6 +364,40 @@ def test_transpose():
             compare(f"Transpose perm {perm}", blob, feeds, atol=0)
 
 
+def test_concat():
+    """Concat of 1 to 4 inputs along every axis (negative too) of ranks 1 to 4, in float32, int64
+    and uint8; sizes along the axis differ per input, zero included; outputs from a few elements to
+    several 64 KiB chunks; inputs that disagree off the axis make both paths refuse."""
+    kinds = ((TensorProto.FLOAT, np.float32), (TensorProto.INT64, np.int64), (TensorProto.UINT8, np.uint8))
+    for trial in range(24):
+        rank = 1 + trial % 4
+        axis = int(rng.integers(-rank, rank))
+        n_in = 1 + trial % 4 if trial % 3 else 2
+        elem, npt = kinds[trial % 3]
+        names = [f"X{i}" for i in range(n_in)]
+        blob = model(helper.make_node("Concat", names, ["Y"], axis=axis),
+                     [helper.make_tensor_value_info(x, elem, [f"{x}d{k}" for k in range(rank)]) for x in names],
+                     [helper.make_tensor_value_info("Y", elem, None)])
+        feeds = []
+        for big in (False, False, True):
+            base = [int(rng.choice([1, 2, 3, 5, 17] + ([40, 33] if big else []))) for _ in range(rank)]
+            f = {}
+            for x in names:
+                d = list(base)
+                d[axis] = int(rng.choice([0, 1, 2, 7] + ([60] if big else [])))
+                f[x] = (rng.standard_normal(d) * 100).astype(npt)
+            feeds.append(f)
+        if n_in > 1:
+            bad = {x: v for x, v in feeds[0].items()}
+            d = list(bad[names[1]].shape)
+            other = (axis + 1) % rank if rank > 1 else None
+            if other is not None:
+                d[other] += 1
+                bad[names[1]] = np.zeros(d, npt)
+                feeds.append(bad)
+        compare(f"Concat rank {rank} axis {axis} of {n_in} {npt.__name__}", blob, feeds, atol=0)
+
+
 def test_batchnorm():
     from onnx import numpy_helper
     C = 5
@@ -1120,7 +1154,7 @@ def test_constant_folding():
 
 def main():
     for test in (test_constant_folding, test_conv_bn_folding, test_fused_activation, test_matmul, test_gemm, test_packed_weights, test_conv, test_binary, test_unary, test_inplace_chain,
-                 test_softmax, test_layernorm, test_reduce_mean, test_transpose, test_batchnorm, test_clip, test_pool,
+                 test_softmax, test_layernorm, test_reduce_mean, test_transpose, test_concat, test_batchnorm, test_clip, test_pool,
                  test_global_pool, test_depthwise_conv, test_conv_packed, test_conv_residual, test_attention,
                  test_gelu_fusion, test_matmul_bias, test_conv_transpose):
         test()
