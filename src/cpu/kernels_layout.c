@@ -19,7 +19,8 @@ typedef struct transpose_job {
     int64_t xs[KILN_MAX_RANK];  /* X's stride (elements) along each output axis */
     int64_t ys[KILN_MAX_RANK];  /* Y's row-major strides */
     int p;                      /* tile path: the output axis that is X's innermost (xs == 1) */
-    int64_t per_chunk;          /* outer indices per parallel chunk */
+    int64_t per_chunk;          /* outer indices (tile path: tasks) per parallel chunk */
+    int64_t l_step, l_blocks;   /* tile path: output last-axis columns per task, tasks per outer index */
     const float *x;
     float *y;
 } transpose_job;
@@ -50,21 +51,24 @@ static void rows_chunks(void *ctx, int64_t begin, int64_t end)
     }
 }
 
+/* Tasks [begin * per_chunk, end * per_chunk): task t is outer index t / l_blocks and columns
+ * [l_step * (t % l_blocks), + l_step) of the output's last axis, copied in TILE x TILE tiles. */
 static void tiles_chunks(void *ctx, int64_t begin, int64_t end)
 {
     const transpose_job *j = ctx;
     int l = j->rank - 1, p = j->p;
     int64_t nl = j->dims[l], np = j->dims[p], xl = j->xs[l], yp = j->ys[p];
-    int64_t outer = j->ys[0] * j->dims[0] / (nl * np);
-    int64_t t1 = end * j->per_chunk < outer ? end * j->per_chunk : outer;
+    int64_t tasks = j->ys[0] * j->dims[0] / (nl * np) * j->l_blocks;
+    int64_t t1 = end * j->per_chunk < tasks ? end * j->per_chunk : tasks;
     for (int64_t t = begin * j->per_chunk; t < t1; t++) {
         int64_t ox, oy;
-        outer_offsets(j, t, l, p, &ox, &oy);
+        outer_offsets(j, t / j->l_blocks, l, p, &ox, &oy);
         const float *x = j->x + ox;
         float *y = j->y + oy;
+        int64_t lb = t % j->l_blocks * j->l_step, le = lb + j->l_step < nl ? lb + j->l_step : nl;
         for (int64_t p0 = 0; p0 < np; p0 += TILE)
-            for (int64_t l0 = 0; l0 < nl; l0 += TILE) {
-                int64_t p1 = p0 + TILE < np ? p0 + TILE : np, l1 = l0 + TILE < nl ? l0 + TILE : nl;
+            for (int64_t l0 = lb; l0 < le; l0 += TILE) {
+                int64_t p1 = p0 + TILE < np ? p0 + TILE : np, l1 = l0 + TILE < le ? l0 + TILE : le;
                 for (int64_t a = p0; a < p1; a++)
                     for (int64_t b = l0; b < l1; b++) y[a * yp + b] = x[a + b * xl];
             }
@@ -125,9 +129,19 @@ static kiln_status transpose_run(kiln_run_ctx *c)
     for (int k = 0; k < last; k++)
         if (j.xs[k] == 1) j.p = k;
     if (j.p < 0) return kiln_cpu_reference(c); /* cannot happen: X's innermost axis is an output axis */
-    int64_t slice = j.dims[last] * j.dims[j.p], outer = X->numel / slice;
-    j.per_chunk = slice >= KILN_CPU_CHUNK ? 1 : KILN_CPU_CHUNK / slice;
-    kiln_threadpool_parallel_for(pool, (outer + j.per_chunk - 1) / j.per_chunk, tiles_chunks, &j);
+    /* a slice larger than a chunk is cut along the output's last axis (NHWC -> NCHW of one image
+     * is a single slice) */
+    int64_t nl = j.dims[last], nt = j.dims[j.p], slice = nl * nt, outer = X->numel / slice;
+    j.l_step = nl;
+    if (slice > KILN_CPU_CHUNK) {
+        int64_t step = KILN_CPU_CHUNK / nt / TILE * TILE;
+        j.l_step = step > TILE ? step : TILE;
+        if (j.l_step > nl) j.l_step = nl;
+    }
+    j.l_blocks = (nl + j.l_step - 1) / j.l_step;
+    int64_t tasks = outer * j.l_blocks, per = nt * j.l_step;
+    j.per_chunk = per >= KILN_CPU_CHUNK ? 1 : KILN_CPU_CHUNK / per;
+    kiln_threadpool_parallel_for(pool, (tasks + j.per_chunk - 1) / j.per_chunk, tiles_chunks, &j);
     return KILN_OK;
 }
 

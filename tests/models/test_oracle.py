@@ -359,8 +359,8 @@ def test_transpose():
             feeds.append({"X": rand(*([0] + [3] * (rank - 1)))})
             if rank == 2:
                 feeds += [{"X": rand(100, 300)}, {"X": rand(1, 4099)}, {"X": rand(65, 31)}]
-            if rank == 4:
-                feeds.append({"X": rand(1, 128, 4, 16)})
+            if rank == 4:  # the last: one NHWC image, a slice cut along the output's last axis
+                feeds += [{"X": rand(1, 128, 4, 16)}, {"X": rand(1, 77, 65, 3)}, {"X": rand(2, 37, 129, 5)}]
             compare(f"Transpose perm {perm}", blob, feeds, atol=0)
 
 
