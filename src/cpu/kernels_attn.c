@@ -124,8 +124,24 @@ static AVX512 void softmax_row_avx512(float *s, int64_t n, const float *m, int64
         if (inv) *inv = 0.0f;
         return;
     }
-    __m512 m16 = _mm512_set1_ps(mx), acc = _mm512_setzero_ps();
-    for (j = 0; j < lim; j += 16) {
+    __m512 m16 = _mm512_set1_ps(mx), acc = _mm512_setzero_ps(), acc1 = acc, acc2 = acc, acc3 = acc;
+    /* four independent exponentials per step: one alone is a chain of dependent FMAs */
+    for (j = 0; j + 64 <= lim; j += 64) {
+        __m512 e0 = exp16(_mm512_sub_ps(_mm512_loadu_ps(s + j), m16));
+        __m512 e1 = exp16(_mm512_sub_ps(_mm512_loadu_ps(s + j + 16), m16));
+        __m512 e2 = exp16(_mm512_sub_ps(_mm512_loadu_ps(s + j + 32), m16));
+        __m512 e3 = exp16(_mm512_sub_ps(_mm512_loadu_ps(s + j + 48), m16));
+        _mm512_storeu_ps(s + j, e0);
+        _mm512_storeu_ps(s + j + 16, e1);
+        _mm512_storeu_ps(s + j + 32, e2);
+        _mm512_storeu_ps(s + j + 48, e3);
+        acc = _mm512_add_ps(acc, e0);
+        acc1 = _mm512_add_ps(acc1, e1);
+        acc2 = _mm512_add_ps(acc2, e2);
+        acc3 = _mm512_add_ps(acc3, e3);
+    }
+    acc = _mm512_add_ps(_mm512_add_ps(acc, acc1), _mm512_add_ps(acc2, acc3));
+    for (; j < lim; j += 16) {
         __mmask16 k = j + 16 <= lim ? (__mmask16)0xFFFF : (__mmask16)((1u << (lim - j)) - 1);
         __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), m16));
         e = _mm512_maskz_mov_ps(k, e);
@@ -145,49 +161,70 @@ static AVX512 void softmax_row_avx512(float *s, int64_t n, const float *m, int64
     if (lim < n) memset(s + lim, 0, (size_t)(n - lim) * sizeof *s);
 }
 
+/* Four rows and nv (1 to 4) vectors of 16 columns of the product below, from column c0: 16
+ * accumulators at nv = 4, so each step's 4 broadcasts and 4 loads feed 16 FMAs. Inlined with nv
+ * a constant, the arrays live in registers. */
+static inline __attribute__((always_inline)) AVX512 void pv_block(const float *const *sr, const float *inv, int rows,
+                                                                   int64_t total, const float *v, int64_t v_s,
+                                                                   int nv, __mmask16 last, float *y, int64_t y_s)
+{
+    __m512 acc[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++)
+#pragma GCC unroll 4
+        for (int q = 0; q < nv; q++) acc[r][q] = _mm512_setzero_ps();
+    for (int64_t p = 0; p < total; p++, v += v_s) {
+        __m512 vv[4];
+#pragma GCC unroll 4
+        for (int q = 0; q < nv; q++)
+            vv[q] = q == nv - 1 ? _mm512_maskz_loadu_ps(last, v + 16 * q) : _mm512_loadu_ps(v + 16 * q);
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            __m512 b = _mm512_set1_ps(sr[r][p]);
+#pragma GCC unroll 4
+            for (int q = 0; q < nv; q++) acc[r][q] = _mm512_fmadd_ps(b, vv[q], acc[r][q]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) {
+        if (r >= rows) break;
+        __m512 f = _mm512_set1_ps(inv[r]);
+#pragma GCC unroll 4
+        for (int q = 0; q < nv; q++)
+            _mm512_mask_storeu_ps(y + r * y_s + 16 * q, q == nv - 1 ? last : (__mmask16)0xFFFF,
+                                  _mm512_mul_ps(acc[r][q], f));
+    }
+}
+
 /* y[r][0:dv] = inv[r] * sum over p < total of s[r][p] * v[p][0:dv], for r < rows: the probabilities
  * times V with both read where they are (no packing, which for the few columns of a head
- * costs more than the product). Four rows and 16 columns at a time, even and odd p in
- * separate accumulators (eight chains keep both FMA ports busy); a row past `rows` repeats
- * the last one and is not stored. */
+ * costs more than the product). Four rows and up to 64 columns at a time (pv_block); a row
+ * past `rows` repeats the last one and is not stored. */
 static AVX512 void probs_times_v_avx512(const float *s, const float *inv, int64_t ld_s, int64_t rows, int64_t total,
                                         const float *v, int64_t v_s, int64_t dv, float *y, int64_t y_s)
 {
     for (int64_t r0 = 0; r0 < rows; r0 += 4) {
-        int64_t last = rows - 1;
-        const float *s0 = s + r0 * ld_s, *s1 = s + (r0 + 1 < rows ? r0 + 1 : last) * ld_s;
-        const float *s2 = s + (r0 + 2 < rows ? r0 + 2 : last) * ld_s, *s3 = s + (r0 + 3 < rows ? r0 + 3 : last) * ld_s;
-        for (int64_t c0 = 0; c0 < dv; c0 += 16) {
-            __mmask16 k = (__mmask16)(dv - c0 >= 16 ? 0xFFFF : (1u << (dv - c0)) - 1);
-            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
-            const float *vp = v + c0;
-            int64_t p = 0;
-            for (; p + 2 <= total; p += 2, vp += 2 * v_s) {
-                __m512 v0 = _mm512_maskz_loadu_ps(k, vp), v1 = _mm512_maskz_loadu_ps(k, vp + v_s);
-                a0 = _mm512_fmadd_ps(_mm512_set1_ps(s0[p]), v0, a0);
-                a1 = _mm512_fmadd_ps(_mm512_set1_ps(s1[p]), v0, a1);
-                a2 = _mm512_fmadd_ps(_mm512_set1_ps(s2[p]), v0, a2);
-                a3 = _mm512_fmadd_ps(_mm512_set1_ps(s3[p]), v0, a3);
-                b0 = _mm512_fmadd_ps(_mm512_set1_ps(s0[p + 1]), v1, b0);
-                b1 = _mm512_fmadd_ps(_mm512_set1_ps(s1[p + 1]), v1, b1);
-                b2 = _mm512_fmadd_ps(_mm512_set1_ps(s2[p + 1]), v1, b2);
-                b3 = _mm512_fmadd_ps(_mm512_set1_ps(s3[p + 1]), v1, b3);
+        const float *sr[4];
+        float iv[4];
+        for (int r = 0; r < 4; r++) {
+            int64_t i = r0 + r < rows ? r0 + r : rows - 1;
+            sr[r] = s + i * ld_s;
+            iv[r] = inv[i];
+        }
+        int n = rows - r0 < 4 ? (int)(rows - r0) : 4;
+        for (int64_t c0 = 0; c0 < dv; c0 += 64) {
+            int64_t w = dv - c0 < 64 ? dv - c0 : 64;
+            int nv = (int)((w + 15) / 16);
+            int64_t tail = w - 16 * (nv - 1);
+            __mmask16 last = tail == 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << tail) - 1);
+            float *yc = y + r0 * y_s + c0;
+            const float *vc = v + c0;
+            switch (nv) {
+            case 4: pv_block(sr, iv, n, total, vc, v_s, 4, last, yc, y_s); break;
+            case 3: pv_block(sr, iv, n, total, vc, v_s, 3, last, yc, y_s); break;
+            case 2: pv_block(sr, iv, n, total, vc, v_s, 2, last, yc, y_s); break;
+            default: pv_block(sr, iv, n, total, vc, v_s, 1, last, yc, y_s); break;
             }
-            if (p < total) {
-                __m512 v0 = _mm512_maskz_loadu_ps(k, vp);
-                a0 = _mm512_fmadd_ps(_mm512_set1_ps(s0[p]), v0, a0);
-                a1 = _mm512_fmadd_ps(_mm512_set1_ps(s1[p]), v0, a1);
-                a2 = _mm512_fmadd_ps(_mm512_set1_ps(s2[p]), v0, a2);
-                a3 = _mm512_fmadd_ps(_mm512_set1_ps(s3[p]), v0, a3);
-            }
-            float *yr = y + r0 * y_s + c0;
-            _mm512_mask_storeu_ps(yr, k, _mm512_mul_ps(_mm512_add_ps(a0, b0), _mm512_set1_ps(inv[r0])));
-            if (r0 + 1 < rows)
-                _mm512_mask_storeu_ps(yr + y_s, k, _mm512_mul_ps(_mm512_add_ps(a1, b1), _mm512_set1_ps(inv[r0 + 1])));
-            if (r0 + 2 < rows)
-                _mm512_mask_storeu_ps(yr + 2 * y_s, k, _mm512_mul_ps(_mm512_add_ps(a2, b2), _mm512_set1_ps(inv[r0 + 2])));
-            if (r0 + 3 < rows)
-                _mm512_mask_storeu_ps(yr + 3 * y_s, k, _mm512_mul_ps(_mm512_add_ps(a3, b3), _mm512_set1_ps(inv[r0 + 3])));
         }
     }
 }

@@ -737,7 +737,8 @@ def test_attention():
                     attrs.update(q_num_heads=4 if gqa else 3, kv_num_heads=2 if gqa else 3)
                 blob = model(helper.make_node("Attention", names, ["Y"], **attrs), ins, [out()], opset=23)
                 feeds = []
-                for sq, skv, d in [(5, 7, 8), (1, 1, 1), (70, 33, 16), (0, 4, 4), (3, 0, 4), (129, 130, 5), (21, 40, 63)]:
+                for sq, skv, d in [(5, 7, 8), (1, 1, 1), (70, 33, 16), (0, 4, 4), (3, 0, 4), (129, 130, 5), (21, 40, 63),
+                                  (9, 150, 79), (6, 70, 39)]:
                     b = int(rng.choice([1, 2]))
                     hq, hkv = (4, 2) if gqa else (3, 3)
                     dv = d + 1
