@@ -161,28 +161,46 @@ static AVX512 void softmax_row_avx512(float *s, int64_t n, const float *m, int64
     if (lim < n) memset(s + lim, 0, (size_t)(n - lim) * sizeof *s);
 }
 
-/* Four rows and nv (1 to 4) vectors of 16 columns of the product below, from column c0: 16
- * accumulators at nv = 4, so each step's 4 broadcasts and 4 loads feed 16 FMAs. Inlined with nv
- * a constant, the arrays live in registers. */
+/* Four rows and nv (1 to 4) vectors of 16 columns of the product below, from column c0. At
+ * nv <= 2 even and odd p go to separate accumulators, so there are 8 to 16 independent FMA
+ * chains at every width (4 alone leave the FMA units waiting on latency). Inlined with nv a
+ * constant, the arrays live in registers. */
 static inline __attribute__((always_inline)) AVX512 void pv_block(const float *const *sr, const float *inv, int rows,
                                                                    int64_t total, const float *v, int64_t v_s,
                                                                    int nv, __mmask16 last, float *y, int64_t y_s)
 {
-    __m512 acc[4][4];
+    const int sets = nv <= 2 ? 2 : 1;
+    __m512 acc[2][4][4];
+#pragma GCC unroll 2
+    for (int h = 0; h < sets; h++)
 #pragma GCC unroll 4
-    for (int r = 0; r < 4; r++)
+        for (int r = 0; r < 4; r++)
 #pragma GCC unroll 4
-        for (int q = 0; q < nv; q++) acc[r][q] = _mm512_setzero_ps();
-    for (int64_t p = 0; p < total; p++, v += v_s) {
-        __m512 vv[4];
+            for (int q = 0; q < nv; q++) acc[h][r][q] = _mm512_setzero_ps();
+    int64_t p = 0;
+    for (; p + sets <= total; p += sets) {
+#pragma GCC unroll 2
+        for (int h = 0; h < sets; h++) {
+            const float *vr = v + (p + h) * v_s;
+            __m512 vv[4];
 #pragma GCC unroll 4
-        for (int q = 0; q < nv; q++)
-            vv[q] = q == nv - 1 ? _mm512_maskz_loadu_ps(last, v + 16 * q) : _mm512_loadu_ps(v + 16 * q);
+            for (int q = 0; q < nv; q++)
+                vv[q] = q == nv - 1 ? _mm512_maskz_loadu_ps(last, vr + 16 * q) : _mm512_loadu_ps(vr + 16 * q);
 #pragma GCC unroll 4
-        for (int r = 0; r < 4; r++) {
-            __m512 b = _mm512_set1_ps(sr[r][p]);
+            for (int r = 0; r < 4; r++) {
+                __m512 b = _mm512_set1_ps(sr[r][p + h]);
 #pragma GCC unroll 4
-            for (int q = 0; q < nv; q++) acc[r][q] = _mm512_fmadd_ps(b, vv[q], acc[r][q]);
+                for (int q = 0; q < nv; q++) acc[h][r][q] = _mm512_fmadd_ps(b, vv[q], acc[h][r][q]);
+            }
+        }
+    }
+    if (p < total) { /* an odd last p */
+        const float *vr = v + p * v_s;
+#pragma GCC unroll 4
+        for (int q = 0; q < nv; q++) {
+            __m512 vq = q == nv - 1 ? _mm512_maskz_loadu_ps(last, vr + 16 * q) : _mm512_loadu_ps(vr + 16 * q);
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) acc[0][r][q] = _mm512_fmadd_ps(_mm512_set1_ps(sr[r][p]), vq, acc[0][r][q]);
         }
     }
 #pragma GCC unroll 4
@@ -190,9 +208,10 @@ static inline __attribute__((always_inline)) AVX512 void pv_block(const float *c
         if (r >= rows) break;
         __m512 f = _mm512_set1_ps(inv[r]);
 #pragma GCC unroll 4
-        for (int q = 0; q < nv; q++)
-            _mm512_mask_storeu_ps(y + r * y_s + 16 * q, q == nv - 1 ? last : (__mmask16)0xFFFF,
-                                  _mm512_mul_ps(acc[r][q], f));
+        for (int q = 0; q < nv; q++) {
+            __m512 a = sets == 2 ? _mm512_add_ps(acc[0][r][q], acc[1][r][q]) : acc[0][r][q];
+            _mm512_mask_storeu_ps(y + r * y_s + 16 * q, q == nv - 1 ? last : (__mmask16)0xFFFF, _mm512_mul_ps(a, f));
+        }
     }
 }
 
