@@ -28,6 +28,11 @@ struct nn_geom;
 kiln_status kiln_cpu_conv_depthwise(kiln_run_ctx *c, const struct nn_geom *g, const float *x, const float *w,
                                     const float *bias, const kiln_act *act, float *y, int64_t N, int64_t C,
                                     int64_t H, int64_t W, int64_t oh, int64_t ow);
+/* The kernel of a node that reads or writes a value blocked by 16 channels (kernels_nchwc.c):
+ * Conv (packing its weights into n->kernel_state), MaxPool, AveragePool, GlobalAveragePool, or
+ * one that fails with a message for any other op; NULL for Shape and for nodes without blocked
+ * values. */
+kiln_kernel_fn kiln_cpu_select_nchwc(kiln_node *n);
 /* 2-D Conv on float32 with the node's fused activation (kernels_conv.c). */
 /* Packs constant weights into n->kernel_state. */
 kiln_kernel_fn kiln_cpu_select_conv(kiln_node *n);

@@ -238,7 +238,8 @@ static kiln_status gemm_run(kiln_run_ctx *c)
 
 static kiln_kernel_fn cpu_select(kiln_node *n)
 {
-    kiln_kernel_fn k = kiln_cpu_select_ew(n);
+    kiln_kernel_fn k = kiln_cpu_select_nchwc(n);
+    if (!k) k = kiln_cpu_select_ew(n);
     if (!k) k = kiln_cpu_select_norm(n);
     if (!k) k = kiln_cpu_select_layout(n);
     if (!k) k = kiln_cpu_select_attn(n);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/scratch.h"
+#include "cpu/nchwc.h"
 #include "exec/ctx.h"
 #include "gpu/device.h"
 
@@ -381,11 +382,31 @@ static kiln_status observe(const kiln_run_env *env, const kiln_node *n, kiln_fra
         if (n->out[i] && env->gpu) KILN_TRY(value_at(f, n->out[i], false, &out_store[i], err));
         else if (n->out[i]) out_store[i] = f->vals[n->out[i]->id];
     }
-    kiln_node_event ev = {.node = env->node_ids ? env->node_ids[n->index] : n->index,
-                          .node_name = n->name, .op_type = n->op_type,
-                          .n_inputs = n->n_in, .input_names = names_store, .inputs = in_store,
-                          .n_outputs = n->n_out, .output_names = onames_store, .outputs = out_store};
-    if (env->observer(env->observer_user, &ev))
+    /* blocked values (kiln_layout) are shown as plain copies */
+    kiln_value *plain[128];
+    int n_plain = 0;
+    kiln_status st = KILN_OK;
+    for (int i = 0; i < n->n_in + n->n_out && !st; i++) {
+        const kiln_ir_value *iv = i < n->n_in ? n->in[i] : n->out[i - n->n_in];
+        const kiln_value **shown = i < n->n_in ? &in_store[i] : &out_store[i - n->n_in];
+        if (!iv || iv->layout != KILN_LAYOUT_NCHW16C || !*shown) continue;
+        const kiln_value *v = *shown;
+        if (!(st = kiln_value_copy(v, &plain[n_plain], err))) {
+            kiln_cpu_nchwc_unblock(v->data, plain[n_plain]->data, v->dims[0], v->dims[1], v->dims[2] * v->dims[3]);
+            *shown = plain[n_plain++];
+        }
+    }
+    int stop = 0;
+    if (!st) {
+        kiln_node_event ev = {.node = env->node_ids ? env->node_ids[n->index] : n->index,
+                              .node_name = n->name, .op_type = n->op_type,
+                              .n_inputs = n->n_in, .input_names = names_store, .inputs = in_store,
+                              .n_outputs = n->n_out, .output_names = onames_store, .outputs = out_store};
+        stop = env->observer(env->observer_user, &ev);
+    }
+    for (int i = 0; i < n_plain; i++) kiln_value_free(plain[i]);
+    if (st) return st;
+    if (stop)
         return kiln_errf(err, KILN_ERR_RUNTIME, "run stopped by the observer after node '%s' (%s)", n->name, n->op_type);
     return KILN_OK;
 }

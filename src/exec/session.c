@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "core/scratch.h"
+#include "cpu/nchwc.h"
 #include "cpu/threadpool.h"
 #include "exec/ctx.h"
 #include "exec/plan.h"
@@ -164,6 +165,7 @@ static kiln_status compile(kiln_session *s, kiln_err *err)
         KILN_TRY(kiln_pass_fuse_matmul_bias(g, &fused, err));
         KILN_TRY(kiln_pass_fuse_residual(g, &fused, err));
         KILN_TRY(kiln_pass_fuse_activation(g, &fused, err));
+        if (kiln_cpu_nchwc_available()) KILN_TRY(kiln_pass_layout_nchwc(g, &fused, err));
     }
     kiln_arena *a = &m->arena;
     s->in_vals = kiln_arena_calloc(a, (size_t)g->n_inputs + 1, sizeof *s->in_vals);

@@ -67,6 +67,14 @@ typedef struct kiln_type {
     kiln_dim dims[KILN_MAX_RANK];
 } kiln_type;
 
+/* How a value's bytes are laid out in memory. Only optimised CPU sessions block values, and only
+ * float32 [N, C, H, W] ones with C a multiple of 16 that no caller sees (src/passes/layout_nchwc.c);
+ * every node reading or writing a blocked value runs a kernel that knows it (src/cpu/nchwc.h). */
+typedef enum kiln_layout {
+    KILN_LAYOUT_PLAIN = 0, /* row-major over the dims */
+    KILN_LAYOUT_NCHW16C,   /* [N][C / 16][H][W][16]: 16 channels of a pixel together */
+} kiln_layout;
+
 typedef struct kiln_ir_value {
     const char *name;
     int id;                    /* index in graph->values */
@@ -78,6 +86,7 @@ typedef struct kiln_ir_value {
     kiln_node *producer;       /* NULL for graph inputs, initializers and outer-scope values */
     bool is_input, is_output;
     int last_use;              /* index of the last node of `graph` reading it (-1: none) */
+    kiln_layout layout;
 } kiln_ir_value;
 
 /* v's content when it is a constant: its initializer, unless v is also a graph input, whose

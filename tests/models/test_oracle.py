@@ -1054,6 +1054,58 @@ def test_conv_residual():
         compare(f"Conv c={c} m={m} k={k} bias={bias} + Add({short}) + {act}", mdl.SerializeToString(), feeds)
 
 
+def test_blocked_cnn():
+    """Conv nets whose activations the layout pass blocks by 16 channels: a plain image into a
+    blocked stem, pooling of every POOL_CONFIGS geometry between blocked convolutions, 1x1 / 3x3 /
+    5x5 layers at strides 1-2 with dilations, pads and auto_pad, depthwise ones, a residual Add
+    from a blocked shortcut, fused clamps and other activations, a layer back to a plain output
+    of a channel count that is no multiple of 16 (24), GlobalAveragePool of a blocked value, and
+    an intermediate value that is also a graph output (which stays plain). Batch 0-3, sizes from
+    1x1 up, odd ones."""
+    from onnx import numpy_helper
+
+    def conv(nodes, inits, x, y, c, m, k, act=None, group=1, res=None, **attrs):
+        w = f"W_{y}"
+        inits.append(numpy_helper.from_array((rand(m, c // group, k, k) / np.sqrt(c // group * k * k)).astype(np.float32), w))
+        inits.append(numpy_helper.from_array(rand(m), f"B_{y}"))
+        pre = f"{y}_pre" if act or res else y
+        nodes.append(helper.make_node("Conv", [x, w, f"B_{y}"], [pre], group=group, **attrs))
+        if res:
+            nodes.append(helper.make_node("Add", [pre, res], [f"{y}_sum" if act else y]))
+            pre = f"{y}_sum"
+        if act == "Clip":
+            inits += [numpy_helper.from_array(np.array(v, np.float32), f"{y}_{n}") for v, n in ((0.0, "lo"), (6.0, "hi"))]
+            nodes.append(helper.make_node("Clip", [pre, f"{y}_lo", f"{y}_hi"], [y]))
+        elif act:
+            nodes.append(helper.make_node(act, [pre], [y]))
+
+    sizes = [(1, 9, 9), (2, 17, 13), (1, 1, 1), (0, 8, 8), (3, 5, 31), (1, 23, 7), (1, 2, 40)]
+    for cfg_i, pool_cfg in enumerate(POOL_CONFIGS):
+        pool_op = "MaxPool" if cfg_i % 2 == 0 else "AveragePool"
+        if pool_op == "AveragePool" and "dilations" in pool_cfg:
+            pool_op = "MaxPool"
+        pool_attrs = dict(pool_cfg, **({"count_include_pad": cfg_i % 4 // 2} if pool_op == "AveragePool" else {}))
+        cin = (3, 5, 1)[cfg_i % 3]
+        act = ("Relu", "Clip", "HardSwish", "Sigmoid", "LeakyRelu", None)[cfg_i % 6]
+        nodes, inits = [], []
+        conv(nodes, inits, "X", "s", cin, 32, (3, 7, 5)[cfg_i % 3], act="Relu", strides=[2, 2] if cfg_i % 2 else [1, 1],
+             pads=[1, 1, 1, 1] if cfg_i % 3 != 1 else [3, 2, 3, 1])
+        nodes.append(helper.make_node(pool_op, ["s"], ["p"], **pool_attrs))
+        conv(nodes, inits, "p", "a", 32, 48, 1, act=act)
+        conv(nodes, inits, "a", "b", 48, 32, 3, act="Relu", dilations=[2, 1], pads=[2, 1, 2, 1])
+        conv(nodes, inits, "b", "c", 32, 32, 3, act=act, res="p", auto_pad="SAME_UPPER")
+        conv(nodes, inits, "c", "d", 32, 32, 3, act="Clip", group=32, strides=[2, 2], pads=[1, 1, 1, 1])
+        conv(nodes, inits, "d", "e", 32, 64, 5, act=None, group=1, pads=[2, 2, 2, 2], strides=[1, 2])
+        conv(nodes, inits, "e", "Y", 64, 24, 1, act=act)
+        nodes.append(helper.make_node("GlobalAveragePool", ["e"], ["G"]))
+        g = helper.make_graph(nodes, "blocked_cnn", [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["n", cin, "h", "w"])],
+                              [out("Y"), out("G"), out("a")], inits)
+        mdl = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+        mdl.ir_version = 8
+        compare(f"blocked CNN, {pool_op} {pool_attrs}, act {act}", mdl.SerializeToString(),
+                [{"X": rand(n, cin, h, w)} for n, h, w in sizes])
+
+
 def test_conv_transpose():
     """ConvTranspose 2-D: strides, dilations, groups, explicit / SAME / output_padding pads, bias,
     empty and odd sizes; one session per weight shape, the input shape changing per call."""
@@ -1157,7 +1209,7 @@ def main():
     for test in (test_constant_folding, test_conv_bn_folding, test_fused_activation, test_matmul, test_gemm, test_packed_weights, test_conv, test_binary, test_unary, test_inplace_chain,
                  test_softmax, test_layernorm, test_reduce_mean, test_transpose, test_concat, test_batchnorm, test_clip, test_pool,
                  test_global_pool, test_depthwise_conv, test_conv_packed, test_conv_residual, test_attention,
-                 test_gelu_fusion, test_matmul_bias, test_conv_transpose):
+                 test_gelu_fusion, test_matmul_bias, test_conv_transpose, test_blocked_cnn):
         test()
     return summary()
 

@@ -1,0 +1,570 @@
+/* nchwc.c - convolutions and pooling over activations blocked by 16 channels (see nchwc.h).
+ *
+ * A convolution task is a run of output pixels of one row, of one image, for a group of up to
+ * four 16-channel output blocks. Its tiles are up to six consecutive pixels by those blocks: 24
+ * accumulators, each step one input channel of each pixel broadcast against the 16 weights of
+ * each block, all input blocks and taps accumulated in registers and stored once as whole
+ * vectors. Taps above or below the input are skipped per row; taps left or right of it read a
+ * vector of zeros (blocked input) or run pixel by pixel with the taps that land (plain input).
+ * A row's pixels are cut into tiles of nearly equal size (7 = 4 + 3, not 6 + 1: a one-pixel
+ * tile is a chain of dependent multiply-adds). A 1x1 stride-1 layer without pads is one long
+ * row per image (its pixels are consecutive in both layouts). */
+#include "cpu/nchwc.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/gemm.h"
+#include "cpu/kernels.h"
+
+/* tiles: up to 4 output blocks by up to 6 pixels (24 accumulators); tasks: up to 8 tiles */
+enum { BLK = KILN_NCHWC_BLOCK, GROUP_BLOCKS = 4, TILE_PX = 6, CHUNK_TILES = 8 };
+/* weights fetched ahead of the multiply-adds, in floats: four input blocks on (a deep layer's
+ * weights come from memory on a group's first tile and from L2 on the others; ResNet-50's 7x7
+ * 512-channel 3x3 layer with cold caches about 10% faster) */
+enum { PF_AHEAD = 4 * KILN_NCHWC_BLOCK * KILN_NCHWC_BLOCK };
+
+struct kiln_nchwc_conv {
+    int64_t M, C, kh, kw, MB, CB;
+    bool depthwise;
+    float *w; /* see nchwc.h; 64-byte aligned */
+};
+
+bool kiln_cpu_nchwc_available(void) { return kiln_gemm_level_detect() == KILN_GEMM_LEVEL_AVX512; }
+
+void kiln_cpu_nchwc_conv_free(kiln_nchwc_conv *w)
+{
+    if (!w) return;
+    free(w->w);
+    free(w);
+}
+
+/* Index of W [m, c, i, j] in the packed weights. */
+static int64_t packed_at(const kiln_nchwc_conv *p, int64_t m, int64_t c, int64_t i, int64_t j)
+{
+    if (p->depthwise) return ((m / BLK * p->kh + i) * p->kw + j) * BLK + m % BLK;
+    return ((((m / BLK * p->kh + i) * p->kw + j) * p->CB + c / BLK) * BLK + c % BLK) * BLK + m % BLK;
+}
+
+kiln_nchwc_conv *kiln_cpu_nchwc_conv_pack(const float *w, int64_t M, int64_t C, int64_t kh, int64_t kw,
+                                          bool depthwise)
+{
+    if (M <= 0 || C <= 0 || kh <= 0 || kw <= 0 || !kiln_cpu_nchwc_available() || (depthwise && C != 1)) return NULL;
+    kiln_nchwc_conv *p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    *p = (kiln_nchwc_conv){M, C, kh, kw, (M + BLK - 1) / BLK, (C + BLK - 1) / BLK, depthwise, NULL};
+    size_t floats = (size_t)(p->MB * kh * kw * BLK) * (depthwise ? 1 : (size_t)(p->CB * BLK));
+    p->w = aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
+    if (!p->w) {
+        free(p);
+        return NULL;
+    }
+    memset(p->w, 0, floats * sizeof(float));
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t i = 0; i < kh; i++)
+                for (int64_t j = 0; j < kw; j++) p->w[packed_at(p, m, c, i, j)] = w[((m * C + c) * kh + i) * kw + j];
+    return p;
+}
+
+bool kiln_cpu_nchwc_conv_shape(const kiln_nchwc_conv *p, int64_t *M, int64_t *C, int64_t *kh, int64_t *kw)
+{
+    *M = p->M, *C = p->C, *kh = p->kh, *kw = p->kw;
+    return p->depthwise;
+}
+
+void kiln_cpu_nchwc_conv_unpack(const kiln_nchwc_conv *p, float *dst)
+{
+    for (int64_t m = 0; m < p->M; m++)
+        for (int64_t c = 0; c < p->C; c++)
+            for (int64_t i = 0; i < p->kh; i++)
+                for (int64_t j = 0; j < p->kw; j++) dst[((m * p->C + c) * p->kh + i) * p->kw + j] = p->w[packed_at(p, m, c, i, j)];
+}
+
+void kiln_cpu_nchwc_block(const float *x, float *y, int64_t N, int64_t C, int64_t area)
+{
+    for (int64_t b = 0; b < N; b++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t i = 0; i < area; i++)
+                y[((b * C + c / BLK * BLK) * area + i * BLK) + c % BLK] = x[(b * C + c) * area + i];
+}
+
+void kiln_cpu_nchwc_unblock(const float *x, float *y, int64_t N, int64_t C, int64_t area)
+{
+    for (int64_t b = 0; b < N; b++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t i = 0; i < area; i++)
+                y[(b * C + c) * area + i] = x[((b * C + c / BLK * BLK) * area + i * BLK) + c % BLK];
+}
+
+#if defined(__x86_64__)
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+#endif
+
+#include "cpu/avx512_util.h"
+
+static const float zeros16[BLK] __attribute__((aligned(64)));
+
+
+/* One call of a convolution: strides in floats of X and Y, and how the output is cut. */
+typedef struct conv_job {
+    const kiln_nchwc_conv *p;
+    const kiln_nchwc_conv_io *io;
+    int64_t x_img, x_blk, x_ic, x_row, x_col; /* X's strides: image, 16-channel block, channel, row, column */
+    int64_t y_img, y_plane;                   /* Y's image and plane (oh * ow) */
+    int64_t rows, cols;                       /* of the output as the tasks see it (plain X, 1x1: 1, oh * ow) */
+    int64_t H, W, sh, sw, dh, dw, pt, pl;     /* the input as the taps see it */
+    int64_t tiles, chunks, groups;            /* per row; per row; of output blocks per image */
+    
+    bool clamp;
+    float lo, hi;
+} conv_job;
+
+/* Stores tile acc (FB blocks from ob0 by P pixels from plane pixel px) with bias already in it:
+ * whole vectors into a blocked Y, each channel's P pixels into a plain one. */
+#define STORE_TILE(FB, P)                                                                                   \
+    do {                                                                                                    \
+        __m512 vlo = _mm512_set1_ps(j->lo), vhi = _mm512_set1_ps(j->hi);                                    \
+        _Pragma("GCC unroll 4") for (int f = 0; f < (FB); f++)                                             \
+        {                                                                                                   \
+            int64_t ob = ob0 + f;                                                                           \
+            if (io->y_blocked) {                                                                            \
+                int64_t at = b * j->y_img + ob * j->y_plane * BLK + px * BLK;                               \
+                float *y = io->y + at;                                                                      \
+                const float *res = io->res ? io->res + at : NULL;                                           \
+                _Pragma("GCC unroll 6") for (int q = 0; q < (P); q++)                                     \
+                {                                                                                           \
+                    __m512 v = acc[f][q];                                                                   \
+                    if (j->clamp) {                                                                         \
+                        if (res) v = _mm512_add_ps(v, _mm512_loadu_ps(res + q * BLK));                      \
+                        v = _mm512_min_ps(vhi, _mm512_max_ps(vlo, v));                                      \
+                    }                                                                                       \
+                    _mm512_storeu_ps(y + q * BLK, v);                                                       \
+                }                                                                                           \
+                if (!j->clamp) kiln_cpu_act_apply_sum(io->act, y, res, (int64_t)(P) * BLK, 0.0f);           \
+            } else {                                                                                        \
+                __m512 r[BLK];                                                                              \
+                _Pragma("GCC unroll 16") for (int q = 0; q < BLK; q++) r[q] = q < (P) ? acc[f][q] : _mm512_setzero_ps(); \
+                kiln_transpose16(r);                                                                        \
+                int64_t n = p->M - ob * BLK < BLK ? p->M - ob * BLK : BLK;                                  \
+                __mmask16 keep = kiln_lanes(P);                                                             \
+                for (int64_t c = 0; c < n; c++) {                                                           \
+                    int64_t at = b * j->y_img + (ob * BLK + c) * j->y_plane + px;                           \
+                    const float *res = io->res ? io->res + at : NULL;                                       \
+                    __m512 v = r[c];                                                                        \
+                    if (j->clamp) {                                                                         \
+                        if (res) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(keep, res));                    \
+                        v = _mm512_min_ps(vhi, _mm512_max_ps(vlo, v));                                      \
+                    }                                                                                       \
+                    _mm512_mask_storeu_ps(io->y + at, keep, v);                                             \
+                    if (!j->clamp) kiln_cpu_act_apply_sum(io->act, io->y + at, res, (P), 0.0f);             \
+                }                                                                                           \
+            }                                                                                               \
+        }                                                                                                   \
+    } while (0)
+
+#define INIT_ACC(FB, P)                                                                                     \
+    _Pragma("GCC unroll 4") for (int f = 0; f < (FB); f++)                                                 \
+    {                                                                                                       \
+        __m512 bv = _mm512_setzero_ps();                                                                    \
+        if (io->bias) bv = _mm512_maskz_loadu_ps(kiln_lanes(p->M - (ob0 + f) * BLK), io->bias + (ob0 + f) * BLK); \
+        _Pragma("GCC unroll 6") for (int q = 0; q < (P); q++) acc[f][q] = bv;                             \
+    }
+
+/* One input channel c of every pixel against FB blocks of 16 output channels. */
+#define STEP(FB, P, XAT)                                                                                    \
+    do {                                                                                                    \
+        __m512 wv[4];                                                                                       \
+        _Pragma("GCC unroll 4") for (int f = 0; f < (FB); f++) wv[f] = _mm512_load_ps(wp + f * fs + c * BLK); \
+        _Pragma("GCC unroll 6") for (int q = 0; q < (P); q++)                                             \
+        {                                                                                                   \
+            __m512 xv = _mm512_set1_ps(XAT);                                                                \
+            _Pragma("GCC unroll 4") for (int f = 0; f < (FB); f++) acc[f][q] = _mm512_fmadd_ps(xv, wv[f], acc[f][q]); \
+        }                                                                                                   \
+    } while (0)
+
+/* Blocked X: tile of P consecutive pixels of the output plane (rows may wrap) from px, blocks
+ * [ob0, ob0 + FB), image b. Each pixel reads its tap through its own pointer, the zero vector
+ * where the tap falls outside the input; a tap outside for every pixel is skipped. */
+static inline __attribute__((always_inline)) void blocked_tile(const conv_job *j, int64_t b, int64_t ob0, int64_t px,
+                                                                int FB, int P)
+{
+    const kiln_nchwc_conv *p = j->p;
+    const kiln_nchwc_conv_io *io = j->io;
+    const int64_t KH = p->kh, KW = p->kw, CB = p->CB, fs = CB * KH * KW * BLK * BLK;
+    __m512 acc[4][6];
+    INIT_ACC(FB, P);
+    int64_t iy0[6], ix0[6];
+    for (int q = 0; q < P; q++) {
+        int64_t oy = (px + q) / io->ow, ox = (px + q) % io->ow;
+        iy0[q] = oy * j->sh - j->pt, ix0[q] = ox * j->sw - j->pl;
+    }
+    const float *x = io->x + b * j->x_img, *wg = p->w + ob0 * fs;
+    for (int64_t i = 0; i < KH; i++)
+        for (int64_t k = 0; k < KW; k++) {
+            const float *xp[6];
+            int64_t step[6];
+            bool any = false;
+#pragma GCC unroll 6
+            for (int q = 0; q < P; q++) {
+                int64_t iy = iy0[q] + i * j->dh, ix = ix0[q] + k * j->dw;
+                bool in = iy >= 0 && iy < j->H && ix >= 0 && ix < j->W;
+                xp[q] = in ? x + (iy * j->W + ix) * BLK : zeros16;
+                step[q] = in ? j->x_blk : 0;
+                any |= in;
+            }
+            if (!any) continue;
+            const float *wp = wg + (i * KW + k) * CB * BLK * BLK;
+            for (int64_t ib = 0; ib < CB; ib++, wp += BLK * BLK) {
+#pragma GCC unroll 1
+                for (int c = 0; c < BLK; c++) {
+#pragma GCC unroll 4
+                    for (int f = 0; f < FB; f++) _mm_prefetch((const char *)(wp + f * fs + PF_AHEAD + c * BLK), _MM_HINT_T0);
+                    STEP(FB, P, xp[q][c]);
+                }
+#pragma GCC unroll 6
+                for (int q = 0; q < P; q++) xp[q] += step[q];
+            }
+        }
+    STORE_TILE(FB, P);
+}
+
+/* Plain X: tile [ox0, ox0 + P) of row oy (of the rows and columns conv_job describes), blocks
+ * [ob0, ob0 + FB), image b, with the taps [kw_lo, kw_hi) (a tile of several pixels has all its
+ * taps inside the row; a one-pixel tile at the edge runs those that land). */
+static inline __attribute__((always_inline)) void plain_tile(const conv_job *j, int64_t b, int64_t ob0, int64_t oy,
+                                                              int64_t ox0, int FB, int P, int64_t kw_lo, int64_t kw_hi)
+{
+    const kiln_nchwc_conv *p = j->p;
+    const kiln_nchwc_conv_io *io = j->io;
+    const int64_t KH = p->kh, KW = p->kw, CB = p->CB, fs = CB * KH * KW * BLK * BLK;
+    __m512 acc[4][6];
+    INIT_ACC(FB, P);
+    int64_t iy0 = oy * j->sh - j->pt, kh_lo = 0, kh_hi = KH;
+    while (kh_lo < KH && iy0 + kh_lo * j->dh < 0) kh_lo++;
+    while (kh_hi > kh_lo && iy0 + (kh_hi - 1) * j->dh >= j->H) kh_hi--;
+    const float *x = io->x + b * j->x_img, *wg = p->w + ob0 * fs;
+    for (int64_t i = kh_lo; i < kh_hi; i++)
+        for (int64_t k = kw_lo; k < kw_hi; k++) {
+            const float *xr = x + (iy0 + i * j->dh) * j->x_row + (ox0 * j->sw - j->pl + k * j->dw) * j->x_col;
+            const float *wp = wg + (i * KW + k) * CB * BLK * BLK;
+            for (int64_t ib = 0; ib < CB; ib++, wp += BLK * BLK) {
+                const float *xb = xr + ib * j->x_blk;
+                int64_t icn = p->C - ib * BLK < BLK ? p->C - ib * BLK : BLK;
+                for (int64_t c = 0; c < icn; c++) STEP(FB, P, xb[c * j->x_ic + q * j->sw * j->x_col]);
+            }
+        }
+    int64_t px = oy * j->cols + ox0;
+    STORE_TILE(FB, P);
+}
+
+typedef void (*blocked_tile_fn)(const conv_job *j, int64_t b, int64_t ob0, int64_t px);
+typedef void (*plain_tile_fn)(const conv_job *j, int64_t b, int64_t ob0, int64_t oy, int64_t ox0, int64_t kw_lo,
+                              int64_t kw_hi);
+#define BLOCKED_FN(FB, P)                                                                                   \
+    static void blocked_##FB##_##P(const conv_job *j, int64_t b, int64_t ob0, int64_t px)                   \
+    {                                                                                                       \
+        blocked_tile(j, b, ob0, px, FB, P);                                                                 \
+    }
+#define PLAIN_FN(FB, P)                                                                                     \
+    static void plain_##FB##_##P(const conv_job *j, int64_t b, int64_t ob0, int64_t oy, int64_t ox0, int64_t kw_lo, \
+                                 int64_t kw_hi)                                                             \
+    {                                                                                                       \
+        plain_tile(j, b, ob0, oy, ox0, FB, P, kw_lo, kw_hi);                                                \
+    }
+#define SIX(X, FB) X(FB, 1) X(FB, 2) X(FB, 3) X(FB, 4) X(FB, 5) X(FB, 6)
+SIX(BLOCKED_FN, 1)
+SIX(BLOCKED_FN, 2)
+SIX(BLOCKED_FN, 3)
+SIX(BLOCKED_FN, 4)
+SIX(PLAIN_FN, 1)
+SIX(PLAIN_FN, 2)
+SIX(PLAIN_FN, 3)
+SIX(PLAIN_FN, 4)
+#define SIX_ROW(X, FB) {X##_##FB##_1, X##_##FB##_2, X##_##FB##_3, X##_##FB##_4, X##_##FB##_5, X##_##FB##_6}
+static const blocked_tile_fn blocked_tiles[4][6] = {SIX_ROW(blocked, 1), SIX_ROW(blocked, 2), SIX_ROW(blocked, 3),
+                                                    SIX_ROW(blocked, 4)};
+static const plain_tile_fn plain_tiles[4][6] = {SIX_ROW(plain, 1), SIX_ROW(plain, 2), SIX_ROW(plain, 3),
+                                                SIX_ROW(plain, 4)};
+
+/* Tile t of a run of n pixels cut into `tiles` nearly equal ones: its first pixel and size. */
+static void tile_span(int64_t n, int64_t tiles, int64_t t, int64_t *x0, int *px)
+{
+    int64_t base = n / tiles, extra = n % tiles; /* the first `extra` tiles get one more */
+    *x0 = t * base + (t < extra ? t : extra);
+    *px = (int)(base + (t < extra));
+}
+
+/* Taps [lo, hi) of output column ox that land inside the input's W columns. */
+static void tap_range(const conv_job *j, int64_t ox, int64_t *lo, int64_t *hi)
+{
+    int64_t ix0 = ox * j->sw - j->pl;
+    *lo = 0, *hi = j->p->kw;
+    while (*lo < *hi && ix0 + *lo * j->dw < 0) (*lo)++;
+    while (*hi > *lo && ix0 + (*hi - 1) * j->dw >= j->W) (*hi)--;
+}
+
+/* Task t: chunk `chunk` of the tiles of row oy (blocked X: of the whole plane), group g of
+ * output blocks, image b. */
+static void conv_tasks(void *ctx, int64_t begin, int64_t end)
+{
+    const conv_job *j = ctx;
+    for (int64_t t = begin; t < end; t++) {
+        int64_t chunk = t % j->chunks, oy = t / j->chunks % j->rows, g = t / (j->chunks * j->rows) % j->groups;
+        int64_t b = t / (j->chunks * j->rows * j->groups), ob0 = g * GROUP_BLOCKS;
+        int FB = (int)(j->p->MB - ob0 < GROUP_BLOCKS ? j->p->MB - ob0 : GROUP_BLOCKS);
+        int64_t t_end = (chunk + 1) * CHUNK_TILES < j->tiles ? (chunk + 1) * CHUNK_TILES : j->tiles;
+        for (int64_t ti = chunk * CHUNK_TILES; ti < t_end; ti++) {
+            int64_t ox0;
+            int P;
+            tile_span(j->cols, j->tiles, ti, &ox0, &P);
+            if (j->io->x_blocked) {
+                blocked_tiles[FB - 1][P - 1](j, b, ob0, ox0);
+                continue;
+            }
+            int64_t lo, hi, lo2, hi2;
+            tap_range(j, ox0, &lo, &hi);
+            tap_range(j, ox0 + P - 1, &lo2, &hi2);
+            if (lo == 0 && hi == j->p->kw && lo2 == 0 && hi2 == j->p->kw) {
+                plain_tiles[FB - 1][P - 1](j, b, ob0, oy, ox0, 0, j->p->kw);
+                continue;
+            }
+            for (int q = 0; q < P; q++) {
+                tap_range(j, ox0 + q, &lo, &hi);
+                plain_tiles[FB - 1][0](j, b, ob0, oy, ox0 + q, lo, hi);
+            }
+        }
+    }
+}
+
+static kiln_status nchwc_dw_run(kiln_threadpool *pool, const kiln_nchwc_conv *p, const kiln_nchwc_conv_io *io);
+
+kiln_status kiln_cpu_nchwc_conv_run(kiln_threadpool *pool, const kiln_nchwc_conv *p, const kiln_nchwc_conv_io *io)
+{
+    if (p->depthwise) return nchwc_dw_run(pool, p, io);
+    if ((io->x_blocked && p->C % BLK) || (io->y_blocked && p->M % BLK)) return KILN_ERR_INVALID_ARG;
+    if (io->N <= 0 || io->oh <= 0 || io->ow <= 0) return KILN_OK;
+    int64_t area = io->H * io->W;
+    conv_job j = {.p = p, .io = io, .x_img = p->C * area, .x_blk = BLK * area,
+                  .x_ic = io->x_blocked ? 1 : area, .x_row = io->x_blocked ? BLK * io->W : io->W,
+                  .x_col = io->x_blocked ? BLK : 1, .y_img = p->M * io->oh * io->ow, .y_plane = io->oh * io->ow,
+                  .rows = io->oh, .cols = io->ow, .H = io->H, .W = io->W, .sh = io->strides[0],
+                  .sw = io->strides[1], .dh = io->dilations[0], .dw = io->dilations[1], .pt = io->pads[0],
+                  .pl = io->pads[1], .lo = -INFINITY, .hi = INFINITY};
+    if (io->x_blocked) {
+        j.rows = 1, j.cols = j.y_plane; /* tiles run over the whole plane */
+    } else if (p->kh == 1 && p->kw == 1 && j.sh == 1 && j.sw == 1 && !j.pt && !j.pl && io->oh == io->H &&
+               io->ow == io->W) {
+        j.rows = 1, j.cols = area, j.H = 1, j.W = area, j.x_row = 0; /* one row of all the pixels */
+    }
+    const kiln_act *act = io->act;
+    j.clamp = act->kind == KILN_ACT_NONE || act->kind == KILN_ACT_RELU || act->kind == KILN_ACT_CLIP;
+    if (act->kind == KILN_ACT_RELU) j.lo = 0.0f;
+    if (act->kind == KILN_ACT_CLIP) j.lo = act->alpha, j.hi = act->beta;
+    j.tiles = (j.cols + TILE_PX - 1) / TILE_PX;
+    j.chunks = (j.tiles + CHUNK_TILES - 1) / CHUNK_TILES;
+    j.groups = (p->MB + GROUP_BLOCKS - 1) / GROUP_BLOCKS;
+    double macs = (double)io->N * (double)j.y_plane * (double)p->M * (double)p->C * (double)(p->kh * p->kw);
+    /* under about 256K multiply-adds (a microsecond or two) waking the pool costs more */
+    kiln_threadpool_parallel_for(macs >= (double)(1 << 18) ? pool : NULL, io->N * j.groups * j.rows * j.chunks,
+                                 conv_tasks, &j);
+    return KILN_OK;
+}
+
+/* ---- depthwise: each 16-channel block's pixels, one vector per pixel and tap ---- */
+
+typedef struct dw_job {
+    const kiln_nchwc_conv *p;
+    const kiln_nchwc_conv_io *io;
+    int64_t plane_in, plane_out;
+    bool clamp;
+    float lo, hi;
+} dw_job;
+
+enum { DW_PX = 8 };
+
+/* Task t: output row oy of block cb of image b. */
+static void dw_tasks(void *ctx, int64_t begin, int64_t end)
+{
+    const dw_job *j = ctx;
+    const kiln_nchwc_conv *p = j->p;
+    const kiln_nchwc_conv_io *io = j->io;
+    const int64_t KH = p->kh, KW = p->kw, H = io->H, W = io->W, ow = io->ow;
+    const int64_t sh = io->strides[0], sw = io->strides[1], dh = io->dilations[0], dw = io->dilations[1];
+    __m512 vlo = _mm512_set1_ps(j->lo), vhi = _mm512_set1_ps(j->hi);
+    for (int64_t t = begin; t < end; t++) {
+        int64_t oy = t % io->oh, cb = t / io->oh % p->MB, b = t / (io->oh * p->MB);
+        int64_t plane = b * p->MB + cb;
+        const float *x = io->x + plane * j->plane_in, *w = p->w + cb * KH * KW * BLK;
+        float *y = io->y + plane * j->plane_out + oy * ow * BLK;
+        const float *res = io->res ? io->res + plane * j->plane_out + oy * ow * BLK : NULL;
+        __m512 bv = io->bias ? _mm512_loadu_ps(io->bias + cb * BLK) : _mm512_setzero_ps();
+        int64_t iy0 = oy * sh - io->pads[0];
+        for (int64_t ox0 = 0; ox0 < ow; ox0 += DW_PX) {
+            int n = ow - ox0 < DW_PX ? (int)(ow - ox0) : DW_PX;
+            __m512 acc[DW_PX];
+            for (int q = 0; q < DW_PX; q++) acc[q] = bv;
+            for (int64_t i = 0; i < KH; i++) {
+                int64_t iy = iy0 + i * dh;
+                if (iy < 0 || iy >= H) continue;
+                const float *xr = x + iy * W * BLK;
+                for (int64_t k = 0; k < KW; k++) {
+                    __m512 wv = _mm512_load_ps(w + (i * KW + k) * BLK);
+                    int64_t ix0 = ox0 * sw - io->pads[1] + k * dw;
+#pragma GCC unroll 8
+                    for (int q = 0; q < DW_PX; q++) {
+                        int64_t ix = ix0 + q * sw;
+                        const float *xp = q < n && ix >= 0 && ix < W ? xr + ix * BLK : zeros16;
+                        acc[q] = _mm512_fmadd_ps(_mm512_load_ps(xp), wv, acc[q]);
+                    }
+                }
+            }
+            for (int q = 0; q < n; q++) {
+                __m512 v = acc[q];
+                if (j->clamp) {
+                    if (res) v = _mm512_add_ps(v, _mm512_loadu_ps(res + (ox0 + q) * BLK));
+                    v = _mm512_min_ps(vhi, _mm512_max_ps(vlo, v));
+                }
+                _mm512_storeu_ps(y + (ox0 + q) * BLK, v);
+            }
+            if (!j->clamp)
+                kiln_cpu_act_apply_sum(io->act, y + ox0 * BLK, res ? res + ox0 * BLK : NULL, (int64_t)n * BLK, 0.0f);
+        }
+    }
+}
+
+static kiln_status nchwc_dw_run(kiln_threadpool *pool, const kiln_nchwc_conv *p, const kiln_nchwc_conv_io *io)
+{
+    if (!io->x_blocked || !io->y_blocked || p->M % BLK) return KILN_ERR_INVALID_ARG;
+    if (io->N <= 0 || io->oh <= 0 || io->ow <= 0) return KILN_OK;
+    dw_job j = {.p = p, .io = io, .plane_in = io->H * io->W * BLK, .plane_out = io->oh * io->ow * BLK,
+                .lo = -INFINITY, .hi = INFINITY};
+    const kiln_act *act = io->act;
+    j.clamp = act->kind == KILN_ACT_NONE || act->kind == KILN_ACT_RELU || act->kind == KILN_ACT_CLIP;
+    if (act->kind == KILN_ACT_RELU) j.lo = 0.0f;
+    if (act->kind == KILN_ACT_CLIP) j.lo = act->alpha, j.hi = act->beta;
+    int64_t tasks = io->N * p->MB * io->oh;
+    double work = (double)tasks * (double)io->ow * (double)(p->kh * p->kw) * BLK;
+    kiln_threadpool_parallel_for(work >= (double)(1 << 16) ? pool : NULL, tasks, dw_tasks, &j);
+    return KILN_OK;
+}
+
+/* ---- pooling ---- */
+
+/* NaN-propagating max step (as the plain kernels): v replaces m where larger or NaN, unless m is NaN. */
+static inline __m512 max_step16(__m512 m, __m512 v)
+{
+    __mmask16 take = (_mm512_cmp_ps_mask(v, m, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q)) &
+                     _mm512_cmp_ps_mask(m, m, _CMP_ORD_Q);
+    return _mm512_mask_blend_ps(take, m, v);
+}
+
+/* Task t: output row oy of block cb of image b. */
+static void pool_tasks(void *ctx, int64_t begin, int64_t end)
+{
+    const kiln_nchwc_pool_io *io = ctx;
+    int64_t KH = io->kernel[0], KW = io->kernel[1], H = io->H, W = io->W;
+    for (int64_t t = begin; t < end; t++) {
+        int64_t oy = t % io->oh, plane = t / io->oh;
+        const float *x = io->x + plane * H * W * BLK;
+        float *y = io->y + (plane * io->oh + oy) * io->ow * BLK;
+        int64_t iy0 = oy * io->strides[0] - io->pads[0], ny = 0, cy = 0;
+        for (int64_t i = 0; i < KH; i++) {
+            int64_t iy = iy0 + i * io->dilations[0];
+            cy += iy < H + io->pads[2];
+            ny += iy >= 0 && iy < H;
+        }
+        for (int64_t ox = 0; ox < io->ow; ox++) {
+            int64_t ix0 = ox * io->strides[1] - io->pads[1], nx = 0, cx = 0;
+            __m512 m = _mm512_set1_ps(-INFINITY), s = _mm512_setzero_ps();
+            for (int64_t k = 0; k < KW; k++) {
+                int64_t ix = ix0 + k * io->dilations[1];
+                cx += ix < W + io->pads[3];
+                if (ix < 0 || ix >= W) continue;
+                nx++;
+                for (int64_t i = 0; i < KH; i++) {
+                    int64_t iy = iy0 + i * io->dilations[0];
+                    if (iy < 0 || iy >= H) continue;
+                    __m512 v = _mm512_loadu_ps(x + (iy * W + ix) * BLK);
+                    if (io->max) m = max_step16(m, v);
+                    else s = _mm512_add_ps(s, v);
+                }
+            }
+            if (io->max) _mm512_storeu_ps(y + ox * BLK, ny && nx ? m : _mm512_setzero_ps());
+            else {
+                float cnt = (float)(io->count_include_pad ? cy * cx : ny * nx), a[BLK];
+                _mm512_storeu_ps(a, s);
+                for (int l = 0; l < BLK; l++) y[ox * BLK + l] = (float)((double)a[l] / (double)cnt);
+            }
+        }
+    }
+}
+
+void kiln_cpu_nchwc_pool_run(kiln_threadpool *pool, const kiln_nchwc_pool_io *io)
+{
+    int64_t tasks = io->N * (io->C / BLK) * io->oh;
+    if (tasks <= 0 || io->ow <= 0) return;
+    double work = (double)tasks * (double)io->ow * (double)(io->kernel[0] * io->kernel[1]) * BLK;
+    kiln_threadpool_parallel_for(work >= (double)(1 << 16) ? pool : NULL, tasks, pool_tasks, (void *)io);
+}
+
+typedef struct gavg_job {
+    const float *x;
+    float *y;
+    int64_t area;
+} gavg_job;
+
+/* Task t: block t of all images: the sum of its pixels in double, then the mean. */
+static void gavg_tasks(void *ctx, int64_t begin, int64_t end)
+{
+    const gavg_job *j = ctx;
+    for (int64_t t = begin; t < end; t++) {
+        const float *x = j->x + t * j->area * BLK;
+        __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
+        for (int64_t i = 0; i < j->area; i++) {
+            __m512 v = _mm512_loadu_ps(x + i * BLK);
+            lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(v)));
+            hi = _mm512_add_pd(hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
+        }
+        __m512d n = _mm512_set1_pd((double)j->area);
+        __m256 a = _mm512_cvtpd_ps(_mm512_div_pd(lo, n)), b = _mm512_cvtpd_ps(_mm512_div_pd(hi, n));
+        _mm256_storeu_ps(j->y + t * BLK, a);
+        _mm256_storeu_ps(j->y + t * BLK + 8, b);
+    }
+}
+
+void kiln_cpu_nchwc_global_avg(kiln_threadpool *pool, const float *x, float *y, int64_t N, int64_t C, int64_t area)
+{
+    gavg_job j = {x, y, area};
+    int64_t tasks = N * (C / BLK);
+    kiln_threadpool_parallel_for(tasks * area * BLK >= (1 << 16) ? pool : NULL, tasks, gavg_tasks, &j);
+}
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+#else /* not x86-64: kiln_cpu_nchwc_available() is false, nothing is packed */
+
+kiln_status kiln_cpu_nchwc_conv_run(kiln_threadpool *pool, const kiln_nchwc_conv *p, const kiln_nchwc_conv_io *io)
+{
+    (void)pool, (void)p, (void)io;
+    return KILN_ERR_INVALID_ARG;
+}
+
+void kiln_cpu_nchwc_pool_run(kiln_threadpool *pool, const kiln_nchwc_pool_io *io) { (void)pool, (void)io; }
+
+void kiln_cpu_nchwc_global_avg(kiln_threadpool *pool, const float *x, float *y, int64_t N, int64_t C, int64_t area)
+{
+    (void)pool, (void)x, (void)y, (void)N, (void)C, (void)area;
+}
+
+#endif

@@ -1,0 +1,87 @@
+/* nchwc.h - float32 convolutions and pooling over activations blocked by 16 channels
+ * (NCHW16c: a [N, C, H, W] tensor stored as [N][C / 16][H][W][16], C a multiple of 16), on
+ * AVX-512. A CNN whose activations stay blocked from one layer to the next (the layout pass,
+ * src/passes/layout_nchwc.c) has each kernel read its input and write its output as whole
+ * 16-channel vectors: a convolution's micro-kernel broadcasts one input channel of a pixel
+ * against 16 output channels of packed weights and stores its accumulators as they are, with no
+ * im2col, no packing of the activations and no transposed store.
+ *
+ *     kiln_nchwc_conv *w = kiln_cpu_nchwc_conv_pack(W, M, C, kh, kw);  // W [M, C, kh, kw]
+ *     kiln_nchwc_conv_io io = {...};  // X and Y, each plain NCHW or blocked
+ *     kiln_cpu_nchwc_conv_run(pool, w, &io);
+ *     kiln_cpu_nchwc_conv_free(w);
+ *
+ * The convolution's input may be plain NCHW (any C: a network's 3-channel image) and its output
+ * plain NCHW (any M), so a blocked region begins and ends at a convolution without a separate
+ * reorder. */
+#ifndef KILN_CPU_NCHWC_H
+#define KILN_CPU_NCHWC_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/error.h"
+#include "cpu/threadpool.h"
+#include "ir/graph.h"
+
+/* Channels per block. */
+#define KILN_NCHWC_BLOCK 16
+
+/* Whether this CPU runs the kernels here (AVX-512F). */
+bool kiln_cpu_nchwc_available(void);
+
+typedef struct kiln_nchwc_conv kiln_nchwc_conv;
+
+/* W [M, C, kh, kw] (group 1) packed as [M / 16][kh][kw][C / 16][16 in][16 out], zero past C and
+ * M; or, for a depthwise layer (C = 1, group M), [M / 16][kh][kw][16]. NULL when the CPU lacks
+ * AVX-512F, when out of memory or for empty sizes. Immutable: any number of threads may use it. */
+kiln_nchwc_conv *kiln_cpu_nchwc_conv_pack(const float *w, int64_t M, int64_t C, int64_t kh, int64_t kw,
+                                          bool depthwise);
+/* NULL is a no-op. */
+void kiln_cpu_nchwc_conv_free(kiln_nchwc_conv *w);
+/* Its sizes: W [M, C, kh, kw]; true for a depthwise layer (C = 1). */
+bool kiln_cpu_nchwc_conv_shape(const kiln_nchwc_conv *w, int64_t *M, int64_t *C, int64_t *kh, int64_t *kw);
+/* Writes W back, exactly. */
+void kiln_cpu_nchwc_conv_unpack(const kiln_nchwc_conv *w, float *dst);
+
+/* One convolution: Y [N, M, oh, ow] = act(conv(X [N, C, H, W]) + bias + res). X and Y (and res,
+ * which has Y's layout) are plain NCHW or blocked; a blocked one has C (or M) a multiple of 16;
+ * a depthwise layer's are both blocked. bias [M] and res may be NULL. */
+typedef struct kiln_nchwc_conv_io {
+    const float *x;
+    bool x_blocked;
+    int64_t N, H, W;
+    float *y;
+    bool y_blocked;
+    int64_t oh, ow;
+    const float *bias, *res;
+    const kiln_act *act;
+    int64_t strides[2], dilations[2], pads[2]; /* pads: top, left */
+} kiln_nchwc_conv_io;
+
+/* Threads from pool (NULL: the calling thread). Errors: KILN_ERR_INVALID_ARG for a layout the
+ * sizes do not allow (blocked with a channel count not a multiple of 16, depthwise not blocked). */
+kiln_status kiln_cpu_nchwc_conv_run(kiln_threadpool *pool, const kiln_nchwc_conv *w, const kiln_nchwc_conv_io *io);
+
+/* Pooling of a blocked X [N, C, H, W] into a blocked Y [N, C, oh, ow] as the CPU provider's
+ * plain kernels compute it: max (NaN propagating; 0 for a window wholly in the padding), or
+ * average over the taps inside X, or with count_include_pad over those before the end pads.
+ * kernel, strides, dilations and pads (top, left, bottom, right) as ONNX's resolved attributes. */
+typedef struct kiln_nchwc_pool_io {
+    const float *x;
+    float *y;
+    int64_t N, C, H, W, oh, ow;
+    int64_t kernel[2], strides[2], dilations[2], pads[4];
+    bool max, count_include_pad;
+} kiln_nchwc_pool_io;
+void kiln_cpu_nchwc_pool_run(kiln_threadpool *pool, const kiln_nchwc_pool_io *io);
+
+/* Y [N, C] = the mean of each channel of a blocked X [N, C, H, W] (GlobalAveragePool: its plain
+ * output [N, C, 1, 1] is the same bytes as a blocked one). */
+void kiln_cpu_nchwc_global_avg(kiln_threadpool *pool, const float *x, float *y, int64_t N, int64_t C, int64_t area);
+
+/* Layout conversions of [N, C, area] with C a multiple of 16 (plain <-> blocked). */
+void kiln_cpu_nchwc_block(const float *x, float *y, int64_t N, int64_t C, int64_t area);
+void kiln_cpu_nchwc_unblock(const float *x, float *y, int64_t N, int64_t C, int64_t area);
+
+#endif
