@@ -112,6 +112,14 @@ void kiln_cpu_nchwc_unblock(const float *x, float *y, int64_t N, int64_t C, int6
 static const float zeros16[BLK] __attribute__((aligned(64)));
 
 
+/* Whether act is applied in the store as a clamp to [lo, hi] (none, Relu, Clip); else after it. */
+static bool clamp_of(const kiln_act *act, float *lo, float *hi)
+{
+    *lo = act->kind == KILN_ACT_RELU ? 0.0f : act->kind == KILN_ACT_CLIP ? act->alpha : -INFINITY;
+    *hi = act->kind == KILN_ACT_CLIP ? act->beta : INFINITY;
+    return act->kind == KILN_ACT_NONE || act->kind == KILN_ACT_RELU || act->kind == KILN_ACT_CLIP;
+}
+
 /* One call of a convolution: strides in floats of X and Y, and how the output is cut. */
 typedef struct conv_job {
     const kiln_nchwc_conv *p;
@@ -356,17 +364,14 @@ kiln_status kiln_cpu_nchwc_conv_run(kiln_threadpool *pool, const kiln_nchwc_conv
                   .x_col = io->x_blocked ? BLK : 1, .y_img = p->M * io->oh * io->ow, .y_plane = io->oh * io->ow,
                   .rows = io->oh, .cols = io->ow, .H = io->H, .W = io->W, .sh = io->strides[0],
                   .sw = io->strides[1], .dh = io->dilations[0], .dw = io->dilations[1], .pt = io->pads[0],
-                  .pl = io->pads[1], .lo = -INFINITY, .hi = INFINITY};
+                  .pl = io->pads[1]};
     if (io->x_blocked) {
         j.rows = 1, j.cols = j.y_plane; /* tiles run over the whole plane */
     } else if (p->kh == 1 && p->kw == 1 && j.sh == 1 && j.sw == 1 && !j.pt && !j.pl && io->oh == io->H &&
                io->ow == io->W) {
         j.rows = 1, j.cols = area, j.H = 1, j.W = area, j.x_row = 0; /* one row of all the pixels */
     }
-    const kiln_act *act = io->act;
-    j.clamp = act->kind == KILN_ACT_NONE || act->kind == KILN_ACT_RELU || act->kind == KILN_ACT_CLIP;
-    if (act->kind == KILN_ACT_RELU) j.lo = 0.0f;
-    if (act->kind == KILN_ACT_CLIP) j.lo = act->alpha, j.hi = act->beta;
+    j.clamp = clamp_of(io->act, &j.lo, &j.hi);
     j.tiles = (j.cols + TILE_PX - 1) / TILE_PX;
     j.chunks = (j.tiles + CHUNK_TILES - 1) / CHUNK_TILES;
     j.groups = (p->MB + GROUP_BLOCKS - 1) / GROUP_BLOCKS;
@@ -443,12 +448,8 @@ static kiln_status nchwc_dw_run(kiln_threadpool *pool, const kiln_nchwc_conv *p,
 {
     if (!io->x_blocked || !io->y_blocked || p->M % BLK) return KILN_ERR_INVALID_ARG;
     if (io->N <= 0 || io->oh <= 0 || io->ow <= 0) return KILN_OK;
-    dw_job j = {.p = p, .io = io, .plane_in = io->H * io->W * BLK, .plane_out = io->oh * io->ow * BLK,
-                .lo = -INFINITY, .hi = INFINITY};
-    const kiln_act *act = io->act;
-    j.clamp = act->kind == KILN_ACT_NONE || act->kind == KILN_ACT_RELU || act->kind == KILN_ACT_CLIP;
-    if (act->kind == KILN_ACT_RELU) j.lo = 0.0f;
-    if (act->kind == KILN_ACT_CLIP) j.lo = act->alpha, j.hi = act->beta;
+    dw_job j = {.p = p, .io = io, .plane_in = io->H * io->W * BLK, .plane_out = io->oh * io->ow * BLK};
+    j.clamp = clamp_of(io->act, &j.lo, &j.hi);
     int64_t tasks = io->N * p->MB * io->oh;
     double work = (double)tasks * (double)io->ow * (double)(p->kh * p->kw) * BLK;
     kiln_threadpool_parallel_for(work >= (double)(1 << 16) ? pool : NULL, tasks, dw_tasks, &j);
