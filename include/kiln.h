@@ -276,6 +276,9 @@ typedef struct kiln_node_event {
     int n_outputs;
     const char *const *output_names;   /* "" for an output the node does not produce */
     const kiln_value *const *outputs;  /* NULL for an output the node does not produce */
+    double ms; /* wall time from the node's start until its values were ready to show (with a
+                * GPU provider this includes copying them to the host), without the observer's
+                * own time or the runtime's conversion of internal layouts */
 } kiln_node_event;
 
 /* Called after each node; return 0 to go on, anything else stops the run (KILN_ERR_RUNTIME). */

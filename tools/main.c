@@ -255,10 +255,9 @@ static int cmd_info(int argc, char **argv)
     return 0;
 }
 
-/* ---- bench --profile: wall time between the observer's callbacks, per node ---- */
+/* ---- bench --profile: each node's time as the observer event reports it ---- */
 
 typedef struct node_times {
-    double last;
     double *ms; /* [nodes] */
     char (*shape)[64];          /* [nodes] output 0's dims, as seen */
     int nodes;
@@ -267,9 +266,8 @@ typedef struct node_times {
 static int time_node(void *user, const kiln_node_event *ev)
 {
     node_times *p = user;
-    double t = now_ms();
     if (ev->node >= 0 && ev->node < p->nodes) {
-        p->ms[ev->node] += t - p->last;
+        p->ms[ev->node] += ev->ms;
         const kiln_value *y = ev->n_outputs > 0 ? ev->outputs[0] : NULL;
         if (y && !p->shape[ev->node][0] && kiln_value_kind_of(y) == KILN_VALUE_TENSOR) {
             int at = 0;
@@ -277,13 +275,11 @@ static int time_node(void *user, const kiln_node_event *ev)
                 at += snprintf(p->shape[ev->node] + at, 64 - (size_t)at, "%s%" PRId64, d ? "x" : "", kiln_value_dims(y)[d]);
         }
     }
-    p->last = now_ms();
     return 0;
 }
 
 /* Runs the model `runs` more times with an observer and prints where the time goes: per op
- * type, then the costliest nodes (or, with `all`, every node in graph order). The observer's callbacks add to the times, so the sum is
- * above the timed runs' median. */
+ * type, then the costliest nodes (or, with `all`, every node in graph order). */
 static int print_profile(kiln_session *s, int n_in, const char **in_names, kiln_value **in, int n_out,
                          const char **out_names, int runs, bool all)
 {
@@ -295,7 +291,6 @@ static int print_profile(kiln_session *s, int n_in, const char **in_names, kiln_
     int *order = calloc((size_t)p.nodes + 1, sizeof *order);
     int rc = !p.ms || !p.shape || !out || !order ? cli_fail("out of memory") : 0;
     for (int r = 0; r < runs && !rc; r++) {
-        p.last = now_ms();
         if (kiln_session_run_observed(s, n_in, in_names, (const kiln_value *const *)in, n_out, out_names, out,
                                       time_node, &p))
             rc = cli_fail("%s", kiln_last_error(s));

@@ -20,9 +20,9 @@
 
 /* tiles: up to 4 output blocks by up to 6 pixels (24 accumulators); tasks: up to 8 tiles */
 enum { BLK = KILN_NCHWC_BLOCK, GROUP_BLOCKS = 4, TILE_PX = 6, CHUNK_TILES = 8 };
-/* weights fetched ahead of the multiply-adds, in floats: four input blocks on (a deep layer's
- * weights come from memory on a group's first tile and from L2 on the others; ResNet-50's 7x7
- * 512-channel 3x3 layer with cold caches about 10% faster) */
+/* weights fetched ahead of the multiply-adds, in floats: 4 KB on (a deep layer's weights come
+ * from memory on a group's first tile and from L2 on the others; ResNet-50's 7x7 512-channel
+ * 3x3 layer with cold caches about 10% faster) */
 enum { PF_AHEAD = 4 * KILN_NCHWC_BLOCK * KILN_NCHWC_BLOCK };
 
 struct kiln_nchwc_conv {
@@ -44,7 +44,9 @@ void kiln_cpu_nchwc_conv_free(kiln_nchwc_conv *w)
 static int64_t packed_at(const kiln_nchwc_conv *p, int64_t m, int64_t c, int64_t i, int64_t j)
 {
     if (p->depthwise) return ((m / BLK * p->kh + i) * p->kw + j) * BLK + m % BLK;
-    return ((((m / BLK * p->kh + i) * p->kw + j) * p->CB + c / BLK) * BLK + c % BLK) * BLK + m % BLK;
+    int64_t ob0 = m / BLK / GROUP_BLOCKS * GROUP_BLOCKS, fb = p->MB - ob0 < GROUP_BLOCKS ? p->MB - ob0 : GROUP_BLOCKS;
+    int64_t at = ob0 * p->CB * p->kh * p->kw + (((i * p->kw + j) * p->CB + c / BLK) * fb + m / BLK - ob0);
+    return (at * BLK + c % BLK) * BLK + m % BLK;
 }
 
 kiln_nchwc_conv *kiln_cpu_nchwc_conv_pack(const float *w, int64_t M, int64_t C, int64_t kh, int64_t kw,
@@ -129,7 +131,6 @@ typedef struct conv_job {
     int64_t rows, cols;                       /* of the output as the tasks see it (plain X, 1x1: 1, oh * ow) */
     int64_t H, W, sh, sw, dh, dw, pt, pl;     /* the input as the taps see it */
     int64_t tiles, chunks, groups;            /* per row; per row; of output blocks per image */
-    
     bool clamp;
     float lo, hi;
 } conv_job;
@@ -189,7 +190,7 @@ typedef struct conv_job {
 #define STEP(FB, P, XAT)                                                                                    \
     do {                                                                                                    \
         __m512 wv[4];                                                                                       \
-        _Pragma("GCC unroll 4") for (int f = 0; f < (FB); f++) wv[f] = _mm512_load_ps(wp + f * fs + c * BLK); \
+        _Pragma("GCC unroll 4") for (int f = 0; f < (FB); f++) wv[f] = _mm512_load_ps(wp + (f * BLK + c) * BLK); \
         _Pragma("GCC unroll 6") for (int q = 0; q < (P); q++)                                             \
         {                                                                                                   \
             __m512 xv = _mm512_set1_ps(XAT);                                                                \
@@ -205,7 +206,7 @@ static inline __attribute__((always_inline)) void blocked_tile(const conv_job *j
 {
     const kiln_nchwc_conv *p = j->p;
     const kiln_nchwc_conv_io *io = j->io;
-    const int64_t KH = p->kh, KW = p->kw, CB = p->CB, fs = CB * KH * KW * BLK * BLK;
+    const int64_t KH = p->kh, KW = p->kw, CB = p->CB;
     __m512 acc[4][6];
     INIT_ACC(FB, P);
     int64_t iy0[6], ix0[6];
@@ -213,7 +214,7 @@ static inline __attribute__((always_inline)) void blocked_tile(const conv_job *j
         int64_t oy = (px + q) / io->ow, ox = (px + q) % io->ow;
         iy0[q] = oy * j->sh - j->pt, ix0[q] = ox * j->sw - j->pl;
     }
-    const float *x = io->x + b * j->x_img, *wg = p->w + ob0 * fs;
+    const float *x = io->x + b * j->x_img, *wg = p->w + ob0 * CB * KH * KW * BLK * BLK;
     for (int64_t i = 0; i < KH; i++)
         for (int64_t k = 0; k < KW; k++) {
             const float *xp[6];
@@ -228,12 +229,12 @@ static inline __attribute__((always_inline)) void blocked_tile(const conv_job *j
                 any |= in;
             }
             if (!any) continue;
-            const float *wp = wg + (i * KW + k) * CB * BLK * BLK;
-            for (int64_t ib = 0; ib < CB; ib++, wp += BLK * BLK) {
+            const float *wp = wg + (i * KW + k) * CB * FB * BLK * BLK;
+            for (int64_t ib = 0; ib < CB; ib++, wp += FB * BLK * BLK) {
 #pragma GCC unroll 1
                 for (int c = 0; c < BLK; c++) {
 #pragma GCC unroll 4
-                    for (int f = 0; f < FB; f++) _mm_prefetch((const char *)(wp + f * fs + PF_AHEAD + c * BLK), _MM_HINT_T0);
+                    for (int f = 0; f < FB; f++) _mm_prefetch((const char *)(wp + PF_AHEAD + (f * BLK + c) * BLK), _MM_HINT_T0);
                     STEP(FB, P, xp[q][c]);
                 }
 #pragma GCC unroll 6
@@ -251,18 +252,18 @@ static inline __attribute__((always_inline)) void plain_tile(const conv_job *j, 
 {
     const kiln_nchwc_conv *p = j->p;
     const kiln_nchwc_conv_io *io = j->io;
-    const int64_t KH = p->kh, KW = p->kw, CB = p->CB, fs = CB * KH * KW * BLK * BLK;
+    const int64_t KH = p->kh, KW = p->kw, CB = p->CB;
     __m512 acc[4][6];
     INIT_ACC(FB, P);
     int64_t iy0 = oy * j->sh - j->pt, kh_lo = 0, kh_hi = KH;
     while (kh_lo < KH && iy0 + kh_lo * j->dh < 0) kh_lo++;
     while (kh_hi > kh_lo && iy0 + (kh_hi - 1) * j->dh >= j->H) kh_hi--;
-    const float *x = io->x + b * j->x_img, *wg = p->w + ob0 * fs;
+    const float *x = io->x + b * j->x_img, *wg = p->w + ob0 * CB * KH * KW * BLK * BLK;
     for (int64_t i = kh_lo; i < kh_hi; i++)
         for (int64_t k = kw_lo; k < kw_hi; k++) {
             const float *xr = x + (iy0 + i * j->dh) * j->x_row + (ox0 * j->sw - j->pl + k * j->dw) * j->x_col;
-            const float *wp = wg + (i * KW + k) * CB * BLK * BLK;
-            for (int64_t ib = 0; ib < CB; ib++, wp += BLK * BLK) {
+            for (int64_t ib = 0; ib < CB; ib++) {
+                const float *wp = wg + ((i * KW + k) * CB + ib) * FB * BLK * BLK;
                 const float *xb = xr + ib * j->x_blk;
                 int64_t icn = p->C - ib * BLK < BLK ? p->C - ib * BLK : BLK;
                 for (int64_t c = 0; c < icn; c++) STEP(FB, P, xb[c * j->x_ic + q * j->sw * j->x_col]);
@@ -302,11 +303,11 @@ static const plain_tile_fn plain_tiles[4][6] = {SIX_ROW(plain, 1), SIX_ROW(plain
                                                 SIX_ROW(plain, 4)};
 
 /* Tile t of a run of n pixels cut into `tiles` nearly equal ones: its first pixel and size. */
-static void tile_span(int64_t n, int64_t tiles, int64_t t, int64_t *x0, int *px)
+static void tile_span(int64_t n, int64_t tiles, int64_t t, int64_t *x0, int64_t *px)
 {
     int64_t base = n / tiles, extra = n % tiles; /* the first `extra` tiles get one more */
     *x0 = t * base + (t < extra ? t : extra);
-    *px = (int)(base + (t < extra));
+    *px = base + (t < extra);
 }
 
 /* Taps [lo, hi) of output column ox that land inside the input's W columns. */
@@ -327,10 +328,10 @@ static void conv_tasks(void *ctx, int64_t begin, int64_t end)
         int64_t chunk = t % j->chunks, oy = t / j->chunks % j->rows, g = t / (j->chunks * j->rows) % j->groups;
         int64_t b = t / (j->chunks * j->rows * j->groups), ob0 = g * GROUP_BLOCKS;
         int FB = (int)(j->p->MB - ob0 < GROUP_BLOCKS ? j->p->MB - ob0 : GROUP_BLOCKS);
-        int64_t t_end = (chunk + 1) * CHUNK_TILES < j->tiles ? (chunk + 1) * CHUNK_TILES : j->tiles;
-        for (int64_t ti = chunk * CHUNK_TILES; ti < t_end; ti++) {
-            int64_t ox0;
-            int P;
+        int64_t t0, n_tiles;
+        tile_span(j->tiles, j->chunks, chunk, &t0, &n_tiles);
+        for (int64_t ti = t0; ti < t0 + n_tiles; ti++) {
+            int64_t ox0, P;
             tile_span(j->cols, j->tiles, ti, &ox0, &P);
             if (j->io->x_blocked) {
                 blocked_tiles[FB - 1][P - 1](j, b, ob0, ox0);
@@ -373,8 +374,8 @@ kiln_status kiln_cpu_nchwc_conv_run(kiln_threadpool *pool, const kiln_nchwc_conv
     }
     j.clamp = clamp_of(io->act, &j.lo, &j.hi);
     j.tiles = (j.cols + TILE_PX - 1) / TILE_PX;
-    j.chunks = (j.tiles + CHUNK_TILES - 1) / CHUNK_TILES;
     j.groups = (p->MB + GROUP_BLOCKS - 1) / GROUP_BLOCKS;
+    j.chunks = (j.tiles + CHUNK_TILES - 1) / CHUNK_TILES;
     double macs = (double)io->N * (double)j.y_plane * (double)p->M * (double)p->C * (double)(p->kh * p->kw);
     /* under about 256K multiply-adds (a microsecond or two) waking the pool costs more */
     kiln_threadpool_parallel_for(macs >= (double)(1 << 18) ? pool : NULL, io->N * j.groups * j.rows * j.chunks,

@@ -32,9 +32,10 @@ bool kiln_cpu_nchwc_available(void);
 
 typedef struct kiln_nchwc_conv kiln_nchwc_conv;
 
-/* W [M, C, kh, kw] (group 1) packed as [M / 16][kh][kw][C / 16][16 in][16 out], zero past C and
- * M; or, for a depthwise layer (C = 1, group M), [M / 16][kh][kw][16]. NULL when the CPU lacks
- * AVX-512F, when out of memory or for empty sizes. Immutable: any number of threads may use it. */
+/* W [M, C, kh, kw] (group 1) packed, per group of up to 4 blocks of 16 output channels, as
+ * [kh][kw][C / 16][blocks of the group][16 in][16 out], zero past C and M; or, for a depthwise
+ * layer (C = 1, group M), [M / 16][kh][kw][16]. NULL when the CPU lacks AVX-512F, when out of
+ * memory or for empty sizes. Immutable: any number of threads may use it. */
 kiln_nchwc_conv *kiln_cpu_nchwc_conv_pack(const float *w, int64_t M, int64_t C, int64_t kh, int64_t kw,
                                           bool depthwise);
 /* NULL is a no-op. */

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/scratch.h"
 #include "cpu/nchwc.h"
@@ -365,7 +366,15 @@ static void reverse_elements(kiln_value *v)
 
 /* Tells the observer about node n (host copies of device values); nonzero from it stops
  * the run. */
-static kiln_status observe(const kiln_run_env *env, const kiln_node *n, kiln_frame *f, kiln_err *err)
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static kiln_status observe(const kiln_run_env *env, const kiln_node *n, kiln_frame *f, double started,
+                           kiln_err *err)
 {
     const char *names_store[64], *onames_store[64];
     const kiln_value *in_store[64], *out_store[64];
@@ -382,6 +391,7 @@ static kiln_status observe(const kiln_run_env *env, const kiln_node *n, kiln_fra
         if (n->out[i] && env->gpu) KILN_TRY(value_at(f, n->out[i], false, &out_store[i], err));
         else if (n->out[i]) out_store[i] = f->vals[n->out[i]->id];
     }
+    double ms = now_ms() - started;
     /* blocked values (kiln_layout) are shown as plain copies */
     kiln_value *plain[128];
     int n_plain = 0;
@@ -401,7 +411,8 @@ static kiln_status observe(const kiln_run_env *env, const kiln_node *n, kiln_fra
         kiln_node_event ev = {.node = env->node_ids ? env->node_ids[n->index] : n->index,
                               .node_name = n->name, .op_type = n->op_type,
                               .n_inputs = n->n_in, .input_names = names_store, .inputs = in_store,
-                              .n_outputs = n->n_out, .output_names = onames_store, .outputs = out_store};
+                              .n_outputs = n->n_out, .output_names = onames_store, .outputs = out_store,
+                              .ms = ms};
         stop = env->observer(env->observer_user, &ev);
     }
     for (int i = 0; i < n_plain; i++) kiln_value_free(plain[i]);
@@ -432,13 +443,14 @@ kiln_status kiln_execute(const kiln_graph *g, const kiln_frame *parent, const ki
     }
     for (int k = 0; k < g->n_nodes; k++) {
         const kiln_node *n = g->nodes[k];
+        double started = env && env->observer ? now_ms() : 0;
         st = run_node(n, &f, err);
         if (st) goto out;
         if (env && env->fault_node && n->n_out && n->out[0] && !strcmp(n->name, env->fault_node) &&
             f.vals[n->out[0]->id] && !f.vals[n->out[0]->id]->on_device)
             reverse_elements(f.vals[n->out[0]->id]);
         if (env && env->observer) {
-            st = observe(env, n, &f, err);
+            st = observe(env, n, &f, started, err);
             if (st) goto out;
         }
         for (int r = 0; r < n->n_release; r++) {

@@ -65,6 +65,11 @@ def test_run_matches_ort(models, tmp):
           "by op type:" in lines and "costliest nodes:" in lines and
           any("MatMul" in l and "nodes" in l for l in lines) and any("-> [2x7x" in l for l in lines),
           r.stdout + r.stderr)
+    # the node times are the events' own (kiln_node_event.ms): every node listed took some time
+    per_run = [float(l.split(",")[1].split()[0]) for l in lines if l.startswith("profile: 2 runs")]
+    node_ms = [float(l.split()[0]) for l in lines if l.endswith("]") and "->" in l and "%" in l]
+    check("bench --profile times from the events", per_run and per_run[0] > 0 and node_ms and
+          all(t >= 0 for t in node_ms) and max(node_ms) <= per_run[0] + 1e-3, r.stdout)
 
 
 def identity_model(path, elem_type, name="x"):
