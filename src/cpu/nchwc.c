@@ -18,8 +18,9 @@
 #include "cpu/gemm.h"
 #include "cpu/kernels.h"
 
-/* tiles: up to 4 output blocks by up to 6 pixels (24 accumulators); tasks: up to 8 tiles */
-enum { BLK = KILN_NCHWC_BLOCK, GROUP_BLOCKS = 4, TILE_PX = 6, CHUNK_TILES = 8 };
+/* tiles: up to 4 output blocks by up to 6 pixels, or up to 2 blocks by up to 12 (24
+ * accumulators); tasks: up to 8 tiles */
+enum { BLK = KILN_NCHWC_BLOCK, GROUP_BLOCKS = 4, TILE_PX = 6, WIDE_PX = 12, CHUNK_TILES = 8 };
 /* weights fetched ahead of the multiply-adds, in floats: 4 KB on (a deep layer's weights come
  * from memory on a group's first tile and from L2 on the others; ResNet-50's 7x7 512-channel
  * 3x3 layer with cold caches about 10% faster) */
@@ -147,7 +148,7 @@ typedef struct conv_job {
                 int64_t at = b * j->y_img + ob * j->y_plane * BLK + px * BLK;                               \
                 float *y = io->y + at;                                                                      \
                 const float *res = io->res ? io->res + at : NULL;                                           \
-                _Pragma("GCC unroll 6") for (int q = 0; q < (P); q++)                                     \
+                _Pragma("GCC unroll 12") for (int q = 0; q < (P); q++)                                     \
                 {                                                                                           \
                     __m512 v = acc[f][q];                                                                   \
                     if (j->clamp) {                                                                         \
@@ -183,7 +184,7 @@ typedef struct conv_job {
     {                                                                                                       \
         __m512 bv = _mm512_setzero_ps();                                                                    \
         if (io->bias) bv = _mm512_maskz_loadu_ps(kiln_lanes(p->M - (ob0 + f) * BLK), io->bias + (ob0 + f) * BLK); \
-        _Pragma("GCC unroll 6") for (int q = 0; q < (P); q++) acc[f][q] = bv;                             \
+        _Pragma("GCC unroll 12") for (int q = 0; q < (P); q++) acc[f][q] = bv;                             \
     }
 
 /* One input channel c of every pixel against FB blocks of 16 output channels. */
@@ -191,7 +192,7 @@ typedef struct conv_job {
     do {                                                                                                    \
         __m512 wv[4];                                                                                       \
         _Pragma("GCC unroll 4") for (int f = 0; f < (FB); f++) wv[f] = _mm512_load_ps(wp + (f * BLK + c) * BLK); \
-        _Pragma("GCC unroll 6") for (int q = 0; q < (P); q++)                                             \
+        _Pragma("GCC unroll 12") for (int q = 0; q < (P); q++)                                             \
         {                                                                                                   \
             __m512 xv = _mm512_set1_ps(XAT);                                                                \
             _Pragma("GCC unroll 4") for (int f = 0; f < (FB); f++) acc[f][q] = _mm512_fmadd_ps(xv, wv[f], acc[f][q]); \
@@ -207,9 +208,9 @@ static inline __attribute__((always_inline)) void blocked_tile(const conv_job *j
     const kiln_nchwc_conv *p = j->p;
     const kiln_nchwc_conv_io *io = j->io;
     const int64_t KH = p->kh, KW = p->kw, CB = p->CB;
-    __m512 acc[4][6];
+    __m512 acc[4][WIDE_PX];
     INIT_ACC(FB, P);
-    int64_t iy0[6], ix0[6];
+    int64_t iy0[WIDE_PX], ix0[WIDE_PX];
     for (int q = 0; q < P; q++) {
         int64_t oy = (px + q) / io->ow, ox = (px + q) % io->ow;
         iy0[q] = oy * j->sh - j->pt, ix0[q] = ox * j->sw - j->pl;
@@ -217,10 +218,10 @@ static inline __attribute__((always_inline)) void blocked_tile(const conv_job *j
     const float *x = io->x + b * j->x_img, *wg = p->w + ob0 * CB * KH * KW * BLK * BLK;
     for (int64_t i = 0; i < KH; i++)
         for (int64_t k = 0; k < KW; k++) {
-            const float *xp[6];
-            int64_t step[6];
+            const float *xp[WIDE_PX];
+            int64_t step[WIDE_PX];
             bool any = false;
-#pragma GCC unroll 6
+#pragma GCC unroll 12
             for (int q = 0; q < P; q++) {
                 int64_t iy = iy0[q] + i * j->dh, ix = ix0[q] + k * j->dw;
                 bool in = iy >= 0 && iy < j->H && ix >= 0 && ix < j->W;
@@ -237,7 +238,7 @@ static inline __attribute__((always_inline)) void blocked_tile(const conv_job *j
                     for (int f = 0; f < FB; f++) _mm_prefetch((const char *)(wp + PF_AHEAD + (f * BLK + c) * BLK), _MM_HINT_T0);
                     STEP(FB, P, xp[q][c]);
                 }
-#pragma GCC unroll 6
+#pragma GCC unroll 12
                 for (int q = 0; q < P; q++) xp[q] += step[q];
             }
         }
@@ -253,7 +254,7 @@ static inline __attribute__((always_inline)) void plain_tile(const conv_job *j, 
     const kiln_nchwc_conv *p = j->p;
     const kiln_nchwc_conv_io *io = j->io;
     const int64_t KH = p->kh, KW = p->kw, CB = p->CB;
-    __m512 acc[4][6];
+    __m512 acc[4][WIDE_PX];
     INIT_ACC(FB, P);
     int64_t iy0 = oy * j->sh - j->pt, kh_lo = 0, kh_hi = KH;
     while (kh_lo < KH && iy0 + kh_lo * j->dh < 0) kh_lo++;
@@ -288,19 +289,22 @@ typedef void (*plain_tile_fn)(const conv_job *j, int64_t b, int64_t ob0, int64_t
         plain_tile(j, b, ob0, oy, ox0, FB, P, kw_lo, kw_hi);                                                \
     }
 #define SIX(X, FB) X(FB, 1) X(FB, 2) X(FB, 3) X(FB, 4) X(FB, 5) X(FB, 6)
-SIX(BLOCKED_FN, 1)
-SIX(BLOCKED_FN, 2)
+#define TWELVE(X, FB) SIX(X, FB) X(FB, 7) X(FB, 8) X(FB, 9) X(FB, 10) X(FB, 11) X(FB, 12)
+TWELVE(BLOCKED_FN, 1)
+TWELVE(BLOCKED_FN, 2)
 SIX(BLOCKED_FN, 3)
 SIX(BLOCKED_FN, 4)
-SIX(PLAIN_FN, 1)
-SIX(PLAIN_FN, 2)
+TWELVE(PLAIN_FN, 1)
+TWELVE(PLAIN_FN, 2)
 SIX(PLAIN_FN, 3)
 SIX(PLAIN_FN, 4)
-#define SIX_ROW(X, FB) {X##_##FB##_1, X##_##FB##_2, X##_##FB##_3, X##_##FB##_4, X##_##FB##_5, X##_##FB##_6}
-static const blocked_tile_fn blocked_tiles[4][6] = {SIX_ROW(blocked, 1), SIX_ROW(blocked, 2), SIX_ROW(blocked, 3),
-                                                    SIX_ROW(blocked, 4)};
-static const plain_tile_fn plain_tiles[4][6] = {SIX_ROW(plain, 1), SIX_ROW(plain, 2), SIX_ROW(plain, 3),
-                                                SIX_ROW(plain, 4)};
+#define SIX_ROW(X, FB) X##_##FB##_1, X##_##FB##_2, X##_##FB##_3, X##_##FB##_4, X##_##FB##_5, X##_##FB##_6
+#define TWELVE_ROW(X, FB) SIX_ROW(X, FB), X##_##FB##_7, X##_##FB##_8, X##_##FB##_9, X##_##FB##_10, X##_##FB##_11, X##_##FB##_12
+/* [FB - 1][P - 1]; P past 6 only for FB up to 2 */
+static const blocked_tile_fn blocked_tiles[4][WIDE_PX] = {{TWELVE_ROW(blocked, 1)}, {TWELVE_ROW(blocked, 2)},
+                                                          {SIX_ROW(blocked, 3)}, {SIX_ROW(blocked, 4)}};
+static const plain_tile_fn plain_tiles[4][WIDE_PX] = {{TWELVE_ROW(plain, 1)}, {TWELVE_ROW(plain, 2)},
+                                                      {SIX_ROW(plain, 3)}, {SIX_ROW(plain, 4)}};
 
 /* Tile t of a run of n pixels cut into `tiles` nearly equal ones: its first pixel and size. */
 static void tile_span(int64_t n, int64_t tiles, int64_t t, int64_t *x0, int64_t *px)
@@ -373,7 +377,8 @@ kiln_status kiln_cpu_nchwc_conv_run(kiln_threadpool *pool, const kiln_nchwc_conv
         j.rows = 1, j.cols = area, j.H = 1, j.W = area, j.x_row = 0; /* one row of all the pixels */
     }
     j.clamp = clamp_of(io->act, &j.lo, &j.hi);
-    j.tiles = (j.cols + TILE_PX - 1) / TILE_PX;
+    int64_t tile_px = p->MB <= 2 ? WIDE_PX : TILE_PX; /* a layer of up to 32 channels: wide tiles */
+    j.tiles = (j.cols + tile_px - 1) / tile_px;
     j.groups = (p->MB + GROUP_BLOCKS - 1) / GROUP_BLOCKS;
     j.chunks = (j.tiles + CHUNK_TILES - 1) / CHUNK_TILES;
     double macs = (double)io->N * (double)j.y_plane * (double)p->M * (double)p->C * (double)(p->kh * p->kw);
