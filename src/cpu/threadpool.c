@@ -1,4 +1,10 @@
-/* threadpool.c - persistent workers that sleep on a condition variable and run parallel loops. */
+/* threadpool.c - persistent workers that sleep on a condition variable and run parallel loops.
+ *
+ * A loop's indices are cut into one contiguous share per thread. Each thread works through its
+ * own share from the front, a piece at a time, then takes pieces from the others' shares: the
+ * split is static while the threads keep pace (a thread's consecutive indices, and the data they
+ * touch, stay on its core: a convolution's weights of a group of output channels stay in one L2)
+ * and dynamic where one falls behind or a worker joins late. */
 #define _GNU_SOURCE
 #include "cpu/threadpool.h"
 
@@ -17,9 +23,15 @@
 
 enum {
     MAX_THREADS = 1024,
-    CHUNKS_PER_THREAD = 4, /* dynamic chunks per thread, for load balance */
+    PIECES_PER_SHARE = 16, /* a share is taken this many indices at a time, for load balance */
     SPIN_ROUNDS = 2000,    /* pauses before sleeping (tens of microseconds) */
 };
+
+/* One thread's share of a loop: the indices [next, end), taken from the front. */
+typedef struct share {
+    _Alignas(64) atomic_int_fast64_t next;
+    int64_t end;
+} share;
 
 struct kiln_threadpool {
     int n_threads; /* workers + the caller */
@@ -34,8 +46,8 @@ struct kiln_threadpool {
     /* the current loop: written by its caller before state opens it (release) */
     kiln_parallel_fn fn;
     void *ctx;
-    int64_t n, chunk, n_chunks;
-    atomic_int_fast64_t next; /* next chunk to take */
+    int64_t piece;  /* indices taken at a time */
+    share *shares;  /* [n_threads]: slot 0 the caller's, slot k the k-th worker to join */
     /* generation << GEN_SHIFT | OPEN while the loop accepts workers | workers inside it. A worker
      * joins with a compare-and-swap that fails once the caller has closed the loop, so the caller
      * never waits for a worker that was not scheduled in time, only for those inside. */
@@ -61,15 +73,18 @@ static int cores_available(void)
     return 1;
 }
 
-static void run_chunks(kiln_threadpool *p)
+/* Runs slot me's share, then helps the others with theirs (a worker that joined late or not at
+ * all, or a slower thread), a piece at a time. */
+static void run_shares(kiln_threadpool *p, int me)
 {
     tp_depth++;
-    for (;;) {
-        int64_t c = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed);
-        if (c >= p->n_chunks) break;
-        int64_t begin = c * p->chunk;
-        int64_t end = begin + p->chunk < p->n ? begin + p->chunk : p->n;
-        p->fn(p->ctx, begin, end);
+    for (int k = 0; k < p->n_threads; k++) {
+        share *sh = &p->shares[(me + k) % p->n_threads];
+        for (;;) {
+            int64_t begin = atomic_fetch_add_explicit(&sh->next, p->piece, memory_order_relaxed);
+            if (begin >= sh->end) break;
+            p->fn(p->ctx, begin, begin + p->piece < sh->end ? begin + p->piece : sh->end);
+        }
     }
     tp_depth--;
 }
@@ -93,16 +108,16 @@ static void *worker_main(void *arg)
         seen = s >> GEN_SHIFT;
         if (atomic_load_explicit(&p->stop, memory_order_acquire)) break;
         /* join the loop if it is still open and still this generation */
-        bool joined = false;
+        int me = 0; /* the slot of this thread's share: the workers inside before it, plus one */
         while ((s & STATE_OPEN) && s >> GEN_SHIFT == seen) {
             if (atomic_compare_exchange_weak_explicit(&p->state, &s, s + 1, memory_order_acq_rel,
                                                       memory_order_acquire)) {
-                joined = true;
+                me = (int)(s & STATE_COUNT) + 1;
                 break;
             }
         }
-        if (!joined) continue;
-        run_chunks(p);
+        if (!me) continue;
+        run_shares(p, me);
         s = atomic_fetch_sub_explicit(&p->state, 1, memory_order_acq_rel) - 1;
         if (!(s & STATE_OPEN) && (s & STATE_COUNT) == 0) {
             pthread_mutex_lock(&p->lock);
@@ -132,12 +147,13 @@ kiln_status kiln_threadpool_create(int n_threads, kiln_threadpool **out)
     if (!p) return KILN_ERR_NOMEM;
     p->n_threads = n_threads;
     p->workers = calloc((size_t)n_threads, sizeof *p->workers);
-    if (!p->workers) goto fail_pool;
+    p->shares = aligned_alloc(64, (size_t)n_threads * sizeof *p->shares);
+    if (!p->workers || !p->shares) goto fail_pool;
     pthread_mutex_init(&p->submit, NULL);
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->wake, NULL);
     pthread_cond_init(&p->done, NULL);
-    atomic_init(&p->next, 0);
+    for (int i = 0; i < n_threads; i++) atomic_init(&p->shares[i].next, 0), p->shares[i].end = 0;
     atomic_init(&p->state, 0);
     atomic_init(&p->stop, false);
     for (int i = 0; i < n_threads - 1; i++) {
@@ -151,6 +167,8 @@ kiln_status kiln_threadpool_create(int n_threads, kiln_threadpool **out)
     return KILN_OK;
 
 fail_pool:
+    free(p->workers);
+    free(p->shares);
     free(p);
     return KILN_ERR_NOMEM;
 }
@@ -169,6 +187,7 @@ void kiln_threadpool_free(kiln_threadpool *pool)
     pthread_mutex_destroy(&pool->lock);
     pthread_mutex_destroy(&pool->submit);
     free(pool->workers);
+    free(pool->shares);
     free(pool);
 }
 
@@ -188,18 +207,19 @@ void kiln_threadpool_parallel_for(kiln_threadpool *pool, int64_t n, kiln_paralle
     }
     kiln_threadpool *p = pool;
     pthread_mutex_lock(&p->submit);
-    int64_t want = (int64_t)p->n_threads * CHUNKS_PER_THREAD;
-    int64_t n_chunks = n < want ? n : want;
     p->fn = fn;
     p->ctx = ctx;
-    p->n = n;
-    p->chunk = (n + n_chunks - 1) / n_chunks;
-    p->n_chunks = (n + p->chunk - 1) / p->chunk;
-    atomic_store_explicit(&p->next, 0, memory_order_relaxed);
+    int64_t per = (n + p->n_threads - 1) / p->n_threads; /* the shares: contiguous, nearly equal */
+    p->piece = (per + PIECES_PER_SHARE - 1) / PIECES_PER_SHARE;
+    for (int i = 0; i < p->n_threads; i++) {
+        int64_t begin = n / p->n_threads * i + (i < n % p->n_threads ? i : n % p->n_threads);
+        atomic_store_explicit(&p->shares[i].next, begin, memory_order_relaxed);
+        p->shares[i].end = begin + n / p->n_threads + (i < n % p->n_threads);
+    }
     uint_fast64_t gen = (atomic_load_explicit(&p->state, memory_order_relaxed) >> GEN_SHIFT) + 1;
     post(p, gen << GEN_SHIFT | STATE_OPEN);
-    run_chunks(p);
-    /* every chunk is taken: close the loop to latecomers, then wait for those inside */
+    run_shares(p, 0);
+    /* every index is taken: close the loop to latecomers, then wait for those inside */
     uint_fast64_t s = atomic_fetch_and_explicit(&p->state, ~STATE_OPEN, memory_order_acq_rel) & ~STATE_OPEN;
     for (int i = 0; i < SPIN_ROUNDS && (s & STATE_COUNT) != 0; i++) {
         cpu_relax();

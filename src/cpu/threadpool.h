@@ -24,10 +24,12 @@ void kiln_threadpool_free(kiln_threadpool *pool);
 /* Threads a loop on this pool may use (1 for a NULL pool). */
 int kiln_threadpool_size(const kiln_threadpool *pool);
 
-/* Runs fn over [0, n) split into contiguous chunks, each index exactly once, on the workers and
- * the calling thread; returns when every chunk is done. fn must not fail (it returns nothing).
+/* Runs fn over [0, n) split into contiguous pieces, each index exactly once, on the workers and
+ * the calling thread; returns when every piece is done. Each thread first takes the pieces of
+ * its own contiguous share of [0, n) (nearly n / threads indices), in order, then helps the
+ * others with theirs. fn must not fail (it returns nothing).
  * pool may be NULL (runs inline). Any number of threads may call this on one pool at once:
- * their loops are serialised. The caller takes chunks too and never waits for a worker that has
+ * their loops are serialised. The caller takes pieces too and never waits for a worker that has
  * not started (a descheduled worker simply misses the loop), only for those inside it. A call
  * made from inside a loop body (any pool's) runs inline on the calling thread, so nested loops
  * neither deadlock nor oversubscribe. Cost per call: about 1.5 us back to back, ~15 us when the
