@@ -1106,6 +1106,40 @@ def test_blocked_cnn():
                 [{"X": rand(n, cin, h, w)} for n, h, w in sizes])
 
 
+def test_blocked_pointwise_passes():
+    """Blocked 1x1 layers large enough (over 128 KB of weights per group of 64 output channels)
+    to sum their input in passes of 8 blocks, the last pass shorter (560 channels: 35 blocks):
+    into a blocked output with a residual and a non-clamp activation, into a plain output of 72
+    channels (a group of 4 blocks and one of a half block) at stride 2, and with clamps. Batch
+    0-3, odd sizes."""
+    from onnx import numpy_helper
+
+    def conv(nodes, inits, x, y, c, m, k, act=None, res=None, **attrs):
+        inits.append(numpy_helper.from_array((rand(m, c, k, k) / np.sqrt(c * k * k)).astype(np.float32), f"W_{y}"))
+        inits.append(numpy_helper.from_array(rand(m), f"B_{y}"))
+        pre = f"{y}_pre" if act or res else y
+        nodes.append(helper.make_node("Conv", [x, f"W_{y}", f"B_{y}"], [pre], pads=[k // 2] * 4, **attrs))
+        if res:
+            nodes.append(helper.make_node("Add", [pre, res], [f"{y}_sum" if act else y]))
+            pre = f"{y}_sum"
+        if act:
+            nodes.append(helper.make_node(act, [pre], [y]))
+
+    nodes, inits = [], []
+    conv(nodes, inits, "X", "s", 3, 64, 3, act="Relu")
+    conv(nodes, inits, "s", "a", 64, 560, 1, act="Relu")
+    conv(nodes, inits, "a", "b", 560, 64, 1, act="HardSwish", res="s")
+    conv(nodes, inits, "a", "c", 560, 72, 1, act="Relu", strides=[2, 2])
+    conv(nodes, inits, "b", "d", 64, 560, 1)
+    conv(nodes, inits, "d", "e", 560, 48, 1, act="Relu")
+    g = helper.make_graph(nodes, "pointwise_passes", [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["n", 3, "h", "w"])],
+                          [out("b"), out("c"), out("e")], inits)
+    mdl = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+    mdl.ir_version = 8
+    compare("blocked 1x1 layers in input passes", mdl.SerializeToString(),
+            [{"X": rand(n, 3, h, w)} for n, h, w in [(1, 9, 9), (2, 5, 13), (0, 4, 4), (1, 1, 1), (3, 7, 3), (1, 15, 17)]])
+
+
 def test_conv_transpose():
     """ConvTranspose 2-D: strides, dilations, groups, explicit / SAME / output_padding pads, bias,
     empty and odd sizes; one session per weight shape, the input shape changing per call."""
@@ -1209,7 +1243,8 @@ def main():
     for test in (test_constant_folding, test_conv_bn_folding, test_fused_activation, test_matmul, test_gemm, test_packed_weights, test_conv, test_binary, test_unary, test_inplace_chain,
                  test_softmax, test_layernorm, test_reduce_mean, test_transpose, test_concat, test_batchnorm, test_clip, test_pool,
                  test_global_pool, test_depthwise_conv, test_conv_packed, test_conv_residual, test_attention,
-                 test_gelu_fusion, test_matmul_bias, test_conv_transpose, test_blocked_cnn):
+                 test_gelu_fusion, test_matmul_bias, test_conv_transpose, test_blocked_cnn,
+                 test_blocked_pointwise_passes):
         test()
     return summary()
 
