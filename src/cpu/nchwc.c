@@ -432,53 +432,101 @@ typedef struct dw_job {
 
 enum { DW_PX = 8 };
 
-/* Task t: output row oy of block cb of image b. */
+/* Stores a depthwise tile: n pixels of acc at y (res: the residual at the same place, or NULL). */
+static inline void dw_store(const dw_job *j, __m512 *acc, int n, float *y, const float *res)
+{
+    __m512 vlo = _mm512_set1_ps(j->lo), vhi = _mm512_set1_ps(j->hi);
+    for (int q = 0; q < n; q++) {
+        __m512 v = acc[q];
+        if (j->clamp) {
+            if (res) v = _mm512_add_ps(v, _mm512_loadu_ps(res + q * BLK));
+            v = _mm512_min_ps(vhi, _mm512_max_ps(vlo, v));
+        }
+        _mm512_storeu_ps(y + q * BLK, v);
+    }
+    if (!j->clamp) kiln_cpu_act_apply_sum(j->io->act, y, res, (int64_t)n * BLK, 0.0f);
+}
+
+/* One output row of one block, as a task sees it. */
+typedef struct dw_row {
+    const float *x, *w; /* the input plane, the block's weights */
+    float *y;           /* the output row */
+    const float *res;   /* the residual row, or NULL */
+    __m512 bias;
+    int64_t iy0, i_lo, i_hi; /* the input row of tap row 0; the tap rows that land */
+} dw_row;
+
+/* P pixels from ox0 whose taps all land inside the row: each tap read at a fixed offset. */
+static inline __attribute__((always_inline)) void dw_tile(const dw_job *j, const dw_row *r, int64_t ox0, int P)
+{
+    const kiln_nchwc_conv_io *io = j->io;
+    const int64_t KW = j->p->kw, W = io->W, sw = io->strides[1], dw = io->dilations[1];
+    __m512 acc[DW_PX];
+    for (int q = 0; q < P; q++) acc[q] = r->bias;
+    for (int64_t i = r->i_lo; i < r->i_hi; i++) {
+        const float *xr = r->x + ((r->iy0 + i * io->dilations[0]) * W + ox0 * sw - io->pads[1]) * BLK;
+        for (int64_t k = 0; k < KW; k++) {
+            __m512 wv = _mm512_load_ps(r->w + (i * KW + k) * BLK);
+            const float *xp = xr + k * dw * BLK;
+#pragma GCC unroll 8
+            for (int q = 0; q < P; q++) acc[q] = _mm512_fmadd_ps(_mm512_loadu_ps(xp + q * sw * BLK), wv, acc[q]);
+        }
+    }
+    dw_store(j, acc, P, r->y + ox0 * BLK, r->res ? r->res + ox0 * BLK : NULL);
+}
+
+typedef void (*dw_tile_fn)(const dw_job *j, const dw_row *r, int64_t ox0);
+#define DW_FN(P)                                                                                            \
+    static void dw_tile_##P(const dw_job *j, const dw_row *r, int64_t ox0) { dw_tile(j, r, ox0, P); }
+DW_FN(1) DW_FN(2) DW_FN(3) DW_FN(4) DW_FN(5) DW_FN(6) DW_FN(7) DW_FN(8)
+static const dw_tile_fn dw_tiles[DW_PX] = {dw_tile_1, dw_tile_2, dw_tile_3, dw_tile_4,
+                                           dw_tile_5, dw_tile_6, dw_tile_7, dw_tile_8};
+
+/* Output pixel ox with only the taps that land inside the row. */
+static void dw_edge(const dw_job *j, const dw_row *r, int64_t ox)
+{
+    const kiln_nchwc_conv_io *io = j->io;
+    const int64_t KW = j->p->kw, W = io->W, dw = io->dilations[1], ix0 = ox * io->strides[1] - io->pads[1];
+    __m512 acc = r->bias;
+    for (int64_t i = r->i_lo; i < r->i_hi; i++) {
+        const float *xr = r->x + (r->iy0 + i * io->dilations[0]) * W * BLK;
+        for (int64_t k = 0; k < KW; k++)
+            if (ix0 + k * dw >= 0 && ix0 + k * dw < W)
+                acc = _mm512_fmadd_ps(_mm512_load_ps(xr + (ix0 + k * dw) * BLK), _mm512_load_ps(r->w + (i * KW + k) * BLK), acc);
+    }
+    dw_store(j, &acc, 1, r->y + ox * BLK, r->res ? r->res + ox * BLK : NULL);
+}
+
+/* Task t: output row oy of block cb of image b: the pixels whose taps all land inside the row
+ * in tiles of up to DW_PX (nearly equal), the others (the edges) one by one. */
 static void dw_tasks(void *ctx, int64_t begin, int64_t end)
 {
     const dw_job *j = ctx;
     const kiln_nchwc_conv *p = j->p;
     const kiln_nchwc_conv_io *io = j->io;
-    const int64_t KH = p->kh, KW = p->kw, H = io->H, W = io->W, ow = io->ow;
-    const int64_t sh = io->strides[0], sw = io->strides[1], dh = io->dilations[0], dw = io->dilations[1];
-    __m512 vlo = _mm512_set1_ps(j->lo), vhi = _mm512_set1_ps(j->hi);
+    const int64_t KH = p->kh, KW = p->kw, ow = io->ow, sw = io->strides[1];
+    /* [in_lo, in_hi): the output columns whose taps all land inside the row */
+    int64_t in_lo = (io->pads[1] + sw - 1) / sw, span = io->W - (KW - 1) * io->dilations[1] + io->pads[1];
+    int64_t in_hi = span > 0 ? (span - 1) / sw + 1 : 0;
+    if (in_hi > ow) in_hi = ow;
+    if (in_lo > in_hi) in_lo = in_hi;
+    int64_t tiles = (in_hi - in_lo + DW_PX - 1) / DW_PX;
     for (int64_t t = begin; t < end; t++) {
-        int64_t oy = t % io->oh, cb = t / io->oh % p->MB, b = t / (io->oh * p->MB);
-        int64_t plane = b * p->MB + cb;
-        const float *x = io->x + plane * j->plane_in, *w = p->w + cb * KH * KW * BLK;
-        float *y = io->y + plane * j->plane_out + oy * ow * BLK;
-        const float *res = io->res ? io->res + plane * j->plane_out + oy * ow * BLK : NULL;
-        __m512 bv = io->bias ? _mm512_loadu_ps(io->bias + cb * BLK) : _mm512_setzero_ps();
-        int64_t iy0 = oy * sh - io->pads[0];
-        for (int64_t ox0 = 0; ox0 < ow; ox0 += DW_PX) {
-            int n = ow - ox0 < DW_PX ? (int)(ow - ox0) : DW_PX;
-            __m512 acc[DW_PX];
-            for (int q = 0; q < DW_PX; q++) acc[q] = bv;
-            for (int64_t i = 0; i < KH; i++) {
-                int64_t iy = iy0 + i * dh;
-                if (iy < 0 || iy >= H) continue;
-                const float *xr = x + iy * W * BLK;
-                for (int64_t k = 0; k < KW; k++) {
-                    __m512 wv = _mm512_load_ps(w + (i * KW + k) * BLK);
-                    int64_t ix0 = ox0 * sw - io->pads[1] + k * dw;
-#pragma GCC unroll 8
-                    for (int q = 0; q < DW_PX; q++) {
-                        int64_t ix = ix0 + q * sw;
-                        const float *xp = q < n && ix >= 0 && ix < W ? xr + ix * BLK : zeros16;
-                        acc[q] = _mm512_fmadd_ps(_mm512_load_ps(xp), wv, acc[q]);
-                    }
-                }
-            }
-            for (int q = 0; q < n; q++) {
-                __m512 v = acc[q];
-                if (j->clamp) {
-                    if (res) v = _mm512_add_ps(v, _mm512_loadu_ps(res + (ox0 + q) * BLK));
-                    v = _mm512_min_ps(vhi, _mm512_max_ps(vlo, v));
-                }
-                _mm512_storeu_ps(y + (ox0 + q) * BLK, v);
-            }
-            if (!j->clamp)
-                kiln_cpu_act_apply_sum(io->act, y + ox0 * BLK, res ? res + ox0 * BLK : NULL, (int64_t)n * BLK, 0.0f);
+        int64_t oy = t % io->oh, cb = t / io->oh % p->MB, b = t / (io->oh * p->MB), plane = b * p->MB + cb;
+        dw_row r = {.x = io->x + plane * j->plane_in, .w = p->w + cb * KH * KW * BLK,
+                    .y = io->y + plane * j->plane_out + oy * ow * BLK,
+                    .res = io->res ? io->res + plane * j->plane_out + oy * ow * BLK : NULL,
+                    .bias = io->bias ? _mm512_loadu_ps(io->bias + cb * BLK) : _mm512_setzero_ps(),
+                    .iy0 = oy * io->strides[0] - io->pads[0], .i_lo = 0, .i_hi = KH};
+        while (r.i_lo < KH && r.iy0 + r.i_lo * io->dilations[0] < 0) r.i_lo++;
+        while (r.i_hi > r.i_lo && r.iy0 + (r.i_hi - 1) * io->dilations[0] >= io->H) r.i_hi--;
+        for (int64_t ox = 0; ox < in_lo; ox++) dw_edge(j, &r, ox);
+        for (int64_t ti = 0; ti < tiles; ti++) {
+            int64_t ox0, n;
+            tile_span(in_hi - in_lo, tiles, ti, &ox0, &n);
+            dw_tiles[n - 1](j, &r, in_lo + ox0);
         }
+        for (int64_t ox = in_hi; ox < ow; ox++) dw_edge(j, &r, ox);
     }
 }
 

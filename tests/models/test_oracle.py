@@ -1140,6 +1140,41 @@ def test_blocked_pointwise_passes():
             [{"X": rand(n, 3, h, w)} for n, h, w in [(1, 9, 9), (2, 5, 13), (0, 4, 4), (1, 1, 1), (3, 7, 3), (1, 15, 17)]])
 
 
+def test_blocked_depthwise():
+    """Blocked depthwise layers over rows wide enough for whole interior tiles (8 pixels whose
+    taps all land) and with edges on both sides: 3x3 at strides 1 and 2, 5x5, dilation 2,
+    asymmetric pads, a clamp and a non-clamp activation. Widths 1 to 45."""
+    from onnx import numpy_helper
+
+    nodes, inits = [], []
+
+    def conv(x, y, c, m, k, group=1, act=None, **attrs):
+        inits.append(numpy_helper.from_array((rand(m, c // group, k, k) / np.sqrt(c // group * k * k)).astype(np.float32), f"W_{y}"))
+        inits.append(numpy_helper.from_array(rand(m), f"B_{y}"))
+        pre = f"{y}_pre" if act else y
+        nodes.append(helper.make_node("Conv", [x, f"W_{y}", f"B_{y}"], [pre], group=group, **attrs))
+        if act == "Clip":
+            inits.extend(numpy_helper.from_array(np.array(v, np.float32), f"{y}_{n}") for v, n in ((0.0, "lo"), (6.0, "hi")))
+            nodes.append(helper.make_node("Clip", [pre, f"{y}_lo", f"{y}_hi"], [y]))
+        elif act:
+            nodes.append(helper.make_node(act, [pre], [y]))
+
+    conv("X", "s", 3, 32, 3, act="Relu", pads=[1, 1, 1, 1])
+    conv("s", "a", 32, 32, 3, group=32, act="Clip", pads=[1, 1, 1, 1])
+    conv("a", "b", 32, 32, 5, group=32, act="HardSwish", pads=[2, 2, 2, 2])
+    conv("b", "c", 32, 32, 3, group=32, dilations=[2, 2], pads=[2, 2, 2, 2])
+    conv("c", "d", 32, 32, 3, group=32, act="Relu", strides=[2, 2], pads=[0, 1, 1, 0])
+    conv("c", "e", 32, 32, 3, group=32, strides=[1, 2], pads=[1, 0, 1, 2])
+    conv("d", "D", 32, 24, 1)  # plain exits: every depthwise value above stays blocked
+    conv("e", "E", 32, 24, 1)
+    g = helper.make_graph(nodes, "blocked_depthwise", [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["n", 3, "h", "w"])],
+                          [out("D"), out("E")], inits)
+    mdl = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+    mdl.ir_version = 8
+    compare("blocked depthwise rows", mdl.SerializeToString(),
+            [{"X": rand(n, 3, h, w)} for n, h, w in [(1, 5, 45), (2, 9, 17), (1, 3, 1), (0, 4, 20), (1, 1, 9), (3, 6, 26), (1, 11, 10)]])
+
+
 def test_conv_transpose():
     """ConvTranspose 2-D: strides, dilations, groups, explicit / SAME / output_padding pads, bias,
     empty and odd sizes; one session per weight shape, the input shape changing per call."""
@@ -1244,7 +1279,7 @@ def main():
                  test_softmax, test_layernorm, test_reduce_mean, test_transpose, test_concat, test_batchnorm, test_clip, test_pool,
                  test_global_pool, test_depthwise_conv, test_conv_packed, test_conv_residual, test_attention,
                  test_gelu_fusion, test_matmul_bias, test_conv_transpose, test_blocked_cnn,
-                 test_blocked_pointwise_passes):
+                 test_blocked_pointwise_passes, test_blocked_depthwise):
         test()
     return summary()
 
