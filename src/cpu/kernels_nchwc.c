@@ -55,8 +55,9 @@ static kiln_status conv_run(kiln_run_ctx *c)
                              .W = X->dims[3], .y = Y->data, .y_blocked = is_blocked(n->out[0]), .oh = out[0],
                              .ow = out[1], .bias = B ? B->data : NULL, .res = R ? R->data : NULL, .act = &n->act,
                              .strides = {g.strides[0], g.strides[1]}, .dilations = {g.dilations[0], g.dilations[1]},
-                             .pads = {g.pads[0], g.pads[1]}};
+                             .pads = {g.pads[0], g.pads[1]}, .scratch = kiln_run_scratch(c)};
     kiln_status st = kiln_cpu_nchwc_conv_run(kiln_run_threadpool(c), p, &io);
+    if (st == KILN_ERR_NOMEM) return kiln_run_fail(c, st, "blocked convolution: out of memory for the padded input");
     return st ? kiln_run_fail(c, st, "blocked convolution: layouts the channel counts do not allow") : KILN_OK;
 }
 

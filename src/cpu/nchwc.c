@@ -5,17 +5,19 @@
  * accumulators, each step one input channel of each pixel broadcast against the 16 weights of
  * each block, all input blocks and taps accumulated in registers and stored once as whole
  * vectors (a large 1x1 layer: accumulated over passes of input blocks, the partial sums of a
- * task's tiles kept on its stack between passes). Taps above or below the input are skipped per
- * row; taps left or right of it read a vector of zeros (blocked input) or run pixel by pixel
- * with the taps that land (plain input). A row's pixels are cut into tiles of nearly equal size
- * (7 = 4 + 3, not 6 + 1: a one-pixel tile is a chain of dependent multiply-adds). A 1x1 stride-1
- * layer without pads is one long row per image (its pixels are consecutive in both layouts). */
+ * task's tiles kept on its stack between passes). Blocked input: taps above or below it are
+ * skipped per row, taps left or right of it read a vector of zeros. Plain input (a network's
+ * image) is first copied with its pads as zeros, so every tap of every tile lands. A row's
+ * pixels are cut into tiles of nearly equal size (7 = 4 + 3, not 6 + 1: a one-pixel tile is a
+ * chain of dependent multiply-adds). A 1x1 stride-1 layer without pads is one long row per image
+ * (its pixels are consecutive in both layouts). */
 #include "cpu/nchwc.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/scratch.h"
 #include "cpu/gemm.h"
 #include "cpu/kernels.h"
 
@@ -49,8 +51,9 @@ static int64_t packed_at(const kiln_nchwc_conv *p, int64_t m, int64_t c, int64_t
 {
     if (p->depthwise) return ((m / BLK * p->kh + i) * p->kw + j) * BLK + m % BLK;
     int64_t ob0 = m / BLK / GROUP_BLOCKS * GROUP_BLOCKS, fb = p->MB - ob0 < GROUP_BLOCKS ? p->MB - ob0 : GROUP_BLOCKS;
-    int64_t at = ob0 * p->CB * p->kh * p->kw + (((i * p->kw + j) * p->CB + c / BLK) * fb + m / BLK - ob0);
-    return (at * BLK + c % BLK) * BLK + m % BLK;
+    int64_t ib = c / BLK, cn = p->C - ib * BLK < BLK ? p->C - ib * BLK : BLK; /* channels of input block ib */
+    int64_t at = ((i * p->kw + j) * p->C + ib * BLK) * fb + (m / BLK - ob0) * cn + c % BLK;
+    return (ob0 * p->C * p->kh * p->kw + at) * BLK + m % BLK;
 }
 
 kiln_nchwc_conv *kiln_cpu_nchwc_conv_pack(const float *w, int64_t M, int64_t C, int64_t kh, int64_t kw,
@@ -60,7 +63,7 @@ kiln_nchwc_conv *kiln_cpu_nchwc_conv_pack(const float *w, int64_t M, int64_t C, 
     kiln_nchwc_conv *p = calloc(1, sizeof *p);
     if (!p) return NULL;
     *p = (kiln_nchwc_conv){M, C, kh, kw, (M + BLK - 1) / BLK, (C + BLK - 1) / BLK, depthwise, NULL};
-    size_t floats = (size_t)(p->MB * kh * kw * BLK) * (depthwise ? 1 : (size_t)(p->CB * BLK));
+    size_t floats = (size_t)(p->MB * kh * kw * BLK) * (depthwise ? 1 : (size_t)C);
     p->w = aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
     if (!p->w) {
         free(p);
@@ -130,7 +133,7 @@ static bool clamp_of(const kiln_act *act, float *lo, float *hi)
 typedef struct conv_job {
     const kiln_nchwc_conv *p;
     const kiln_nchwc_conv_io *io;
-    int64_t x_img, x_blk, x_ic, x_row, x_col; /* X's strides: image, 16-channel block, channel, row, column */
+    int64_t x_img, x_blk, x_ic, x_row;        /* X's strides: image, 16-channel block, channel, row */
     int64_t y_img, y_plane;                   /* Y's image and plane (oh * ow) */
     int64_t rows, cols;                       /* of the output as the tasks see it (plain X, 1x1: 1, oh * ow) */
     int64_t H, W, sh, sw, dh, dw, pt, pl;     /* the input as the taps see it */
@@ -191,11 +194,12 @@ typedef struct conv_job {
         _Pragma("GCC unroll 12") for (int q = 0; q < (P); q++) acc[f][q] = bv;                             \
     }
 
-/* One input channel c of every pixel against FB blocks of 16 output channels. */
-#define STEP(FB, P, XAT)                                                                                    \
+/* One input channel c of every pixel against FB blocks of 16 output channels (weights at wp, CN
+ * channels per block). */
+#define STEP(FB, P, XAT, CN)                                                                                \
     do {                                                                                                    \
         __m512 wv[4];                                                                                       \
-        _Pragma("GCC unroll 4") for (int f = 0; f < (FB); f++) wv[f] = _mm512_load_ps(wp + (f * BLK + c) * BLK); \
+        _Pragma("GCC unroll 4") for (int f = 0; f < (FB); f++) wv[f] = _mm512_load_ps(wp + (f * (CN) + c) * BLK); \
         _Pragma("GCC unroll 12") for (int q = 0; q < (P); q++)                                             \
         {                                                                                                   \
             __m512 xv = _mm512_set1_ps(XAT);                                                                \
@@ -226,7 +230,7 @@ static inline __attribute__((always_inline)) void blocked_tile(const conv_job *j
         int64_t oy = (px + q) / io->ow, ox = (px + q) % io->ow;
         iy0[q] = oy * j->sh - j->pt, ix0[q] = ox * j->sw - j->pl;
     }
-    const float *x = io->x + b * j->x_img + cb0 * j->x_blk, *wg = p->w + ob0 * CB * KH * KW * BLK * BLK;
+    const float *x = io->x + b * j->x_img + cb0 * j->x_blk, *wg = p->w + ob0 * p->C * KH * KW * BLK;
     for (int64_t i = 0; i < KH; i++)
         for (int64_t k = 0; k < KW; k++) {
             const float *xp[WIDE_PX];
@@ -247,7 +251,7 @@ static inline __attribute__((always_inline)) void blocked_tile(const conv_job *j
                 for (int c = 0; c < BLK; c++) {
 #pragma GCC unroll 4
                     for (int f = 0; f < FB; f++) _mm_prefetch((const char *)(wp + PF_AHEAD + (f * BLK + c) * BLK), _MM_HINT_T0);
-                    STEP(FB, P, xp[q][c]);
+                    STEP(FB, P, xp[q][c], BLK);
                 }
 #pragma GCC unroll 12
                 for (int q = 0; q < P; q++) xp[q] += step[q];
@@ -261,29 +265,25 @@ static inline __attribute__((always_inline)) void blocked_tile(const conv_job *j
     STORE_TILE(FB, P);
 }
 
-/* Plain X: tile [ox0, ox0 + P) of row oy (of the rows and columns conv_job describes), blocks
- * [ob0, ob0 + FB), image b, with the taps [kw_lo, kw_hi) (a tile of several pixels has all its
- * taps inside the row; a one-pixel tile at the edge runs those that land). */
+/* Plain X (without pads: see kiln_cpu_nchwc_conv_run): tile [ox0, ox0 + P) of row oy (of the
+ * rows and columns conv_job describes), blocks [ob0, ob0 + FB), image b. */
 static inline __attribute__((always_inline)) void plain_tile(const conv_job *j, int64_t b, int64_t ob0, int64_t oy,
-                                                              int64_t ox0, int FB, int P, int64_t kw_lo, int64_t kw_hi)
+                                                              int64_t ox0, int FB, int P)
 {
     const kiln_nchwc_conv *p = j->p;
     const kiln_nchwc_conv_io *io = j->io;
     const int64_t KH = p->kh, KW = p->kw, CB = p->CB;
     __m512 acc[4][WIDE_PX];
     INIT_ACC(FB, P);
-    int64_t iy0 = oy * j->sh - j->pt, kh_lo = 0, kh_hi = KH;
-    while (kh_lo < KH && iy0 + kh_lo * j->dh < 0) kh_lo++;
-    while (kh_hi > kh_lo && iy0 + (kh_hi - 1) * j->dh >= j->H) kh_hi--;
-    const float *x = io->x + b * j->x_img, *wg = p->w + ob0 * CB * KH * KW * BLK * BLK;
-    for (int64_t i = kh_lo; i < kh_hi; i++)
-        for (int64_t k = kw_lo; k < kw_hi; k++) {
-            const float *xr = x + (iy0 + i * j->dh) * j->x_row + (ox0 * j->sw - j->pl + k * j->dw) * j->x_col;
+    const float *x = io->x + b * j->x_img + oy * j->sh * j->x_row + ox0 * j->sw, *wg = p->w + ob0 * p->C * KH * KW * BLK;
+    for (int64_t i = 0; i < KH; i++)
+        for (int64_t k = 0; k < KW; k++) {
+            const float *xr = x + i * j->dh * j->x_row + k * j->dw;
             for (int64_t ib = 0; ib < CB; ib++) {
-                const float *wp = wg + ((i * KW + k) * CB + ib) * FB * BLK * BLK;
+                const float *wp = wg + ((i * KW + k) * p->C + ib * BLK) * FB * BLK;
                 const float *xb = xr + ib * j->x_blk;
                 int64_t icn = p->C - ib * BLK < BLK ? p->C - ib * BLK : BLK;
-                for (int64_t c = 0; c < icn; c++) STEP(FB, P, xb[c * j->x_ic + q * j->sw * j->x_col]);
+                for (int64_t c = 0; c < icn; c++, xb += j->x_ic) STEP(FB, P, xb[q * j->sw], icn);
             }
         }
     int64_t px = oy * j->cols + ox0;
@@ -292,8 +292,7 @@ static inline __attribute__((always_inline)) void plain_tile(const conv_job *j, 
 
 typedef void (*blocked_tile_fn)(const conv_job *j, int64_t b, int64_t ob0, int64_t px, int64_t cb0, int64_t cb1,
                                 float *part);
-typedef void (*plain_tile_fn)(const conv_job *j, int64_t b, int64_t ob0, int64_t oy, int64_t ox0, int64_t kw_lo,
-                              int64_t kw_hi);
+typedef void (*plain_tile_fn)(const conv_job *j, int64_t b, int64_t ob0, int64_t oy, int64_t ox0);
 #define BLOCKED_FN(FB, P)                                                                                   \
     static void blocked_##FB##_##P(const conv_job *j, int64_t b, int64_t ob0, int64_t px, int64_t cb0, int64_t cb1, \
                                    float *part)                                                             \
@@ -301,10 +300,9 @@ typedef void (*plain_tile_fn)(const conv_job *j, int64_t b, int64_t ob0, int64_t
         blocked_tile(j, b, ob0, px, cb0, cb1, part, FB, P);                                                 \
     }
 #define PLAIN_FN(FB, P)                                                                                     \
-    static void plain_##FB##_##P(const conv_job *j, int64_t b, int64_t ob0, int64_t oy, int64_t ox0, int64_t kw_lo, \
-                                 int64_t kw_hi)                                                             \
+    static void plain_##FB##_##P(const conv_job *j, int64_t b, int64_t ob0, int64_t oy, int64_t ox0)       \
     {                                                                                                       \
-        plain_tile(j, b, ob0, oy, ox0, FB, P, kw_lo, kw_hi);                                                \
+        plain_tile(j, b, ob0, oy, ox0, FB, P);                                                              \
     }
 #define SIX(X, FB) X(FB, 1) X(FB, 2) X(FB, 3) X(FB, 4) X(FB, 5) X(FB, 6)
 #define TWELVE(X, FB) SIX(X, FB) X(FB, 7) X(FB, 8) X(FB, 9) X(FB, 10) X(FB, 11) X(FB, 12)
@@ -330,15 +328,6 @@ static void tile_span(int64_t n, int64_t tiles, int64_t t, int64_t *x0, int64_t 
     int64_t base = n / tiles, extra = n % tiles; /* the first `extra` tiles get one more */
     *x0 = t * base + (t < extra ? t : extra);
     *px = base + (t < extra);
-}
-
-/* Taps [lo, hi) of output column ox that land inside the input's W columns. */
-static void tap_range(const conv_job *j, int64_t ox, int64_t *lo, int64_t *hi)
-{
-    int64_t ix0 = ox * j->sw - j->pl;
-    *lo = 0, *hi = j->p->kw;
-    while (*lo < *hi && ix0 + *lo * j->dw < 0) (*lo)++;
-    while (*hi > *lo && ix0 + (*hi - 1) * j->dw >= j->W) (*hi)--;
 }
 
 /* Task t: chunk `chunk` of the tiles of row oy (blocked X: of the whole plane), group g of
@@ -367,39 +356,69 @@ static void conv_tasks(void *ctx, int64_t begin, int64_t end)
         for (int64_t ti = t0; ti < t0 + n_tiles; ti++) {
             int64_t ox0, P;
             tile_span(j->cols, j->tiles, ti, &ox0, &P);
-            int64_t lo, hi, lo2, hi2;
-            tap_range(j, ox0, &lo, &hi);
-            tap_range(j, ox0 + P - 1, &lo2, &hi2);
-            if (lo == 0 && hi == j->p->kw && lo2 == 0 && hi2 == j->p->kw) {
-                plain_tiles[FB - 1][P - 1](j, b, ob0, oy, ox0, 0, j->p->kw);
-                continue;
-            }
-            for (int q = 0; q < P; q++) {
-                tap_range(j, ox0 + q, &lo, &hi);
-                plain_tiles[FB - 1][0](j, b, ob0, oy, ox0 + q, lo, hi);
-            }
+            plain_tiles[FB - 1][P - 1](j, b, ob0, oy, ox0);
         }
     }
 }
 
 static kiln_status nchwc_dw_run(kiln_threadpool *pool, const kiln_nchwc_conv *p, const kiln_nchwc_conv_io *io);
 
+/* X [N, C, H, W] plain into dst [N, C, Hp, Wp] with pt rows and pl columns of zeros before each
+ * plane's, and zeros after up to Hp and Wp (or only the rows and columns that fit). */
+typedef struct pad_job {
+    const float *x;
+    float *dst;
+    int64_t H, W, pt, pl, Hp, Wp;
+} pad_job;
+
+/* Task t: row t of the padded planes. */
+static void pad_rows(void *ctx, int64_t begin, int64_t end)
+{
+    const pad_job *j = ctx;
+    int64_t w = j->W < j->Wp - j->pl ? j->W : j->Wp - j->pl; /* the columns kept */
+    for (int64_t t = begin; t < end; t++) {
+        float *d = j->dst + t * j->Wp;
+        int64_t plane = t / j->Hp, i = t % j->Hp - j->pt;
+        if (i < 0 || i >= j->H || w <= 0) {
+            memset(d, 0, (size_t)j->Wp * sizeof *d);
+            continue;
+        }
+        memset(d, 0, (size_t)j->pl * sizeof *d);
+        memcpy(d + j->pl, j->x + (plane * j->H + i) * j->W, (size_t)w * sizeof *d);
+        memset(d + j->pl + w, 0, (size_t)(j->Wp - j->pl - w) * sizeof *d);
+    }
+}
+
 kiln_status kiln_cpu_nchwc_conv_run(kiln_threadpool *pool, const kiln_nchwc_conv *p, const kiln_nchwc_conv_io *io)
 {
     if (p->depthwise) return nchwc_dw_run(pool, p, io);
     if ((io->x_blocked && p->C % BLK) || (io->y_blocked && p->M % BLK)) return KILN_ERR_INVALID_ARG;
     if (io->N <= 0 || io->oh <= 0 || io->ow <= 0) return KILN_OK;
+    /* a plain X with pads (a network's image into its stem) runs from a copy with the pads as
+     * zeros, exactly the rows and columns the taps reach: every tile then runs whole, all its
+     * taps inside (at the edges they would go pixel by pixel) */
+    kiln_nchwc_conv_io padded_io = *io;
+    float *padded = NULL;
+    if (!io->x_blocked && (io->pads[0] || io->pads[1])) {
+        int64_t Hp = (io->oh - 1) * io->strides[0] + (p->kh - 1) * io->dilations[0] + 1;
+        int64_t Wp = (io->ow - 1) * io->strides[1] + (p->kw - 1) * io->dilations[1] + 1;
+        padded = kiln_scratch_get(io->scratch, (size_t)(io->N * p->C * Hp * Wp) * sizeof *padded);
+        if (!padded) return KILN_ERR_NOMEM;
+        pad_job pj = {io->x, padded, io->H, io->W, io->pads[0], io->pads[1], Hp, Wp};
+        int64_t rows = io->N * p->C * Hp;
+        kiln_threadpool_parallel_for(rows * Wp >= (1 << 16) ? pool : NULL, rows, pad_rows, &pj);
+        padded_io.x = padded, padded_io.H = Hp, padded_io.W = Wp, padded_io.pads[0] = padded_io.pads[1] = 0;
+        io = &padded_io;
+    }
     int64_t area = io->H * io->W;
-    conv_job j = {.p = p, .io = io, .x_img = p->C * area, .x_blk = BLK * area,
-                  .x_ic = io->x_blocked ? 1 : area, .x_row = io->x_blocked ? BLK * io->W : io->W,
-                  .x_col = io->x_blocked ? BLK : 1, .y_img = p->M * io->oh * io->ow, .y_plane = io->oh * io->ow,
-                  .rows = io->oh, .cols = io->ow, .H = io->H, .W = io->W, .sh = io->strides[0],
-                  .sw = io->strides[1], .dh = io->dilations[0], .dw = io->dilations[1], .pt = io->pads[0],
-                  .pl = io->pads[1]};
+    conv_job j = {.p = p, .io = io, .x_img = p->C * area, .x_blk = BLK * area, .x_ic = io->x_blocked ? 1 : area,
+                  .x_row = io->x_blocked ? BLK * io->W : io->W, .y_img = p->M * io->oh * io->ow,
+                  .y_plane = io->oh * io->ow, .rows = io->oh, .cols = io->ow, .H = io->H, .W = io->W,
+                  .sh = io->strides[0], .sw = io->strides[1], .dh = io->dilations[0], .dw = io->dilations[1],
+                  .pt = io->pads[0], .pl = io->pads[1]};
     if (io->x_blocked) {
         j.rows = 1, j.cols = j.y_plane; /* tiles run over the whole plane */
-    } else if (p->kh == 1 && p->kw == 1 && j.sh == 1 && j.sw == 1 && !j.pt && !j.pl && io->oh == io->H &&
-               io->ow == io->W) {
+    } else if (p->kh == 1 && p->kw == 1 && j.sh == 1 && j.sw == 1 && io->oh == io->H && io->ow == io->W) {
         j.rows = 1, j.cols = area, j.H = 1, j.W = area, j.x_row = 0; /* one row of all the pixels */
     }
     j.clamp = clamp_of(io->act, &j.lo, &j.hi);
@@ -417,6 +436,7 @@ kiln_status kiln_cpu_nchwc_conv_run(kiln_threadpool *pool, const kiln_nchwc_conv
     /* under about 256K multiply-adds (a microsecond or two) waking the pool costs more */
     kiln_threadpool_parallel_for(macs >= (double)(1 << 18) ? pool : NULL, io->N * j.groups * j.rows * j.chunks,
                                  conv_tasks, &j);
+    kiln_scratch_put(io->scratch, padded);
     return KILN_OK;
 }
 

@@ -33,7 +33,9 @@ bool kiln_cpu_nchwc_available(void);
 typedef struct kiln_nchwc_conv kiln_nchwc_conv;
 
 /* W [M, C, kh, kw] (group 1) packed, per group of up to 4 blocks of 16 output channels, as
- * [kh][kw][C / 16][blocks of the group][16 in][16 out], zero past C and M; or, for a depthwise
+ * [kh][kw][ceil(C / 16)][blocks of the group][cn in][16 out], cn the channels of that input
+ * block (16, or C % 16 for a last partial one: a 3-channel image's weights stay dense), zero
+ * past M; or, for a depthwise
  * layer (C = 1, group M), [M / 16][kh][kw][16]. NULL when the CPU lacks AVX-512F, when out of
  * memory or for empty sizes. Immutable: any number of threads may use it. */
 kiln_nchwc_conv *kiln_cpu_nchwc_conv_pack(const float *w, int64_t M, int64_t C, int64_t kh, int64_t kw,
@@ -58,10 +60,12 @@ typedef struct kiln_nchwc_conv_io {
     const float *bias, *res;
     const kiln_act *act;
     int64_t strides[2], dilations[2], pads[2]; /* pads: top, left */
+    struct kiln_scratch *scratch; /* a plain X with pads is copied with them as zeros (NULL: malloc) */
 } kiln_nchwc_conv_io;
 
 /* Threads from pool (NULL: the calling thread). Errors: KILN_ERR_INVALID_ARG for a layout the
- * sizes do not allow (blocked with a channel count not a multiple of 16, depthwise not blocked). */
+ * sizes do not allow (blocked with a channel count not a multiple of 16, depthwise not blocked);
+ * KILN_ERR_NOMEM when the padded copy of a plain X cannot be had. */
 kiln_status kiln_cpu_nchwc_conv_run(kiln_threadpool *pool, const kiln_nchwc_conv *w, const kiln_nchwc_conv_io *io);
 
 /* Pooling of a blocked X [N, C, H, W] into a blocked Y [N, C, oh, ow] as the CPU provider's
