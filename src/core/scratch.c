@@ -5,6 +5,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "core/pages.h"
+
 enum {
     HEAD = 64,        /* bytes before each block: its capacity (and the alignment) */
     PAGE = 4096,      /* capacities are whole pages */
@@ -66,7 +68,7 @@ void *kiln_scratch_get(kiln_scratch *s, size_t n)
         if (s->out_bytes > s->peak_out) s->peak_out = s->out_bytes;
         pthread_mutex_unlock(&s->lock);
     }
-    if (!raw) raw = aligned_alloc(HEAD, HEAD + cap);
+    if (!raw) raw = kiln_pages_alloc(HEAD + cap);
     if (!raw) {
         if (s) {
             pthread_mutex_lock(&s->lock);

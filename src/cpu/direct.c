@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/pages.h"
 #include "cpu/kernels.h"
 
 enum { DIRECT_COLS = 32 };
@@ -36,7 +37,7 @@ kiln_direct *kiln_cpu_direct_pack(const float *w, int64_t M, int64_t K)
     int64_t panels = (M + DIRECT_COLS - 1) / DIRECT_COLS;
     size_t bytes = (size_t)(panels * K * DIRECT_COLS) * sizeof(float);
     kiln_direct *d = calloc(1, sizeof *d);
-    float *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    float *p = kiln_pages_alloc(bytes);
     if (!d || !p) {
         free(d);
         free(p);

@@ -9,10 +9,14 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/pages.h"
 #include "core/scratch.h"
 #include "cpu/gemm_internal.h"
 
-enum { ALIGN = 64 /* bytes, of each packing buffer */ };
+enum {
+    ALIGN = 64,                  /* bytes, of each packing buffer */
+    PA_TILE_FLOATS = 200 * 1024, /* of a prepacked A depth block one tile reads (800 KB: in L2) */
+};
 
 kiln_gemm_level kiln_gemm_level_detect(void)
 {
@@ -220,7 +224,7 @@ static kiln_status packed_a_new(kiln_gemm_level level, kiln_scratch *scratch, in
     pa->scratch = scratch;
     size_t bytes = (size_t)(K * pa->m_pad) * sizeof(float) + ALIGN;
     if ((uint64_t)K * (uint64_t)pa->m_pad > (SIZE_MAX - ALIGN) / sizeof(float) ||
-        !(pa->raw = scratch ? kiln_scratch_get(scratch, bytes) : malloc(bytes))) {
+        !(pa->raw = scratch ? kiln_scratch_get(scratch, bytes) : kiln_pages_alloc(bytes))) {
         free(pa);
         return KILN_ERR_NOMEM;
     }
@@ -286,8 +290,10 @@ static kiln_status gemm_run(const kiln_gemm_kernel *k, const kiln_gemm_ctx *ctx,
      * again instead): split the side that adds less traffic. */
     int64_t pm = (M + k->mr - 1) / k->mr, pn = (N + k->nr - 1) / k->nr;
     /* row panels per tile: a prepacked A is read in place, not packed per tile, so taller tiles
-     * (4 MC: still within L2) pack each block of B for fewer of them */
-    int64_t mcp = (pa ? 4 : 1) * k->mc / k->mr;
+     * (up to 4 MC, and PA_TILE_FLOATS of a depth block: still within L2) pack each block of B
+     * for fewer of them */
+    int64_t mcp = (pa ? min64(4 * k->mc, PA_TILE_FLOATS / k->kc) : k->mc) / k->mr;
+    if (mcp < 1) mcp = 1;
     int64_t tm = (pm + mcp - 1) / mcp, tn = (pn + k->nc / k->nr - 1) / (k->nc / k->nr);
     int64_t want = threads > 1 ? 2 * (int64_t)threads : 1;
     for (int grow = 0; grow < 64; grow++) {
@@ -383,7 +389,7 @@ kiln_status kiln_gemm_packed_b_create(const kiln_gemm_ctx *ctx, bool trans_b, in
     pb->N = N;
     pb->n_pad = round_up(N, k->nr);
     if ((uint64_t)K * (uint64_t)pb->n_pad > (SIZE_MAX - ALIGN) / sizeof(float)) goto fail_pb;
-    pb->raw = malloc((size_t)(K * pb->n_pad) * sizeof(float) + ALIGN);
+    pb->raw = kiln_pages_alloc((size_t)(K * pb->n_pad) * sizeof(float) + ALIGN);
     if (!pb->raw) goto fail_pb;
     pb->data = (float *)(((uintptr_t)pb->raw + ALIGN - 1) & ~(uintptr_t)(ALIGN - 1));
     for (int64_t p0 = 0; p0 < K; p0 += k->kc) {

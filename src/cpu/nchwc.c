@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/pages.h"
 #include "core/scratch.h"
 #include "cpu/gemm.h"
 #include "cpu/kernels.h"
@@ -64,7 +65,7 @@ kiln_nchwc_conv *kiln_cpu_nchwc_conv_pack(const float *w, int64_t M, int64_t C, 
     if (!p) return NULL;
     *p = (kiln_nchwc_conv){M, C, kh, kw, (M + BLK - 1) / BLK, (C + BLK - 1) / BLK, depthwise, NULL};
     size_t floats = (size_t)(p->MB * kh * kw * BLK) * (depthwise ? 1 : (size_t)C);
-    p->w = aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
+    p->w = kiln_pages_alloc(floats * sizeof(float));
     if (!p->w) {
         free(p);
         return NULL;

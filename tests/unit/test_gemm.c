@@ -268,6 +268,7 @@ int main(void)
     }
     check_shape(ctxs, n_ctx, 255, 255, 255, 1);
     check_shape(ctxs, n_ctx, 200, 1100, 300, 3); /* more than one MC, KC and NC block */
+    check_shape(ctxs, n_ctx, 45, 70, 2100, 4);   /* three KC blocks at every level, the last short */
 
     /* invalid arguments leave C alone */
     float c1 = 7.0f, a1 = 1.0f;
@@ -308,7 +309,7 @@ int main(void)
         if (!kiln_gemm_level_supported(levels[l])) continue;
         kiln_gemm_ctx lc = {.level = levels[l]};
         for (int i = 0; i < 24; i++) {
-            int64_t R = all[rnd() % N_ALL] + (i == 0 ? 300 : 0), K = all[rnd() % N_ALL] + (i < 3 ? 600 : 0);
+            int64_t R = all[rnd() % N_ALL] + (i == 0 ? 300 : 0), K = all[rnd() % N_ALL] + (i < 3 ? 1100 : 0);
             int64_t n = R * K;
             float *orig = malloc((size_t)(n ? n : 1) * sizeof *orig), *back = malloc((size_t)(n ? n : 1) * sizeof *back);
             CHECK(orig && back);

@@ -1,11 +1,13 @@
 /* test_scratch.c - the block cache of a session (core/scratch.h): reuse of a block given back,
  * the fit rule, the bound on kept bytes, a NULL scratch, refused sizes, and four threads
- * getting and putting at once (also under ThreadSanitizer). */
+ * getting and putting at once (also under ThreadSanitizer); the large blocks under it
+ * (core/pages.h): alignment, every byte writable, refused sizes. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/pages.h"
 #include "core/scratch.h"
 #include "unit.h"
 
@@ -77,5 +79,17 @@ int main(void)
     }
     kiln_scratch_free(s);
     kiln_scratch_free(NULL);
+
+    /* large blocks: small, exactly one huge page, and odd sizes over several */
+    CHECK(kiln_pages_alloc(0) == NULL && kiln_pages_alloc(SIZE_MAX - 5) == NULL);
+    const size_t sizes[] = {1, 100, 4095, (size_t)2 << 20, ((size_t)5 << 20) + 3};
+    for (int i = 0; i < 5; i++) {
+        unsigned char *p = kiln_pages_alloc(sizes[i]);
+        CHECK(p != NULL && (uintptr_t)p % 64 == 0);
+        if (!p) continue;
+        memset(p, 0x5a, sizes[i]);
+        CHECK(p[0] == 0x5a && p[sizes[i] - 1] == 0x5a);
+        free(p);
+    }
     return unit_report("test_scratch");
 }
