@@ -113,8 +113,10 @@ static AVX512 void softmax_row_avx512(float *s, int64_t n, const float *m, int64
     for (; j < lim; j += 16) {
         __mmask16 k = j + 16 <= lim ? (__mmask16)0xFFFF : (__mmask16)((1u << (lim - j)) - 1);
         __m512 x = _mm512_maskz_loadu_ps(k, s + j);
-        if (m) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(k, m + j));
-        _mm512_mask_storeu_ps(s + j, k, x);
+        if (m) {
+            x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(k, m + j));
+            _mm512_mask_storeu_ps(s + j, k, x);
+        }
         mx16 = _mm512_mask_max_ps(mx16, k, mx16, x);
     }
     float mx = _mm512_reduce_max_ps(mx16);
