@@ -6,6 +6,8 @@
 #ifndef KILN_CPU_KERNELS_H
 #define KILN_CPU_KERNELS_H
 
+#include <math.h>
+
 #include "ops/op.h"
 
 /* Elements per parallel chunk of a streaming loop. */
@@ -43,6 +45,14 @@ void kiln_cpu_gelu(const float *x, float *y, int64_t n);
 void kiln_cpu_act_apply(const kiln_act *act, float *y, int64_t n, float bias);
 /* y[i] = act(y[i] + bias + res[i]) for i < n; res may be NULL (kernels_conv.c). */
 void kiln_cpu_act_apply_sum(const kiln_act *act, float *y, const float *res, int64_t n, float bias);
+/* Whether act is applied as a clamp of y + res to [lo, hi] (none, Relu, Clip), which a kernel
+ * folds into its store; else it runs kiln_cpu_act_apply_sum after the store. */
+static inline bool kiln_cpu_act_clamp(const kiln_act *act, float *lo, float *hi)
+{
+    *lo = act->kind == KILN_ACT_RELU ? 0.0f : act->kind == KILN_ACT_CLIP ? act->alpha : -INFINITY;
+    *hi = act->kind == KILN_ACT_CLIP ? act->beta : INFINITY;
+    return act->kind == KILN_ACT_NONE || act->kind == KILN_ACT_RELU || act->kind == KILN_ACT_CLIP;
+}
 /* A kiln_gemm_tile_fn applying the kiln_act at ctx to each element of the block. */
 void kiln_cpu_act_tile(void *ctx, float *c, int64_t ldc, int64_t i0, int64_t m, int64_t j0, int64_t n);
 /* The reference kernel, then the node's fused activation (kiln_node.act) over output 0. */

@@ -10,7 +10,8 @@
  * image) is first copied with its pads as zeros, so every tap of every tile lands. A row's
  * pixels are cut into tiles of nearly equal size (7 = 4 + 3, not 6 + 1: a one-pixel tile is a
  * chain of dependent multiply-adds). A 1x1 stride-1 layer without pads is one long row per image
- * (its pixels are consecutive in both layouts). */
+ * (its pixels are consecutive in both layouts). A 3x3 stride-1 layer between blocked values runs
+ * by Winograd's F(2x2, 3x3) instead, from 12x12 outputs up (nchwc_winograd.c). */
 #include "cpu/nchwc.h"
 
 #include <math.h>
@@ -21,6 +22,7 @@
 #include "core/scratch.h"
 #include "cpu/gemm.h"
 #include "cpu/kernels.h"
+#include "cpu/nchwc_winograd.h"
 
 /* tiles: up to 4 output blocks by up to 6 pixels, or up to 2 blocks by up to 12 (24
  * accumulators); tasks: up to 8 tiles */
@@ -29,13 +31,22 @@ enum { BLK = KILN_NCHWC_BLOCK, GROUP_BLOCKS = 4, TILE_PX = 6, WIDE_PX = 12, CHUN
  * from memory on a group's first tile and from L2 on the others; ResNet-50's 7x7 512-channel
  * 3x3 layer with cold caches about 10% faster) */
 enum { PF_AHEAD = 4 * KILN_NCHWC_BLOCK * KILN_NCHWC_BLOCK };
+/* 3x3 stride-1 layers between blocked values run by Winograd (nchwc_winograd.h) from 144
+ * output pixels (12x12) up, when they have at most WINO_MAX_MC output x input channels (their
+ * transformed weights, 16/9 of W, made when packing, up to 4 MB). Per layer of ResNet-50 at
+ * 224x224, two threads, in the model: 56x56 64 channels 0.73 -> 0.54 ms, 28x28 128 channels 0.75
+ * -> 0.58, 14x14 256 channels 0.78 -> 0.69-0.76; at 7x7 (512 channels) 1.0 -> 1.4 ms: its 16
+ * tiles (64 outputs for 49) do not pay for streaming 16 MB of transformed weights. ResNet-50 at
+ * 224 holds 29 MB more. */
+enum { WINO_MIN_PX = 144, WINO_MAX_MC = 256 * 256 };
 /* input passes of a large 1x1 layer (see kiln_cpu_nchwc_conv_run) */
 enum { PASS_KB = 32, PASS_MIN_KB = 128 };
 
 struct kiln_nchwc_conv {
     int64_t M, C, kh, kw, MB, CB;
     bool depthwise;
-    float *w; /* see nchwc.h; 64-byte aligned */
+    float *w;    /* see nchwc.h; 64-byte aligned */
+    float *wino; /* a 3x3 layer's Winograd weights (nchwc_winograd.h), or NULL */
 };
 
 bool kiln_cpu_nchwc_available(void) { return kiln_gemm_level_detect() == KILN_GEMM_LEVEL_AVX512; }
@@ -44,6 +55,7 @@ void kiln_cpu_nchwc_conv_free(kiln_nchwc_conv *w)
 {
     if (!w) return;
     free(w->w);
+    free(w->wino);
     free(w);
 }
 
@@ -63,7 +75,7 @@ kiln_nchwc_conv *kiln_cpu_nchwc_conv_pack(const float *w, int64_t M, int64_t C, 
     if (M <= 0 || C <= 0 || kh <= 0 || kw <= 0 || !kiln_cpu_nchwc_available() || (depthwise && C != 1)) return NULL;
     kiln_nchwc_conv *p = calloc(1, sizeof *p);
     if (!p) return NULL;
-    *p = (kiln_nchwc_conv){M, C, kh, kw, (M + BLK - 1) / BLK, (C + BLK - 1) / BLK, depthwise, NULL};
+    *p = (kiln_nchwc_conv){M, C, kh, kw, (M + BLK - 1) / BLK, (C + BLK - 1) / BLK, depthwise, NULL, NULL};
     size_t floats = (size_t)(p->MB * kh * kw * BLK) * (depthwise ? 1 : (size_t)C);
     p->w = kiln_pages_alloc(floats * sizeof(float));
     if (!p->w) {
@@ -75,6 +87,7 @@ kiln_nchwc_conv *kiln_cpu_nchwc_conv_pack(const float *w, int64_t M, int64_t C, 
         for (int64_t c = 0; c < C; c++)
             for (int64_t i = 0; i < kh; i++)
                 for (int64_t j = 0; j < kw; j++) p->w[packed_at(p, m, c, i, j)] = w[((m * C + c) * kh + i) * kw + j];
+    if (kh == 3 && kw == 3 && !depthwise && M * C <= WINO_MAX_MC) p->wino = kiln_cpu_nchwc_wino_pack(w, M, C);
     return p;
 }
 
@@ -120,15 +133,6 @@ void kiln_cpu_nchwc_unblock(const float *x, float *y, int64_t N, int64_t C, int6
 #include "cpu/avx512_util.h"
 
 static const float zeros16[BLK] __attribute__((aligned(64)));
-
-
-/* Whether act is applied in the store as a clamp to [lo, hi] (none, Relu, Clip); else after it. */
-static bool clamp_of(const kiln_act *act, float *lo, float *hi)
-{
-    *lo = act->kind == KILN_ACT_RELU ? 0.0f : act->kind == KILN_ACT_CLIP ? act->alpha : -INFINITY;
-    *hi = act->kind == KILN_ACT_CLIP ? act->beta : INFINITY;
-    return act->kind == KILN_ACT_NONE || act->kind == KILN_ACT_RELU || act->kind == KILN_ACT_CLIP;
-}
 
 /* One call of a convolution: strides in floats of X and Y, and how the output is cut. */
 typedef struct conv_job {
@@ -395,6 +399,9 @@ kiln_status kiln_cpu_nchwc_conv_run(kiln_threadpool *pool, const kiln_nchwc_conv
     if (p->depthwise) return nchwc_dw_run(pool, p, io);
     if ((io->x_blocked && p->C % BLK) || (io->y_blocked && p->M % BLK)) return KILN_ERR_INVALID_ARG;
     if (io->N <= 0 || io->oh <= 0 || io->ow <= 0) return KILN_OK;
+    if (p->wino && io->x_blocked && io->y_blocked && io->strides[0] == 1 && io->strides[1] == 1 &&
+        io->dilations[0] == 1 && io->dilations[1] == 1 && io->oh * io->ow >= WINO_MIN_PX)
+        return kiln_cpu_nchwc_wino_run(pool, p->wino, p->M, p->C, io);
     /* a plain X with pads (a network's image into its stem) runs from a copy with the pads as
      * zeros, exactly the rows and columns the taps reach: every tile then runs whole, all its
      * taps inside (at the edges they would go pixel by pixel) */
@@ -422,7 +429,7 @@ kiln_status kiln_cpu_nchwc_conv_run(kiln_threadpool *pool, const kiln_nchwc_conv
     } else if (p->kh == 1 && p->kw == 1 && j.sh == 1 && j.sw == 1 && io->oh == io->H && io->ow == io->W) {
         j.rows = 1, j.cols = area, j.H = 1, j.W = area, j.x_row = 0; /* one row of all the pixels */
     }
-    j.clamp = clamp_of(io->act, &j.lo, &j.hi);
+    j.clamp = kiln_cpu_act_clamp(io->act, &j.lo, &j.hi);
     int64_t tile_px = p->MB <= 2 ? WIDE_PX : TILE_PX; /* a layer of up to 32 channels: wide tiles */
     j.tiles = (j.cols + tile_px - 1) / tile_px;
     j.groups = (p->MB + GROUP_BLOCKS - 1) / GROUP_BLOCKS;
@@ -556,7 +563,7 @@ static kiln_status nchwc_dw_run(kiln_threadpool *pool, const kiln_nchwc_conv *p,
     if (!io->x_blocked || !io->y_blocked || p->M % BLK) return KILN_ERR_INVALID_ARG;
     if (io->N <= 0 || io->oh <= 0 || io->ow <= 0) return KILN_OK;
     dw_job j = {.p = p, .io = io, .plane_in = io->H * io->W * BLK, .plane_out = io->oh * io->ow * BLK};
-    j.clamp = clamp_of(io->act, &j.lo, &j.hi);
+    j.clamp = kiln_cpu_act_clamp(io->act, &j.lo, &j.hi);
     int64_t tasks = io->N * p->MB * io->oh;
     double work = (double)tasks * (double)io->ow * (double)(p->kh * p->kw) * BLK;
     kiln_threadpool_parallel_for(work >= (double)(1 << 16) ? pool : NULL, tasks, dw_tasks, &j);

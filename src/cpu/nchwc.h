@@ -35,9 +35,10 @@ typedef struct kiln_nchwc_conv kiln_nchwc_conv;
 /* W [M, C, kh, kw] (group 1) packed, per group of up to 4 blocks of 16 output channels, as
  * [kh][kw][ceil(C / 16)][blocks of the group][cn in][16 out], cn the channels of that input
  * block (16, or C % 16 for a last partial one: a 3-channel image's weights stay dense), zero
- * past M; or, for a depthwise
- * layer (C = 1, group M), [M / 16][kh][kw][16]. NULL when the CPU lacks AVX-512F, when out of
- * memory or for empty sizes. Immutable: any number of threads may use it. */
+ * past M; or, for a depthwise layer (C = 1, group M), [M / 16][kh][kw][16]. A 3x3 layer of up to
+ * 256 x 256 channels (multiples of 16) also gets its Winograd weights (nchwc_winograd.h). NULL
+ * when the CPU lacks AVX-512F, when out of memory or for empty sizes. Immutable: any number of
+ * threads may use it. */
 kiln_nchwc_conv *kiln_cpu_nchwc_conv_pack(const float *w, int64_t M, int64_t C, int64_t kh, int64_t kw,
                                           bool depthwise);
 /* NULL is a no-op. */

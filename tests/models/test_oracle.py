@@ -1175,6 +1175,47 @@ def test_blocked_depthwise():
             [{"X": rand(n, 3, h, w)} for n, h, w in [(1, 5, 45), (2, 9, 17), (1, 3, 1), (0, 4, 20), (1, 1, 9), (3, 6, 26), (1, 11, 10)]])
 
 
+def test_blocked_winograd():
+    """Blocked 3x3 stride-1 layers (Winograd F(2x2, 3x3) from 144 output pixels up, the direct kernel
+    below): groups of 4 output blocks and a partial one (80 channels), 256 channels in four groups
+    and 256 into one block, no pads, asymmetric pads (an output one column wider than the input),
+    a residual with a clamp, Sigmoid and HardSwish; odd sizes (half tiles on the right and the
+    bottom), images of one batch of tiles and of several, batch 0-3."""
+    from onnx import numpy_helper
+
+    nodes, inits = [], []
+
+    def conv(x, y, c, m, act=None, res=None, **attrs):
+        inits.append(numpy_helper.from_array((rand(m, c, 3, 3) / np.sqrt(c * 9)).astype(np.float32), f"W_{y}"))
+        inits.append(numpy_helper.from_array(rand(m), f"B_{y}"))
+        pre = f"{y}_pre" if act or res else y
+        nodes.append(helper.make_node("Conv", [x, f"W_{y}", f"B_{y}"], [pre], kernel_shape=[3, 3], **attrs))
+        if res:
+            nodes.append(helper.make_node("Add", [pre, res], [f"{y}_sum" if act else y]))
+            pre = f"{y}_sum"
+        if act == "Clip":
+            inits.extend(numpy_helper.from_array(np.array(v, np.float32), f"{y}_{n}") for v, n in ((0.0, "lo"), (6.0, "hi")))
+            nodes.append(helper.make_node("Clip", [pre, f"{y}_lo", f"{y}_hi"], [y]))
+        elif act:
+            nodes.append(helper.make_node(act, [pre], [y]))
+
+    conv("X", "s", 3, 32, act="Relu", pads=[1, 1, 1, 1])
+    conv("s", "r", 32, 32, act="Clip", res="s", pads=[1, 1, 1, 1])
+    conv("r", "a", 32, 80, act="Relu", pads=[1, 1, 1, 1])
+    conv("a", "b", 80, 48, act="Sigmoid", pads=[0, 0, 0, 0])
+    conv("b", "c", 48, 48, act="HardSwish", pads=[2, 1, 0, 2])
+    conv("c", "d", 48, 256, act="Relu", pads=[1, 1, 1, 1])
+    conv("d", "e", 256, 16, pads=[1, 1, 1, 1])
+    conv("e", "E", 16, 24, pads=[1, 1, 1, 1])  # a plain exit
+    g = helper.make_graph(nodes, "blocked_winograd", [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["n", 3, "h", "w"])],
+                          [out("E"), out("r")], inits)
+    mdl = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+    mdl.ir_version = 8
+    compare("blocked Winograd 3x3", mdl.SerializeToString(),
+            [{"X": rand(n, 3, h, w)} for n, h, w in [(1, 30, 30), (2, 19, 17), (1, 35, 21), (0, 20, 20), (3, 16, 18),
+                                                      (1, 9, 9), (1, 3, 1), (2, 5, 40), (1, 64, 15)]])
+
+
 def test_conv_transpose():
     """ConvTranspose 2-D: strides, dilations, groups, explicit / SAME / output_padding pads, bias,
     empty and odd sizes; one session per weight shape, the input shape changing per call."""
@@ -1279,7 +1320,7 @@ def main():
                  test_softmax, test_layernorm, test_reduce_mean, test_transpose, test_concat, test_batchnorm, test_clip, test_pool,
                  test_global_pool, test_depthwise_conv, test_conv_packed, test_conv_residual, test_attention,
                  test_gelu_fusion, test_matmul_bias, test_conv_transpose, test_blocked_cnn,
-                 test_blocked_pointwise_passes, test_blocked_depthwise):
+                 test_blocked_pointwise_passes, test_blocked_depthwise, test_blocked_winograd):
         test()
     return summary()
 
