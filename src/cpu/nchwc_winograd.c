@@ -22,9 +22,9 @@
 enum { BLK = KILN_NCHWC_BLOCK, PTS = 16, GROUP_BLOCKS = 4, SUB_TILES = 6 };
 /* tiles per task: an image of up to BATCH_MAX tiles is one batch, so each group's weights (1 MB
  * for 256 channels in and out) stream from memory once (ResNet-50's 14x14 256-channel layer 0.79
- * ms in batches of 24 or 48 tiles, 0.62 ms in one of 49); larger images in batches of about
- * BATCH_TILES, whose transformed inputs stay in L2 */
-enum { BATCH_TILES = 32, BATCH_MAX = 64 };
+ * ms in batches of 24 or 48 tiles, 0.62 ms in one of 49); larger images in batches of
+ * BATCH_TILES (six whole product tiles), whose transformed inputs stay in L2 */
+enum { BATCH_TILES = 36, BATCH_MAX = 64 };
 
 float *kiln_cpu_nchwc_wino_pack(const float *w, int64_t M, int64_t C)
 {
@@ -74,12 +74,18 @@ typedef struct wino_job {
     float lo, hi;
 } wino_job;
 
-/* Part t of n cut into `parts` nearly equal ones: its start and size. */
-static void span(int64_t n, int64_t parts, int64_t t, int64_t *x0, int64_t *len)
+/* Product tile s of a batch of nt tiles: its first tile and size. They are whole ones of
+ * SUB_TILES (24 accumulators) but the last, or the last two when that would be one or two tiles
+ * (7 = 4 + 3, 8 = 4 + 4: a one-tile product is four chains of dependent multiply-adds). */
+static void sub_span(int64_t nt, int64_t s, int64_t *q0, int64_t *P)
 {
-    int64_t base = n / parts, extra = n % parts;
-    *x0 = t * base + (t < extra ? t : extra);
-    *len = base + (t < extra);
+    int64_t subs = (nt + SUB_TILES - 1) / SUB_TILES, r = nt % SUB_TILES;
+    *q0 = s * SUB_TILES;
+    *P = nt - *q0 < SUB_TILES ? nt - *q0 : SUB_TILES;
+    if (r == 0 || r >= 3 || subs == 1 || s < subs - 2) return;
+    int64_t first = (SUB_TILES + r + 1) / 2; /* the last two share SUB_TILES + r */
+    if (s == subs - 2) *P = first;
+    else *q0 = (subs - 2) * SUB_TILES + first, *P = SUB_TILES + r - first;
 }
 
 /* V [16 points][CB][nt][16] = B^T d B of tiles [t0, t0 + nt) of image b, every input block;
@@ -219,14 +225,14 @@ static void wino_slots(void *ctx, int64_t begin, int64_t end)
         if (t >= tasks) break;
         int64_t batch = t % j->batches, b = t / j->batches % j->io->N, ob0 = t / (j->batches * j->io->N) * GROUP_BLOCKS;
         int FB = (int)(j->MB - ob0 < GROUP_BLOCKS ? j->MB - ob0 : GROUP_BLOCKS);
-        int64_t t0, nt;
-        span(j->tiles, j->batches, batch, &t0, &nt);
+        int64_t t0 = batch * BATCH_TILES, rest = j->tiles - t0;
+        int64_t nt = j->batches == 1 ? j->tiles : rest < BATCH_TILES ? rest : BATCH_TILES;
         input_tiles(j, b, t0, nt, V);
         int64_t subs = (nt + SUB_TILES - 1) / SUB_TILES;
         for (int pt = 0; pt < PTS; pt++) /* a point's weights stay in L1 across the product tiles */
             for (int64_t s = 0; s < subs; s++) {
                 int64_t q0, P;
-                span(nt, subs, s, &q0, &P);
+                sub_span(nt, s, &q0, &P);
                 products[FB - 1][P - 1](j, ob0, pt, nt, V, q0, Mb);
             }
         output_tiles(j, b, ob0, FB, t0, nt, Mb);
@@ -240,7 +246,7 @@ kiln_status kiln_cpu_nchwc_wino_run(kiln_threadpool *pool, const float *u, int64
     wino_job j = {.u = u, .io = io, .C = C, .MB = M / BLK, .CB = C / BLK, .tw = (io->ow + 1) / 2,
                   .x_img = C * io->H * io->W, .y_img = M * io->oh * io->ow, .plane = io->oh * io->ow};
     j.tiles = j.tw * ((io->oh + 1) / 2);
-    j.batches = j.tiles <= BATCH_MAX ? 1 : (j.tiles + BATCH_TILES / 2) / BATCH_TILES; /* batches of 24 to 48 */
+    j.batches = j.tiles <= BATCH_MAX ? 1 : (j.tiles + BATCH_TILES - 1) / BATCH_TILES;
     j.groups = (j.MB + GROUP_BLOCKS - 1) / GROUP_BLOCKS;
     j.clamp = kiln_cpu_act_clamp(io->act, &j.lo, &j.hi);
     j.v_floats = PTS * C * BATCH_MAX;
