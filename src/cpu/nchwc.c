@@ -144,6 +144,7 @@ typedef struct conv_job {
     int64_t H, W, sh, sw, dh, dw, pt, pl;     /* the input as the taps see it */
     int64_t tiles, chunks, groups;            /* per row; per row; of output blocks per image */
     int64_t pass_blocks;                      /* blocked X: input blocks summed per pass over a task's tiles */
+    bool pixels_first;                        /* task order: output groups vary fastest (see kiln_cpu_nchwc_conv_run) */
     bool clamp;
     float lo, hi;
 } conv_job;
@@ -341,8 +342,16 @@ static void conv_tasks(void *ctx, int64_t begin, int64_t end)
 {
     const conv_job *j = ctx;
     for (int64_t t = begin; t < end; t++) {
-        int64_t chunk = t % j->chunks, oy = t / j->chunks % j->rows, g = t / (j->chunks * j->rows) % j->groups;
-        int64_t b = t / (j->chunks * j->rows * j->groups), ob0 = g * GROUP_BLOCKS;
+        int64_t chunk, oy, g, b;
+        if (j->pixels_first) {
+            int64_t px_task = t / j->groups;
+            g = t % j->groups, chunk = px_task % j->chunks, oy = px_task / j->chunks % j->rows;
+            b = px_task / (j->chunks * j->rows);
+        } else {
+            chunk = t % j->chunks, oy = t / j->chunks % j->rows, g = t / (j->chunks * j->rows) % j->groups;
+            b = t / (j->chunks * j->rows * j->groups);
+        }
+        int64_t ob0 = g * GROUP_BLOCKS;
         int FB = (int)(j->p->MB - ob0 < GROUP_BLOCKS ? j->p->MB - ob0 : GROUP_BLOCKS);
         int64_t t0, n_tiles;
         tile_span(j->tiles, j->chunks, chunk, &t0, &n_tiles);
@@ -440,6 +449,16 @@ kiln_status kiln_cpu_nchwc_conv_run(kiln_threadpool *pool, const kiln_nchwc_conv
      * activations, 6% in a chain of them; no gain with less weight, a loss for 3x3 layers */
     int64_t block_kb = p->MB < GROUP_BLOCKS ? p->MB : GROUP_BLOCKS; /* one input block of a group */
     j.pass_blocks = p->kh * p->kw == 1 && p->CB * block_kb > PASS_MIN_KB ? PASS_KB / block_kb : p->CB;
+    /* the pool hands each thread a contiguous share of the tasks. Where the activations outweigh
+     * the weights (ResNet-50 down to 28x28), the share is a range of pixels for all output
+     * channels, so a thread mostly reads what it wrote in the layer before (from its own L2) and
+     * the next layer finds its pixels there too; where the weights outweigh them (14x14 and 7x7),
+     * it is a range of output channels, so each thread streams only its part of the weights.
+     * ResNet-50 at 224: the 28x28 1x1 layers 10-20% faster in the model, 4% end to end (5% at
+     * 288; best of 20 runs, alternating processes). */
+    double w_floats = (double)(p->M * p->C * p->kh * p->kw);
+    double act_floats = (double)io->N * (double)(p->C * area + p->M * j.y_plane);
+    j.pixels_first = act_floats >= 2 * w_floats;
     double macs = (double)io->N * (double)j.y_plane * (double)p->M * (double)p->C * (double)(p->kh * p->kw);
     /* under about 256K multiply-adds (a microsecond or two) waking the pool costs more */
     kiln_threadpool_parallel_for(macs >= (double)(1 << 18) ? pool : NULL, io->N * j.groups * j.rows * j.chunks,
@@ -526,7 +545,9 @@ static void dw_edge(const dw_job *j, const dw_row *r, int64_t ox)
 }
 
 /* Task t: output row oy of block cb of image b: the pixels whose taps all land inside the row
- * in tiles of up to DW_PX (nearly equal), the others (the edges) one by one. */
+ * in tiles of up to DW_PX (nearly equal), the others (the edges) one by one. Blocks vary
+ * fastest: a thread's share of the tasks is a band of rows, as the large 1x1 layers around a
+ * depthwise one share theirs (see kiln_cpu_nchwc_conv_run). */
 static void dw_tasks(void *ctx, int64_t begin, int64_t end)
 {
     const dw_job *j = ctx;
@@ -540,7 +561,7 @@ static void dw_tasks(void *ctx, int64_t begin, int64_t end)
     if (in_lo > in_hi) in_lo = in_hi;
     int64_t tiles = (in_hi - in_lo + DW_PX - 1) / DW_PX;
     for (int64_t t = begin; t < end; t++) {
-        int64_t oy = t % io->oh, cb = t / io->oh % p->MB, b = t / (io->oh * p->MB), plane = b * p->MB + cb;
+        int64_t cb = t % p->MB, oy = t / p->MB % io->oh, b = t / (io->oh * p->MB), plane = b * p->MB + cb;
         dw_row r = {.x = io->x + plane * j->plane_in, .w = p->w + cb * KH * KW * BLK,
                     .y = io->y + plane * j->plane_out + oy * ow * BLK,
                     .res = io->res ? io->res + plane * j->plane_out + oy * ow * BLK : NULL,
