@@ -1,12 +1,18 @@
-/* direct.c - convolutions with the output pixels as the micro-kernel's rows, taps read in place
- * (see direct.h).
+/* direct.c - convolutions computed from the taps in place (see direct.h).
  *
- * A task is one tile: 14 consecutive pixels of one output row (the last tile of a row is moved
+ * Wide layers (16 output channels or more): the output pixels are the micro-kernel's rows. A task is one tile: 14 consecutive pixels of one output row (the last tile of a row is moved
  * back to end at the row's last pixel, so reads stay inside the row) by one 32-channel panel of
  * the weights, over all K taps: 28 accumulators, each step one pixel broadcast from the tap's
  * row against 32 packed weights. Tasks run with the channel panels innermost when the weights
  * are smaller than the image (a thread's 14 columns of taps stay in L1 while it goes through
- * the weights, which stay in L2), else with the tiles innermost. */
+ * the weights, which stay in L2), else with the tiles innermost.
+ *
+ * Narrow layers (fewer than 16 channels): a tile is up to 6 vectors of 16 consecutive pixels of
+ * one output row by a panel of up to 8 channels (at most 24 accumulators: 3 vectors for 5-8
+ * channels), each step one tap's vectors loaded (the row's last one masked, so nothing past
+ * the row is read) against each channel's weight broadcast; the accumulators are rows of the
+ * output, stored without a transpose. A task is a run of up to NARROW_RUN pixels of one row for
+ * one panel, panels fastest. */
 #include "cpu/direct.h"
 
 #include <math.h>
@@ -18,10 +24,14 @@
 #include "cpu/kernels.h"
 
 enum { DIRECT_COLS = 32 };
+/* narrow layers: channels per panel, pixels per task (a multiple of the tiles' 48 and 96) */
+enum { NARROW_CH = 8, NARROW_RUN = 192 };
 
 struct kiln_direct {
     int64_t M, K;
-    float *w; /* [ceil(M / 32)][K][32], channels past M zero; 64-byte aligned */
+    bool narrow;  /* M < 16 */
+    int64_t cols; /* channels per panel: DIRECT_COLS, or NARROW_CH when narrow */
+    float *w;     /* [ceil(M / cols)][K][cols], channels past M zero; 64-byte aligned */
 };
 
 void kiln_cpu_direct_free(kiln_direct *d)
@@ -34,8 +44,8 @@ void kiln_cpu_direct_free(kiln_direct *d)
 kiln_direct *kiln_cpu_direct_pack(const float *w, int64_t M, int64_t K)
 {
     if (M <= 0 || K <= 0 || kiln_gemm_level_detect() != KILN_GEMM_LEVEL_AVX512) return NULL;
-    int64_t panels = (M + DIRECT_COLS - 1) / DIRECT_COLS;
-    size_t bytes = (size_t)(panels * K * DIRECT_COLS) * sizeof(float);
+    int64_t cols = M < 16 ? NARROW_CH : DIRECT_COLS, panels = (M + cols - 1) / cols;
+    size_t bytes = (size_t)(panels * K * cols) * sizeof(float);
     kiln_direct *d = calloc(1, sizeof *d);
     float *p = kiln_pages_alloc(bytes);
     if (!d || !p) {
@@ -45,15 +55,15 @@ kiln_direct *kiln_cpu_direct_pack(const float *w, int64_t M, int64_t K)
     }
     memset(p, 0, bytes);
     for (int64_t m = 0; m < M; m++)
-        for (int64_t k = 0; k < K; k++) p[(m / DIRECT_COLS * K + k) * DIRECT_COLS + m % DIRECT_COLS] = w[m * K + k];
-    d->M = M, d->K = K, d->w = p;
+        for (int64_t k = 0; k < K; k++) p[(m / cols * K + k) * cols + m % cols] = w[m * K + k];
+    d->M = M, d->K = K, d->narrow = M < 16, d->cols = cols, d->w = p;
     return d;
 }
 
 void kiln_cpu_direct_unpack(const kiln_direct *d, float *w)
 {
     for (int64_t m = 0; m < d->M; m++)
-        for (int64_t k = 0; k < d->K; k++) w[m * d->K + k] = d->w[(m / DIRECT_COLS * d->K + k) * DIRECT_COLS + m % DIRECT_COLS];
+        for (int64_t k = 0; k < d->K; k++) w[m * d->K + k] = d->w[(m / d->cols * d->K + k) * d->cols + m % d->cols];
 }
 
 #if defined(__x86_64__)
@@ -77,7 +87,7 @@ typedef struct direct_job {
     const kiln_direct *d;
     const kiln_direct_src *src;
     int64_t area;          /* oh * ow */
-    int64_t per_row, tiles, panels; /* tiles: per output row, per image; panels: of 32 channels */
+    int64_t per_row, tiles, panels; /* tiles (narrow: runs): per output row, per image; panels: of d->cols channels */
     bool panels_outer;     /* the weights are larger than an image: each panel goes through all its tiles */
     const float *bias, *res;
     float *y;
@@ -173,20 +183,116 @@ static void direct_tasks(void *ctx, int64_t begin, int64_t end)
     for (int64_t t = begin; t < end; t++) direct_tile(ctx, t);
 }
 
+/* Narrow tile: V vectors of pixels from (oy, ox0) of image b (the last vector's lanes in
+ * `last`) by the MP channels of panel jp. */
+static inline __attribute__((always_inline)) void narrow_tile(const direct_job *j, int64_t b, int64_t oy, int64_t ox0,
+                                                               int64_t jp, __mmask16 last, int MP, int V)
+{
+    const kiln_direct *d = j->d;
+    const kiln_direct_src *s = j->src;
+    const float *x = s->x + b * s->image + oy * s->pitch + ox0, *w = d->w + jp * d->K * NARROW_CH;
+    const int64_t *off = s->off;
+    __m512 acc[NARROW_CH][6];
+#pragma GCC unroll 8
+    for (int m = 0; m < MP; m++) {
+        __m512 bv = j->bias ? _mm512_set1_ps(j->bias[jp * NARROW_CH + m]) : _mm512_setzero_ps();
+#pragma GCC unroll 6
+        for (int v = 0; v < V; v++) acc[m][v] = bv;
+    }
+    for (int64_t p = 0; p < d->K; p++, w += NARROW_CH) {
+        const float *a = x + off[p];
+        __m512 xv[6];
+#pragma GCC unroll 6
+        for (int v = 0; v < V; v++) xv[v] = v + 1 < V ? _mm512_loadu_ps(a + 16 * v) : _mm512_maskz_loadu_ps(last, a + 16 * v);
+#pragma GCC unroll 8
+        for (int m = 0; m < MP; m++) {
+            __m512 wv = _mm512_set1_ps(w[m]);
+#pragma GCC unroll 6
+            for (int v = 0; v < V; v++) acc[m][v] = _mm512_fmadd_ps(xv[v], wv, acc[m][v]);
+        }
+    }
+    __m512 vlo = _mm512_set1_ps(j->lo), vhi = _mm512_set1_ps(j->hi);
+    int64_t at0 = b * d->M * j->area + oy * s->ow + ox0;
+#pragma GCC unroll 8 /* every index constant: acc stays in registers */
+    for (int m = 0; m < MP; m++) {
+        int64_t at = at0 + (jp * NARROW_CH + m) * j->area;
+        float *y = j->y + at;
+        const float *res = j->res ? j->res + at : NULL;
+#pragma GCC unroll 6
+        for (int v = 0; v < V; v++) {
+            __mmask16 keep = v + 1 < V ? (__mmask16)0xffff : last;
+            __m512 r = acc[m][v];
+            if (j->clamp) { /* max and min return their second operand for a NaN: a NaN stays */
+                if (res) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(keep, res + 16 * v));
+                r = _mm512_min_ps(vhi, _mm512_max_ps(vlo, r));
+            }
+            _mm512_mask_storeu_ps(y + 16 * v, keep, r);
+        }
+        if (!j->clamp) kiln_cpu_act_apply_sum(j->act, y, res, 16 * (V - 1) + __builtin_popcount((unsigned)last), 0.0f);
+    }
+}
+
+typedef void (*narrow_fn)(const direct_job *j, int64_t b, int64_t oy, int64_t ox0, int64_t jp, __mmask16 last);
+#define NARROW_FN(MP, V)                                                                                    \
+    static void narrow_##MP##_##V(const direct_job *j, int64_t b, int64_t oy, int64_t ox0, int64_t jp, __mmask16 last) \
+    {                                                                                                       \
+        narrow_tile(j, b, oy, ox0, jp, last, MP, V);                                                        \
+    }
+#define NARROW_THREE(MP) NARROW_FN(MP, 1) NARROW_FN(MP, 2) NARROW_FN(MP, 3)
+#define NARROW_SIX(MP) NARROW_THREE(MP) NARROW_FN(MP, 4) NARROW_FN(MP, 5) NARROW_FN(MP, 6)
+NARROW_SIX(1)
+NARROW_SIX(2)
+NARROW_SIX(3)
+NARROW_SIX(4)
+NARROW_THREE(5)
+NARROW_THREE(6)
+NARROW_THREE(7)
+NARROW_THREE(8)
+#define NARROW_ROW3(MP) narrow_##MP##_1, narrow_##MP##_2, narrow_##MP##_3
+#define NARROW_ROW6(MP) {NARROW_ROW3(MP), narrow_##MP##_4, narrow_##MP##_5, narrow_##MP##_6}
+/* [MP - 1][V - 1]: up to 6 vectors for up to 4 channels, 3 for more */
+static const narrow_fn narrow_tiles[NARROW_CH][6] = {NARROW_ROW6(1),   NARROW_ROW6(2),   NARROW_ROW6(3),   NARROW_ROW6(4),
+                                                     {NARROW_ROW3(5)}, {NARROW_ROW3(6)}, {NARROW_ROW3(7)}, {NARROW_ROW3(8)}};
+
+/* Task t: run t / panels % per_row of output row oy of image b, for panel t % panels. */
+static void narrow_tasks(void *ctx, int64_t begin, int64_t end)
+{
+    const direct_job *j = ctx;
+    const kiln_direct *d = j->d;
+    int64_t ow = j->src->ow;
+    for (int64_t t = begin; t < end; t++) {
+        int64_t jp = t % j->panels, run = t / j->panels % j->per_row, oy = t / (j->panels * j->per_row) % j->src->oh;
+        int64_t b = t / (j->panels * j->tiles);
+        int MP = d->M - jp * NARROW_CH < NARROW_CH ? (int)(d->M - jp * NARROW_CH) : NARROW_CH;
+        int64_t step = MP <= 4 ? 96 : 48;
+        int64_t x1 = (run + 1) * NARROW_RUN < ow ? (run + 1) * NARROW_RUN : ow;
+        for (int64_t ox = run * NARROW_RUN; ox < x1; ox += step) {
+            int64_t n = x1 - ox < step ? x1 - ox : step;
+            int V = (int)((n + 15) / 16);
+            narrow_tiles[MP - 1][V - 1](j, b, oy, ox, jp, kiln_lanes(n - 16 * (V - 1)));
+        }
+    }
+}
+
 kiln_status kiln_cpu_direct_run(const kiln_gemm_ctx *ctx, const kiln_direct *d, const kiln_direct_src *src, int64_t N,
                                 const float *bias, const float *res, const kiln_act *act, float *y)
 {
     if (N <= 0 || src->oh <= 0 || src->ow <= 0) return KILN_OK;
+    /* under about 256K multiply-adds (a microsecond or two) waking the pool costs more */
+    bool wide = (double)N * (double)src->oh * (double)src->ow * (double)d->M * (double)d->K >= (double)(1 << 18);
+    if (d->narrow) {
+        int64_t per_row = (src->ow + NARROW_RUN - 1) / NARROW_RUN;
+        direct_job j = {.d = d, .src = src, .area = src->oh * src->ow, .per_row = per_row, .tiles = src->oh * per_row,
+                        .panels = (d->M + NARROW_CH - 1) / NARROW_CH, .bias = bias, .res = res, .y = y, .act = act};
+        j.clamp = kiln_cpu_act_clamp(act, &j.lo, &j.hi);
+        kiln_threadpool_parallel_for(wide ? ctx->pool : NULL, N * j.tiles * j.panels, narrow_tasks, &j);
+        return KILN_OK;
+    }
     int64_t per_row = src->ow < KILN_DIRECT_ROWS ? 1 : (src->ow + KILN_DIRECT_ROWS - 1) / KILN_DIRECT_ROWS;
     direct_job j = {.d = d, .src = src, .area = src->oh * src->ow, .per_row = per_row, .tiles = src->oh * per_row,
-                    .panels = (d->M + DIRECT_COLS - 1) / DIRECT_COLS, .bias = bias, .res = res, .y = y, .act = act,
-                    .lo = -INFINITY, .hi = INFINITY};
-    j.clamp = act->kind == KILN_ACT_NONE || act->kind == KILN_ACT_RELU || act->kind == KILN_ACT_CLIP;
-    if (act->kind == KILN_ACT_RELU) j.lo = 0.0f;
-    if (act->kind == KILN_ACT_CLIP) j.lo = act->alpha, j.hi = act->beta;
+                    .panels = (d->M + DIRECT_COLS - 1) / DIRECT_COLS, .bias = bias, .res = res, .y = y, .act = act};
+    j.clamp = kiln_cpu_act_clamp(act, &j.lo, &j.hi);
     j.panels_outer = d->M > j.area;
-    /* under about 256K multiply-adds (a microsecond or two) waking the pool costs more */
-    bool wide = (double)N * (double)j.area * (double)d->M * (double)d->K >= (double)(1 << 18);
     kiln_threadpool_parallel_for(wide ? ctx->pool : NULL, N * j.tiles * j.panels, direct_tasks, &j);
     return KILN_OK;
 }

@@ -3,7 +3,8 @@
  * im2col, no packing of the activations per call), the output channels its columns against
  * weights packed once when the session is created; each finished tile of 14 pixels of one
  * output row by 32 channels is transposed in registers and stored into Y [M, oh, ow] with bias,
- * residual and activation.
+ * residual and activation. A layer of fewer than 16 output channels runs narrow tiles instead:
+ * 16 consecutive pixels of a row per vector, each channel's weight broadcast (direct.c).
  *
  *     kiln_direct *d = kiln_cpu_direct_pack(W, M, K);   // W [M, K]: K = C * kh * kw taps
  *     kiln_direct_src src = {X, image, off, pitch, oh, ow};
@@ -12,7 +13,7 @@
  *
  * A 1x1 stride-1 layer reads X itself (tap k of pixel i at X + k * area + i); other kernels read
  * a zero-bordered copy split into stride phases (kernels_conv.c's copy_phases), where the 14
- * pixels of each tap are contiguous too. Against the packed GEMM this saves packing the input
+ * pixels of each tap are contiguous too (the narrow tiles read no pixel past a row). Against the packed GEMM this saves packing the input
  * on every call and the padding of the last 32-pixel panel (196 pixels fill 7 panels of 32 but
  * 14 tiles of 14 exactly). */
 #ifndef KILN_CPU_DIRECT_H

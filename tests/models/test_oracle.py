@@ -1054,6 +1054,73 @@ def test_conv_residual():
         compare(f"Conv c={c} m={m} k={k} bias={bias} + Add({short}) + {act}", mdl.SerializeToString(), feeds)
 
 
+def conv_out_hw(attrs, hw):
+    """The output height and width of a Conv with these attributes over an input of size hw (0
+    where the kernel does not fit: the Conv then fails on both providers)."""
+    k, st = attrs["kernel_shape"], attrs.get("strides", [1, 1])
+    d, pads = attrs.get("dilations", [1, 1]), attrs.get("pads", [0, 0, 0, 0])
+    if attrs.get("auto_pad", "NOTSET").startswith("SAME"):
+        return tuple(-(-x // s) for x, s in zip(hw, st))
+    return tuple(max(0, (x + pads[i] + pads[i + 2] - d[i] * (k[i] - 1) - 1) // st[i] + 1) for i, x in enumerate(hw))
+
+
+def test_conv_narrow():
+    """Convolutions of fewer than 16 output channels, which run the direct kernel's narrow tiles
+    (pixels in the vectors, channels broadcast): 1 to 15 channels (one panel of 8 and a partial
+    one), 1x1 from X in place (tiny planes through the padded copy) and larger kernels over the
+    stride-phase copy at strides 1-3 with dilations, uneven pads and auto_pad; bias or none; a
+    fused residual Add and clamp or other activations after it; rows from 1 pixel to past the
+    192-pixel task runs, batch 0-3."""
+    from onnx import numpy_helper
+    convs = [dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], c=16, m=8),
+             dict(kernel_shape=[1, 1], c=7, m=8),
+             dict(kernel_shape=[1, 1], c=33, m=1),
+             dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], c=3, m=8),
+             dict(kernel_shape=[3, 3], strides=[2, 2], pads=[0, 1, 1, 0], dilations=[1, 2], c=5, m=15),
+             dict(kernel_shape=[5, 3], strides=[3, 1], pads=[2, 0, 1, 1], c=4, m=12),
+             dict(kernel_shape=[3, 3], dilations=[2, 2], auto_pad="SAME_UPPER", c=6, m=5),
+             dict(kernel_shape=[2, 2], strides=[1, 2], auto_pad="SAME_LOWER", c=9, m=3),
+             dict(kernel_shape=[1, 1], strides=[2, 1], c=10, m=4),
+             dict(kernel_shape=[1, 1], pads=[1, 0, 0, 2], c=8, m=9)]
+    tails = [(None, None), (None, "Relu"), ("S", None), ("S", "Relu"), ("S", "Clip"), ("S", "HardSwish"),
+             (None, "Sigmoid")]
+    for i, cfg in enumerate(convs):
+        cfg = dict(cfg)
+        c, m = cfg.pop("c"), cfg.pop("m")
+        for j, (res, act) in enumerate(tails):
+            bias = (i + j) % 2 == 0
+            inits = [numpy_helper.from_array(rand(m, c, *cfg["kernel_shape"]), "W")]
+            conv_in = ["X", "W"] + (["B"] if bias else [])
+            if bias:
+                inits.append(numpy_helper.from_array(rand(m), "B"))
+            nodes = [helper.make_node("Conv", conv_in, ["a"], **cfg)]
+            inputs = [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["n", c, "h", "w"])]
+            last = "a"
+            if res:
+                inputs.append(helper.make_tensor_value_info("S", TensorProto.FLOAT, ["n", m, "oh", "ow"]))
+                nodes.append(helper.make_node("Add", [last, "S"], ["sum"]))
+                last = "sum"
+            if act == "Clip":
+                inits += [numpy_helper.from_array(np.array(v, np.float32), n) for v, n in ((-0.5, "lo"), (1.5, "hi"))]
+                nodes.append(helper.make_node("Clip", [last, "lo", "hi"], ["Y"]))
+            elif act:
+                nodes.append(helper.make_node(act, [last], ["Y"]))
+            else:
+                nodes.append(helper.make_node("Identity", [last], ["Y"]))
+            g = helper.make_graph(nodes, "conv_narrow", inputs, [out()], inits)
+            mdl = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+            mdl.ir_version = 8
+            blob = mdl.SerializeToString()
+            feeds = []
+            for n, h, w in [(1, 9, 9), (2, 17, 13), (1, 1, 1), (0, 5, 5), (3, 5, 31), (1, 6, 250), (1, 3, 97),
+                            (1, 40, 49), (2, 2, 400)]:
+                f = {"X": rand(n, c, h, w)}
+                if res:
+                    f["S"] = rand(n, m, *conv_out_hw(cfg, (h, w)))
+                feeds.append(f)
+            compare(f"narrow Conv {cfg} c={c} m={m} bias={bias} res={res} act={act}", blob, feeds)
+
+
 def test_blocked_cnn():
     """Conv nets whose activations the layout pass blocks by 16 channels: a plain image into a
     blocked stem, pooling of every POOL_CONFIGS geometry between blocked convolutions, 1x1 / 3x3 /
@@ -1318,7 +1385,7 @@ def test_constant_folding():
 def main():
     for test in (test_constant_folding, test_conv_bn_folding, test_fused_activation, test_matmul, test_gemm, test_packed_weights, test_conv, test_binary, test_unary, test_inplace_chain,
                  test_softmax, test_layernorm, test_reduce_mean, test_transpose, test_concat, test_batchnorm, test_clip, test_pool,
-                 test_global_pool, test_depthwise_conv, test_conv_packed, test_conv_residual, test_attention,
+                 test_global_pool, test_depthwise_conv, test_conv_packed, test_conv_residual, test_conv_narrow, test_attention,
                  test_gelu_fusion, test_matmul_bias, test_conv_transpose, test_blocked_cnn,
                  test_blocked_pointwise_passes, test_blocked_depthwise, test_blocked_winograd):
         test()
