@@ -231,10 +231,10 @@ static inline __attribute__((always_inline)) void blocked_tile(const conv_job *j
         _Pragma("GCC unroll 4") for (int f = 0; f < FB; f++)
         _Pragma("GCC unroll 12") for (int q = 0; q < P; q++) acc[f][q] = _mm512_load_ps(part + (f * P + q) * BLK);
     }
-    int64_t iy0[WIDE_PX], ix0[WIDE_PX];
+    int64_t iy0[WIDE_PX], ix0[WIDE_PX], oy = px / io->ow, ox = px % io->ow; /* one division per tile */
     for (int q = 0; q < P; q++) {
-        int64_t oy = (px + q) / io->ow, ox = (px + q) % io->ow;
         iy0[q] = oy * j->sh - j->pt, ix0[q] = ox * j->sw - j->pl;
+        if (++ox == io->ow) ox = 0, oy++;
     }
     const float *x = io->x + b * j->x_img + cb0 * j->x_blk, *wg = p->w + ob0 * p->C * KH * KW * BLK;
     for (int64_t i = 0; i < KH; i++)
