@@ -757,6 +757,21 @@ def test_attention():
                     feeds.append(fd)
                 compare(f"Attention rank {rank} mask rank {mask_rank} gqa {gqa}", blob, feeds)
 
+    # heads of up to 16 columns run the one-pass kernel (chunks of 64 keys, running maxima): rows
+    # whose first chunks are all masked, one row masked whole, the maximum in the last chunk
+    ins = [sym("Q", 4, "q"), sym("K", 4, "k"), sym("V", 4, "v"), sym("M", 4, "m")]
+    blob = model(helper.make_node("Attention", ["Q", "K", "V", "M"], ["Y"]), ins, [out()], opset=23)
+    feeds = []
+    for sq, skv, d, dv in [(9, 150, 16, 16), (13, 200, 7, 3), (6, 64, 16, 20), (5, 65, 1, 1), (11, 300, 12, 33)]:
+        q, k, v = rand(2, 3, sq, d), rand(2, 3, skv, d), rand(2, 3, skv, dv)
+        m = rand(2, 3, sq, skv)
+        m[:, :, 1, :70] = -np.inf
+        m[:, 1, 2, :] = -np.inf
+        m[0, :, 3, :-1] -= 40.0  # the last key carries the row
+        q[1, 2, 4] *= 30.0        # scores far apart: the running maximum rises by more than e^87 spans
+        feeds.append({"Q": q, "K": k, "V": v, "M": m})
+    compare("Attention one-pass heads", blob, feeds)
+
     # the pattern as models write it, fused in the optimised session only
     def sdpa(split, scale_op, mask):
         nodes, ins = [], []
