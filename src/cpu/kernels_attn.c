@@ -88,13 +88,13 @@ static void softmax_row_v4(float *s, int64_t n, const float *m, int64_t m_len)
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define AVX512 __attribute__((target("avx512f")))
 
-/* e^x (the Cephes polynomial of v4_exp), 0 below ln FLT_MIN (no subnormals), NaN kept. */
+/* e^x for x <= 0, as softmax takes it (s - max): the Cephes polynomial of v4_exp, 0 below ln
+ * FLT_MIN (no subnormals), NaN kept; no clamp above. */
 static inline AVX512 __m512 exp16(__m512 x)
 {
     const __m512 lo = _mm512_set1_ps(-87.33f);
     __mmask16 tiny = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
-    x = _mm512_min_ps(x, _mm512_set1_ps(88.7f));
-    x = _mm512_mask_mov_ps(x, tiny, lo);
+    x = _mm512_max_ps(lo, x); /* NaN stays (max_ps returns its second operand) */
     __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
@@ -106,8 +106,7 @@ static inline AVX512 __m512 exp16(__m512 x)
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
     p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    p = _mm512_scalef_ps(p, n);
-    return _mm512_mask_mov_ps(p, tiny, _mm512_setzero_ps());
+    return _mm512_maskz_mov_ps(~tiny, _mm512_scalef_ps(p, n));
 }
 
 /* With inv not NULL the row is left unnormalised (exponentials) and *inv receives the factor
@@ -170,24 +169,18 @@ static AVX512 void softmax_row_avx512(float *s, int64_t n, const float *m, int64
     if (lim < n) memset(s + lim, 0, (size_t)(n - lim) * sizeof *s);
 }
 
-/* Four rows and nv (1 to 4) vectors of 16 columns of the product below, from column c0. At
- * nv <= 2 even and odd p go to separate accumulators, so there are 8 to 16 independent FMA
- * chains at every width (4 alone leave the FMA units waiting on latency). Inlined with nv a
- * constant, the arrays live in registers. */
-static inline __attribute__((always_inline)) AVX512 void pv_block(const float *const *sr, const float *inv, int rows,
-                                                                   int64_t total, const float *v, int64_t v_s,
-                                                                   int nv, __mmask16 last, float *y, int64_t y_s)
+/* acc[h][r][q] += sr[r][p] * v[p][16 q ..] over p < n, for four rows r and nv (1 to 4) vectors
+ * of 16 columns (the last one's lanes `last`). At nv <= 2 even and odd p go to acc[0] and
+ * acc[1], so there are 8 to 16 independent FMA chains at every width (4 alone leave the FMA
+ * units waiting on latency); at nv > 2 only acc[0]. Inlined with nv a constant, the arrays
+ * live in registers. */
+static inline __attribute__((always_inline)) AVX512 void pv_sum(const float *const *sr, int64_t n, const float *v,
+                                                                 int64_t v_s, int nv, __mmask16 last,
+                                                                 __m512 acc[2][4][4])
 {
     const int sets = nv <= 2 ? 2 : 1;
-    __m512 acc[2][4][4];
-#pragma GCC unroll 2
-    for (int h = 0; h < sets; h++)
-#pragma GCC unroll 4
-        for (int r = 0; r < 4; r++)
-#pragma GCC unroll 4
-            for (int q = 0; q < nv; q++) acc[h][r][q] = _mm512_setzero_ps();
     int64_t p = 0;
-    for (; p + sets <= total; p += sets) {
+    for (; p + sets <= n; p += sets) {
 #pragma GCC unroll 2
         for (int h = 0; h < sets; h++) {
             const float *vr = v + (p + h) * v_s;
@@ -203,7 +196,7 @@ static inline __attribute__((always_inline)) AVX512 void pv_block(const float *c
             }
         }
     }
-    if (p < total) { /* an odd last p */
+    if (p < n) { /* an odd last p */
         const float *vr = v + p * v_s;
 #pragma GCC unroll 4
         for (int q = 0; q < nv; q++) {
@@ -212,15 +205,30 @@ static inline __attribute__((always_inline)) AVX512 void pv_block(const float *c
             for (int r = 0; r < 4; r++) acc[0][r][q] = _mm512_fmadd_ps(_mm512_set1_ps(sr[r][p]), vq, acc[0][r][q]);
         }
     }
+}
+
+/* Four rows and nv vectors of 16 columns of the product below, from column c0: pv_sum over
+ * all keys, each row scaled by its inv as it is stored. */
+static inline __attribute__((always_inline)) AVX512 void pv_block(const float *const *sr, const float *inv, int rows,
+                                                                   int64_t total, const float *v, int64_t v_s,
+                                                                   int nv, __mmask16 last, float *y, int64_t y_s)
+{
+    __m512 acc[2][4][4];
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++)
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++)
+#pragma GCC unroll 4
+            for (int q = 0; q < nv; q++) acc[h][r][q] = _mm512_setzero_ps();
+    pv_sum(sr, total, v, v_s, nv, last, acc);
 #pragma GCC unroll 4
     for (int r = 0; r < 4; r++) {
         if (r >= rows) break;
         __m512 f = _mm512_set1_ps(inv[r]);
 #pragma GCC unroll 4
-        for (int q = 0; q < nv; q++) {
-            __m512 a = sets == 2 ? _mm512_add_ps(acc[0][r][q], acc[1][r][q]) : acc[0][r][q];
-            _mm512_mask_storeu_ps(y + r * y_s + 16 * q, q == nv - 1 ? last : (__mmask16)0xFFFF, _mm512_mul_ps(a, f));
-        }
+        for (int q = 0; q < nv; q++)
+            _mm512_mask_storeu_ps(y + r * y_s + 16 * q, q == nv - 1 ? last : (__mmask16)0xFFFF,
+                                  _mm512_mul_ps(_mm512_add_ps(acc[0][r][q], acc[1][r][q]), f));
     }
 }
 
@@ -264,66 +272,20 @@ static AVX512 void probs_times_v_avx512(const float *s, const float *inv, int64_
  * exponentials summed and written to an L1 buffer, then multiplied into the rows' outputs with V
  * read in place. Nothing of size Sq x total is written. */
 enum { FR = 4, FKC = 64, FLASH_MAX_DK = 16, FLASH_MAX_DV = 128 };
+_Static_assert(FR == 4, "flash_pv runs pv_sum's four rows");
 
-/* e^x for x <= 0 (or NaN, kept): exp16 without its overflow clamp */
-static inline AVX512 __m512 exp_neg16(__m512 x)
-{
-    const __m512 lo = _mm512_set1_ps(-87.33f);
-    __mmask16 tiny = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
-    x = _mm512_max_ps(lo, x); /* NaN stays (max_ps returns its second operand) */
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    return _mm512_maskz_mov_ps(~tiny, _mm512_scalef_ps(p, n));
-}
-
-/* o[r][c0 .. c0 + 16 nv) += sum over p < nk of pr[r][p] * v[p][c0 ..] for the FR rows (the last
- * vector's lanes `last`). Keys of even and odd p go to separate accumulators where nv <= 2, so
- * at least 8 FMA chains run at once. */
+/* o[r][c0 .. c0 + 16 nv) += sum over p < nk of pr[r][p] * v[p][c0 ..] for the FR rows (pv_sum). */
 static inline __attribute__((always_inline)) AVX512 void flash_pv(const float (*pr)[FKC], int64_t nk, const float *v,
                                                                    int64_t v_s, float *o, int64_t ldo, int nv,
                                                                    __mmask16 last)
 {
-    const int sets = nv <= 2 ? 2 : 1;
+    const float *sr[FR] = {pr[0], pr[1], pr[2], pr[3]};
     __m512 acc[2][FR][4];
 #pragma GCC unroll 4
     for (int r = 0; r < FR; r++)
 #pragma GCC unroll 4
         for (int q = 0; q < nv; q++) acc[0][r][q] = _mm512_load_ps(o + r * ldo + 16 * q), acc[1][r][q] = _mm512_setzero_ps();
-    int64_t p = 0;
-    for (; p + sets <= nk; p += sets) {
-#pragma GCC unroll 2
-        for (int h = 0; h < sets; h++) {
-            const float *vr = v + (p + h) * v_s;
-            __m512 vv[4];
-#pragma GCC unroll 4
-            for (int q = 0; q < nv; q++)
-                vv[q] = q == nv - 1 ? _mm512_maskz_loadu_ps(last, vr + 16 * q) : _mm512_loadu_ps(vr + 16 * q);
-#pragma GCC unroll 4
-            for (int r = 0; r < FR; r++) {
-                __m512 b = _mm512_set1_ps(pr[r][p + h]);
-#pragma GCC unroll 4
-                for (int q = 0; q < nv; q++) acc[h][r][q] = _mm512_fmadd_ps(b, vv[q], acc[h][r][q]);
-            }
-        }
-    }
-    if (p < nk) { /* an odd last key */
-        const float *vr = v + p * v_s;
-#pragma GCC unroll 4
-        for (int q = 0; q < nv; q++) {
-            __m512 vq = q == nv - 1 ? _mm512_maskz_loadu_ps(last, vr + 16 * q) : _mm512_loadu_ps(vr + 16 * q);
-#pragma GCC unroll 4
-            for (int r = 0; r < FR; r++) acc[0][r][q] = _mm512_fmadd_ps(_mm512_set1_ps(pr[r][p]), vq, acc[0][r][q]);
-        }
-    }
+    pv_sum(sr, nk, v, v_s, nv, last, acc);
 #pragma GCC unroll 4
     for (int r = 0; r < FR; r++)
 #pragma GCC unroll 4
@@ -381,7 +343,7 @@ static inline AVX512 void flash_step(const attn_job *j, flash_tile *t, const flo
     __m512 old = _mm512_load_ps(t->mx), newm = _mm512_max_ps(_mm512_load_ps(cmr), old);
     __mmask16 none = _mm512_cmp_ps_mask(newm, ninf, _CMP_EQ_OQ); /* nothing attendable yet: e^-inf = 0 */
     newm = _mm512_mask_mov_ps(newm, none, _mm512_setzero_ps());
-    __m512 alpha = exp_neg16(_mm512_sub_ps(old, newm)); /* 0 where nothing was summed yet */
+    __m512 alpha = exp16(_mm512_sub_ps(old, newm)); /* 0 where nothing was summed yet */
     _mm512_store_ps(t->mx, _mm512_mask_mov_ps(newm, none, ninf));
 #pragma GCC unroll 4
     for (int r = 0; r < FR; r++) {
@@ -392,7 +354,7 @@ static inline AVX512 void flash_step(const attn_job *j, flash_tile *t, const flo
         __m512 m16 = _mm512_permutexvar_ps(_mm512_set1_epi32(r), newm);
 #pragma GCC unroll 4
         for (int c = 0; c < 4; c++) {
-            __m512 e = exp_neg16(_mm512_sub_ps(s[r][c], m16));
+            __m512 e = exp16(_mm512_sub_ps(s[r][c], m16));
             l = _mm512_add_ps(l, e);
             _mm512_store_ps(pr[r] + 16 * c, e);
         }
