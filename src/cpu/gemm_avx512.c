@@ -81,7 +81,10 @@ static void pack_b(float *dst, const float *B, int64_t ldb, bool trans, int64_t 
 }
 
 /* Micro-kernels over the first 14, 8 or 4 rows of a packed A panel (stride MR either way): a
- * partial panel of mr rows runs the shortest that covers it, so M = 16 or 130 wastes little. */
+ * partial panel of mr rows runs the shortest that covers it, so M = 16 or 130 wastes little.
+ * (M = 16 as one call of two 8-row passes per 128-deep chunk, B from L1 in the second: 134
+ * against 130 GFLOP/s with B in cache, one thread, and no change over BERT-base's weights
+ * streamed from memory.) */
 #define ROWS14(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13)
 #define ROWS8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
 #define ROWS4(X) X(0) X(1) X(2) X(3)

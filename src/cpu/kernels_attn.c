@@ -89,7 +89,9 @@ static void softmax_row_v4(float *s, int64_t n, const float *m, int64_t m_len)
 #define AVX512 __attribute__((target("avx512f")))
 
 /* e^x for x <= 0, as softmax takes it (s - max): the Cephes polynomial of v4_exp, 0 below ln
- * FLT_MIN (no subnormals), NaN kept; no clamp above. */
+ * FLT_MIN (no subnormals), NaN kept; no clamp above. (2^t, t = x log2(e), by a degree-6
+ * polynomial and scalef, 11 operations instead of 15: 0.97-1.01 of this on the attention kernel
+ * alone, 1.00 on the encoder at 512 tokens.) */
 static inline AVX512 __m512 exp16(__m512 x)
 {
     const __m512 lo = _mm512_set1_ps(-87.33f);
