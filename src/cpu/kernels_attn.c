@@ -5,13 +5,14 @@
  * the thread pool; the score block [QB, total] stays in cache. Covered: 3-D (q_num_heads) and
  * 4-D inputs, grouped K/V heads, a float32 additive mask broadcast to [B, Hq, Sq, total] (keys
  * past its last dim are masked, as the spec pads), no past, not causal, no softcap, only Y.
- * Heads of up to 16 key columns run in one pass over the keys instead (flash_block: running row
- * maxima, nothing of size Sq x total written), where the packed sgemm's 16-deep products and the
- * passes over the scores cost more than the arithmetic: the TTS-like encoder's 4 heads of 16 at
- * 512 tokens, one Attention node, 0.60 -> 0.50 ms on two threads (0.82-0.88 of the two-pass
- * path, best of 20 runs, alternating processes); at 32 and 64 columns the two-pass path was
- * faster (2.62 against 2.71 ms, 4.3 against 5.5 ms, 12 heads at 512). Everything else runs the
- * reference kernel. */
+ * Heads of up to 16 key columns run in one pass over the keys instead (flash_block: 16 query
+ * rows per vector, running row maxima, nothing of size Sq x total written), where the packed
+ * sgemm's 16-deep products and the passes over the scores cost more than the arithmetic: the
+ * TTS-like encoder's 4 heads of 16 at 512 tokens, one Attention node, 0.60 ms on two threads by
+ * the two-pass path, 0.50 by a first one-pass kernel (keys in the lanes), 0.40 by this one
+ * (best of 20 runs, alternating processes); at 32 and 64 columns the two-pass path was faster
+ * than the first one-pass kernel (2.62 against 2.71 ms, 4.3 against 5.5 ms, 12 heads at 512).
+ * Everything else runs the reference kernel. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -268,112 +269,112 @@ static AVX512 void probs_times_v_avx512(const float *s, const float *inv, int64_
 }
 
 /* ---- heads of up to FLASH_MAX_DK key and FLASH_MAX_DV value columns: one pass over the keys ----
- * A tile of FR query rows walks the keys in chunks of FKC: the chunk's scores in registers (K^T
- * packed once per task, so FKC keys are four vectors), the mask added, each row's running maximum
- * raised where the chunk's is higher (what was summed so far scaled by e^(old - new)), the
- * exponentials summed and written to an L1 buffer, then multiplied into the rows' outputs with V
- * read in place. Nothing of size Sq x total is written. */
-enum { FR = 4, FKC = 64, FLASH_MAX_DK = 16, FLASH_MAX_DV = 128 };
-_Static_assert(FR == 4, "flash_pv runs pv_sum's four rows");
+ * A tile holds 16 query rows, one per vector lane: scale * Q^T, the running maxima and sums of
+ * exponentials, and the outputs transposed (one vector per V column). It walks the keys in
+ * chunks of FKC: each key's scores for the 16 rows are one vector (FMAs of Q^T's rows by a
+ * broadcast of K^T, packed once per task), so the row maxima, the rescaling where a maximum rose
+ * and the sums are lane-wise operations, never a reduction across lanes; the exponentials go to
+ * an L1 buffer and each is multiplied by broadcasts of its key's V row into the outputs, V read in
+ * place. Each chunk runs against every tile of a block, phase by phase (scores, exponentials,
+ * products), so the tiles' dependency chains overlap. Nothing of size Sq x total is written. With
+ * 4 query rows per tile and the keys in the lanes instead (a cross-lane maximum per row and chunk,
+ * broadcast loads of each exponential for the products), the TTS-like encoder's Attention at 512
+ * tokens took 1.30 times as long (0.62 against 0.48 ms on two threads, 1.0 against 0.78 ms on
+ * one, in-process alternation), the encoder end to end 1.13. */
+enum { TR = 16, FKC = 64, FLASH_MAX_DK = 16, FLASH_MAX_DV = 128 };
 
-/* o[r][c0 .. c0 + 16 nv) += sum over p < nk of pr[r][p] * v[p][c0 ..] for the FR rows (pv_sum). */
-static inline __attribute__((always_inline)) AVX512 void flash_pv(const float (*pr)[FKC], int64_t nk, const float *v,
-                                                                   int64_t v_s, float *o, int64_t ldo, int nv,
-                                                                   __mmask16 last)
-{
-    const float *sr[FR] = {pr[0], pr[1], pr[2], pr[3]};
-    __m512 acc[2][FR][4];
-#pragma GCC unroll 4
-    for (int r = 0; r < FR; r++)
-#pragma GCC unroll 4
-        for (int q = 0; q < nv; q++) acc[0][r][q] = _mm512_load_ps(o + r * ldo + 16 * q), acc[1][r][q] = _mm512_setzero_ps();
-    pv_sum(sr, nk, v, v_s, nv, last, acc);
-#pragma GCC unroll 4
-    for (int r = 0; r < FR; r++)
-#pragma GCC unroll 4
-        for (int q = 0; q < nv; q++) _mm512_store_ps(o + r * ldo + 16 * q, _mm512_add_ps(acc[0][r][q], acc[1][r][q]));
-}
-
-/* One tile of FR query rows of a block: scale * Q transposed (a step's rows side by side), the
- * running maximum and sums of exponentials (one vector per row), the mask rows. */
 typedef struct flash_tile {
-    float qs[FLASH_MAX_DK][FR];
-    float l[FR][16] __attribute__((aligned(64)));
-    float mx[16] __attribute__((aligned(64))); /* lane r: row r's */
-    const float *mrow[FR];
+    float qt[FLASH_MAX_DK][TR] __attribute__((aligned(64))); /* scale * Q^T */
+    float o[FLASH_MAX_DV][TR] __attribute__((aligned(64)));  /* outputs, transposed, not yet normalised */
+    float p[FKC][TR] __attribute__((aligned(64)));           /* a chunk's scores, then exponentials */
+    float mx[TR] __attribute__((aligned(64)));               /* running maxima */
+    float l[TR] __attribute__((aligned(64)));                /* sums of exponentials */
 } flash_tile;
 
-/* Keys [kc, kc + nk) (nk <= FKC) against tile t: its outputs o ([FR][ldo]) rescaled where a
- * row's maximum rose, then the chunk's exponentials times V added in. */
-static inline AVX512 void flash_step(const attn_job *j, flash_tile *t, const float *kp, int64_t ldk, int64_t kc,
-                                     int64_t nk, const float *vk, float *o, int64_t ldo)
+/* Scores of tile t's rows against the nk (<= FKC) keys whose K^T starts at kt ([Dk][ldk], zero
+ * past the last key), plus mt (the chunk's mask transposed, [FKC][TR]) where given, into t->p;
+ * returns the rows' maxima over the chunk. */
+static inline __attribute__((always_inline)) AVX512 __m512 flash_scores(const attn_job *j, flash_tile *t,
+                                                                         const float *kt, int64_t ldk, int64_t nk,
+                                                                         const float (*mt)[TR])
+{
+    __m512 cm = _mm512_set1_ps(-INFINITY);
+    for (int64_t k0 = 0; k0 < nk; k0 += 16) {
+        __m512 acc[16];
+#pragma GCC unroll 16
+        for (int q = 0; q < 16; q++) acc[q] = _mm512_setzero_ps();
+        const float *kp = kt + k0; /* one pointer: the 16 keys' broadcasts at fixed offsets */
+        for (int64_t d = 0; d < j->Dk; d++, kp += ldk) {
+            __m512 qv = _mm512_load_ps(t->qt[d]);
+#pragma GCC unroll 16
+            for (int q = 0; q < 16; q++) acc[q] = _mm512_fmadd_ps(qv, _mm512_set1_ps(kp[q]), acc[q]);
+        }
+        int64_t n = nk - k0 < 16 ? nk - k0 : 16;
+#pragma GCC unroll 16
+        for (int q = 0; q < 16; q++) {
+            if (q >= n) break;
+            __m512 x = acc[q];
+            if (mt) x = _mm512_add_ps(x, _mm512_load_ps(mt[k0 + q]));
+            _mm512_store_ps(t->p[k0 + q], x);
+            cm = _mm512_max_ps(cm, x);
+        }
+    }
+    return cm;
+}
+
+/* Tile t's running maxima raised to cover the chunk's (cm), what was summed so far scaled by
+ * e^(old - new), the chunk's nk scores replaced by their exponentials and summed. */
+static inline __attribute__((always_inline)) AVX512 void flash_exps(const attn_job *j, flash_tile *t, __m512 cm,
+                                                                     int64_t nk)
 {
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
-    float pr[FR][FKC] __attribute__((aligned(64)));
-    __m512 s[FR][4];
-#pragma GCC unroll 4
-    for (int r = 0; r < FR; r++)
-#pragma GCC unroll 4
-        for (int c = 0; c < 4; c++) s[r][c] = _mm512_setzero_ps();
-    for (int64_t d = 0; d < j->Dk; d++, kp += ldk) {
-        __m512 k0 = _mm512_load_ps(kp), k1 = _mm512_load_ps(kp + 16), k2 = _mm512_load_ps(kp + 32),
-               k3 = _mm512_load_ps(kp + 48);
-#pragma GCC unroll 4
-        for (int r = 0; r < FR; r++) {
-            __m512 qv = _mm512_set1_ps(t->qs[d][r]);
-            s[r][0] = _mm512_fmadd_ps(qv, k0, s[r][0]);
-            s[r][1] = _mm512_fmadd_ps(qv, k1, s[r][1]);
-            s[r][2] = _mm512_fmadd_ps(qv, k2, s[r][2]);
-            s[r][3] = _mm512_fmadd_ps(qv, k3, s[r][3]);
-        }
-    }
-    /* each row's maximum over the chunk, lane r of cm; then the new running maxima and the
-     * factors e^(old - new) that rescale what was summed, for the FR rows at once, no branches */
-    float cmr[16] __attribute__((aligned(64)));
-#pragma GCC unroll 4
-    for (int r = 0; r < FR; r++) {
-#pragma GCC unroll 4
-        for (int c = 0; c < 4; c++) {
-            int64_t n = nk - 16 * c;
-            __mmask16 in = n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
-            __m512 x = s[r][c];
-            if (t->mrow[r]) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(in, t->mrow[r] + kc + 16 * c));
-            s[r][c] = _mm512_mask_mov_ps(ninf, in, x);
-        }
-        cmr[r] = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(s[r][0], s[r][1]), _mm512_max_ps(s[r][2], s[r][3])));
-    }
-    __m512 old = _mm512_load_ps(t->mx), newm = _mm512_max_ps(_mm512_load_ps(cmr), old);
+    __m512 old = _mm512_load_ps(t->mx), newm = _mm512_max_ps(cm, old);
     __mmask16 none = _mm512_cmp_ps_mask(newm, ninf, _CMP_EQ_OQ); /* nothing attendable yet: e^-inf = 0 */
     newm = _mm512_mask_mov_ps(newm, none, _mm512_setzero_ps());
     __m512 alpha = exp16(_mm512_sub_ps(old, newm)); /* 0 where nothing was summed yet */
     _mm512_store_ps(t->mx, _mm512_mask_mov_ps(newm, none, ninf));
-#pragma GCC unroll 4
-    for (int r = 0; r < FR; r++) {
-        __m512 a = _mm512_permutexvar_ps(_mm512_set1_epi32(r), alpha);
-        __m512 l = _mm512_mul_ps(_mm512_load_ps(t->l[r]), a);
-        for (int64_t c = 0; c < ldo; c += 16)
-            _mm512_store_ps(o + r * ldo + c, _mm512_mul_ps(_mm512_load_ps(o + r * ldo + c), a));
-        __m512 m16 = _mm512_permutexvar_ps(_mm512_set1_epi32(r), newm);
-#pragma GCC unroll 4
-        for (int c = 0; c < 4; c++) {
-            __m512 e = exp16(_mm512_sub_ps(s[r][c], m16));
-            l = _mm512_add_ps(l, e);
-            _mm512_store_ps(pr[r] + 16 * c, e);
-        }
-        _mm512_store_ps(t->l[r], l);
+    for (int64_t c = 0; c < j->Dv; c++) _mm512_store_ps(t->o[c], _mm512_mul_ps(_mm512_load_ps(t->o[c]), alpha));
+    __m512 l0 = _mm512_mul_ps(_mm512_load_ps(t->l), alpha), l1 = _mm512_setzero_ps();
+    int64_t q = 0;
+    for (; q + 2 <= nk; q += 2) { /* two sums: the adds are a dependency chain */
+        __m512 e0 = exp16(_mm512_sub_ps(_mm512_load_ps(t->p[q]), newm));
+        __m512 e1 = exp16(_mm512_sub_ps(_mm512_load_ps(t->p[q + 1]), newm));
+        _mm512_store_ps(t->p[q], e0);
+        _mm512_store_ps(t->p[q + 1], e1);
+        l0 = _mm512_add_ps(l0, e0), l1 = _mm512_add_ps(l1, e1);
     }
-    for (int64_t c0 = 0; c0 < j->Dv; c0 += 64) {
-        int64_t w = j->Dv - c0 < 64 ? j->Dv - c0 : 64;
-        int nv = (int)((w + 15) / 16);
-        int64_t tail = w - 16 * (nv - 1);
-        __mmask16 last = tail == 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << tail) - 1);
-        switch (nv) {
-        case 4: flash_pv(pr, nk, vk + c0, j->v_s, o + c0, ldo, 4, last); break;
-        case 3: flash_pv(pr, nk, vk + c0, j->v_s, o + c0, ldo, 3, last); break;
-        case 2: flash_pv(pr, nk, vk + c0, j->v_s, o + c0, ldo, 2, last); break;
-        default: flash_pv(pr, nk, vk + c0, j->v_s, o + c0, ldo, 1, last); break;
-        }
+    if (q < nk) {
+        __m512 e0 = exp16(_mm512_sub_ps(_mm512_load_ps(t->p[q]), newm));
+        _mm512_store_ps(t->p[q], e0);
+        l0 = _mm512_add_ps(l0, e0);
     }
+    _mm512_store_ps(t->l, _mm512_add_ps(l0, l1));
+}
+
+/* t->o[c0 + c] += sum over keys q < nk of t->p[q] * v[q][c0 + c], for c < nc (1 or 16: inlined
+ * with nc a constant, the accumulators live in registers). */
+static inline __attribute__((always_inline)) AVX512 void flash_pv(const attn_job *j, flash_tile *t, const float *v,
+                                                                   int64_t nk, int64_t c0, int nc)
+{
+    __m512 acc[16];
+#pragma GCC unroll 16
+    for (int c = 0; c < nc; c++) acc[c] = _mm512_load_ps(t->o[c0 + c]);
+    const float *vr = v + c0;
+    for (int64_t q = 0; q < nk; q++, vr += j->v_s) {
+        __m512 pv = _mm512_load_ps(t->p[q]);
+#pragma GCC unroll 16
+        for (int c = 0; c < nc; c++) acc[c] = _mm512_fmadd_ps(pv, _mm512_set1_ps(vr[c]), acc[c]);
+    }
+#pragma GCC unroll 16
+    for (int c = 0; c < nc; c++) _mm512_store_ps(t->o[c0 + c], acc[c]);
+}
+
+/* The chunk's exponentials of tile t times the nk rows of V from v, added into its outputs. */
+static AVX512 void flash_pvs(const attn_job *j, flash_tile *t, const float *v, int64_t nk)
+{
+    int64_t c = 0;
+    for (; c + 16 <= j->Dv; c += 16) flash_pv(j, t, v, nk, c, 16);
+    for (; c < j->Dv; c++) flash_pv(j, t, v, nk, c, 1);
 }
 
 /* Query rows [i0, i0 + rows) (rows <= QB) of head h of batch b against kt (K^T of the head's
@@ -382,37 +383,50 @@ static inline AVX512 void flash_step(const attn_job *j, flash_tile *t, const flo
 static AVX512 void flash_block(const attn_job *j, const float *kt, int64_t ldk, int64_t b, int64_t h, int64_t i0,
                                int64_t rows)
 {
-    const int64_t ldo = (j->Dv + 15) / 16 * 16, n_tiles = (rows + FR - 1) / FR;
+    const int64_t n_tiles = (rows + TR - 1) / TR;
     const float *v = j->v + b * j->v_b + h / j->group * j->v_h;
-    flash_tile tiles[QB / FR];
-    float o[QB * FLASH_MAX_DV] __attribute__((aligned(64)));
+    const float *mask = j->mask ? j->mask + b * j->m_b + h * j->m_h : NULL;
+    flash_tile tiles[QB / TR];
+    float mt[FKC][TR] __attribute__((aligned(64)));
     for (int64_t ti = 0; ti < n_tiles; ti++) {
         flash_tile *t = &tiles[ti];
-        _mm512_store_ps(t->mx, _mm512_set1_ps(-INFINITY));
-        for (int r = 0; r < FR; r++) {
-            int64_t i = i0 + (ti * FR + r < rows ? ti * FR + r : rows - 1); /* past `rows`: the last, not stored */
+        for (int r = 0; r < TR; r++) {
+            int64_t i = i0 + (ti * TR + r < rows ? ti * TR + r : rows - 1); /* past `rows`: the last, not stored */
             const float *q = j->q + b * j->q_b + h * j->q_h + i * j->q_s;
-            for (int64_t d = 0; d < j->Dk; d++) t->qs[d][r] = j->scale * q[d];
-            t->mrow[r] = j->mask ? j->mask + b * j->m_b + h * j->m_h + i * j->m_s : NULL;
-            _mm512_store_ps(t->l[r], _mm512_setzero_ps());
+            for (int64_t d = 0; d < j->Dk; d++) t->qt[d][r] = j->scale * q[d];
         }
+        _mm512_store_ps(t->mx, _mm512_set1_ps(-INFINITY));
+        _mm512_store_ps(t->l, _mm512_setzero_ps());
+        for (int64_t c = 0; c < j->Dv; c++) _mm512_store_ps(t->o[c], _mm512_setzero_ps());
     }
-    memset(o, 0, (size_t)(n_tiles * FR * ldo) * sizeof *o);
     int64_t lim = j->mask && j->m_len < j->total ? j->m_len : j->total; /* keys past lim are masked */
     for (int64_t kc = 0; kc < lim; kc += FKC) {
         int64_t nk = lim - kc < FKC ? lim - kc : FKC;
-        for (int64_t ti = 0; ti < n_tiles; ti++)
-            flash_step(j, &tiles[ti], kt + kc, ldk, kc, nk, v + kc * j->v_s, o + ti * FR * ldo, ldo);
+        __m512 cm[QB / TR];
+        for (int64_t ti = 0; ti < n_tiles; ti++) {
+            if (mask) { /* the tile's mask rows for the chunk, transposed */
+                for (int r = 0; r < TR; r++) {
+                    int64_t i = i0 + (ti * TR + r < rows ? ti * TR + r : rows - 1);
+                    const float *mr = mask + i * j->m_s + kc;
+                    for (int64_t q = 0; q < nk; q++) mt[q][r] = mr[q];
+                }
+            }
+            cm[ti] = flash_scores(j, &tiles[ti], kt + kc, ldk, nk, mask ? (const float(*)[TR])mt : NULL);
+        }
+        for (int64_t ti = 0; ti < n_tiles; ti++) flash_exps(j, &tiles[ti], cm[ti], nk);
+        for (int64_t ti = 0; ti < n_tiles; ti++) flash_pvs(j, &tiles[ti], v + kc * j->v_s, nk);
     }
-    for (int64_t r = 0; r < rows; r++) {
-        float sum = _mm512_reduce_add_ps(_mm512_load_ps(tiles[r / FR].l[r % FR]));
-        __m512 f = _mm512_set1_ps(sum > 0.0f ? 1.0f / sum : 0.0f); /* no attendable key: zeros */
-        if (sum != sum) f = _mm512_set1_ps(sum);                   /* NaN somewhere: the row is NaN */
-        float *y = j->y + b * j->y_b + h * j->y_h + (i0 + r) * j->y_s;
-        for (int64_t c = 0; c < j->Dv; c += 16) {
-            int64_t n = j->Dv - c;
-            __mmask16 k = n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1);
-            _mm512_mask_storeu_ps(y + c, k, _mm512_mul_ps(_mm512_load_ps(o + r * ldo + c), f));
+    for (int64_t ti = 0; ti < n_tiles; ti++) {
+        flash_tile *t = &tiles[ti];
+        __m512 l = _mm512_load_ps(t->l);
+        __mmask16 pos = _mm512_cmp_ps_mask(l, _mm512_setzero_ps(), _CMP_GT_OQ);
+        __m512 inv = _mm512_maskz_div_ps(pos, _mm512_set1_ps(1.0f), l);          /* no attendable key: zeros */
+        inv = _mm512_mask_mov_ps(inv, _mm512_cmp_ps_mask(l, l, _CMP_UNORD_Q), l); /* NaN somewhere: the row is NaN */
+        float iv[TR] __attribute__((aligned(64)));
+        _mm512_store_ps(iv, inv);
+        for (int64_t r = 0; r < TR && ti * TR + r < rows; r++) {
+            float *y = j->y + b * j->y_b + h * j->y_h + (i0 + ti * TR + r) * j->y_s;
+            for (int64_t c = 0; c < j->Dv; c++) y[c] = t->o[c][r] * iv[r];
         }
     }
 }
