@@ -5,7 +5,7 @@
  * the thread pool; the score block [QB, total] stays in cache. Covered: 3-D (q_num_heads) and
  * 4-D inputs, grouped K/V heads, a float32 additive mask broadcast to [B, Hq, Sq, total] (keys
  * past its last dim are masked, as the spec pads), no past, not causal, no softcap, only Y.
- * Heads of up to 16 key columns run in one pass over the keys instead (flash_block: 16 query
+ * Heads of up to 32 key columns run in one pass over the keys instead (flash_block: 16 query
  * rows per vector, running row maxima, nothing of size Sq x total written), where the packed
  * sgemm's 16-deep products and the passes over the scores cost more than the arithmetic: the
  * TTS-like encoder's 4 heads of 16 at 512 tokens, one Attention node, 0.60 ms on two threads by
@@ -279,9 +279,11 @@ static AVX512 void probs_times_v_avx512(const float *s, const float *inv, int64_
  * products), so the tiles' dependency chains overlap. Nothing of size Sq x total is written. With
  * 4 query rows per tile and the keys in the lanes instead (a cross-lane maximum per row and chunk,
  * broadcast loads of each exponential for the products), the TTS-like encoder's Attention at 512
- * tokens took 1.30 times as long (0.62 against 0.48 ms on two threads, 1.0 against 0.78 ms on
- * one, in-process alternation), the encoder end to end 1.13. */
-enum { TR = 16, FKC = 64, FLASH_MAX_DK = 16, FLASH_MAX_DV = 128 };
+ * tokens took 1.25-1.4 times as long (0.62 against 0.49 ms on two threads, 1.09 against 0.78 ms
+ * on one, in-process alternation), the encoder end to end 1.15. Heads of 32 columns (MiniLM's):
+ * the node alone 0.76-0.82 of the two-pass path, about 0.9 in the model (end to end 0.99-1.01);
+ * of 64 (BERT's) 1.00-1.07, so those stay two-pass. */
+enum { TR = 16, FKC = 64, FLASH_MAX_DK = 32, FLASH_MAX_DV = 128 };
 
 typedef struct flash_tile {
     float qt[FLASH_MAX_DK][TR] __attribute__((aligned(64))); /* scale * Q^T */
@@ -292,11 +294,12 @@ typedef struct flash_tile {
 } flash_tile;
 
 /* Scores of tile t's rows against the nk (<= FKC) keys whose K^T starts at kt ([Dk][ldk], zero
- * past the last key), plus mt (the chunk's mask transposed, [FKC][TR]) where given, into t->p;
- * returns the rows' maxima over the chunk. */
+ * past the last key), plus the mask where there is one, into t->p; returns the rows' maxima over
+ * the chunk. The mask: mk, the chunk's keys' values for every row (a mask broadcast over the
+ * query rows), or mt, the rows' values transposed ([FKC][TR]), or neither. */
 static inline __attribute__((always_inline)) AVX512 __m512 flash_scores(const attn_job *j, flash_tile *t,
                                                                          const float *kt, int64_t ldk, int64_t nk,
-                                                                         const float (*mt)[TR])
+                                                                         const float *mk, const float (*mt)[TR])
 {
     __m512 cm = _mm512_set1_ps(-INFINITY);
     for (int64_t k0 = 0; k0 < nk; k0 += 16) {
@@ -314,6 +317,7 @@ static inline __attribute__((always_inline)) AVX512 __m512 flash_scores(const at
         for (int q = 0; q < 16; q++) {
             if (q >= n) break;
             __m512 x = acc[q];
+            if (mk) x = _mm512_add_ps(x, _mm512_set1_ps(mk[k0 + q]));
             if (mt) x = _mm512_add_ps(x, _mm512_load_ps(mt[k0 + q]));
             _mm512_store_ps(t->p[k0 + q], x);
             cm = _mm512_max_ps(cm, x);
@@ -404,14 +408,16 @@ static AVX512 void flash_block(const attn_job *j, const float *kt, int64_t ldk, 
         int64_t nk = lim - kc < FKC ? lim - kc : FKC;
         __m512 cm[QB / TR];
         for (int64_t ti = 0; ti < n_tiles; ti++) {
-            if (mask) { /* the tile's mask rows for the chunk, transposed */
+            bool per_row = mask && j->m_s;
+            if (per_row) { /* the tile's mask rows for the chunk, transposed */
                 for (int r = 0; r < TR; r++) {
                     int64_t i = i0 + (ti * TR + r < rows ? ti * TR + r : rows - 1);
                     const float *mr = mask + i * j->m_s + kc;
                     for (int64_t q = 0; q < nk; q++) mt[q][r] = mr[q];
                 }
             }
-            cm[ti] = flash_scores(j, &tiles[ti], kt + kc, ldk, nk, mask ? (const float(*)[TR])mt : NULL);
+            cm[ti] = flash_scores(j, &tiles[ti], kt + kc, ldk, nk, mask && !per_row ? mask + kc : NULL,
+                                  per_row ? (const float(*)[TR])mt : NULL);
         }
         for (int64_t ti = 0; ti < n_tiles; ti++) flash_exps(j, &tiles[ti], cm[ti], nk);
         for (int64_t ti = 0; ti < n_tiles; ti++) flash_pvs(j, &tiles[ti], v + kc * j->v_s, nk);

@@ -762,7 +762,8 @@ def test_attention():
     ins = [sym("Q", 4, "q"), sym("K", 4, "k"), sym("V", 4, "v"), sym("M", 4, "m")]
     blob = model(helper.make_node("Attention", ["Q", "K", "V", "M"], ["Y"]), ins, [out()], opset=23)
     feeds = []
-    for sq, skv, d, dv in [(9, 150, 16, 16), (13, 200, 7, 3), (6, 64, 16, 20), (5, 65, 1, 1), (11, 300, 12, 33)]:
+    for sq, skv, d, dv in [(9, 150, 16, 16), (13, 200, 7, 3), (6, 64, 16, 20), (5, 65, 1, 1), (11, 300, 12, 33),
+                           (37, 130, 32, 32), (19, 97, 25, 17)]:
         q, k, v = rand(2, 3, sq, d), rand(2, 3, skv, d), rand(2, 3, skv, dv)
         m = rand(2, 3, sq, skv)
         m[:, :, 1, :70] = -np.inf
@@ -771,6 +772,14 @@ def test_attention():
         q[1, 2, 4] *= 30.0        # scores far apart: the running maximum rises by more than e^87 spans
         feeds.append({"Q": q, "K": k, "V": v, "M": m})
     compare("Attention one-pass heads", blob, feeds)
+    # the same with a mask broadcast over the query rows ([B, 1, 1, keys], as BERT-like models
+    # make it), keys masked in the first chunk and past it
+    for fd in feeds:
+        m = rand(2, 1, 1, fd["K"].shape[2])
+        m[..., :3] = -np.inf
+        m[1, ..., 60:70] = -np.inf
+        fd["M"] = m
+    compare("Attention one-pass heads, mask broadcast over rows", blob, feeds)
 
     # the pattern as models write it, fused in the optimised session only
     def sdpa(split, scale_op, mask):
