@@ -110,8 +110,10 @@ static void run_tile(const gemm_job *g, float *Ap, float *Bp, int64_t i0, int64_
             kiln_gemm_kepi e = g->epi;
             if (e.col_bias) e.col_bias += j0 + jr;
             const float *b = b_tile + jr * kc;
-            for (int64_t ir = 0; ir < m; ir += k->mr) {
-                int mr = (int)min64(k->mr, m - ir);
+            int mr;
+            for (int64_t ir = 0; ir < m; ir += mr) {
+                /* the last rows in one call where the kernel takes them (M = 16: 14 + 2) */
+                mr = (int)(m - ir <= k->mr_max ? m - ir : min64(k->mr, m - ir));
                 float *c = g->C + (i0 + ir) * g->ldc + j0 + jr;
                 if (e.row_bias) e.row_bias = g->epi.row_bias + i0 + ir;
                 if (e.res) e.res = g->epi.res + (i0 + ir) * e.ldr + j0 + jr;

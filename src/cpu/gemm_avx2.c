@@ -163,7 +163,7 @@ static void kernel(int64_t kc, const float *a, const float *b, float *C, int64_t
 }
 
 const kiln_gemm_kernel kiln_gemm_kernel_avx2 = {
-    .mr = MR, .nr = NR, .mc = 144, .kc = 256, .nc = 1024,
+    .mr = MR, .mr_max = MR, .nr = NR, .mc = 144, .kc = 256, .nc = 1024,
     .pack_a = pack_a, .pack_b = pack_b, .kernel = kernel,
 };
 

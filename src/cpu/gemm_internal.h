@@ -25,6 +25,8 @@ typedef struct kiln_gemm_kepi {
  * Packed B: ceil(n/NR) micro-panels, each [kc][NR] (columns past n zero). */
 typedef struct kiln_gemm_kernel {
     int mr, nr;     /* micro-tile: rows of A, columns of B */
+    int mr_max;     /* rows the kernel takes in one call (>= mr): rows past mr are the first of the
+                     * next A panel, kc * mr floats on */
     int mc, kc, nc; /* cache blocks: rows of packed A (L2), depth, columns of packed B */
     /* Packs op(A)[i0 : i0+m, p0 : p0+kc] (op(A)[i][p] = trans ? A[p*lda + i] : A[i*lda + p]). */
     void (*pack_a)(float *dst, const float *A, int64_t lda, bool trans, int64_t i0, int64_t m,
@@ -33,7 +35,7 @@ typedef struct kiln_gemm_kernel {
     void (*pack_b)(float *dst, const float *B, int64_t ldb, bool trans, int64_t p0, int64_t kc,
                    int64_t j0, int64_t n);
     /* C[0:mr, 0:nr] = acc + beta*C then the epilogue e (NULL: none), with acc = a-panel x
-     * b-panel over kc; beta == 0 never reads C. mr <= MR, nr <= NR. */
+     * b-panel over kc; beta == 0 never reads C. mr <= mr_max, nr <= NR. */
     void (*kernel)(int64_t kc, const float *a, const float *b, float *C, int64_t ldc, int mr, int nr,
                    float beta, const kiln_gemm_kepi *e);
 } kiln_gemm_kernel;

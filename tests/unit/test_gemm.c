@@ -266,6 +266,11 @@ int main(void)
         if (perm == 2) { int64_t x = N; N = K; K = x; }
         check_shape(ctxs, n_ctx, M, N, K, variant++);
     }
+    /* the last 15 or 16 rows in one call (AVX-512: 14-row panels, M = 14k + 1 or 2), every epilogue */
+    static const int64_t ms[] = {29, 30, 44}, ns[] = {1, 17, 33, 100}, ks[] = {1, 16, 129};
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 4; b++)
+            for (int c = 0; c < 3; c++) check_shape(ctxs, n_ctx, ms[a], ns[b], ks[c], variant++);
     check_shape(ctxs, n_ctx, 255, 255, 255, 1);
     check_shape(ctxs, n_ctx, 200, 1100, 300, 3); /* more than one MC, KC and NC block */
     check_shape(ctxs, n_ctx, 45, 70, 2100, 4);   /* three KC blocks at every level, the last short */
