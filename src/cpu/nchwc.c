@@ -11,7 +11,7 @@
  * pixels are cut into tiles of nearly equal size (7 = 4 + 3, not 6 + 1: a one-pixel tile is a
  * chain of dependent multiply-adds). A 1x1 stride-1 layer without pads is one long row per image
  * (its pixels are consecutive in both layouts). A 3x3 stride-1 layer between blocked values runs
- * by Winograd's F(2x2, 3x3) instead, from 12x12 outputs up (nchwc_winograd.c). Measured and not
+ * by Winograd's F(2x2, 3x3) or F(4x4, 3x3) instead, from 12x12 outputs up (nchwc_winograd.c). Measured and not
  * kept: the wide layers at the end of a CNN (256-2048 channels at 5x5-10x10) as a GEMM of output
  * pixels by W^T prepacked as B, the input gathered per tap as 16-channel vectors into the packed
  * A: 1x1 chains 0.94-0.99 of these tiles, 3x3 at 5x5 and 10x10 1.03-1.13, ResNet-50 end to end
@@ -41,8 +41,14 @@ enum { PF_AHEAD = 4 * KILN_NCHWC_BLOCK * KILN_NCHWC_BLOCK };
  * 224x224, two threads, in the model: 56x56 64 channels 0.73 -> 0.54 ms, 28x28 128 channels 0.75
  * -> 0.58, 14x14 256 channels 0.78 -> 0.69-0.76; at 7x7 (512 channels) 1.0 -> 1.4 ms: its 16
  * tiles (64 outputs for 49) do not pay for streaming 16 MB of transformed weights. ResNet-50 at
- * 224 holds 29 MB more. From 100 pixels (its 10x10 layers at 160x160): 1.00 end to end. */
-enum { WINO_MIN_PX = 144, WINO_MAX_MC = 256 * 256 };
+ * 224 holds 29 MB more. From 100 pixels (its 10x10 layers at 160x160): 1.00 end to end.
+ * Layers of up to WINO4_MAX_MC channel pairs also get F(4x4, 3x3)'s weights (36/9 of W) and run
+ * by it where its products (36 per 4x4 tile) are at most 2/3 of F(2x2, 3x3)'s (16 per 2x2 tile):
+ * planes that 4x4 tiles cover with little waste (56x56, 28x28, 20x20, 12x12, not 14x14 or
+ * 18x18). ResNet-50's 3x3 layers at 224x224, one thread: 56x56 1.00 -> 0.72 ms, 28x28 0.99 ->
+ * 0.75; at 14x14 (16 tiles of 4x4 for 49 of 2x2) 1.25 -> 1.55, so those stay on F(2x2, 3x3), and
+ * 256-channel layers (9.4 MB of F(4x4, 3x3) weights each) do not get them. */
+enum { WINO_MIN_PX = 144, WINO_MAX_MC = 256 * 256, WINO4_MAX_MC = 128 * 128 };
 /* input passes of a large 1x1 layer (see kiln_cpu_nchwc_conv_run) */
 enum { PASS_KB = 32, PASS_MIN_KB = 128 };
 
@@ -50,7 +56,8 @@ struct kiln_nchwc_conv {
     int64_t M, C, kh, kw, MB, CB;
     bool depthwise;
     float *w;    /* see nchwc.h; 64-byte aligned */
-    float *wino; /* a 3x3 layer's Winograd weights (nchwc_winograd.h), or NULL */
+    float *wino2; /* a 3x3 layer's F(2x2, 3x3) weights (nchwc_winograd.h), or NULL */
+    float *wino4; /* its F(4x4, 3x3) weights, or NULL */
 };
 
 bool kiln_cpu_nchwc_available(void) { return kiln_gemm_level_detect() == KILN_GEMM_LEVEL_AVX512; }
@@ -59,7 +66,8 @@ void kiln_cpu_nchwc_conv_free(kiln_nchwc_conv *w)
 {
     if (!w) return;
     free(w->w);
-    free(w->wino);
+    free(w->wino2);
+    free(w->wino4);
     free(w);
 }
 
@@ -79,7 +87,7 @@ kiln_nchwc_conv *kiln_cpu_nchwc_conv_pack(const float *w, int64_t M, int64_t C, 
     if (M <= 0 || C <= 0 || kh <= 0 || kw <= 0 || !kiln_cpu_nchwc_available() || (depthwise && C != 1)) return NULL;
     kiln_nchwc_conv *p = calloc(1, sizeof *p);
     if (!p) return NULL;
-    *p = (kiln_nchwc_conv){M, C, kh, kw, (M + BLK - 1) / BLK, (C + BLK - 1) / BLK, depthwise, NULL, NULL};
+    *p = (kiln_nchwc_conv){M, C, kh, kw, (M + BLK - 1) / BLK, (C + BLK - 1) / BLK, depthwise, NULL, NULL, NULL};
     size_t floats = (size_t)(p->MB * kh * kw * BLK) * (depthwise ? 1 : (size_t)C);
     p->w = kiln_pages_alloc(floats * sizeof(float));
     if (!p->w) {
@@ -91,7 +99,10 @@ kiln_nchwc_conv *kiln_cpu_nchwc_conv_pack(const float *w, int64_t M, int64_t C, 
         for (int64_t c = 0; c < C; c++)
             for (int64_t i = 0; i < kh; i++)
                 for (int64_t j = 0; j < kw; j++) p->w[packed_at(p, m, c, i, j)] = w[((m * C + c) * kh + i) * kw + j];
-    if (kh == 3 && kw == 3 && !depthwise && M * C <= WINO_MAX_MC) p->wino = kiln_cpu_nchwc_wino_pack(w, M, C);
+    if (kh == 3 && kw == 3 && !depthwise && M * C <= WINO_MAX_MC) {
+        p->wino2 = kiln_cpu_nchwc_wino_pack(w, M, C, 2);
+        if (M * C <= WINO4_MAX_MC) p->wino4 = kiln_cpu_nchwc_wino_pack(w, M, C, 4);
+    }
     return p;
 }
 
@@ -430,9 +441,12 @@ kiln_status kiln_cpu_nchwc_conv_run(kiln_threadpool *pool, const kiln_nchwc_conv
     if (p->depthwise) return nchwc_dw_run(pool, p, io);
     if ((io->x_blocked && p->C % BLK) || (io->y_blocked && p->M % BLK)) return KILN_ERR_INVALID_ARG;
     if (io->N <= 0 || io->oh <= 0 || io->ow <= 0) return KILN_OK;
-    if (p->wino && io->x_blocked && io->y_blocked && io->strides[0] == 1 && io->strides[1] == 1 &&
-        io->dilations[0] == 1 && io->dilations[1] == 1 && io->oh * io->ow >= WINO_MIN_PX)
-        return kiln_cpu_nchwc_wino_run(pool, p->wino, p->M, p->C, io);
+    if (p->wino2 && io->x_blocked && io->y_blocked && io->strides[0] == 1 && io->strides[1] == 1 &&
+        io->dilations[0] == 1 && io->dilations[1] == 1 && io->oh * io->ow >= WINO_MIN_PX) {
+        int64_t tiles2 = (io->oh + 1) / 2 * ((io->ow + 1) / 2), tiles4 = (io->oh + 3) / 4 * ((io->ow + 3) / 4);
+        if (p->wino4 && 36 * tiles4 * 3 <= 16 * tiles2 * 2) return kiln_cpu_nchwc_wino_run(pool, p->wino4, 4, p->M, p->C, io);
+        return kiln_cpu_nchwc_wino_run(pool, p->wino2, 2, p->M, p->C, io);
+    }
     /* a plain X with pads (a network's image into its stem) runs from a copy with the pads as
      * zeros, exactly the rows and columns the taps reach: every tile then runs whole, all its
      * taps inside (at the edges they would go pixel by pixel) */

@@ -1,13 +1,18 @@
-/* nchwc_winograd.c - Winograd F(2x2, 3x3) between blocked activations (see nchwc_winograd.h).
+/* nchwc_winograd.c - Winograd F(2x2, 3x3) and F(4x4, 3x3) between blocked activations (see
+ * nchwc_winograd.h).
  *
- * With d a 4x4 input tile (each element a vector of 16 channels), g a 3x3 kernel and
+ * With d an n x n input tile (each element a vector of 16 channels, n = m + 2), g a 3x3 kernel,
+ * the m x m output tile is A^T [sum over input channels of (G g G^T) * (B^T d B)] A. F(2x2, 3x3):
  *     B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1], G = [1 0 0; .5 .5 .5; .5 -.5 .5; 0 0 1],
- *     A^T = [1 1 1 0; 0 1 -1 -1],
- * the 2x2 output tile is A^T [sum over input channels of (G g G^T) * (B^T d B)] A: the transforms
- * are additions only, and the sum is 16 independent products (one per point of the 4x4 tile) of
- * the tiles' transformed inputs [tiles x C] by the transformed weights [C x M]. Those run as the
- * direct kernels' tiles do (nchwc.c): up to 4 output blocks by up to 6 tiles, 24 accumulators,
- * each step one input channel of each tile broadcast against 16 weights of each block. */
+ *     A^T = [1 1 1 0; 0 1 -1 -1]
+ * (additions only; 16 multiplies per 4 outputs). F(4x4, 3x3), interpolation points 0, 1, -1,
+ * 2, -2 and infinity: B^T and A^T at bt6 and at6 below, G = [1/4 0 0; -1/6 -1/6 -1/6;
+ * -1/6 1/6 -1/6; 1/24 1/12 1/6; 1/24 -1/12 1/6; 0 0 1] (36 multiplies per 16 outputs; the
+ * transforms read and write 2.25 vectors per output instead of 4). The sum is n^2 independent
+ * products (one per point of the tile) of the tiles' transformed inputs [tiles x C] by the
+ * transformed weights [C x M]. Those run as the direct kernels' tiles do (nchwc.c): up to 4
+ * output blocks by up to 6 tiles, 24 accumulators, each step one input channel of each tile
+ * broadcast against 16 weights of each block. */
 #include "cpu/nchwc_winograd.h"
 
 #include <stdatomic.h>
@@ -18,33 +23,37 @@
 #include "core/scratch.h"
 #include "cpu/kernels.h"
 
-/* points of a transformed tile; output blocks per task; tiles per product tile; tiles per task */
-enum { BLK = KILN_NCHWC_BLOCK, PTS = 16, GROUP_BLOCKS = 4, SUB_TILES = 6 };
+/* points of a transformed tile (at most); output blocks per task; tiles per product tile */
+enum { BLK = KILN_NCHWC_BLOCK, PTS_MAX = 36, GROUP_BLOCKS = 4, SUB_TILES = 6 };
 /* tiles per task: an image of up to BATCH_MAX tiles is one batch, so each group's weights (1 MB
  * for 256 channels in and out) stream from memory once (ResNet-50's 14x14 256-channel layer 0.79
  * ms in batches of 24 or 48 tiles, 0.62 ms in one of 49); larger images in batches of
  * BATCH_TILES (six whole product tiles), whose transformed inputs stay in L2 */
 enum { BATCH_TILES = 36, BATCH_MAX = 64 };
 
-float *kiln_cpu_nchwc_wino_pack(const float *w, int64_t M, int64_t C)
+float *kiln_cpu_nchwc_wino_pack(const float *w, int64_t M, int64_t C, int m)
 {
-    if (M <= 0 || C <= 0 || M % BLK || C % BLK) return NULL;
-    float *u = kiln_pages_alloc((size_t)(PTS * C * M) * sizeof *u);
+    if (M <= 0 || C <= 0 || M % BLK || C % BLK || (m != 2 && m != 4)) return NULL;
+    static const double G2[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
+    static const double G4[6][3] = {{1.0 / 4, 0, 0},           {-1.0 / 6, -1.0 / 6, -1.0 / 6}, {-1.0 / 6, 1.0 / 6, -1.0 / 6},
+                                    {1.0 / 24, 1.0 / 12, 1.0 / 6}, {1.0 / 24, -1.0 / 12, 1.0 / 6}, {0, 0, 1}};
+    const double(*G)[3] = m == 2 ? G2 : G4;
+    int n = m + 2, pts = n * n;
+    float *u = kiln_pages_alloc((size_t)(pts * C * M) * sizeof *u);
     if (!u) return NULL;
-    static const double G[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
     int64_t MB = M / BLK;
     for (int64_t ob0 = 0; ob0 < MB; ob0 += GROUP_BLOCKS) {
         int64_t fb = MB - ob0 < GROUP_BLOCKS ? MB - ob0 : GROUP_BLOCKS;
-        float *ug = u + ob0 * PTS * C * BLK;
+        float *ug = u + ob0 * pts * C * BLK;
         for (int64_t c = 0; c < C; c++) /* each point's [C][fb][16] written in order */
             for (int64_t mi = 0; mi < fb * BLK; mi++) {
                 const float *g = w + ((ob0 * BLK + mi) * C + c) * 9;
-                double t[4][3]; /* G g */
-                for (int i = 0; i < 4; i++)
+                double t[6][3]; /* G g */
+                for (int i = 0; i < n; i++)
                     for (int k = 0; k < 3; k++) t[i][k] = G[i][0] * g[k] + G[i][1] * g[3 + k] + G[i][2] * g[6 + k];
-                for (int i = 0; i < 4; i++)
-                    for (int k = 0; k < 4; k++)
-                        ug[((i * 4 + k) * C + c) * fb * BLK + mi] = (float)(t[i][0] * G[k][0] + t[i][1] * G[k][1] + t[i][2] * G[k][2]);
+                for (int i = 0; i < n; i++)
+                    for (int k = 0; k < n; k++)
+                        ug[((i * n + k) * C + c) * fb * BLK + mi] = (float)(t[i][0] * G[k][0] + t[i][1] * G[k][1] + t[i][2] * G[k][2]);
             }
     }
     return u;
@@ -65,6 +74,7 @@ typedef struct wino_job {
     const float *u;
     const kiln_nchwc_conv_io *io;
     int64_t C, MB, CB;
+    int m, pts;                         /* outputs per tile side (2 or 4); points of a transformed tile */
     int64_t tw, tiles, batches, groups; /* tiles: per output row, per image; batches (tasks) per image; output groups */
     int64_t x_img, y_img, plane;        /* floats of X's image, Y's image, one output plane of one channel */
     float *work;                        /* [slots][slot_floats]: V then the products of one product tile */
@@ -88,23 +98,32 @@ static void sub_span(int64_t nt, int64_t s, int64_t *q0, int64_t *P)
     else *q0 = (subs - 2) * SUB_TILES + first, *P = SUB_TILES + r - first;
 }
 
-/* V [16 points][CB][nt][16] = B^T d B of tiles [t0, t0 + nt) of image b, every input block;
- * taps outside X read zeros. */
-static void input_tiles(const wino_job *j, int64_t b, int64_t t0, int64_t nt, float *V)
+/* The taps of tiles [t0, t0 + nt): each point's offset in an input plane (of blocks), and all
+ * lanes where it falls inside X, none where outside. */
+static void tile_taps(const wino_job *j, int64_t t0, int64_t nt, int64_t off[][PTS_MAX], __mmask16 keep[][PTS_MAX])
 {
     const kiln_nchwc_conv_io *io = j->io;
-    int64_t off[BATCH_MAX][16];
-    __mmask16 keep[BATCH_MAX][16];
+    int n = j->m + 2;
     for (int64_t ti = 0; ti < nt; ti++) {
         int64_t ty = (t0 + ti) / j->tw, tx = (t0 + ti) % j->tw;
-        for (int r = 0; r < 4; r++)
-            for (int s = 0; s < 4; s++) {
-                int64_t iy = 2 * ty - io->pads[0] + r, ix = 2 * tx - io->pads[1] + s;
+        for (int r = 0; r < n; r++)
+            for (int s = 0; s < n; s++) {
+                int64_t iy = j->m * ty - io->pads[0] + r, ix = j->m * tx - io->pads[1] + s;
                 bool in = iy >= 0 && iy < io->H && ix >= 0 && ix < io->W;
-                off[ti][r * 4 + s] = in ? (iy * io->W + ix) * BLK : 0;
-                keep[ti][r * 4 + s] = in ? (__mmask16)0xffff : 0;
+                off[ti][r * n + s] = in ? (iy * io->W + ix) * BLK : 0;
+                keep[ti][r * n + s] = in ? (__mmask16)0xffff : 0;
             }
     }
+}
+
+/* V [16 points][CB][nt][16] = B^T d B of 4x4 tiles [t0, t0 + nt) of image b (F(2x2, 3x3)), every
+ * input block; taps outside X read zeros. */
+static void input_tiles2(const wino_job *j, int64_t b, int64_t t0, int64_t nt, float *V)
+{
+    const kiln_nchwc_conv_io *io = j->io;
+    int64_t off[BATCH_MAX][PTS_MAX];
+    __mmask16 keep[BATCH_MAX][PTS_MAX];
+    tile_taps(j, t0, nt, off, keep);
     int64_t pstride = j->CB * nt * BLK;
     const float *x = io->x + b * j->x_img;
     for (int64_t cb = 0; cb < j->CB; cb++, x += BLK * io->H * io->W)
@@ -127,6 +146,45 @@ static void input_tiles(const wino_job *j, int64_t b, int64_t t0, int64_t nt, fl
         }
 }
 
+/* B^T x for F(4x4, 3x3) (x six vectors at stride xs): B^T = [4 0 -5 0 1 0; 0 -4 -4 1 1 0;
+ * 0 4 -4 -1 1 0; 0 -2 -1 2 1 0; 0 2 -1 -2 1 0; 0 4 0 -5 0 1], into r at stride rs. */
+static inline __attribute__((always_inline)) void bt6(const __m512 *x, int xs, __m512 *r, int rs)
+{
+    const __m512 four = _mm512_set1_ps(4.0f), five = _mm512_set1_ps(5.0f), two = _mm512_set1_ps(2.0f);
+    __m512 t1 = _mm512_fnmadd_ps(four, x[2 * xs], x[4 * xs]); /* x4 - 4 x2 */
+    __m512 t2 = _mm512_fnmadd_ps(four, x[1 * xs], x[3 * xs]); /* x3 - 4 x1 */
+    __m512 t3 = _mm512_sub_ps(x[4 * xs], x[2 * xs]);
+    __m512 t4 = _mm512_mul_ps(two, _mm512_sub_ps(x[3 * xs], x[1 * xs]));
+    r[0] = _mm512_fnmadd_ps(five, x[2 * xs], _mm512_fmadd_ps(four, x[0], x[4 * xs]));
+    r[1 * rs] = _mm512_add_ps(t1, t2);
+    r[2 * rs] = _mm512_sub_ps(t1, t2);
+    r[3 * rs] = _mm512_add_ps(t3, t4);
+    r[4 * rs] = _mm512_sub_ps(t3, t4);
+    r[5 * rs] = _mm512_fnmadd_ps(five, x[3 * xs], _mm512_fmadd_ps(four, x[1 * xs], x[5 * xs]));
+}
+
+/* V [36 points][CB][nt][16] = B^T d B of 6x6 tiles [t0, t0 + nt) of image b (F(4x4, 3x3)). */
+static void input_tiles4(const wino_job *j, int64_t b, int64_t t0, int64_t nt, float *V)
+{
+    const kiln_nchwc_conv_io *io = j->io;
+    int64_t off[BATCH_MAX][PTS_MAX];
+    __mmask16 keep[BATCH_MAX][PTS_MAX];
+    tile_taps(j, t0, nt, off, keep);
+    int64_t pstride = j->CB * nt * BLK;
+    const float *x = io->x + b * j->x_img;
+    for (int64_t cb = 0; cb < j->CB; cb++, x += BLK * io->H * io->W)
+        for (int64_t ti = 0; ti < nt; ti++) {
+            __m512 d[36], e[36], v[6];
+            for (int k = 0; k < 36; k++) d[k] = _mm512_maskz_loadu_ps(keep[ti][k], x + off[ti][k]);
+            for (int s = 0; s < 6; s++) bt6(d + s, 6, e + s, 6); /* B^T d, column by column */
+            float *vp = V + (cb * nt + ti) * BLK;
+            for (int r = 0; r < 6; r++) { /* (B^T d) B, row by row */
+                bt6(e + r * 6, 1, v, 1);
+                for (int k = 0; k < 6; k++) _mm512_store_ps(vp + (r * 6 + k) * pstride, v[k]);
+            }
+        }
+}
+
 /* One output pixel's 16 channels: bias already in v, then the residual and the activation. */
 static inline void store_px(const wino_job *j, float *y, const float *res, __m512 v)
 {
@@ -140,14 +198,14 @@ static inline void store_px(const wino_job *j, float *y, const float *res, __m51
 }
 
 /* Point pt of product tile [q0, q0 + P) of the task's nt tiles by output blocks [ob0, ob0 + FB):
- * the sum over every input channel into Mb [16][FB][nt][16]. */
+ * the sum over every input channel into Mb [points][FB][nt][16]. */
 static inline __attribute__((always_inline)) void product_tile(const wino_job *j, int64_t ob0, int pt, int64_t nt,
                                                                 const float *V, int64_t q0, float *Mb, int FB, int P)
 {
     __m512 acc[GROUP_BLOCKS][SUB_TILES];
     _Pragma("GCC unroll 4") for (int f = 0; f < FB; f++)
     _Pragma("GCC unroll 6") for (int q = 0; q < P; q++) acc[f][q] = _mm512_setzero_ps();
-    const float *wp = j->u + (ob0 * PTS * j->C + pt * j->C * FB) * BLK;
+    const float *wp = j->u + (ob0 * j->pts * j->C + pt * j->C * FB) * BLK;
     const float *vp = V + (pt * j->CB * nt + q0) * BLK;
     for (int64_t cb = 0; cb < j->CB; cb++, vp += nt * BLK) {
 #pragma GCC unroll 2
@@ -165,9 +223,9 @@ static inline __attribute__((always_inline)) void product_tile(const wino_job *j
     _Pragma("GCC unroll 6") for (int q = 0; q < P; q++) _mm512_store_ps(Mb + ((pt * FB + f) * nt + q0 + q) * BLK, acc[f][q]);
 }
 
-/* Each of the task's nt tiles (from t0, image b) by output blocks [ob0, ob0 + FB): A^T m A from
- * Mb [16][FB][nt][16] into Y. */
-static void output_tiles(const wino_job *j, int64_t b, int64_t ob0, int FB, int64_t t0, int64_t nt, const float *Mb)
+/* Each of the task's nt tiles (from t0, image b) by output blocks [ob0, ob0 + FB): A^T m A
+ * (F(2x2, 3x3)) from Mb [16][FB][nt][16] into Y. */
+static void output_tiles2(const wino_job *j, int64_t b, int64_t ob0, int FB, int64_t t0, int64_t nt, const float *Mb)
 {
     const kiln_nchwc_conv_io *io = j->io;
     for (int64_t q = 0; q < nt; q++) {
@@ -189,6 +247,41 @@ static void output_tiles(const wino_job *j, int64_t b, int64_t ob0, int FB, int6
                 if (!two_cols) continue;
                 __m512 y1 = _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(zi[1], zi[2]), zi[3]), bias);
                 store_px(j, io->y + at + BLK, io->res ? io->res + at + BLK : NULL, y1);
+            }
+        }
+    }
+}
+
+/* A^T x for F(4x4, 3x3) (x six vectors at stride xs): A^T = [1 1 1 1 1 0; 0 1 -1 2 -2 0;
+ * 0 1 1 4 4 0; 0 1 -1 8 -8 1], into r at stride rs. */
+static inline __attribute__((always_inline)) void at6(const __m512 *x, int xs, __m512 *r, int rs)
+{
+    __m512 a = _mm512_add_ps(x[1 * xs], x[2 * xs]), b = _mm512_sub_ps(x[1 * xs], x[2 * xs]);
+    __m512 c = _mm512_add_ps(x[3 * xs], x[4 * xs]), d = _mm512_sub_ps(x[3 * xs], x[4 * xs]);
+    r[0] = _mm512_add_ps(_mm512_add_ps(x[0], a), c);
+    r[1 * rs] = _mm512_fmadd_ps(_mm512_set1_ps(2.0f), d, b);
+    r[2 * rs] = _mm512_fmadd_ps(_mm512_set1_ps(4.0f), c, a);
+    r[3 * rs] = _mm512_add_ps(_mm512_fmadd_ps(_mm512_set1_ps(8.0f), d, b), x[5 * xs]);
+}
+
+/* Each of the task's nt tiles by output blocks [ob0, ob0 + FB): A^T m A (F(4x4, 3x3)) from
+ * Mb [36][FB][nt][16] into Y, the rows and columns past the output left out. */
+static void output_tiles4(const wino_job *j, int64_t b, int64_t ob0, int FB, int64_t t0, int64_t nt, const float *Mb)
+{
+    const kiln_nchwc_conv_io *io = j->io;
+    for (int64_t q = 0; q < nt; q++) {
+        int64_t tile = t0 + q, oy = tile / j->tw * 4, ox = tile % j->tw * 4;
+        int rows = io->oh - oy < 4 ? (int)(io->oh - oy) : 4, cols = io->ow - ox < 4 ? (int)(io->ow - ox) : 4;
+        for (int f = 0; f < FB; f++) {
+            __m512 m[36], z[24], y[4];
+            for (int k = 0; k < 36; k++) m[k] = _mm512_load_ps(Mb + ((k * FB + f) * nt + q) * BLK);
+            for (int s = 0; s < 6; s++) at6(m + s, 6, z + s, 6); /* A^T m: z [4][6] */
+            __m512 bias = io->bias ? _mm512_loadu_ps(io->bias + (ob0 + f) * BLK) : _mm512_setzero_ps();
+            int64_t at = b * j->y_img + (ob0 + f) * j->plane * BLK + (oy * io->ow + ox) * BLK;
+            for (int i = 0; i < rows; i++, at += io->ow * BLK) { /* (A^T m) A */
+                at6(z + i * 6, 1, y, 1);
+                for (int k = 0; k < cols; k++)
+                    store_px(j, io->y + at + k * BLK, io->res ? io->res + at + k * BLK : NULL, _mm512_add_ps(y[k], bias));
             }
         }
     }
@@ -227,30 +320,33 @@ static void wino_slots(void *ctx, int64_t begin, int64_t end)
         int FB = (int)(j->MB - ob0 < GROUP_BLOCKS ? j->MB - ob0 : GROUP_BLOCKS);
         int64_t t0 = batch * BATCH_TILES, rest = j->tiles - t0;
         int64_t nt = j->batches == 1 ? j->tiles : rest < BATCH_TILES ? rest : BATCH_TILES;
-        input_tiles(j, b, t0, nt, V);
+        if (j->m == 2) input_tiles2(j, b, t0, nt, V);
+        else input_tiles4(j, b, t0, nt, V);
         int64_t subs = (nt + SUB_TILES - 1) / SUB_TILES;
-        for (int pt = 0; pt < PTS; pt++) /* a point's weights stay in L1 across the product tiles */
+        for (int pt = 0; pt < j->pts; pt++) /* a point's weights stay in L1 across the product tiles */
             for (int64_t s = 0; s < subs; s++) {
                 int64_t q0, P;
                 sub_span(nt, s, &q0, &P);
                 products[FB - 1][P - 1](j, ob0, pt, nt, V, q0, Mb);
             }
-        output_tiles(j, b, ob0, FB, t0, nt, Mb);
+        if (j->m == 2) output_tiles2(j, b, ob0, FB, t0, nt, Mb);
+        else output_tiles4(j, b, ob0, FB, t0, nt, Mb);
     }
 }
 
-kiln_status kiln_cpu_nchwc_wino_run(kiln_threadpool *pool, const float *u, int64_t M, int64_t C,
+kiln_status kiln_cpu_nchwc_wino_run(kiln_threadpool *pool, const float *u, int m, int64_t M, int64_t C,
                                     const kiln_nchwc_conv_io *io)
 {
     if (io->N <= 0 || io->oh <= 0 || io->ow <= 0) return KILN_OK;
-    wino_job j = {.u = u, .io = io, .C = C, .MB = M / BLK, .CB = C / BLK, .tw = (io->ow + 1) / 2,
-                  .x_img = C * io->H * io->W, .y_img = M * io->oh * io->ow, .plane = io->oh * io->ow};
-    j.tiles = j.tw * ((io->oh + 1) / 2);
+    wino_job j = {.u = u, .io = io, .C = C, .MB = M / BLK, .CB = C / BLK, .m = m, .pts = (m + 2) * (m + 2),
+                  .tw = (io->ow + m - 1) / m, .x_img = C * io->H * io->W, .y_img = M * io->oh * io->ow,
+                  .plane = io->oh * io->ow};
+    j.tiles = j.tw * ((io->oh + m - 1) / m);
     j.batches = j.tiles <= BATCH_MAX ? 1 : (j.tiles + BATCH_TILES - 1) / BATCH_TILES;
     j.groups = (j.MB + GROUP_BLOCKS - 1) / GROUP_BLOCKS;
     j.clamp = kiln_cpu_act_clamp(io->act, &j.lo, &j.hi);
-    j.v_floats = PTS * C * BATCH_MAX;
-    j.slot_floats = j.v_floats + PTS * GROUP_BLOCKS * BATCH_MAX * BLK;
+    j.v_floats = j.pts * C * BATCH_MAX;
+    j.slot_floats = j.v_floats + j.pts * GROUP_BLOCKS * BATCH_MAX * BLK;
     int64_t tasks = j.groups * io->N * j.batches, threads = kiln_threadpool_size(pool);
     int64_t slots = tasks < threads ? tasks : threads;
     j.work = kiln_scratch_get(io->scratch, (size_t)(slots * j.slot_floats) * sizeof(float));
@@ -269,10 +365,10 @@ kiln_status kiln_cpu_nchwc_wino_run(kiln_threadpool *pool, const float *u, int64
 
 #else /* not x86-64: kiln_cpu_nchwc_available() is false, nothing runs here */
 
-kiln_status kiln_cpu_nchwc_wino_run(kiln_threadpool *pool, const float *u, int64_t M, int64_t C,
+kiln_status kiln_cpu_nchwc_wino_run(kiln_threadpool *pool, const float *u, int m, int64_t M, int64_t C,
                                     const kiln_nchwc_conv_io *io)
 {
-    (void)pool, (void)u, (void)M, (void)C, (void)io;
+    (void)pool, (void)u, (void)m, (void)M, (void)C, (void)io;
     return KILN_ERR_INVALID_ARG;
 }
 

@@ -1267,11 +1267,14 @@ def test_blocked_depthwise():
 
 
 def test_blocked_winograd():
-    """Blocked 3x3 stride-1 layers (Winograd F(2x2, 3x3) from 144 output pixels up, the direct kernel
-    below): groups of 4 output blocks and a partial one (80 channels), 256 channels in four groups
-    and 256 into one block, no pads, asymmetric pads (an output one column wider than the input),
-    a residual with a clamp, Sigmoid and HardSwish; odd sizes (half tiles on the right and the
-    bottom), images of one batch of tiles and of several, batch 0-3."""
+    """Blocked 3x3 stride-1 layers (Winograd from 144 output pixels up, the direct kernel below;
+    F(4x4, 3x3) where 4x4 tiles cover the plane with little waste and the layer has at most 128 x 128
+    channel pairs, else F(2x2, 3x3): 14x14 and 5x40 planes and the 256 -> 80 layer take F(2x2, 3x3)):
+    groups of 4 output blocks and a partial one (80 channels), 256 channels in four groups and 256
+    into one block, no pads, asymmetric pads (an output one column wider than the input), a
+    residual with a clamp, Sigmoid and HardSwish; odd sizes (partial tiles on the right and the
+    bottom: 1, 2 or 3 rows and columns of a 4x4 tile), images of one batch of tiles and of several,
+    batch 0-3."""
     from onnx import numpy_helper
 
     nodes, inits = [], []
@@ -1296,7 +1299,9 @@ def test_blocked_winograd():
     conv("a", "b", 80, 48, act="Sigmoid", pads=[0, 0, 0, 0])
     conv("b", "c", 48, 48, act="HardSwish", pads=[2, 1, 0, 2])
     conv("c", "d", 48, 256, act="Relu", pads=[1, 1, 1, 1])
-    conv("d", "e", 256, 16, pads=[1, 1, 1, 1])
+    conv("d", "d2", 256, 80, act="Relu", pads=[1, 1, 1, 1])  # F(2x2, 3x3) only
+    conv("d2", "d3", 80, 256, pads=[1, 1, 1, 1])
+    conv("d3", "e", 256, 16, pads=[1, 1, 1, 1])
     conv("e", "E", 16, 24, pads=[1, 1, 1, 1])  # a plain exit
     g = helper.make_graph(nodes, "blocked_winograd", [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["n", 3, "h", "w"])],
                           [out("E"), out("r")], inits)
@@ -1304,7 +1309,8 @@ def test_blocked_winograd():
     mdl.ir_version = 8
     compare("blocked Winograd 3x3", mdl.SerializeToString(),
             [{"X": rand(n, 3, h, w)} for n, h, w in [(1, 30, 30), (2, 19, 17), (1, 35, 21), (0, 20, 20), (3, 16, 18),
-                                                      (1, 9, 9), (1, 3, 1), (2, 5, 40), (1, 64, 15)]])
+                                                      (1, 9, 9), (1, 3, 1), (2, 5, 40), (1, 64, 15), (1, 14, 14),
+                                                      (2, 37, 41)]])
 
 
 def test_conv_transpose():
