@@ -27,8 +27,8 @@
 enum { BLK = KILN_NCHWC_BLOCK, PTS_MAX = 36, GROUP_BLOCKS = 4, SUB_TILES = 6 };
 /* tiles per task: an image of up to BATCH_MAX tiles is one batch, so each group's weights (1 MB
  * for 256 channels in and out) stream from memory once (ResNet-50's 14x14 256-channel layer 0.79
- * ms in batches of 24 or 48 tiles, 0.62 ms in one of 49); larger images in batches of
- * BATCH_TILES (six whole product tiles), whose transformed inputs stay in L2 */
+ * ms in batches of 24 or 48 tiles, 0.62 ms in one of 49); larger images in equal batches of up
+ * to BATCH_TILES (six whole product tiles), whose transformed inputs stay in L2 */
 enum { BATCH_TILES = 36, BATCH_MAX = 64 };
 
 float *kiln_cpu_nchwc_wino_pack(const float *w, int64_t M, int64_t C, int m)
@@ -318,8 +318,7 @@ static void wino_slots(void *ctx, int64_t begin, int64_t end)
         if (t >= tasks) break;
         int64_t batch = t % j->batches, b = t / j->batches % j->io->N, ob0 = t / (j->batches * j->io->N) * GROUP_BLOCKS;
         int FB = (int)(j->MB - ob0 < GROUP_BLOCKS ? j->MB - ob0 : GROUP_BLOCKS);
-        int64_t t0 = batch * BATCH_TILES, rest = j->tiles - t0;
-        int64_t nt = j->batches == 1 ? j->tiles : rest < BATCH_TILES ? rest : BATCH_TILES;
+        int64_t t0 = batch * j->tiles / j->batches, nt = (batch + 1) * j->tiles / j->batches - t0;
         if (j->m == 2) input_tiles2(j, b, t0, nt, V);
         else input_tiles4(j, b, t0, nt, V);
         int64_t subs = (nt + SUB_TILES - 1) / SUB_TILES;
@@ -342,12 +341,18 @@ kiln_status kiln_cpu_nchwc_wino_run(kiln_threadpool *pool, const float *u, int m
                   .tw = (io->ow + m - 1) / m, .x_img = C * io->H * io->W, .y_img = M * io->oh * io->ow,
                   .plane = io->oh * io->ow};
     j.tiles = j.tw * ((io->oh + m - 1) / m);
-    j.batches = j.tiles <= BATCH_MAX ? 1 : (j.tiles + BATCH_TILES - 1) / BATCH_TILES;
     j.groups = (j.MB + GROUP_BLOCKS - 1) / GROUP_BLOCKS;
+    j.batches = j.tiles <= BATCH_MAX ? 1 : (j.tiles + BATCH_TILES - 1) / BATCH_TILES;
+    int64_t threads = kiln_threadpool_size(pool), per_batch = j.groups * io->N; /* tasks per batch of each image */
+    /* few tasks: as many for every thread (ResNet-50 at 160x160: F(4x4, 3x3)'s 100 tiles of a
+     * 40x40 plane in 4 batches of 25, not 36 + 36 + 28 on two threads) */
+    while (per_batch * j.batches < 4 * threads && (per_batch * j.batches) % threads &&
+           j.tiles / (j.batches + 1) >= SUB_TILES)
+        j.batches++;
     j.clamp = kiln_cpu_act_clamp(io->act, &j.lo, &j.hi);
     j.v_floats = j.pts * C * BATCH_MAX;
     j.slot_floats = j.v_floats + j.pts * GROUP_BLOCKS * BATCH_MAX * BLK;
-    int64_t tasks = j.groups * io->N * j.batches, threads = kiln_threadpool_size(pool);
+    int64_t tasks = per_batch * j.batches;
     int64_t slots = tasks < threads ? tasks : threads;
     j.work = kiln_scratch_get(io->scratch, (size_t)(slots * j.slot_floats) * sizeof(float));
     if (!j.work) return KILN_ERR_NOMEM;
