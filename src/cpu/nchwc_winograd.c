@@ -116,34 +116,22 @@ static void tile_taps(const wino_job *j, int64_t t0, int64_t nt, int64_t off[][P
     }
 }
 
-/* V [16 points][CB][nt][16] = B^T d B of 4x4 tiles [t0, t0 + nt) of image b (F(2x2, 3x3)), every
- * input block; taps outside X read zeros. */
-static void input_tiles2(const wino_job *j, int64_t b, int64_t t0, int64_t nt, float *V)
+/* B^T d B of one 4x4 tile d (F(2x2, 3x3)) into its 16 points, point k at v + k * pstride. */
+static inline __attribute__((always_inline)) void tile_in2(const __m512 *d, float *v, int64_t pstride)
 {
-    const kiln_nchwc_conv_io *io = j->io;
-    int64_t off[BATCH_MAX][PTS_MAX];
-    __mmask16 keep[BATCH_MAX][PTS_MAX];
-    tile_taps(j, t0, nt, off, keep);
-    int64_t pstride = j->CB * nt * BLK;
-    const float *x = io->x + b * j->x_img;
-    for (int64_t cb = 0; cb < j->CB; cb++, x += BLK * io->H * io->W)
-        for (int64_t ti = 0; ti < nt; ti++) {
-            __m512 d[16], e[16];
-            for (int k = 0; k < 16; k++) d[k] = _mm512_maskz_loadu_ps(keep[ti][k], x + off[ti][k]);
-            for (int s = 0; s < 4; s++) { /* B^T d */
-                e[s] = _mm512_sub_ps(d[s], d[8 + s]);
-                e[4 + s] = _mm512_add_ps(d[4 + s], d[8 + s]);
-                e[8 + s] = _mm512_sub_ps(d[8 + s], d[4 + s]);
-                e[12 + s] = _mm512_sub_ps(d[4 + s], d[12 + s]);
-            }
-            float *v = V + (cb * nt + ti) * BLK;
-            for (int r = 0; r < 4; r++) { /* (B^T d) B */
-                _mm512_store_ps(v + (r * 4 + 0) * pstride, _mm512_sub_ps(e[r * 4], e[r * 4 + 2]));
-                _mm512_store_ps(v + (r * 4 + 1) * pstride, _mm512_add_ps(e[r * 4 + 1], e[r * 4 + 2]));
-                _mm512_store_ps(v + (r * 4 + 2) * pstride, _mm512_sub_ps(e[r * 4 + 2], e[r * 4 + 1]));
-                _mm512_store_ps(v + (r * 4 + 3) * pstride, _mm512_sub_ps(e[r * 4 + 1], e[r * 4 + 3]));
-            }
-        }
+    __m512 e[16];
+    for (int s = 0; s < 4; s++) { /* B^T d */
+        e[s] = _mm512_sub_ps(d[s], d[8 + s]);
+        e[4 + s] = _mm512_add_ps(d[4 + s], d[8 + s]);
+        e[8 + s] = _mm512_sub_ps(d[8 + s], d[4 + s]);
+        e[12 + s] = _mm512_sub_ps(d[4 + s], d[12 + s]);
+    }
+    for (int r = 0; r < 4; r++) { /* (B^T d) B */
+        _mm512_store_ps(v + (r * 4 + 0) * pstride, _mm512_sub_ps(e[r * 4], e[r * 4 + 2]));
+        _mm512_store_ps(v + (r * 4 + 1) * pstride, _mm512_add_ps(e[r * 4 + 1], e[r * 4 + 2]));
+        _mm512_store_ps(v + (r * 4 + 2) * pstride, _mm512_sub_ps(e[r * 4 + 2], e[r * 4 + 1]));
+        _mm512_store_ps(v + (r * 4 + 3) * pstride, _mm512_sub_ps(e[r * 4 + 1], e[r * 4 + 3]));
+    }
 }
 
 /* B^T x for F(4x4, 3x3) (x six vectors at stride xs): B^T = [4 0 -5 0 1 0; 0 -4 -4 1 1 0;
@@ -163,8 +151,20 @@ static inline __attribute__((always_inline)) void bt6(const __m512 *x, int xs, _
     r[5 * rs] = _mm512_fnmadd_ps(five, x[3 * xs], _mm512_fmadd_ps(four, x[1 * xs], x[5 * xs]));
 }
 
-/* V [36 points][CB][nt][16] = B^T d B of 6x6 tiles [t0, t0 + nt) of image b (F(4x4, 3x3)). */
-static void input_tiles4(const wino_job *j, int64_t b, int64_t t0, int64_t nt, float *V)
+/* B^T d B of one 6x6 tile d (F(4x4, 3x3)) into its 36 points, point k at v + k * pstride. */
+static inline __attribute__((always_inline)) void tile_in4(const __m512 *d, float *v, int64_t pstride)
+{
+    __m512 e[36], r[6];
+    for (int s = 0; s < 6; s++) bt6(d + s, 6, e + s, 6); /* B^T d, column by column */
+    for (int i = 0; i < 6; i++) {                        /* (B^T d) B, row by row */
+        bt6(e + i * 6, 1, r, 1);
+        for (int k = 0; k < 6; k++) _mm512_store_ps(v + (i * 6 + k) * pstride, r[k]);
+    }
+}
+
+/* V [points][CB][nt][16] = B^T d B of tiles [t0, t0 + nt) of image b, every input block; taps
+ * outside X read zeros. */
+static void input_tiles(const wino_job *j, int64_t b, int64_t t0, int64_t nt, float *V)
 {
     const kiln_nchwc_conv_io *io = j->io;
     int64_t off[BATCH_MAX][PTS_MAX];
@@ -174,14 +174,11 @@ static void input_tiles4(const wino_job *j, int64_t b, int64_t t0, int64_t nt, f
     const float *x = io->x + b * j->x_img;
     for (int64_t cb = 0; cb < j->CB; cb++, x += BLK * io->H * io->W)
         for (int64_t ti = 0; ti < nt; ti++) {
-            __m512 d[36], e[36], v[6];
-            for (int k = 0; k < 36; k++) d[k] = _mm512_maskz_loadu_ps(keep[ti][k], x + off[ti][k]);
-            for (int s = 0; s < 6; s++) bt6(d + s, 6, e + s, 6); /* B^T d, column by column */
-            float *vp = V + (cb * nt + ti) * BLK;
-            for (int r = 0; r < 6; r++) { /* (B^T d) B, row by row */
-                bt6(e + r * 6, 1, v, 1);
-                for (int k = 0; k < 6; k++) _mm512_store_ps(vp + (r * 6 + k) * pstride, v[k]);
-            }
+            __m512 d[PTS_MAX];
+            for (int k = 0; k < j->pts; k++) d[k] = _mm512_maskz_loadu_ps(keep[ti][k], x + off[ti][k]);
+            float *v = V + (cb * nt + ti) * BLK;
+            if (j->m == 2) tile_in2(d, v, pstride);
+            else tile_in4(d, v, pstride);
         }
 }
 
@@ -319,8 +316,7 @@ static void wino_slots(void *ctx, int64_t begin, int64_t end)
         int64_t batch = t % j->batches, b = t / j->batches % j->io->N, ob0 = t / (j->batches * j->io->N) * GROUP_BLOCKS;
         int FB = (int)(j->MB - ob0 < GROUP_BLOCKS ? j->MB - ob0 : GROUP_BLOCKS);
         int64_t t0 = batch * j->tiles / j->batches, nt = (batch + 1) * j->tiles / j->batches - t0;
-        if (j->m == 2) input_tiles2(j, b, t0, nt, V);
-        else input_tiles4(j, b, t0, nt, V);
+        input_tiles(j, b, t0, nt, V);
         int64_t subs = (nt + SUB_TILES - 1) / SUB_TILES;
         for (int pt = 0; pt < j->pts; pt++) /* a point's weights stay in L1 across the product tiles */
             for (int64_t s = 0; s < subs; s++) {
