@@ -158,6 +158,7 @@ typedef struct conv_job {
     int64_t rows, cols;                       /* of the output as the tasks see it (plain X, 1x1: 1, oh * ow) */
     int64_t H, W, sh, sw, dh, dw, pt, pl;     /* the input as the taps see it */
     int64_t tiles, chunks, groups;            /* per row; per row; of output blocks per image */
+    int64_t group_blocks;                     /* output blocks per task: GROUP_BLOCKS, or 2 (see plan_tasks) */
     int64_t pass_blocks;                      /* blocked X: input blocks summed per pass over a task's tiles */
     bool pixels_first;                        /* task order: output groups vary fastest (see kiln_cpu_nchwc_conv_run) */
     bool pointwise;                           /* blocked X, 1x1, stride 1, no pads: a tile's pixels are consecutive in X */
@@ -252,10 +253,14 @@ static inline __attribute__((always_inline)) void blocked_tile(const conv_job *j
         _Pragma("GCC unroll 4") for (int f = 0; f < FB; f++)
         _Pragma("GCC unroll 12") for (int q = 0; q < P; q++) acc[f][q] = _mm512_load_ps(part + (f * P + q) * BLK);
     }
-    const float *x = io->x + b * j->x_img + cb0 * j->x_blk, *wg = p->w + ob0 * p->C * KH * KW * BLK;
+    /* the FB blocks may be part of a packed group of up to GROUP_BLOCKS (gfb of them, from gob0):
+     * each input block's weights are the group's, the FB blocks' from block ob0 - gob0 */
+    const int64_t gob0 = ob0 / GROUP_BLOCKS * GROUP_BLOCKS, gfb = p->MB - gob0 < GROUP_BLOCKS ? p->MB - gob0 : GROUP_BLOCKS;
+    const float *x = io->x + b * j->x_img + cb0 * j->x_blk;
+    const float *wg = p->w + gob0 * p->C * KH * KW * BLK + (ob0 - gob0) * BLK * BLK;
     if (j->pointwise) { /* one pointer, each pixel at a fixed offset from it */
-        const float *xq = x + px * BLK, *wp = wg + cb0 * FB * BLK * BLK;
-        for (int64_t ib = cb0; ib < cb1; ib++, xq += j->x_blk, wp += FB * BLK * BLK)
+        const float *xq = x + px * BLK, *wp = wg + cb0 * gfb * BLK * BLK;
+        for (int64_t ib = cb0; ib < cb1; ib++, xq += j->x_blk, wp += gfb * BLK * BLK)
 #pragma GCC unroll 1
             for (int c = 0; c < BLK; c++) {
 #pragma GCC unroll 4
@@ -282,8 +287,8 @@ static inline __attribute__((always_inline)) void blocked_tile(const conv_job *j
                     any |= in;
                 }
                 if (!any) continue;
-                const float *wp = wg + ((i * KW + k) * CB + cb0) * FB * BLK * BLK;
-                for (int64_t ib = cb0; ib < cb1; ib++, wp += FB * BLK * BLK) {
+                const float *wp = wg + ((i * KW + k) * CB + cb0) * gfb * BLK * BLK;
+                for (int64_t ib = cb0; ib < cb1; ib++, wp += gfb * BLK * BLK) {
 #pragma GCC unroll 1
                     for (int c = 0; c < BLK; c++) {
 #pragma GCC unroll 4
@@ -369,25 +374,82 @@ static void tile_span(int64_t n, int64_t tiles, int64_t t, int64_t *x0, int64_t 
     *px = base + (t < extra);
 }
 
-/* Task t: chunk `chunk` of the tiles of row oy (blocked X: of the whole plane), group g of
- * output blocks, image b. */
+/* A task: chunk `chunk` of the tiles of row oy (blocked X: of the whole plane), FB output
+ * blocks from ob0, image b; tiles [t0, t0 + n_tiles) of the row. */
+typedef struct conv_task {
+    int64_t chunk, oy, ob0, b, t0, n_tiles;
+    int FB;
+} conv_task;
+
+static conv_task task_at(const conv_job *j, int64_t t)
+{
+    conv_task k;
+    int64_t g;
+    if (j->pixels_first) {
+        int64_t px_task = t / j->groups;
+        g = t % j->groups, k.chunk = px_task % j->chunks, k.oy = px_task / j->chunks % j->rows;
+        k.b = px_task / (j->chunks * j->rows);
+    } else {
+        k.chunk = t % j->chunks, k.oy = t / j->chunks % j->rows, g = t / (j->chunks * j->rows) % j->groups;
+        k.b = t / (j->chunks * j->rows * j->groups);
+    }
+    k.ob0 = g * j->group_blocks;
+    k.FB = (int)(j->p->MB - k.ob0 < j->group_blocks ? j->p->MB - k.ob0 : j->group_blocks);
+    tile_span(j->tiles, j->chunks, k.chunk, &k.t0, &k.n_tiles);
+    return k;
+}
+
+/* Task t's multiply-adds per input channel and tap: its output channels by its pixels. */
+static double task_cost(void *ctx, int64_t t)
+{
+    const conv_job *j = ctx;
+    conv_task k = task_at(j, t);
+    int64_t x0, x1, n;
+    tile_span(j->cols, j->tiles, k.t0, &x0, &n);
+    tile_span(j->cols, j->tiles, k.t0 + k.n_tiles - 1, &x1, &n);
+    return (double)k.FB * (double)(x1 + n - x0);
+}
+
+static int64_t conv_task_count(const conv_job *j) { return j->io->N * j->groups * j->rows * j->chunks; }
+
+/* Cuts blocked X's output into tasks: groups of GROUP_BLOCKS output blocks (2 for a layer of up
+ * to 32 channels, with wider tiles) by chunks of up to CHUNK_TILES tiles. Where few tasks would
+ * leave threads idle (MobileNetV2's 960 -> 160 at 5x5: 3 tasks of 4, 4 and 2 blocks), the
+ * chunks get fewer tiles and the groups, if need be, 2 blocks, until the pool shares the
+ * tasks evenly (kiln_threadpool_balance at least BALANCED), or as evenly as they can be. */
+static void plan_tasks(conv_job *j, kiln_threadpool *pool)
+{
+    enum { FEW_TASKS_PER_THREAD = 8 };
+    const double BALANCED = 0.95;
+    int64_t MB = j->p->MB, threads = kiln_threadpool_size(pool);
+    conv_job best = *j;
+    double best_balance = -1.0;
+    for (int64_t gb = MB <= 2 ? 2 : GROUP_BLOCKS; gb >= 2; gb /= 2) { /* blocks per group: 4, then 2 */
+        int64_t tile_px = gb <= 2 ? WIDE_PX : TILE_PX;
+        j->group_blocks = gb;
+        j->tiles = (j->cols + tile_px - 1) / tile_px;
+        j->groups = (MB + gb - 1) / gb;
+        for (j->chunks = (j->tiles + CHUNK_TILES - 1) / CHUNK_TILES; j->chunks <= j->tiles; j->chunks++) {
+            int64_t n = conv_task_count(j);
+            double balance = n >= FEW_TASKS_PER_THREAD * threads ? 1.0 : kiln_threadpool_balance(pool, n, task_cost, j);
+            if (balance > best_balance) best = *j, best_balance = balance;
+            if (best_balance >= BALANCED) {
+                *j = best;
+                return;
+            }
+        }
+    }
+    *j = best;
+}
+
+/* Task t (task_at). */
 static void conv_tasks(void *ctx, int64_t begin, int64_t end)
 {
     const conv_job *j = ctx;
     for (int64_t t = begin; t < end; t++) {
-        int64_t chunk, oy, g, b;
-        if (j->pixels_first) {
-            int64_t px_task = t / j->groups;
-            g = t % j->groups, chunk = px_task % j->chunks, oy = px_task / j->chunks % j->rows;
-            b = px_task / (j->chunks * j->rows);
-        } else {
-            chunk = t % j->chunks, oy = t / j->chunks % j->rows, g = t / (j->chunks * j->rows) % j->groups;
-            b = t / (j->chunks * j->rows * j->groups);
-        }
-        int64_t ob0 = g * GROUP_BLOCKS;
-        int FB = (int)(j->p->MB - ob0 < GROUP_BLOCKS ? j->p->MB - ob0 : GROUP_BLOCKS);
-        int64_t t0, n_tiles;
-        tile_span(j->tiles, j->chunks, chunk, &t0, &n_tiles);
+        conv_task k = task_at(j, t);
+        int64_t b = k.b, ob0 = k.ob0, oy = k.oy, t0 = k.t0, n_tiles = k.n_tiles;
+        int FB = k.FB;
         if (j->io->x_blocked) {
             float part[CHUNK_TILES][4 * TILE_PX * BLK] __attribute__((aligned(64)));
             for (int64_t cb0 = 0; cb0 < j->p->CB; cb0 += j->pass_blocks) {
@@ -476,16 +538,6 @@ kiln_status kiln_cpu_nchwc_conv_run(kiln_threadpool *pool, const kiln_nchwc_conv
         j.rows = 1, j.cols = area, j.H = 1, j.W = area, j.x_row = 0; /* one row of all the pixels */
     }
     j.clamp = kiln_cpu_act_clamp(io->act, &j.lo, &j.hi);
-    int64_t tile_px = p->MB <= 2 ? WIDE_PX : TILE_PX; /* a layer of up to 32 channels: wide tiles */
-    j.tiles = (j.cols + tile_px - 1) / tile_px;
-    j.groups = (p->MB + GROUP_BLOCKS - 1) / GROUP_BLOCKS;
-    j.chunks = (j.tiles + CHUNK_TILES - 1) / CHUNK_TILES;
-    /* a 1x1 layer with over PASS_MIN_KB of weights per group (ResNet-50's 1024 -> 256, whose
-     * weights would stream from L2 into every tile) sums its input in passes of PASS_KB of
-     * weights, which stay in L1 across the task's tiles: about 20% faster per layer with cold
-     * activations, 6% in a chain of them; no gain with less weight, a loss for 3x3 layers */
-    int64_t block_kb = p->MB < GROUP_BLOCKS ? p->MB : GROUP_BLOCKS; /* one input block of a group */
-    j.pass_blocks = p->kh * p->kw == 1 && p->CB * block_kb > PASS_MIN_KB ? PASS_KB / block_kb : p->CB;
     /* the pool hands each thread a contiguous share of the tasks. Where the activations outweigh
      * the weights (ResNet-50 down to 28x28), the share is a range of pixels for all output
      * channels, so a thread mostly reads what it wrote in the layer before (from its own L2) and
@@ -498,8 +550,15 @@ kiln_status kiln_cpu_nchwc_conv_run(kiln_threadpool *pool, const kiln_nchwc_conv
     j.pixels_first = act_floats >= 2 * w_floats;
     double macs = (double)io->N * (double)j.y_plane * (double)p->M * (double)p->C * (double)(p->kh * p->kw);
     /* under about 256K multiply-adds (a microsecond or two) waking the pool costs more */
-    kiln_threadpool_parallel_for(macs >= (double)(1 << 18) ? pool : NULL, io->N * j.groups * j.rows * j.chunks,
-                                 conv_tasks, &j);
+    if (macs < (double)(1 << 18)) pool = NULL;
+    plan_tasks(&j, io->x_blocked ? pool : NULL);
+    /* a 1x1 layer with over PASS_MIN_KB of weights per group (ResNet-50's 1024 -> 256, whose
+     * weights would stream from L2 into every tile) sums its input in passes of PASS_KB of
+     * weights, which stay in L1 across the task's tiles: about 20% faster per layer with cold
+     * activations, 6% in a chain of them; no gain with less weight, a loss for 3x3 layers */
+    int64_t block_kb = p->MB < j.group_blocks ? p->MB : j.group_blocks; /* one input block of a group */
+    j.pass_blocks = p->kh * p->kw == 1 && p->CB * block_kb > PASS_MIN_KB ? PASS_KB / block_kb : p->CB;
+    kiln_threadpool_parallel_for(pool, conv_task_count(&j), conv_tasks, &j);
     kiln_scratch_put(io->scratch, padded);
     return KILN_OK;
 }
@@ -510,6 +569,7 @@ typedef struct dw_job {
     const kiln_nchwc_conv *p;
     const kiln_nchwc_conv_io *io;
     int64_t plane_in, plane_out;
+    bool rows_first; /* task order: rows vary fastest (see dw_tasks) */
     bool clamp;
     float lo, hi;
 } dw_job;
@@ -582,9 +642,11 @@ static void dw_edge(const dw_job *j, const dw_row *r, int64_t ox)
 }
 
 /* Task t: output row oy of block cb of image b: the pixels whose taps all land inside the row
- * in tiles of up to DW_PX (nearly equal), the others (the edges) one by one. Blocks vary
- * fastest: a thread's share of the tasks is a band of rows, as the large 1x1 layers around a
- * depthwise one share theirs (see kiln_cpu_nchwc_conv_run). */
+ * in tiles of up to DW_PX (nearly equal), the others (the edges) one by one. A thread's share
+ * of the tasks is what the 1x1 layers around a depthwise one take as theirs (see
+ * kiln_cpu_nchwc_conv_run): where the input plane has at least as many pixels as channels, a
+ * band of rows (blocks vary fastest), else a range of blocks (rows vary fastest), so a thread
+ * mostly reads what it wrote. */
 static void dw_tasks(void *ctx, int64_t begin, int64_t end)
 {
     const dw_job *j = ctx;
@@ -598,7 +660,9 @@ static void dw_tasks(void *ctx, int64_t begin, int64_t end)
     if (in_lo > in_hi) in_lo = in_hi;
     int64_t tiles = (in_hi - in_lo + DW_PX - 1) / DW_PX;
     for (int64_t t = begin; t < end; t++) {
-        int64_t cb = t % p->MB, oy = t / p->MB % io->oh, b = t / (io->oh * p->MB), plane = b * p->MB + cb;
+        int64_t cb = t % p->MB, oy = t / p->MB % io->oh, b = t / (io->oh * p->MB);
+        if (j->rows_first) oy = t % io->oh, cb = t / io->oh % p->MB;
+        int64_t plane = b * p->MB + cb;
         dw_row r = {.x = io->x + plane * j->plane_in, .w = p->w + cb * KH * KW * BLK,
                     .y = io->y + plane * j->plane_out + oy * ow * BLK,
                     .res = io->res ? io->res + plane * j->plane_out + oy * ow * BLK : NULL,
@@ -620,7 +684,10 @@ static kiln_status nchwc_dw_run(kiln_threadpool *pool, const kiln_nchwc_conv *p,
 {
     if (!io->x_blocked || !io->y_blocked || p->M % BLK) return KILN_ERR_INVALID_ARG;
     if (io->N <= 0 || io->oh <= 0 || io->ow <= 0) return KILN_OK;
-    dw_job j = {.p = p, .io = io, .plane_in = io->H * io->W * BLK, .plane_out = io->oh * io->ow * BLK};
+    /* MobileNetV2 at 160x160, two threads: the 10x10 and 5x5 layers (and 10x10 -> 5x5) 0.61-0.73
+     * of the time with rows first, the 20x20 -> 10x10 one 1.24 and 40x40 -> 20x20 1.31 */
+    dw_job j = {.p = p, .io = io, .plane_in = io->H * io->W * BLK, .plane_out = io->oh * io->ow * BLK,
+                .rows_first = io->H * io->W < p->M};
     j.clamp = kiln_cpu_act_clamp(io->act, &j.lo, &j.hi);
     int64_t tasks = io->N * p->MB * io->oh;
     double work = (double)tasks * (double)io->ow * (double)(p->kh * p->kw) * BLK;

@@ -196,6 +196,48 @@ int kiln_threadpool_size(const kiln_threadpool *pool)
     return pool ? pool->n_threads : 1;
 }
 
+/* Share i of a loop of n indices over T threads: [*begin, *end), contiguous, nearly equal. */
+static void share_of(int64_t n, int T, int i, int64_t *begin, int64_t *end)
+{
+    *begin = n / T * i + (i < n % T ? i : n % T);
+    *end = *begin + n / T + (i < n % T);
+}
+
+/* Indices a thread takes at a time from a share of a loop of n indices over T threads. */
+static int64_t piece_of(int64_t n, int T)
+{
+    int64_t per = (n + T - 1) / T;
+    return (per + PIECES_PER_SHARE - 1) / PIECES_PER_SHARE;
+}
+
+double kiln_threadpool_balance(const kiln_threadpool *pool, int64_t n, kiln_cost_fn cost, void *ctx)
+{
+    enum { MAX_SIMULATED = 64 };
+    int T = pool ? pool->n_threads : 1;
+    if (T <= 1 || n <= 1 || T > MAX_SIMULATED) return 1.0;
+    int64_t next[MAX_SIMULATED], end[MAX_SIMULATED], piece = piece_of(n, T);
+    double busy[MAX_SIMULATED] = {0}, total = 0.0, last = 0.0;
+    int stage[MAX_SIMULATED] = {0}; /* the share a thread takes from: (k + stage) % T */
+    for (int i = 0; i < T; i++) share_of(n, T, i, &next[i], &end[i]);
+    for (;;) { /* the thread that is free first takes its next piece, as run_shares does */
+        int k = -1;
+        for (int i = 0; i < T; i++)
+            if (stage[i] < T && (k < 0 || busy[i] < busy[k])) k = i;
+        if (k < 0) break;
+        int sh = (k + stage[k]) % T;
+        if (next[sh] >= end[sh]) {
+            stage[k]++;
+            continue;
+        }
+        for (int64_t e = next[sh] + piece < end[sh] ? next[sh] + piece : end[sh]; next[sh] < e; next[sh]++) {
+            double c = cost(ctx, next[sh]);
+            busy[k] += c, total += c;
+        }
+        if (busy[k] > last) last = busy[k];
+    }
+    return last > 0.0 ? total / (T * last) : 1.0;
+}
+
 void kiln_threadpool_parallel_for(kiln_threadpool *pool, int64_t n, kiln_parallel_fn fn, void *ctx)
 {
     if (n <= 0) return;
@@ -209,12 +251,11 @@ void kiln_threadpool_parallel_for(kiln_threadpool *pool, int64_t n, kiln_paralle
     pthread_mutex_lock(&p->submit);
     p->fn = fn;
     p->ctx = ctx;
-    int64_t per = (n + p->n_threads - 1) / p->n_threads; /* the shares: contiguous, nearly equal */
-    p->piece = (per + PIECES_PER_SHARE - 1) / PIECES_PER_SHARE;
+    p->piece = piece_of(n, p->n_threads);
     for (int i = 0; i < p->n_threads; i++) {
-        int64_t begin = n / p->n_threads * i + (i < n % p->n_threads ? i : n % p->n_threads);
+        int64_t begin;
+        share_of(n, p->n_threads, i, &begin, &p->shares[i].end);
         atomic_store_explicit(&p->shares[i].next, begin, memory_order_relaxed);
-        p->shares[i].end = begin + n / p->n_threads + (i < n % p->n_threads);
     }
     uint_fast64_t gen = (atomic_load_explicit(&p->state, memory_order_relaxed) >> GEN_SHIFT) + 1;
     post(p, gen << GEN_SHIFT | STATE_OPEN);

@@ -36,4 +36,12 @@ int kiln_threadpool_size(const kiln_threadpool *pool);
  * workers have gone to sleep; n <= 1 runs inline without waking anyone. */
 void kiln_threadpool_parallel_for(kiln_threadpool *pool, int64_t n, kiln_parallel_fn fn, void *ctx);
 
+/* Cost of index i of a loop (any unit). */
+typedef double (*kiln_cost_fn)(void *ctx, int64_t i);
+
+/* How evenly this pool would share a loop of n indices of the given costs, were every thread to
+ * start at once and run at one speed: the total cost over (threads x the busiest thread's).
+ * 1 is even; a loop of 3 equal indices on 2 threads is 0.75. 1 for a NULL pool or one thread. */
+double kiln_threadpool_balance(const kiln_threadpool *pool, int64_t n, kiln_cost_fn cost, void *ctx);
+
 #endif

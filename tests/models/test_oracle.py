@@ -1234,7 +1234,8 @@ def test_blocked_pointwise_passes():
 def test_blocked_depthwise():
     """Blocked depthwise layers over rows wide enough for whole interior tiles (8 pixels whose
     taps all land) and with edges on both sides: 3x3 at strides 1 and 2, 5x5, dilation 2,
-    asymmetric pads, a clamp and a non-clamp activation. Widths 1 to 45."""
+    asymmetric pads, 11x11 (more edge pixels than one edge call takes), a clamp and a non-clamp
+    activation. Widths 1 to 45."""
     from onnx import numpy_helper
 
     nodes, inits = [], []
@@ -1256,14 +1257,50 @@ def test_blocked_depthwise():
     conv("b", "c", 32, 32, 3, group=32, dilations=[2, 2], pads=[2, 2, 2, 2])
     conv("c", "d", 32, 32, 3, group=32, act="Relu", strides=[2, 2], pads=[0, 1, 1, 0])
     conv("c", "e", 32, 32, 3, group=32, strides=[1, 2], pads=[1, 0, 1, 2])
+    conv("c", "f", 32, 32, 11, group=32, act="Clip", pads=[5, 5, 5, 5])  # 10 edge pixels a row: two batches
     conv("d", "D", 32, 24, 1)  # plain exits: every depthwise value above stays blocked
     conv("e", "E", 32, 24, 1)
+    conv("f", "F", 32, 24, 1)
     g = helper.make_graph(nodes, "blocked_depthwise", [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["n", 3, "h", "w"])],
-                          [out("D"), out("E")], inits)
+                          [out("D"), out("E"), out("F")], inits)
     mdl = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
     mdl.ir_version = 8
     compare("blocked depthwise rows", mdl.SerializeToString(),
             [{"X": rand(n, 3, h, w)} for n, h, w in [(1, 5, 45), (2, 9, 17), (1, 3, 1), (0, 4, 20), (1, 1, 9), (3, 6, 26), (1, 11, 10)]])
+
+
+def test_blocked_few_tasks():
+    """Blocked layers on small planes, where a layer has few tasks and the planner cuts them
+    finer: chunks of fewer tiles, and groups of 2 output blocks inside the packed groups of 4
+    (80 channels: blocks 0-1, 2-3 of the first group and the one of the second; 96 and 160
+    channels; a 3x3 layer; 1040 input channels summed in passes of 16 blocks per 2-block group),
+    and depthwise layers on planes with fewer pixels than channels (their tasks ordered rows
+    first). Batch 0-3, planes 1x1 to 7x9."""
+    from onnx import numpy_helper
+
+    nodes, inits = [], []
+
+    def conv(x, y, c, m, k, group=1, act="Relu", **attrs):
+        inits.append(numpy_helper.from_array((rand(m, c // group, k, k) / np.sqrt(c // group * k * k)).astype(np.float32), f"W_{y}"))
+        inits.append(numpy_helper.from_array(rand(m), f"B_{y}"))
+        nodes.append(helper.make_node("Conv", [x, f"W_{y}", f"B_{y}"], [f"{y}_pre"], group=group, pads=[k // 2] * 4, **attrs))
+        nodes.append(helper.make_node(act, [f"{y}_pre"], [y]))
+
+    conv("X", "s", 3, 64, 3)
+    conv("s", "a", 64, 80, 1)
+    conv("a", "b", 80, 160, 1, act="HardSwish")
+    conv("b", "c", 160, 160, 3, group=160)
+    conv("c", "d", 160, 48, 1)
+    conv("d", "e", 48, 1040, 1)
+    conv("e", "f", 1040, 96, 1)
+    conv("f", "g", 96, 80, 3)
+    conv("g", "h", 80, 16, 1, strides=[2, 2])
+    g = helper.make_graph(nodes, "few_tasks", [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["n", 3, "h", "w"])],
+                          [out("d"), out("h")], inits)
+    mdl = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+    mdl.ir_version = 8
+    compare("blocked layers with few tasks", mdl.SerializeToString(),
+            [{"X": rand(n, 3, h, w)} for n, h, w in [(1, 5, 5), (1, 3, 3), (2, 7, 9), (1, 1, 1), (0, 5, 5), (3, 2, 3), (1, 7, 7)]])
 
 
 def test_blocked_winograd():
@@ -1417,7 +1454,7 @@ def main():
                  test_softmax, test_layernorm, test_reduce_mean, test_transpose, test_concat, test_batchnorm, test_clip, test_pool,
                  test_global_pool, test_depthwise_conv, test_conv_packed, test_conv_residual, test_conv_narrow, test_attention,
                  test_gelu_fusion, test_matmul_bias, test_conv_transpose, test_blocked_cnn,
-                 test_blocked_pointwise_passes, test_blocked_depthwise, test_blocked_winograd):
+                 test_blocked_pointwise_passes, test_blocked_depthwise, test_blocked_few_tasks, test_blocked_winograd):
         test()
     return summary()
 

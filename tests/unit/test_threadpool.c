@@ -1,5 +1,6 @@
 /* test_threadpool.c - kiln_threadpool: every index exactly once, for many sizes and pool sizes;
- * nested loops run inline; two threads calling one pool at once. Run under ThreadSanitizer too. */
+ * nested loops run inline; two threads calling one pool at once; the balance estimate. Run
+ * under ThreadSanitizer too. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -74,8 +75,38 @@ static void *caller_main(void *arg)
     return NULL;
 }
 
+static double cost_of(void *ctx, int64_t i) { return ((const double *)ctx)[i]; }
+
+static bool near(double a, double b) { return a > b - 1e-9 && a < b + 1e-9; }
+
+/* kiln_threadpool_balance against the schedules worked out by hand (shares, then stealing from
+ * the front of the others'). */
+static void check_balance(void)
+{
+    double equal[8] = {1, 1, 1, 1, 1, 1, 1, 1}, groups[3] = {4, 4, 2}, chunks[6] = {60, 40, 60, 40, 30, 20};
+    double tail[6] = {1, 1, 1, 1, 10, 10};
+    CHECK(near(kiln_threadpool_balance(NULL, 3, cost_of, equal), 1.0));
+    kiln_threadpool *two = NULL, *three = NULL;
+    CHECK(kiln_threadpool_create(2, &two) == KILN_OK && kiln_threadpool_create(3, &three) == KILN_OK);
+    if (!two || !three) return;
+    CHECK(near(kiln_threadpool_balance(two, 1, cost_of, equal), 1.0));
+    CHECK(near(kiln_threadpool_balance(two, 3, cost_of, equal), 0.75));
+    CHECK(near(kiln_threadpool_balance(two, 4, cost_of, equal), 1.0));
+    /* [4, 4 | 2]: the second thread's 2, then the first share's second 4 */
+    CHECK(near(kiln_threadpool_balance(two, 3, cost_of, groups), 10.0 / 12.0));
+    /* [60, 40, 60 | 40, 30, 20]: the second thread takes the first share's last 60 at 90 */
+    CHECK(near(kiln_threadpool_balance(two, 6, cost_of, chunks), 250.0 / 300.0));
+    /* [1, 1, 1 | 1, 10, 10]: the first thread takes the second share's last 10 at 3 */
+    CHECK(near(kiln_threadpool_balance(two, 6, cost_of, tail), 24.0 / 26.0));
+    CHECK(near(kiln_threadpool_balance(three, 7, cost_of, equal), 7.0 / 9.0));
+    CHECK(near(kiln_threadpool_balance(three, 6, cost_of, equal), 1.0));
+    kiln_threadpool_free(two);
+    kiln_threadpool_free(three);
+}
+
 int main(void)
 {
+    check_balance();
     CHECK(kiln_threadpool_create(-1, &(kiln_threadpool *){NULL}) == KILN_ERR_INVALID_ARG);
     CHECK(kiln_threadpool_create(1, NULL) == KILN_ERR_INVALID_ARG);
     kiln_threadpool_free(NULL);
