@@ -41,7 +41,8 @@ typedef double (*kiln_cost_fn)(void *ctx, int64_t i);
 
 /* How evenly this pool would share a loop of n indices of the given costs, were every thread to
  * start at once and run at one speed: the total cost over (threads x the busiest thread's).
- * 1 is even; a loop of 3 equal indices on 2 threads is 0.75. 1 for a NULL pool or one thread. */
+ * 1 is even; a loop of 3 equal indices on 2 threads is 0.75. 1 for a NULL pool, one thread, or
+ * over 64 threads (not simulated). */
 double kiln_threadpool_balance(const kiln_threadpool *pool, int64_t n, kiln_cost_fn cost, void *ctx);
 
 #endif
