@@ -13,8 +13,8 @@ typedef void (*kiln_parallel_fn)(void *ctx, int64_t begin, int64_t end);
 
 /* Creates a pool that runs loops on n_threads threads: the calling thread plus n_threads - 1
  * workers. n_threads 0 means the cores this process may run on (sched_getaffinity). Workers
- * sleep on a condition variable while idle (after a short bounded spin). *out is owned by the
- * caller (kiln_threadpool_free). Errors: KILN_ERR_INVALID_ARG (n_threads < 0, out NULL),
+ * sleep on a condition variable while idle (after spinning for up to a millisecond). *out is
+ * owned by the caller (kiln_threadpool_free). Errors: KILN_ERR_INVALID_ARG (n_threads < 0, out NULL),
  * KILN_ERR_NOMEM or KILN_ERR_RUNTIME (a thread could not be started). */
 kiln_status kiln_threadpool_create(int n_threads, kiln_threadpool **out);
 

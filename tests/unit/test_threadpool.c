@@ -1,9 +1,11 @@
 /* test_threadpool.c - kiln_threadpool: every index exactly once, for many sizes and pool sizes;
- * nested loops run inline; two threads calling one pool at once; the balance estimate. Run
- * under ThreadSanitizer too. */
+ * nested loops run inline; two threads calling one pool at once; loops after the workers have
+ * gone to sleep and loops whose caller sleeps until a slow worker is done; the balance
+ * estimate. Run under ThreadSanitizer too. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "cpu/threadpool.h"
 #include "unit.h"
@@ -30,6 +32,33 @@ static bool cover_once(kiln_threadpool *pool, int64_t n)
     bool ok = atomic_load(&c.bad_range) == 0;
     for (int64_t i = 0; i < n; i++) ok = ok && atomic_load(&c.count[i]) == 1;
     free(c.count);
+    return ok;
+}
+
+static void sleep_ms(int ms) { nanosleep(&(struct timespec){ms / 1000, (long)(ms % 1000) * 1000000L}, NULL); }
+
+/* cover, each index taking 3 ms: longer than the threads spin before they sleep */
+static void cover_slowly(void *ctx, int64_t begin, int64_t end)
+{
+    for (int64_t i = begin; i < end; i++) sleep_ms(3);
+    cover(ctx, begin, end);
+}
+
+/* Loops that meet sleeping threads: after the workers have been idle past their spin, and with
+ * bodies slow enough that the caller sleeps until the workers inside are done. */
+static bool sleep_paths(kiln_threadpool *pool)
+{
+    bool ok = true;
+    for (int i = 0; i < 3; i++) {
+        sleep_ms(5);
+        ok = cover_once(pool, 64) && ok;
+        cover_ctx c = {.count = calloc(4, sizeof(atomic_int)), .n = 4};
+        if (!c.count) return false;
+        kiln_threadpool_parallel_for(pool, 4, cover_slowly, &c);
+        ok = ok && atomic_load(&c.bad_range) == 0;
+        for (int64_t k = 0; k < 4; k++) ok = ok && atomic_load(&c.count[k]) == 1;
+        free(c.count);
+    }
     return ok;
 }
 
@@ -123,6 +152,7 @@ int main(void)
         int64_t ns[] = {0, 1, 2, 3, 5, 7, 12, 100, 1000, 12345};
         for (int i = 0; i < 10; i++) CHECK(cover_once(pool, ns[i]));
         for (int i = 0; i < 300; i++) CHECK(cover_once(pool, 1 + i % 17)); /* many short loops */
+        CHECK(sleep_paths(pool));
 
         nest_ctx *nc = calloc(1, sizeof *nc);
         nc->pool = pool;
