@@ -1235,7 +1235,9 @@ def test_blocked_depthwise():
     """Blocked depthwise layers over rows wide enough for whole interior tiles (8 pixels whose
     taps all land) and with edges on both sides: 3x3 at strides 1 and 2, 5x5, dilation 2,
     asymmetric pads, 11x11 (more edge pixels than one edge call takes), a clamp and a non-clamp
-    activation. Widths 1 to 45."""
+    activation; 3x3 layers at stride 1 and 2 with pads of 1 run whole rows in tiles of up to 16
+    pixels whose first and last columns may lie in the pads (widths 16, 17, 32, 33, 45: rows
+    of one to three tiles, a last column inside and outside). Widths 1 to 45."""
     from onnx import numpy_helper
 
     nodes, inits = [], []
@@ -1258,15 +1260,20 @@ def test_blocked_depthwise():
     conv("c", "d", 32, 32, 3, group=32, act="Relu", strides=[2, 2], pads=[0, 1, 1, 0])
     conv("c", "e", 32, 32, 3, group=32, strides=[1, 2], pads=[1, 0, 1, 2])
     conv("c", "f", 32, 32, 11, group=32, act="Clip", pads=[5, 5, 5, 5])  # 10 edge pixels a row: two batches
+    conv("a", "g", 32, 32, 3, group=32, act="HardSwish", pads=[1, 1, 1, 1])
+    conv("a", "h", 32, 32, 3, group=32, act="Clip", strides=[2, 2], pads=[1, 1, 1, 1])
     conv("d", "D", 32, 24, 1)  # plain exits: every depthwise value above stays blocked
     conv("e", "E", 32, 24, 1)
     conv("f", "F", 32, 24, 1)
+    conv("g", "G", 32, 24, 1)
+    conv("h", "H", 32, 24, 1)
     g = helper.make_graph(nodes, "blocked_depthwise", [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["n", 3, "h", "w"])],
-                          [out("D"), out("E"), out("F")], inits)
+                          [out("D"), out("E"), out("F"), out("G"), out("H")], inits)
     mdl = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
     mdl.ir_version = 8
     compare("blocked depthwise rows", mdl.SerializeToString(),
-            [{"X": rand(n, 3, h, w)} for n, h, w in [(1, 5, 45), (2, 9, 17), (1, 3, 1), (0, 4, 20), (1, 1, 9), (3, 6, 26), (1, 11, 10)]])
+            [{"X": rand(n, 3, h, w)} for n, h, w in [(1, 5, 45), (2, 9, 17), (1, 3, 1), (0, 4, 20), (1, 1, 9), (3, 6, 26),
+                                                      (1, 11, 10), (1, 4, 16), (2, 3, 32), (1, 2, 33), (1, 7, 2), (1, 5, 3)]])
 
 
 def test_blocked_few_tasks():
