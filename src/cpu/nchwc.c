@@ -736,9 +736,19 @@ static void dw_tasks(void *ctx, int64_t begin, int64_t end)
     bool k3 = KH == 3 && KW == 3 && io->dilations[0] == 1 && io->dilations[1] == 1 && (sw == 1 || sw == 2) &&
               io->pads[1] <= 1 && over <= 1;
     int64_t tiles = k3 ? (ow + DW3_PX - 1) / DW3_PX : (in_hi - in_lo + DW_PX - 1) / DW_PX;
+    /* the task's block, row and image: decoded once, then stepped (a small plane's row costs
+     * about as much as the divisions that would decode it) */
+    int64_t cb = begin % p->MB, oy = begin / p->MB % io->oh, b = begin / (io->oh * p->MB);
+    if (j->rows_first) oy = begin % io->oh, cb = begin / io->oh % p->MB;
+    const int64_t base = k3 ? ow / tiles : 0, extra = k3 ? ow % tiles : 0; /* tile_span's, for whole rows */
     for (int64_t t = begin; t < end; t++) {
-        int64_t cb = t % p->MB, oy = t / p->MB % io->oh, b = t / (io->oh * p->MB);
-        if (j->rows_first) oy = t % io->oh, cb = t / io->oh % p->MB;
+        if (t > begin && j->rows_first) {
+            if (++oy == io->oh) oy = 0, cb++;
+            if (cb == p->MB) cb = 0, b++;
+        } else if (t > begin) {
+            if (++cb == p->MB) cb = 0, oy++;
+            if (oy == io->oh) oy = 0, b++;
+        }
         int64_t plane = b * p->MB + cb;
         dw_row r = {.x = io->x + plane * j->plane_in, .w = p->w + cb * KH * KW * BLK,
                     .y = io->y + plane * j->plane_out + oy * ow * BLK,
@@ -748,10 +758,10 @@ static void dw_tasks(void *ctx, int64_t begin, int64_t end)
         while (r.i_lo < KH && r.iy0 + r.i_lo * io->dilations[0] < 0) r.i_lo++;
         while (r.i_hi > r.i_lo && r.iy0 + (r.i_hi - 1) * io->dilations[0] >= io->H) r.i_hi--;
         if (k3) {
-            for (int64_t ti = 0; ti < tiles; ti++) {
-                int64_t ox0, n;
-                tile_span(ow, tiles, ti, &ox0, &n);
+            for (int64_t ti = 0, ox0 = 0; ti < tiles; ti++) {
+                int64_t n = base + (ti < extra);
                 dw3_tiles[sw - 1][n - 1](j, &r, ox0, ti == 0 && io->pads[1] == 1, ti == tiles - 1 && over == 1);
+                ox0 += n;
             }
             continue;
         }
