@@ -596,7 +596,11 @@ static kiln_status attention_run(kiln_run_ctx *c)
     j.flash = j.avx512 && Dk <= FLASH_MAX_DK && Dv <= FLASH_MAX_DV;
 #endif
     j.scratch = kiln_run_scratch(c);
-    kiln_threadpool_parallel_for(kiln_run_threadpool(c), B * Hq * j.q_tasks, attn_blocks, &j);
+    /* under about 256K multiply-adds (the encoder's 4 heads at 16 tokens: 32K) on the calling
+     * thread, as the GEMM decides (gemm.c) */
+    double macs = (double)(B * Hq) * (double)Sq * (double)Skv * (double)(Dk + Dv);
+    kiln_threadpool_parallel_for(macs < (double)(1 << 18) ? NULL : kiln_run_threadpool(c), B * Hq * j.q_tasks,
+                                 attn_blocks, &j);
     kiln_status st = __atomic_load_n(&j.st, __ATOMIC_RELAXED);
     if (st) return kiln_run_fail(c, st, "Attention: sgemm failed (%s)", kiln_status_name(st));
     return KILN_OK;
