@@ -9,6 +9,7 @@ in the same layout as the data directory: <name>/model.onnx and
 usage: prepare_data.py OUT_DIR
 """
 import os
+import re
 import shutil
 import sys
 import warnings
@@ -31,6 +32,35 @@ def serialize(value, type_proto, name):
     if isinstance(value, TensorProto):
         return value.SerializeToString()
     return numpy_helper.from_array(np.asarray(value), name).SerializeToString()
+
+
+# Float -> 4-bit and 2-bit integer Cast tests feed out-of-range values (-9 to a 4-bit type). The
+# spec leaves such conversions undefined; the generator's result for them (ml_dtypes' float
+# conversion) differs by CPU: wrapped on some, 0 on others. The expected outputs are pinned to
+# the spec's fixed-point rule applied after truncation (discard the higher bits, two's
+# complement), which is kiln's behaviour, computed in integers so no machine can differ.
+NARROW_CAST = re.compile(r"^test_cast(like)?_FLOAT(16)?_to_U?INT[42](_expanded)?$")
+NARROW_BITS = {TensorProto.INT4: 4, TensorProto.UINT4: 4, TensorProto.INT2: 2, TensorProto.UINT2: 2}
+
+
+def pin_narrow_cast(case):
+    if not NARROW_CAST.match(case.name):
+        return
+    for inputs, outputs in case.data_sets:
+        x = numpy_helper.to_array(inputs[0]).astype(np.float64).ravel()
+        out = outputs[0]
+        bits = NARROW_BITS[out.data_type]
+        codes = (np.trunc(x).astype(np.int64) & ((1 << bits) - 1)).astype(np.uint8)
+        per_byte = 8 // bits
+        codes = np.concatenate([codes, np.zeros((-codes.size) % per_byte, np.uint8)])
+        packed = np.zeros(codes.size // per_byte, np.uint8)
+        for k in range(per_byte):
+            packed |= codes[k::per_byte] << (k * bits)
+        pinned = TensorProto()
+        pinned.CopyFrom(out)
+        pinned.ClearField("int32_data")
+        pinned.raw_data = packed.tobytes()
+        outputs[0] = pinned
 
 
 def write_case(case, root):
@@ -68,6 +98,7 @@ def main():
         warnings.simplefilter("ignore")
         cases = node_cases.collect_testcases()
     for case in cases:
+        pin_narrow_cast(case)
         write_case(case, os.path.join(root, "node"))
     with open(stamp, "w") as f:
         f.write(onnx.__version__ + "\n")
