@@ -210,10 +210,6 @@ typedef struct kiln_session_options {
      * planning or buffer reuse (and, as kiln grows optimisations, none of them). `kiln verify`
      * compares a normal session with this one. */
     bool unoptimized;
-    /* Testing hook, never for production: after the node of this name runs, its output 0
-     * has its elements reversed (the right values in the wrong places), as a kernel with a
-     * layout bug would. Copied at creation. NULL: off. */
-    const char *test_fault_node;
     /* KILN_PROVIDER_CUDA: the GPU's ordinal. Default 0. */
     int device_id;
     /* KILN_PROVIDER_CUDA: runs return their tensor outputs (strings aside) in device memory

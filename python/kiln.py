@@ -34,7 +34,7 @@ class _IoInfo(C.Structure):
 
 class _Options(C.Structure):
     _fields_ = [("provider", C.c_int), ("num_threads", C.c_int), ("allow_unsupported", C.c_bool),
-                ("plan_cache_size", C.c_int), ("unoptimized", C.c_bool), ("test_fault_node", C.c_char_p),
+                ("plan_cache_size", C.c_int), ("unoptimized", C.c_bool),
                 ("device_id", C.c_int), ("device_outputs", C.c_bool)]
 
 

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "exec/test_hooks.h"
 #include "verify.h"
 
 typedef struct tap {
@@ -211,10 +212,16 @@ static const char *verdict_name(verdict v)
     }
 }
 
-static int run_tapped(const char *model, const kiln_session_options *opt, const run_args *a, taps *out)
+/* fault_node: the test-only hook (src/exec/test_hooks.h) on this session, or NULL */
+static int run_tapped(const char *model, const kiln_session_options *opt, const char *fault_node, const run_args *a,
+                      taps *out)
 {
     kiln_session *s = cli_open_session(model, opt);
     if (!s) return 1;
+    if (fault_node && kiln_session_set_test_fault(s, fault_node)) {
+        kiln_session_free(s);
+        return cli_fail("out of memory");
+    }
     int n_in = kiln_session_input_count(s), n_out = kiln_session_output_count(s);
     kiln_value **in = calloc((size_t)n_in + 1, sizeof *in), **res = calloc((size_t)n_out + 1, sizeof *res);
     const char **in_names = calloc((size_t)n_in + 1, sizeof *in_names), **out_names = calloc((size_t)n_out + 1, sizeof *out_names);
@@ -244,14 +251,13 @@ int cmd_verify(int argc, char **argv)
     run_args a;
     if (cli_parse_run_args(argc, argv, "verify", &a)) return 2;
     kiln_session_options opt = kiln_session_options_default();
-    opt.test_fault_node = a.fault_node;
     opt.provider = a.provider;
     opt.num_threads = a.threads;
     kiln_session_options ref_opt = kiln_session_options_default();
     ref_opt.unoptimized = true;
     taps served = {0}, ref = {0};
     int rc = 2;
-    if (run_tapped(a.model, &opt, &a, &served) || run_tapped(a.model, &ref_opt, &a, &ref)) goto out;
+    if (run_tapped(a.model, &opt, a.fault_node, &a, &served) || run_tapped(a.model, &ref_opt, NULL, &a, &ref)) goto out;
     printf("%-4s %-32s %-20s %-24s %10s %10s %10s  %s\n", "#", "value", "op", "shape", "max abs", "max rel",
            "sorted", "result");
     int compared = 0, bad = 0, first = -1;

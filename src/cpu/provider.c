@@ -7,9 +7,11 @@
 
 #include "cpu/gemm.h"
 #include "cpu/kernels.h"
+#include "cpu/nchwc.h"
 #include "exec/provider.h"
 #include "ops/nn_internal.h"
 #include "ops/util.h"
+#include "passes/passes.h"
 
 static bool is_f32(const kiln_ir_value *v)
 {
@@ -236,8 +238,10 @@ static kiln_status gemm_run(kiln_run_ctx *c)
     return st ? gemm_fail(c, st) : KILN_OK;
 }
 
-static kiln_kernel_fn cpu_select(kiln_node *n)
+static kiln_kernel_fn cpu_select(kiln_provider *p, kiln_node *n, unsigned *host_inputs)
 {
+    (void)p;
+    *host_inputs = 0;
     kiln_kernel_fn k = kiln_cpu_select_nchwc(n);
     if (!k) k = kiln_cpu_select_ew(n);
     if (!k) k = kiln_cpu_select_norm(n);
@@ -258,7 +262,35 @@ static kiln_kernel_fn cpu_select(kiln_node *n)
     return NULL;
 }
 
+/* The CPU's pass pipeline over the inferred graph: attention, GELU, bias, residual and
+ * activation fusion into the kernels above, then the blocked layout where the CPU has it. */
+static kiln_status cpu_passes(kiln_graph *g, kiln_err *err)
+{
+    int fused;
+    KILN_TRY(kiln_pass_fuse_attention(g, &fused, err)); /* infers the graph again */
+    KILN_TRY(kiln_pass_fuse_gelu(g, &fused, err));
+    KILN_TRY(kiln_pass_fuse_matmul_bias(g, &fused, err));
+    KILN_TRY(kiln_pass_fuse_residual(g, &fused, err));
+    KILN_TRY(kiln_pass_fuse_activation(g, &fused, err));
+    if (kiln_cpu_nchwc_available()) KILN_TRY(kiln_pass_layout_nchwc(g, &fused, err));
+    return KILN_OK;
+}
+
+/* Values in the blocked layout (KILN_LAYOUT_NCHW16C) shown to observers as plain NCHW copies. */
+static kiln_status cpu_to_plain(const kiln_ir_value *iv, const kiln_value *v, kiln_value **out, kiln_err *err)
+{
+    *out = NULL;
+    if (iv->layout != KILN_LAYOUT_NCHW16C) return KILN_OK;
+    KILN_TRY(kiln_value_copy(v, out, err));
+    kiln_cpu_nchwc_unblock(v->data, (*out)->data, v->dims[0], v->dims[1], v->dims[2] * v->dims[3]);
+    return KILN_OK;
+}
+
 const kiln_provider_i kiln_provider_cpu = {
+    .api_version = KILN_PROVIDER_API,
     .name = "cpu",
+    .kind = KILN_PROVIDER_CPU,
+    .passes = cpu_passes,
     .select = cpu_select,
+    .to_plain = cpu_to_plain,
 };

@@ -3,6 +3,7 @@
 #define KILN_EXEC_CTX_H
 
 #include "exec/exec.h"
+#include "exec/provider.h"
 #include "ops/op.h"
 
 struct kiln_infer_ctx {
@@ -23,7 +24,7 @@ struct kiln_run_ctx {
     const kiln_value *const *in;
     kiln_value **out;             /* n_out entries, owned */
     kiln_err *err;
-    struct kiln_gpu_run *gpu;     /* the run's GPU context when the node runs on the GPU */
+    kiln_provider_run *dev;       /* the run's device context when the node runs on the device */
 };
 
 /* Values of one graph execution; parent holds the enclosing graph's. */
@@ -32,7 +33,7 @@ struct kiln_frame {
     const kiln_frame *parent;
     kiln_value **vals;            /* by value id */
     bool *owned;                  /* vals[i] is freed by the frame */
-    kiln_value **alt;             /* GPU runs: vals[i] copied to the other side (owned), or NULL */
+    kiln_value **alt;             /* device runs: vals[i] copied to the other side (owned), or NULL */
     const kiln_run_env *env;      /* the main graph's run environment, NULL in subgraphs */
     size_t alloc_limit;           /* kiln_node_evaluate: bytes one output may take (0: no limit) */
 };

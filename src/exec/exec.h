@@ -10,7 +10,7 @@ typedef struct kiln_frame kiln_frame;
 /* The run's arena and the plan placing tensors in it, by value id of the graph. */
 typedef struct kiln_arena_view {
     unsigned char *base;
-    unsigned char *device_base; /* GPU runs: the device arena, placed by the same plan */
+    unsigned char *device_base; /* device runs: the device arena, placed by the same plan */
     const size_t *offset; /* SIZE_MAX: not planned, allocated on the heap */
     const size_t *size;   /* planned bytes */
     const int *in_place;  /* 1: the value reuses its producer's input 0 slot (not zeroed) */
@@ -35,8 +35,10 @@ typedef struct kiln_run_env {
     const char *fault_node;    /* testing hook: reverse this node's output 0, or NULL */
     struct kiln_threadpool *pool; /* for the kernels' parallel loops, or NULL */
     struct kiln_scratch *scratch; /* the session's reused temporary blocks, or NULL */
-    struct kiln_gpu_run *gpu;  /* GPU sessions: the run's GPU context, else NULL */
-    bool device_outputs;       /* GPU sessions: outputs stay in (caller-owned) device memory */
+    const struct kiln_provider_i *host; /* the host provider (observers see its layouts as plain) */
+    const struct kiln_provider_i *dev; /* sessions with a device provider: its table, else NULL */
+    struct kiln_provider_run *dev_run; /* and the run's context on it */
+    bool device_outputs;       /* device sessions: outputs stay in (caller-owned) device memory */
 } kiln_run_env;
 
 /* Runs graph g. inputs[i] is bound to g->inputs[i] (NULL: use its initializer). On success

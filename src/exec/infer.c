@@ -22,8 +22,8 @@ const kiln_type *kiln_infer_in(const kiln_infer_ctx *c, int i)
 const kiln_value *kiln_infer_in_value(const kiln_infer_ctx *c, int i)
 {
     const kiln_value *v = i >= 0 && i < c->node->n_in ? c->in_val[i] : NULL;
-    /* a GPU node's device input: its contents are not readable here (the ops whose inference
-     * needs them read those inputs on the host: kiln_gpu_op.host_inputs) */
+    /* a device node's device input: its contents are not readable here (the ops whose inference
+     * needs them read those inputs on the host: kiln_provider_i.select) */
     return v && v->on_device ? NULL : v;
 }
 

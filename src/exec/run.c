@@ -8,9 +8,7 @@
 #include <time.h>
 
 #include "core/scratch.h"
-#include "cpu/nchwc.h"
 #include "exec/ctx.h"
-#include "gpu/device.h"
 
 /* ---- run context API ---- */
 
@@ -142,7 +140,7 @@ static void *arena_slot(const kiln_frame *f, int id, bool device, size_t nbytes)
     return base + mem->offset[id];
 }
 
-/* GPU runs (main graph): main-graph value v in device or host memory. The first reader on the
+/* Device runs (main graph): main-graph value v in device or host memory. The first reader on the
  * other side gets a copy, kept in f->alt for later readers and placed in v's arena slot of
  * that side when v has one. */
 static kiln_status value_at(kiln_frame *f, const kiln_ir_value *v, bool device, const kiln_value **out, kiln_err *err)
@@ -152,22 +150,19 @@ static kiln_status value_at(kiln_frame *f, const kiln_ir_value *v, bool device, 
     if (!p || p->kind != KILN_VALUE_TENSOR || p->on_device == device) return KILN_OK;
     if (!f->alt[v->id]) {
         void *dst = arena_slot(f, v->id, device, p->nbytes);
-        kiln_gpu_run *gpu = f->env->gpu;
+        const kiln_provider_i *dev = f->env->dev;
+        kiln_provider_run *r = f->env->dev_run;
         /* a download makes what the host computes next depend on the inputs' contents: the
-         * run cannot be recorded (uploads can: see kiln_gpu_graph_mode) */
-        if (!device) kiln_gpu_mark_unrecordable(gpu, "'%s' is copied to the host in the middle of the run", v->name);
-        KILN_TRY(device ? kiln_gpu_to_device(gpu, v, p, dst, &f->alt[v->id], err)
-                        : kiln_gpu_to_host(gpu, p, dst, &f->alt[v->id], err));
+         * run cannot be recorded (uploads can: see kiln_provider_i.capture_mode) */
+        if (!device && dev->unrecordable) dev->unrecordable(r, "'%s' is copied to the host in the middle of the run", v->name);
+        KILN_TRY(device ? dev->to_device(r, v, p, dst, &f->alt[v->id], err)
+                        : dev->to_host(r, p, dst, &f->alt[v->id], err));
     }
     *out = f->alt[v->id];
     return KILN_OK;
 }
 
-/* Ops whose CPU kernels read only the input's type, never its elements. */
-static bool reads_type_only(const kiln_node *n)
-{
-    return !*n->domain && (!strcmp(n->op_type, "Shape") || !strcmp(n->op_type, "Size"));
-}
+static bool reads_type_only(const kiln_node *n) { return n->op->flags & KILN_OP_READS_TYPE_ONLY; }
 
 static bool all_const(const kiln_type *t)
 {
@@ -179,7 +174,7 @@ static bool all_const(const kiln_type *t)
 
 /* An output tensor: in the arena slot the plan gave the value when it fits, else on the
  * heap; zeroed for reference kernels (`zero`), left as it is for provider kernels, which write
- * every element. On the GPU: in the device arena's slot or the device pool, not zeroed. */
+ * every element. On the device: in the device arena's slot or the device pool, not zeroed. */
 static void scratch_release(void *data, void *scratch) { kiln_scratch_put(scratch, data); }
 
 /* An intermediate tensor the plan could not place (its size is decided at run time), in a block
@@ -219,7 +214,7 @@ static kiln_status alloc_output(kiln_frame *f, const kiln_ir_value *v, const kil
         size_t nbytes = (size_t)numel * kiln_dtype_size(t->dtype);
         void *dst = v ? arena_slot(f, v->id, true, nbytes) : NULL;
         if (v && mem && mem->offset[v->id] != SIZE_MAX && !dst && nbytes) mem->heap_fallbacks++;
-        return kiln_gpu_tensor(f->env->gpu, t->dtype, t->rank, dims, dst, out, err);
+        return f->env->dev->tensor(f->env->dev_run, t->dtype, t->rank, dims, dst, out, err);
     }
     /* an arena of 0 bytes (every planned tensor empty) has no base; graph outputs are handed
      * to the caller, never views of the arena */
@@ -268,10 +263,10 @@ static kiln_status run_node(const kiln_node *n, kiln_frame *f, kiln_err *err)
     const kiln_type **in_type = (const kiln_type **)(in + ni);
     kiln_value **out = (kiln_value **)(in_type + ni);
     kiln_status st = KILN_OK;
-    /* GPU runs place each input where the node reads it */
-    kiln_gpu_run *gpu = f->env ? f->env->gpu : NULL;
-    bool on_gpu = gpu && n->on_gpu;
-    if (gpu && !n->on_gpu && kiln_node_has_subgraphs(n))
+    /* device runs place each input where the node reads it */
+    const kiln_provider_i *dev = f->env ? f->env->dev : NULL;
+    bool on_dev = dev && n->on_device;
+    if (dev && !n->on_device && kiln_node_has_subgraphs(n))
         /* subgraphs read outer values through frame_get: give every device value a host copy */
         for (int id = 0; id < f->g->n_values && !st; id++)
             if (f->vals[id] && f->vals[id]->on_device) {
@@ -280,12 +275,12 @@ static kiln_status run_node(const kiln_node *n, kiln_frame *f, kiln_err *err)
             }
     if (st) goto fail;
     for (int i = 0; i < n->n_in; i++) {
-        if (gpu && n->in[i] && !(!on_gpu && reads_type_only(n))) {
-            bool device = on_gpu && !(n->host_inputs & (1u << i));
+        if (dev && n->in[i] && !(!on_dev && reads_type_only(n))) {
+            bool device = on_dev && !(n->host_inputs & (1u << i));
             /* the host reading a graph input's contents: a recording would keep them */
-            if (!device && n->in[i]->is_input && !n->in[i]->init)
-                kiln_gpu_mark_unrecordable(gpu, "node '%s' (%s) reads input '%s' on the host", n->name, n->op_type,
-                                           n->in[i]->name);
+            if (!device && n->in[i]->is_input && !n->in[i]->init && dev->unrecordable)
+                dev->unrecordable(f->env->dev_run, "node '%s' (%s) reads input '%s' on the host", n->name, n->op_type,
+                                  n->in[i]->name);
             st = value_at(f, n->in[i], device, &in[i], err);
             if (st) goto fail;
         } else {
@@ -313,7 +308,7 @@ static kiln_status run_node(const kiln_node *n, kiln_frame *f, kiln_err *err)
         int64_t dims[KILN_MAX_RANK];
         for (int k = 0; k < out_type[i].rank; k++) dims[k] = out_type[i].dims[k].c;
         st = check_limit(f, out_type[i].dtype, out_type[i].rank, dims, err);
-        if (!st) st = alloc_output(f, n->out[i], &out_type[i], dims, on_gpu, !n->kernel, &out[i], err);
+        if (!st) st = alloc_output(f, n->out[i], &out_type[i], dims, on_dev, !n->kernel, &out[i], err);
         if (st) {
             kiln_err_prefix(err, "node '%s' (%s): output %d", n->name, n->op_type, i);
             goto fail;
@@ -324,10 +319,10 @@ static kiln_status run_node(const kiln_node *n, kiln_frame *f, kiln_err *err)
     while (top->parent) top = top->parent;
     kiln_run_ctx rc = {.node = n, .frame = f, .in = in, .out = out, .err = err,
                        .pool = top->env ? top->env->pool : NULL, .scratch = top->env ? top->env->scratch : NULL,
-                       .gpu = on_gpu ? gpu : NULL};
+                       .dev = on_dev ? f->env->dev_run : NULL};
     st = n->kernel ? n->kernel(&rc) : n->op->run(&rc);
     if (st) goto fail;
-    if (gpu) kiln_gpu_run_count_node(gpu, on_gpu);
+    if (dev) dev->count_node(f->env->dev_run, on_dev);
     for (int i = 0; i < n->n_out; i++) {
         kiln_ir_value *v = n->out[i];
         if (!v) {
@@ -382,29 +377,26 @@ static kiln_status observe(const kiln_run_env *env, const kiln_node *n, kiln_fra
     for (int i = 0; i < n->n_in; i++) {
         names_store[i] = n->in[i] ? n->in[i]->name : "";
         in_store[i] = NULL;
-        if (n->in[i] && env->gpu) KILN_TRY(value_at(f, n->in[i], false, &in_store[i], err));
+        if (n->in[i] && env->dev) KILN_TRY(value_at(f, n->in[i], false, &in_store[i], err));
         else if (n->in[i]) in_store[i] = frame_get(f, n->in[i]);
     }
     for (int i = 0; i < n->n_out; i++) {
         onames_store[i] = n->out[i] ? n->out[i]->name : "";
         out_store[i] = NULL;
-        if (n->out[i] && env->gpu) KILN_TRY(value_at(f, n->out[i], false, &out_store[i], err));
+        if (n->out[i] && env->dev) KILN_TRY(value_at(f, n->out[i], false, &out_store[i], err));
         else if (n->out[i]) out_store[i] = f->vals[n->out[i]->id];
     }
     double ms = now_ms() - started;
-    /* blocked values (kiln_layout) are shown as plain copies */
+    /* values in a provider's private layout (kiln_layout) are shown as plain copies */
     kiln_value *plain[128];
     int n_plain = 0;
     kiln_status st = KILN_OK;
     for (int i = 0; i < n->n_in + n->n_out && !st; i++) {
         const kiln_ir_value *iv = i < n->n_in ? n->in[i] : n->out[i - n->n_in];
         const kiln_value **shown = i < n->n_in ? &in_store[i] : &out_store[i - n->n_in];
-        if (!iv || iv->layout != KILN_LAYOUT_NCHW16C || !*shown) continue;
-        const kiln_value *v = *shown;
-        if (!(st = kiln_value_copy(v, &plain[n_plain], err))) {
-            kiln_cpu_nchwc_unblock(v->data, plain[n_plain]->data, v->dims[0], v->dims[1], v->dims[2] * v->dims[3]);
-            *shown = plain[n_plain++];
-        }
+        if (!iv || iv->layout == KILN_LAYOUT_PLAIN || !*shown || !env->host->to_plain) continue;
+        st = env->host->to_plain(iv, *shown, &plain[n_plain], err);
+        if (!st && plain[n_plain]) *shown = plain[n_plain++];
     }
     int stop = 0;
     if (!st) {
@@ -428,9 +420,9 @@ kiln_status kiln_execute(const kiln_graph *g, const kiln_frame *parent, const ki
     kiln_frame f = {.g = g, .parent = parent, .env = env};
     f.vals = calloc((size_t)g->n_values + 1, sizeof *f.vals);
     f.owned = calloc((size_t)g->n_values + 1, sizeof *f.owned);
-    if (env && env->gpu) f.alt = calloc((size_t)g->n_values + 1, sizeof *f.alt);
+    if (env && env->dev) f.alt = calloc((size_t)g->n_values + 1, sizeof *f.alt);
     for (int j = 0; j < g->n_outputs; j++) outputs[j] = NULL;
-    if (!f.vals || !f.owned || (env && env->gpu && !f.alt)) {
+    if (!f.vals || !f.owned || (env && env->dev && !f.alt)) {
         free(f.vals);
         free(f.owned);
         free(f.alt);
@@ -470,19 +462,21 @@ kiln_status kiln_execute(const kiln_graph *g, const kiln_frame *parent, const ki
         const kiln_ir_value *v = g->outputs[j];
         if (v->graph == g && f.vals[v->id] && f.vals[v->id]->on_device) {
             const kiln_value *x = f.vals[v->id];
-            if (kiln_gpu_capturing(env->gpu)) {
+            const kiln_provider_i *dev = env->dev;
+            if (dev->capturing && dev->capturing(env->dev_run)) {
                 /* recording: a device view, downloaded after each launch */
-                st = kiln_gpu_capture_output(env->gpu, x, &outputs[j], err);
+                st = dev->capture_output(env->dev_run, x, &outputs[j], err);
                 if (st) goto out;
                 continue;
             }
             /* a new tensor for the caller */
-            st = env->device_outputs ? kiln_gpu_output(env->gpu, x, &outputs[j], err)
-                                     : kiln_gpu_to_host(env->gpu, x, NULL, &outputs[j], err);
+            st = env->device_outputs ? dev->output(env->dev_run, x, &outputs[j], err)
+                                     : dev->to_host(env->dev_run, x, NULL, &outputs[j], err);
             if (st) goto out;
             continue;
         }
-        if (env && env->gpu) kiln_gpu_mark_unrecordable(env->gpu, "output '%s' is computed on the host", v->name);
+        if (env && env->dev && env->dev->unrecordable)
+            env->dev->unrecordable(env->dev_run, "output '%s' is computed on the host", v->name);
         if (v->graph == g && f.owned[v->id]) {
             /* hand over the frame's value; a second listing of it gets a copy */
             outputs[j] = f.vals[v->id];
@@ -496,13 +490,14 @@ kiln_status kiln_execute(const kiln_graph *g, const kiln_frame *parent, const ki
                 st = kiln_errf(err, KILN_ERR_RUNTIME, "graph output '%s' has no value", v->name);
                 goto out;
             }
-            st = src->on_device ? kiln_gpu_output(env->gpu, src, &outputs[j], err) : kiln_value_copy(src, &outputs[j], err);
+            st = src->on_device ? env->dev->output(env->dev_run, src, &outputs[j], err)
+                                : kiln_value_copy(src, &outputs[j], err);
             if (st) goto out;
         }
         const kiln_value *h = outputs[j];
         if (env && env->device_outputs && h->kind == KILN_VALUE_TENSOR && h->dtype != KILN_DTYPE_STRING && !h->on_device) {
             kiln_value *host = outputs[j];
-            st = kiln_gpu_output(env->gpu, host, &outputs[j], err);
+            st = env->dev->output(env->dev_run, host, &outputs[j], err);
             kiln_value_free(host);
             if (st) goto out;
         }

@@ -7,12 +7,12 @@
 #include <time.h>
 
 #include "core/scratch.h"
-#include "cpu/nchwc.h"
 #include "cpu/threadpool.h"
 #include "exec/ctx.h"
 #include "exec/plan.h"
+#include "exec/partition.h"
 #include "exec/provider.h"
-#include "gpu/device.h"
+#include "exec/test_hooks.h"
 #include "passes/passes.h"
 #include "onnx/load.h"
 
@@ -33,8 +33,10 @@ struct kiln_session {
     int *node_ids;         /* public (depth-first) index of each main-graph node */
     kiln_threadpool *pool; /* intra-op threads of the optimised kernels; NULL when unoptimized */
     kiln_scratch *scratch; /* run arenas and kernel temporaries kept between runs; NULL when unoptimized */
-    kiln_gpu_session *gpu; /* KILN_PROVIDER_CUDA: the device and its run contexts */
-    char *fault_node;      /* options.test_fault_node, copied */
+    const kiln_provider_i *host; /* the CPU provider */
+    const kiln_provider_i *dev;  /* the device provider (KILN_PROVIDER_CUDA), or NULL */
+    kiln_provider *dev_state;    /* its state: the device and its run contexts */
+    char *fault_node;      /* kiln_session_set_test_fault's node name (owned), or NULL */
 };
 
 const char *kiln_version(void) { return "0.1.0"; }
@@ -133,20 +135,6 @@ static void release_kernels(kiln_graph *g)
     }
 }
 
-/* Lets the provider take over the nodes it supports, subgraphs included. */
-static void select_kernels(const kiln_provider_i *p, kiln_graph *g)
-{
-    for (int k = 0; k < g->n_nodes; k++) {
-        kiln_node *n = g->nodes[k];
-        if (n->op) n->kernel = p->select(n);
-        for (int a = 0; a < n->n_attrs; a++) {
-            kiln_attr *at = &n->attrs[a];
-            if (at->type == KILN_ATTR_GRAPH) select_kernels(p, at->g);
-            for (int q = 0; at->type == KILN_ATTR_GRAPHS && q < at->n; q++) select_kernels(p, at->graphs[q]);
-        }
-    }
-}
-
 static kiln_status compile(kiln_session *s, kiln_err *err)
 {
     kiln_model *m = s->model;
@@ -156,17 +144,11 @@ static kiln_status compile(kiln_session *s, kiln_err *err)
         int folded;
         KILN_TRY(kiln_pass_fold_constants(g, &folded, err));
         KILN_TRY(kiln_pass_fold_conv_bn(g, &folded, err));
-        if (s->opt.provider == KILN_PROVIDER_CPU) KILN_TRY(kiln_pass_fuse_attention(g, &folded, err));
     }
     KILN_TRY(kiln_graph_infer(g, NULL));
-    if (!s->opt.unoptimized && s->opt.provider == KILN_PROVIDER_CPU) { /* needs the inferred dtypes */
-        int fused;
-        KILN_TRY(kiln_pass_fuse_gelu(g, &fused, err));
-        KILN_TRY(kiln_pass_fuse_matmul_bias(g, &fused, err));
-        KILN_TRY(kiln_pass_fuse_residual(g, &fused, err));
-        KILN_TRY(kiln_pass_fuse_activation(g, &fused, err));
-        if (kiln_cpu_nchwc_available()) KILN_TRY(kiln_pass_layout_nchwc(g, &fused, err));
-    }
+    /* the first provider's own passes (they need the inferred dtypes) */
+    const kiln_provider_i *first = s->dev ? s->dev : s->host;
+    if (!s->opt.unoptimized && first->passes) KILN_TRY(first->passes(g, err));
     kiln_arena *a = &m->arena;
     s->in_vals = kiln_arena_calloc(a, (size_t)g->n_inputs + 1, sizeof *s->in_vals);
     s->in_info = kiln_arena_calloc(a, (size_t)g->n_inputs + 1, sizeof *s->in_info);
@@ -180,24 +162,19 @@ static kiln_status compile(kiln_session *s, kiln_err *err)
     }
     for (int j = 0; j < g->n_outputs; j++) KILN_TRY(fill_info(s, g->outputs[j], &s->out_info[j], err));
     s->n_out = g->n_outputs;
-    bool cuda = s->opt.provider == KILN_PROVIDER_CUDA;
-    KILN_TRY(kiln_memprog_build(g, cuda, &s->memprog, err));
+    KILN_TRY(kiln_memprog_build(g, s->dev != NULL, &s->memprog, err));
     if (!s->opt.unoptimized) {
         kiln_status st = kiln_threadpool_create(s->opt.num_threads, &s->pool);
         if (st) return kiln_errf(err, st, "cannot start %d threads", s->opt.num_threads);
         s->scratch = kiln_scratch_create();
         if (!s->scratch) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
-        /* a CPU session reads packed weights only: their originals may go (the CUDA
+        if (s->dev) KILN_TRY(kiln_partition(g, s->dev, s->dev_state, &s->stats.nodes_gpu, &s->stats.nodes_cpu, err));
+        /* a host-only session reads packed weights only: their originals may go (a device
          * provider uploads the originals after this, so its sessions keep them) */
-        m->release_packed = s->opt.provider == KILN_PROVIDER_CPU;
-        select_kernels(&kiln_provider_cpu, g);
+        m->release_packed = !s->dev;
+        kiln_select_kernels(g, s->host, NULL, s->dev, s->dev_state);
         m->release_packed = false;
-    }
-    if (cuda) {
-        if (s->opt.unoptimized)
-            return kiln_errf(err, KILN_ERR_INVALID_ARG, "the CUDA provider does not run unoptimized sessions");
-        KILN_TRY(kiln_gpu_session_create(s->opt.device_id, g, &s->gpu, err));
-        kiln_gpu_session_nodes(s->gpu, &s->stats.nodes_gpu, &s->stats.nodes_cpu);
+        if (s->dev && s->dev->prepare) KILN_TRY(s->dev->prepare(s->dev_state, g, err));
     }
     s->node_ids = calloc((size_t)g->n_nodes + 1, sizeof *s->node_ids);
     if (!s->node_ids) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
@@ -218,22 +195,41 @@ static kiln_status session_new(const kiln_session_options *opt, kiln_session **o
     pthread_mutex_init(&s->stats_lock, NULL);
     s->opt = opt ? *opt : kiln_session_options_default();
     kiln_plan_cache_init(&s->plans, s->opt.plan_cache_size > 0 ? s->opt.plan_cache_size : 16);
-    if (s->opt.test_fault_node && !(s->fault_node = strdup(s->opt.test_fault_node))) return KILN_ERR_NOMEM;
-    s->opt.test_fault_node = NULL; /* the caller's string is not kept */
     return KILN_OK;
+}
+
+/* The session's providers: the host's table, and the device provider asked for, opened. */
+static kiln_status open_providers(kiln_session *s, kiln_err *err)
+{
+    s->host = kiln_provider_find(KILN_PROVIDER_CPU);
+    if (s->opt.provider == KILN_PROVIDER_CPU) {
+        if (s->opt.device_outputs)
+            return kiln_errf(err, KILN_ERR_INVALID_ARG, "device_outputs needs the CUDA provider");
+        return KILN_OK;
+    }
+    if (s->opt.provider != KILN_PROVIDER_CUDA)
+        return kiln_errf(err, KILN_ERR_INVALID_ARG, "unknown provider %d", (int)s->opt.provider);
+    const kiln_provider_i *d = kiln_provider_find(s->opt.provider);
+    if (!d) return kiln_errf(err, KILN_ERR_UNSUPPORTED, "%s", kiln_provider_missing(s->opt.provider));
+    if (d->open) KILN_TRY(d->open(&s->opt, &s->dev_state, err));
+    s->dev = d;
+    return KILN_OK;
+}
+
+static void close_providers(kiln_session *s)
+{
+    if (s->dev && s->dev->close) s->dev->close(s->dev_state);
+    s->dev = NULL;
+    s->dev_state = NULL;
 }
 
 static kiln_status session_finish(kiln_session *s, kiln_status st, kiln_err *err)
 {
-    if (!st && s->opt.provider != KILN_PROVIDER_CPU && s->opt.provider != KILN_PROVIDER_CUDA)
-        st = kiln_errf(err, KILN_ERR_INVALID_ARG, "unknown provider %d", (int)s->opt.provider);
-    if (!st && s->opt.device_outputs && s->opt.provider != KILN_PROVIDER_CUDA)
-        st = kiln_errf(err, KILN_ERR_INVALID_ARG, "device_outputs needs the CUDA provider");
+    if (!st) st = open_providers(s, err);
     if (!st) st = compile(s, err);
     if (st) {
         set_error(s, err);
-        kiln_gpu_session_free(s->gpu);
-        s->gpu = NULL;
+        close_providers(s);
         if (s->model) release_kernels(s->model->graph);
         kiln_model_free(s->model);
         s->model = NULL;
@@ -264,7 +260,7 @@ kiln_status kiln_session_create_from_memory(const void *buf, size_t len, const c
 void kiln_session_free(kiln_session *s)
 {
     if (!s) return;
-    kiln_gpu_session_free(s->gpu);
+    close_providers(s);
     if (s->model) release_kernels(s->model->graph);
     kiln_model_free(s->model);
     kiln_memprog_release(&s->memprog);
@@ -276,6 +272,16 @@ void kiln_session_free(kiln_session *s)
     pthread_mutex_destroy(&s->err_lock);
     pthread_mutex_destroy(&s->stats_lock);
     free(s);
+}
+
+kiln_status kiln_session_set_test_fault(kiln_session *s, const char *node)
+{
+    if (!s) return KILN_ERR_INVALID_ARG;
+    char *copy = node ? strdup(node) : NULL;
+    if (node && !copy) return KILN_ERR_NOMEM;
+    free(s->fault_node);
+    s->fault_node = copy;
+    return KILN_OK;
 }
 
 int kiln_session_input_count(const kiln_session *s) { return s && s->model ? s->n_in : 0; }
@@ -374,16 +380,18 @@ static kiln_status check_constraints(const kiln_model *m, const int64_t *syms, c
     return KILN_OK;
 }
 
-/* A GPU run by its recorded graph (see src/gpu/device.h): uploads the inputs into their
- * arena slots, then records the run (KILN_GPU_CAPTURE) and launches it, or launches the
- * recording (KILN_GPU_REPLAY); downloads the outputs into out[]. *done is false when the
- * capture did not give a graph: the caller runs plainly. */
-static kiln_status run_recorded(kiln_session *s, kiln_gpu_run *gpu, kiln_gpu_mode mode, const kiln_run_env *env,
+/* A device run by its recording (kiln_provider_i.capture_mode): uploads the inputs into their
+ * arena slots, then records the run (KILN_CAPTURE_RECORD) and launches it, or launches the
+ * recording (KILN_CAPTURE_REPLAY); downloads the outputs into out[]. *done is false when the
+ * capture did not give a recording: the caller runs plainly. */
+static kiln_status run_recorded(kiln_session *s, kiln_capture_mode mode, const kiln_run_env *env,
                                 const int64_t *key, int n_key, const kiln_value **bound, kiln_value **out,
                                 bool *done, kiln_err *err)
 {
     const kiln_graph *g = s->model->graph;
     const kiln_arena_view *mem = env->mem;
+    const kiln_provider_i *d = env->dev;
+    kiln_provider_run *r = env->dev_run;
     *done = false;
     kiln_value **dev = calloc((size_t)g->n_inputs + 1, sizeof *dev);
     const kiln_value **in = calloc((size_t)g->n_inputs + 1, sizeof *in);
@@ -394,30 +402,29 @@ static kiln_status run_recorded(kiln_session *s, kiln_gpu_run *gpu, kiln_gpu_mod
         if (!bound[i]) continue;
         if (bound[i]->kind != KILN_VALUE_TENSOR || mem->offset[v->id] == SIZE_MAX || bound[i]->nbytes > mem->size[v->id])
             goto out; /* not recordable after all: run plainly */
-        st = kiln_gpu_to_device(gpu, NULL, bound[i], mem->device_base + mem->offset[v->id], &dev[i], err);
+        st = d->to_device(r, NULL, bound[i], mem->device_base + mem->offset[v->id], &dev[i], err);
         in[i] = dev[i];
     }
-    if (!st && mode == KILN_GPU_CAPTURE) {
-        st = kiln_gpu_capture_begin(gpu, err);
+    if (!st && mode == KILN_CAPTURE_RECORD) {
+        st = d->capture_begin(r, err);
         if (st) goto out;
         kiln_err run_err = {0};
         kiln_status ran = kiln_execute(g, NULL, env, in, out, &run_err);
         bool recorded;
-        st = kiln_gpu_capture_end(gpu, key, n_key, ran == KILN_OK, g->n_outputs, out, &recorded, err);
+        st = d->capture_end(r, key, n_key, ran == KILN_OK, g->n_outputs, out, &recorded, err);
         for (int j = 0; j < g->n_outputs; j++) {
             kiln_value_free(out[j]); /* views of the device outputs, or what a failed capture left */
             out[j] = NULL;
         }
         if (st || !recorded) goto out;
-        mode = KILN_GPU_REPLAY;
+        mode = KILN_CAPTURE_REPLAY;
     }
-    if (!st && mode == KILN_GPU_REPLAY) {
+    if (!st && mode == KILN_CAPTURE_REPLAY) {
         int n_out;
         kiln_value *const *rec;
-        st = kiln_gpu_replay(gpu, key, n_key, &n_out, &rec, err);
+        st = d->replay(r, key, n_key, &n_out, &rec, err);
         for (int j = 0; j < n_out && !st; j++)
-            st = env->device_outputs ? kiln_gpu_output(gpu, rec[j], &out[j], err)
-                                     : kiln_gpu_to_host(gpu, rec[j], NULL, &out[j], err);
+            st = env->device_outputs ? d->output(r, rec[j], &out[j], err) : d->to_host(r, rec[j], NULL, &out[j], err);
         *done = true;
     }
 out:
@@ -451,7 +458,7 @@ kiln_status kiln_session_run_observed(kiln_session *s, int n_in, const char *con
     kiln_status st = KILN_OK;
     kiln_plan *plan = NULL;
     void *arena = NULL;
-    kiln_gpu_run *gpu = NULL;
+    kiln_provider_run *dev_run = NULL;
     for (int j = 0; outputs && j < n_out; j++) outputs[j] = NULL;
     if (!s->model) return set_error(s, &(kiln_err){KILN_ERR_INVALID_ARG, "session failed to load"});
     const kiln_graph *g = s->model->graph;
@@ -491,9 +498,9 @@ kiln_status kiln_session_run_observed(kiln_session *s, int n_in, const char *con
             st = kiln_errf(&err, KILN_ERR_INVALID_ARG, "input '%s' given twice", in_names[i]);
             goto out;
         }
-        if (kiln_value_on_device(inputs[i]) && !s->gpu) {
+        if (kiln_value_on_device(inputs[i]) && !s->dev) {
             st = kiln_errf(&err, KILN_ERR_INVALID_ARG,
-                           "input '%s' is in device memory: only sessions of the CUDA provider take device tensors",
+                           "input '%s' is in device memory: only sessions of a device provider (CUDA) take device tensors",
                            in_names[i]);
             goto out;
         }
@@ -522,7 +529,7 @@ kiln_status kiln_session_run_observed(kiln_session *s, int n_in, const char *con
     st = check_constraints(s->model, syms, sym_src, n_syms, &err);
     if (st) goto out;
     kiln_arena_view mem = {0};
-    kiln_run_env env = {.observer = observer, .observer_user = user, .node_ids = s->node_ids,
+    kiln_run_env env = {.host = s->host, .observer = observer, .observer_user = user, .node_ids = s->node_ids,
                         .device_outputs = s->opt.device_outputs,
                         .fault_node = s->fault_node, .pool = s->pool, .scratch = s->scratch};
     if (!s->opt.unoptimized) {
@@ -536,23 +543,25 @@ kiln_status kiln_session_run_observed(kiln_session *s, int n_in, const char *con
         mem = (kiln_arena_view){.base = arena, .offset = plan->offset, .size = plan->size, .in_place = plan->in_place};
         env.mem = &mem;
     }
-    if (s->gpu) {
-        st = kiln_gpu_run_begin(s->gpu, plan->peak, &gpu, &err);
+    const kiln_provider_i *d = s->dev;
+    if (d) {
+        st = d->run_begin(s->dev_state, plan->peak, &dev_run, &err);
         if (st) goto out;
-        mem.device_base = kiln_gpu_run_arena(gpu);
-        env.gpu = gpu;
+        mem.device_base = d->run_arena(dev_run);
+        env.dev = d;
+        env.dev_run = dev_run;
     }
     t_exec = now_ns();
-    bool done = false;
-    kiln_gpu_mode mode = gpu && !observer && !s->fault_node ? kiln_gpu_graph_mode(gpu, syms, n_key) : KILN_GPU_PLAIN;
-    if (mode != KILN_GPU_PLAIN) st = run_recorded(s, gpu, mode, &env, syms, n_key, bound, all_out, &done, &err);
+    bool done = false, recordable = d && d->capture_mode && !observer && !s->fault_node;
+    kiln_capture_mode mode = recordable ? d->capture_mode(dev_run, syms, n_key) : KILN_CAPTURE_OFF;
+    if (mode != KILN_CAPTURE_OFF) st = run_recorded(s, mode, &env, syms, n_key, bound, all_out, &done, &err);
     if (!st && !done) {
         st = kiln_execute(g, NULL, &env, bound, all_out, &err);
-        if (!st && gpu && !observer && !s->fault_node) kiln_gpu_graph_note(gpu, syms, n_key);
+        if (!st && recordable) d->capture_note(dev_run, syms, n_key);
     }
-    if (gpu) {
-        kiln_status end = kiln_gpu_run_end(s->gpu, gpu, st ? NULL : &err);
-        gpu = NULL;
+    if (dev_run) {
+        kiln_status end = d->run_end(s->dev_state, dev_run, st ? NULL : &err);
+        dev_run = NULL;
         if (!st) st = end;
     }
     if (st) goto out;
@@ -576,13 +585,13 @@ kiln_status kiln_session_run_observed(kiln_session *s, int n_in, const char *con
             /* the same output asked for twice */
             for (int p = 0; p < j && !outputs[j]; p++)
                 if (out_idx[p] == k)
-                    st = kiln_value_on_device(outputs[p]) ? kiln_gpu_clone(s->gpu, outputs[p], &outputs[j], &err)
+                    st = kiln_value_on_device(outputs[p]) ? s->dev->clone(s->dev_state, outputs[p], &outputs[j], &err)
                                                           : kiln_value_copy(outputs[p], &outputs[j], &err);
             if (st) goto out;
         }
     }
 out:
-    kiln_gpu_run_end(s->gpu, gpu, NULL);
+    if (dev_run) s->dev->run_end(s->dev_state, dev_run, NULL);
     kiln_scratch_put(s->scratch, arena);
     kiln_plan_cache_put(&s->plans, plan);
     if (all_out)
@@ -613,7 +622,7 @@ kiln_status kiln_session_stats_get(const kiln_session *s, kiln_session_stats *ou
     out->plan_cache_entries = s->plans.count;
     out->plan_cache_capacity = s->plans.capacity;
     pthread_mutex_unlock(&m->plans.lock);
-    if (s->gpu) kiln_gpu_session_stats(s->gpu, out);
+    if (s->dev && s->dev->stats) s->dev->stats(s->dev_state, out);
     return KILN_OK;
 }
 
@@ -679,9 +688,9 @@ kiln_status kiln_session_node_placement(const kiln_session *s, int i, const char
     const kiln_node *n = nth_node(s->model->graph, &want, &count);
     if (!n) return KILN_ERR_INVALID_ARG;
     bool main_graph = n->graph == s->model->graph;
-    if (provider) *provider = n->on_gpu ? "cuda" : "cpu";
+    if (provider) *provider = n->on_device ? s->dev->name : s->host->name;
     if (why)
-        *why = !s->gpu || n->on_gpu ? NULL : main_graph ? n->placement_note : "inside a subgraph (runs on the CPU)";
+        *why = !s->dev || n->on_device ? NULL : main_graph ? n->placement_note : "inside a subgraph (runs on the host)";
     return KILN_OK;
 }
 

@@ -1,7 +1,6 @@
-/* device.h - what the executor and the session use of the GPU provider: placing a graph's
- * nodes, device memory for a run, and copies between host and device. Implemented in
- * src/gpu/runtime.c (and src/gpu/none.c when kiln is built without CUDA: every entry point
- * then fails with KILN_ERR_UNSUPPORTED saying so).
+/* device.h - the CUDA provider's runtime behind its provider table (src/gpu/provider.c):
+ * sessions, device memory for a run, copies between host and device, recorded runs.
+ * Implemented in src/gpu/runtime.c; nothing outside src/gpu/ includes it.
  *
  * A session owns one kiln_gpu_session: the device, the constants its GPU nodes read (uploaded
  * once), and a pool of run contexts. A run checks out one context - a stream, BLAS handles, a
@@ -16,18 +15,21 @@
 
 #include "core/error.h"
 #include "core/value.h"
+#include "exec/provider.h"
 #include "ir/graph.h"
 
-typedef struct kiln_gpu_session kiln_gpu_session;
-typedef struct kiln_gpu_run kiln_gpu_run;
+/* The CUDA provider's state of a session and of a run are the provider interface's opaque
+ * structs (src/exec/provider.h), defined in runtime.c. */
+typedef struct kiln_provider kiln_gpu_session;
+typedef struct kiln_provider_run kiln_gpu_run;
 
-/* Opens GPU device_id, places the nodes of g's main graph (sets on_gpu, kernel, host_inputs,
- * placement_note; a GPU node's CPU kernel state is released) and uploads the constants GPU
- * nodes read. Subgraphs run on the CPU. */
-kiln_status kiln_gpu_session_create(int device_id, kiln_graph *g, kiln_gpu_session **out, kiln_err *err);
+/* Opens GPU opt->device_id for a session. */
+kiln_status kiln_gpu_open(const kiln_session_options *opt, kiln_gpu_session **out, kiln_err *err);
+/* After placement and kernel selection of g's main graph (its nodes' on_device and
+ * host_inputs are set): counts the nodes of each side and uploads the constants that GPU
+ * nodes read. */
+kiln_status kiln_gpu_prepare(kiln_gpu_session *gs, const kiln_graph *g, kiln_err *err);
 void kiln_gpu_session_free(kiln_gpu_session *gs);
-/* Counts of main-graph nodes per provider. */
-void kiln_gpu_session_nodes(const kiln_gpu_session *gs, int *gpu, int *cpu);
 /* Adds the session's device counters to the stats fields of the GPU provider. */
 void kiln_gpu_session_stats(kiln_gpu_session *gs, kiln_session_stats *st);
 
@@ -70,14 +72,12 @@ kiln_status kiln_gpu_tensor(kiln_gpu_run *r, kiln_dtype dt, int rank, const int6
  * inputs, launch the graph and download the outputs, skipping the executor. Each run context
  * keeps a few graphs (LRU); growing its arena or workspace drops them, as they point into
  * both. */
-typedef enum kiln_gpu_mode { KILN_GPU_PLAIN, KILN_GPU_CAPTURE, KILN_GPU_REPLAY } kiln_gpu_mode;
-
-kiln_gpu_mode kiln_gpu_graph_mode(kiln_gpu_run *r, const int64_t *key, int n);
+kiln_capture_mode kiln_gpu_graph_mode(kiln_gpu_run *r, const int64_t *key, int n);
 /* After a plain run of this binding. */
 void kiln_gpu_graph_note(kiln_gpu_run *r, const int64_t *key, int n);
 /* Something in this run cannot be recorded (see above): the first reason of a run is kept
  * and shows in the session statistics (graphs_note). */
-void kiln_gpu_mark_unrecordable(kiln_gpu_run *r, const char *fmt, ...);
+void kiln_gpu_mark_unrecordable(kiln_gpu_run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 bool kiln_gpu_capturing(const kiln_gpu_run *r);
 kiln_status kiln_gpu_capture_begin(kiln_gpu_run *r, kiln_err *err);
 /* While capturing: graph output x as a device view that outlives the recording's run (x

@@ -12,7 +12,6 @@
 #include "gpu/blas.h"
 #include "gpu/device.h"
 #include "gpu/gpu.h"
-#include "gpu/place.h"
 
 #define ALIGN 256
 #define BLAS_WORKSPACE (32u << 20)
@@ -40,7 +39,7 @@ typedef struct gpu_graph {
     int n_held;
 } gpu_graph;
 
-struct kiln_gpu_run {
+struct kiln_provider_run {
     kiln_gpu_session *gs;
     gpuStream_t stream;
     gpublasHandle_t blas;
@@ -65,7 +64,7 @@ struct kiln_gpu_run {
     kiln_gpu_run *next_all;
 };
 
-struct kiln_gpu_session {
+struct kiln_provider {
     int device;
     int sm_count;
     const kiln_graph *g;
@@ -99,7 +98,7 @@ static kiln_status upload_constants(kiln_gpu_session *gs, kiln_err *err)
     size_t total = 0;
     for (int k = 0; k < g->n_nodes; k++) {
         const kiln_node *n = g->nodes[k];
-        if (!n->on_gpu) continue;
+        if (!n->on_device) continue;
         for (int i = 0; i < n->n_in; i++) {
             const kiln_ir_value *v = n->in[i];
             const kiln_value *h = kiln_ir_constant(v);
@@ -129,10 +128,10 @@ static kiln_status upload_constants(kiln_gpu_session *gs, kiln_err *err)
     return st;
 }
 
-kiln_status kiln_gpu_session_create(int device_id, kiln_graph *g, kiln_gpu_session **out, kiln_err *err)
+kiln_status kiln_gpu_open(const kiln_session_options *opt, kiln_gpu_session **out, kiln_err *err)
 {
     *out = NULL;
-    int count = 0;
+    int device_id = opt->device_id, count = 0;
     gpuError_t e = gpuGetDeviceCount(&count);
     if (e != gpuSuccess || count == 0)
         return kiln_errf(err, KILN_ERR_UNSUPPORTED, "CUDA provider: no usable GPU (%s)",
@@ -145,7 +144,6 @@ kiln_status kiln_gpu_session_create(int device_id, kiln_graph *g, kiln_gpu_sessi
     kiln_gpu_session *gs = calloc(1, sizeof *gs);
     if (!gs) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
     gs->device = device_id;
-    gs->g = g;
     pthread_mutex_init(&gs->lock, NULL);
     gpuDeviceGetAttribute(&gs->sm_count, gpuDevAttrMultiProcessorCount, device_id);
     /* the pool behind stream-ordered allocations keeps what it got: no release to the OS */
@@ -154,14 +152,15 @@ kiln_status kiln_gpu_session_create(int device_id, kiln_graph *g, kiln_gpu_sessi
         uint64_t keep = UINT64_MAX;
         gpuMemPoolSetAttribute(pool, gpuMemPoolAttrReleaseThreshold, &keep);
     }
-    kiln_status st = kiln_gpu_place(g, &gs->nodes_gpu, &gs->nodes_cpu, err);
-    if (!st) st = upload_constants(gs, err);
-    if (st) {
-        kiln_gpu_session_free(gs);
-        return st;
-    }
     *out = gs;
     return KILN_OK;
+}
+
+kiln_status kiln_gpu_prepare(kiln_gpu_session *gs, const kiln_graph *g, kiln_err *err)
+{
+    gs->g = g;
+    for (int k = 0; k < g->n_nodes; k++) ++*(g->nodes[k]->on_device ? &gs->nodes_gpu : &gs->nodes_cpu);
+    return upload_constants(gs, err);
 }
 
 static void held_free(held_buf **held, int *n)
@@ -228,12 +227,6 @@ void kiln_gpu_session_free(kiln_gpu_session *gs)
     gpuFree(gs->weights);
     pthread_mutex_destroy(&gs->lock);
     free(gs);
-}
-
-void kiln_gpu_session_nodes(const kiln_gpu_session *gs, int *gpu, int *cpu)
-{
-    *gpu = gs->nodes_gpu;
-    *cpu = gs->nodes_cpu;
 }
 
 void kiln_gpu_session_stats(kiln_gpu_session *gs, kiln_session_stats *st)
@@ -591,17 +584,17 @@ kiln_status kiln_gpu_to_host(kiln_gpu_run *r, const kiln_value *dev, void *dst, 
 
 /* ---- the run context of a GPU kernel ---- */
 
-gpuStream_t kiln_gpu_stream(kiln_run_ctx *c) { return c->gpu->stream; }
+gpuStream_t kiln_gpu_stream(kiln_run_ctx *c) { return c->dev->stream; }
 kiln_status kiln_gpu_blas(kiln_run_ctx *c, void **handle)
 {
     *handle = NULL;
     kiln_err *err = kiln_run_err(c);
-    kiln_status st = blas_ready(c->gpu, err);
+    kiln_status st = blas_ready(c->dev, err);
     if (st) return kiln_err_prefix(err, "node '%s' (%s)", c->node->name, c->node->op_type);
-    *handle = c->gpu->blas;
+    *handle = c->dev->blas;
     return KILN_OK;
 }
-int kiln_gpu_sm_count(kiln_run_ctx *c) { return c->gpu->gs->sm_count; }
+int kiln_gpu_sm_count(kiln_run_ctx *c) { return c->dev->gs->sm_count; }
 
 unsigned kiln_gpu_blocks(int64_t n, unsigned block)
 {
@@ -613,7 +606,7 @@ unsigned kiln_gpu_blocks(int64_t n, unsigned block)
 
 kiln_status kiln_gpu_workspace(kiln_run_ctx *c, size_t bytes, void **p)
 {
-    kiln_gpu_run *r = c->gpu;
+    kiln_gpu_run *r = c->dev;
     gpuError_t e = grow(r, &r->workspace, &r->workspace_size, align_up(bytes ? bytes : 1));
     if (e != gpuSuccess)
         return kiln_run_fail(c, KILN_ERR_NOMEM, "GPU: cannot allocate a %zu-byte workspace: %s", bytes,
@@ -625,7 +618,7 @@ kiln_status kiln_gpu_workspace(kiln_run_ctx *c, size_t bytes, void **p)
 kiln_status kiln_gpu_check(kiln_run_ctx *c, gpuError_t e, const char *what)
 {
     if (e == gpuSuccess) return KILN_OK;
-    if (c->gpu && c->gpu->error == gpuSuccess) c->gpu->error = e;
+    if (c->dev && c->dev->error == gpuSuccess) c->dev->error = e;
     return kiln_run_fail(c, KILN_ERR_RUNTIME, "GPU: %s failed: %s", what, gpuGetErrorString(e));
 }
 
@@ -634,7 +627,7 @@ kiln_status kiln_gpu_launched(kiln_run_ctx *c, const char *kernel) { return kiln
 kiln_status kiln_gpu_fallback(kiln_run_ctx *c)
 {
     const kiln_node *n = c->node;
-    kiln_gpu_run *r = c->gpu;
+    kiln_gpu_run *r = c->dev;
     kiln_gpu_mark_unrecordable(r, "node '%s' (%s) fell back to its CPU kernel", n->name, n->op_type);
     int ni = n->n_in, no = n->n_out;
     kiln_value **tmp_in = calloc((size_t)ni + 1, sizeof *tmp_in);
@@ -694,11 +687,11 @@ static gpu_graph *graph_find(kiln_gpu_run *r, const int64_t *key, int n)
     return NULL;
 }
 
-kiln_gpu_mode kiln_gpu_graph_mode(kiln_gpu_run *r, const int64_t *key, int n)
+kiln_capture_mode kiln_gpu_graph_mode(kiln_gpu_run *r, const int64_t *key, int n)
 {
     const gpu_graph *g = graph_find(r, key, n);
-    if (!g || g->unrecordable) return KILN_GPU_PLAIN;
-    return g->exec ? KILN_GPU_REPLAY : KILN_GPU_CAPTURE;
+    if (!g || g->unrecordable) return KILN_CAPTURE_OFF;
+    return g->exec ? KILN_CAPTURE_REPLAY : KILN_CAPTURE_RECORD;
 }
 
 void kiln_gpu_graph_note(kiln_gpu_run *r, const int64_t *key, int n)

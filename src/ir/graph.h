@@ -141,9 +141,10 @@ struct kiln_node {
     /* fused bias on output 0, added along its last axis before act: a float32 constant of N
      * values (N the last dim), or NULL (src/passes/fuse_matmul_bias.c; MatMul only) */
     kiln_ir_value *bias;
-    /* placement (GPU sessions): on the GPU provider, the inputs it reads on the host (bit i:
-     * input i), and why a node stays on the CPU (NULL when on the GPU or not decided) */
-    bool on_gpu;
+    /* placement (src/exec/partition.c, sessions with a device provider): on the device
+     * provider, the inputs its kernel reads on the host (bit i: input i), and why a node stays
+     * on the host (NULL when on the device or not decided) */
+    bool on_device;
     unsigned host_inputs;
     const char *placement_note;
     int index;                 /* position in graph->nodes */

@@ -44,6 +44,9 @@ typedef kiln_status (*kiln_kernel_fn)(kiln_run_ctx *c);
 /* Input 0 may be absent (the op has no inputs, or its first input is optional). Without this
  * flag, binding rejects a node whose input 0 is absent, so kernels may rely on it. */
 #define KILN_OP_X_OPTIONAL 2u
+/* The kernel reads only its inputs' types (dtype and dims), never their elements (Shape,
+ * Size): a device value it reads needs no host copy, and partitioning keeps it on the host. */
+#define KILN_OP_READS_TYPE_ONLY 4u
 
 struct kiln_op_def {
     const char *domain;  /* "" for the default ONNX domain, "ai.onnx.ml", ... */

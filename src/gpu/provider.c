@@ -1,0 +1,62 @@
+/* provider.c - the CUDA provider's table: placement checks and kernels from the GPU op table
+ * (registry.c), sessions, runs, copies and recorded runs from runtime.c (device.h). */
+#include <stdio.h>
+
+#include "gpu/device.h"
+#include "gpu/gpu.h"
+
+static kiln_status gpu_open(const kiln_session_options *opt, kiln_provider **out, kiln_err *err)
+{
+    if (opt->unoptimized)
+        return kiln_errf(err, KILN_ERR_INVALID_ARG, "the CUDA provider does not run unoptimized sessions");
+    return kiln_gpu_open(opt, out, err);
+}
+
+static bool gpu_supports(const kiln_provider *p, const kiln_node *n, char *why, size_t size)
+{
+    (void)p;
+    const kiln_gpu_op *o = kiln_gpu_op_lookup(n->domain, n->op_type, n->opset);
+    if (!o) {
+        snprintf(why, size, "no GPU kernel for %s%s%s", n->domain, *n->domain ? "." : "", n->op_type);
+        return false;
+    }
+    return !o->supports || o->supports(n, why, size);
+}
+
+static kiln_kernel_fn gpu_select(kiln_provider *p, kiln_node *n, unsigned *host_inputs)
+{
+    (void)p;
+    const kiln_gpu_op *o = kiln_gpu_op_lookup(n->domain, n->op_type, n->opset);
+    *host_inputs = o ? o->host_inputs : 0;
+    return o ? o->run : NULL;
+}
+
+const kiln_provider_i kiln_provider_cuda = {
+    .api_version = KILN_PROVIDER_API,
+    .name = "cuda",
+    .kind = KILN_PROVIDER_CUDA,
+    .device = true,
+    .open = gpu_open,
+    .close = kiln_gpu_session_free,
+    .supports = gpu_supports,
+    .select = gpu_select,
+    .prepare = kiln_gpu_prepare,
+    .stats = kiln_gpu_session_stats,
+    .run_begin = kiln_gpu_run_begin,
+    .run_end = kiln_gpu_run_end,
+    .run_arena = kiln_gpu_run_arena,
+    .count_node = kiln_gpu_run_count_node,
+    .tensor = kiln_gpu_tensor,
+    .to_device = kiln_gpu_to_device,
+    .to_host = kiln_gpu_to_host,
+    .output = kiln_gpu_output,
+    .clone = kiln_gpu_clone,
+    .capture_mode = kiln_gpu_graph_mode,
+    .capture_note = kiln_gpu_graph_note,
+    .unrecordable = kiln_gpu_mark_unrecordable,
+    .capturing = kiln_gpu_capturing,
+    .capture_begin = kiln_gpu_capture_begin,
+    .capture_output = kiln_gpu_capture_output,
+    .capture_end = kiln_gpu_capture_end,
+    .replay = kiln_gpu_replay,
+};
