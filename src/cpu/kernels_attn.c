@@ -20,7 +20,7 @@
 #include "core/scratch.h"
 #include "cpu/gemm.h"
 #include "cpu/kernels.h"
-#include "cpu/threadpool.h"
+#include "core/threadpool.h"
 #include "cpu/vecmath.h"
 #include "ops/util.h"
 

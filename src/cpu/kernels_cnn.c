@@ -13,7 +13,7 @@
 
 #include "cpu/gemm.h"
 #include "cpu/kernels.h"
-#include "cpu/threadpool.h"
+#include "core/threadpool.h"
 #include "cpu/vecmath.h"
 #include "ops/nn_internal.h"
 #include "ops/util.h"

@@ -19,7 +19,7 @@
 #include "core/scratch.h"
 #include "cpu/gemm.h"
 #include "cpu/kernels.h"
-#include "cpu/threadpool.h"
+#include "core/threadpool.h"
 #include "cpu/vecmath.h"
 #include "cpu/direct.h"
 #include "cpu/winograd.h"

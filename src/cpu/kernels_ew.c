@@ -8,7 +8,7 @@
 
 #include "cpu/gemm.h"
 #include "cpu/kernels.h"
-#include "cpu/threadpool.h"
+#include "core/threadpool.h"
 #include "cpu/vecmath.h"
 
 /* ---- binary ---- */

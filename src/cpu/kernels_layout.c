@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "cpu/kernels.h"
-#include "cpu/threadpool.h"
+#include "core/threadpool.h"
 
 #define TILE 32
 

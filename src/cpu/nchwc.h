@@ -21,7 +21,7 @@
 #include <stdint.h>
 
 #include "core/error.h"
-#include "cpu/threadpool.h"
+#include "core/threadpool.h"
 #include "ir/graph.h"
 
 /* Channels per block. */

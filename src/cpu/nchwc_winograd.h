@@ -19,7 +19,7 @@
 
 #include "core/error.h"
 #include "cpu/nchwc.h"
-#include "cpu/threadpool.h"
+#include "core/threadpool.h"
 
 /* The (m + 2)^2 transformed weights G g G^T of F(m x m, 3x3) (m 2 or 4) of W [M, C, 3, 3] per
  * group of up to 4 output blocks, as [point][C][blocks of the group][16 out] (a group's block

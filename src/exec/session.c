@@ -7,7 +7,7 @@
 #include <time.h>
 
 #include "core/scratch.h"
-#include "cpu/threadpool.h"
+#include "core/threadpool.h"
 #include "exec/ctx.h"
 #include "exec/plan.h"
 #include "exec/partition.h"

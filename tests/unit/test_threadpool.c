@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "cpu/threadpool.h"
+#include "core/threadpool.h"
 #include "unit.h"
 
 typedef struct {

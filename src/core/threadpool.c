@@ -6,7 +6,7 @@
  * touch, stay on its core: a convolution's weights of a group of output channels stay in one L2)
  * and dynamic where one falls behind or a worker joins late. */
 #define _GNU_SOURCE
-#include "cpu/threadpool.h"
+#include "core/threadpool.h"
 
 #include <pthread.h>
 #include <sched.h>
