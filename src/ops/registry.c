@@ -38,6 +38,18 @@ const kiln_op_def *kiln_op_lookup(const char *domain, const char *op_type, int64
     return best;
 }
 
+int kiln_op_domain_latest(const char *domain)
+{
+    if (!domain || !strcmp(domain, "ai.onnx")) domain = "";
+    int v = 0;
+    for (size_t f = 0; f < sizeof families / sizeof families[0]; f++)
+        for (int i = 0; i < families[f]->n; i++) {
+            const kiln_op_def *d = &families[f]->defs[i];
+            if (!strcmp(d->domain, domain) && d->since_version > v) v = d->since_version;
+        }
+    return v;
+}
+
 int kiln_operator_count(void)
 {
     int n = 0;
