@@ -1,5 +1,5 @@
-/* provider.c - the optimised CPU provider: float32 MatMul and Gemm on the packed
- * sgemm (src/cpu/gemm.c) with the session's thread pool; element-wise, normalisation and
+/* provider.c - the optimised CPU provider: float32 MatMul and Gemm (and com.microsoft
+ * FusedMatMul and FusedGemm) on the packed sgemm (src/cpu/gemm.c) with the session's thread pool; element-wise, normalisation and
  * layout kernels from kernels_*.c (kernels.h). Every other node, and every case these kernels
  * do not cover at run time, runs its reference kernel. */
 #include <stdlib.h>
@@ -9,6 +9,7 @@
 #include "cpu/kernels.h"
 #include "cpu/nchwc.h"
 #include "exec/provider.h"
+#include "ops/contrib_internal.h"
 #include "ops/nn_internal.h"
 #include "ops/util.h"
 #include "passes/passes.h"
@@ -203,25 +204,27 @@ static kiln_status matmul_run(kiln_run_ctx *c)
 
 /* ---- Gemm: Y = alpha * op(A) op(B) + beta * C ---- */
 
-static kiln_status gemm_run(kiln_run_ctx *c)
+/* Gemm with the activation act applied by the sgemm epilogue; every case the fast path does
+ * not cover runs `fallback` (which applies the activation its own way). */
+static kiln_status gemm_core(kiln_run_ctx *c, const kiln_act *act, kiln_kernel_fn fallback)
 {
     const kiln_node *n = kiln_run_node(c);
     const kiln_value *A = kiln_run_in(c, 0), *B = kiln_run_in(c, 1), *C = kiln_run_in(c, 2);
     kiln_value *Y = kiln_run_out(c, 0);
     if (!Y || Y->rank != 2 || A->rank != 2 || B->rank != 2 || A->dtype != KILN_DTYPE_FLOAT32 ||
         B->dtype != KILN_DTYPE_FLOAT32 || (C && (C->dtype != KILN_DTYPE_FLOAT32 || C->rank > 2)))
-        return kiln_cpu_reference_act(c);
+        return fallback(c);
     bool ta = kiln_attr_int(n, "transA", 0) != 0, tb = kiln_attr_int(n, "transB", 0) != 0;
     float alpha = kiln_attr_float(n, "alpha", 1.0f), beta = kiln_attr_float(n, "beta", 1.0f);
     int64_t M = Y->dims[0], N = Y->dims[1], K = ta ? A->dims[0] : A->dims[1];
     if ((ta ? A->dims[1] : A->dims[0]) != M || (tb ? B->dims[1] : B->dims[0]) != K || (tb ? B->dims[0] : B->dims[1]) != N)
-        return kiln_cpu_reference_act(c);
+        return fallback(c);
     float *y = Y->data;
     float use_beta = 0.0f;
     if (C && beta != 0.0f && Y->numel) {
         /* Y starts as C broadcast to [M, N] */
         int64_t cm = C->rank == 2 ? C->dims[0] : 1, cn = C->rank >= 1 ? C->dims[C->rank - 1] : 1;
-        if ((cm != 1 && cm != M) || (cn != 1 && cn != N)) return kiln_cpu_reference_act(c);
+        if ((cm != 1 && cm != M) || (cn != 1 && cn != N)) return fallback(c);
         const float *cv = C->data;
         for (int64_t i = 0; i < M; i++)
             for (int64_t j = 0; j < N; j++) y[i * N + j] = cv[(cm == 1 ? 0 : i) * cn + (cn == 1 ? 0 : j)];
@@ -230,12 +233,96 @@ static kiln_status gemm_run(kiln_run_ctx *c)
     if (!Y->numel) return KILN_OK;
     const kiln_gemm_packed_b *pb = packed_for(c, B);
     kiln_gemm_ctx ctx = {.pool = kiln_run_threadpool(c), .scratch = kiln_run_scratch(c)};
-    kiln_gemm_epilogue ep = {.tile = kiln_cpu_act_tile, .tile_ctx = (void *)&n->act}; /* the fused activation */
-    const kiln_gemm_epilogue *epp = n->act.kind != KILN_ACT_NONE ? &ep : NULL;
+    kiln_gemm_epilogue ep = {.tile = kiln_cpu_act_tile, .tile_ctx = (void *)act}; /* the fused activation */
+    const kiln_gemm_epilogue *epp = act->kind != KILN_ACT_NONE ? &ep : NULL;
     kiln_status st = pb ? kiln_sgemm_packed(&ctx, ta, M, alpha, A->data, A->dims[1], pb, use_beta, y, N, epp)
                         : kiln_sgemm_ex(&ctx, ta, tb, M, N, K, alpha, A->data, A->dims[1], B->data, B->dims[1],
                                         use_beta, y, N, epp);
     return st ? gemm_fail(c, st) : KILN_OK;
+}
+
+static kiln_status gemm_run(kiln_run_ctx *c)
+{
+    return gemm_core(c, &kiln_run_node(c)->act, kiln_cpu_reference_act);
+}
+
+/* ---- com.microsoft FusedGemm and FusedMatMul on the same sgemm ---- */
+
+/* FusedGemm's activation as one the sgemm epilogue applies; false for the others (Tanh,
+ * Elu, ...), which run the reference kernel. */
+static bool fused_gemm_act(const kiln_node *n, kiln_act *k)
+{
+    contrib_act a;
+    char msg[160];
+    if (!contrib_act_parse(n, false, &a, msg, sizeof msg)) return false;
+    switch (a.kind) {
+    case CONTRIB_ACT_RELU: *k = (kiln_act){KILN_ACT_RELU, 0.0f, 0.0f}; return true;
+    case CONTRIB_ACT_SIGMOID: *k = (kiln_act){KILN_ACT_SIGMOID, 0.0f, 0.0f}; return true;
+    case CONTRIB_ACT_LEAKY_RELU: *k = (kiln_act){KILN_ACT_LEAKY_RELU, (float)a.alpha, 0.0f}; return true;
+    case CONTRIB_ACT_HARD_SIGMOID: *k = (kiln_act){KILN_ACT_HARD_SIGMOID, (float)a.alpha, (float)a.beta}; return true;
+    default: return false;
+    }
+}
+
+static kiln_status fused_gemm_run(kiln_run_ctx *c)
+{
+    kiln_act act;
+    if (!fused_gemm_act(kiln_run_node(c), &act)) return kiln_cpu_reference(c); /* it reports a bad attribute */
+    return gemm_core(c, &act, kiln_cpu_reference);
+}
+
+/* One operand's matrix [rows, cols] read with row stride rs and column stride cs as an sgemm
+ * operand: untransposed when columns are contiguous, transposed when rows are; false when
+ * neither (the reference kernel runs). */
+static bool sgemm_operand(int64_t rows, int64_t cols, int64_t rs, int64_t cs, bool *trans, int64_t *ld)
+{
+    if (cs == 1 || cols <= 1) {
+        *trans = false;
+        *ld = rows <= 1 || rs < cols ? cols : rs;
+        return rows <= 1 || rs >= cols;
+    }
+    if (rs == 1 || rows <= 1) {
+        *trans = true;
+        *ld = cols <= 1 || cs < rows ? rows : cs;
+        return cols <= 1 || cs >= rows;
+    }
+    return false;
+}
+
+static kiln_status fused_matmul_run(kiln_run_ctx *c)
+{
+    const kiln_node *n = kiln_run_node(c);
+    const kiln_value *A = kiln_run_in(c, 0), *B = kiln_run_in(c, 1);
+    kiln_value *Y = kiln_run_out(c, 0);
+    contrib_mm_view v;
+    char msg[160];
+    if (!Y || A->dtype != KILN_DTYPE_FLOAT32 || B->dtype != KILN_DTYPE_FLOAT32 || Y->dtype != KILN_DTYPE_FLOAT32 ||
+        !contrib_mm_resolve(n, A, B, &v, msg, sizeof msg))
+        return kiln_cpu_reference(c); /* it reports the mismatch */
+    if (!Y->numel) return KILN_OK;
+    bool ta, tb;
+    int64_t lda, ldb;
+    const kiln_gemm_packed_b *pb = B->rank == 2 && !kiln_attr_int(n, "transBatchB", 0) ? packed_for(c, B) : NULL;
+    if (!sgemm_operand(v.M, v.K, v.a_rs, v.a_cs, &ta, &lda) ||
+        (!pb && !sgemm_operand(v.K, v.N, v.b_rs, v.b_cs, &tb, &ldb)))
+        return kiln_cpu_reference(c);
+    float alpha = kiln_attr_float(n, "alpha", 1.0f);
+    kiln_gemm_ctx ctx = {.pool = kiln_run_threadpool(c), .scratch = kiln_run_scratch(c)};
+    const float *a = A->data, *b = B->data;
+    float *y = Y->data;
+    int64_t batches = 1, idx[KILN_MAX_RANK] = {0};
+    for (int i = 0; i < v.yb; i++) batches *= v.ydims[i];
+    for (int64_t t = 0; t < batches; t++) {
+        int64_t oa = 0, ob = 0;
+        for (int i = 0; i < v.yb; i++) oa += idx[i] * v.a_bs[i], ob += idx[i] * v.b_bs[i];
+        float *yt = y + t * v.M * v.N;
+        kiln_status st = pb ? kiln_sgemm_packed(&ctx, ta, v.M, alpha, a + oa, lda, pb, 0.0f, yt, v.N, NULL)
+                            : kiln_sgemm_ex(&ctx, ta, tb, v.M, v.N, v.K, alpha, a + oa, lda, b + ob, ldb, 0.0f, yt,
+                                            v.N, NULL);
+        if (st) return gemm_fail(c, st);
+        nn_index_next(v.yb, v.ydims, idx);
+    }
+    return KILN_OK;
 }
 
 static kiln_kernel_fn cpu_select(kiln_provider *p, kiln_node *n, unsigned *host_inputs)
@@ -249,6 +336,18 @@ static kiln_kernel_fn cpu_select(kiln_provider *p, kiln_node *n, unsigned *host_
     if (!k) k = kiln_cpu_select_attn(n);
     if (!k) k = kiln_cpu_select_cnn(n);
     if (k) return k;
+    if (!strcmp(n->domain, "com.microsoft") && n->n_in >= 2 && n->n_out >= 1 && is_f32(n->in[0]) && is_f32(n->in[1])) {
+        kiln_act act;
+        if (!strcmp(n->op_type, "FusedMatMul")) {
+            if (!kiln_attr_int(n, "transBatchB", 0)) pack_weights(n, 1, kiln_attr_int(n, "transB", 0) != 0);
+            return fused_matmul_run;
+        }
+        if (!strcmp(n->op_type, "FusedGemm") && fused_gemm_act(n, &act)) {
+            pack_weights(n, 1, kiln_attr_int(n, "transB", 0) != 0);
+            return fused_gemm_run;
+        }
+        return NULL;
+    }
     if (*n->domain || n->n_in < 2 || n->n_out < 1 || !is_f32(n->in[0]) || !is_f32(n->in[1])) return NULL;
     if (!strcmp(n->op_type, "MatMul")) {
         pack_weights(n, 1, false);

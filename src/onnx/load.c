@@ -17,6 +17,7 @@
 #include "core/strmap.h"
 #include "onnx/onnx_pb.h"
 #include "onnx/slim.h"
+#include "ops/op.h"
 
 #define MAX_INLINE_DEPTH 32
 #define MAX_GRAPH_DEPTH 64
@@ -153,12 +154,11 @@ static kiln_status type_from_proto(loader *L, const Onnx__TypeProto *tp, kiln_ty
         t->rank = (int)tt->shape->n_dim;
         for (int i = 0; i < t->rank; i++) {
             const Onnx__TensorShapeProto__Dimension *d = tt->shape->dim[i];
+            /* a negative dim_value (exporters write -1) is an unknown dim, as ONNX Runtime reads it */
             if (d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE && d->dim_value >= 0)
                 t->dims[i] = kiln_dim_const(d->dim_value);
             else if (d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM && d->dim_param && *d->dim_param)
                 t->dims[i] = kiln_dim_sym(L->m->dims, d->dim_param);
-            else if (d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE)
-                return kiln_errf(L->err, KILN_ERR_MODEL, "negative dim %lld", (long long)d->dim_value);
             else
                 t->dims[i] = fresh_dims ? kiln_dim_sym(L->m->dims, NULL) : kiln_dim_unknown();
         }
@@ -326,13 +326,15 @@ static const char *resolve_name(loader *L, const inline_ctx *ic, const char *nam
     return name;
 }
 
-static int opset_in(const Onnx__OperatorSetIdProto *const *ops, size_t n, const char *domain)
+/* The version of domain imported by ops[0..n), -1 when it is not imported (the first entry
+ * counts when a domain is listed twice). */
+static int64_t opset_in(const Onnx__OperatorSetIdProto *const *ops, size_t n, const char *domain)
 {
     if (!strcmp(domain, "ai.onnx")) domain = "";
     for (size_t i = 0; i < n; i++) {
         const char *d = nz(ops[i]->domain);
         if (!strcmp(d, "ai.onnx")) d = "";
-        if (!strcmp(d, domain)) return (int)ops[i]->version;
+        if (!strcmp(d, domain)) return ops[i]->version;
     }
     return -1;
 }
@@ -403,15 +405,20 @@ static kiln_status flatten_nodes(loader *L, Onnx__NodeProto *const *nodes, size_
             KILN_TRY(inline_call(L, np, fn, ic, fl));
             continue;
         }
-        int opset = ic ? opset_in((const Onnx__OperatorSetIdProto *const *)ic->fn->opset_import,
-                                  ic->fn->n_opset_import, domain)
-                       : -1;
+        int64_t opset = ic ? opset_in((const Onnx__OperatorSetIdProto *const *)ic->fn->opset_import,
+                                      ic->fn->n_opset_import, domain)
+                           : -1;
         if (opset < 0)
             opset = opset_in((const Onnx__OperatorSetIdProto *const *)L->mp->opset_import,
                              L->mp->n_opset_import, domain);
-        if (opset < 0)
+        /* a domain the model does not import runs at the newest version kiln has, as ONNX
+         * Runtime runs it at its newest; a domain kiln has no operator of is an error */
+        if (opset < 0 && (opset = kiln_op_domain_latest(domain)) <= 0)
             return kiln_errf(L->err, KILN_ERR_MODEL, "node '%s' (%s): domain '%s' is not imported by the model",
                              nz(np->name), op, domain);
+        if (opset > INT_MAX)
+            return kiln_errf(L->err, KILN_ERR_MODEL, "node '%s' (%s): opset version %lld of domain '%s' is out of range",
+                             nz(np->name), op, (long long)opset, domain);
         if (fl->n == fl->cap) {
             int cap = fl->cap ? fl->cap * 2 : 64;
             flat_node *v = realloc(fl->v, (size_t)cap * sizeof *v);
@@ -423,7 +430,7 @@ static kiln_status flatten_nodes(loader *L, Onnx__NodeProto *const *nodes, size_
         memset(f, 0, sizeof *f);
         f->np = np;
         f->ic = ic;
-        f->opset = opset;
+        f->opset = (int)opset;
         f->in = kiln_arena_calloc(&L->m->arena, np->n_input + 1, sizeof *f->in);
         f->out = kiln_arena_calloc(&L->m->arena, np->n_output + 1, sizeof *f->out);
         if (!f->in || !f->out) return oom(L);
@@ -876,6 +883,10 @@ static kiln_status load_model(const void *buf, size_t len, const char *base_dir,
         m->opsets[i].domain = kiln_arena_strdup(&m->arena, nz(mp->opset_import[i]->domain));
         m->opsets[i].version = mp->opset_import[i]->version;
         m->n_opsets++;
+    }
+    if (!mp->n_opset_import) { /* ONNX Runtime refuses it too: the ONNX version is unknown */
+        st = kiln_errf(err, KILN_ERR_MODEL, "model imports no operator set (opset_import is empty)");
+        goto fail;
     }
     if (!mp->graph) {
         st = kiln_errf(err, KILN_ERR_MODEL, "model has no graph");

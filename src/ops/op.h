@@ -65,6 +65,9 @@ typedef struct kiln_op_table {
 
 /* Looks up the entry for domain/op_type at the given opset version; NULL if none. */
 const kiln_op_def *kiln_op_lookup(const char *domain, const char *op_type, int64_t opset);
+/* The newest since_version among the entries of domain ("" or "ai.onnx": ONNX); 0 when kiln has
+ * no operator in that domain. The version a node of a domain its model does not import runs at. */
+int kiln_op_domain_latest(const char *domain);
 
 /* ---- inference context ---- */
 const kiln_node *kiln_infer_node(const kiln_infer_ctx *c);

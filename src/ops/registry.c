@@ -15,7 +15,8 @@
     X(kiln_ops_attention) \
     X(kiln_ops_attention_variants) \
     X(kiln_ops_rnn) \
-    X(kiln_ops_basic)
+    X(kiln_ops_basic) \
+    X(kiln_ops_contrib)
 
 #define DECLARE(name) extern const kiln_op_table name;
 FAMILIES(DECLARE)
@@ -36,6 +37,18 @@ const kiln_op_def *kiln_op_lookup(const char *domain, const char *op_type, int64
             if (d->since_version <= opset && (!best || d->since_version > best->since_version)) best = d;
         }
     return best;
+}
+
+int kiln_op_domain_latest(const char *domain)
+{
+    if (!domain || !strcmp(domain, "ai.onnx")) domain = "";
+    int v = 0;
+    for (size_t f = 0; f < sizeof families / sizeof families[0]; f++)
+        for (int i = 0; i < families[f]->n; i++) {
+            const kiln_op_def *d = &families[f]->defs[i];
+            if (!strcmp(d->domain, domain) && d->since_version > v) v = d->since_version;
+        }
+    return v;
 }
 
 int kiln_operator_count(void)

@@ -190,7 +190,7 @@ static void test_bad_tensor_dims(void)
     }
 }
 
-/* Input X with the given dim values, straight into the proto (mg_input only takes dims >= 0
+/* Input X (or output Y) with the given dim values, straight into the proto (mg_input only takes dims >= 0
  * or symbols). */
 static void test_bad_value_info_dims(void)
 {
@@ -220,7 +220,9 @@ static void test_bad_value_info_dims(void)
             d->dim_value = bad[i];
             size_t len;
             unsigned char *buf = finish(m, &len);
-            survive(buf, len);
+            kiln_status st = survive(buf, len);
+            /* a negative dim is an unknown dim, as ONNX Runtime reads it: the model loads */
+            if (bad[i] < 0) CHECK(st == KILN_OK);
             free(buf);
         }
     }
