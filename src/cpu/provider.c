@@ -244,6 +244,7 @@ static kiln_kernel_fn cpu_select(kiln_node *n)
     if (!k) k = kiln_cpu_select_layout(n);
     if (!k) k = kiln_cpu_select_attn(n);
     if (!k) k = kiln_cpu_select_cnn(n);
+    if (!k) k = kiln_cpu_select_quant(n);
     if (k) return k;
     if (*n->domain || n->n_in < 2 || n->n_out < 1 || !is_f32(n->in[0]) || !is_f32(n->in[1])) return NULL;
     if (!strcmp(n->op_type, "MatMul")) {
