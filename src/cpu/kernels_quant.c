@@ -1,6 +1,6 @@
 /* kernels_quant.c - the CPU provider's int8 kernels on the int8 GEMM (qgemm.c): MatMulInteger,
  * QLinearMatMul, DynamicQuantizeLinear and com.microsoft MatMulIntegerToFloat and
- * DynamicQuantizeMatMul, and the Cast int32 -> float32 after a MatMulInteger. A constant 2-D B is packed once at compile time (n->kernel_state).
+ * DynamicQuantizeMatMul, the Cast int32 -> float32 after a MatMulInteger and per-tensor DequantizeLinear. A constant 2-D B is packed once at compile time (n->kernel_state).
  * Every case not covered (batched B, per-row A zero points, 8-bit floats) runs the reference. */
 #include <math.h>
 #include <stdlib.h>
@@ -356,6 +356,28 @@ static kiln_status cast_i32_f32_run(kiln_run_ctx *c)
     return KILN_OK;
 }
 
+/* DequantizeLinear of 8-bit x with one scale (float32) and zero point: y = (x - zp) * scale in
+ * float32, which is the reference's double product rounded once (both are exact before it). */
+static kiln_status dequant_run(kiln_run_ctx *c)
+{
+    const kiln_value *X = kiln_run_in(c, 0), *s = kiln_run_in(c, 1), *zp = kiln_run_in(c, 2);
+    kiln_value *Y = kiln_run_out(c, 0);
+    int32_t z;
+    if (!Y || !is_8bit(X->dtype) || Y->dtype != KILN_DTYPE_FLOAT32 || !s || s->dtype != KILN_DTYPE_FLOAT32 ||
+        s->numel != 1 || !scalar_zp(zp, X->dtype, &z) || X->numel != Y->numel)
+        return kiln_cpu_reference(c);
+    float scale = ((const float *)s->data)[0];
+    float *y = Y->data;
+    if (X->dtype == KILN_DTYPE_UINT8) {
+        const uint8_t *x = X->data;
+        for (int64_t i = 0; i < X->numel; i++) y[i] = (float)((int32_t)x[i] - z) * scale;
+    } else {
+        const int8_t *x = X->data;
+        for (int64_t i = 0; i < X->numel; i++) y[i] = (float)((int32_t)x[i] - z) * scale;
+    }
+    return KILN_OK;
+}
+
 kiln_kernel_fn kiln_cpu_select_quant(kiln_node *n)
 {
     bool ms = !strcmp(n->domain, "com.microsoft");
@@ -364,6 +386,9 @@ kiln_kernel_fn kiln_cpu_select_quant(kiln_node *n)
     if (!ms && !strcmp(n->op_type, "Cast") && n->n_in == 1 && ir_is(n->in[0], KILN_DTYPE_INT32) && n->n_out == 1 &&
         ir_is(n->out[0], KILN_DTYPE_FLOAT32))
         return cast_i32_f32_run;
+    if (!ms && !strcmp(n->op_type, "DequantizeLinear") && n->n_in >= 2 && ir_8bit(n->in[0]) &&
+        ir_is(n->in[1], KILN_DTYPE_FLOAT32) && n->n_out == 1 && ir_is(n->out[0], KILN_DTYPE_FLOAT32))
+        return dequant_run;
     if (n->n_in < 2) return NULL;
     if (!ms && !strcmp(n->op_type, "MatMulInteger") && ir_8bit(n->in[0]) && ir_8bit(n->in[1])) {
         pack_b(n, 1);
