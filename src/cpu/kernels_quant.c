@@ -143,10 +143,10 @@ typedef struct qmm {
     int32_t *bzp_buf;  /* [N] from scratch, or NULL */
 } qmm;
 
-/* Sets q up for A [.., M, K] (8-bit, quantized values a with zero point azp) times B [K, N]
+/* Sets q up for A [.., M, K] (8-bit, quantized values a with zero point azp) times B [K, N] (input bi)
  * with zero points bzp (NULL, 1 or N values); false when this case is the reference's. */
 static bool qmm_setup(kiln_run_ctx *c, qmm *q, const kiln_value *A, const void *a, bool a_signed, int32_t azp,
-                      const kiln_value *B, const kiln_value *bzp)
+                      const kiln_value *B, int bi, const kiln_value *bzp)
 {
     const kiln_node *n = kiln_run_node(c);
     if (A->rank < 1 || B->rank != 2 || !is_8bit(B->dtype) || A->dims[A->rank - 1] != B->dims[0]) return false;
@@ -155,7 +155,7 @@ static bool qmm_setup(kiln_run_ctx *c, qmm *q, const kiln_value *A, const void *
     memset(q, 0, sizeof *q);
     q->K = K, q->N = N;
     q->rows = K ? A->numel / K : 0;
-    const kiln_qgemm_packed_b *pb = n->kernel_state && B == n->in[1]->init ? n->kernel_state : NULL;
+    const kiln_qgemm_packed_b *pb = n->kernel_state && B == n->in[bi]->init ? n->kernel_state : NULL;
     q->args = (kiln_qgemm_args){.M = q->rows, .N = N, .K = K, .A = a, .lda = K, .a_signed = a_signed, .a_zp = azp,
                                 .B = B->data, .ldb = N, .b_signed = B->dtype == KILN_DTYPE_INT8, .pb = pb};
     if (bzp && bzp->numel == N && N > 1) {
@@ -200,9 +200,9 @@ static kiln_status matmul_integer_run(kiln_run_ctx *c)
     const kiln_value *A = kiln_run_in(c, 0), *B = kiln_run_in(c, 1);
     kiln_value *Y = kiln_run_out(c, 0);
     int32_t azp;
-    qmm q;
+    qmm q = {0};
     if (!Y || !is_8bit(A->dtype) || !scalar_zp(kiln_run_in(c, 2), A->dtype, &azp) ||
-        !qmm_setup(c, &q, A, A->data, A->dtype == KILN_DTYPE_INT8, azp, B, kiln_run_in(c, 3)))
+        !qmm_setup(c, &q, A, A->data, A->dtype == KILN_DTYPE_INT8, azp, B, 1, kiln_run_in(c, 3)))
         return kiln_cpu_reference(c);
     return qmm_run(c, &q, Y->data, NULL, NULL);
 }
@@ -246,11 +246,11 @@ static kiln_status matmul_integer_to_float_run(kiln_run_ctx *c)
     const kiln_value *A = kiln_run_in(c, 0), *B = kiln_run_in(c, 1), *as = kiln_run_in(c, 2);
     kiln_value *Y = kiln_run_out(c, 0);
     int32_t azp;
-    qmm q;
+    qmm q = {0};
     to_float t;
     if (!Y || !is_8bit(A->dtype) || !as || as->dtype != KILN_DTYPE_FLOAT32 || as->numel != 1 ||
         !scalar_zp(kiln_run_in(c, 4), A->dtype, &azp) ||
-        !qmm_setup(c, &q, A, A->data, A->dtype == KILN_DTYPE_INT8, azp, B, kiln_run_in(c, 5)) ||
+        !qmm_setup(c, &q, A, A->data, A->dtype == KILN_DTYPE_INT8, azp, B, 1, kiln_run_in(c, 5)) ||
         !float_params(kiln_run_in(c, 3), kiln_run_in(c, 6), q.N, &t)) {
         if (q.bzp_buf) kiln_scratch_put(kiln_run_scratch(c), q.bzp_buf);
         return kiln_cpu_reference(c);
@@ -273,7 +273,7 @@ static kiln_status dynamic_quantize_matmul_run(kiln_run_ctx *c)
     if (!a) return kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory quantizing A (%lld elements)", (long long)A->numel);
     qmm q = {0};
     to_float t;
-    if (!qmm_setup(c, &q, A, a, false, zp, B, kiln_run_in(c, 3)) ||
+    if (!qmm_setup(c, &q, A, a, false, zp, B, 1, kiln_run_in(c, 3)) ||
         !float_params(kiln_run_in(c, 2), kiln_run_in(c, 4), q.N, &t)) {
         if (q.bzp_buf) kiln_scratch_put(s, q.bzp_buf);
         kiln_scratch_put(s, a);
@@ -323,7 +323,7 @@ static kiln_status qlinear_matmul_run(kiln_run_ctx *c)
     if (!Y || !is_8bit(A->dtype) || !is_8bit(Y->dtype) || !as || as->dtype != KILN_DTYPE_FLOAT32 || as->numel != 1 ||
         !ys || ys->dtype != KILN_DTYPE_FLOAT32 || ys->numel != 1 || !scalar_zp(kiln_run_in(c, 2), A->dtype, &azp) ||
         !yzp || !scalar_zp(yzp, Y->dtype, &yz) || !bs || bs->dtype != KILN_DTYPE_FLOAT32 ||
-        !qmm_setup(c, &q, A, A->data, A->dtype == KILN_DTYPE_INT8, azp, B, kiln_run_in(c, 5)) ||
+        !qmm_setup(c, &q, A, A->data, A->dtype == KILN_DTYPE_INT8, azp, B, 3, kiln_run_in(c, 5)) ||
         (bs->numel != 1 && bs->numel != q.N)) {
         if (q.bzp_buf) kiln_scratch_put(kiln_run_scratch(c), q.bzp_buf);
         return kiln_cpu_reference(c);
@@ -395,7 +395,7 @@ kiln_kernel_fn kiln_cpu_select_quant(kiln_node *n)
         return matmul_integer_run;
     }
     if (!ms && !strcmp(n->op_type, "QLinearMatMul") && n->n_in >= 8 && ir_8bit(n->in[0]) && ir_8bit(n->in[3])) {
-        /* B is input 3: pack_b and qmm_setup expect it at 1, so only the unpacked path here */
+        pack_b(n, 3);
         return qlinear_matmul_run;
     }
     if (ms && !strcmp(n->op_type, "MatMulIntegerToFloat") && ir_8bit(n->in[0]) && ir_8bit(n->in[1])) {
