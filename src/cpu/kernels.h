@@ -19,6 +19,10 @@ kiln_kernel_fn kiln_cpu_select_ew(const kiln_node *n);
 kiln_kernel_fn kiln_cpu_select_norm(const kiln_node *n);
 /* Attention (opset 23) on float32: no past, not causal, Y only (kernels_attn.c). */
 kiln_kernel_fn kiln_cpu_select_attn(const kiln_node *n);
+/* MatMulInteger, QLinearMatMul, DynamicQuantizeLinear, com.microsoft MatMulIntegerToFloat and
+ * DynamicQuantizeMatMul on the int8 GEMM, packing a constant B into n->kernel_state
+ * (kernels_quant.c). */
+kiln_kernel_fn kiln_cpu_select_quant(kiln_node *n);
 /* Transpose on float32. */
 kiln_kernel_fn kiln_cpu_select_layout(const kiln_node *n);
 /* BatchNormalization (inference), Clip, MaxPool/AveragePool 2-D, GlobalAveragePool/GlobalMaxPool

@@ -109,6 +109,8 @@ kiln_status nn_global_lp_pool_run(kiln_run_ctx *c);
 kiln_status nn_max_unpool_infer(kiln_infer_ctx *c);
 kiln_status nn_max_unpool_run(kiln_run_ctx *c);
 
+/* Output 0 of dtype dt shaped as numpy matmul of inputs ai and bi (K checked equal). */
+kiln_status nn_matmul_shape(kiln_infer_ctx *c, int ai, int bi, kiln_dtype dt);
 kiln_status nn_matmul_infer(kiln_infer_ctx *c);
 kiln_status nn_matmul_run(kiln_run_ctx *c);
 kiln_status nn_matmul_integer_infer(kiln_infer_ctx *c);

@@ -9,7 +9,7 @@
 
 /* Output of A @ B for the inputs ai, bi: broadcast batch dims, then M and N (dropped for 1-D
  * operands); K must agree. */
-static kiln_status matmul_shape(kiln_infer_ctx *c, int ai, int bi, kiln_dtype dt)
+kiln_status nn_matmul_shape(kiln_infer_ctx *c, int ai, int bi, kiln_dtype dt)
 {
     const kiln_type *a = kiln_infer_in(c, ai), *b = kiln_infer_in(c, bi);
     if (!a || !b) return kiln_infer_fail(c, KILN_ERR_MODEL, "needs inputs A and B");
@@ -71,7 +71,7 @@ static void *buf_new(int64_t n)
 kiln_status nn_matmul_infer(kiln_infer_ctx *c)
 {
     const kiln_type *a = kiln_infer_in(c, 0);
-    return matmul_shape(c, 0, 1, a ? a->dtype : KILN_DTYPE_UNDEFINED);
+    return nn_matmul_shape(c, 0, 1, a ? a->dtype : KILN_DTYPE_UNDEFINED);
 }
 
 kiln_status nn_matmul_run(kiln_run_ctx *c)
@@ -140,7 +140,7 @@ static kiln_status check_param(kiln_run_ctx *c, const kiln_value *p, const kiln_
 
 kiln_status nn_matmul_integer_infer(kiln_infer_ctx *c)
 {
-    return matmul_shape(c, 0, 1, KILN_DTYPE_INT32);
+    return nn_matmul_shape(c, 0, 1, KILN_DTYPE_INT32);
 }
 
 /* Product of (A - a_zp) and (B - b_zp) into a new buffer *y: exact int64, or double when
@@ -183,7 +183,7 @@ kiln_status nn_qlinear_matmul_infer(kiln_infer_ctx *c)
     kiln_dtype dt = yzp->dtype;
     if (dt != KILN_DTYPE_UINT8 && dt != KILN_DTYPE_INT8 && !kiln_dtype_is_lowp_float(dt))
         return kiln_infer_fail(c, KILN_ERR_UNSUPPORTED, "y_zero_point must be int8, uint8 or an 8-bit float");
-    return matmul_shape(c, 0, 3, dt);
+    return nn_matmul_shape(c, 0, 3, dt);
 }
 
 kiln_status nn_qlinear_matmul_run(kiln_run_ctx *c)

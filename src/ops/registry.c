@@ -15,8 +15,9 @@
     X(kiln_ops_attention) \
     X(kiln_ops_attention_variants) \
     X(kiln_ops_rnn) \
-    X(kiln_ops_basic) \
-    X(kiln_ops_contrib)
+    X(kiln_ops_contrib) \
+    X(kiln_ops_contrib_quant) \
+    X(kiln_ops_basic)
 
 #define DECLARE(name) extern const kiln_op_table name;
 FAMILIES(DECLARE)
