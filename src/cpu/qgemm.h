@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cpu/threadpool.h"
+#include "core/threadpool.h"
 #include "kiln.h"
 
 /* Instruction-set level of the micro-kernels. */
