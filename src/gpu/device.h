@@ -24,6 +24,8 @@ typedef struct kiln_gpu_run kiln_gpu_run;
 /* Opens GPU device_id, places the nodes of g's main graph (sets on_gpu, kernel, host_inputs,
  * placement_note; a GPU node's CPU kernel state is released) and uploads the constants GPU
  * nodes read. Subgraphs run on the CPU. */
+/* Whether this build has the GPU provider (true in runtime.c, false in none.c). */
+bool kiln_gpu_built(void);
 kiln_status kiln_gpu_session_create(int device_id, kiln_graph *g, kiln_gpu_session **out, kiln_err *err);
 void kiln_gpu_session_free(kiln_gpu_session *gs);
 /* Counts of main-graph nodes per provider. */

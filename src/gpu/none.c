@@ -2,6 +2,8 @@
  * fails, saying so; nothing else is reachable. */
 #include "gpu/device.h"
 
+bool kiln_gpu_built(void) { return false; }
+
 kiln_status kiln_gpu_session_create(int device_id, kiln_graph *g, kiln_gpu_session **out, kiln_err *err)
 {
     *out = NULL;
