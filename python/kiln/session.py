@@ -112,7 +112,7 @@ class SessionOptions:
                 _ignored("SessionOptions.log_severity_level below 2", "kiln does not log", 2)
         elif name == "execution_mode":
             if int(value) != ExecutionMode.ORT_SEQUENTIAL:
-                _ignored("ExecutionMode.ORT_PARALLEL", "kiln runs the nodes of a run in order", 2)
+                _ignored("SessionOptions.execution_mode ORT_PARALLEL", "kiln runs the nodes of a run in order", 2)
         elif name in self._IGNORED:
             default, why = self._IGNORED[name]
             if value != default:
@@ -335,6 +335,7 @@ class InferenceSession:
         self._inputs = [self._io(lib.kiln_session_input_info, i) for i in range(lib.kiln_session_input_count(h))]
         self._outputs = [self._io(lib.kiln_session_output_info, i) for i in range(lib.kiln_session_output_count(h))]
         self._out_names = [o.name for o in self._outputs]
+        self._input_dtypes = {i.name: _DTYPES.get(i.dtype) for i in self._inputs}
         self._name_arrays = {}
         self._default_out = self._names_array(tuple(self._out_names))
 
@@ -423,10 +424,12 @@ class InferenceSession:
         keep, wrapped = [], []
         try:
             i = 0
-            for v in input_feed.values():
+            for name, v in input_feed.items():
                 if isinstance(v, OrtValue):
                     handles[i] = v._v
                 else:
+                    if not isinstance(v, np.ndarray):  # a list or a scalar: the declared element type
+                        v = np.asarray(v, dtype=self._input_dtypes.get(name))
                     h, a = wrap_array(lib, prepare_array(v))
                     wrapped.append(h)
                     keep.append(a)
@@ -478,6 +481,8 @@ class InferenceSession:
             if type(a) is not np.ndarray or not a.flags.c_contiguous or not a.dtype.isnative:
                 if isinstance(a, OrtValue):
                     return self._run_values(output_names, input_feed, run_options)
+                if not isinstance(a, np.ndarray):  # a list or a scalar: the declared element type
+                    a = np.asarray(a, dtype=self._input_dtypes.get(list(input_feed)[i]))
                 a = prepare_array(a)
                 keep = (keep or []) + [a]  # the copy lives until the run returns
             code = _CODES.get(a.dtype)
