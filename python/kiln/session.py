@@ -33,12 +33,12 @@ def _out_buffer(nbytes):
     if t is None:
         if len(_out_types) > 4096:
             _out_types.clear()
-        t = _out_types[nbytes] = type("_KilnBuffer", (C.c_char * nbytes,), {"__del__": _free_buffer})
+        free = _lib.library().kiln_value_free
+
+        def __del__(buf, free=free):  # bound now: works during interpreter shutdown too
+            free(buf._v)  # `_v` is set on every instance; freeing NULL is a no-op
+        t = _out_types[nbytes] = type("_KilnBuffer", (C.c_char * nbytes,), {"__del__": __del__})
     return t
-
-
-def _free_buffer(buf):
-    _lib.library().kiln_value_free(buf._v)  # set on every instance; freeing NULL is a no-op
 
 
 class IgnoredOptionWarning(UserWarning):
