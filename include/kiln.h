@@ -194,6 +194,10 @@ typedef enum kiln_provider_kind {
                              * was built without it or no GPU is usable. */
 } kiln_provider_kind;
 
+/* Whether this build of kiln has the provider (not whether a device is usable: creating a
+ * session says that). KILN_PROVIDER_CPU is always there. */
+bool kiln_provider_available(kiln_provider_kind kind);
+
 typedef struct kiln_session_options {
     kiln_provider_kind provider;
     /* Threads one run may use for its kernels' parallel loops (the calling thread included);
@@ -321,6 +325,17 @@ int64_t kiln_session_ir_version(const kiln_session *s);
 int kiln_session_opset_count(const kiln_session *s);
 /* Domain ("" for the default ONNX domain) and version of opset import i. */
 kiln_status kiln_session_opset(const kiln_session *s, int i, const char **domain, int64_t *version);
+/* Metadata of the model file, as ONNX Runtime's ModelMetadata shows it. `field` is one of
+ * "producer_name", "producer_version", "domain", "doc_string" (ModelProto's), "graph_name" and
+ * "graph_doc_string" (its main graph's). Borrowed from the session; "" when the file leaves
+ * the field out; NULL for an unknown field name or a NULL session. */
+const char *kiln_session_model_string(const kiln_session *s, const char *field);
+/* ModelProto.model_version (0 when absent). */
+int64_t kiln_session_model_version(const kiln_session *s);
+/* ModelProto.metadata_props: the number of entries, and entry i's key and value (borrowed from
+ * the session). KILN_ERR_INVALID_ARG when i is out of range. */
+int kiln_session_metadata_count(const kiln_session *s);
+kiln_status kiln_session_metadata(const kiln_session *s, int i, const char **key, const char **value);
 /* Nodes of the model, its subgraphs included (depth-first, in execution order). */
 int kiln_session_node_count(const kiln_session *s);
 kiln_status kiln_session_node(const kiln_session *s, int i, const char **name, const char **domain,
@@ -343,6 +358,29 @@ int64_t kiln_session_initializer_bytes(const kiln_session *s);
 kiln_status kiln_session_run(kiln_session *s, int n_in, const char *const *in_names,
                              const kiln_value *const *inputs, int n_out,
                              const char *const *out_names, kiln_value **outputs);
+
+/* A tensor in host memory described in place, for callers that hold raw buffers (language
+ * bindings): row-major and contiguous, `dims[0..rank)` used. */
+typedef struct kiln_tensor_desc {
+    kiln_dtype dtype;
+    int rank;
+    int64_t dims[KILN_MAX_RANK];
+    void *data;    /* borrowed */
+    size_t nbytes; /* numel * kiln_dtype_size(dtype) */
+} kiln_tensor_desc;
+
+/* kiln_session_run with the inputs given as descriptions of host buffers, borrowed as
+ * kiln_value_wrap_tensor borrows (not STRING; give those as kiln_values to kiln_session_run).
+ * When out_desc is not NULL, out_desc[j] also describes outputs[j] on success: dims copied,
+ * data pointing into outputs[j] (valid until it is freed); for an output that is not a host
+ * tensor (a sequence, an optional, a device tensor) dtype is UNDEFINED, rank -1 and data NULL,
+ * and STRING tensors have data pointing at their `char *` array. Ownership of outputs, errors
+ * and thread safety as for kiln_session_run; a description that does not match its dtype and
+ * dims is KILN_ERR_INVALID_ARG naming the input. */
+kiln_status kiln_session_run_tensors(kiln_session *s, int n_in, const char *const *in_names,
+                                     const kiln_tensor_desc *inputs, int n_out,
+                                     const char *const *out_names, kiln_value **outputs,
+                                     kiln_tensor_desc *out_desc);
 
 #ifdef __cplusplus
 }

@@ -41,6 +41,11 @@ struct kiln_session {
 
 const char *kiln_version(void) { return "0.1.0"; }
 
+bool kiln_provider_available(kiln_provider_kind kind)
+{
+    return kiln_provider_find(kind) != NULL;
+}
+
 kiln_session_options kiln_session_options_default(void)
 {
     kiln_session_options o;
@@ -448,6 +453,50 @@ kiln_status kiln_session_run(kiln_session *s, int n_in, const char *const *in_na
     return kiln_session_run_observed(s, n_in, in_names, inputs, n_out, out_names, outputs, NULL, NULL);
 }
 
+kiln_status kiln_session_run_tensors(kiln_session *s, int n_in, const char *const *in_names,
+                                     const kiln_tensor_desc *inputs, int n_out, const char *const *out_names,
+                                     kiln_value **outputs, kiln_tensor_desc *out_desc)
+{
+    if (!s) return KILN_ERR_INVALID_ARG;
+    kiln_err err = {0};
+    if (n_in < 0 || (n_in && (!in_names || !inputs)))
+        return kiln_errf(&err, KILN_ERR_INVALID_ARG, "invalid input arrays"), set_error(s, &err);
+    kiln_value *stack[8] = {0};
+    kiln_value **in = n_in <= 8 ? stack : calloc((size_t)n_in, sizeof *in);
+    if (!in) return kiln_errf(&err, KILN_ERR_NOMEM, "out of memory"), set_error(s, &err);
+    kiln_status st = KILN_OK;
+    for (int i = 0; i < n_in && !st; i++) {
+        const kiln_tensor_desc *d = &inputs[i];
+        if (d->rank < 0 || d->rank > KILN_MAX_RANK ||
+            kiln_value_wrap_tensor(d->dtype, d->rank, d->dims, d->data, d->nbytes, &in[i]))
+            st = kiln_errf(&err, KILN_ERR_INVALID_ARG,
+                           "input '%s': the description (%s, rank %d, %zu bytes) is not a valid host tensor",
+                           in_names[i] ? in_names[i] : "(null)", kiln_dtype_name(d->dtype), d->rank, d->nbytes);
+    }
+    if (st) {
+        for (int j = 0; outputs && j < n_out; j++) outputs[j] = NULL;
+        set_error(s, &err);
+    } else {
+        st = kiln_session_run(s, n_in, in_names, (const kiln_value *const *)in, n_out, out_names, outputs);
+    }
+    for (int i = 0; i < n_in; i++) kiln_value_free(in[i]);
+    if (in != stack) free(in);
+    for (int j = 0; !st && out_desc && j < n_out; j++) {
+        const kiln_value *v = outputs[j];
+        kiln_tensor_desc *d = &out_desc[j];
+        if (kiln_value_kind_of(v) != KILN_VALUE_TENSOR || kiln_value_on_device(v)) {
+            *d = (kiln_tensor_desc){.dtype = KILN_DTYPE_UNDEFINED, .rank = -1};
+            continue;
+        }
+        d->dtype = kiln_value_dtype(v);
+        d->rank = kiln_value_rank(v);
+        if (d->rank > 0) memcpy(d->dims, kiln_value_dims(v), (size_t)d->rank * sizeof *d->dims);
+        d->data = kiln_value_data(v);
+        d->nbytes = kiln_value_nbytes(v);
+    }
+    return st;
+}
+
 kiln_status kiln_session_run_observed(kiln_session *s, int n_in, const char *const *in_names,
                                       const kiln_value *const *inputs, int n_out, const char *const *out_names,
                                       kiln_value **outputs, kiln_observer_fn observer, void *user)
@@ -636,6 +685,32 @@ kiln_status kiln_session_opset(const kiln_session *s, int i, const char **domain
     if (!s || !s->model || i < 0 || i >= s->model->n_opsets) return KILN_ERR_INVALID_ARG;
     if (domain) *domain = s->model->opsets[i].domain;
     if (version) *version = s->model->opsets[i].version;
+    return KILN_OK;
+}
+
+static const char *or_empty(const char *s) { return s ? s : ""; }
+
+const char *kiln_session_model_string(const kiln_session *s, const char *field)
+{
+    if (!s || !s->model || !field) return NULL;
+    const kiln_model *m = s->model;
+    if (!strcmp(field, "producer_name")) return or_empty(m->producer);
+    if (!strcmp(field, "producer_version")) return or_empty(m->producer_version);
+    if (!strcmp(field, "domain")) return or_empty(m->domain);
+    if (!strcmp(field, "doc_string")) return or_empty(m->doc_string);
+    if (!strcmp(field, "graph_name")) return or_empty(m->graph ? m->graph->name : NULL);
+    if (!strcmp(field, "graph_doc_string")) return or_empty(m->graph_doc_string);
+    return NULL;
+}
+
+int64_t kiln_session_model_version(const kiln_session *s) { return s && s->model ? s->model->model_version : 0; }
+int kiln_session_metadata_count(const kiln_session *s) { return s && s->model ? s->model->n_props : 0; }
+
+kiln_status kiln_session_metadata(const kiln_session *s, int i, const char **key, const char **value)
+{
+    if (!s || !s->model || i < 0 || i >= s->model->n_props) return KILN_ERR_INVALID_ARG;
+    if (key) *key = s->model->prop_keys[i];
+    if (value) *value = s->model->prop_values[i];
     return KILN_OK;
 }
 

@@ -196,6 +196,11 @@ typedef struct kiln_model {
     int n_opsets;
     kiln_opset_import *opsets;
     const char *producer;
+    /* ModelProto / main GraphProto metadata, "" when absent (kiln_session_model_meta) */
+    const char *producer_version, *domain, *doc_string, *graph_doc_string;
+    int64_t model_version;
+    int n_props;
+    const char **prop_keys, **prop_values; /* [n_props] metadata_props */
     kiln_constraint *constraints;
     int n_constraints, cap_constraints;
     /* values owned by the model (initializers, attribute tensors) */

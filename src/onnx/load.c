@@ -874,10 +874,28 @@ static kiln_status load_model(const void *buf, size_t len, const char *base_dir,
     const Onnx__ModelProto *mp = src->proto;
     m->ir_version = mp->ir_version;
     m->producer = kiln_arena_strdup(&m->arena, nz(mp->producer_name));
+    m->producer_version = kiln_arena_strdup(&m->arena, nz(mp->producer_version));
+    m->domain = kiln_arena_strdup(&m->arena, nz(mp->domain));
+    m->doc_string = kiln_arena_strdup(&m->arena, nz(mp->doc_string));
+    m->graph_doc_string = kiln_arena_strdup(&m->arena, mp->graph ? nz(mp->graph->doc_string) : "");
+    m->model_version = mp->has_model_version ? mp->model_version : 0;
+    m->prop_keys = kiln_arena_calloc(&m->arena, mp->n_metadata_props + 1, sizeof *m->prop_keys);
+    m->prop_values = kiln_arena_calloc(&m->arena, mp->n_metadata_props + 1, sizeof *m->prop_values);
     m->opsets = kiln_arena_calloc(&m->arena, mp->n_opset_import + 1, sizeof *m->opsets);
-    if (!m->producer || !m->opsets) {
+    if (!m->producer || !m->producer_version || !m->domain || !m->doc_string || !m->graph_doc_string ||
+        !m->prop_keys || !m->prop_values || !m->opsets) {
         st = kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
         goto fail;
+    }
+    for (size_t i = 0; i < mp->n_metadata_props; i++) {
+        const Onnx__StringStringEntryProto *e = mp->metadata_props[i];
+        m->prop_keys[i] = kiln_arena_strdup(&m->arena, nz(e->key));
+        m->prop_values[i] = kiln_arena_strdup(&m->arena, nz(e->value));
+        if (!m->prop_keys[i] || !m->prop_values[i]) {
+            st = kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+        m->n_props++;
     }
     for (size_t i = 0; i < mp->n_opset_import; i++) {
         m->opsets[i].domain = kiln_arena_strdup(&m->arena, nz(mp->opset_import[i]->domain));

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Odd value names and many outputs, through the API (python/kiln.py, checked against ONNX
+"""Odd value names and many outputs, through the API (the python/kiln package, checked against ONNX
 Runtime and numpy) and the CLI (`kiln run --output-dir`, `kiln info --json`): names with '#',
 '/', ':', '.', spaces and non-ASCII characters; empty names of absent optional inputs; 40
 outputs; an output that is a graph input, an initializer or a Constant's output; one value

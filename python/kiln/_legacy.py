@@ -1,4 +1,4 @@
-"""Minimal ctypes binding of kiln's C API (include/kiln.h) for tests and benchmarks.
+"""_legacy.py - kiln.Session, the small binding the repository's tests and benchmarks use.
 
     sess = Session("model.onnx")            # or Session(bytes)
     outs = sess.run({"x": np.ones((2, 3), np.float32)})   # dict name -> ndarray
@@ -11,42 +11,12 @@ import os
 
 import numpy as np
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
+from . import _lib
+from ._errors import KilnError, error
 
-_DTYPES = {
-    1: np.float32, 2: np.uint8, 3: np.int8, 4: np.uint16, 5: np.int16, 6: np.int32, 7: np.int64,
-    9: np.bool_, 10: np.float16, 11: np.float64, 12: np.uint32, 13: np.uint64,
-    14: np.complex64, 15: np.complex128,
-}
-_CODES = {np.dtype(v): k for k, v in _DTYPES.items()}
-
-
-class KilnError(RuntimeError):
-    def __init__(self, status, message):
-        super().__init__(message)
-        self.status = status
-
-
-class _IoInfo(C.Structure):
-    _fields_ = [("name", C.c_char_p), ("kind", C.c_int), ("dtype", C.c_int), ("rank", C.c_int),
-                ("dims", C.POINTER(C.c_int64)), ("dim_names", C.POINTER(C.c_char_p))]
-
-
-class _Options(C.Structure):
-    _fields_ = [("provider", C.c_int), ("num_threads", C.c_int), ("allow_unsupported", C.c_bool),
-                ("plan_cache_size", C.c_int), ("unoptimized", C.c_bool),
-                ("device_id", C.c_int), ("device_outputs", C.c_bool)]
-
-
-class _Stats(C.Structure):
-    _fields_ = [("compilations", C.c_int64), ("runs", C.c_int64), ("plan_cache_hits", C.c_int64),
-                ("plan_cache_misses", C.c_int64), ("plan_cache_entries", C.c_int), ("plan_cache_capacity", C.c_int),
-                ("arena_peak_bytes", C.c_int64), ("arena_last_bytes", C.c_int64),
-                ("lower_bound_last_bytes", C.c_int64), ("heap_fallbacks", C.c_int64), ("bind_plan_ns", C.c_int64),
-                ("run_ns", C.c_int64), ("nodes_gpu", C.c_int), ("nodes_cpu", C.c_int),
-                ("node_runs_gpu", C.c_int64), ("node_runs_cpu", C.c_int64), ("device_mallocs", C.c_int64),
-                ("copies_to_device", C.c_int64), ("copies_to_host", C.c_int64), ("graphs_captured", C.c_int64),
-                ("graphs_replayed", C.c_int64), ("graphs_note", C.c_char * 192)]
+_DTYPES = _lib.DTYPES
+_CODES = _lib.CODES
+_Options, _Stats, _IoInfo = _lib.Options, _lib.Stats, _lib.IoInfo
 
 PROVIDERS = {"cpu": 0, "cuda": 1}
 
@@ -68,44 +38,11 @@ class DeviceArray:
 
 
 def _load_library(path=None):
-    path = path or os.environ.get("KILN_LIB") or os.path.join(_HERE, "..", "build", "libkiln.so")
-    lib = C.CDLL(path)
-    P = C.c_void_p
-    lib.kiln_session_create.argtypes = [C.c_char_p, C.POINTER(_Options), C.POINTER(P)]
-    lib.kiln_session_create_from_memory.argtypes = [C.c_char_p, C.c_size_t, C.c_char_p, C.POINTER(_Options),
-                                                    C.POINTER(P)]
-    lib.kiln_session_free.argtypes = [P]
-    lib.kiln_last_error.argtypes = [P]
-    lib.kiln_last_error.restype = C.c_char_p
-    lib.kiln_session_options_default.restype = _Options
-    for f in ("kiln_session_input_count", "kiln_session_output_count"):
-        getattr(lib, f).argtypes = [P]
-    for f in ("kiln_session_input_info", "kiln_session_output_info"):
-        getattr(lib, f).argtypes = [P, C.c_int, C.POINTER(_IoInfo)]
-    lib.kiln_session_run.argtypes = [P, C.c_int, C.POINTER(C.c_char_p), C.POINTER(P), C.c_int,
-                                     C.POINTER(C.c_char_p), C.POINTER(P)]
-    lib.kiln_session_stats_get.argtypes = [P, C.POINTER(_Stats)]
-    lib.kiln_value_wrap_tensor.argtypes = [C.c_int, C.c_int, C.POINTER(C.c_int64), P, C.c_size_t, C.POINTER(P)]
-    lib.kiln_value_wrap_device_tensor.argtypes = lib.kiln_value_wrap_tensor.argtypes
-    lib.kiln_value_on_device.argtypes = [P]
-    lib.kiln_value_on_device.restype = C.c_bool
-    lib.kiln_value_free.argtypes = [P]
-    for f, res in (("kiln_value_kind_of", C.c_int), ("kiln_value_dtype", C.c_int), ("kiln_value_rank", C.c_int),
-                   ("kiln_value_dims", C.POINTER(C.c_int64)), ("kiln_value_data", P),
-                   ("kiln_value_nbytes", C.c_size_t)):
-        getattr(lib, f).argtypes = [P]
-        getattr(lib, f).restype = res
-    return lib
-
-
-_lib = None
+    return _lib.load_library(path)
 
 
 def library():
-    global _lib
-    if _lib is None:
-        _lib = _load_library()
-    return _lib
+    return _lib.library()
 
 
 class Session:
@@ -130,7 +67,7 @@ class Session:
         if st:
             msg = lib.kiln_last_error(h).decode(errors="replace")
             lib.kiln_session_free(h)
-            raise KilnError(st, msg)
+            raise error(st, msg)
         self._h = h
         self._lib = lib
         self.inputs = [self._info(lib.kiln_session_input_info, i) for i in range(lib.kiln_session_input_count(h))]
@@ -157,7 +94,7 @@ class Session:
                     st = lib.kiln_value_wrap_device_tensor(code or 0, len(arr.shape), dims, C.c_void_p(arr.ptr),
                                                            arr.nbytes, C.byref(h))
                     if st:
-                        raise KilnError(st, f"cannot wrap device input {name}")
+                        raise error(st, f"cannot wrap device input {name}")
                     handles.append(h)
                     continue
                 a = np.ascontiguousarray(arr).reshape(np.shape(arr))
@@ -169,7 +106,7 @@ class Session:
                 h = C.c_void_p()
                 st = lib.kiln_value_wrap_tensor(code, a.ndim, dims, a.ctypes.data_as(C.c_void_p), a.nbytes, C.byref(h))
                 if st:
-                    raise KilnError(st, f"cannot wrap input {name}")
+                    raise error(st, f"cannot wrap input {name}")
                 handles.append(h)
             in_names = (C.c_char_p * max(len(feeds), 1))(*[n.encode() for n in feeds])
             in_vals = (C.c_void_p * max(len(handles), 1))(*[h.value for h in handles])
@@ -177,7 +114,7 @@ class Session:
             outs = (C.c_void_p * max(len(names), 1))()
             st = lib.kiln_session_run(self._h, len(feeds), in_names, in_vals, len(names), out_names, outs)
             if st:
-                raise KilnError(st, lib.kiln_last_error(self._h).decode(errors="replace"))
+                raise error(st, lib.kiln_last_error(self._h).decode(errors="replace"))
             result = []
             for j in range(len(names)):
                 if lib.kiln_value_on_device(outs[j]):

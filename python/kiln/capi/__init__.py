@@ -1,0 +1,1 @@
+"""kiln.capi - mirrors onnxruntime.capi for code that imports exceptions from there."""
