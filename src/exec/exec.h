@@ -37,6 +37,11 @@ typedef struct kiln_run_env {
     struct kiln_scratch *scratch; /* the session's reused temporary blocks, or NULL */
     struct kiln_gpu_run *gpu;  /* GPU sessions: the run's GPU context, else NULL */
     bool device_outputs;       /* GPU sessions: outputs stay in (caller-owned) device memory */
+    /* the binding: the plan whose compile-time shapes the nodes take (kiln_plan: vok, node_ok)
+     * and the symbols' values, syms[0..n_syms); NULL: every node infers its shapes at run time */
+    const struct kiln_plan *plan;
+    const int64_t *syms;
+    int n_syms;
 } kiln_run_env;
 
 /* Runs graph g. inputs[i] is bound to g->inputs[i] (NULL: use its initializer). On success
