@@ -166,6 +166,7 @@ static kiln_status compile(kiln_session *s, kiln_err *err)
         KILN_TRY(kiln_pass_fuse_matmul_bias(g, &fused, err));
         KILN_TRY(kiln_pass_fuse_residual(g, &fused, err));
         KILN_TRY(kiln_pass_fuse_activation(g, &fused, err));
+        KILN_TRY(kiln_subgraphs_fuse(g, err));
         if (kiln_cpu_nchwc_available()) KILN_TRY(kiln_pass_layout_nchwc(g, &fused, err));
     }
     kiln_arena *a = &m->arena;

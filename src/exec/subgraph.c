@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "passes/passes.h"
+
 static kiln_status compile_one(kiln_graph *sg, int cache_size, kiln_err *err)
 {
     kiln_subprog *sp = calloc(1, sizeof *sp);
@@ -18,6 +20,22 @@ static kiln_status compile_one(kiln_graph *sg, int cache_size, kiln_err *err)
     if (!sp->constraints) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
     for (int i = 0; i < m->n_constraints; i++)
         if (m->constraints[i].node->graph == sg) sp->constraints[sp->n_constraints++] = i;
+    return KILN_OK;
+}
+
+kiln_status kiln_subgraphs_fuse(kiln_graph *g, kiln_err *err)
+{
+    for (int k = 0; k < g->n_nodes; k++) {
+        const kiln_node *n = g->nodes[k];
+        for (int a = 0; a < n->n_attrs; a++)
+            for (int q = 0; q < kiln_attr_graph_count(&n->attrs[a]); q++) {
+                kiln_graph *sg = (kiln_graph *)kiln_attr_graph_at(&n->attrs[a], q);
+                int fused;
+                KILN_TRY(kiln_pass_fuse_matmul_bias(sg, &fused, err));
+                KILN_TRY(kiln_pass_fuse_activation(sg, &fused, err));
+                KILN_TRY(kiln_subgraphs_fuse(sg, err));
+            }
+    }
     return KILN_OK;
 }
 

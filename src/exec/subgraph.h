@@ -14,6 +14,9 @@ typedef struct kiln_subprog {
     int *constraints; /* indices in the model's constraints of those whose node is in g */
 } kiln_subprog;
 
+/* Runs the CPU fusions that hold inside a subgraph (MatMul + bias, activations into their
+ * producer) over every subgraph of g, any depth. Optimised CPU sessions, after inference. */
+kiln_status kiln_subgraphs_fuse(kiln_graph *g, kiln_err *err);
 /* Compiles every subgraph of g (any depth) into its graph's `prog`; plan caches of
  * `cache_size` plans each. Call after the passes, once the node lists are final. */
 kiln_status kiln_subgraphs_compile(kiln_graph *g, int cache_size, kiln_err *err);
