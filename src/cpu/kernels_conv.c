@@ -511,6 +511,36 @@ static void conv_state_unpack(const void *p, void *dst)
  * 28x28, or a depth of 256) it was slower, so those keep channels as rows. */
 static bool conv_pixels_as_m(int64_t mg, int64_t kdim) { return mg % 32 == 0 && mg >= 256 && kdim >= 512; }
 
+/* Conv1d runs as a 2-D conv of height 1: node n's geometry over two spatial dims, where a
+ * rank-3 Conv (weights of rank `wrank` 3) has its 1-D attributes lifted to (1, attribute). */
+static bool conv_geom(const kiln_node *n, int wrank, nn_geom *g, char *msg, int size)
+{
+    if (wrank != 3) return nn_geom_parse(n, 2, g, msg, size);
+    nn_geom g1;
+    if (!nn_geom_parse(n, 1, &g1, msg, size)) return false;
+    memset(g, 0, sizeof *g);
+    g->nsp = 2;
+    g->auto_pad = g1.auto_pad;
+    g->ceil_mode = g1.ceil_mode;
+    g->strides[0] = g->dilations[0] = 1;
+    g->strides[1] = g1.strides[0];
+    g->dilations[1] = g1.dilations[0];
+    g->pads[1] = g1.pads[0];
+    g->pads[3] = g1.pads[1];
+    return true;
+}
+
+/* v, or when it is rank 3 ([N, C, L], Conv1d) a header in *tmp seeing it as [N, C, 1, L]. */
+static const kiln_value *conv_as_4d(const kiln_value *v, kiln_value *tmp)
+{
+    if (!v || v->kind != KILN_VALUE_TENSOR || v->rank != 3) return v;
+    *tmp = *v;
+    tmp->rank = 4;
+    tmp->dims[3] = v->dims[2];
+    tmp->dims[2] = 1;
+    return tmp;
+}
+
 /* Whether node n (weights W [M, C/group, kh, kw]) runs by Winograd's F(2x2, 3x3): 3x3 kernels
  * at stride 1 without dilation or groups, with at least 16 channels on both sides (fewer, and
  * the transforms outweigh the 16 GEMMs) and fewer than 512 outputs: layers that wide come last
@@ -519,12 +549,12 @@ static bool conv_pixels_as_m(int64_t mg, int64_t kdim) { return mg % 32 == 0 && 
  * 1.82 ms by Winograd against 1.99 ms as pixels-as-rows, one thread (equal at two). Per layer of
  * ResNet-50 at 224x224, two threads, in the model: 56x56 64 channels 1.22 -> 1.00 ms, 28x28 128
  * channels 1.17 -> 0.88 ms, 14x14 256 channels 1.27 -> 0.94 ms. */
-static bool conv_winograd_fits(const kiln_node *n, const kiln_value *w, int64_t group)
+static bool conv_winograd_fits(const kiln_node *n, const kiln_value *w, int64_t group, int wrank)
 {
     nn_geom g;
     char msg[128];
     return group == 1 && w->dims[2] == 3 && w->dims[3] == 3 && w->dims[0] >= 16 && w->dims[0] < 512 && w->dims[1] >= 16 &&
-           nn_geom_parse(n, 2, &g, msg, sizeof msg) && g.strides[0] == 1 && g.strides[1] == 1 &&
+           conv_geom(n, wrank, &g, msg, sizeof msg) && g.strides[0] == 1 && g.strides[1] == 1 &&
            g.dilations[0] == 1 && g.dilations[1] == 1;
 }
 
@@ -548,12 +578,12 @@ static bool conv_winograd_fits(const kiln_node *n, const kiln_value *w, int64_t 
  *    stem 1.57 -> 1.18-1.28 ms, its 3x3 stride-2 layers at 56x56 1.41-1.45 -> 1.13-1.34 and at
  *    28x28 1.35 -> 1.21. Its 512-channel one at 14x14 (9 MB of weights, and 7 output columns,
  *    half a tile) ran 1.4 -> 2.3 ms. */
-static bool conv_direct_fits(const kiln_node *n, const kiln_value *w, int64_t group)
+static bool conv_direct_fits(const kiln_node *n, const kiln_value *w, int64_t group, int wrank)
 {
     nn_geom g;
     char msg[128];
     int64_t m = w->dims[0], k = w->dims[1] * w->dims[2] * w->dims[3];
-    if (group != 1 || !nn_geom_parse(n, 2, &g, msg, sizeof msg)) return false;
+    if (group != 1 || !conv_geom(n, wrank, &g, msg, sizeof msg)) return false;
     if (m < 16) return true;
     if (m < 32) return false;
     if (w->dims[2] * w->dims[3] > 1) return (g.strides[0] > 1 || g.strides[1] > 1) && m * k <= (1 << 20);
@@ -568,12 +598,15 @@ static bool conv_direct_fits(const kiln_node *n, const kiln_value *w, int64_t gr
 static void conv_pack_weights(kiln_node *n)
 {
     const kiln_value *w = kiln_ir_constant(n->in[1]);
+    kiln_value w4;
+    int wrank = w ? w->rank : 0;
+    w = conv_as_4d(w, &w4); /* Conv1d's [M, C/group, k] as [M, C/group, 1, k] */
     int64_t group = kiln_attr_int(n, "group", 1);
     if (!w || w->dtype != KILN_DTYPE_FLOAT32 || w->rank != 4 || !w->numel || group < 1 || group > 4096 ||
         w->dims[0] % group || (w->dims[1] == 1 && w->dims[0] == group && group > 1))
         return;
     int64_t mg = w->dims[0] / group, kdim = w->dims[1] * w->dims[2] * w->dims[3];
-    kiln_direct *direct = conv_direct_fits(n, w, group) ? kiln_cpu_direct_pack(w->data, mg, kdim) : NULL;
+    kiln_direct *direct = conv_direct_fits(n, w, group, wrank) ? kiln_cpu_direct_pack(w->data, mg, kdim) : NULL;
     if (direct) {
         conv_state *cs = calloc(1, sizeof *cs);
         if (!cs) {
@@ -589,7 +622,7 @@ static void conv_pack_weights(kiln_node *n)
         }
         return;
     }
-    if (conv_winograd_fits(n, w, group)) { /* the original stays: the reference's, if it is ever needed */
+    if (conv_winograd_fits(n, w, group, wrank)) { /* the original stays: the reference's, if it is ever needed */
         conv_state *cs = calloc(1, sizeof *cs);
         if (cs && (cs->wino = kiln_cpu_winograd_pack(w->data, mg, w->dims[1]))) {
             n->kernel_state = cs;
@@ -867,13 +900,22 @@ static kiln_status conv_run(kiln_run_ctx *c)
     const kiln_node *n = kiln_run_node(c);
     const kiln_value *X = kiln_run_in(c, 0), *Wt = kiln_run_in(c, 1), *Bv = kiln_run_in(c, 2);
     kiln_value *Y = kiln_run_out(c, 0);
+    /* Conv1d: X [N, C, L], W [M, C/group, k], Y [N, M, OL] seen with a height of 1 */
+    int wrank = Wt->rank;
+    bool packed_w = n->kernel_state && n->in[1] && Wt == n->in[1]->init;
+    kiln_value x4, w4, y4, r4;
+    if (Y && X->rank == 3 && Wt->rank == 3 && Y->rank == 3) {
+        X = conv_as_4d(X, &x4);
+        Wt = conv_as_4d(Wt, &w4);
+        Y = (kiln_value *)conv_as_4d(Y, &y4);
+    }
     if (!Y || X->rank != 4 || Wt->rank != 4 || Y->rank != 4 || X->dtype != KILN_DTYPE_FLOAT32 ||
         Wt->dtype != KILN_DTYPE_FLOAT32 || Y->dtype != KILN_DTYPE_FLOAT32 ||
         (Bv && (Bv->dtype != KILN_DTYPE_FLOAT32 || Bv->numel != Wt->dims[0])))
         return kiln_cpu_reference_act(c);
     conv_call k = {.n = n};
     char msg[128];
-    if (!nn_geom_parse(n, 2, &k.g, msg, sizeof msg)) return kiln_cpu_reference_act(c);
+    if (!conv_geom(n, wrank, &k.g, msg, sizeof msg)) return kiln_cpu_reference_act(c);
     k.g.kernel[0] = k.kh = Wt->dims[2];
     k.g.kernel[1] = k.kw = Wt->dims[3];
     int64_t out_hw[2];
@@ -888,6 +930,7 @@ static kiln_status conv_run(kiln_run_ctx *c)
     if (!Y->numel) return KILN_OK;
     if (!X->numel || !Wt->numel) return kiln_cpu_reference_act(c); /* no channels: the output is the bias */
     const kiln_value *R = n->sum_in ? kiln_run_in(c, n->sum_in) : NULL; /* fused residual: Y's shape */
+    if (wrank == 3) R = conv_as_4d(R, &r4);
     if (n->sum_in &&
         (!R || R->dtype != KILN_DTYPE_FLOAT32 || R->rank != 4 || memcmp(R->dims, Y->dims, 4 * sizeof R->dims[0])))
         return kiln_run_fail(c, KILN_ERR_RUNTIME, "fused residual input does not match the output");
@@ -900,7 +943,7 @@ static kiln_status conv_run(kiln_run_ctx *c)
     k.ctx = (kiln_gemm_ctx){.pool = kiln_run_threadpool(c), .scratch = kiln_run_scratch(c)};
     k.in_kernel = clamp_bounds(&n->act, &k.lo, &k.hi); /* else another act in a tile pass */
     k.x = X->data, k.w = Wt->data, k.bias = Bv ? Bv->data : NULL, k.res = R ? R->data : NULL, k.y = Y->data;
-    k.cs = n->kernel_state && n->in[1] && Wt == n->in[1]->init ? n->kernel_state : NULL;
+    k.cs = packed_w ? n->kernel_state : NULL;
     if (k.cs && k.cs->wino && k.kh == 3 && k.kw == 3 && g->strides[0] == 1 && g->strides[1] == 1 &&
         g->dilations[0] == 1 && g->dilations[1] == 1 && k.group == 1)
         k.wino = k.cs->wino;
@@ -1009,7 +1052,8 @@ kiln_kernel_fn kiln_cpu_select_conv(kiln_node *n)
         n->in[1]->type.rank == 4 && n->act.kind == KILN_ACT_NONE)
         return conv_transpose_run;
     if (*n->domain || strcmp(n->op_type, "Conv") || n->n_in < 2 || n->n_out < 1 || !kiln_cpu_is_f32(n->in[0]) ||
-        !kiln_cpu_is_f32(n->in[1]) || n->in[0]->type.rank != 4 || n->in[1]->type.rank != 4)
+        !kiln_cpu_is_f32(n->in[1]) || (n->in[0]->type.rank != 4 && n->in[0]->type.rank != 3) ||
+        n->in[1]->type.rank != n->in[0]->type.rank)
         return NULL;
     if (!n->kernel_state) conv_pack_weights(n);
     return conv_run;

@@ -362,8 +362,27 @@ static kiln_kernel_fn cpu_select(kiln_provider *p, kiln_node *n, unsigned *host_
     return NULL;
 }
 
+/* The fusions that hold inside a subgraph (MatMul + bias, activations into their producer),
+ * over every subgraph of g, any depth. */
+static kiln_status subgraphs_fuse(kiln_graph *g, kiln_err *err)
+{
+    for (int k = 0; k < g->n_nodes; k++) {
+        const kiln_node *n = g->nodes[k];
+        for (int a = 0; a < n->n_attrs; a++)
+            for (int q = 0; q < kiln_attr_graph_count(&n->attrs[a]); q++) {
+                kiln_graph *sg = (kiln_graph *)kiln_attr_graph_at(&n->attrs[a], q);
+                int fused;
+                KILN_TRY(kiln_pass_fuse_matmul_bias(sg, &fused, err));
+                KILN_TRY(kiln_pass_fuse_activation(sg, &fused, err));
+                KILN_TRY(subgraphs_fuse(sg, err));
+            }
+    }
+    return KILN_OK;
+}
+
 /* The CPU's pass pipeline over the inferred graph: attention, GELU, bias, residual and
- * activation fusion into the kernels above, then the blocked layout where the CPU has it. */
+ * activation fusion into the kernels above (in subgraphs too), then the blocked layout where
+ * the CPU has it. */
 static kiln_status cpu_passes(kiln_graph *g, kiln_err *err)
 {
     int fused;
@@ -372,6 +391,7 @@ static kiln_status cpu_passes(kiln_graph *g, kiln_err *err)
     KILN_TRY(kiln_pass_fuse_matmul_bias(g, &fused, err));
     KILN_TRY(kiln_pass_fuse_residual(g, &fused, err));
     KILN_TRY(kiln_pass_fuse_activation(g, &fused, err));
+    KILN_TRY(subgraphs_fuse(g, err));
     if (kiln_cpu_nchwc_available()) KILN_TRY(kiln_pass_layout_nchwc(g, &fused, err));
     return KILN_OK;
 }

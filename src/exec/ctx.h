@@ -36,6 +36,16 @@ struct kiln_frame {
     kiln_value **alt;             /* device runs: vals[i] copied to the other side (owned), or NULL */
     const kiln_run_env *env;      /* the main graph's run environment, NULL in subgraphs */
     size_t alloc_limit;           /* kiln_node_evaluate: bytes one output may take (0: no limit) */
+    /* this call's binding: the arena slots of the graph's values (NULL: all on the heap), the
+     * plan whose shapes the nodes take instead of inference (NULL: inference at run time), and
+     * the symbols' values (syms[0..n_syms), NULL when unbound) */
+    kiln_arena_view *mem;
+    const struct kiln_plan *plan;
+    const int64_t *syms;
+    int n_syms;
+    struct kiln_threadpool *pool; /* the main graph's run's, for every frame */
+    struct kiln_scratch *scratch;
+    void *block;                  /* vals, owned and alt in one block from scratch */
 };
 
 /* Runtime type of a value (constant dims). */

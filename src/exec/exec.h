@@ -39,6 +39,11 @@ typedef struct kiln_run_env {
     const struct kiln_provider_i *dev; /* sessions with a device provider: its table, else NULL */
     struct kiln_provider_run *dev_run; /* and the run's context on it */
     bool device_outputs;       /* device sessions: outputs stay in (caller-owned) device memory */
+    /* the binding: the plan whose compile-time shapes the nodes take (kiln_plan: vok, node_ok)
+     * and the symbols' values, syms[0..n_syms); NULL: every node infers its shapes at run time */
+    const struct kiln_plan *plan;
+    const int64_t *syms;
+    int n_syms;
 } kiln_run_env;
 
 /* Runs graph g. inputs[i] is bound to g->inputs[i] (NULL: use its initializer). On success

@@ -127,9 +127,10 @@ kiln_status kiln_infer_fail(kiln_infer_ctx *c, kiln_status code, const char *fmt
  * checked when the inputs bind the symbols. */
 static kiln_status record_constraint(kiln_infer_ctx *c, kiln_dim a, kiln_dim b, bool broadcast, const char *what)
 {
-    /* subgraphs' dims may reuse names of the main graph's symbols with other values per
-     * iteration: their constraints are left to run-time inference */
-    if (!c->tab || c->node->graph->parent || kiln_dim_equal(a, b) || kiln_dim_is_unknown(a) || kiln_dim_is_unknown(b))
+    /* a subgraph's constraints are checked when a call binds it (kiln_subgraph_bind): its
+     * dims may reuse names of the main graph's symbols with other values per iteration, and
+     * such a call runs with inference at run time instead */
+    if (!c->tab || kiln_dim_equal(a, b) || kiln_dim_is_unknown(a) || kiln_dim_is_unknown(b))
         return KILN_OK;
     kiln_model *m = c->node->graph->model;
     const char *w = kiln_arena_strdup(&m->arena, what);

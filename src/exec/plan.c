@@ -11,6 +11,62 @@
 #include "core/dtype.h"
 #include "ops/op.h"
 
+/* A tensor type a run can take from compile time: kind, dtype and rank known. */
+static bool static_type(const kiln_type *t)
+{
+    return t->kind == KILN_VALUE_TENSOR && t->rank >= 0 && t->rank <= KILN_MAX_RANK && kiln_dtype_valid(t->dtype);
+}
+
+/* The shape program of g (see kiln_memprog). */
+static kiln_status shapes_build(const kiln_graph *g, kiln_memprog *mp, kiln_err *err)
+{
+    int total = 0;
+    mp->n_nodes = g->n_nodes;
+    mp->rank = malloc(((size_t)g->n_values + 1) * sizeof *mp->rank);
+    mp->dim_at = calloc((size_t)g->n_values + 1, sizeof *mp->dim_at);
+    mp->node_static = calloc((size_t)g->n_nodes + 1, sizeof *mp->node_static);
+    mp->out_at = calloc((size_t)g->n_nodes + 1, sizeof *mp->out_at);
+    if (!mp->rank || !mp->dim_at || !mp->node_static || !mp->out_at) goto nomem;
+    int n_outs = 0;
+    for (int k = 0; k < g->n_nodes; k++) n_outs += g->nodes[k]->n_out;
+    mp->out_ids = calloc((size_t)n_outs + 1, sizeof *mp->out_ids);
+    if (!mp->out_ids) goto nomem;
+    for (int i = 0; i < g->n_values; i++) {
+        const kiln_type *t = &g->values[i]->type;
+        mp->rank[i] = static_type(t) ? t->rank : -1;
+        mp->dim_at[i] = total;
+        if (mp->rank[i] > 0) total += t->rank;
+    }
+    mp->dims = calloc((size_t)total + 1, sizeof *mp->dims);
+    if (!mp->dims) goto nomem;
+    for (int i = 0; i < g->n_values; i++)
+        for (int k = 0; k < mp->rank[i]; k++) mp->dims[mp->dim_at[i] + k] = g->values[i]->type.dims[k];
+    for (int k = 0; k < g->n_nodes; k++) {
+        const kiln_node *n = g->nodes[k];
+        bool ok = n->op && n->op->run && n->n_in <= KILN_PLANNED_MAX_IO && n->n_out <= KILN_PLANNED_MAX_IO &&
+                  !kiln_node_has_subgraphs(n);
+        for (int i = 0; ok && i < n->n_out; i++)
+            if (!n->out[i] || n->out[i]->graph != g || mp->rank[n->out[i]->id] < 0) ok = false;
+        mp->node_static[k] = ok;
+        mp->out_at[k + 1] = mp->out_at[k];
+        for (int i = 0; ok && i < n->n_out; i++)
+            if (n->out[i]) mp->out_ids[mp->out_at[k + 1]++] = n->out[i]->id;
+    }
+    const kiln_model *m = g->model;
+    mp->bcast = calloc(2 * (size_t)m->n_constraints + 1, sizeof *mp->bcast);
+    if (!mp->bcast) goto nomem;
+    for (int i = 0; i < m->n_constraints; i++) {
+        const kiln_constraint *c = &m->constraints[i];
+        if (c->node->graph != g || !c->broadcast) continue;
+        mp->bcast[2 * mp->n_bcast] = c->a;
+        mp->bcast[2 * mp->n_bcast++ + 1] = c->b;
+    }
+    return KILN_OK;
+nomem:
+    kiln_memprog_release(mp);
+    return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
+}
+
 kiln_status kiln_memprog_build(const kiln_graph *g, bool io, kiln_memprog *mp, kiln_err *err)
 {
     memset(mp, 0, sizeof *mp);
@@ -73,7 +129,7 @@ kiln_status kiln_memprog_build(const kiln_graph *g, bool io, kiln_memprog *mp, k
     }
     free(taken);
     free(cand_of);
-    return KILN_OK;
+    return shapes_build(g, mp, err);
 }
 
 void kiln_memprog_release(kiln_memprog *mp)
@@ -84,6 +140,13 @@ void kiln_memprog_release(kiln_memprog *mp)
     free(mp->numel);
     free(mp->elem_size);
     free(mp->share);
+    free(mp->rank);
+    free(mp->dim_at);
+    free(mp->dims);
+    free(mp->node_static);
+    free(mp->out_at);
+    free(mp->out_ids);
+    free(mp->bcast);
     memset(mp, 0, sizeof *mp);
 }
 
@@ -94,7 +157,44 @@ static void plan_free(kiln_plan *p)
     free(p->offset);
     free(p->size);
     free(p->in_place);
+    free(p->vdims);
+    free(p->vok);
+    free(p->node_ok);
     free(p);
+}
+
+/* Evaluates the shape program of mp for this binding into p. */
+static kiln_status shapes_eval(const kiln_memprog *mp, const int64_t *syms, int n_syms, kiln_plan *p, kiln_err *err)
+{
+    int total = 0;
+    for (int i = 0; i < mp->n_values; i++)
+        if (mp->rank[i] > 0) total = mp->dim_at[i] + mp->rank[i];
+    p->vdims = calloc((size_t)total + 1, sizeof *p->vdims);
+    p->vok = calloc((size_t)mp->n_values + 1, sizeof *p->vok);
+    p->node_ok = calloc((size_t)mp->n_nodes + 1, sizeof *p->node_ok);
+    if (!p->vdims || !p->vok || !p->node_ok) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
+    p->rank = mp->rank;
+    p->dim_at = mp->dim_at;
+    for (int i = 0; i < mp->n_bcast; i++) {
+        int64_t a, b;
+        if (!kiln_dim_eval(mp->bcast[2 * i], syms, n_syms, &a) || !kiln_dim_eval(mp->bcast[2 * i + 1], syms, n_syms, &b) ||
+            a != b)
+            return KILN_OK; /* no compile-time shapes for this binding (see kiln_memprog.bcast) */
+    }
+    for (int i = 0; i < mp->n_values; i++) {
+        bool ok = mp->rank[i] >= 0;
+        for (int k = 0; ok && k < mp->rank[i]; k++) {
+            int64_t *d = &p->vdims[mp->dim_at[i] + k];
+            ok = kiln_dim_eval(mp->dims[mp->dim_at[i] + k], syms, n_syms, d) && *d >= 0;
+        }
+        p->vok[i] = ok;
+    }
+    for (int k = 0; k < mp->n_nodes; k++) {
+        bool ok = mp->node_static[k];
+        for (int q = mp->out_at[k]; ok && q < mp->out_at[k + 1]; q++) ok = p->vok[mp->out_ids[q]];
+        p->node_ok[k] = ok;
+    }
+    return KILN_OK;
 }
 
 typedef struct placed {
@@ -297,6 +397,11 @@ static kiln_status plan_build(const kiln_memprog *mp, const int64_t *syms, int n
     free(items);
     free(idx);
     free(live);
+    kiln_status st = shapes_eval(mp, syms, n_syms, p, err);
+    if (st) {
+        plan_free(p);
+        return st;
+    }
     *out = p;
     return KILN_OK;
 }

@@ -24,7 +24,26 @@ typedef struct kiln_memprog {
     size_t *elem_size;   /* [n] bytes per element */
     int *share;          /* [n] candidate whose buffer this one reuses in place, or -1 */
     int n_values;        /* of the graph */
+    /* the shape program: the compile-time dims of every tensor value of known dtype and rank
+     * (rank[v] >= 0; -1: decided at run time), dims[dim_at[v] ..] its expressions; and per
+     * node whether its outputs can take these types instead of inference at run time
+     * (node_static[k]: no subgraphs, every output present and of static type) */
+    int n_nodes;
+    int *rank;           /* [n_values] */
+    int *dim_at;         /* [n_values] */
+    kiln_dim *dims;
+    unsigned char *node_static; /* [n_nodes] */
+    int *out_at, *out_ids;      /* node k's output value ids: out_ids[out_at[k] .. out_at[k + 1]) */
+    /* the graph's broadcast constraints (a, b pairs). Inference gives a broadcast of two
+     * symbolic dims one of them as the result, exact unless the other is 1 at run time: a
+     * binding where one is (or one is unknown) takes no compile-time shapes at all (a wrong
+     * dim would also flow on through symbolic shape contents, which no type check sees) */
+    int n_bcast;
+    kiln_dim *bcast;            /* [2 * n_bcast] */
 } kiln_memprog;
+
+/* Nodes with more inputs or outputs than this always run with inference at run time. */
+#define KILN_PLANNED_MAX_IO 16
 
 /* One binding's placement. Immutable once built; shared by concurrent runs (refcounted). */
 typedef struct kiln_plan {
@@ -33,6 +52,12 @@ typedef struct kiln_plan {
     size_t *offset;      /* [n_values] byte offset in the arena, SIZE_MAX when not planned */
     size_t *size;        /* [n_values] planned bytes */
     int *in_place;       /* [n_values] 1 when the value reuses its producer's input 0 buffer */
+    /* the shape program evaluated for this binding: value v's dims at vdims + dim_at[v] when
+     * vok[v]; node k's outputs take them (no inference at run time) when node_ok[k] */
+    int64_t *vdims;
+    const int *rank, *dim_at; /* the memory program's (it outlives its plans) */
+    unsigned char *vok;     /* [n_values] */
+    unsigned char *node_ok; /* [n_nodes] */
     size_t peak;         /* arena bytes */
     size_t lower_bound;  /* max over time of the live planned bytes */
     int refs;

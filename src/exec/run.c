@@ -1,6 +1,8 @@
-/* run.c - the run loop: walks a graph's nodes in order, runs each op's inference with the
- * actual input types, allocates outputs, runs the kernel, releases values after their last
- * reader. Frames chain to give subgraphs their outer-scope values. */
+/* run.c - the run loop: walks a graph's nodes in order, gives each node's outputs the shapes
+ * its plan evaluated from the bound symbols (or, where those are not known before the node
+ * runs, from its op's inference over the actual inputs), allocates them in the arena, runs the
+ * kernel, releases values after their last reader. Frames chain to give subgraphs their
+ * outer-scope values; a subgraph's call binds its own plan (src/exec/subgraph.h). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +11,8 @@
 
 #include "core/scratch.h"
 #include "exec/ctx.h"
+#include "exec/plan.h"
+#include "exec/subgraph.h"
 
 /* ---- run context API ---- */
 
@@ -98,12 +102,49 @@ kiln_status kiln_run_fail(kiln_run_ctx *c, kiln_status code, const char *fmt, ..
     return st;
 }
 
+static kiln_status exec_frame(kiln_frame *f, const kiln_value *const *inputs, kiln_value **outputs, kiln_err *err);
+
+/* Symbols a subgraph call binds on the stack; models with more run subgraphs with inference. */
+#define SUBGRAPH_MAX_SYMS 512
+
 kiln_status kiln_run_subgraph(kiln_run_ctx *c, const kiln_graph *g, int n_in, const kiln_value *const *in,
                               kiln_value **out)
 {
     if (n_in != g->n_inputs)
         return kiln_run_fail(c, KILN_ERR_MODEL, "subgraph '%s' takes %d inputs, %d given", g->name, g->n_inputs, n_in);
-    return kiln_execute(g, c->frame, NULL, in, out, c->err);
+    const kiln_frame *pf = c->frame;
+    kiln_frame f = {.g = g, .parent = pf, .pool = pf->pool, .scratch = pf->scratch};
+    kiln_subprog *sp = g->prog;
+    int64_t syms[SUBGRAPH_MAX_SYMS];
+    kiln_plan *plan = NULL;
+    void *arena = NULL;
+    kiln_arena_view mem = {0};
+    kiln_status st = KILN_OK;
+    if (sp && pf->syms && pf->n_syms <= SUBGRAPH_MAX_SYMS) {
+        if (pf->n_syms) memcpy(syms, pf->syms, (size_t)pf->n_syms * sizeof *syms);
+        if (kiln_subgraph_bind(sp, in, syms, pf->n_syms)) {
+            st = kiln_plan_cache_get(&sp->plans, &sp->memprog, syms, pf->n_syms, &plan, c->err);
+            if (st) return st;
+            arena = plan->peak ? kiln_scratch_get(f.scratch, plan->peak) : NULL;
+            if (plan->peak && !arena) {
+                kiln_plan_cache_put(&sp->plans, plan);
+                return kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory allocating a %zu-byte arena", plan->peak);
+            }
+            mem = (kiln_arena_view){.base = arena, .offset = plan->offset, .size = plan->size,
+                                    .in_place = plan->in_place};
+            f.mem = &mem;
+            f.plan = plan;
+            f.syms = syms;
+            f.n_syms = pf->n_syms;
+        }
+    }
+    st = exec_frame(&f, in, out, c->err);
+    const kiln_frame *top = pf;
+    while (top->parent) top = top->parent;
+    if (top->mem) top->mem->heap_fallbacks += mem.heap_fallbacks;
+    kiln_scratch_put(f.scratch, arena);
+    if (plan) kiln_plan_cache_put(&sp->plans, plan);
+    return st;
 }
 
 /* ---- frames ---- */
@@ -120,27 +161,42 @@ static const kiln_value *frame_get(const kiln_frame *f, const kiln_ir_value *v)
     return v->init;
 }
 
+/* Gives frame f its value arrays, zeroed, in one block (from the session's scratch: no
+ * allocation once a run of this size has been made). */
+static kiln_status frame_init(kiln_frame *f, bool alt, kiln_err *err)
+{
+    size_t nv = (size_t)f->g->n_values + 1;
+    size_t bytes = nv * (sizeof *f->vals + (alt ? sizeof *f->alt : 0)) + nv * sizeof *f->owned;
+    f->block = kiln_scratch_get(f->scratch, bytes);
+    if (!f->block) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
+    memset(f->block, 0, bytes);
+    f->vals = f->block;
+    f->alt = alt ? f->vals + nv : NULL;
+    f->owned = (bool *)(f->vals + nv * (alt ? 2 : 1));
+    return KILN_OK;
+}
+
 static void frame_release(kiln_frame *f)
 {
+    if (!f->block) return;
     for (int i = 0; i < f->g->n_values; i++) {
         if (f->owned[i]) kiln_value_free(f->vals[i]);
         if (f->alt) kiln_value_free(f->alt[i]);
     }
-    free(f->vals);
-    free(f->owned);
-    free(f->alt);
+    kiln_scratch_put(f->scratch, f->block);
+    f->block = NULL;
 }
 
 /* The planned slot of value id in the host or device arena, or NULL. */
 static void *arena_slot(const kiln_frame *f, int id, bool device, size_t nbytes)
 {
-    const kiln_arena_view *mem = f->env ? f->env->mem : NULL;
+    const kiln_arena_view *mem = f->mem;
     unsigned char *base = !mem ? NULL : device ? mem->device_base : mem->base;
     if (!base || mem->offset[id] == SIZE_MAX || nbytes > mem->size[id]) return NULL;
     return base + mem->offset[id];
 }
 
-/* Device runs (main graph): main-graph value v in device or host memory. The first reader on the
+/* GPU runs (main graph): main-graph value v in device or host memory. The first reader on the
  * other side gets a copy, kept in f->alt for later readers and placed in v's arena slot of
  * that side when v has one. */
 static kiln_status value_at(kiln_frame *f, const kiln_ir_value *v, bool device, const kiln_value **out, kiln_err *err)
@@ -174,7 +230,7 @@ static bool all_const(const kiln_type *t)
 
 /* An output tensor: in the arena slot the plan gave the value when it fits, else on the
  * heap; zeroed for reference kernels (`zero`), left as it is for provider kernels, which write
- * every element. On the device: in the device arena's slot or the device pool, not zeroed. */
+ * every element. On the GPU: in the device arena's slot or the device pool, not zeroed. */
 static void scratch_release(void *data, void *scratch) { kiln_scratch_put(scratch, data); }
 
 /* An intermediate tensor the plan could not place (its size is decided at run time), in a block
@@ -207,7 +263,7 @@ static kiln_status scratch_tensor(kiln_scratch *scratch, const kiln_type *t, con
 static kiln_status alloc_output(kiln_frame *f, const kiln_ir_value *v, const kiln_type *t, const int64_t *dims,
                                 bool device, bool zero, kiln_value **out, kiln_err *err)
 {
-    kiln_arena_view *mem = f->env ? f->env->mem : NULL;
+    kiln_arena_view *mem = f->mem;
     if (device) {
         int64_t numel;
         KILN_TRY(kiln_dims_numel(t->rank, dims, &numel, err));
@@ -219,8 +275,8 @@ static kiln_status alloc_output(kiln_frame *f, const kiln_ir_value *v, const kil
     /* an arena of 0 bytes (every planned tensor empty) has no base; graph outputs are handed
      * to the caller, never views of the arena */
     if (!mem || !mem->base || !v || v->is_output || mem->offset[v->id] == SIZE_MAX || t->dtype == KILN_DTYPE_STRING) {
-        if (v && !v->is_output && t->dtype != KILN_DTYPE_STRING && f->env && f->env->scratch)
-            return scratch_tensor(f->env->scratch, t, dims, zero, out, err);
+        if (v && !v->is_output && t->dtype != KILN_DTYPE_STRING && f->scratch)
+            return scratch_tensor(f->scratch, t, dims, zero, out, err);
         if (zero) return kiln_tensor_new(t->dtype, t->rank, dims, out, err);
         KILN_TRY(kiln_tensor_new_unset(t->dtype, t->rank, dims, out, err)); /* a fast kernel writes it all */
 #ifndef NDEBUG
@@ -247,16 +303,95 @@ static kiln_status alloc_output(kiln_frame *f, const kiln_ir_value *v, const kil
     return KILN_OK;
 }
 
+/* Whether x, the value of input v, has the shape v's plan evaluated (a constant's type is its
+ * own): then the node's compile-time inference holds for this call. */
+static bool input_planned(const kiln_frame *f, const kiln_ir_value *v, const kiln_value *x)
+{
+    if (x == v->init && !v->is_input) return true;
+    while (f && f->g != v->graph) f = f->parent;
+    const kiln_plan *p = f ? f->plan : NULL;
+    if (!p || !p->vok[v->id] || x->kind != KILN_VALUE_TENSOR || x->on_device) return false;
+    int r = p->rank[v->id];
+    return x->rank == r && x->dtype == v->type.dtype &&
+           (!r || !memcmp(x->dims, p->vdims + p->dim_at[v->id], (size_t)r * sizeof x->dims[0]));
+}
+
+/* Hands the kernel's outputs out[] over to the frame. */
+static kiln_status keep_outputs(const kiln_node *n, kiln_frame *f, kiln_value **out, kiln_err *err)
+{
+    for (int i = 0; i < n->n_out; i++) {
+        kiln_ir_value *v = n->out[i];
+        if (!v) {
+            kiln_value_free(out[i]);
+            out[i] = NULL;
+            continue;
+        }
+        if (!out[i])
+            return kiln_errf(err, KILN_ERR_RUNTIME, "node '%s' (%s): kernel produced no output %d", n->name,
+                             n->op_type, i);
+        f->vals[v->id] = out[i];
+        f->owned[v->id] = true;
+        out[i] = NULL;
+    }
+    return KILN_OK;
+}
+
+/* Runs n with the output shapes of the frame's plan, when every input has the shape the plan
+ * gave it (*ran false otherwise, nothing done: the caller infers). No allocation besides the
+ * outputs' headers. */
+static kiln_status run_planned(const kiln_node *n, kiln_frame *f, bool *ran, kiln_err *err)
+{
+    const kiln_plan *p = f->plan;
+    const kiln_value *in[KILN_PLANNED_MAX_IO];
+    kiln_value *out[KILN_PLANNED_MAX_IO];
+    *ran = false;
+    for (int i = 0; i < n->n_in; i++) {
+        in[i] = n->in[i] ? frame_get(f, n->in[i]) : NULL;
+        if (n->in[i] && (!in[i] || !input_planned(f, n->in[i], in[i]))) return KILN_OK;
+    }
+    *ran = true;
+    kiln_status st = KILN_OK;
+    for (int i = 0; i < n->n_out; i++) out[i] = NULL;
+    for (int i = 0; i < n->n_out && !st; i++) {
+        const kiln_ir_value *v = n->out[i];
+        st = alloc_output(f, v, &v->type, p->vdims + p->dim_at[v->id], false, !n->kernel, &out[i], err);
+        if (st) kiln_err_prefix(err, "node '%s' (%s): output %d", n->name, n->op_type, i);
+    }
+    if (!st) {
+        kiln_run_ctx rc = {.node = n, .frame = f, .in = in, .out = out, .err = err, .pool = f->pool,
+                           .scratch = f->scratch};
+        st = n->kernel ? n->kernel(&rc) : n->op->run(&rc);
+    }
+    if (!st) st = keep_outputs(n, f, out, err);
+    if (st)
+        for (int i = 0; i < n->n_out; i++) kiln_value_free(out[i]);
+    return st;
+}
+
+/* Nodes with at most this many inputs and outputs keep their run-time types on the stack. */
+#define RUN_NODE_STACK_IO 8
+
 static kiln_status run_node(const kiln_node *n, kiln_frame *f, kiln_err *err)
 {
     if (!n->op || !n->op->run)
         return kiln_errf(err, KILN_ERR_UNSUPPORTED, "node '%s': operator %s%s%s (opset %d) is not supported",
                          n->name, n->domain, *n->domain ? "." : "", n->op_type, n->opset);
-    /* per-node scratch on the heap: subgraphs recurse through here */
+    if (f->plan && f->plan->node_ok[n->index] && !(f->env && f->env->dev)) {
+        bool ran;
+        kiln_status st = run_planned(n, f, &ran, err);
+        if (st || ran) return st;
+    }
+    /* the run-time types: on the stack for small nodes, else on the heap (subgraphs recurse
+     * through here) */
     size_t ni = (size_t)n->n_in + 1, no = (size_t)n->n_out + 1;
-    void *scratch = calloc(1, ni * (sizeof(kiln_value *) + sizeof(kiln_type) + sizeof(kiln_type *)) +
-                                  no * (sizeof(kiln_type) + sizeof(kiln_value *)));
+    size_t bytes = ni * (sizeof(kiln_value *) + sizeof(kiln_type) + sizeof(kiln_type *)) +
+                   no * (sizeof(kiln_type) + sizeof(kiln_value *));
+    _Alignas(kiln_type) unsigned char stack[(RUN_NODE_STACK_IO + 1) *
+                                            (2 * sizeof(kiln_type) + 3 * sizeof(kiln_value *) + sizeof(kiln_type *))];
+    bool small = ni <= RUN_NODE_STACK_IO + 1 && no <= RUN_NODE_STACK_IO + 1;
+    void *scratch = small ? stack : calloc(1, bytes);
     if (!scratch) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
+    if (small) memset(scratch, 0, bytes);
     kiln_type *in_type_store = scratch;
     kiln_type *out_type = in_type_store + ni;
     const kiln_value **in = (const kiln_value **)(out_type + no);
@@ -315,34 +450,18 @@ static kiln_status run_node(const kiln_node *n, kiln_frame *f, kiln_err *err)
         }
     }
     /* subgraphs run with the pool of the main graph's run */
-    const kiln_frame *top = f;
-    while (top->parent) top = top->parent;
-    kiln_run_ctx rc = {.node = n, .frame = f, .in = in, .out = out, .err = err,
-                       .pool = top->env ? top->env->pool : NULL, .scratch = top->env ? top->env->scratch : NULL,
-                       .dev = on_dev ? f->env->dev_run : NULL};
+    kiln_run_ctx rc = {.node = n, .frame = f, .in = in, .out = out, .err = err, .pool = f->pool,
+                       .scratch = f->scratch, .dev = on_dev ? f->env->dev_run : NULL};
     st = n->kernel ? n->kernel(&rc) : n->op->run(&rc);
     if (st) goto fail;
     if (dev) dev->count_node(f->env->dev_run, on_dev);
-    for (int i = 0; i < n->n_out; i++) {
-        kiln_ir_value *v = n->out[i];
-        if (!v) {
-            kiln_value_free(out[i]);
-            continue;
-        }
-        if (!out[i]) {
-            st = kiln_errf(err, KILN_ERR_RUNTIME, "node '%s' (%s): kernel produced no output %d", n->name,
-                           n->op_type, i);
-            goto fail;
-        }
-        f->vals[v->id] = out[i];
-        f->owned[v->id] = true;
-        out[i] = NULL;
-    }
-    free(scratch);
+    st = keep_outputs(n, f, out, err);
+    if (st) goto fail;
+    if (!small) free(scratch);
     return KILN_OK;
 fail:
     for (int i = 0; i < n->n_out; i++) kiln_value_free(out[i]);
-    free(scratch);
+    if (!small) free(scratch);
     return st;
 }
 
@@ -418,17 +537,29 @@ kiln_status kiln_execute(const kiln_graph *g, const kiln_frame *parent, const ki
                          const kiln_value *const *inputs, kiln_value **outputs, kiln_err *err)
 {
     kiln_frame f = {.g = g, .parent = parent, .env = env};
-    f.vals = calloc((size_t)g->n_values + 1, sizeof *f.vals);
-    f.owned = calloc((size_t)g->n_values + 1, sizeof *f.owned);
-    if (env && env->dev) f.alt = calloc((size_t)g->n_values + 1, sizeof *f.alt);
-    for (int j = 0; j < g->n_outputs; j++) outputs[j] = NULL;
-    if (!f.vals || !f.owned || (env && env->dev && !f.alt)) {
-        free(f.vals);
-        free(f.owned);
-        free(f.alt);
-        return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
+    if (env) {
+        f.mem = env->mem;
+        f.plan = env->plan;
+        f.syms = env->syms;
+        f.n_syms = env->n_syms;
+        f.pool = env->pool;
+        f.scratch = env->scratch;
+    } else if (parent) {
+        f.pool = parent->pool;
+        f.scratch = parent->scratch;
     }
-    kiln_status st = KILN_OK;
+    return exec_frame(&f, inputs, outputs, err);
+}
+
+/* Runs f's graph (f set up but for its value arrays). */
+static kiln_status exec_frame(kiln_frame *f_, const kiln_value *const *inputs, kiln_value **outputs, kiln_err *err)
+{
+    kiln_frame f = *f_;
+    const kiln_graph *g = f.g;
+    const kiln_run_env *env = f.env;
+    for (int j = 0; j < g->n_outputs; j++) outputs[j] = NULL;
+    kiln_status st = frame_init(&f, env && env->dev, err);
+    if (st) return st;
     for (int i = 0; i < g->n_inputs; i++) {
         const kiln_value *v = inputs && inputs[i] ? inputs[i] : g->inputs[i]->init;
         f.vals[g->inputs[i]->id] = (kiln_value *)v; /* borrowed, never written */
@@ -518,15 +649,13 @@ kiln_status kiln_node_evaluate(const kiln_node *n, size_t max_bytes, kiln_value 
     if (n->kernel || kiln_node_has_subgraphs(n))
         return kiln_errf(err, KILN_ERR_RUNTIME, "internal: node '%s' cannot be evaluated at compile time", n->name);
     kiln_frame f = {.g = n->graph, .alloc_limit = max_bytes ? max_bytes : SIZE_MAX};
-    f.vals = calloc((size_t)f.g->n_values + 1, sizeof *f.vals);
-    f.owned = calloc((size_t)f.g->n_values + 1, sizeof *f.owned);
-    kiln_status st = !f.vals || !f.owned ? kiln_errf(err, KILN_ERR_NOMEM, "out of memory") : run_node(n, &f, err);
+    kiln_status st = frame_init(&f, false, err);
+    if (!st) st = run_node(n, &f, err);
     for (int i = 0; i < n->n_out && !st; i++)
         if (n->out[i]) {
             out[i] = f.vals[n->out[i]->id];
             f.owned[n->out[i]->id] = false;
         }
-    if (f.vals) frame_release(&f);
-    else free(f.owned);
+    frame_release(&f);
     return st;
 }

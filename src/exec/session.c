@@ -12,7 +12,7 @@
 #include "exec/plan.h"
 #include "exec/partition.h"
 #include "exec/provider.h"
-#include "exec/test_hooks.h"
+#include "exec/subgraph.h"
 #include "passes/passes.h"
 #include "onnx/load.h"
 
@@ -180,6 +180,7 @@ static kiln_status compile(kiln_session *s, kiln_err *err)
         kiln_select_kernels(g, s->host, NULL, s->dev, s->dev_state);
         m->release_packed = false;
         if (s->dev && s->dev->prepare) KILN_TRY(s->dev->prepare(s->dev_state, g, err));
+        KILN_TRY(kiln_subgraphs_compile(g, s->opt.plan_cache_size > 0 ? s->opt.plan_cache_size : 16, err));
     }
     s->node_ids = calloc((size_t)g->n_nodes + 1, sizeof *s->node_ids);
     if (!s->node_ids) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
@@ -236,6 +237,7 @@ static kiln_status session_finish(kiln_session *s, kiln_status st, kiln_err *err
         set_error(s, err);
         close_providers(s);
         if (s->model) release_kernels(s->model->graph);
+        if (s->model) kiln_subgraphs_release(s->model->graph);
         kiln_model_free(s->model);
         s->model = NULL;
     }
@@ -267,6 +269,7 @@ void kiln_session_free(kiln_session *s)
     if (!s) return;
     close_providers(s);
     if (s->model) release_kernels(s->model->graph);
+    if (s->model) kiln_subgraphs_release(s->model->graph);
     kiln_model_free(s->model);
     kiln_memprog_release(&s->memprog);
     kiln_plan_cache_release(&s->plans);
@@ -372,6 +375,7 @@ static kiln_status check_constraints(const kiln_model *m, const int64_t *syms, c
     for (int i = 0; i < m->n_constraints; i++) {
         const kiln_constraint *k = &m->constraints[i];
         int64_t a, b;
+        if (k->node->graph != m->graph) continue; /* a subgraph's: checked when it is called */
         if (!kiln_dim_eval(k->a, syms, n_syms, &a) || !kiln_dim_eval(k->b, syms, n_syms, &b)) continue;
         if (a == b || (k->broadcast && (a == 1 || b == 1))) continue;
         char ea[128], eb[128], from[512] = "";
@@ -591,6 +595,11 @@ kiln_status kiln_session_run_observed(kiln_session *s, int n_in, const char *con
         }
         mem = (kiln_arena_view){.base = arena, .offset = plan->offset, .size = plan->size, .in_place = plan->in_place};
         env.mem = &mem;
+        if (!s->dev) { /* the nodes take the plan's shapes; subgraphs bind their own */
+            env.plan = plan;
+            env.syms = syms;
+            env.n_syms = n_syms;
+        }
     }
     const kiln_provider_i *d = s->dev;
     if (d) {

@@ -103,7 +103,8 @@ kiln_status kiln_model_add_constraint(kiln_model *m, const kiln_constraint *c, k
 {
     for (int i = 0; i < m->n_constraints; i++) {
         const kiln_constraint *o = &m->constraints[i];
-        if (o->broadcast == c->broadcast && ((kiln_dim_equal(o->a, c->a) && kiln_dim_equal(o->b, c->b)) ||
+        /* per graph: a subgraph's are checked against its own calls' bindings */
+        if (o->node->graph == c->node->graph && o->broadcast == c->broadcast && ((kiln_dim_equal(o->a, c->a) && kiln_dim_equal(o->b, c->b)) ||
                                              (kiln_dim_equal(o->a, c->b) && kiln_dim_equal(o->b, c->a))))
             return KILN_OK; /* the first node that needs it is the one to name */
     }

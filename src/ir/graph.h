@@ -172,6 +172,9 @@ struct kiln_graph {
     /* values of enclosing graphs read anywhere inside this graph (its nested graphs too) */
     int n_captures;
     kiln_ir_value **captures;
+    /* subgraphs of an optimised session: what src/exec/subgraph.c compiled for runs of this
+     * graph (owned by the session), or NULL */
+    struct kiln_subprog *prog;
 };
 
 /* A shape constraint inference could not decide at compile time; checked when input shapes
