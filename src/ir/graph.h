@@ -123,6 +123,7 @@ struct kiln_node {
     const char *domain;        /* "" for the default ONNX domain */
     int opset;                 /* the model's opset version for `domain` */
     const kiln_op_def *op;     /* NULL when kiln has no implementation */
+    const void *params;        /* op's typed attributes (kiln_op_def.parse), or NULL */
     /* the kernel a provider selected, or NULL: op->run, the reference kernel; and the data it
      * prepared at compile time (packed weights), released with kernel_state_free */
     kiln_status (*kernel)(struct kiln_run_ctx *c);

@@ -55,6 +55,12 @@ struct kiln_op_def {
     kiln_status (*infer)(kiln_infer_ctx *c);
     kiln_status (*run)(kiln_run_ctx *c);
     unsigned flags;      /* KILN_OP_* */
+    /* Optional: parses a node's attributes into the op's typed struct of params_size bytes,
+     * once at compile time (kiln_node_bind: n->params); the kernels read that struct instead
+     * of looking attributes up by name on every call. Fails (kiln_errf, KILN_ERR_MODEL) on a
+     * bad attribute. */
+    kiln_status (*parse)(const kiln_node *n, void *params, kiln_err *err);
+    size_t params_size;
 };
 
 /* A family's table; `n` entries. */

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "exec/exec.h"
+#include "ops/eval.h"
 #include "ops/op.h"
 #include "passes/passes.h"
 

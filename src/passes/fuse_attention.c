@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "core/dtype.h"
-#include "exec/exec.h"
+#include "ops/eval.h"
 #include "ops/op.h"
 #include "passes/passes.h"
 
