@@ -49,6 +49,11 @@ bool kiln_infer_in_dims_value(const kiln_infer_ctx *c, int i, kiln_dim *dims, in
     return false;
 }
 
+const kiln_type *kiln_infer_out(const kiln_infer_ctx *c, int i)
+{
+    return kiln_infer_has_out(c, i) ? &c->out[i] : NULL;
+}
+
 bool kiln_infer_has_out(const kiln_infer_ctx *c, int i)
 {
     return i >= 0 && i < c->node->n_out && c->node->out[i];

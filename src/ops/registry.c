@@ -15,7 +15,8 @@
     X(kiln_ops_attention) \
     X(kiln_ops_attention_variants) \
     X(kiln_ops_rnn) \
-    X(kiln_ops_basic)
+    X(kiln_ops_basic) \
+    X(kiln_ops_fused)
 
 #define DECLARE(name) extern const kiln_op_table name;
 FAMILIES(DECLARE)
