@@ -288,7 +288,9 @@ int cmd_verify(int argc, char **argv)
     if (first >= 0) {
         const tap *t = &served.t[first];
         char desc[1024] = "";
-        kiln_session_options info_opt = kiln_session_options_default();
+        /* the served configuration: t->node indexes its nodes, fused ones included (the
+         * unoptimised session numbers them otherwise) */
+        kiln_session_options info_opt = opt;
         info_opt.allow_unsupported = true;
         kiln_session *s = cli_open_session(a.model, &info_opt);
         if (s) kiln_session_node_describe(s, t->node, desc, sizeof desc);

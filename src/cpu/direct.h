@@ -22,7 +22,7 @@
 #include <stdint.h>
 
 #include "cpu/gemm.h"
-#include "ir/graph.h"
+#include "ops/fused.h"
 
 /* Pixels per tile: the micro-kernel's rows. */
 #define KILN_DIRECT_ROWS 14

@@ -8,6 +8,7 @@
 
 #include <math.h>
 
+#include "ops/fused.h"
 #include "ops/op.h"
 
 /* Elements per parallel chunk of a streaming loop. */
@@ -39,8 +40,8 @@ kiln_status kiln_cpu_conv_depthwise(kiln_run_ctx *c, const struct nn_geom *g, co
  * one that fails with a message for any other op; NULL for Shape and for nodes without blocked
  * values. */
 kiln_kernel_fn kiln_cpu_select_nchwc(kiln_node *n);
-/* 2-D Conv on float32 with the node's fused activation (kernels_conv.c). */
-/* Packs constant weights into n->kernel_state. */
+/* 2-D Conv and kiln.FusedConv (residual and activation applied to each output tile) on
+ * float32 (kernels_conv.c). Packs constant weights into n->kernel_state. */
 kiln_kernel_fn kiln_cpu_select_conv(kiln_node *n);
 /* y[i] = Gelu(x[i]) (exact, erf form) for i < n; y may be x. AVX-512 where the CPU has it
  * (kernels_ew.c). */
@@ -59,17 +60,9 @@ static inline bool kiln_cpu_act_clamp(const kiln_act *act, float *lo, float *hi)
 }
 /* A kiln_gemm_tile_fn applying the kiln_act at ctx to each element of the block. */
 void kiln_cpu_act_tile(void *ctx, float *c, int64_t ldc, int64_t i0, int64_t m, int64_t j0, int64_t n);
-/* The reference kernel, then the node's fused activation (kiln_node.act) over output 0. */
-kiln_status kiln_cpu_reference_act(kiln_run_ctx *c);
-
 /* The node's reference kernel, for the cases a provider kernel leaves to it: zeroes the
  * outputs first, as the reference kernels expect (provider kernels get them unzeroed). */
 kiln_status kiln_cpu_reference(kiln_run_ctx *c);
 
-/* Whether v is a float32 tensor (by its compile-time type). */
-static inline bool kiln_cpu_is_f32(const kiln_ir_value *v)
-{
-    return v && v->type.kind == KILN_VALUE_TENSOR && v->type.dtype == KILN_DTYPE_FLOAT32;
-}
 
 #endif

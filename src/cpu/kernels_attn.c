@@ -611,8 +611,8 @@ kiln_kernel_fn kiln_cpu_select_attn(const kiln_node *n)
     if (*n->domain || strcmp(n->op_type, "Attention") || n->n_in < 3 || n->n_in > 4 || n->n_out < 1) return NULL;
     for (int i = 1; i < n->n_out; i++)
         if (n->out[i]) return NULL; /* present key/value, qk output: the reference */
-    if (!kiln_cpu_is_f32(n->in[0]) || !kiln_cpu_is_f32(n->in[1]) || !kiln_cpu_is_f32(n->in[2])) return NULL;
-    if (n->n_in == 4 && n->in[3] && !kiln_cpu_is_f32(n->in[3])) return NULL;
+    if (!kiln_ir_is_f32(n->in[0]) || !kiln_ir_is_f32(n->in[1]) || !kiln_ir_is_f32(n->in[2])) return NULL;
+    if (n->n_in == 4 && n->in[3] && !kiln_ir_is_f32(n->in[3])) return NULL;
     const kiln_attr *sc = kiln_node_attr(n, "softcap");
     const kiln_attr *sp = kiln_node_attr(n, "softmax_precision");
     if (kiln_attr_int(n, "is_causal", 0) || (sc && sc->f != 0.0f) || (sp && sp->i != KILN_DTYPE_FLOAT32) ||

@@ -740,7 +740,7 @@ kiln_status kiln_cpu_conv_depthwise(kiln_run_ctx *c, const nn_geom *g, const flo
 
 kiln_kernel_fn kiln_cpu_select_cnn(const kiln_node *n)
 {
-    if (*n->domain || n->n_in < 1 || n->n_out < 1 || !kiln_cpu_is_f32(n->in[0]) || !kiln_cpu_is_f32(n->out[0]))
+    if (*n->domain || n->n_in < 1 || n->n_out < 1 || !kiln_ir_is_f32(n->in[0]) || !kiln_ir_is_f32(n->out[0]))
         return NULL;
     if (!strcmp(n->op_type, "BatchNormalization") && n->opset >= 9 && n->n_in == 5 && n->n_out == 1 &&
         (n->opset < 14 || kiln_attr_int(n, "training_mode", 0) == 0))

@@ -2,7 +2,7 @@
  * cols[k, p] per image and group, where cols is X itself for 1x1 convolutions and otherwise an
  * im2col matrix that is never stored: the GEMM asks for each [kc x nr] panel of it as it packs
  * (kiln_sgemm_implicit_b), so it only ever lives in cache. Bias and the node's fused activation
- * (kiln_node.act) are applied to each output tile right after the GEMM writes it. Layers deep in
+ * (kiln.FusedConv's residual and activation) are applied to each output tile right after the GEMM writes it. Layers deep in
  * a CNN (many channels, few pixels: conv_pixels_as_m) run the transposed product instead,
  * Y^T [pixels, channels] = cols^T * W^T against weights prepacked as B, with cols^T gathered
  * once per call and each tile stored transposed. 3x3 layers at stride 1 with enough channels
@@ -104,36 +104,6 @@ void kiln_cpu_act_apply_sum(const kiln_act *a, float *y, const float *res, int64
 void kiln_cpu_act_apply(const kiln_act *a, float *y, int64_t n, float bias)
 {
     kiln_cpu_act_apply_sum(a, y, NULL, n, bias);
-}
-
-typedef struct act_job {
-    const kiln_act *act;
-    float *y;
-    const float *res; /* [n] added before act, or NULL */
-    int64_t n;
-} act_job;
-
-static void act_chunks(void *ctx, int64_t begin, int64_t end)
-{
-    const act_job *j = ctx;
-    int64_t i = begin * KILN_CPU_CHUNK, e = end * KILN_CPU_CHUNK < j->n ? end * KILN_CPU_CHUNK : j->n;
-    kiln_cpu_act_apply_sum(j->act, j->y + i, j->res ? j->res + i : NULL, e - i, 0.0f);
-}
-
-kiln_status kiln_cpu_reference_act(kiln_run_ctx *c)
-{
-    const kiln_node *n = kiln_run_node(c);
-    KILN_TRY(kiln_cpu_reference(c));
-    kiln_value *Y = kiln_run_out(c, 0);
-    const kiln_value *R = n->sum_in ? kiln_run_in(c, n->sum_in) : NULL;
-    if ((n->act.kind == KILN_ACT_NONE && !R) || !Y || !Y->numel) return KILN_OK;
-    if (Y->dtype != KILN_DTYPE_FLOAT32)
-        return kiln_run_fail(c, KILN_ERR_RUNTIME, "fused activation on a non-float32 output");
-    if (n->sum_in && (!R || R->dtype != KILN_DTYPE_FLOAT32 || R->numel != Y->numel))
-        return kiln_run_fail(c, KILN_ERR_RUNTIME, "fused residual input does not match the output");
-    act_job j = {&n->act, Y->data, R ? R->data : NULL, Y->numel};
-    kiln_threadpool_parallel_for(kiln_run_threadpool(c), (j.n + KILN_CPU_CHUNK - 1) / KILN_CPU_CHUNK, act_chunks, &j);
-    return KILN_OK;
 }
 
 /* Per-row bias ([M] of this group, or NULL), residual and an activation the micro-kernels do
@@ -682,6 +652,7 @@ static kiln_status gemm_fail(kiln_run_ctx *c, kiln_status st)
 typedef struct conv_call {
     kiln_gemm_ctx ctx;
     const kiln_node *n;
+    const kiln_act *act;  /* the fused activation (kiln.FusedConv), KILN_ACT_NONE for Conv */
     const conv_state *cs; /* packed weights, or NULL */
     const kiln_winograd *wino; /* the call runs by conv_winograd */
     nn_geom g;
@@ -700,7 +671,7 @@ static kiln_status conv_pixels_rows(const conv_call *k)
     float *tmp = kiln_scratch_get(ctx.scratch, (size_t)(k->area * k->mg) * sizeof *tmp); /* C [area, mg] */
     if (!tmp) return KILN_ERR_NOMEM;
     kiln_status st = KILN_OK;
-    const kiln_act *act = &k->n->act;
+    const kiln_act *act = k->act;
     bool clamp_in_kernel = k->in_kernel && !k->res && act->kind != KILN_ACT_NONE;
     for (int64_t b = 0; b < k->Nb && !st; b++)
         for (int64_t gi = 0; gi < k->group && !st; gi++) {
@@ -776,7 +747,7 @@ static kiln_status conv_over_copy(const conv_call *k, const shifted_geom *q)
         for (int64_t gi = 0; gi < k->group && !st; gi++) {
             int64_t at = (b * k->M + gi * k->mg) * k->area;
             st = conv_shifted(&k->ctx, k->cs->w[gi].a, k->x + (b * k->C + gi * k->cg) * k->H * k->W, P, off, cp, q,
-                              k->mg, k->bias ? k->bias + gi * k->mg : NULL, k->res ? k->res + at : NULL, &k->n->act,
+                              k->mg, k->bias ? k->bias + gi * k->mg : NULL, k->res ? k->res + at : NULL, k->act,
                               k->y + at);
         }
     kiln_scratch_put(k->ctx.scratch, P);
@@ -793,11 +764,11 @@ static kiln_status conv_channel_rows(const conv_call *k)
         for (int64_t gi = 0; gi < k->group; gi++) {
             const float *xg = k->x + (b * k->C + gi * k->cg) * k->H * k->W;
             int64_t at = (b * k->M + gi * k->mg) * k->area;
-            conv_epi epi = {k->bias ? k->bias + gi * k->mg : NULL, &k->n->act, k->res ? k->res + at : NULL, k->area};
+            conv_epi epi = {k->bias ? k->bias + gi * k->mg : NULL, k->act, k->res ? k->res + at : NULL, k->area};
             kiln_gemm_epilogue ep = {.tile = conv_tile, .tile_ctx = &epi};
             if (k->in_kernel)
                 ep = (kiln_gemm_epilogue){.row_bias = epi.bias, .residual = epi.res, .ldr = epi.ldr,
-                                          .act = k->n->act.kind == KILN_ACT_NONE ? KILN_GEMM_ACT_NONE : KILN_GEMM_ACT_CLIP,
+                                          .act = k->act->kind == KILN_ACT_NONE ? KILN_GEMM_ACT_NONE : KILN_GEMM_ACT_CLIP,
                                           .lo = k->lo, .hi = k->hi};
             kiln_status st;
             const kiln_gemm_packed_a *pa = k->cs ? k->cs->w[gi].a : NULL;
@@ -839,7 +810,7 @@ static kiln_status conv_direct_phases(const conv_call *k)
         kiln_threadpool_parallel_for(q.cg * q.H * q.W < (1 << 15) ? NULL : k->ctx.pool, q.cg, copy_phases, &pj);
         kiln_direct_src src = {P, 0, off, q.wq, k->oh, k->ow};
         int64_t at = b * k->M * k->area;
-        st = kiln_cpu_direct_run(&k->ctx, k->cs->direct, &src, 1, k->bias, k->res ? k->res + at : NULL, &k->n->act,
+        st = kiln_cpu_direct_run(&k->ctx, k->cs->direct, &src, 1, k->bias, k->res ? k->res + at : NULL, k->act,
                                  k->y + at);
     }
     kiln_scratch_put(k->ctx.scratch, P);
@@ -864,7 +835,7 @@ static kiln_status conv_direct(const conv_call *k)
             memset(pad + r * 16 + k->area, 0, (size_t)(16 - k->area) * sizeof *pad);
         }
         kiln_direct_src src = {small ? pad : k->x, k->kdim * pitch, off, 0, 1, k->area};
-        st = kiln_cpu_direct_run(&k->ctx, k->cs->direct, &src, k->Nb, k->bias, k->res, &k->n->act, k->y);
+        st = kiln_cpu_direct_run(&k->ctx, k->cs->direct, &src, k->Nb, k->bias, k->res, k->act, k->y);
     }
     kiln_scratch_put(k->ctx.scratch, off);
     kiln_scratch_put(k->ctx.scratch, pad);
@@ -889,7 +860,7 @@ static kiln_status conv_winograd(const conv_call *k)
         kiln_threadpool_parallel_for(q.cg * q.H * q.W < (1 << 15) ? NULL : k->ctx.pool, q.cg, copy_phases, &pj);
         int64_t at = b * k->M * k->area;
         st = kiln_cpu_winograd_run(&k->ctx, k->wino, P, hq, wq, k->oh, k->ow, k->bias, k->res ? k->res + at : NULL,
-                                   &k->n->act, k->y + at);
+                                   k->act, k->y + at);
     }
     kiln_scratch_put(k->ctx.scratch, P);
     return st;
@@ -912,10 +883,10 @@ static kiln_status conv_run(kiln_run_ctx *c)
     if (!Y || X->rank != 4 || Wt->rank != 4 || Y->rank != 4 || X->dtype != KILN_DTYPE_FLOAT32 ||
         Wt->dtype != KILN_DTYPE_FLOAT32 || Y->dtype != KILN_DTYPE_FLOAT32 ||
         (Bv && (Bv->dtype != KILN_DTYPE_FLOAT32 || Bv->numel != Wt->dims[0])))
-        return kiln_cpu_reference_act(c);
+        return kiln_cpu_reference(c);
     conv_call k = {.n = n};
     char msg[128];
-    if (!conv_geom(n, wrank, &k.g, msg, sizeof msg)) return kiln_cpu_reference_act(c);
+    if (!conv_geom(n, wrank, &k.g, msg, sizeof msg)) return kiln_cpu_reference(c);
     k.g.kernel[0] = k.kh = Wt->dims[2];
     k.g.kernel[1] = k.kw = Wt->dims[3];
     int64_t out_hw[2];
@@ -924,31 +895,33 @@ static kiln_status conv_run(kiln_run_ctx *c)
     if (k.group < 1 || k.C % k.group || k.M % k.group || Wt->dims[1] != k.C / k.group ||
         !nn_geom_resolve(&k.g, X->dims + 2, out_hw) || out_hw[0] != Y->dims[2] || out_hw[1] != Y->dims[3] ||
         Y->dims[1] != k.M || Y->dims[0] != k.Nb)
-        return kiln_cpu_reference_act(c);
+        return kiln_cpu_reference(c);
     k.cg = k.C / k.group, k.mg = k.M / k.group, k.oh = out_hw[0], k.ow = out_hw[1];
     k.kdim = k.cg * k.kh * k.kw, k.area = k.oh * k.ow;
     if (!Y->numel) return KILN_OK;
-    if (!X->numel || !Wt->numel) return kiln_cpu_reference_act(c); /* no channels: the output is the bias */
-    const kiln_value *R = n->sum_in ? kiln_run_in(c, n->sum_in) : NULL; /* fused residual: Y's shape */
+    if (!X->numel || !Wt->numel) return kiln_cpu_reference(c); /* no channels: the output is the bias */
+    const kiln_fused *f = kiln_fused_of(n);
+    k.act = &f->act;
+    const kiln_value *R = f->residual ? kiln_run_in(c, f->residual) : NULL; /* fused residual: Y's shape */
     if (wrank == 3) R = conv_as_4d(R, &r4);
-    if (n->sum_in &&
+    if (f->residual &&
         (!R || R->dtype != KILN_DTYPE_FLOAT32 || R->rank != 4 || memcmp(R->dims, Y->dims, 4 * sizeof R->dims[0])))
         return kiln_run_fail(c, KILN_ERR_RUNTIME, "fused residual input does not match the output");
     if (k.group == k.C && k.M == k.C && !R) /* depthwise: W [C, 1, kh, kw] */
-        return kiln_cpu_conv_depthwise(c, &k.g, X->data, Wt->data, Bv ? Bv->data : NULL, &n->act, Y->data, k.Nb, k.C,
+        return kiln_cpu_conv_depthwise(c, &k.g, X->data, Wt->data, Bv ? Bv->data : NULL, k.act, Y->data, k.Nb, k.C,
                                        k.H, k.W, k.oh, k.ow);
     const nn_geom *g = &k.g;
     k.direct = k.kh == 1 && k.kw == 1 && g->strides[0] == 1 && g->strides[1] == 1 && !g->pads[0] && !g->pads[1] &&
                !g->pads[2] && !g->pads[3];
     k.ctx = (kiln_gemm_ctx){.pool = kiln_run_threadpool(c), .scratch = kiln_run_scratch(c)};
-    k.in_kernel = clamp_bounds(&n->act, &k.lo, &k.hi); /* else another act in a tile pass */
+    k.in_kernel = clamp_bounds(k.act, &k.lo, &k.hi); /* else another act in a tile pass */
     k.x = X->data, k.w = Wt->data, k.bias = Bv ? Bv->data : NULL, k.res = R ? R->data : NULL, k.y = Y->data;
     k.cs = packed_w ? n->kernel_state : NULL;
     if (k.cs && k.cs->wino && k.kh == 3 && k.kw == 3 && g->strides[0] == 1 && g->strides[1] == 1 &&
         g->dilations[0] == 1 && g->dilations[1] == 1 && k.group == 1)
         k.wino = k.cs->wino;
     if (k.cs && k.cs->direct) { /* the weights are only there; the geometry was checked when packing */
-        if (k.group != 1) return kiln_cpu_reference_act(c);
+        if (k.group != 1) return kiln_cpu_reference(c);
         kiln_status st = conv_direct(&k);
         return st ? gemm_fail(c, st) : KILN_OK;
     }
@@ -1048,12 +1021,12 @@ static kiln_status conv_transpose_run(kiln_run_ctx *c)
 kiln_kernel_fn kiln_cpu_select_conv(kiln_node *n)
 {
     if (!*n->domain && !strcmp(n->op_type, "ConvTranspose") && n->n_in >= 2 && n->n_out >= 1 &&
-        kiln_cpu_is_f32(n->in[0]) && kiln_cpu_is_f32(n->in[1]) && n->in[0]->type.rank == 4 &&
-        n->in[1]->type.rank == 4 && n->act.kind == KILN_ACT_NONE)
+        kiln_ir_is_f32(n->in[0]) && kiln_ir_is_f32(n->in[1]) && n->in[0]->type.rank == 4 &&
+        n->in[1]->type.rank == 4)
         return conv_transpose_run;
-    if (*n->domain || strcmp(n->op_type, "Conv") || n->n_in < 2 || n->n_out < 1 || !kiln_cpu_is_f32(n->in[0]) ||
-        !kiln_cpu_is_f32(n->in[1]) || (n->in[0]->type.rank != 4 && n->in[0]->type.rank != 3) ||
-        n->in[1]->type.rank != n->in[0]->type.rank)
+    if (!((!*n->domain && !strcmp(n->op_type, "Conv")) || kiln_node_is_fused(n, "Conv")) || n->n_in < 2 ||
+        n->n_out < 1 || !kiln_ir_is_f32(n->in[0]) || !kiln_ir_is_f32(n->in[1]) ||
+        (n->in[0]->type.rank != 4 && n->in[0]->type.rank != 3) || n->in[1]->type.rank != n->in[0]->type.rank)
         return NULL;
     if (!n->kernel_state) conv_pack_weights(n);
     return conv_run;

@@ -344,10 +344,10 @@ static kiln_status gelu_tanh_run(kiln_run_ctx *c) { return unary_run(c, gelu_tan
 
 kiln_kernel_fn kiln_cpu_select_ew(const kiln_node *n)
 {
-    if (*n->domain || n->n_in < 1 || n->n_out < 1 || !kiln_cpu_is_f32(n->in[0]) || !kiln_cpu_is_f32(n->out[0]))
+    if (*n->domain || n->n_in < 1 || n->n_out < 1 || !kiln_ir_is_f32(n->in[0]) || !kiln_ir_is_f32(n->out[0]))
         return NULL;
     const char *t = n->op_type;
-    if (n->n_in == 2 && kiln_cpu_is_f32(n->in[1]) && n->opset >= 7) { /* before 7: legacy broadcast attributes */
+    if (n->n_in == 2 && kiln_ir_is_f32(n->in[1]) && n->opset >= 7) { /* before 7: legacy broadcast attributes */
         if (!strcmp(t, "Add")) return add_run;
         if (!strcmp(t, "Sub")) return sub_run;
         if (!strcmp(t, "Mul")) return mul_run;

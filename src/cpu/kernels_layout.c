@@ -227,6 +227,6 @@ kiln_kernel_fn kiln_cpu_select_layout(const kiln_node *n)
 {
     if (*n->domain || n->n_out < 1) return NULL;
     if (!strcmp(n->op_type, "Concat")) return n->n_in >= 1 ? concat_run : NULL;
-    if (n->n_in != 1 || !kiln_cpu_is_f32(n->in[0]) || !kiln_cpu_is_f32(n->out[0])) return NULL;
+    if (n->n_in != 1 || !kiln_ir_is_f32(n->in[0]) || !kiln_ir_is_f32(n->out[0])) return NULL;
     return !strcmp(n->op_type, "Transpose") ? transpose_run : NULL;
 }

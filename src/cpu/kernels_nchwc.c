@@ -30,7 +30,8 @@ static kiln_status conv_run(kiln_run_ctx *c)
     const kiln_nchwc_conv *p = n->kernel_state;
     if (!p) return kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory for the blocked convolution's weights");
     const kiln_value *X = kiln_run_in(c, 0), *B = n->n_in > 2 ? kiln_run_in(c, 2) : NULL;
-    const kiln_value *R = n->sum_in ? kiln_run_in(c, n->sum_in) : NULL;
+    const kiln_fused *f = kiln_fused_of(n);
+    const kiln_value *R = f->residual ? kiln_run_in(c, f->residual) : NULL;
     kiln_value *Y = kiln_run_out(c, 0);
     int64_t kh, kw, M, C;
     bool dw = kiln_cpu_nchwc_conv_shape(p, &M, &C, &kh, &kw);
@@ -40,7 +41,7 @@ static kiln_status conv_run(kiln_run_ctx *c)
                              (long long)C, (long long)M);
     if (B && (B->dtype != KILN_DTYPE_FLOAT32 || B->numel != M))
         return kiln_run_fail(c, KILN_ERR_RUNTIME, "blocked convolution: B is not %lld float32 values", (long long)M);
-    if (n->sum_in && (!f32_4d(R) || memcmp(R->dims, Y->dims, sizeof R->dims[0] * 4)))
+    if (f->residual && (!f32_4d(R) || memcmp(R->dims, Y->dims, sizeof R->dims[0] * 4)))
         return kiln_run_fail(c, KILN_ERR_RUNTIME, "fused residual input does not match the output");
     nn_geom g;
     char msg[160];
@@ -53,7 +54,7 @@ static kiln_status conv_run(kiln_run_ctx *c)
     if (!Y->numel) return KILN_OK;
     kiln_nchwc_conv_io io = {.x = X->data, .x_blocked = is_blocked(n->in[0]), .N = X->dims[0], .H = X->dims[2],
                              .W = X->dims[3], .y = Y->data, .y_blocked = is_blocked(n->out[0]), .oh = out[0],
-                             .ow = out[1], .bias = B ? B->data : NULL, .res = R ? R->data : NULL, .act = &n->act,
+                             .ow = out[1], .bias = B ? B->data : NULL, .res = R ? R->data : NULL, .act = &f->act,
                              .strides = {g.strides[0], g.strides[1]}, .dilations = {g.dilations[0], g.dilations[1]},
                              .pads = {g.pads[0], g.pads[1]}, .scratch = kiln_run_scratch(c)};
     kiln_status st = kiln_cpu_nchwc_conv_run(kiln_run_threadpool(c), p, &io);
@@ -113,8 +114,7 @@ static kiln_status unsupported_run(kiln_run_ctx *c)
 kiln_kernel_fn kiln_cpu_select_nchwc(kiln_node *n)
 {
     if (!touches_blocked(n) || (!*n->domain && !strcmp(n->op_type, "Shape"))) return NULL;
-    if (*n->domain) return unsupported_run;
-    if (!strcmp(n->op_type, "Conv")) {
+    if (kiln_node_is_fused(n, "Conv") || (!*n->domain && !strcmp(n->op_type, "Conv"))) {
         if (!n->kernel_state) {
             const kiln_value *w = kiln_ir_constant(n->in[1]);
             bool dw = kiln_attr_int(n, "group", 1) > 1;
@@ -128,6 +128,7 @@ kiln_kernel_fn kiln_cpu_select_nchwc(kiln_node *n)
         }
         return conv_run;
     }
+    if (*n->domain) return unsupported_run;
     if (!strcmp(n->op_type, "MaxPool") || !strcmp(n->op_type, "AveragePool")) return pool_run;
     if (!strcmp(n->op_type, "GlobalAveragePool")) return global_avg_run;
     return unsupported_run;

@@ -261,10 +261,10 @@ static kiln_status reduce_mean_run(kiln_run_ctx *c)
 
 kiln_kernel_fn kiln_cpu_select_norm(const kiln_node *n)
 {
-    if (*n->domain || n->n_in < 1 || n->n_out < 1 || !kiln_cpu_is_f32(n->in[0]) || !kiln_cpu_is_f32(n->out[0]))
+    if (*n->domain || n->n_in < 1 || n->n_out < 1 || !kiln_ir_is_f32(n->in[0]) || !kiln_ir_is_f32(n->out[0]))
         return NULL;
     if (!strcmp(n->op_type, "Softmax")) return softmax_run;
-    if (!strcmp(n->op_type, "LayerNormalization") && n->n_in >= 2 && kiln_cpu_is_f32(n->in[1])) return layernorm_run;
+    if (!strcmp(n->op_type, "LayerNormalization") && n->n_in >= 2 && kiln_ir_is_f32(n->in[1])) return layernorm_run;
     if (!strcmp(n->op_type, "ReduceMean")) return reduce_mean_run;
     return NULL;
 }

@@ -22,7 +22,7 @@
 
 #include "core/error.h"
 #include "core/threadpool.h"
-#include "ir/graph.h"
+#include "ops/fused.h"
 
 /* Channels per block. */
 #define KILN_NCHWC_BLOCK 16

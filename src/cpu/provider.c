@@ -14,11 +14,6 @@
 #include "ops/util.h"
 #include "passes/passes.h"
 
-static bool is_f32(const kiln_ir_value *v)
-{
-    return v && v->type.kind == KILN_VALUE_TENSOR && v->type.dtype == KILN_DTYPE_FLOAT32;
-}
-
 static kiln_status reference_run(kiln_run_ctx *c)
 {
     for (int i = 0; i < kiln_run_n_out(c); i++) {
@@ -119,47 +114,28 @@ static void batch_range(void *ctx, int64_t begin, int64_t end)
     }
 }
 
-/* ---- MatMul: numpy matmul semantics, then the fused bias and activation (kiln_node.bias, act) ---- */
+/* ---- MatMul and kiln.FusedMatMul: numpy matmul semantics, then the fused bias and activation ---- */
 
-/* The node's fused bias [N] (a constant), or NULL. */
-static const float *matmul_bias(const kiln_node *n, int64_t N)
+/* The fused bias [N] (kiln.FusedMatMul's input 2), or NULL. */
+static const float *matmul_bias(kiln_run_ctx *c, const kiln_fused *f, int64_t N)
 {
-    const kiln_value *b = n->bias ? n->bias->init : NULL;
+    const kiln_value *b = f->bias ? kiln_run_in(c, f->bias) : NULL;
     return b && b->dtype == KILN_DTYPE_FLOAT32 && b->numel == N ? b->data : NULL;
-}
-
-/* The reference MatMul, then the fused bias and activation over Y's rows. */
-static kiln_status matmul_reference(kiln_run_ctx *c)
-{
-    const kiln_node *n = kiln_run_node(c);
-    KILN_TRY(kiln_cpu_reference(c));
-    kiln_value *Y = kiln_run_out(c, 0);
-    if ((!n->bias && n->act.kind == KILN_ACT_NONE) || !Y || !Y->numel) return KILN_OK;
-    int64_t N = Y->rank ? Y->dims[Y->rank - 1] : 1;
-    const float *bias = matmul_bias(n, N);
-    if (Y->dtype != KILN_DTYPE_FLOAT32 || (n->bias && !bias))
-        return kiln_run_fail(c, KILN_ERR_RUNTIME, "fused bias or activation on a MatMul output it does not fit");
-    float *y = Y->data;
-    for (int64_t r = 0; r < Y->numel / N; r++, y += N) {
-        for (int64_t j = 0; bias && j < N; j++) y[j] += bias[j];
-        kiln_cpu_act_apply(&n->act, y, N, 0.0f);
-    }
-    return KILN_OK;
 }
 
 static kiln_status matmul_run(kiln_run_ctx *c)
 {
-    const kiln_node *n = kiln_run_node(c);
+    const kiln_fused *f = kiln_fused_of(kiln_run_node(c));
     const kiln_value *A = kiln_run_in(c, 0), *B = kiln_run_in(c, 1);
     kiln_value *Y = kiln_run_out(c, 0);
     if (!Y || A->dtype != KILN_DTYPE_FLOAT32 || B->dtype != KILN_DTYPE_FLOAT32 || A->rank < 1 || B->rank < 1)
-        return matmul_reference(c);
+        return kiln_cpu_reference(c);
     int ra = A->rank, rb = B->rank;
     int64_t M = ra >= 2 ? A->dims[ra - 2] : 1, K = A->dims[ra - 1];
     int64_t N = rb >= 2 ? B->dims[rb - 1] : 1, KB = rb >= 2 ? B->dims[rb - 2] : B->dims[0];
-    if (K != KB) return matmul_reference(c); /* the reference kernel reports it */
-    bool fused = n->bias || n->act.kind != KILN_ACT_NONE;
-    if (fused && rb != 2) return matmul_reference(c); /* the passes fuse only 2-D weights */
+    if (K != KB) return kiln_cpu_reference(c); /* the reference kernel reports it */
+    bool fused = f->bias || f->act.kind != KILN_ACT_NONE;
+    if (fused && rb != 2) return kiln_cpu_reference(c); /* the passes fuse only 2-D weights */
     kiln_threadpool *pool = kiln_run_threadpool(c);
     const float *a = A->data, *b = B->data;
     float *y = Y->data;
@@ -169,11 +145,11 @@ static kiln_status matmul_run(kiln_run_ctx *c)
         int64_t rows = K ? A->numel / K : (ra >= 2 ? Y->numel / N : 1);
         const kiln_gemm_packed_b *pb = rb == 2 ? packed_for(c, B) : NULL;
         kiln_gemm_ctx ctx = {.pool = pool, .scratch = kiln_run_scratch(c)};
-        kiln_gemm_epilogue ep = {.bias = matmul_bias(n, N)};
-        if (n->bias && !ep.bias) return matmul_reference(c); /* it reports the mismatch */
-        if (n->act.kind != KILN_ACT_NONE) {
+        kiln_gemm_epilogue ep = {.bias = matmul_bias(c, f, N)};
+        if (f->bias && !ep.bias) return kiln_cpu_reference(c); /* it reports the mismatch */
+        if (f->act.kind != KILN_ACT_NONE) {
             ep.tile = kiln_cpu_act_tile;
-            ep.tile_ctx = (void *)&n->act;
+            ep.tile_ctx = (void *)&f->act;
         }
         const kiln_gemm_epilogue *epp = fused ? &ep : NULL;
         kiln_status st = pb ? kiln_sgemm_packed(&ctx, false, rows, 1.0f, a, K, pb, 0.0f, y, N, epp)
@@ -202,7 +178,7 @@ static kiln_status matmul_run(kiln_run_ctx *c)
     return st ? gemm_fail(c, st) : KILN_OK;
 }
 
-/* ---- Gemm: Y = alpha * op(A) op(B) + beta * C ---- */
+/* ---- Gemm and kiln.FusedGemm: Y = act(alpha * op(A) op(B) + beta * C) ---- */
 
 /* Gemm with the activation act applied by the sgemm epilogue; every case the fast path does
  * not cover runs `fallback` (which applies the activation its own way). */
@@ -243,7 +219,7 @@ static kiln_status gemm_core(kiln_run_ctx *c, const kiln_act *act, kiln_kernel_f
 
 static kiln_status gemm_run(kiln_run_ctx *c)
 {
-    return gemm_core(c, &kiln_run_node(c)->act, kiln_cpu_reference_act);
+    return gemm_core(c, &kiln_fused_of(kiln_run_node(c))->act, kiln_cpu_reference); /* kiln.FusedGemm's activation */
 }
 
 /* ---- com.microsoft FusedGemm and FusedMatMul on the same sgemm ---- */
@@ -337,7 +313,7 @@ static kiln_kernel_fn cpu_select(kiln_provider *p, kiln_node *n, unsigned *host_
     if (!k) k = kiln_cpu_select_cnn(n);
     if (!k) k = kiln_cpu_select_quant(n);
     if (k) return k;
-    if (!strcmp(n->domain, "com.microsoft") && n->n_in >= 2 && n->n_out >= 1 && is_f32(n->in[0]) && is_f32(n->in[1])) {
+    if (!strcmp(n->domain, "com.microsoft") && n->n_in >= 2 && n->n_out >= 1 && kiln_ir_is_f32(n->in[0]) && kiln_ir_is_f32(n->in[1])) {
         kiln_act act;
         if (!strcmp(n->op_type, "FusedMatMul")) {
             if (!kiln_attr_int(n, "transBatchB", 0)) pack_weights(n, 1, kiln_attr_int(n, "transB", 0) != 0);
@@ -349,52 +325,64 @@ static kiln_kernel_fn cpu_select(kiln_provider *p, kiln_node *n, unsigned *host_
         }
         return NULL;
     }
-    if (*n->domain || n->n_in < 2 || n->n_out < 1 || !is_f32(n->in[0]) || !is_f32(n->in[1])) return NULL;
-    if (!strcmp(n->op_type, "MatMul")) {
+    if ((k = kiln_cpu_select_conv(n))) return k;
+    if (n->n_in < 2 || n->n_out < 1 || !kiln_ir_is_f32(n->in[0]) || !kiln_ir_is_f32(n->in[1])) return NULL;
+    bool plain = !*n->domain;
+    if ((plain && !strcmp(n->op_type, "MatMul")) || kiln_node_is_fused(n, "MatMul")) {
         pack_weights(n, 1, false);
         return matmul_run;
     }
-    if (!strcmp(n->op_type, "Gemm") && n->opset >= 11) {
+    if (((plain && !strcmp(n->op_type, "Gemm")) || kiln_node_is_fused(n, "Gemm")) && n->opset >= 11) {
         pack_weights(n, 1, kiln_attr_int(n, "transB", 0) != 0);
         return gemm_run;
     }
-    if ((k = kiln_cpu_select_conv(n))) return k;
     return NULL;
 }
 
 /* The fusions that hold inside a subgraph (MatMul + bias, activations into their producer),
  * over every subgraph of g, any depth. */
-static kiln_status subgraphs_fuse(kiln_graph *g, kiln_err *err)
+static const kiln_pass subgraph_passes[] = {
+    {"fuse_matmul_bias", kiln_pass_fuse_matmul_bias},
+    {"fuse_activation", kiln_pass_fuse_activation},
+};
+
+static kiln_status subgraphs_fuse(kiln_graph *g, int *changed, kiln_err *err)
 {
+    *changed = 0;
     for (int k = 0; k < g->n_nodes; k++) {
         const kiln_node *n = g->nodes[k];
         for (int a = 0; a < n->n_attrs; a++)
             for (int q = 0; q < kiln_attr_graph_count(&n->attrs[a]); q++) {
                 kiln_graph *sg = (kiln_graph *)kiln_attr_graph_at(&n->attrs[a], q);
-                int fused;
-                KILN_TRY(kiln_pass_fuse_matmul_bias(sg, &fused, err));
-                KILN_TRY(kiln_pass_fuse_activation(sg, &fused, err));
-                KILN_TRY(subgraphs_fuse(sg, err));
+                int fused = 0, inner = 0;
+                KILN_TRY(kiln_passes_run(sg, subgraph_passes, sizeof subgraph_passes / sizeof *subgraph_passes,
+                                         &fused, err));
+                KILN_TRY(subgraphs_fuse(sg, &inner, err));
+                *changed += fused + inner;
             }
     }
     return KILN_OK;
 }
 
-/* The CPU's pass pipeline over the inferred graph: attention, GELU, bias, residual and
- * activation fusion into the kernels above (in subgraphs too), then the blocked layout where
- * the CPU has it. */
-static kiln_status cpu_passes(kiln_graph *g, kiln_err *err)
+/* The blocked layout where this CPU has its kernels (src/cpu/nchwc.h). */
+static kiln_status layout_nchwc(kiln_graph *g, int *changed, kiln_err *err)
 {
-    int fused;
-    KILN_TRY(kiln_pass_fuse_attention(g, &fused, err)); /* infers the graph again */
-    KILN_TRY(kiln_pass_fuse_gelu(g, &fused, err));
-    KILN_TRY(kiln_pass_fuse_matmul_bias(g, &fused, err));
-    KILN_TRY(kiln_pass_fuse_residual(g, &fused, err));
-    KILN_TRY(kiln_pass_fuse_activation(g, &fused, err));
-    KILN_TRY(subgraphs_fuse(g, err));
-    if (kiln_cpu_nchwc_available()) KILN_TRY(kiln_pass_layout_nchwc(g, &fused, err));
-    return KILN_OK;
+    *changed = 0;
+    return kiln_cpu_nchwc_available() ? kiln_pass_layout_nchwc(g, changed, err) : KILN_OK;
 }
+
+/* The CPU's pass pipeline over the inferred graph: attention, GELU, bias, residual and
+ * activation fusion into the kernels above (bias and activation in subgraphs too), then the
+ * blocked layout. */
+static const kiln_pass cpu_passes[] = {
+    {"fuse_attention", kiln_pass_fuse_attention},
+    {"fuse_gelu", kiln_pass_fuse_gelu},
+    {"fuse_matmul_bias", kiln_pass_fuse_matmul_bias},
+    {"fuse_residual", kiln_pass_fuse_residual},
+    {"fuse_activation", kiln_pass_fuse_activation},
+    {"fuse_in_subgraphs", subgraphs_fuse},
+    {"layout_nchwc", layout_nchwc},
+};
 
 /* Values in the blocked layout (KILN_LAYOUT_NCHW16C) shown to observers as plain NCHW copies. */
 static kiln_status cpu_to_plain(const kiln_ir_value *iv, const kiln_value *v, kiln_value **out, kiln_err *err)
@@ -411,6 +399,7 @@ const kiln_provider_i kiln_provider_cpu = {
     .name = "cpu",
     .kind = KILN_PROVIDER_CPU,
     .passes = cpu_passes,
+    .n_passes = sizeof cpu_passes / sizeof *cpu_passes,
     .select = cpu_select,
     .to_plain = cpu_to_plain,
 };

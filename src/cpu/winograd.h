@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #include "cpu/gemm.h"
-#include "ir/graph.h"
+#include "ops/fused.h"
 
 typedef struct kiln_winograd kiln_winograd;
 

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "ir/graph.h"
+#include "ops/eval.h"
 
 typedef struct kiln_frame kiln_frame;
 
@@ -17,14 +18,6 @@ typedef struct kiln_arena_view {
     int64_t heap_fallbacks; /* tensors that did not fit their slot (counted, not expected) */
 } kiln_arena_view;
 
-
-/* Looks up every node's op (subgraphs included). Unsupported nodes keep op == NULL; the
- * first is reported in err with KILN_ERR_UNSUPPORTED when `strict`. */
-kiln_status kiln_bind_ops(kiln_graph *g, bool strict, kiln_err *err);
-/* Compile-time shape and type inference over g and its subgraphs. Failures of an op's
- * inference leave its outputs unknown (decided at run time); the first such message is
- * kept in `note` when not NULL. */
-kiln_status kiln_graph_infer(kiln_graph *g, kiln_err *note);
 
 /* What a run of the main graph carries besides its values. */
 typedef struct kiln_run_env {
@@ -51,11 +44,5 @@ typedef struct kiln_run_env {
  * subgraphs (NULL for the main graph); env is the main graph's (NULL for subgraphs). */
 kiln_status kiln_execute(const kiln_graph *g, const kiln_frame *parent, const kiln_run_env *env,
                          const kiln_value *const *inputs, kiln_value **outputs, kiln_err *err);
-
-/* Compile time: runs node n of the main graph with its op's reference kernel, every input read
- * from its initializer (n has no subgraphs). out[i] receives an owned value for each output n
- * has (NULL for absent ones). An output the kernel would allocate with more than max_bytes
- * (0: no limit) fails it before the allocation. */
-kiln_status kiln_node_evaluate(const kiln_node *n, size_t max_bytes, kiln_value **out, kiln_err *err);
 
 #endif

@@ -14,6 +14,7 @@
 #include <stddef.h>
 
 #include "ops/op.h"
+#include "passes/pass.h"
 
 #define KILN_PROVIDER_API 1
 
@@ -43,10 +44,11 @@ typedef struct kiln_provider_i {
      * p may be NULL. */
     void (*close)(kiln_provider *p);
 
-    /* Optional: the provider's own pass pipeline, run over the inferred main graph (which it
-     * may rewrite, then infer again) when it is the session's first provider and the session
-     * is optimised. NULL: no passes of its own. */
-    kiln_status (*passes)(kiln_graph *g, kiln_err *err);
+    /* Optional: the provider's own pass pipeline (n_passes entries, src/passes/pass.h), run
+     * over the inferred main graph when it is the session's first provider and the session is
+     * optimised. NULL: no passes of its own. */
+    const kiln_pass *passes;
+    int n_passes;
 
     /* Optional: whether select() has a kernel for n as compiled (types from compile-time
      * inference, dims may be symbolic; constants known). On false it writes a short reason

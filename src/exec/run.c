@@ -14,104 +14,15 @@
 #include "exec/plan.h"
 #include "exec/subgraph.h"
 
-/* ---- run context API ---- */
-
-const kiln_node *kiln_run_node(const kiln_run_ctx *c) { return c->node; }
-int kiln_run_opset(const kiln_run_ctx *c) { return c->node->opset; }
-int kiln_run_n_in(const kiln_run_ctx *c) { return c->node->n_in; }
-int kiln_run_n_out(const kiln_run_ctx *c) { return c->node->n_out; }
-kiln_err *kiln_run_err(kiln_run_ctx *c) { return c->err; }
-kiln_threadpool *kiln_run_threadpool(const kiln_run_ctx *c) { return c->pool; }
-
-struct kiln_scratch *kiln_run_scratch(const kiln_run_ctx *c) { return c->scratch; }
-
-const kiln_value *kiln_run_in(const kiln_run_ctx *c, int i)
-{
-    return i >= 0 && i < c->node->n_in ? c->in[i] : NULL;
-}
-
-kiln_status kiln_run_with_in(kiln_run_ctx *c, int i, const kiln_value *v, kiln_status (*fn)(kiln_run_ctx *c))
-{
-    int n = c->node->n_in;
-    if (i < 0 || i >= n) return kiln_run_fail(c, KILN_ERR_RUNTIME, "input %d of %d replaced", i, n);
-    const kiln_value **in = malloc((size_t)n * sizeof *in);
-    if (!in) return kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory");
-    memcpy(in, c->in, (size_t)n * sizeof *in);
-    in[i] = v;
-    kiln_run_ctx c2 = *c; /* outputs, errors and the pool are shared with c */
-    c2.in = in;
-    kiln_status st = fn(&c2);
-    free(in);
-    return st;
-}
-
-kiln_value *kiln_run_out(kiln_run_ctx *c, int i)
-{
-    return i >= 0 && i < c->node->n_out ? c->out[i] : NULL;
-}
-
-bool kiln_run_has_out(const kiln_run_ctx *c, int i)
-{
-    return i >= 0 && i < c->node->n_out && c->node->out[i];
-}
-
-/* kiln_node_evaluate's bound on one output, checked before allocating it. */
-static kiln_status check_limit(const kiln_frame *f, kiln_dtype dt, int rank, const int64_t *dims, kiln_err *err)
-{
-    if (!f || !f->alloc_limit) return KILN_OK;
-    int64_t numel;
-    KILN_TRY(kiln_dims_numel(rank, dims, &numel, err));
-    if ((uint64_t)numel > f->alloc_limit / (kiln_dtype_size(dt) ? kiln_dtype_size(dt) : 1))
-        return kiln_errf(err, KILN_ERR_UNSUPPORTED, "output larger than %zu bytes", f->alloc_limit);
-    return KILN_OK;
-}
-
-kiln_status kiln_run_alloc_out(kiln_run_ctx *c, int i, kiln_dtype dt, int rank, const int64_t *dims,
-                               kiln_value **out)
-{
-    if (out) *out = NULL;
-    if (i < 0 || i >= c->node->n_out)
-        return kiln_run_fail(c, KILN_ERR_RUNTIME, "kernel wrote output %d of %d", i, c->node->n_out);
-    KILN_TRY(check_limit(c->frame, dt, rank, dims, c->err));
-    kiln_value *v;
-    kiln_status st = kiln_tensor_new(dt, rank, dims, &v, c->err);
-    if (st) return kiln_err_prefix(c->err, "node '%s' (%s): output %d", c->node->name, c->node->op_type, i);
-    kiln_value_free(c->out[i]);
-    c->out[i] = v;
-    if (out) *out = v;
-    return KILN_OK;
-}
-
-kiln_status kiln_run_set_out(kiln_run_ctx *c, int i, kiln_value *v)
-{
-    if (i < 0 || i >= c->node->n_out) {
-        kiln_value_free(v);
-        return kiln_run_fail(c, KILN_ERR_RUNTIME, "kernel wrote output %d of %d", i, c->node->n_out);
-    }
-    kiln_value_free(c->out[i]);
-    c->out[i] = v;
-    return KILN_OK;
-}
-
-kiln_status kiln_run_fail(kiln_run_ctx *c, kiln_status code, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    kiln_status st = kiln_errv_node(c->err, code, c->node->name, c->node->op_type, fmt, ap);
-    va_end(ap);
-    return st;
-}
-
 static kiln_status exec_frame(kiln_frame *f, const kiln_value *const *inputs, kiln_value **outputs, kiln_err *err);
 
 /* Symbols a subgraph call binds on the stack; models with more run subgraphs with inference. */
 #define SUBGRAPH_MAX_SYMS 512
 
-kiln_status kiln_run_subgraph(kiln_run_ctx *c, const kiln_graph *g, int n_in, const kiln_value *const *in,
-                              kiln_value **out)
+/* kiln_run_subgraph's executor side (kiln_run_ctx.subgraph): the subgraph's compiled plan for
+ * this call's binding when it binds (src/exec/subgraph.h), else inference at run time. */
+static kiln_status run_subgraph(kiln_run_ctx *c, const kiln_graph *g, const kiln_value *const *in, kiln_value **out)
 {
-    if (n_in != g->n_inputs)
-        return kiln_run_fail(c, KILN_ERR_MODEL, "subgraph '%s' takes %d inputs, %d given", g->name, g->n_inputs, n_in);
     const kiln_frame *pf = c->frame;
     kiln_frame f = {.g = g, .parent = pf, .pool = pf->pool, .scratch = pf->scratch};
     kiln_subprog *sp = g->prog;
@@ -442,8 +353,7 @@ static kiln_status run_node(const kiln_node *n, kiln_frame *f, kiln_err *err)
         if (!all_const(&out_type[i])) continue;
         int64_t dims[KILN_MAX_RANK];
         for (int k = 0; k < out_type[i].rank; k++) dims[k] = out_type[i].dims[k].c;
-        st = check_limit(f, out_type[i].dtype, out_type[i].rank, dims, err);
-        if (!st) st = alloc_output(f, n->out[i], &out_type[i], dims, on_dev, !n->kernel, &out[i], err);
+        st = alloc_output(f, n->out[i], &out_type[i], dims, on_dev, !n->kernel, &out[i], err);
         if (st) {
             kiln_err_prefix(err, "node '%s' (%s): output %d", n->name, n->op_type, i);
             goto fail;
@@ -451,7 +361,7 @@ static kiln_status run_node(const kiln_node *n, kiln_frame *f, kiln_err *err)
     }
     /* subgraphs run with the pool of the main graph's run */
     kiln_run_ctx rc = {.node = n, .frame = f, .in = in, .out = out, .err = err, .pool = f->pool,
-                       .scratch = f->scratch, .dev = on_dev ? f->env->dev_run : NULL};
+                       .scratch = f->scratch, .dev = on_dev ? f->env->dev_run : NULL, .subgraph = run_subgraph};
     st = n->kernel ? n->kernel(&rc) : n->op->run(&rc);
     if (st) goto fail;
     if (dev) dev->count_node(f->env->dev_run, on_dev);
@@ -638,23 +548,6 @@ out:
         for (int j = 0; j < g->n_outputs; j++) {
             kiln_value_free(outputs[j]);
             outputs[j] = NULL;
-        }
-    frame_release(&f);
-    return st;
-}
-
-kiln_status kiln_node_evaluate(const kiln_node *n, size_t max_bytes, kiln_value **out, kiln_err *err)
-{
-    for (int i = 0; i < n->n_out; i++) out[i] = NULL;
-    if (n->kernel || kiln_node_has_subgraphs(n))
-        return kiln_errf(err, KILN_ERR_RUNTIME, "internal: node '%s' cannot be evaluated at compile time", n->name);
-    kiln_frame f = {.g = n->graph, .alloc_limit = max_bytes ? max_bytes : SIZE_MAX};
-    kiln_status st = frame_init(&f, false, err);
-    if (!st) st = run_node(n, &f, err);
-    for (int i = 0; i < n->n_out && !st; i++)
-        if (n->out[i]) {
-            out[i] = f.vals[n->out[i]->id];
-            f.owned[n->out[i]->id] = false;
         }
     frame_release(&f);
     return st;

@@ -644,7 +644,8 @@ kiln_status kiln_gpu_fallback(kiln_run_ctx *c)
     for (int i = 0; i < no && !st; i++)
         if (c->out[i]) st = kiln_tensor_new(c->out[i]->dtype, c->out[i]->rank, c->out[i]->dims, &out[i], c->err);
     if (!st) {
-        kiln_run_ctx h = {.node = n, .frame = c->frame, .pool = c->pool, .in = in, .out = out, .err = c->err};
+        kiln_run_ctx h = {.node = n, .frame = c->frame, .pool = c->pool, .in = in, .out = out, .err = c->err,
+                          .subgraph = c->subgraph};
         st = n->op->run(&h);
     }
     for (int i = 0; i < no && !st; i++) {

@@ -1,4 +1,5 @@
-/* graph.c - IR helpers: attribute lookup, value creation, model release, printing. */
+/* graph.c - IR helpers: attribute lookup, value creation, consumer lists and rewiring, model
+ * release, printing. */
 #include "ir/graph.h"
 
 #include <stdio.h>
@@ -139,7 +140,7 @@ kiln_ir_value *kiln_graph_new_value(kiln_graph *g, const char *name, kiln_err *e
         g->values = vs;
         g->cap_values = cap;
     }
-    kiln_ir_value *v = kiln_arena_alloc(a, sizeof *v);
+    kiln_ir_value *v = kiln_arena_calloc(a, 1, sizeof *v);
     if (!v || !(v->name = kiln_arena_strdup(a, name))) {
         kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
         return NULL;
@@ -174,7 +175,6 @@ static bool read_elsewhere(const kiln_graph *g, const kiln_ir_value *v, const ki
     for (int k = 0; k < g->n_nodes; k++) {
         const kiln_node *n = g->nodes[k];
         if (n != skip) {
-            if (n->bias == v) return true;
             for (int i = 0; i < n->n_in; i++)
                 if (n->in[i] == v) return true;
         }
@@ -196,7 +196,7 @@ bool kiln_node_release_constant(kiln_node *n, int input)
     kiln_model *m = n->graph ? n->graph->model : NULL;
     kiln_value *w = v ? (kiln_value *)v->init : NULL; /* the model owns its constants */
     if (!m || !m->release_packed || !w || !w->data || w->kind != KILN_VALUE_TENSOR || w->on_device || w->release ||
-        v->graph != n->graph || v->producer || v->is_input || v->is_output || n->bias == v)
+        v->graph != n->graph || v->producer || v->is_input || v->is_output)
         return false;
     for (int i = 0; i < n->n_in; i++)
         if (i != input && n->in[i] == v) return false;
@@ -292,5 +292,159 @@ kiln_status kiln_graph_plan_releases(kiln_graph *g, kiln_err *err)
             nd->release[nd->n_release++] = v;
         }
     }
+    return KILN_OK;
+}
+
+/* ---- consumer lists ---- */
+
+static kiln_status add_use(kiln_graph *g, kiln_ir_value *v, kiln_node *n, int slot, kiln_err *err)
+{
+    if (v->n_uses == v->cap_uses) {
+        int cap = v->cap_uses ? v->cap_uses * 2 : 4;
+        kiln_use *u = kiln_arena_calloc(&g->model->arena, (size_t)cap, sizeof *u);
+        if (!u) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
+        if (v->n_uses) memcpy(u, v->uses, (size_t)v->n_uses * sizeof *u);
+        v->uses = u;
+        v->cap_uses = cap;
+    }
+    v->uses[v->n_uses++] = (kiln_use){n, slot};
+    return KILN_OK;
+}
+
+static void drop_use(kiln_ir_value *v, const kiln_node *n, int slot)
+{
+    for (int u = 0; u < v->n_uses; u++)
+        if (v->uses[u].node == n && v->uses[u].slot == slot) {
+            v->uses[u] = v->uses[--v->n_uses];
+            return;
+        }
+}
+
+/* Whether v's consumer list is kept: a value of n's own graph (outer values are captures). */
+static bool tracked(const kiln_node *n, const kiln_ir_value *v) { return v && v->graph == n->graph; }
+
+kiln_status kiln_graph_index_uses(kiln_graph *g, kiln_err *err)
+{
+    for (int i = 0; i < g->n_values; i++) {
+        g->values[i]->n_uses = 0;
+        g->values[i]->n_captured = 0;
+    }
+    for (int k = 0; k < g->n_nodes; k++) {
+        kiln_node *n = g->nodes[k];
+        for (int i = 0; i < n->n_in; i++)
+            if (tracked(n, n->in[i])) KILN_TRY(add_use(g, n->in[i], n, i, err));
+        for (int a = 0; a < n->n_attrs; a++)
+            for (int q = 0; q < kiln_attr_graph_count(&n->attrs[a]); q++) {
+                const kiln_graph *sg = kiln_attr_graph_at(&n->attrs[a], q);
+                for (int r = 0; r < sg->n_captures; r++)
+                    if (sg->captures[r]->graph == g) sg->captures[r]->n_captured++;
+            }
+    }
+    return KILN_OK;
+}
+
+kiln_node *kiln_ir_value_only_reader(const kiln_ir_value *v)
+{
+    return kiln_ir_value_readers(v) == 1 && v->n_uses == 1 ? v->uses[0].node : NULL;
+}
+
+kiln_status kiln_node_set_input(kiln_node *n, int i, kiln_ir_value *v, kiln_err *err)
+{
+    if (n->in[i] == v) return KILN_OK;
+    if (tracked(n, v)) KILN_TRY(add_use(n->graph, v, n, i, err));
+    if (tracked(n, n->in[i])) drop_use(n->in[i], n, i);
+    n->in[i] = v;
+    return KILN_OK;
+}
+
+kiln_status kiln_node_set_inputs(kiln_node *n, int n_in, kiln_ir_value *const *in, kiln_err *err)
+{
+    kiln_ir_value **a = kiln_arena_calloc(&n->graph->model->arena, (size_t)n_in + 1, sizeof *a);
+    if (!a) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < n_in; i++)
+        if (tracked(n, in[i])) KILN_TRY(add_use(n->graph, in[i], n, -1 - i, err)); /* renumbered below */
+    for (int i = 0; i < n->n_in; i++)
+        if (tracked(n, n->in[i])) drop_use(n->in[i], n, i);
+    for (int i = 0; i < n_in; i++) {
+        a[i] = in[i];
+        if (!tracked(n, in[i])) continue;
+        for (int u = 0; u < in[i]->n_uses; u++)
+            if (in[i]->uses[u].node == n && in[i]->uses[u].slot == -1 - i) in[i]->uses[u].slot = i;
+    }
+    n->in = a;
+    n->n_in = n_in;
+    return KILN_OK;
+}
+
+void kiln_node_set_output(kiln_node *n, int i, kiln_ir_value *v)
+{
+    if (n->out[i] && n->out[i]->producer == n) n->out[i]->producer = NULL;
+    n->out[i] = v;
+    if (v) v->producer = n;
+}
+
+void kiln_node_unlink(kiln_node *n)
+{
+    for (int i = 0; i < n->n_in; i++)
+        if (tracked(n, n->in[i])) drop_use(n->in[i], n, i);
+    for (int i = 0; i < n->n_out; i++)
+        if (n->out[i] && n->out[i]->producer == n) n->out[i]->producer = NULL;
+}
+
+void kiln_graph_compact(kiln_graph *g)
+{
+    int kept = 0;
+    for (int k = 0; k < g->n_nodes; k++)
+        if (g->nodes[k]) {
+            g->nodes[kept] = g->nodes[k];
+            g->nodes[kept]->index = kept;
+            kept++;
+        }
+    g->n_nodes = kept;
+}
+
+bool kiln_graph_uses_consistent(const kiln_graph *g)
+{
+    for (int i = 0; i < g->n_values; i++) {
+        const kiln_ir_value *v = g->values[i];
+        int uses = 0, captured = 0;
+        for (int k = 0; k < g->n_nodes; k++) {
+            const kiln_node *n = g->nodes[k];
+            for (int s = 0; s < n->n_in; s++) {
+                if (n->in[s] != v) continue;
+                uses++;
+                bool listed = false;
+                for (int u = 0; u < v->n_uses && !listed; u++) listed = v->uses[u].node == n && v->uses[u].slot == s;
+                if (!listed) return false;
+            }
+            for (int a = 0; a < n->n_attrs; a++)
+                for (int q = 0; q < kiln_attr_graph_count(&n->attrs[a]); q++) {
+                    const kiln_graph *sg = kiln_attr_graph_at(&n->attrs[a], q);
+                    for (int r = 0; r < sg->n_captures; r++) captured += sg->captures[r] == v;
+                }
+        }
+        if (uses != v->n_uses || captured != v->n_captured) return false;
+        if (v->producer) {
+            bool produces = false;
+            for (int o = 0; o < v->producer->n_out; o++) produces = produces || v->producer->out[o] == v;
+            if (!produces || v->producer->graph != g || v->producer->index < 0 || v->producer->index >= g->n_nodes ||
+                g->nodes[v->producer->index] != v->producer)
+                return false;
+        }
+    }
+    return true;
+}
+
+kiln_status kiln_node_set_attr(kiln_node *n, const kiln_attr *a, kiln_err *err)
+{
+    /* a fresh array: the loader may share one between nodes */
+    kiln_attr *at = kiln_arena_calloc(&n->graph->model->arena, (size_t)n->n_attrs + 1, sizeof *at);
+    if (!at) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
+    if (n->n_attrs) memcpy(at, n->attrs, (size_t)n->n_attrs * sizeof *at);
+    int i = 0;
+    while (i < n->n_attrs && strcmp(at[i].name, a->name)) i++;
+    at[i] = *a;
+    n->attrs = at;
+    if (i == n->n_attrs) n->n_attrs++;
     return KILN_OK;
 }

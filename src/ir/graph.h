@@ -87,7 +87,24 @@ typedef struct kiln_ir_value {
     bool is_input, is_output;
     int last_use;              /* index of the last node of `graph` reading it (-1: none) */
     kiln_layout layout;
+    /* consumer lists, built by kiln_graph_index_uses and kept by the rewiring helpers below:
+     * the inputs of nodes of `graph` reading it, and how many subgraphs of those nodes capture it */
+    struct kiln_use *uses;
+    int n_uses, cap_uses;
+    int n_captured;
 } kiln_ir_value;
+
+/* One reader of a value: node->in[slot]. */
+typedef struct kiln_use {
+    kiln_node *node;
+    int slot;
+} kiln_use;
+
+/* Whether v is a float32 tensor by its compile-time type (passes and kernel selection). */
+static inline bool kiln_ir_is_f32(const kiln_ir_value *v)
+{
+    return v && v->type.kind == KILN_VALUE_TENSOR && v->type.dtype == KILN_DTYPE_FLOAT32;
+}
 
 /* v's content when it is a constant: its initializer, unless v is also a graph input, whose
  * initializer is only a default that a run may replace by feeding it (ONNX IR 4 and later).
@@ -97,32 +114,13 @@ static inline const kiln_value *kiln_ir_constant(const kiln_ir_value *v)
     return v && !v->is_input ? v->init : NULL;
 }
 
-/* An element-wise activation that a graph pass (src/passes/fuse_activation.c) fused into a node:
- * applied to output 0 after the op. Only optimised CPU sessions have them, and only on nodes the
- * CPU provider's kernel applies them for. */
-typedef enum kiln_act_kind {
-    KILN_ACT_NONE = 0,
-    KILN_ACT_RELU,         /* x < 0 ? 0 : x */
-    KILN_ACT_CLIP,         /* min(max(x, alpha), beta), NaN kept */
-    KILN_ACT_SIGMOID,      /* 1 / (1 + e^-x) */
-    KILN_ACT_HARD_SIGMOID, /* clamp(alpha * x + beta, 0, 1) */
-    KILN_ACT_HARD_SWISH,   /* x * clamp(x / 6 + 0.5, 0, 1) */
-    KILN_ACT_LEAKY_RELU,   /* x < 0 ? alpha * x : x */
-    KILN_ACT_GELU,         /* 0.5 x (1 + erf(x / sqrt 2)) */
-    KILN_ACT_GELU_TANH,    /* 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) */
-} kiln_act_kind;
-
-typedef struct kiln_act {
-    kiln_act_kind kind;
-    float alpha, beta;
-} kiln_act;
-
 struct kiln_node {
     const char *name;
     const char *op_type;
     const char *domain;        /* "" for the default ONNX domain */
     int opset;                 /* the model's opset version for `domain` */
     const kiln_op_def *op;     /* NULL when kiln has no implementation */
+    const void *params;        /* op's typed attributes (kiln_op_def.parse), or NULL */
     /* the kernel a provider selected, or NULL: op->run, the reference kernel; and the data it
      * prepared at compile time (packed weights), released with kernel_state_free */
     kiln_status (*kernel)(struct kiln_run_ctx *c);
@@ -134,13 +132,6 @@ struct kiln_node {
      * NULL when no input was released. */
     void (*kernel_state_unpack)(const void *state, void *dst);
     int released_in;
-    kiln_act act;              /* fused activation on output 0 (KILN_ACT_NONE: none) */
-    /* input added to output 0 (same shape) before act: a fused residual Add, or 0 for none
-     * (src/passes/fuse_residual.c; Conv only) */
-    int sum_in;
-    /* fused bias on output 0, added along its last axis before act: a float32 constant of N
-     * values (N the last dim), or NULL (src/passes/fuse_matmul_bias.c; MatMul only) */
-    kiln_ir_value *bias;
     /* placement (src/exec/partition.c, sessions with a device provider): on the device
      * provider, the inputs its kernel reads on the host (bit i: input i), and why a node stays
      * on the host (NULL when on the device or not decided) */
@@ -260,6 +251,37 @@ kiln_status kiln_model_own_value(kiln_model *m, kiln_value *v, kiln_err *err);
  * at most. O(nodes of n's graph). */
 bool kiln_node_release_constant(kiln_node *n, int input);
 kiln_ir_value *kiln_graph_new_value(kiln_graph *g, const char *name, kiln_err *err);
+
+/* ---- consumer lists and rewiring (graph passes) ---- */
+/* (Re)builds every value's consumer list (uses, n_captured) of g from its nodes. The pass
+ * runner calls it before each pass (O(nodes + values)); passes then rewire through the helpers
+ * below, which keep the lists. */
+kiln_status kiln_graph_index_uses(kiln_graph *g, kiln_err *err);
+/* Everything reading v: node inputs, subgraph captures, and being a graph output. O(1). */
+static inline int kiln_ir_value_readers(const kiln_ir_value *v)
+{
+    return v->n_uses + v->n_captured + (v->is_output ? 1 : 0);
+}
+/* The node reading v when that is v's only reader (one input slot, no capture, not an
+ * output), else NULL. */
+kiln_node *kiln_ir_value_only_reader(const kiln_ir_value *v);
+/* n->in[i] = v (NULL: absent), moving the use. */
+kiln_status kiln_node_set_input(kiln_node *n, int i, kiln_ir_value *v, kiln_err *err);
+/* Gives n the inputs in[0..n_in) (a new array in the model's arena), moving the uses. */
+kiln_status kiln_node_set_inputs(kiln_node *n, int n_in, kiln_ir_value *const *in, kiln_err *err);
+/* n->out[i] = v: v's producer becomes n; the value n produced there has none. */
+void kiln_node_set_output(kiln_node *n, int i, kiln_ir_value *v);
+/* Takes n out of the value graph before a pass drops it from g->nodes: its inputs lose these
+ * readers, its outputs their producer. */
+void kiln_node_unlink(kiln_node *n);
+/* Sets n's attribute a->name to a copy of *a (its arrays and strings are borrowed: they must
+ * outlive the model), replacing one of that name or appending (a new array in the arena). */
+kiln_status kiln_node_set_attr(kiln_node *n, const kiln_attr *a, kiln_err *err);
+/* Drops the NULL entries a pass left in g->nodes and renumbers kiln_node.index. */
+void kiln_graph_compact(kiln_graph *g);
+/* Whether every consumer list of g matches a recount from its nodes, and every producer
+ * produces its value (tests, after a pass). */
+bool kiln_graph_uses_consistent(const kiln_graph *g);
 /* Makes v a constant holding t (owned by the model), its type t's: graph passes that compute a
  * value when the session is compiled. v loses its producer. */
 void kiln_ir_value_set_constant(kiln_ir_value *v, const kiln_value *t);

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "ops/fused.h"
 #include "ops/op.h"
 #include "ops/util.h"
 
@@ -205,6 +206,17 @@ static kiln_status unary_run(kiln_run_ctx *c)
         else kiln_store_u64(dt, y->data, i, op->fu(kiln_load_u64(dt, x->data, i)));
     }
     return KILN_OK;
+}
+
+bool kiln_ops_unary_reference(const char *op_type, double alpha, double beta, bool gelu_tanh, kiln_value *y)
+{
+    const unary_op *op = NULL;
+    for (size_t k = 0; k < sizeof unary_ops / sizeof unary_ops[0] && !op; k++)
+        if (!strcmp(unary_ops[k].op_type, op_type)) op = &unary_ops[k];
+    if (!op || ew_class_of(y->dtype) != EW_FLOAT) return false;
+    ew_params p = {.alpha = alpha, .beta = beta, .gelu_tanh = gelu_tanh};
+    for (int64_t i = 0; i < y->numel; i++) kiln_store_f64(y->dtype, y->data, i, op->f(kiln_load_f64(y->dtype, y->data, i), &p));
+    return true;
 }
 
 /* IsNaN, IsInf: float -> bool. */

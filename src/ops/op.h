@@ -47,6 +47,9 @@ typedef kiln_status (*kiln_kernel_fn)(kiln_run_ctx *c);
 /* The kernel reads only its inputs' types (dtype and dims), never their elements (Shape,
  * Size): a device value it reads needs no host copy, and partitioning keeps it on the host. */
 #define KILN_OP_READS_TYPE_ONLY 4u
+/* A kiln fused operator (src/ops/fused.h): its parsed attributes (kiln_node.params) are a
+ * kiln_fused. */
+#define KILN_OP_FUSED 8u
 
 struct kiln_op_def {
     const char *domain;  /* "" for the default ONNX domain, "ai.onnx.ml", ... */
@@ -55,6 +58,12 @@ struct kiln_op_def {
     kiln_status (*infer)(kiln_infer_ctx *c);
     kiln_status (*run)(kiln_run_ctx *c);
     unsigned flags;      /* KILN_OP_* */
+    /* Optional: parses a node's attributes into the op's typed struct of params_size bytes,
+     * once at compile time (kiln_node_bind: n->params); the kernels read that struct instead
+     * of looking attributes up by name on every call. Fails (kiln_errf, KILN_ERR_MODEL) on a
+     * bad attribute. */
+    kiln_status (*parse)(const kiln_node *n, void *params, kiln_err *err);
+    size_t params_size;
 };
 
 /* A family's table; `n` entries. */
@@ -83,6 +92,8 @@ const kiln_value *kiln_infer_in_value(const kiln_infer_ctx *c, int i);
 /* Content of a 0-D or 1-D integer input as dims (from its value, or symbolic from a shape
  * computation); returns false when unknown. *n receives the element count (<= max). */
 bool kiln_infer_in_dims_value(const kiln_infer_ctx *c, int i, kiln_dim *dims, int max, int *n);
+/* The type set for output i so far (by kiln_infer_set_out...), or NULL when i is absent. */
+const kiln_type *kiln_infer_out(const kiln_infer_ctx *c, int i);
 /* Whether output i is wanted (present in the node). */
 bool kiln_infer_has_out(const kiln_infer_ctx *c, int i);
 /* Sets output i to a tensor type. No-op for absent outputs. */

@@ -17,7 +17,8 @@
     X(kiln_ops_rnn) \
     X(kiln_ops_contrib) \
     X(kiln_ops_contrib_quant) \
-    X(kiln_ops_basic)
+    X(kiln_ops_basic) \
+    X(kiln_ops_fused)
 
 #define DECLARE(name) extern const kiln_op_table name;
 FAMILIES(DECLARE)

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "exec/exec.h"
+#include "ops/eval.h"
 #include "ops/op.h"
 #include "passes/passes.h"
 
@@ -81,6 +81,7 @@ kiln_status kiln_pass_fold_constants(kiln_graph *g, int *folded, kiln_err *err)
         bool done;
         KILN_TRY(fold(g, n, &done, err));
         if (done) {
+            kiln_node_unlink(n);
             (*folded)++;
             continue;
         }
@@ -88,5 +89,5 @@ kiln_status kiln_pass_fold_constants(kiln_graph *g, int *folded, kiln_err *err)
         n->index = kept++;
     }
     g->n_nodes = kept;
-    return *folded ? kiln_graph_plan_releases(g, err) : KILN_OK;
+    return KILN_OK;
 }

@@ -7,22 +7,6 @@
 #include "core/dtype.h"
 #include "passes/passes.h"
 
-/* Readers of v in g: node inputs, subgraph captures, graph outputs. */
-static int readers(const kiln_graph *g, const kiln_ir_value *v)
-{
-    int n = v->is_output;
-    for (int k = 0; k < g->n_nodes; k++) {
-        const kiln_node *nd = g->nodes[k];
-        for (int i = 0; i < nd->n_in; i++) n += nd->in[i] == v;
-        for (int a = 0; a < nd->n_attrs; a++)
-            for (int q = 0; q < kiln_attr_graph_count(&nd->attrs[a]); q++) {
-                const kiln_graph *sg = kiln_attr_graph_at(&nd->attrs[a], q);
-                for (int r = 0; r < sg->n_captures; r++) n += sg->captures[r] == v;
-            }
-    }
-    return n;
-}
-
 /* The constant float32 vector of m elements feeding input i of n, or NULL. */
 static const float *param(const kiln_node *n, int i, int64_t m)
 {
@@ -76,20 +60,12 @@ static kiln_status fold(kiln_graph *g, kiln_node *conv, kiln_node *bn, bool *don
     snprintf(name, sizeof name, "%s/bn_folded_B", conv->name);
     kiln_ir_value *bnv = constant(g, name, B2, err);
     if (!bnv) return err->code;
-    if (conv->n_in < 3) {
-        kiln_ir_value **in = kiln_arena_calloc(&g->model->arena, 3, sizeof *in);
-        if (!in) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
-        for (int i = 0; i < conv->n_in; i++) in[i] = conv->in[i];
-        conv->in = in;
-        conv->n_in = 3;
-    }
-    conv->in[1] = wn;
-    conv->in[2] = bnv;
+    kiln_ir_value *in[3] = {conv->in[0], wn, bnv};
+    KILN_TRY(kiln_node_set_inputs(conv, 3, in, err));
     /* the Conv now produces what the BatchNormalization produced */
-    kiln_ir_value *old = conv->out[0], *y = bn->out[0];
-    old->producer = NULL;
-    y->producer = conv;
-    conv->out[0] = y;
+    kiln_ir_value *y = bn->out[0];
+    kiln_node_unlink(bn);
+    kiln_node_set_output(conv, 0, y);
     *done = true;
     return KILN_OK;
 }
@@ -105,7 +81,7 @@ kiln_status kiln_pass_fold_conv_bn(kiln_graph *g, int *folded, kiln_err *err)
             !kiln_attr_int(bn, "training_mode", 0) && bn->n_out == 1 && bn->out[0] && bn->n_in == 5 && bn->in[0]) {
             kiln_node *conv = bn->in[0]->producer;
             if (conv && conv->graph == g && !strcmp(conv->op_type, "Conv") && !*conv->domain && conv->n_out == 1 &&
-                conv->out[0] == bn->in[0] && conv->n_in >= 2 && readers(g, bn->in[0]) == 1)
+                conv->out[0] == bn->in[0] && conv->n_in >= 2 && kiln_ir_value_only_reader(bn->in[0]) == bn)
                 KILN_TRY(fold(g, conv, bn, &done, err));
         }
         if (done) {
@@ -116,5 +92,5 @@ kiln_status kiln_pass_fold_conv_bn(kiln_graph *g, int *folded, kiln_err *err)
         bn->index = kept++;
     }
     g->n_nodes = kept;
-    return *folded ? kiln_graph_plan_releases(g, err) : KILN_OK;
+    return KILN_OK;
 }

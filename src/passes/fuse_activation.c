@@ -1,34 +1,16 @@
 /* fuse_activation.c - an element-wise activation that is the only reader of a float32 Conv's,
- * Gemm's or MatMul's (by constant 2-D weights) output becomes part of that node (kiln_node.act):
- * the CPU provider applies it while the output tile is still in cache, and the activation's pass
- * over memory disappears. */
+ * Gemm's or MatMul's (by constant 2-D weights) output, or of their kiln fused forms', joins that
+ * node: it becomes kiln.FusedConv / FusedGemm / FusedMatMul with the activation as attributes
+ * (src/ops/fused.h) and produces the activation's output. The CPU provider applies it while the
+ * output tile is still in cache, and the activation's pass over memory disappears. */
 #include <float.h>
 #include <math.h>
 #include <string.h>
 
 #include "core/dtype.h"
+#include "ops/eval.h"
+#include "ops/fused.h"
 #include "passes/passes.h"
-
-/* Readers of v in g: node inputs, subgraph captures, graph outputs. */
-static int readers(const kiln_graph *g, const kiln_ir_value *v)
-{
-    int n = v->is_output;
-    for (int k = 0; k < g->n_nodes; k++) {
-        const kiln_node *nd = g->nodes[k];
-        for (int i = 0; i < nd->n_in; i++) n += nd->in[i] == v;
-        for (int a = 0; a < nd->n_attrs; a++)
-            for (int q = 0; q < kiln_attr_graph_count(&nd->attrs[a]); q++) {
-                const kiln_graph *sg = kiln_attr_graph_at(&nd->attrs[a], q);
-                for (int r = 0; r < sg->n_captures; r++) n += sg->captures[r] == v;
-            }
-    }
-    return n;
-}
-
-static bool is_f32(const kiln_ir_value *v)
-{
-    return v && v->type.kind == KILN_VALUE_TENSOR && v->type.dtype == KILN_DTYPE_FLOAT32;
-}
 
 /* The constant float32 scalar at input i of n into *out; true also when the input is absent. */
 static bool const_scalar(const kiln_node *n, int i, float *out)
@@ -47,7 +29,7 @@ static bool const_scalar(const kiln_node *n, int i, float *out)
 static kiln_act activation(const kiln_node *a)
 {
     kiln_act act = {KILN_ACT_NONE, 0.0f, 0.0f};
-    if (*a->domain || a->n_out != 1 || !a->out[0] || a->n_in < 1 || !a->in[0] || !is_f32(a->out[0])) return act;
+    if (*a->domain || a->n_out != 1 || !a->out[0] || a->n_in < 1 || !a->in[0] || !kiln_ir_is_f32(a->out[0])) return act;
     const char *op = a->op_type;
     if (!strcmp(op, "Relu") && a->n_in == 1) {
         act.kind = KILN_ACT_RELU;
@@ -78,43 +60,64 @@ static kiln_act activation(const kiln_node *a)
     return act;
 }
 
-/* Whether n is a node whose CPU kernel applies a fused activation. */
-static bool fusable(const kiln_node *n)
+/* The ONNX op n is or extends when its CPU kernel can take a fused activation, else NULL. */
+static const char *fusable(const kiln_node *n)
 {
-    if (*n->domain || n->n_out != 1 || !n->out[0] || n->act.kind != KILN_ACT_NONE || n->n_in < 2 ||
-        !is_f32(n->in[0]) || !is_f32(n->in[1]) || !is_f32(n->out[0]))
-        return false;
-    if (!strcmp(n->op_type, "Conv")) return n->in[0]->type.rank == 4 && n->in[1]->type.rank == 4;
-    if (!strcmp(n->op_type, "Gemm")) return n->opset >= 11;
-    if (!strcmp(n->op_type, "MatMul")) { /* by constant 2-D weights: one GEMM over all rows */
-        const kiln_value *w = kiln_ir_constant(n->in[1]);
-        return n->n_in == 2 && w && !n->in[1]->producer && w->kind == KILN_VALUE_TENSOR && w->rank == 2 &&
-               w->dtype == KILN_DTYPE_FLOAT32 && n->in[0]->type.rank >= 1;
+    const char *base = NULL;
+    for (int i = 0; i < 3 && !base; i++) {
+        static const char *const ops[] = {"Conv", "Gemm", "MatMul"};
+        if ((!*n->domain && !strcmp(n->op_type, ops[i])) || kiln_node_is_fused(n, ops[i])) base = ops[i];
     }
-    return false;
+    if (!base || n->n_out != 1 || !n->out[0] || kiln_fused_of(n)->act.kind != KILN_ACT_NONE || n->n_in < 2 ||
+        !kiln_ir_is_f32(n->in[0]) || !kiln_ir_is_f32(n->in[1]) || !kiln_ir_is_f32(n->out[0]))
+        return NULL;
+    if (!strcmp(base, "Conv")) return n->in[0]->type.rank == 4 && n->in[1]->type.rank == 4 ? base : NULL;
+    if (!strcmp(base, "Gemm")) return n->opset >= 11 ? base : NULL;
+    /* MatMul by constant 2-D weights: one GEMM over all rows */
+    const kiln_value *w = kiln_ir_constant(n->in[1]);
+    return n->n_in <= 3 && w && !n->in[1]->producer && w->kind == KILN_VALUE_TENSOR && w->rank == 2 &&
+                   w->dtype == KILN_DTYPE_FLOAT32 && n->in[0]->type.rank >= 1
+               ? base
+               : NULL;
+}
+
+/* Makes n (an ONNX base op or its fused form) the fused form with activation act. */
+static kiln_status set_activation(kiln_node *n, const char *base, kiln_act act, kiln_err *err)
+{
+    kiln_attr at[2] = {{.name = "activation", .type = KILN_ATTR_STRING, .s = kiln_act_name(act.kind)},
+                       {.name = "activation_params", .type = KILN_ATTR_FLOATS}};
+    at[0].s_len = strlen(at[0].s);
+    float *params = kiln_arena_calloc(&n->graph->model->arena, 2, sizeof *params);
+    if (!params) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
+    params[0] = act.alpha, params[1] = act.beta;
+    at[1].floats = params;
+    at[1].n = act.kind == KILN_ACT_CLIP || act.kind == KILN_ACT_HARD_SIGMOID ? 2 : act.kind == KILN_ACT_LEAKY_RELU;
+    KILN_TRY(kiln_node_set_attr(n, &at[0], err));
+    if (at[1].n) KILN_TRY(kiln_node_set_attr(n, &at[1], err));
+    n->domain = "kiln";
+    n->op_type = kiln_fused_op_type(base);
+    KILN_TRY(kiln_node_bind(n, err));
+    if (!n->op) return kiln_errf(err, KILN_ERR_RUNTIME, "internal: no kiln.%s", n->op_type);
+    return KILN_OK;
 }
 
 kiln_status kiln_pass_fuse_activation(kiln_graph *g, int *fused, kiln_err *err)
 {
     *fused = 0;
-    int kept = 0;
     for (int k = 0; k < g->n_nodes; k++) {
         kiln_node *a = g->nodes[k];
         kiln_act act = activation(a);
         kiln_node *p = act.kind ? a->in[0]->producer : NULL;
-        if (p && p->graph == g && fusable(p) && p->out[0] == a->in[0] && readers(g, a->in[0]) == 1) {
-            /* the producer now yields what the activation yielded */
-            kiln_ir_value *old = p->out[0], *y = a->out[0];
-            old->producer = NULL;
-            y->producer = p;
-            p->out[0] = y;
-            p->act = act;
-            (*fused)++;
-            continue; /* the activation leaves the graph */
-        }
-        g->nodes[kept] = a;
-        a->index = kept++;
+        const char *base = p && p->graph == g ? fusable(p) : NULL;
+        if (!base || p->out[0] != a->in[0] || kiln_ir_value_only_reader(a->in[0]) != a) continue;
+        /* the producer now yields what the activation yielded; the activation leaves the graph */
+        KILN_TRY(set_activation(p, base, act, err));
+        kiln_ir_value *y = a->out[0];
+        kiln_node_unlink(a);
+        kiln_node_set_output(p, 0, y);
+        g->nodes[k] = NULL;
+        (*fused)++;
     }
-    g->n_nodes = kept;
-    return *fused ? kiln_graph_plan_releases(g, err) : KILN_OK;
+    kiln_graph_compact(g);
+    return KILN_OK;
 }

@@ -13,31 +13,10 @@
 #include <string.h>
 
 #include "core/dtype.h"
-#include "exec/exec.h"
+#include "ops/eval.h"
 #include "ops/op.h"
 #include "passes/passes.h"
-
-/* Readers of v in g: node inputs, subgraph captures, graph outputs. */
-static int readers(const kiln_graph *g, const kiln_ir_value *v)
-{
-    int n = v->is_output;
-    for (int k = 0; k < g->n_nodes; k++) {
-        const kiln_node *nd = g->nodes[k];
-        if (!nd) continue;
-        for (int i = 0; i < nd->n_in; i++) n += nd->in[i] == v;
-        for (int a = 0; a < nd->n_attrs; a++)
-            for (int q = 0; q < kiln_attr_graph_count(&nd->attrs[a]); q++) {
-                const kiln_graph *sg = kiln_attr_graph_at(&nd->attrs[a], q);
-                for (int r = 0; r < sg->n_captures; r++) n += sg->captures[r] == v;
-            }
-    }
-    return n;
-}
-
-static bool is_f32(const kiln_ir_value *v)
-{
-    return v && v->type.kind == KILN_VALUE_TENSOR && v->type.dtype == KILN_DTYPE_FLOAT32;
-}
+#include "passes/rewrite.h"
 
 /* The node of g producing v with this op type (default domain, one output), or NULL. */
 static kiln_node *producer(const kiln_graph *g, const kiln_ir_value *v, const char *op_type)
@@ -48,20 +27,19 @@ static kiln_node *producer(const kiln_graph *g, const kiln_ir_value *v, const ch
     return p;
 }
 
-/* The only reader of v (a node of g with this op type), or NULL. */
+/* The only reader of v (a node of g with this op type, one output), or NULL. */
 static kiln_node *only_reader(const kiln_graph *g, const kiln_ir_value *v, const char *op_type)
 {
-    if (v->is_output || readers(g, v) != 1) return NULL;
-    for (int k = 0; k < g->n_nodes; k++) {
-        kiln_node *nd = g->nodes[k];
-        for (int i = 0; i < nd->n_in; i++)
-            if (nd->in[i] == v)
-                return !*nd->domain && !strcmp(nd->op_type, op_type) && nd->n_out == 1 ? nd : NULL;
-    }
-    return NULL;
+    (void)g;
+    kiln_node *nd = kiln_ir_value_only_reader(v);
+    return nd && !*nd->domain && !strcmp(nd->op_type, op_type) && nd->n_out == 1 ? nd : NULL;
 }
 
-static bool single_use(const kiln_graph *g, const kiln_ir_value *v) { return !v->is_output && readers(g, v) == 1; }
+static bool single_use(const kiln_graph *g, const kiln_ir_value *v)
+{
+    (void)g;
+    return !v->is_output && kiln_ir_value_readers(v) == 1;
+}
 
 static bool has_perm(const kiln_node *t, int64_t a, int64_t b, int64_t c, int64_t d)
 {
@@ -79,7 +57,7 @@ static bool scalar_const(const kiln_ir_value *v, float *out)
     return true;
 }
 
-static bool rank4(const kiln_ir_value *v) { return is_f32(v) && v->type.rank == 4; }
+static bool rank4(const kiln_ir_value *v) { return kiln_ir_is_f32(v) && v->type.rank == 4; }
 
 /* x [B, H, S, D] = Transpose(Reshape(x3 [B, S, H*D]), [0,2,1,3]) with constant H and D: x3, else NULL. */
 static kiln_ir_value *heads_source(const kiln_graph *g, const kiln_ir_value *x)
@@ -90,7 +68,7 @@ static kiln_ir_value *heads_source(const kiln_graph *g, const kiln_ir_value *x)
     if (!r || !r->in[0] || !rank4(r->out[0])) return NULL;
     kiln_ir_value *x3 = r->in[0];
     const kiln_dim *rd = r->out[0]->type.dims, *d3 = x3->type.dims;
-    if (!is_f32(x3) || x3->type.rank != 3 || !kiln_dim_is_const(rd[2]) || !kiln_dim_is_const(rd[3]) ||
+    if (!kiln_ir_is_f32(x3) || x3->type.rank != 3 || !kiln_dim_is_const(rd[2]) || !kiln_dim_is_const(rd[3]) ||
         !kiln_dim_is_const(d3[2]) || d3[2].c != rd[2].c * rd[3].c || !kiln_dim_equal(d3[0], rd[0]) ||
         !kiln_dim_equal(d3[1], rd[1]))
         return NULL;
@@ -115,7 +93,7 @@ static kiln_status fuse(kiln_graph *g, kiln_node *sm, bool *done, kiln_err *err)
         /* one side is the scaled Q K^T, the other the mask; the mask must not widen the scores */
         for (int side = 0; side < 2 && !mask; side++) {
             kiln_ir_value *a = add->in[side], *m = add->in[1 - side];
-            if (!a || !m || !is_f32(m) || m->type.rank < 1 || m->type.rank > 4) continue;
+            if (!a || !m || !kiln_ir_is_f32(m) || m->type.rank < 1 || m->type.rank > 4) continue;
             if (!producer(g, a, "Mul") && !producer(g, a, "Div") && !producer(g, a, "MatMul")) continue;
             if (!rank4(a) || !single_use(g, a)) continue;
             bool same = true;
@@ -160,15 +138,15 @@ static kiln_status fuse(kiln_graph *g, kiln_node *sm, bool *done, kiln_err *err)
     kiln_ir_value *q3 = heads_source(g, q), *k3 = heads_source(g, k), *v3 = heads_source(g, v);
     kiln_node *ot = only_reader(g, av->out[0], "Transpose"), *orr = NULL;
     if (ot && has_perm(ot, 0, 2, 1, 3)) orr = only_reader(g, ot->out[0], "Reshape");
-    bool three = q3 && k3 && v3 && orr && orr->in[0] == ot->out[0] && orr->out[0] && is_f32(orr->out[0]) &&
+    bool three = q3 && k3 && v3 && orr && orr->in[0] == ot->out[0] && orr->out[0] && kiln_ir_is_f32(orr->out[0]) &&
                  orr->out[0]->type.rank == 3 && kiln_dim_is_const(vd[3]) &&
                  kiln_dim_equal(orr->out[0]->type.dims[0], qd[0]) && kiln_dim_equal(orr->out[0]->type.dims[1], qd[2]) &&
                  kiln_dim_is_const(orr->out[0]->type.dims[2]) && orr->out[0]->type.dims[2].c == heads * vd[3].c;
     if (three) target = orr;
 
-    kiln_ir_value **in = kiln_arena_calloc(&g->model->arena, 4, sizeof *in);
+    kiln_ir_value *in[4];
     kiln_attr *at = new_attrs(g, 3);
-    if (!in || !at) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
+    if (!at) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
     in[0] = three ? q3 : q;
     in[1] = three ? k3 : k;
     in[2] = three ? v3 : v;
@@ -176,46 +154,16 @@ static kiln_status fuse(kiln_graph *g, kiln_node *sm, bool *done, kiln_err *err)
     at[0] = (kiln_attr){.name = "scale", .type = KILN_ATTR_FLOAT, .f = scaled ? scale : 1.0f};
     at[1] = (kiln_attr){.name = "q_num_heads", .type = KILN_ATTR_INT, .i = heads};
     at[2] = (kiln_attr){.name = "kv_num_heads", .type = KILN_ATTR_INT, .i = heads};
-    const kiln_op_def *op = kiln_op_lookup("", "Attention", 23);
-    if (!op) return KILN_OK;
+    if (!kiln_op_lookup("", "Attention", 23)) return KILN_OK;
+    KILN_TRY(kiln_node_set_inputs(target, mask ? 4 : 3, in, err));
     target->op_type = "Attention";
     target->domain = "";
     target->opset = 23;
-    target->op = op;
-    target->in = in;
-    target->n_in = mask ? 4 : 3;
     target->attrs = at;
     target->n_attrs = three ? 3 : 1;
-    target->act = (kiln_act){0};
+    KILN_TRY(kiln_node_bind(target, err));
     *done = true;
     return KILN_OK;
-}
-
-/* Drops nodes of g none of whose outputs is read (pure ops left behind by the rewrites). */
-static void sweep(kiln_graph *g, const bool *candidate)
-{
-    for (bool again = true; again;) {
-        again = false;
-        for (int k = g->n_nodes - 1; k >= 0; k--) {
-            kiln_node *n = g->nodes[k];
-            if (!n || !candidate[k]) continue;
-            bool dead = true;
-            for (int o = 0; o < n->n_out && dead; o++) dead = !n->out[o] || readers(g, n->out[o]) == 0;
-            if (!dead) continue;
-            for (int o = 0; o < n->n_out; o++)
-                if (n->out[o]) n->out[o]->producer = NULL;
-            g->nodes[k] = NULL;
-            again = true;
-        }
-    }
-    int kept = 0;
-    for (int k = 0; k < g->n_nodes; k++)
-        if (g->nodes[k]) {
-            g->nodes[kept] = g->nodes[k];
-            g->nodes[kept]->index = kept;
-            kept++;
-        }
-    g->n_nodes = kept;
 }
 
 kiln_status kiln_pass_fuse_attention(kiln_graph *g, int *fused, kiln_err *err)
@@ -224,7 +172,7 @@ kiln_status kiln_pass_fuse_attention(kiln_graph *g, int *fused, kiln_err *err)
     bool any = false;
     for (int k = 0; k < g->n_nodes && !any; k++) any = !strcmp(g->nodes[k]->op_type, "Softmax");
     if (!any) return KILN_OK;
-    KILN_TRY(kiln_graph_infer(g, NULL)); /* the types the pattern checks */
+    /* the types the pattern checks are the compile's inference, which runs before the CPU's passes */
     bool *candidate = kiln_arena_calloc(&g->model->arena, (size_t)g->n_nodes + 1, sizeof *candidate);
     if (!candidate) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
     for (int k = 0; k < g->n_nodes; k++) {
@@ -242,6 +190,6 @@ kiln_status kiln_pass_fuse_attention(kiln_graph *g, int *fused, kiln_err *err)
         *fused += done;
     }
     if (!*fused) return KILN_OK;
-    sweep(g, candidate);
-    return kiln_graph_plan_releases(g, err);
+    kiln_passes_sweep(g, candidate);
+    return KILN_OK;
 }

@@ -11,34 +11,15 @@
 #include <string.h>
 
 #include "core/dtype.h"
+#include "ops/eval.h"
 #include "ops/op.h"
 #include "passes/passes.h"
-
-/* Readers of v in g: node inputs, subgraph captures, graph outputs. */
-static int readers(const kiln_graph *g, const kiln_ir_value *v)
-{
-    int n = v->is_output;
-    for (int k = 0; k < g->n_nodes; k++) {
-        const kiln_node *nd = g->nodes[k];
-        if (!nd) continue;
-        for (int i = 0; i < nd->n_in; i++) n += nd->in[i] == v;
-        for (int a = 0; a < nd->n_attrs; a++)
-            for (int q = 0; q < kiln_attr_graph_count(&nd->attrs[a]); q++) {
-                const kiln_graph *sg = kiln_attr_graph_at(&nd->attrs[a], q);
-                for (int r = 0; r < sg->n_captures; r++) n += sg->captures[r] == v;
-            }
-    }
-    return n;
-}
-
-static bool is_f32(const kiln_ir_value *v)
-{
-    return v && v->type.kind == KILN_VALUE_TENSOR && v->type.dtype == KILN_DTYPE_FLOAT32;
-}
+#include "passes/rewrite.h"
 
 static bool single_use(const kiln_graph *g, const kiln_ir_value *v)
 {
-    return is_f32(v) && !v->is_output && readers(g, v) == 1;
+    (void)g;
+    return kiln_ir_is_f32(v) && !v->is_output && kiln_ir_value_readers(v) == 1;
 }
 
 /* The node of g producing v with this op type (default domain, two inputs for binary ops), or NULL. */
@@ -52,17 +33,11 @@ static kiln_node *producer(const kiln_graph *g, const kiln_ir_value *v, const ch
     return p;
 }
 
-/* The only reader of v (a node of g with this op type), or NULL. */
+/* The only reader of v (a node of g with this op type, two inputs), or NULL. */
 static kiln_node *only_reader(const kiln_graph *g, const kiln_ir_value *v, const char *op_type)
 {
-    if (!single_use(g, v)) return NULL;
-    for (int k = 0; k < g->n_nodes; k++) {
-        kiln_node *nd = g->nodes[k];
-        for (int i = 0; nd && i < nd->n_in; i++)
-            if (nd->in[i] == v)
-                return !*nd->domain && !strcmp(nd->op_type, op_type) && nd->n_out == 1 && nd->n_in == 2 ? nd : NULL;
-    }
-    return NULL;
+    kiln_node *nd = single_use(g, v) ? kiln_ir_value_only_reader(v) : NULL;
+    return nd && !*nd->domain && !strcmp(nd->op_type, op_type) && nd->n_out == 1 && nd->n_in == 2 ? nd : NULL;
 }
 
 /* Whether v is a float32 scalar constant (one element, rank at most max_rank) within a relative
@@ -145,14 +120,14 @@ static kiln_status fuse(kiln_graph *g, kiln_node *e, bool tanh_form, bool *done,
     *done = false;
     if (e->n_in != 1 || e->n_out != 1 || !e->in[0] || !e->out[0]) return KILN_OK;
     kiln_ir_value *x = tanh_form ? tanh_arg(g, e->in[0]) : erf_arg(g, e->in[0]);
-    if (!is_f32(x) || x->type.rank < 0) return KILN_OK;
+    if (!kiln_ir_is_f32(x) || x->type.rank < 0) return KILN_OK;
     int r = x->type.rank;
     /* s = 1 + e */
     kiln_node *add = only_reader(g, e->out[0], "Add");
     if (!add || !is_const(other(add, e->out[0]), 1.0, r)) return KILN_OK;
     kiln_ir_value *s = add->out[0];
     kiln_node *m1 = only_reader(g, s, "Mul"), *target = NULL;
-    if (!m1 || !is_f32(m1->out[0])) return KILN_OK;
+    if (!m1 || !kiln_ir_is_f32(m1->out[0])) return KILN_OK;
     kiln_ir_value *f = other(m1, s); /* s's factor */
     if (!f) return KILN_OK;
     kiln_node *m2 = NULL;
@@ -164,53 +139,21 @@ static kiln_status fuse(kiln_graph *g, kiln_node *e, bool tanh_form, bool *done,
     } else if (single_use(g, f) && mul_by(producer(g, f, "Mul"), 0.5, r) == x) {
         target = m1; /* (x * 0.5) * s */
     }
-    if (!target || !is_f32(target->out[0]) || target->out[0]->type.rank != r) return KILN_OK;
+    if (!target || !kiln_ir_is_f32(target->out[0]) || target->out[0]->type.rank != r) return KILN_OK;
 
-    const kiln_op_def *op = kiln_op_lookup("", "Gelu", 20);
-    if (!op) return KILN_OK;
-    kiln_ir_value **in = kiln_arena_calloc(&g->model->arena, 1, sizeof *in);
+    if (!kiln_op_lookup("", "Gelu", 20)) return KILN_OK;
     kiln_attr *at = kiln_arena_calloc(&g->model->arena, 1, sizeof *at);
-    if (!in || !at) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
-    in[0] = x;
+    if (!at) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
     at[0] = (kiln_attr){.name = "approximate", .type = KILN_ATTR_STRING, .s = "tanh", .s_len = 4};
+    KILN_TRY(kiln_node_set_inputs(target, 1, &x, err));
     target->op_type = "Gelu";
     target->domain = "";
     target->opset = 20;
-    target->op = op;
-    target->in = in;
-    target->n_in = 1;
     target->attrs = at;
     target->n_attrs = tanh_form ? 1 : 0;
-    target->act = (kiln_act){0};
+    KILN_TRY(kiln_node_bind(target, err));
     *done = true;
     return KILN_OK;
-}
-
-/* Drops nodes of g none of whose outputs is read (pure ops left behind by the rewrites). */
-static void sweep(kiln_graph *g, const bool *candidate)
-{
-    for (bool again = true; again;) {
-        again = false;
-        for (int k = g->n_nodes - 1; k >= 0; k--) {
-            kiln_node *n = g->nodes[k];
-            if (!n || !candidate[k]) continue;
-            bool dead = true;
-            for (int o = 0; o < n->n_out && dead; o++) dead = !n->out[o] || readers(g, n->out[o]) == 0;
-            if (!dead) continue;
-            for (int o = 0; o < n->n_out; o++)
-                if (n->out[o]) n->out[o]->producer = NULL;
-            g->nodes[k] = NULL;
-            again = true;
-        }
-    }
-    int kept = 0;
-    for (int k = 0; k < g->n_nodes; k++)
-        if (g->nodes[k]) {
-            g->nodes[kept] = g->nodes[k];
-            g->nodes[kept]->index = kept;
-            kept++;
-        }
-    g->n_nodes = kept;
 }
 
 kiln_status kiln_pass_fuse_gelu(kiln_graph *g, int *fused, kiln_err *err)
@@ -238,6 +181,6 @@ kiln_status kiln_pass_fuse_gelu(kiln_graph *g, int *fused, kiln_err *err)
         *fused += done;
     }
     if (!*fused) return KILN_OK;
-    sweep(g, candidate);
-    return kiln_graph_plan_releases(g, err);
+    kiln_passes_sweep(g, candidate);
+    return KILN_OK;
 }

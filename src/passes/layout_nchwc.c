@@ -6,8 +6,8 @@
  * produced by a node of the main graph and read by nodes only (not a graph input or output, not
  * read inside a subgraph), whose producer and every reader have a kernel for it:
  *  - Conv (2-D, constant float32 weights, group 1 or depthwise) reads X and writes Y in either
- *    layout, except that a depthwise one needs both blocked and a fused residual
- *    (kiln_node.sum_in) needs Y's layout;
+ *    layout, and so does kiln.FusedConv, except that a depthwise one needs both blocked and
+ *    FusedConv's residual Z needs Y's layout;
  *  - MaxPool (without Indices) and AveragePool (2-D) need X and Y in the same layout;
  *  - GlobalAveragePool reads a blocked X (its [N, C, 1, 1] output is the same bytes either way);
  *  - Shape reads the dims only.
@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "core/dtype.h"
+#include "ops/fused.h"
 #include "passes/passes.h"
 
 static bool is_op(const kiln_node *n, const char *op) { return !*n->domain && !strcmp(n->op_type, op); }
@@ -30,7 +31,8 @@ static bool is_f32_4d(const kiln_ir_value *v)
  * kh, kw] of group 1 or depthwise (group = C = M). */
 static bool conv_ok(const kiln_node *n, bool *depthwise)
 {
-    if (!is_op(n, "Conv") || n->n_in < 2 || n->n_in > (n->sum_in ? 4 : 3) || n->n_out != 1 || !is_f32_4d(n->in[0]) ||
+    bool fused = kiln_node_is_fused(n, "Conv");
+    if ((!is_op(n, "Conv") && !fused) || n->n_in < 2 || n->n_in > (fused ? 4 : 3) || n->n_out != 1 || !is_f32_4d(n->in[0]) ||
         !is_f32_4d(n->out[0]))
         return false;
     const kiln_value *w = kiln_ir_constant(n->in[1]);
@@ -68,7 +70,7 @@ static bool reads_blocked(const kiln_node *n, const kiln_ir_value *v)
     if (pool_ok(n)) return n->n_in == 1;
     if (!conv_ok(n, &dw)) return false;
     for (int i = 1; i < n->n_in; i++)
-        if (n->in[i] == v && i != n->sum_in) return false; /* as weights or bias */
+        if (n->in[i] == v && i != kiln_fused_of(n)->residual) return false; /* as weights or bias */
     return true;
 }
 
@@ -79,9 +81,8 @@ static bool candidate(const kiln_graph *g, const kiln_ir_value *v)
     if (!is_f32_4d(v) || v->is_input || v->is_output || v->init || !v->producer || v->producer->graph != g ||
         !kiln_dim_is_const(c) || c.c <= 0 || c.c % 16 || !writes_blocked(v->producer, v))
         return false;
-    for (int k = 0; k < g->n_nodes; k++)
-        for (int i = 0; i < g->nodes[k]->n_in; i++)
-            if (g->nodes[k]->in[i] == v && !reads_blocked(g->nodes[k], v)) return false;
+    for (int u = 0; u < v->n_uses; u++)
+        if (!reads_blocked(v->uses[u].node, v)) return false;
     return true;
 }
 
@@ -117,7 +118,8 @@ kiln_status kiln_pass_layout_nchwc(kiln_graph *g, int *blocked_count, kiln_err *
             kiln_node *n = g->nodes[k];
             bool conv = conv_ok(n, &(bool){false}), dw = false;
             if (pool_ok(n) || (conv_ok(n, &dw) && dw)) changed |= agree(n->in[0], n->out[0]);
-            if (conv && n->sum_in) changed |= agree(n->in[n->sum_in], n->out[0]);
+            int z = kiln_fused_of(n)->residual;
+            if (conv && z) changed |= agree(n->in[z], n->out[0]);
         }
     }
     for (int i = 0; i < g->n_values; i++) *blocked_count += blocked(g->values[i]);

@@ -1,6 +1,8 @@
-/* passes.h - graph transformations run when an optimised session is compiled. Each keeps what
- * the graph computes (up to float rounding) and leaves the IR consistent: node order, producers,
- * release lists. The reference (unoptimized) configuration runs none of them. */
+/* passes.h - graph transformations run when an optimised session is compiled, each a kiln_pass
+ * (pass.h) run by kiln_passes_run. Each keeps what the graph computes (up to float rounding) and
+ * leaves the IR consistent: node order, producers, consumer lists (the runner then rebuilds the
+ * release lists). They use src/ir and the op registry (src/ops), never the executor. The
+ * reference (unoptimized) configuration runs none of them. */
 #ifndef KILN_PASSES_PASSES_H
 #define KILN_PASSES_PASSES_H
 
@@ -20,14 +22,15 @@ kiln_status kiln_pass_fold_conv_bn(kiln_graph *g, int *folded, kiln_err *err);
 
 /* Fuses an activation (Relu, Clip with constant bounds, Sigmoid, HardSigmoid, HardSwish,
  * LeakyRelu, Gelu) that is the only reader of a float32 Conv's (2-D), Gemm's or MatMul's (by
- * constant 2-D weights) output into that node: the node's act is set and it produces the
- * activation's output. Only for sessions whose Conv, Gemm and MatMul nodes the CPU provider runs
- * (its kernels apply act; the reference kernels do not). *fused receives the count. */
+ * constant 2-D weights) output, or of their kiln fused forms', into that node: it becomes
+ * kiln.FusedConv / FusedGemm / FusedMatMul (src/ops/fused.h) with the activation as attributes
+ * and produces the activation's output. CPU sessions. *fused receives the count. */
 kiln_status kiln_pass_fuse_activation(kiln_graph *g, int *fused, kiln_err *err);
 
 /* Fuses a float32 Add of two same-shaped tensors into the group-1 Conv producing one of them
- * (its only reader): the other becomes the Conv's input kiln_node.sum_in, added before the
- * activation; the Conv moves to the Add's place. Run before kiln_pass_fuse_activation. */
+ * (its only reader): the Conv becomes kiln.FusedConv with the other as its residual input Z
+ * (added before any activation) and moves to the Add's place. Run before
+ * kiln_pass_fuse_activation. */
 kiln_status kiln_pass_fuse_residual(kiln_graph *g, int *fused, kiln_err *err);
 
 /* Scaled dot-product attention written out as MatMul -> scale -> mask Add -> Softmax -> MatMul
@@ -42,8 +45,8 @@ kiln_status kiln_pass_fuse_attention(kiln_graph *g, int *fused, kiln_err *err);
 kiln_status kiln_pass_fuse_gelu(kiln_graph *g, int *fused, kiln_err *err);
 
 /* A float32 constant bias [N] added to the output of a MatMul by constant weights [K, N] (the
- * MatMul's only reader, not widening it) moves into the MatMul (kiln_node.bias); the Add goes
- * (fuse_matmul_bias.c). CPU sessions only. *fused receives the count. */
+ * MatMul's only reader, not widening it): the MatMul becomes kiln.FusedMatMul(A, W, bias); the
+ * Add goes (fuse_matmul_bias.c). CPU sessions only. *fused receives the count. */
 kiln_status kiln_pass_fuse_matmul_bias(kiln_graph *g, int *fused, kiln_err *err);
 
 /* Blocks by 16 channels (kiln_layout NCHW16C) the float32 activations that convolutions and

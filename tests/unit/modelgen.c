@@ -168,6 +168,29 @@ void mg_attr_int(mg_model *m, const char *name, int64_t v)
     a->i = v;
 }
 
+void mg_attr_float(mg_model *m, const char *name, float v)
+{
+    Onnx__AttributeProto *a = new_attr(m, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT);
+    a->has_f = 1;
+    a->f = v;
+}
+
+void mg_attr_string(mg_model *m, const char *name, const char *v)
+{
+    Onnx__AttributeProto *a = new_attr(m, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING);
+    a->has_s = 1;
+    a->s.len = strlen(v);
+    a->s.data = (uint8_t *)strdup(v);
+}
+
+void mg_attr_ints(mg_model *m, const char *name, int n, const int64_t *v)
+{
+    Onnx__AttributeProto *a = new_attr(m, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS);
+    a->n_ints = (size_t)n;
+    a->ints = malloc((size_t)n * sizeof *v + 1);
+    memcpy(a->ints, v, (size_t)n * sizeof *v);
+}
+
 void mg_attr_floats(mg_model *m, const char *name, int n, const float *v)
 {
     Onnx__AttributeProto *a = new_attr(m, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOATS);

@@ -20,6 +20,9 @@ void mg_init_float(mg_model *m, const char *name, int rank, const int64_t *dims,
                    const char *location, int64_t offset);
 /* Attributes of the last node added. */
 void mg_attr_int(mg_model *m, const char *name, int64_t v);
+void mg_attr_float(mg_model *m, const char *name, float v);
+void mg_attr_string(mg_model *m, const char *name, const char *v);
+void mg_attr_ints(mg_model *m, const char *name, int n, const int64_t *v);
 void mg_attr_floats(mg_model *m, const char *name, int n, const float *v);
 /* Moves body's graph into a graph attribute of the last node; body is freed. */
 void mg_attr_graph(mg_model *m, const char *name, mg_model *body);

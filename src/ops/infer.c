@@ -1,10 +1,12 @@
-/* infer.c - compile-time symbolic inference over graphs and the inference context API used by
- * every op (the same calls run at run time with constant dims). */
+/* infer.c - compile-time binding of nodes to the op registry, symbolic inference over graphs,
+ * and the inference context API used by every op (the same calls run at run time with
+ * constant dims). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "exec/ctx.h"
+#include "ops/ctx.h"
+#include "ops/eval.h"
 
 /* ---- context API ---- */
 
@@ -45,6 +47,11 @@ bool kiln_infer_in_dims_value(const kiln_infer_ctx *c, int i, kiln_dim *dims, in
         return true;
     }
     return false;
+}
+
+const kiln_type *kiln_infer_out(const kiln_infer_ctx *c, int i)
+{
+    return kiln_infer_has_out(c, i) ? &c->out[i] : NULL;
 }
 
 bool kiln_infer_has_out(const kiln_infer_ctx *c, int i)
@@ -232,11 +239,23 @@ void kiln_type_of_value(const kiln_value *v, kiln_type *t)
 
 /* ---- compile-time passes ---- */
 
+kiln_status kiln_node_bind(kiln_node *n, kiln_err *err)
+{
+    n->op = kiln_op_lookup(n->domain, n->op_type, n->opset);
+    n->params = NULL;
+    if (!n->op || !n->op->parse) return KILN_OK;
+    void *p = kiln_arena_calloc(&n->graph->model->arena, 1, n->op->params_size ? n->op->params_size : 1);
+    if (!p) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
+    KILN_TRY(n->op->parse(n, p, err));
+    n->params = p;
+    return KILN_OK;
+}
+
 kiln_status kiln_bind_ops(kiln_graph *g, bool strict, kiln_err *err)
 {
     for (int k = 0; k < g->n_nodes; k++) {
         kiln_node *n = g->nodes[k];
-        n->op = kiln_op_lookup(n->domain, n->op_type, n->opset);
+        KILN_TRY(kiln_node_bind(n, err));
         /* kernels write output 0; every ONNX operator declares at least one output */
         if (n->n_out == 0)
             return kiln_errf(err, KILN_ERR_MODEL, "node '%s' (%s): no outputs", n->name, n->op_type);

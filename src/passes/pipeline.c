@@ -1,0 +1,41 @@
+/* pipeline.c - the pass runner and the generic pipeline (pass.h). */
+#include "passes/pass.h"
+#include "passes/passes.h"
+#include "passes/rewrite.h"
+
+const kiln_pass kiln_passes_generic[] = {
+    {"fold_constants", kiln_pass_fold_constants},
+    {"fold_conv_bn", kiln_pass_fold_conv_bn},
+};
+const int kiln_passes_generic_n = sizeof kiln_passes_generic / sizeof *kiln_passes_generic;
+
+kiln_status kiln_passes_run(kiln_graph *g, const kiln_pass *passes, int n, int *changed, kiln_err *err)
+{
+    if (changed) *changed = 0;
+    for (int p = 0; p < n; p++) {
+        int count = 0;
+        KILN_TRY(kiln_graph_index_uses(g, err));
+        if (passes[p].run(g, &count, err)) return kiln_err_prefix(err, "pass %s", passes[p].name);
+        if (count) KILN_TRY(kiln_graph_plan_releases(g, err));
+        if (changed) *changed += count;
+    }
+    return KILN_OK;
+}
+
+void kiln_passes_sweep(kiln_graph *g, const bool *candidate)
+{
+    for (bool again = true; again;) {
+        again = false;
+        for (int k = g->n_nodes - 1; k >= 0; k--) {
+            kiln_node *n = g->nodes[k];
+            if (!n || !candidate[k]) continue;
+            bool dead = true;
+            for (int o = 0; o < n->n_out && dead; o++) dead = !n->out[o] || kiln_ir_value_readers(n->out[o]) == 0;
+            if (!dead) continue;
+            kiln_node_unlink(n);
+            g->nodes[k] = NULL;
+            again = true;
+        }
+    }
+    kiln_graph_compact(g);
+}

@@ -1,0 +1,518 @@
+/* test_passes.c - each graph pass on small models built with modelgen: run alone through the
+ * pass runner, it rewrites the structure as documented (node count, op types, attributes,
+ * consumer lists consistent with a recount), and a session with every pass computes what the
+ * unoptimized session computes on random inputs. Fused nodes' reference kernels are checked
+ * against the unfused chain's, bit for bit. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "modelgen.h"
+#include "onnx/load.h"
+#include "ops/eval.h"
+#include "ops/fused.h"
+#include "passes/pass.h"
+#include "passes/passes.h"
+#include "unit.h"
+
+enum { FLOAT = 1 };
+
+static const kiln_pass P_FOLD = {"fold_constants", kiln_pass_fold_constants};
+static const kiln_pass P_CONV_BN = {"fold_conv_bn", kiln_pass_fold_conv_bn};
+static const kiln_pass P_RESIDUAL = {"fuse_residual", kiln_pass_fuse_residual};
+static const kiln_pass P_ACT = {"fuse_activation", kiln_pass_fuse_activation};
+static const kiln_pass P_BIAS = {"fuse_matmul_bias", kiln_pass_fuse_matmul_bias};
+static const kiln_pass P_GELU = {"fuse_gelu", kiln_pass_fuse_gelu};
+static const kiln_pass P_ATTN = {"fuse_attention", kiln_pass_fuse_attention};
+static const kiln_pass P_NCHWC = {"layout_nchwc", kiln_pass_layout_nchwc};
+
+static uint64_t rng = 88172645463325252ull;
+static float frand(void)
+{
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (float)((rng >> 40) / (double)(1 << 24)) * 2.0f - 1.0f;
+}
+
+static float *rand_floats(int64_t n)
+{
+    float *v = malloc((size_t)n * sizeof *v + 1);
+    for (int64_t i = 0; i < n; i++) v[i] = frand();
+    return v;
+}
+
+static void init(mg_model *m, const char *name, int rank, const int64_t *dims)
+{
+    int64_t n = 1;
+    for (int k = 0; k < rank; k++) n *= dims[k];
+    float *v = rand_floats(n);
+    mg_init_float(m, name, rank, dims, v, NULL, 0);
+    free(v);
+}
+
+static void scalar(mg_model *m, const char *name, float v) { mg_init_float(m, name, 0, NULL, &v, NULL, 0); }
+
+typedef struct built {
+    unsigned char *buf;
+    size_t len;
+} built;
+
+static built finish(mg_model *m)
+{
+    built b;
+    b.buf = mg_serialize(m, &b.len);
+    mg_free(m);
+    return b;
+}
+
+/* The model loaded, bound and inferred: what the session's compile has before the passes. */
+static kiln_model *load(const built *b)
+{
+    kiln_model *m = NULL;
+    kiln_err err = {0};
+    if (kiln_onnx_load(b->buf, b->len, NULL, &m, &err) || kiln_bind_ops(m->graph, true, &err) ||
+        kiln_graph_infer(m->graph, NULL)) {
+        fprintf(stderr, "load: %s\n", err.msg);
+        kiln_model_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* Runs one pass through the runner; returns its count of rewrites (-1 on failure). */
+static int run_pass(kiln_model *m, const kiln_pass *p)
+{
+    kiln_err err = {0};
+    int changed = -1;
+    if (kiln_passes_run(m->graph, p, 1, &changed, &err)) {
+        fprintf(stderr, "%s: %s\n", p->name, err.msg);
+        return -1;
+    }
+    CHECK(kiln_graph_uses_consistent(m->graph));
+    for (int k = 0; k < m->graph->n_nodes; k++) CHECK(m->graph->nodes[k]->index == k);
+    return changed;
+}
+
+static int count_op(const kiln_graph *g, const char *domain, const char *op)
+{
+    int n = 0;
+    for (int k = 0; k < g->n_nodes; k++) n += !strcmp(g->nodes[k]->domain, domain) && !strcmp(g->nodes[k]->op_type, op);
+    return n;
+}
+
+static kiln_node *find_op(const kiln_graph *g, const char *domain, const char *op)
+{
+    for (int k = 0; k < g->n_nodes; k++)
+        if (!strcmp(g->nodes[k]->domain, domain) && !strcmp(g->nodes[k]->op_type, op)) return g->nodes[k];
+    return NULL;
+}
+
+/* Runs the optimised and the unoptimised session on the same random inputs; the max abs
+ * difference of output "Y" (or INFINITY when a run fails). */
+static double session_diff(const built *b, int n_in, const char *const *names, const int *ranks,
+                           const int64_t (*dims)[4])
+{
+    kiln_value *in[4] = {0}, *out[2] = {0};
+    float *data[4] = {0};
+    for (int i = 0; i < n_in; i++) {
+        int64_t n = 1;
+        for (int k = 0; k < ranks[i]; k++) n *= dims[i][k];
+        data[i] = rand_floats(n);
+        kiln_value_wrap_tensor(KILN_DTYPE_FLOAT32, ranks[i], dims[i], data[i], (size_t)n * sizeof(float), &in[i]);
+    }
+    const char *out_names[] = {"Y"};
+    double diff = INFINITY;
+    for (int ref = 0; ref < 2; ref++) {
+        kiln_session_options opt = kiln_session_options_default();
+        opt.unoptimized = ref;
+        kiln_session *s = NULL;
+        if (kiln_session_create_from_memory(b->buf, b->len, NULL, &opt, &s) ||
+            kiln_session_run(s, n_in, names, (const kiln_value *const *)in, 1, out_names, &out[ref]))
+            fprintf(stderr, "session (%s): %s\n", ref ? "reference" : "optimised", kiln_last_error(s));
+        kiln_session_free(s);
+    }
+    if (out[0] && out[1] && kiln_value_numel(out[0]) == kiln_value_numel(out[1])) {
+        const float *a = kiln_value_data(out[0]), *r = kiln_value_data(out[1]);
+        diff = 0;
+        for (int64_t i = 0; i < kiln_value_numel(out[0]); i++) {
+            double d = fabs((double)a[i] - r[i]);
+            if (!(d <= diff)) diff = d; /* NaN propagates */
+        }
+    }
+    for (int i = 0; i < 2; i++) kiln_value_free(out[i]);
+    for (int i = 0; i < n_in; i++) {
+        kiln_value_free(in[i]);
+        free(data[i]);
+    }
+    return diff;
+}
+
+static const char *const X_ONLY[] = {"X"};
+
+/* ---- fold_constants: Mul(X, Add(C1, C2)) keeps one node reading a new constant ---- */
+static void test_fold_constants(void)
+{
+    mg_model *m = mg_new(13);
+    int64_t d[2] = {3, 4};
+    mg_input(m, "X", FLOAT, 2, d, NULL);
+    init(m, "C1", 2, d);
+    init(m, "C2", 2, d);
+    mg_node(m, "Add", "", (const char *[]){"C1", "C2", NULL}, (const char *[]){"S", NULL});
+    mg_node(m, "Mul", "", (const char *[]){"X", "S", NULL}, (const char *[]){"Y", NULL});
+    mg_output(m, "Y");
+    built b = finish(m);
+    kiln_model *md = load(&b);
+    CHECK(md && run_pass(md, &P_FOLD) == 1);
+    if (md) {
+        const kiln_graph *g = md->graph;
+        CHECK(g->n_nodes == 1 && count_op(g, "", "Mul") == 1);
+        const kiln_node *mul = g->nodes[0];
+        CHECK(mul->in[1]->init && !mul->in[1]->producer && mul->in[1]->n_uses == 1);
+        const float *s = mul->in[1]->init->data, *c1 = NULL;
+        for (int i = 0; i < g->n_values; i++)
+            if (!strcmp(g->values[i]->name, "C1")) c1 = g->values[i]->init->data;
+        CHECK(c1 && s && s[0] != c1[0]); /* the sum, not an operand */
+        CHECK(run_pass(md, &P_FOLD) == 0);
+    }
+    kiln_model_free(md);
+    int ranks[] = {2};
+    int64_t dims[][4] = {{3, 4}};
+    CHECK(session_diff(&b, 1, X_ONLY, ranks, dims) <= 1e-6);
+    free(b.buf);
+}
+
+/* ---- fold_conv_bn: Conv -> BatchNormalization is one Conv with new W and B producing Y ---- */
+static void test_fold_conv_bn(void)
+{
+    mg_model *m = mg_new(13);
+    int64_t x[4] = {1, 4, 6, 6}, w[4] = {8, 4, 3, 3}, c[1] = {8};
+    mg_input(m, "X", FLOAT, 4, x, NULL);
+    init(m, "W", 4, w);
+    init(m, "scale", 1, c);
+    init(m, "beta", 1, c);
+    init(m, "mean", 1, c);
+    float var[8];
+    for (int i = 0; i < 8; i++) var[i] = 0.5f + (float)i;
+    mg_init_float(m, "var", 1, c, var, NULL, 0);
+    mg_node(m, "Conv", "", (const char *[]){"X", "W", NULL}, (const char *[]){"C", NULL});
+    mg_node(m, "BatchNormalization", "", (const char *[]){"C", "scale", "beta", "mean", "var", NULL},
+            (const char *[]){"Y", NULL});
+    mg_output(m, "Y");
+    built b = finish(m);
+    kiln_model *md = load(&b);
+    CHECK(md && run_pass(md, &P_CONV_BN) == 1);
+    if (md) {
+        const kiln_graph *g = md->graph;
+        CHECK(g->n_nodes == 1 && count_op(g, "", "Conv") == 1);
+        const kiln_node *conv = g->nodes[0];
+        CHECK(conv->n_in == 3 && conv->in[2] && conv->in[2]->init && !strcmp(conv->out[0]->name, "Y"));
+        CHECK(conv->in[1]->init && strcmp(conv->in[1]->name, "W") && conv->out[0]->producer == conv);
+    }
+    kiln_model_free(md);
+    int ranks[] = {4};
+    int64_t dims[][4] = {{1, 4, 6, 6}};
+    CHECK(session_diff(&b, 1, X_ONLY, ranks, dims) <= 1e-4);
+    free(b.buf);
+}
+
+/* Conv(X, W, B) -> Add(R) -> act: the ResNet block tail; act NULL for none. */
+static built conv_add_act(const char *act, bool extra_reader)
+{
+    mg_model *m = mg_new(13);
+    int64_t x[4] = {1, 8, 8, 8}, w[4] = {16, 8, 3, 3}, bd[1] = {16}, r[4] = {1, 16, 6, 6};
+    mg_input(m, "X", FLOAT, 4, x, NULL);
+    mg_input(m, "R", FLOAT, 4, r, NULL);
+    init(m, "W", 4, w);
+    init(m, "B", 1, bd);
+    mg_node(m, "Conv", "", (const char *[]){"X", "W", "B", NULL}, (const char *[]){"C", NULL});
+    mg_node(m, "Add", "", (const char *[]){"R", "C", NULL}, (const char *[]){act ? "S" : "Y", NULL});
+    if (act) {
+        mg_node(m, act, "", (const char *[]){"S", NULL}, (const char *[]){"Y", NULL});
+        if (!strcmp(act, "LeakyRelu")) mg_attr_float(m, "alpha", 0.25f);
+    }
+    mg_output(m, "Y");
+    if (extra_reader) mg_output(m, "C");
+    return finish(m);
+}
+
+static const char *const X_R[] = {"X", "R"};
+static const int RANKS_XR[] = {4, 4};
+static const int64_t DIMS_XR[][4] = {{1, 8, 8, 8}, {1, 16, 6, 6}};
+
+static void test_fuse_residual(void)
+{
+    built b = conv_add_act(NULL, false);
+    kiln_model *md = load(&b);
+    CHECK(md && run_pass(md, &P_RESIDUAL) == 1);
+    if (md) {
+        const kiln_graph *g = md->graph;
+        kiln_node *f = find_op(g, "kiln", "FusedConv");
+        CHECK(g->n_nodes == 1 && f && f->n_in == 4 && !strcmp(f->in[3]->name, "R"));
+        CHECK(f && kiln_fused_of(f)->residual == 3 && kiln_fused_of(f)->act.kind == KILN_ACT_NONE);
+        CHECK(f && !strcmp(f->out[0]->name, "Y") && f->out[0]->producer == f);
+        CHECK(f && f->in[3]->n_uses == 1 && f->in[3]->uses[0].node == f && f->in[3]->uses[0].slot == 3);
+    }
+    kiln_model_free(md);
+    CHECK(session_diff(&b, 2, X_R, RANKS_XR, DIMS_XR) <= 1e-4);
+    free(b.buf);
+    /* a Conv output something else reads stays a Conv */
+    b = conv_add_act(NULL, true);
+    md = load(&b);
+    CHECK(md && run_pass(md, &P_RESIDUAL) == 0 && md->graph->n_nodes == 2);
+    kiln_model_free(md);
+    free(b.buf);
+}
+
+static void test_fuse_activation_conv(void)
+{
+    const char *acts[] = {"Relu", "LeakyRelu", "Sigmoid", "HardSwish"};
+    const kiln_act_kind kinds[] = {KILN_ACT_RELU, KILN_ACT_LEAKY_RELU, KILN_ACT_SIGMOID, KILN_ACT_HARD_SWISH};
+    for (int a = 0; a < 4; a++) {
+        built b = conv_add_act(acts[a], false);
+        kiln_model *md = load(&b);
+        CHECK(md && run_pass(md, &P_RESIDUAL) == 1 && run_pass(md, &P_ACT) == 1);
+        if (md) {
+            const kiln_graph *g = md->graph;
+            kiln_node *f = find_op(g, "kiln", "FusedConv");
+            CHECK(g->n_nodes == 1 && f && kiln_fused_of(f)->act.kind == kinds[a] && kiln_fused_of(f)->residual == 3);
+            CHECK(f && !strcmp(kiln_attr_string(f, "activation", ""), acts[a]) && !strcmp(f->out[0]->name, "Y"));
+            if (f && kinds[a] == KILN_ACT_LEAKY_RELU) CHECK(kiln_fused_of(f)->act.alpha == 0.25f);
+        }
+        kiln_model_free(md);
+        CHECK(session_diff(&b, 2, X_R, RANKS_XR, DIMS_XR) <= 1e-4);
+        free(b.buf);
+    }
+}
+
+/* The fused node's reference kernel is the unfused chain's, bit for bit: every input a
+ * constant, the fused node evaluated against the reference session of the original model. */
+static void test_fused_reference(void)
+{
+    mg_model *m = mg_new(13);
+    int64_t x[4] = {1, 3, 5, 5}, w[4] = {4, 3, 3, 3}, r[4] = {1, 4, 3, 3};
+    mg_input(m, "unused", FLOAT, 1, (int64_t[]){1}, NULL);
+    init(m, "X", 4, x);
+    init(m, "W", 4, w);
+    init(m, "R", 4, r);
+    mg_node(m, "Conv", "", (const char *[]){"X", "W", NULL}, (const char *[]){"C", NULL});
+    mg_node(m, "Add", "", (const char *[]){"C", "R", NULL}, (const char *[]){"S", NULL});
+    mg_node(m, "HardSigmoid", "", (const char *[]){"S", NULL}, (const char *[]){"Y", NULL});
+    mg_attr_float(m, "alpha", 0.3f);
+    mg_output(m, "Y");
+    mg_output(m, "unused");
+    built b = finish(m);
+    kiln_model *md = load(&b);
+    kiln_value *got[1] = {NULL}, *want = NULL;
+    kiln_err err = {0};
+    CHECK(md && run_pass(md, &P_RESIDUAL) == 1 && run_pass(md, &P_ACT) == 1 && md->graph->n_nodes == 1);
+    if (md && md->graph->n_nodes == 1) CHECK(kiln_node_evaluate(md->graph->nodes[0], 0, got, &err) == KILN_OK);
+    kiln_session_options opt = kiln_session_options_default();
+    opt.unoptimized = true;
+    kiln_session *s = NULL;
+    float one = 0;
+    kiln_value *in = NULL;
+    kiln_value_wrap_tensor(KILN_DTYPE_FLOAT32, 1, (int64_t[]){1}, &one, sizeof one, &in);
+    const char *in_names[] = {"unused"}, *out_names[] = {"Y"};
+    CHECK(kiln_session_create_from_memory(b.buf, b.len, NULL, &opt, &s) == KILN_OK &&
+          kiln_session_run(s, 1, in_names, (const kiln_value *const *)&in, 1, out_names, &want) == KILN_OK);
+    CHECK(got[0] && want && kiln_value_numel(got[0]) == 36 && kiln_value_numel(want) == 36 &&
+          !memcmp(kiln_value_data(got[0]), kiln_value_data(want), 36 * sizeof(float)));
+    kiln_session_free(s);
+    kiln_value_free(in);
+    kiln_value_free(want);
+    kiln_value_free(got[0]);
+    kiln_model_free(md);
+    free(b.buf);
+}
+
+/* MatMul(X, W) -> Add(b) [-> Relu] and Gemm -> Clip */
+static void test_fuse_matmul_bias_and_gemm(void)
+{
+    mg_model *m = mg_new(13);
+    int64_t x[3] = {2, 5, 8}, w[2] = {8, 6}, bd[1] = {6};
+    mg_input(m, "X", FLOAT, 3, x, NULL);
+    init(m, "W", 2, w);
+    init(m, "b", 1, bd);
+    mg_node(m, "MatMul", "", (const char *[]){"X", "W", NULL}, (const char *[]){"M", NULL});
+    mg_node(m, "Add", "", (const char *[]){"b", "M", NULL}, (const char *[]){"S", NULL});
+    mg_node(m, "Relu", "", (const char *[]){"S", NULL}, (const char *[]){"Y", NULL});
+    mg_output(m, "Y");
+    built b = finish(m);
+    kiln_model *md = load(&b);
+    CHECK(md && run_pass(md, &P_BIAS) == 1);
+    if (md) {
+        kiln_node *f = find_op(md->graph, "kiln", "FusedMatMul");
+        CHECK(md->graph->n_nodes == 2 && f && f->n_in == 3 && !strcmp(f->in[2]->name, "b"));
+        CHECK(f && kiln_fused_of(f)->bias == 2 && !strcmp(f->out[0]->name, "S"));
+        CHECK(run_pass(md, &P_ACT) == 1 && md->graph->n_nodes == 1);
+        CHECK(f && kiln_fused_of(f)->act.kind == KILN_ACT_RELU && kiln_fused_of(f)->bias == 2 &&
+              !strcmp(f->out[0]->name, "Y"));
+    }
+    kiln_model_free(md);
+    int ranks[] = {3};
+    int64_t dims[][4] = {{2, 5, 8}};
+    CHECK(session_diff(&b, 1, X_ONLY, ranks, dims) <= 1e-5);
+    free(b.buf);
+
+    m = mg_new(13);
+    int64_t a[2] = {4, 8}, bw[2] = {6, 8}, cd[1] = {6};
+    mg_input(m, "X", FLOAT, 2, a, NULL);
+    init(m, "B", 2, bw);
+    init(m, "C", 1, cd);
+    scalar(m, "lo", -0.2f);
+    scalar(m, "hi", 0.3f);
+    mg_node(m, "Gemm", "", (const char *[]){"X", "B", "C", NULL}, (const char *[]){"G", NULL});
+    mg_attr_int(m, "transB", 1);
+    mg_node(m, "Clip", "", (const char *[]){"G", "lo", "hi", NULL}, (const char *[]){"Y", NULL});
+    mg_output(m, "Y");
+    b = finish(m);
+    md = load(&b);
+    CHECK(md && run_pass(md, &P_ACT) == 1);
+    if (md) {
+        kiln_node *f = find_op(md->graph, "kiln", "FusedGemm");
+        CHECK(md->graph->n_nodes == 1 && f && kiln_attr_int(f, "transB", 0) == 1);
+        CHECK(f && kiln_fused_of(f)->act.kind == KILN_ACT_CLIP && kiln_fused_of(f)->act.alpha == -0.2f &&
+              kiln_fused_of(f)->act.beta == 0.3f);
+    }
+    kiln_model_free(md);
+    int r2[] = {2};
+    int64_t d2[][4] = {{4, 8}};
+    CHECK(session_diff(&b, 1, X_ONLY, r2, d2) <= 1e-5);
+    free(b.buf);
+}
+
+/* x * 0.5 * (1 + Erf(x / sqrt 2)) */
+static void test_fuse_gelu(void)
+{
+    mg_model *m = mg_new(13);
+    int64_t x[2] = {3, 7};
+    mg_input(m, "X", FLOAT, 2, x, NULL);
+    scalar(m, "sqrt2", 1.4142135f);
+    scalar(m, "one", 1.0f);
+    scalar(m, "half", 0.5f);
+    mg_node(m, "Div", "", (const char *[]){"X", "sqrt2", NULL}, (const char *[]){"d", NULL});
+    mg_node(m, "Erf", "", (const char *[]){"d", NULL}, (const char *[]){"e", NULL});
+    mg_node(m, "Add", "", (const char *[]){"e", "one", NULL}, (const char *[]){"s", NULL});
+    mg_node(m, "Mul", "", (const char *[]){"X", "s", NULL}, (const char *[]){"p", NULL});
+    mg_node(m, "Mul", "", (const char *[]){"p", "half", NULL}, (const char *[]){"Y", NULL});
+    mg_output(m, "Y");
+    built b = finish(m);
+    kiln_model *md = load(&b);
+    CHECK(md && run_pass(md, &P_GELU) == 1);
+    if (md) {
+        kiln_node *gl = find_op(md->graph, "", "Gelu");
+        CHECK(md->graph->n_nodes == 1 && gl && gl->n_in == 1 && !strcmp(gl->in[0]->name, "X") && gl->op);
+        CHECK(gl && !strcmp(gl->out[0]->name, "Y") && gl->in[0]->n_uses == 1);
+    }
+    kiln_model_free(md);
+    int ranks[] = {2};
+    int64_t dims[][4] = {{3, 7}};
+    CHECK(session_diff(&b, 1, X_ONLY, ranks, dims) <= 1e-5);
+    free(b.buf);
+}
+
+/* Softmax(Q K^T * scale) V on [B, H, S, D] */
+static void test_fuse_attention(void)
+{
+    mg_model *m = mg_new(13);
+    int64_t q[4] = {1, 2, 5, 4};
+    mg_input(m, "Q", FLOAT, 4, q, NULL);
+    mg_input(m, "K", FLOAT, 4, q, NULL);
+    mg_input(m, "V", FLOAT, 4, q, NULL);
+    scalar(m, "scale", 0.5f);
+    mg_node(m, "Transpose", "", (const char *[]){"K", NULL}, (const char *[]){"kt", NULL});
+    mg_attr_ints(m, "perm", 4, (int64_t[]){0, 1, 3, 2});
+    mg_node(m, "MatMul", "", (const char *[]){"Q", "kt", NULL}, (const char *[]){"qk", NULL});
+    mg_node(m, "Mul", "", (const char *[]){"qk", "scale", NULL}, (const char *[]){"sc", NULL});
+    mg_node(m, "Softmax", "", (const char *[]){"sc", NULL}, (const char *[]){"p", NULL});
+    mg_attr_int(m, "axis", -1);
+    mg_node(m, "MatMul", "", (const char *[]){"p", "V", NULL}, (const char *[]){"Y", NULL});
+    mg_output(m, "Y");
+    built b = finish(m);
+    kiln_model *md = load(&b);
+    CHECK(md && run_pass(md, &P_ATTN) == 1);
+    if (md) {
+        kiln_node *at = find_op(md->graph, "", "Attention");
+        CHECK(md->graph->n_nodes == 1 && at && at->n_in == 3 && at->op && !strcmp(at->out[0]->name, "Y"));
+        CHECK(at && kiln_attr_float(at, "scale", 0) == 0.5f && !strcmp(at->in[1]->name, "K"));
+    }
+    kiln_model_free(md);
+    const char *names[] = {"Q", "K", "V"};
+    int ranks[] = {4, 4, 4};
+    int64_t dims[][4] = {{1, 2, 5, 4}, {1, 2, 5, 4}, {1, 2, 5, 4}};
+    CHECK(session_diff(&b, 3, names, ranks, dims) <= 1e-5);
+    free(b.buf);
+}
+
+/* Conv(16 -> 16) -> FusedConv(Z) -> Conv: the values between convolutions are blocked, the
+ * graph's inputs and outputs stay plain, and a residual agrees with its output's layout. */
+static void test_layout_nchwc(void)
+{
+    mg_model *m = mg_new(13);
+    int64_t x[4] = {1, 16, 6, 6}, w[4] = {16, 16, 1, 1};
+    mg_input(m, "X", FLOAT, 4, x, NULL);
+    init(m, "W1", 4, w);
+    init(m, "W2", 4, w);
+    init(m, "W3", 4, w);
+    mg_node(m, "Conv", "", (const char *[]){"X", "W1", NULL}, (const char *[]){"a", NULL});
+    mg_node(m, "Conv", "", (const char *[]){"a", "W2", NULL}, (const char *[]){"c", NULL});
+    mg_node(m, "Add", "", (const char *[]){"c", "a", NULL}, (const char *[]){"s", NULL});
+    mg_node(m, "Conv", "", (const char *[]){"s", "W3", NULL}, (const char *[]){"Y", NULL});
+    mg_output(m, "Y");
+    built b = finish(m);
+    kiln_model *md = load(&b);
+    CHECK(md && run_pass(md, &P_RESIDUAL) == 1 && run_pass(md, &P_NCHWC) == 2);
+    if (md) {
+        const kiln_graph *g = md->graph;
+        for (int i = 0; i < g->n_values; i++) {
+            const kiln_ir_value *v = g->values[i];
+            bool inner = !strcmp(v->name, "a") || !strcmp(v->name, "s");
+            CHECK(v->layout == (inner ? KILN_LAYOUT_NCHW16C : KILN_LAYOUT_PLAIN));
+        }
+    }
+    kiln_model_free(md);
+    int ranks[] = {4};
+    int64_t dims[][4] = {{1, 16, 6, 6}};
+    CHECK(session_diff(&b, 1, X_ONLY, ranks, dims) <= 1e-4);
+    free(b.buf);
+}
+
+/* The rewiring helpers keep the consumer lists: set_input, set_inputs, unlink. */
+static void test_consumer_lists(void)
+{
+    built b = conv_add_act("Relu", false);
+    kiln_model *md = load(&b);
+    kiln_err err = {0};
+    CHECK(md && kiln_graph_index_uses(md->graph, &err) == KILN_OK && kiln_graph_uses_consistent(md->graph));
+    if (md) {
+        kiln_graph *g = md->graph;
+        kiln_node *conv = g->nodes[0], *add = g->nodes[1], *relu = g->nodes[2];
+        kiln_ir_value *x = conv->in[0], *c = conv->out[0], *r = add->in[0];
+        CHECK(kiln_ir_value_only_reader(c) == add && kiln_ir_value_readers(x) == 1 && kiln_ir_value_only_reader(relu->out[0]) == NULL);
+        CHECK(kiln_node_set_input(add, 0, c, &err) == KILN_OK); /* Add(C, C) */
+        CHECK(c->n_uses == 2 && r->n_uses == 0 && kiln_ir_value_only_reader(c) == NULL && kiln_graph_uses_consistent(g));
+        kiln_ir_value *in[2] = {r, x};
+        CHECK(kiln_node_set_inputs(add, 2, in, &err) == KILN_OK);
+        CHECK(c->n_uses == 0 && r->n_uses == 1 && x->n_uses == 2 && kiln_graph_uses_consistent(g));
+        kiln_node_unlink(relu);
+        g->nodes[2] = NULL;
+        kiln_graph_compact(g);
+        CHECK(g->n_nodes == 2 && kiln_graph_uses_consistent(g) && add->out[0]->n_uses == 0);
+    }
+    kiln_model_free(md);
+    free(b.buf);
+}
+
+int main(void)
+{
+    test_fold_constants();
+    test_fold_conv_bn();
+    test_fuse_residual();
+    test_fuse_activation_conv();
+    test_fused_reference();
+    test_fuse_matmul_bias_and_gemm();
+    test_fuse_gelu();
+    test_fuse_attention();
+    test_layout_nchwc();
+    test_consumer_lists();
+    return unit_report("test_passes");
+}
