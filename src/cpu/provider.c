@@ -10,6 +10,7 @@
 #include "cpu/nchwc.h"
 #include "exec/provider.h"
 #include "ops/nn_internal.h"
+#include "ops/semantics.h"
 #include "ops/util.h"
 #include "passes/passes.h"
 

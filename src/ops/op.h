@@ -48,6 +48,9 @@ typedef kiln_status (*kiln_kernel_fn)(kiln_run_ctx *c);
  * Size): a device value it reads needs no host copy, and partitioning keeps it on the host. */
 #define KILN_OP_READS_TYPE_ONLY 4u
 
+/* Bit i of kiln_op_def.host_inputs: input i. */
+#define KILN_OP_IN(i) (1u << (i))
+
 struct kiln_op_def {
     const char *domain;  /* "" for the default ONNX domain, "ai.onnx.ml", ... */
     const char *op_type;
@@ -55,6 +58,13 @@ struct kiln_op_def {
     kiln_status (*infer)(kiln_infer_ctx *c);
     kiln_status (*run)(kiln_run_ctx *c);
     unsigned flags;      /* KILN_OP_* */
+    /* Inputs whose contents are read on the host whatever provider runs the node (KILN_OP_IN
+     * bits, over every input the op has at any opset of this entry): the shape-like arguments
+     * that run-time inference reads (Reshape's shape, Slice's starts/ends/axes/steps, Resize's
+     * scales and sizes, input axes of reductions) and the scalar arguments a kernel takes by
+     * value (Clip's min and max, OneHot's depth and values, Range's start, limit and delta).
+     * A device provider hands them to its kernels in host memory (kiln_provider_i.select). */
+    unsigned host_inputs;
 };
 
 /* A family's table; `n` entries. */
