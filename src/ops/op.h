@@ -47,6 +47,9 @@ typedef kiln_status (*kiln_kernel_fn)(kiln_run_ctx *c);
 /* The kernel reads only its inputs' types (dtype and dims), never their elements (Shape,
  * Size): a device value it reads needs no host copy, and partitioning keeps it on the host. */
 #define KILN_OP_READS_TYPE_ONLY 4u
+/* The outputs are not a function of the inputs (random generators, Dropout, which is random in
+ * training mode): passes never replace the node by a constant. */
+#define KILN_OP_RANDOM 8u
 
 /* Bit i of kiln_op_def.host_inputs: input i. */
 #define KILN_OP_IN(i) (1u << (i))

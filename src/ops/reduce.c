@@ -457,7 +457,7 @@ static const kiln_op_def defs[] = {
     {"", "Hardmax", 1, softmax_infer, softmax_run},
     {"", "CumSum", 11, cum_infer, cum_run, 0, KILN_OP_IN(1)},
     {"", "CumProd", 26, cum_infer, cum_run},
-    {"", "Dropout", 1, dropout_infer, dropout_run},
+    {"", "Dropout", 1, dropout_infer, dropout_run, KILN_OP_RANDOM},
     {"", "Det", 11, det_infer, det_run},
     {"", "LayerNormalization", 17, kiln_layernorm_infer, kiln_layernorm_run},
     {"", "RMSNormalization", 23, kiln_rmsnorm_infer, kiln_rmsnorm_run},
