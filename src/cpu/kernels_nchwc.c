@@ -69,16 +69,13 @@ static kiln_status pool_run(kiln_run_ctx *c)
     kiln_value *Y = kiln_run_out(c, 0);
     nn_geom g;
     char msg[160];
-    int nk = 0;
-    const int64_t *ks = kiln_attr_ints(n, "kernel_shape", &nk);
     if (!f32_4d(X) || !Y || !f32_4d(Y) || X->dims[1] % KILN_NCHWC_BLOCK || !is_blocked(n->in[0]) ||
-        !is_blocked(n->out[0]) || !ks || nk != 2)
+        !is_blocked(n->out[0]))
         return kiln_run_fail(c, KILN_ERR_RUNTIME, "blocked pooling: X and Y are not both blocked float32 [N, C, H, W]");
-    if (!nn_geom_parse(n, 2, &g, msg, sizeof msg)) return kiln_run_fail(c, KILN_ERR_INVALID_ARG, "%s", msg);
-    for (int i = 0; i < 2; i++) {
-        if (ks[i] < 1 || ks[i] > NN_ATTR_MAX) return kiln_run_fail(c, KILN_ERR_INVALID_ARG, "bad kernel_shape");
-        g.kernel[i] = ks[i];
-    }
+    if (!nn_pool_geom(n, &g, msg, sizeof msg)) return kiln_run_fail(c, KILN_ERR_INVALID_ARG, "%s", msg);
+    if (g.nsp != 2)
+        return kiln_run_fail(c, KILN_ERR_RUNTIME, "blocked pooling: kernel_shape has %d values for 2 spatial dims",
+                             g.nsp);
     int64_t out[2];
     if (!nn_geom_resolve(&g, X->dims + 2, out) || out[0] != Y->dims[2] || out[1] != Y->dims[3] ||
         Y->dims[0] != X->dims[0] || Y->dims[1] != X->dims[1])

@@ -11,6 +11,7 @@
 #include "exec/provider.h"
 #include "ops/contrib_internal.h"
 #include "ops/nn_internal.h"
+#include "ops/semantics.h"
 #include "ops/util.h"
 #include "passes/passes.h"
 

@@ -3,9 +3,10 @@
  * A GPU kernel is an ordinary kiln_kernel_fn (ops/op.h) that the executor calls for a node the
  * provider took over. Its tensor inputs and outputs live in device memory: value->data is a
  * device pointer, dims and numel are on the host as usual. Exceptions are the inputs named in
- * the op's host_inputs mask (shape-like inputs: Reshape's shape, Slice's starts, Resize's
- * scales), which the executor hands over in host memory, as their run-time inference needs
- * their contents. Outputs come allocated from the run-time inference and are NOT zeroed: a
+ * the registry entry's host_inputs mask (kiln_op_def, ops/op.h: shape-like inputs such as
+ * Reshape's shape, Slice's starts, Resize's scales, and scalar arguments such as Clip's min),
+ * which the executor hands over in host memory, as run-time inference or the kernel's
+ * arguments need their contents. Outputs come allocated from the run-time inference and are NOT zeroed: a
  * GPU kernel writes every element of its outputs. Work is queued on kiln_gpu_stream(c); the
  * kernel never synchronises and never allocates device memory itself (kiln_gpu_workspace).
  * Nothing is compiled per shape: kernels take dims and strides as arguments.
@@ -23,17 +24,20 @@
 #include "gpu/rt.h"
 #include "ops/op.h"
 
-/* One operator (default ONNX domain) the GPU provider runs. */
+/* The GPU kernel of one registry op: it covers every registry entry (kiln_op_def) of (domain,
+ * op_type), whatever their since-versions, and reads on the host the inputs the entry's
+ * host_inputs names. Opset differences within an entry (attributes that became inputs, ...)
+ * are the kernel's to handle or to refuse in supports. */
 typedef struct kiln_gpu_op {
+    const char *domain; /* the registry's domain: "" for the default ONNX domain */
     const char *op_type;
-    int since_version; /* first opset covered */
-    /* Compile time: whether run covers node n, judged from its attributes and its inputs'
-     * compile-time types (n->in[i]->type: dtype, rank, dims may be symbolic) and constant
-     * contents (kiln_ir_constant(n->in[i])). On false, writes a short reason into why ("dtype int8",
-     * "mode 'cubic' with antialias") for `kiln info --provider cuda`. NULL: always. */
+    /* Compile time: whether run covers node n, judged from its attributes, its opset and its
+     * inputs' compile-time types (n->in[i]->type: dtype, rank, dims may be symbolic) and
+     * constant contents (kiln_ir_constant(n->in[i])). On false, writes a short reason into why
+     * ("dtype int8", "mode 'cubic' with antialias") for `kiln info --provider cuda`. NULL:
+     * always. */
     bool (*supports)(const kiln_node *n, char *why, size_t size);
     kiln_status (*run)(kiln_run_ctx *c);
-    unsigned host_inputs; /* bit i set: input i is read on the host */
 } kiln_gpu_op;
 
 typedef struct kiln_gpu_op_table {
@@ -41,8 +45,8 @@ typedef struct kiln_gpu_op_table {
     int n;
 } kiln_gpu_op_table;
 
-/* Looks up the GPU op for op_type at the given opset (default domain); NULL if none. */
-const kiln_gpu_op *kiln_gpu_op_lookup(const char *domain, const char *op_type, int opset);
+/* The GPU kernel of registry entry def (a node's n->op); NULL if none. O(GPU ops). */
+const kiln_gpu_op *kiln_gpu_op_find(const kiln_op_def *def);
 
 /* ---- what a GPU kernel gets from its run context ---- */
 

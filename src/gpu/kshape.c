@@ -1,27 +1,23 @@
-/* kshape.c - shapes and strides for the GPU kernels' arguments. */
+/* kshape.c - shapes and strides for the GPU kernels' arguments (the broadcast rule is the
+ * reference's, ops/semantics.h). */
 #include "gpu/kshape.h"
+
+#include <string.h>
+
+#include "ops/semantics.h"
+#include "ops/util.h"
 
 void kiln_gpu_shape_contiguous(kiln_gpu_shape *s, int rank, const int64_t *dims)
 {
     s->rank = rank;
-    int64_t st = 1;
-    for (int k = rank - 1; k >= 0; k--) {
-        s->dims[k] = dims[k];
-        s->strides[k] = st;
-        st *= dims[k];
-    }
+    if (rank) memcpy(s->dims, dims, (size_t)rank * sizeof *dims);
+    kiln_strides(rank, dims, s->strides);
 }
 
 void kiln_gpu_shape_broadcast(kiln_gpu_shape *s, int out_rank, const int64_t *out_dims, int rank,
                               const int64_t *dims)
 {
     s->rank = out_rank;
-    int64_t st = 1;
-    for (int k = out_rank - 1; k >= 0; k--) {
-        int j = k - (out_rank - rank);
-        s->dims[k] = out_dims[k];
-        int64_t d = j >= 0 ? dims[j] : 1;
-        s->strides[k] = d == 1 ? 0 : st;
-        st *= d;
-    }
+    if (out_rank) memcpy(s->dims, out_dims, (size_t)out_rank * sizeof *out_dims);
+    kiln_bcast_strides(out_rank, out_dims, rank, dims, s->strides);
 }

@@ -24,7 +24,8 @@ extern "C" {
 /* Contiguous strides of dims (rank <= KILN_GPU_MAX_RANK). */
 void kiln_gpu_shape_contiguous(kiln_gpu_shape *s, int rank, const int64_t *dims);
 /* Strides of a tensor of (rank, dims) broadcast (numpy rules, right-aligned) to out_rank
- * dims out_dims: 0 where the tensor's dim is 1 or missing. */
+ * dims out_dims (kiln_bcast_strides): 0 where the tensor's dim is missing or is 1 against a
+ * larger one (along an output dim of 1 the stride is never used). */
 void kiln_gpu_shape_broadcast(kiln_gpu_shape *s, int out_rank, const int64_t *out_dims, int rank,
                               const int64_t *dims);
 #ifdef __cplusplus

@@ -511,9 +511,9 @@ static kiln_status einsum_run(kiln_run_ctx *c)
 }
 
 static const kiln_gpu_op ops[] = {
-    {"MatMul", 1, matmul_supports, matmul_run, 0},
-    {"Gemm", 1, gemm_supports, gemm_run, 0},
-    {"Einsum", 12, einsum_supports, einsum_run, 0},
+    {"", "MatMul", matmul_supports, matmul_run},
+    {"", "Gemm", gemm_supports, gemm_run},
+    {"", "Einsum", einsum_supports, einsum_run},
 };
 
 const kiln_gpu_op_table kiln_gpu_ops_blas = {ops, (int)(sizeof ops / sizeof ops[0])};

@@ -203,11 +203,6 @@ static kiln_status conv_run(kiln_run_ctx *c)
 
 /* ---- ConvTranspose ---- */
 
-static int64_t floordiv2(int64_t v)
-{
-    return v >= 0 ? v / 2 : -((-v + 1) / 2);
-}
-
 static kiln_status conv_transpose_run(kiln_run_ctx *c)
 {
     const kiln_node *node = kiln_run_node(c);
@@ -216,23 +211,11 @@ static kiln_status conv_transpose_run(kiln_run_ctx *c)
     int nsp = X->rank - 2;
     nn_geom g;
     char msg[160];
+    /* pads derived from the output size when it is given or SAME, as the reference does */
     if (!Y || nsp < 1 || nsp > KILN_GPU_CNN_MAX_SP || W->rank != X->rank || Y->rank != X->rank ||
-        !nn_geom_parse(node, nsp, &g, msg, sizeof msg))
+        !nn_conv_transpose_geom(node, nsp, X->dims, W->dims, Y->dims, &g, msg, sizeof msg))
         return kiln_gpu_fallback(c);
-    int64_t group = kiln_attr_int(node, "group", 1), opad[KILN_MAX_RANK] = {0};
-    int nop, nos;
-    const int64_t *op = kiln_attr_ints(node, "output_padding", &nop);
-    for (int i = 0; op && i < nsp && i < nop; i++) opad[i] = op[i];
-    const int64_t *os_attr = kiln_attr_ints(node, "output_shape", &nos);
-    bool has_os = os_attr && nos >= nsp;
-    /* pads derived from the output size when it is given or SAME (as the reference) */
-    if (has_os || g.auto_pad == NN_PAD_SAME_UPPER || g.auto_pad == NN_PAD_SAME_LOWER)
-        for (int i = 0; i < nsp; i++) {
-            int64_t total = g.strides[i] * (X->dims[2 + i] - 1) + opad[i] + g.dilations[i] * (W->dims[2 + i] - 1) +
-                            1 - Y->dims[2 + i];
-            g.pads[i] = g.auto_pad == NN_PAD_SAME_UPPER ? floordiv2(total) : total - floordiv2(total);
-            g.pads[nsp + i] = total - g.pads[i];
-        }
+    int64_t group = kiln_attr_int(node, "group", 1);
     memcpy(g.kernel, W->dims + 2, (size_t)nsp * sizeof(int64_t));
     int64_t N = X->dims[0], C = X->dims[1], Mg = W->dims[1], M = Y->dims[1];
     if (group < 1 || C % group || W->dims[0] != C || M != Mg * group || Y->dims[0] != N || (B && B->numel != M))
@@ -282,14 +265,6 @@ static bool pool_supports(const kiln_node *n, char *why, size_t size)
     return true;
 }
 
-/* p of LpPool / GlobalLpPool: a float attribute in opset 1, an int later. */
-static double pool_p(const kiln_node *n)
-{
-    const kiln_attr *a = kiln_node_attr(n, "p");
-    if (!a) return 2;
-    return a->type == KILN_ATTR_FLOAT ? a->f : (double)a->i;
-}
-
 static kiln_status pool_run(kiln_run_ctx *c, int mode)
 {
     const kiln_node *node = kiln_run_node(c);
@@ -297,22 +272,16 @@ static kiln_status pool_run(kiln_run_ctx *c, int mode)
     kiln_value *Y = kiln_run_out(c, 0), *I = kiln_run_out(c, 1);
     nn_geom g;
     char msg[160];
-    int nk;
-    const int64_t *ks = kiln_attr_ints(node, "kernel_shape", &nk);
     int64_t od[KILN_MAX_RANK];
-    if (!Y || !ks || nk != X->rank - 2 || nk < 1 || nk > KILN_GPU_CNN_MAX_SP || !nn_geom_parse(node, nk, &g, msg, sizeof msg))
+    if (!Y || !nn_pool_geom(node, &g, msg, sizeof msg) || g.nsp != X->rank - 2 || g.nsp > KILN_GPU_CNN_MAX_SP)
         return kiln_gpu_fallback(c);
-    for (int i = 0; i < nk; i++) {
-        if (ks[i] < 1 || ks[i] > NN_ATTR_MAX) return kiln_gpu_fallback(c);
-        g.kernel[i] = ks[i];
-    }
     if (!nn_geom_resolve(&g, X->dims + 2, od)) return kiln_gpu_fallback(c);
     if (Y->numel == 0) return KILN_OK;
     bool include_pad = kiln_attr_int(node, "count_include_pad", 0) != 0;
     bool col_major = kiln_attr_int(node, "storage_order", 0) == 1;
     kiln_gpu_window w = make_window(&g, X->dims + 2, od);
     gpuError_t e = kiln_gpu_cnn_pool(X->dtype, mode, X->data, Y->data, I && mode == KILN_GPU_POOL_MAX ? I->data : NULL,
-                                     X->dims[0] * X->dims[1], w, include_pad, col_major, (float)pool_p(node),
+                                     X->dims[0] * X->dims[1], w, include_pad, col_major, (float)nn_pool_p(node),
                                      kiln_gpu_stream(c));
     return kiln_gpu_check(c, e, "pool");
 }
@@ -339,7 +308,7 @@ static kiln_status global_pool_run(kiln_run_ctx *c, int mode)
     int64_t planes = X->dims[0] * X->dims[1], sz = planes ? X->numel / planes : 0;
     if (planes == 0) return KILN_OK;
     gpuError_t e = kiln_gpu_cnn_global_pool(X->dtype, mode, X->data, Y->data, planes, sz,
-                                            (float)pool_p(kiln_run_node(c)), kiln_gpu_stream(c));
+                                            (float)nn_pool_p(kiln_run_node(c)), kiln_gpu_stream(c));
     return kiln_gpu_check(c, e, "global_pool");
 }
 
@@ -490,19 +459,18 @@ static kiln_status depth_to_space_run(kiln_run_ctx *c) { return block_run(c, tru
 static kiln_status space_to_depth_run(kiln_run_ctx *c) { return block_run(c, false); }
 
 static const kiln_gpu_op ops[] = {
-    {"Conv", 1, conv_supports, conv_run, 0},
-    {"ConvTranspose", 1, conv_supports, conv_transpose_run, 0},
-    {"MaxPool", 1, pool_supports, max_pool_run, 0},
-    {"AveragePool", 1, pool_supports, average_pool_run, 0},
-    {"LpPool", 1, pool_supports, lp_pool_run, 0},
-    {"GlobalAveragePool", 1, global_pool_supports, global_average_pool_run, 0},
-    {"GlobalMaxPool", 1, global_pool_supports, global_max_pool_run, 0},
-    {"GlobalLpPool", 1, global_pool_supports, global_lp_pool_run, 0},
-    {"Upsample", 7, resize_supports, resize_run, 1u << 1},
-    {"Resize", 10, resize_supports, resize_run, 1u << 1},
-    {"Resize", 11, resize_supports, resize_run, (1u << 1) | (1u << 2) | (1u << 3)},
-    {"DepthToSpace", 1, block_supports, depth_to_space_run, 0},
-    {"SpaceToDepth", 1, block_supports, space_to_depth_run, 0},
+    {"", "Conv", conv_supports, conv_run},
+    {"", "ConvTranspose", conv_supports, conv_transpose_run},
+    {"", "MaxPool", pool_supports, max_pool_run},
+    {"", "AveragePool", pool_supports, average_pool_run},
+    {"", "LpPool", pool_supports, lp_pool_run},
+    {"", "GlobalAveragePool", global_pool_supports, global_average_pool_run},
+    {"", "GlobalMaxPool", global_pool_supports, global_max_pool_run},
+    {"", "GlobalLpPool", global_pool_supports, global_lp_pool_run},
+    {"", "Upsample", resize_supports, resize_run},
+    {"", "Resize", resize_supports, resize_run},
+    {"", "DepthToSpace", block_supports, depth_to_space_run},
+    {"", "SpaceToDepth", block_supports, space_to_depth_run},
 };
 
 const kiln_gpu_op_table kiln_gpu_ops_cnn = {ops, sizeof ops / sizeof ops[0]};

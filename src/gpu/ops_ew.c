@@ -11,6 +11,7 @@
 #include "core/dtype.h"
 #include "gpu/gpu.h"
 #include "gpu/k_ew.h"
+#include "ops/semantics.h"
 
 /* Most operands of one element-wise kernel (Where's condition, X and Y). */
 #define EW_MAX_OPS 3
@@ -56,14 +57,11 @@ static bool ew_layout(const kiln_value *Y, int n, const kiln_value *const *xs, c
     for (int i = 0; i < n; i++) {
         int r = xs[i]->rank, pad = pads ? pads[i] : 0;
         if (r + pad > R) return false;
-        int64_t run = 1;
-        for (int k = R - 1; k >= 0; k--) {
-            int j = k - (R - r - pad); /* operand dim at k, the pad dims counting as 1 */
-            int64_t d = j >= 0 && j < r ? xs[i]->dims[j] : 1;
-            if (d != 1 && d != Y->dims[k]) return false;
-            st[i][k] = d == 1 ? 0 : run;
-            run *= d;
-        }
+        int64_t dims[KILN_MAX_RANK];
+        r = kiln_legacy_bcast_dims(r, xs[i]->dims, pad, dims);
+        if (!kiln_bcasts_to(r, dims, R, Y->dims)) return false;
+        /* the strides along Y's 1-dims are never read: those dims are dropped below */
+        kiln_bcast_strides(R, Y->dims, r, dims, st[i]);
     }
     /* merged dims, innermost first */
     int64_t md[KILN_MAX_RANK], ms[EW_MAX_OPS][KILN_MAX_RANK];
@@ -322,22 +320,6 @@ static kiln_gpu_ew_binary binary_code(const kiln_node *n, const ew_binary_def *d
     return d->op;
 }
 
-/* Opsets before 7 broadcast B onto A only with broadcast=1, aligning B's dims at `axis`
- * (default: trailing), and PRelu's 1-D slope runs along the channel axis 1 (the reference's
- * legacy_pad): the number of trailing 1-dims that make B numpy-broadcastable. */
-static bool legacy_pad(const kiln_node *n, int opset, int rank_a, int rank_b, int *pad)
-{
-    *pad = 0;
-    if (opset >= 7) return true;
-    bool prelu = !strcmp(n->op_type, "PRelu") && rank_b == 1 && rank_a >= 2;
-    if (!prelu && (!kiln_attr_int(n, "broadcast", 0) || !kiln_node_attr(n, "axis"))) return true;
-    int64_t axis = prelu ? 1 : kiln_attr_int(n, "axis", 0);
-    if (axis < 0) axis += rank_a;
-    if (axis < 0 || axis + rank_b > rank_a) return false;
-    *pad = rank_a - (int)axis - rank_b;
-    return true;
-}
-
 static bool binary_supports(const kiln_node *n, char *why, size_t size)
 {
     const ew_binary_def *d = binary_find(n->op_type);
@@ -362,7 +344,7 @@ static kiln_status binary_run(kiln_run_ctx *c)
     int pads[2] = {0, 0};
     kiln_gpu_shape s[2];
     const kiln_value *xs[2] = {A, B};
-    if (!legacy_pad(n, kiln_run_opset(c), A->rank, B->rank, &pads[1]) || !ew_layout(Y, 2, xs, pads, s))
+    if (!kiln_legacy_bcast_pad(n, kiln_run_opset(c), A->rank, B->rank, &pads[1]) || !ew_layout(Y, 2, xs, pads, s))
         return kiln_gpu_fallback(c);
     gpuError_t e = kiln_gpu_ew_binary_launch(binary_code(n, d), A->dtype, B->dtype, A->data, s[0], B->data, s[1],
                                              Y->data, kiln_gpu_stream(c));
@@ -524,9 +506,9 @@ static kiln_status identity_run(kiln_run_ctx *c)
  * The table
  * ====================================================================================== */
 
-#define UNARY(name) {name, 1, unary_supports, unary_run, 0}
-#define BINARY(name) {name, 1, binary_supports, binary_run, 0}
-#define VARIADIC(name) {name, 1, variadic_supports, variadic_run, 0}
+#define UNARY(name) {"", name, unary_supports, unary_run}
+#define BINARY(name) {"", name, binary_supports, binary_run}
+#define VARIADIC(name) {"", name, variadic_supports, variadic_run}
 
 static const kiln_gpu_op ops[] = {
     UNARY("Abs"), UNARY("Neg"), UNARY("Sign"), UNARY("Relu"), UNARY("Reciprocal"), UNARY("Floor"),
@@ -536,18 +518,18 @@ static const kiln_gpu_op ops[] = {
     UNARY("Elu"), UNARY("Selu"), UNARY("Celu"), UNARY("HardSigmoid"), UNARY("HardSwish"), UNARY("Softplus"),
     UNARY("Softsign"), UNARY("ThresholdedRelu"), UNARY("Shrink"), UNARY("Gelu"), UNARY("Mish"),
     UNARY("Swish"),
-    {"IsNaN", 1, isnan_supports, isnan_run, 0},
-    {"IsInf", 1, isnan_supports, isnan_run, 0},
-    {"Not", 1, not_supports, not_run, 0},
-    {"Clip", 1, clip_supports, clip_run, (1u << 1) | (1u << 2)},
+    {"", "IsNaN", isnan_supports, isnan_run},
+    {"", "IsInf", isnan_supports, isnan_run},
+    {"", "Not", not_supports, not_run},
+    {"", "Clip", clip_supports, clip_run},
     BINARY("Add"), BINARY("Sub"), BINARY("Mul"), BINARY("Div"), BINARY("Mod"), BINARY("Pow"), BINARY("PRelu"),
     BINARY("Equal"), BINARY("Less"), BINARY("LessOrEqual"), BINARY("Greater"), BINARY("GreaterOrEqual"),
     BINARY("And"), BINARY("Or"), BINARY("Xor"),
     VARIADIC("Sum"), VARIADIC("Mean"), VARIADIC("Max"), VARIADIC("Min"),
-    {"Where", 1, where_supports, where_run, 0},
-    {"Cast", 1, cast_supports, cast_run, 0},
-    {"CastLike", 1, cast_supports, cast_run, 0},
-    {"Identity", 1, identity_supports, identity_run, 0},
+    {"", "Where", where_supports, where_run},
+    {"", "Cast", cast_supports, cast_run},
+    {"", "CastLike", cast_supports, cast_run},
+    {"", "Identity", identity_supports, identity_run},
 };
 
 const kiln_gpu_op_table kiln_gpu_ops_ew = {ops, sizeof ops / sizeof ops[0]};

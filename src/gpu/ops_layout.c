@@ -12,6 +12,7 @@
 
 #include "gpu/gpu.h"
 #include "gpu/k_layout.h"
+#include "ops/semantics.h"
 #include "ops/util.h"
 
 /* ---- shared helpers ---- */
@@ -270,27 +271,6 @@ static kiln_status split_run(kiln_run_ctx *c)
 
 /* ---- Slice ---- */
 
-/* Python slice clamping of start/end on dim d (as the reference does). */
-static void slice_clamp(int64_t d, int64_t s, int64_t e, int64_t step, int64_t *start, int64_t *count)
-{
-    int64_t lo = step < 0 ? -1 : 0, hi = step < 0 ? d - 1 : d;
-    if (s < 0)
-        s = s < -d ? lo : s + d;
-    else if (s > hi)
-        s = hi;
-    if (e < 0)
-        e = e < -d ? lo : e + d;
-    else if (e > hi)
-        e = hi;
-    if (s < lo) s = lo;
-    if (e < lo) e = lo;
-    *start = s;
-    if (step > 0)
-        *count = e > s ? (e - s - 1) / step + 1 : 0;
-    else
-        *count = s > e ? (s - e - 1) / -step + 1 : 0;
-}
-
 /* Up to KILN_MAX_RANK entries of an integer argument: attribute (opset < 10) or host input. */
 static int slice_arg(kiln_run_ctx *c, const char *attr, int input, int64_t *v)
 {
@@ -331,7 +311,7 @@ static kiln_status slice_run(kiln_run_ctx *c)
         int64_t st = nst >= 0 ? steps[i] : 1, cnt;
         if (st == 0) return kiln_gpu_fallback(c);
         if (st == INT64_MIN) st = -INT64_MAX;
-        slice_clamp(x->dims[a], starts[i], ends[i], st, &start[a], &cnt);
+        kiln_slice_clamp(x->dims[a], starts[i], ends[i], st, &start[a], &cnt);
         if (cnt != y->dims[a]) return kiln_gpu_fallback(c);
         step[a] = st;
     }
@@ -535,20 +515,17 @@ static kiln_status gather_nd_run(kiln_run_ctx *c)
 
 /* ---- ScatterND, ScatterElements ---- */
 
-/* The reduction attribute; -1 when unknown. */
-static int reduction_of(const kiln_node *n)
-{
-    static const char *const names[] = {"none", "add", "mul", "max", "min"};
-    const char *s = kiln_attr_string(n, "reduction", "none");
-    for (int k = 0; k < 5; k++)
-        if (!strcmp(s, names[k])) return k;
-    return -1;
-}
+/* The kernels take the reduction as a kiln_scatter_reduction (ops/semantics.h). */
+_Static_assert((int)KILN_GPU_RED_NONE == (int)KILN_SCATTER_NONE, "KILN_GPU_RED_* follow kiln_scatter_reduction");
+_Static_assert((int)KILN_GPU_RED_ADD == (int)KILN_SCATTER_ADD, "KILN_GPU_RED_* follow kiln_scatter_reduction");
+_Static_assert((int)KILN_GPU_RED_MUL == (int)KILN_SCATTER_MUL, "KILN_GPU_RED_* follow kiln_scatter_reduction");
+_Static_assert((int)KILN_GPU_RED_MAX == (int)KILN_SCATTER_MAX, "KILN_GPU_RED_* follow kiln_scatter_reduction");
+_Static_assert((int)KILN_GPU_RED_MIN == (int)KILN_SCATTER_MIN, "KILN_GPU_RED_* follow kiln_scatter_reduction");
 
 static bool supports_scatter(const kiln_node *n, char *why, size_t size)
 {
     if (!supports_indexed(n, why, size) || !movable_input(n, 2, why, size)) return false;
-    int red = reduction_of(n);
+    int red = kiln_scatter_reduction_of(n);
     kiln_dtype dt = n->in[0]->type.dtype;
     if (red < 0) {
         snprintf(why, size, "reduction '%s'", kiln_attr_string(n, "reduction", ""));
@@ -574,7 +551,7 @@ static kiln_status scatter_nd_run(kiln_run_ctx *c)
 {
     const kiln_value *x = kiln_run_in(c, 0), *ind = kiln_run_in(c, 1), *u = kiln_run_in(c, 2);
     kiln_value *y = kiln_run_out(c, 0);
-    int red = reduction_of(kiln_run_node(c)), r = x->rank, q = ind->rank;
+    int red = kiln_scatter_reduction_of(kiln_run_node(c)), r = x->rank, q = ind->rank;
     if (red < 0 || r > KILN_GPU_MAX_RANK || q < 1 || y->nbytes != x->nbytes) return kiln_gpu_fallback(c);
     int64_t last = ind->dims[q - 1];
     if (last > r) return kiln_gpu_fallback(c);
@@ -593,7 +570,7 @@ static kiln_status scatter_elements_run(kiln_run_ctx *c)
 {
     const kiln_value *x = kiln_run_in(c, 0), *ind = kiln_run_in(c, 1), *u = kiln_run_in(c, 2);
     kiln_value *y = kiln_run_out(c, 0);
-    int red = reduction_of(kiln_run_node(c)), axis;
+    int red = kiln_scatter_reduction_of(kiln_run_node(c)), axis;
     kiln_gpu_shape s;
     int64_t as;
     if (red < 0 || y->nbytes != x->nbytes || u->numel != ind->numel ||
@@ -709,30 +686,38 @@ static bool supports_trilu(const kiln_node *n, char *why, size_t size)
     return supports_move(n, why, size);
 }
 
-/* host_inputs masks */
-#define IN(i) (1u << (i))
+/* Tile-1 (opsets 1-5: input 1 repeats the tensor along the axis of input 2) stays on the host
+ * as it did when this table gave Tile's first opset as 6. */
+static bool supports_tile(const kiln_node *n, char *why, size_t size)
+{
+    if (n->opset < 6) {
+        snprintf(why, size, "Tile-1 (tiles and axis inputs, opset %d)", n->opset);
+        return false;
+    }
+    return supports_move(n, why, size);
+}
 
 static const kiln_gpu_op ops[] = {
-    {"Reshape", 1, supports_reshape, reshape_run, IN(1)},
-    {"Flatten", 1, supports_reshape, reshape_run, 0},
-    {"Squeeze", 1, supports_reshape, reshape_run, IN(1)},
-    {"Unsqueeze", 1, supports_reshape, reshape_run, IN(1)},
-    {"Transpose", 1, supports_move, transpose_run, 0},
-    {"Concat", 1, supports_concat, concat_run, 0},
-    {"Split", 1, supports_move, split_run, IN(1)},
-    {"Slice", 1, supports_move, slice_run, IN(1) | IN(2) | IN(3) | IN(4)},
-    {"Expand", 8, supports_move, expand_run, IN(1)},
-    {"Tile", 6, supports_move, tile_run, IN(1)},
-    {"Pad", 1, supports_pad, pad_run, IN(1) | IN(2) | IN(3)},
-    {"Gather", 1, supports_indexed, gather_run, 0},
-    {"GatherElements", 11, supports_indexed, gather_elements_run, 0},
-    {"GatherND", 11, supports_indexed, gather_nd_run, 0},
-    {"Scatter", 9, supports_scatter, scatter_elements_run, 0},
-    {"ScatterElements", 11, supports_scatter, scatter_elements_run, 0},
-    {"ScatterND", 11, supports_scatter, scatter_nd_run, 0},
-    {"Range", 11, supports_range, range_run, IN(0) | IN(1) | IN(2)},
-    {"Trilu", 14, supports_trilu, trilu_run, IN(1)},
-    {"OneHot", 9, supports_onehot, onehot_run, IN(1) | IN(2)},
+    {"", "Reshape", supports_reshape, reshape_run},
+    {"", "Flatten", supports_reshape, reshape_run},
+    {"", "Squeeze", supports_reshape, reshape_run},
+    {"", "Unsqueeze", supports_reshape, reshape_run},
+    {"", "Transpose", supports_move, transpose_run},
+    {"", "Concat", supports_concat, concat_run},
+    {"", "Split", supports_move, split_run},
+    {"", "Slice", supports_move, slice_run},
+    {"", "Expand", supports_move, expand_run},
+    {"", "Tile", supports_tile, tile_run},
+    {"", "Pad", supports_pad, pad_run},
+    {"", "Gather", supports_indexed, gather_run},
+    {"", "GatherElements", supports_indexed, gather_elements_run},
+    {"", "GatherND", supports_indexed, gather_nd_run},
+    {"", "Scatter", supports_scatter, scatter_elements_run},
+    {"", "ScatterElements", supports_scatter, scatter_elements_run},
+    {"", "ScatterND", supports_scatter, scatter_nd_run},
+    {"", "Range", supports_range, range_run},
+    {"", "Trilu", supports_trilu, trilu_run},
+    {"", "OneHot", supports_onehot, onehot_run},
 };
 
 const kiln_gpu_op_table kiln_gpu_ops_layout = {ops, sizeof ops / sizeof ops[0]};

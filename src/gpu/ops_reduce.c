@@ -10,6 +10,7 @@
 #include "core/dtype.h"
 #include "gpu/gpu.h"
 #include "gpu/k_reduce.h"
+#include "ops/semantics.h"
 #include "ops/util.h"
 
 /* ---- shared helpers ---- */
@@ -72,51 +73,23 @@ static void split_at(const kiln_value *x, int axis, int64_t *outer, int64_t *n, 
 
 /* ---- Reduce* ---- */
 
-static const char *const reduce_names[] = {
-    "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
-    "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare",
-};
-
-/* The KILN_GPU_RK_* kind of n (the names follow the enum's order). */
-static int reduce_kind(const kiln_node *n)
-{
-    for (int k = 0; k < (int)(sizeof reduce_names / sizeof reduce_names[0]); k++)
-        if (!strcmp(n->op_type, reduce_names[k])) return k;
-    return KILN_GPU_RK_SUM;
-}
+/* The kernels take the op as a kiln_reduce_op (ops/semantics.h). */
+_Static_assert((int)KILN_GPU_RK_SUM == (int)KILN_REDUCE_SUM, "KILN_GPU_RK_* follow kiln_reduce_op");
+_Static_assert((int)KILN_GPU_RK_MEAN == (int)KILN_REDUCE_MEAN, "KILN_GPU_RK_* follow kiln_reduce_op");
+_Static_assert((int)KILN_GPU_RK_MAX == (int)KILN_REDUCE_MAX, "KILN_GPU_RK_* follow kiln_reduce_op");
+_Static_assert((int)KILN_GPU_RK_MIN == (int)KILN_REDUCE_MIN, "KILN_GPU_RK_* follow kiln_reduce_op");
+_Static_assert((int)KILN_GPU_RK_PROD == (int)KILN_REDUCE_PROD, "KILN_GPU_RK_* follow kiln_reduce_op");
+_Static_assert((int)KILN_GPU_RK_L1 == (int)KILN_REDUCE_L1, "KILN_GPU_RK_* follow kiln_reduce_op");
+_Static_assert((int)KILN_GPU_RK_L2 == (int)KILN_REDUCE_L2, "KILN_GPU_RK_* follow kiln_reduce_op");
+_Static_assert((int)KILN_GPU_RK_LOGSUM == (int)KILN_REDUCE_LOGSUM, "KILN_GPU_RK_* follow kiln_reduce_op");
+_Static_assert((int)KILN_GPU_RK_LOGSUMEXP == (int)KILN_REDUCE_LOGSUMEXP, "KILN_GPU_RK_* follow kiln_reduce_op");
+_Static_assert((int)KILN_GPU_RK_SUMSQ == (int)KILN_REDUCE_SUMSQ, "KILN_GPU_RK_* follow kiln_reduce_op");
 
 static bool reduce_supports(const kiln_node *n, char *why, size_t size)
 {
-    int kind = reduce_kind(n);
+    int kind = (int)kiln_reduce_op_of(n);
     bool ints = kind != KILN_GPU_RK_L2 && kind != KILN_GPU_RK_LOGSUM && kind != KILN_GPU_RK_LOGSUMEXP;
     return input_dtype_ok(n, 0, ints, why, size) && rank_ok(n, why, size);
-}
-
-/* The reduced axes as the reference reads them (attribute before opset 13 for ReduceSum and
- * 18 for the others, then input 1, on the host); false when invalid. */
-static bool reduce_mask(kiln_run_ctx *c, int rank, bool *mask)
-{
-    const kiln_node *n = kiln_run_node(c);
-    bool from_input = kiln_run_opset(c) >= (reduce_kind(n) == KILN_GPU_RK_SUM ? 13 : 18);
-    const kiln_value *av = from_input ? kiln_run_in(c, 1) : NULL;
-    const int64_t *attr = NULL;
-    int na = 0;
-    if (!from_input) {
-        attr = kiln_attr_ints(n, "axes", &na);
-    } else if (av) {
-        if (av->kind != KILN_VALUE_TENSOR || av->rank > 1 || !kiln_dtype_is_int(av->dtype) || av->numel > rank)
-            return false;
-        na = (int)av->numel;
-    }
-    bool noop = from_input && kiln_attr_int(n, "noop_with_empty_axes", 0) != 0;
-    for (int k = 0; k < rank; k++) mask[k] = na == 0 && !noop;
-    for (int i = 0; i < na; i++) {
-        int64_t a = attr ? attr[i] : kiln_load_i64(av->dtype, av->data, i);
-        int k;
-        if (!kiln_axis_norm(a, rank, &k) || mask[k]) return false;
-        mask[k] = true;
-    }
-    return true;
 }
 
 /* Merges x's dims into alternating kept and reduced groups (size-1 dims dropped): the kept
@@ -127,7 +100,10 @@ static kiln_status reduce_run(kiln_run_ctx *c)
     const kiln_value *x = kiln_run_in(c, 0);
     kiln_value *y = kiln_run_out(c, 0);
     bool mask[KILN_MAX_RANK];
-    if (!y || x->rank > KILN_GPU_MAX_RANK || !reduce_mask(c, x->rank, mask)) return kiln_gpu_fallback(c);
+    /* the reduced axes as the reference reads them (input 1 on the host in input-axes opsets) */
+    if (!y || x->rank > KILN_GPU_MAX_RANK ||
+        !kiln_reduce_axes(kiln_run_node(c), kiln_run_opset(c), kiln_run_in(c, 1), x->rank, mask, NULL, 0))
+        return kiln_gpu_fallback(c);
     if (y->numel == 0) return KILN_OK;
     int ng = 0;
     bool g_red[KILN_GPU_MAX_RANK];
@@ -153,7 +129,7 @@ static kiln_status reduce_run(kiln_run_ctx *c)
         s->strides[s->rank] = g_stride[g];
         s->rank++;
     }
-    int kind = reduce_kind(kiln_run_node(c));
+    int kind = (int)kiln_reduce_op_of(kiln_run_node(c));
     gpuError_t e;
     if (red.rank == 1 && ng >= 2 && !g_red[0]) {
         int64_t inner = g_size[0], outer = ng == 3 ? g_size[2] : 1;
@@ -238,17 +214,6 @@ static bool rmsnorm_supports(const kiln_node *n, char *why, size_t size)
     return input_dtype_ok(n, 0, false, why, size) && same_dtype_as_x(n, 1, why, size);
 }
 
-/* Whether v broadcasts unidirectionally to x. */
-static bool bcasts_to(const kiln_value *v, const kiln_value *x)
-{
-    if (v->rank > x->rank) return false;
-    for (int k = 0; k < v->rank; k++) {
-        int64_t d = v->dims[k], xd = x->dims[x->rank - v->rank + k];
-        if (d != xd && d != 1) return false;
-    }
-    return true;
-}
-
 /* Whether v (broadcasting to x) holds one value per element of the normalized dims [axis,
  * rank), in their order, the same for every row. */
 static bool per_col(const kiln_value *v, const kiln_value *x, int axis, int64_t cols)
@@ -266,9 +231,10 @@ static kiln_status trailing_norm_run(kiln_run_ctx *c, bool center)
     kiln_value *y = kiln_run_out(c, 0);
     kiln_value *mean = center ? kiln_run_out(c, 1) : NULL, *inv = center ? kiln_run_out(c, 2) : NULL;
     int axis;
-    if (!y || !scale || !kiln_axis_norm(kiln_attr_int(n, "axis", -1), x->rank, &axis) || !bcasts_to(scale, x) ||
-        (bias && !bcasts_to(bias, x)) || scale->dtype != x->dtype || (bias && bias->dtype != x->dtype) ||
-        (mean && mean->dtype != KILN_DTYPE_FLOAT32) || (inv && inv->dtype != KILN_DTYPE_FLOAT32))
+    if (!y || !scale || !kiln_axis_norm(kiln_attr_int(n, "axis", -1), x->rank, &axis) ||
+        !kiln_value_bcasts_to(scale, x) || (bias && !kiln_value_bcasts_to(bias, x)) || scale->dtype != x->dtype ||
+        (bias && bias->dtype != x->dtype) || (mean && mean->dtype != KILN_DTYPE_FLOAT32) ||
+        (inv && inv->dtype != KILN_DTYPE_FLOAT32))
         return kiln_gpu_fallback(c);
     int64_t rows = 1, cols = 1;
     for (int k = 0; k < x->rank; k++) *(k < axis ? &rows : &cols) *= x->dims[k];
@@ -407,29 +373,27 @@ static kiln_status cumsum_run(kiln_run_ctx *c)
 
 /* ---- the table ---- */
 
-#define AXES_INPUT (1u << 1) /* Reduce* axes (new opsets) and CumSum's axis: read on the host */
-
 static const kiln_gpu_op ops[] = {
-    {"ReduceSum", 1, reduce_supports, reduce_run, AXES_INPUT},
-    {"ReduceMean", 1, reduce_supports, reduce_run, AXES_INPUT},
-    {"ReduceMax", 1, reduce_supports, reduce_run, AXES_INPUT},
-    {"ReduceMin", 1, reduce_supports, reduce_run, AXES_INPUT},
-    {"ReduceProd", 1, reduce_supports, reduce_run, AXES_INPUT},
-    {"ReduceL1", 1, reduce_supports, reduce_run, AXES_INPUT},
-    {"ReduceL2", 1, reduce_supports, reduce_run, AXES_INPUT},
-    {"ReduceLogSum", 1, reduce_supports, reduce_run, AXES_INPUT},
-    {"ReduceLogSumExp", 1, reduce_supports, reduce_run, AXES_INPUT},
-    {"ReduceSumSquare", 1, reduce_supports, reduce_run, AXES_INPUT},
-    {"ArgMax", 1, argext_supports, argext_run, 0},
-    {"ArgMin", 1, argext_supports, argext_run, 0},
-    {"Softmax", 1, softmax_supports, softmax_run, 0},
-    {"LogSoftmax", 1, softmax_supports, softmax_run, 0},
-    {"LayerNormalization", 17, layernorm_supports, layernorm_run, 0},
-    {"RMSNormalization", 23, rmsnorm_supports, rmsnorm_run, 0},
-    {"GroupNormalization", 18, channel_norm_supports, groupnorm_run, 0},
-    {"InstanceNormalization", 1, channel_norm_supports, instancenorm_run, 0},
-    {"BatchNormalization", 1, batchnorm_supports, batchnorm_run, 0},
-    {"CumSum", 11, cumsum_supports, cumsum_run, AXES_INPUT},
+    {"", "ReduceSum", reduce_supports, reduce_run},
+    {"", "ReduceMean", reduce_supports, reduce_run},
+    {"", "ReduceMax", reduce_supports, reduce_run},
+    {"", "ReduceMin", reduce_supports, reduce_run},
+    {"", "ReduceProd", reduce_supports, reduce_run},
+    {"", "ReduceL1", reduce_supports, reduce_run},
+    {"", "ReduceL2", reduce_supports, reduce_run},
+    {"", "ReduceLogSum", reduce_supports, reduce_run},
+    {"", "ReduceLogSumExp", reduce_supports, reduce_run},
+    {"", "ReduceSumSquare", reduce_supports, reduce_run},
+    {"", "ArgMax", argext_supports, argext_run},
+    {"", "ArgMin", argext_supports, argext_run},
+    {"", "Softmax", softmax_supports, softmax_run},
+    {"", "LogSoftmax", softmax_supports, softmax_run},
+    {"", "LayerNormalization", layernorm_supports, layernorm_run},
+    {"", "RMSNormalization", rmsnorm_supports, rmsnorm_run},
+    {"", "GroupNormalization", channel_norm_supports, groupnorm_run},
+    {"", "InstanceNormalization", channel_norm_supports, instancenorm_run},
+    {"", "BatchNormalization", batchnorm_supports, batchnorm_run},
+    {"", "CumSum", cumsum_supports, cumsum_run},
 };
 
 const kiln_gpu_op_table kiln_gpu_ops_reduce = {ops, sizeof ops / sizeof ops[0]};

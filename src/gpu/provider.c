@@ -1,5 +1,6 @@
 /* provider.c - the CUDA provider's table: placement checks and kernels from the GPU op table
- * (registry.c), sessions, runs, copies and recorded runs from runtime.c (device.h). */
+ * (registry.c, keyed by the node's registry entry n->op, whose host_inputs it reports),
+ * sessions, runs, copies and recorded runs from runtime.c (device.h). */
 #include <stdio.h>
 
 #include "gpu/device.h"
@@ -15,7 +16,7 @@ static kiln_status gpu_open(const kiln_session_options *opt, kiln_provider **out
 static bool gpu_supports(const kiln_provider *p, const kiln_node *n, char *why, size_t size)
 {
     (void)p;
-    const kiln_gpu_op *o = kiln_gpu_op_lookup(n->domain, n->op_type, n->opset);
+    const kiln_gpu_op *o = kiln_gpu_op_find(n->op);
     if (!o) {
         snprintf(why, size, "no GPU kernel for %s%s%s", n->domain, *n->domain ? "." : "", n->op_type);
         return false;
@@ -26,8 +27,8 @@ static bool gpu_supports(const kiln_provider *p, const kiln_node *n, char *why, 
 static kiln_kernel_fn gpu_select(kiln_provider *p, kiln_node *n, unsigned *host_inputs)
 {
     (void)p;
-    const kiln_gpu_op *o = kiln_gpu_op_lookup(n->domain, n->op_type, n->opset);
-    *host_inputs = o ? o->host_inputs : 0;
+    const kiln_gpu_op *o = kiln_gpu_op_find(n->op);
+    *host_inputs = o ? n->op->host_inputs : 0;
     return o ? o->run : NULL;
 }
 

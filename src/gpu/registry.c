@@ -1,4 +1,5 @@
-/* registry.c - the GPU provider's operator families; the one place a family is listed. */
+/* registry.c - the GPU provider's operator families; the one place a family is listed. The
+ * kernels are keyed by the op registry's entries (ops/op.h): one GPU op per registry op. */
 #include <string.h>
 
 #include "gpu/gpu.h"
@@ -18,15 +19,13 @@ GPU_FAMILIES(DECLARE)
 static const kiln_gpu_op_table *const families[] = {GPU_FAMILIES(ENTRY)};
 #undef ENTRY
 
-const kiln_gpu_op *kiln_gpu_op_lookup(const char *domain, const char *op_type, int opset)
+const kiln_gpu_op *kiln_gpu_op_find(const kiln_op_def *def)
 {
-    if (domain && *domain && strcmp(domain, "ai.onnx")) return NULL;
-    const kiln_gpu_op *best = NULL;
+    if (!def) return NULL;
     for (size_t f = 0; f < sizeof families / sizeof families[0]; f++)
         for (int i = 0; i < families[f]->n; i++) {
             const kiln_gpu_op *o = &families[f]->ops[i];
-            if (strcmp(o->op_type, op_type) || o->since_version > opset) continue;
-            if (!best || o->since_version > best->since_version) best = o;
+            if (!strcmp(o->op_type, def->op_type) && !strcmp(o->domain, def->domain)) return o;
         }
-    return best;
+    return NULL;
 }

@@ -273,6 +273,8 @@ static kiln_status bitcast_run(kiln_run_ctx *c)
 #define ENTRY(domain, op, name) {domain, op, 1, kiln_cast_##name##_infer, kiln_cast_##name##_run}
 #define ENTRY_NO_X(domain, op, name) \
     {domain, op, 1, kiln_cast_##name##_infer, kiln_cast_##name##_run, KILN_OP_X_OPTIONAL}
+#define ENTRY_RANDOM(domain, op, name, flags) \
+    {domain, op, 1, kiln_cast_##name##_infer, kiln_cast_##name##_run, KILN_OP_RANDOM | (flags)}
 
 static const kiln_op_def defs[] = {
     {"", "Cast", 1, cast_infer, cast_run},
@@ -290,12 +292,12 @@ static const kiln_op_def defs[] = {
     ENTRY("ai.onnx.ml", "ArrayFeatureExtractor", array_feature),
     ENTRY("ai.onnx.ml", "Binarizer", binarizer),
     ENTRY("ai.onnx.ml", "TreeEnsemble", tree_ensemble),
-    ENTRY_NO_X("", "RandomUniform", random_uniform),
-    ENTRY_NO_X("", "RandomNormal", random_normal),
-    ENTRY("", "RandomUniformLike", random_uniform_like),
-    ENTRY("", "RandomNormalLike", random_normal_like),
-    ENTRY("", "Bernoulli", bernoulli),
-    ENTRY("", "Multinomial", multinomial),
+    ENTRY_RANDOM("", "RandomUniform", random_uniform, KILN_OP_X_OPTIONAL),
+    ENTRY_RANDOM("", "RandomNormal", random_normal, KILN_OP_X_OPTIONAL),
+    ENTRY_RANDOM("", "RandomUniformLike", random_uniform_like, 0),
+    ENTRY_RANDOM("", "RandomNormalLike", random_normal_like, 0),
+    ENTRY_RANDOM("", "Bernoulli", bernoulli, 0),
+    ENTRY_RANDOM("", "Multinomial", multinomial, 0),
 };
 
 const kiln_op_table kiln_ops_cast = {defs, sizeof defs / sizeof defs[0]};

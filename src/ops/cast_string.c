@@ -8,6 +8,7 @@
 #include <strings.h>
 
 #include "ops/cast_internal.h"
+#include "ops/semantics.h"
 #include "ops/util.h"
 
 static const char *str_at(const kiln_value *v, int64_t i)

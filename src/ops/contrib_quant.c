@@ -9,6 +9,7 @@
 #include "ops/contrib_quant.h"
 #include "ops/nn_internal.h"
 #include "ops/op.h"
+#include "ops/semantics.h"
 #include "ops/util.h"
 
 static bool is_8bit(kiln_dtype dt) { return dt == KILN_DTYPE_UINT8 || dt == KILN_DTYPE_INT8; }

@@ -6,6 +6,7 @@
 
 #include "ops/fused.h"
 #include "ops/op.h"
+#include "ops/semantics.h"
 #include "ops/util.h"
 
 /* How an element type computes: floats in double, integers exactly in 64 bits. bool counts as
@@ -464,22 +465,6 @@ static void bin_apply(bin_code op, kiln_value *y, const kiln_value *a, const int
     }
 }
 
-/* Opsets before 7 broadcast B onto A only with broadcast=1, aligning B's dims at `axis`
- * (default: trailing), and PRelu's 1-D slope runs along the channel axis 1. Gives the number
- * of trailing 1-dims that make B numpy-broadcastable; false when axis does not fit. */
-static bool legacy_pad(const kiln_node *n, int opset, int rank_a, int rank_b, int *pad)
-{
-    *pad = 0;
-    if (opset >= 7) return true;
-    bool prelu = !strcmp(n->op_type, "PRelu") && rank_b == 1 && rank_a >= 2;
-    if (!prelu && (!kiln_attr_int(n, "broadcast", 0) || !kiln_node_attr(n, "axis"))) return true;
-    int64_t axis = prelu ? 1 : kiln_attr_int(n, "axis", 0);
-    if (axis < 0) axis += rank_a;
-    if (axis < 0 || axis + rank_b > rank_a) return false;
-    *pad = rank_a - (int)axis - rank_b;
-    return true;
-}
-
 /* Shape arithmetic at compile time: both inputs known as dims (Shape -> Add -> Reshape). */
 static kiln_status binary_dims_value(kiln_infer_ctx *c, bin_code op)
 {
@@ -538,7 +523,7 @@ static kiln_status binary_infer(kiln_infer_ctx *c)
                                kiln_dtype_name(b->dtype));
     kiln_dtype out_dt = op->to_bool ? KILN_DTYPE_BOOL : dt;
     int pad = 0;
-    if (a->rank >= 0 && b->rank >= 0 && !legacy_pad(n, kiln_infer_opset(c), a->rank, b->rank, &pad))
+    if (a->rank >= 0 && b->rank >= 0 && !kiln_legacy_bcast_pad(n, kiln_infer_opset(c), a->rank, b->rank, &pad))
         return kiln_infer_fail(c, KILN_ERR_SHAPE, "axis does not place B (rank %d) inside A (rank %d)", b->rank,
                                a->rank);
     if (pad) {
@@ -559,9 +544,7 @@ static kiln_status binary_infer(kiln_infer_ctx *c)
 static void operand_strides(const kiln_value *y, const kiln_value *x, int pad, int64_t *strides)
 {
     int64_t dims[KILN_MAX_RANK];
-    int rank = x->rank;
-    if (rank) memcpy(dims, x->dims, (size_t)rank * sizeof *dims);
-    for (int k = 0; k < pad; k++) dims[rank++] = 1;
+    int rank = kiln_legacy_bcast_dims(x->rank, x->dims, pad, dims);
     kiln_bcast_strides(y->rank, y->dims, rank, dims, strides);
 }
 
@@ -593,7 +576,7 @@ static kiln_status binary_run(kiln_run_ctx *c)
     bin_code code;
     int pad;
     binary_code(n, op, &code);
-    legacy_pad(n, kiln_run_opset(c), a->rank, b->rank, &pad);
+    kiln_legacy_bcast_pad(n, kiln_run_opset(c), a->rank, b->rank, &pad);
     int64_t sa[KILN_MAX_RANK], sb[KILN_MAX_RANK];
     operand_strides(y, a, 0, sa);
     operand_strides(y, b, pad, sb);
@@ -759,7 +742,7 @@ static const kiln_op_def defs[] = {
     {"", "Max", 1, variadic_infer, variadic_run},
     {"", "Min", 1, variadic_infer, variadic_run},
     {"", "Where", 1, where_infer, where_run},
-    {"", "Clip", 1, clip_infer, clip_run, KILN_OP_INPLACE},
+    {"", "Clip", 1, clip_infer, clip_run, KILN_OP_INPLACE, KILN_OP_IN(1) | KILN_OP_IN(2)},
 };
 
 const kiln_op_table kiln_ops_elementwise = {defs, sizeof defs / sizeof defs[0]};

@@ -200,7 +200,7 @@ static kiln_status fused_matmul_run(kiln_run_ctx *c)
     return act_reference(c, &f->act, y);
 }
 
-#define FUSED(name, infer, run) {"kiln", name, 1, infer, run, KILN_OP_FUSED, fused_parse, sizeof(kiln_fused)}
+#define FUSED(name, infer, run) {"kiln", name, 1, infer, run, KILN_OP_FUSED, 0, fused_parse, sizeof(kiln_fused)}
 
 static const kiln_op_def defs[] = {
     FUSED("FusedConv", fused_conv_infer, fused_conv_run),

@@ -509,8 +509,8 @@ free_bufs:
 }
 
 static const kiln_op_def defs[] = {
-    {"", "Resize", 10, resize_infer, resize_run},
-    {"", "Upsample", 7, resize_infer, resize_run},
+    {"", "Resize", 10, resize_infer, resize_run, 0, KILN_OP_IN(1) | KILN_OP_IN(2) | KILN_OP_IN(3)},
+    {"", "Upsample", 7, resize_infer, resize_run, 0, KILN_OP_IN(1)},
     {"", "GridSample", 16, kiln_gridsample_infer, kiln_gridsample_run},
     {"", "AffineGrid", 20, kiln_affinegrid_infer, kiln_affinegrid_run},
     {"", "RoiAlign", 10, kiln_roialign_infer, kiln_roialign_run},

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "ops/index_internal.h"
+#include "ops/semantics.h"
 #include "ops/util.h"
 
 /* ---- shared helpers ---- */
@@ -279,60 +280,48 @@ static kiln_status gather_nd_run(kiln_run_ctx *c)
 
 /* ---- ScatterElements, Scatter, ScatterND: reductions ---- */
 
-typedef enum reduction { RED_NONE, RED_ADD, RED_MUL, RED_MAX, RED_MIN } reduction;
-
-/* The `reduction` attribute; -1 when it is not one ONNX defines. */
-static int reduction_of(const kiln_node *n)
-{
-    static const char *const names[] = {"none", "add", "mul", "max", "min"};
-    const char *s = kiln_attr_string(n, "reduction", "none");
-    for (int k = 0; k < 5; k++)
-        if (!strcmp(s, names[k])) return k;
-    return -1;
-}
-
 static kiln_status infer_reduction(kiln_infer_ctx *c, kiln_dtype dt)
 {
-    int red = reduction_of(kiln_infer_node(c));
+    int red = kiln_scatter_reduction_of(kiln_infer_node(c));
     if (red < 0)
         return kiln_infer_fail(c, KILN_ERR_MODEL, "unknown reduction '%s'",
                                kiln_attr_string(kiln_infer_node(c), "reduction", ""));
-    if (red != RED_NONE && dt == KILN_DTYPE_STRING)
+    if (red != KILN_SCATTER_NONE && dt == KILN_DTYPE_STRING)
         return kiln_infer_fail(c, KILN_ERR_MODEL, "reduction on string data");
     return KILN_OK;
 }
 
-static double reduce_f64(reduction red, double a, double b)
+static double reduce_f64(kiln_scatter_reduction red, double a, double b)
 {
     switch (red) {
-    case RED_ADD: return a + b;
-    case RED_MUL: return a * b;
-    case RED_MAX: return isnan(a) || isnan(b) ? NAN : a > b ? a : b;
-    case RED_MIN: return isnan(a) || isnan(b) ? NAN : a < b ? a : b;
+    case KILN_SCATTER_ADD: return a + b;
+    case KILN_SCATTER_MUL: return a * b;
+    case KILN_SCATTER_MAX: return isnan(a) || isnan(b) ? NAN : a > b ? a : b;
+    case KILN_SCATTER_MIN: return isnan(a) || isnan(b) ? NAN : a < b ? a : b;
     default: return b;
     }
 }
 
 /* Unsigned arithmetic wraps like the fixed-width types do; signed values pass through it for
  * add and mul (two's complement) and compare signed for max/min. */
-static uint64_t reduce_bits(reduction red, uint64_t a, uint64_t b, bool is_signed)
+static uint64_t reduce_bits(kiln_scatter_reduction red, uint64_t a, uint64_t b, bool is_signed)
 {
     bool gt = is_signed ? (int64_t)a > (int64_t)b : a > b;
     switch (red) {
-    case RED_ADD: return a + b;
-    case RED_MUL: return a * b;
-    case RED_MAX: return gt ? a : b;
-    case RED_MIN: return gt ? b : a;
+    case KILN_SCATTER_ADD: return a + b;
+    case KILN_SCATTER_MUL: return a * b;
+    case KILN_SCATTER_MAX: return gt ? a : b;
+    case KILN_SCATTER_MIN: return gt ? b : a;
     default: return b;
     }
 }
 
 /* y[yi] = red(y[yi], u[ui]). */
-static kiln_status scatter_put(kiln_value *y, int64_t yi, const kiln_value *u, int64_t ui, reduction red,
+static kiln_status scatter_put(kiln_value *y, int64_t yi, const kiln_value *u, int64_t ui, kiln_scatter_reduction red,
                                kiln_err *err)
 {
     kiln_dtype dt = y->dtype;
-    if (red == RED_NONE) return kiln_index_copy(y, yi, u, ui, 1, err);
+    if (red == KILN_SCATTER_NONE) return kiln_index_copy(y, yi, u, ui, 1, err);
     if (kiln_dtype_is_float(dt)) {
         double a = kiln_load_f64(dt, y->data, yi), b = kiln_load_f64(dt, u->data, ui);
         kiln_store_f64(dt, y->data, yi, reduce_f64(red, a, b));
@@ -370,7 +359,7 @@ static kiln_status scatter_elements_infer(kiln_infer_ctx *c)
 static kiln_status scatter_elements_run(kiln_run_ctx *c)
 {
     const kiln_value *x = kiln_run_in(c, 0), *ind = kiln_run_in(c, 1), *u = kiln_run_in(c, 2);
-    reduction red = (reduction)reduction_of(kiln_run_node(c));
+    kiln_scatter_reduction red = (kiln_scatter_reduction)kiln_scatter_reduction_of(kiln_run_node(c));
     int axis = kiln_index_run_axis(c, 0, x->rank);
     kiln_value *y;
     int64_t strides[1][KILN_MAX_RANK], as = 0;
@@ -419,7 +408,7 @@ static kiln_status scatter_nd_infer(kiln_infer_ctx *c)
 static kiln_status scatter_nd_run(kiln_run_ctx *c)
 {
     const kiln_value *x = kiln_run_in(c, 0), *ind = kiln_run_in(c, 1), *u = kiln_run_in(c, 2);
-    reduction red = (reduction)reduction_of(kiln_run_node(c));
+    kiln_scatter_reduction red = (kiln_scatter_reduction)kiln_scatter_reduction_of(kiln_run_node(c));
     int r = x->rank, q = ind->rank, last = (int)ind->dims[q - 1];
     int64_t strides[KILN_MAX_RANK];
     kiln_strides(r, x->dims, strides);
@@ -519,7 +508,7 @@ static const kiln_op_def defs[] = {
     {"", "TopK", 1, kiln_index_topk_infer, kiln_index_topk_run},
     {"", "ArgMax", 1, kiln_index_arg_infer, kiln_index_argmax_run},
     {"", "ArgMin", 1, kiln_index_arg_infer, kiln_index_argmin_run},
-    {"", "OneHot", 1, kiln_index_onehot_infer, kiln_index_onehot_run},
+    {"", "OneHot", 1, kiln_index_onehot_infer, kiln_index_onehot_run, 0, KILN_OP_IN(1) | KILN_OP_IN(2)},
     {"", "ReverseSequence", 1, kiln_index_reverse_sequence_infer, kiln_index_reverse_sequence_run},
     {"", "Col2Im", 1, kiln_index_col2im_infer, kiln_index_col2im_run},
 };

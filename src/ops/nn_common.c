@@ -7,6 +7,7 @@
 
 #include "ops/nn_internal.h"
 #include "ops/op.h"
+#include "ops/semantics.h"
 #include "ops/util.h"
 
 /* Copies an optional ints attribute of nsp (or 2*nsp for pads) values into dst, checking that
@@ -85,15 +86,39 @@ bool nn_geom_resolve(nn_geom *g, const int64_t *in, int64_t *out)
         out[i] = d.c;
         if (g->auto_pad == NN_PAD_SAME_UPPER || g->auto_pad == NN_PAD_SAME_LOWER) {
             int64_t total = (out[i] - 1) * g->strides[i] + g->dilations[i] * (g->kernel[i] - 1) + 1 - in[i];
-            if (total < 0) total = 0;
-            int64_t small = total / 2;
-            g->pads[i] = g->auto_pad == NN_PAD_SAME_UPPER ? small : total - small;
-            g->pads[g->nsp + i] = total - g->pads[i];
+            kiln_same_pads(total < 0 ? 0 : total, g->auto_pad == NN_PAD_SAME_UPPER, &g->pads[i],
+                           &g->pads[g->nsp + i]);
         } else if (g->auto_pad == NN_PAD_VALID) {
             g->pads[i] = g->pads[g->nsp + i] = 0;
         }
     }
     return true;
+}
+
+bool nn_pool_geom(const kiln_node *n, nn_geom *g, char *msg, int size)
+{
+    int nk;
+    const int64_t *ks = kiln_attr_ints(n, "kernel_shape", &nk);
+    if (!ks) {
+        snprintf(msg, (size_t)size, "attribute kernel_shape is required");
+        return false;
+    }
+    if (!nn_geom_parse(n, nk, g, msg, size)) return false;
+    for (int i = 0; i < nk; i++) {
+        if (ks[i] < 1 || ks[i] > NN_ATTR_MAX) {
+            snprintf(msg, (size_t)size, "kernel_shape[%d] = %lld is out of range", i, (long long)ks[i]);
+            return false;
+        }
+        g->kernel[i] = ks[i];
+    }
+    return true;
+}
+
+double nn_pool_p(const kiln_node *n)
+{
+    const kiln_attr *a = kiln_node_attr(n, "p");
+    if (!a) return 2;
+    return a->type == KILN_ATTR_FLOAT ? a->f : (double)a->i;
 }
 
 double *nn_load_f64(const kiln_value *v)

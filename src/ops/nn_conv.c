@@ -6,6 +6,7 @@
 
 #include "ops/nn_internal.h"
 #include "ops/op.h"
+#include "ops/semantics.h"
 #include "ops/util.h"
 
 /* Kernel sizes for inference: the kernel_shape attribute (checked against W) or W's dims;
@@ -336,11 +337,6 @@ kiln_status nn_conv_transpose_infer(kiln_infer_ctx *c)
     return kiln_infer_set_out(c, 0, x->dtype, rank, dims);
 }
 
-static int64_t floordiv2(int64_t v)
-{
-    return v >= 0 ? v / 2 : -((-v + 1) / 2);
-}
-
 bool nn_conv_transpose_geom(const kiln_node *node, int nsp, const int64_t *xdims, const int64_t *wdims,
                             const int64_t *ydims, nn_geom *g, char *msg, int size)
 {
@@ -354,8 +350,7 @@ bool nn_conv_transpose_geom(const kiln_node *node, int nsp, const int64_t *xdims
         for (int i = 0; i < nsp; i++) {
             int64_t total = g->strides[i] * (xdims[2 + i] - 1) + opad[i] + g->dilations[i] * (wdims[2 + i] - 1) + 1 -
                             ydims[2 + i];
-            g->pads[i] = g->auto_pad == NN_PAD_SAME_UPPER ? floordiv2(total) : total - floordiv2(total);
-            g->pads[nsp + i] = total - g->pads[i];
+            kiln_same_pads(total, g->auto_pad == NN_PAD_SAME_UPPER, &g->pads[i], &g->pads[nsp + i]);
         }
     return true;
 }

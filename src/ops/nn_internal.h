@@ -41,6 +41,12 @@ bool nn_geom_resolve(nn_geom *g, const int64_t *in, int64_t *out);
 bool nn_conv_transpose_geom(const kiln_node *node, int nsp, const int64_t *xdims, const int64_t *wdims,
                             const int64_t *ydims, nn_geom *g, char *msg, int size);
 
+/* A pooling node's geometry: kernel_shape (required, one value per spatial dim) into g->kernel,
+ * and the other window attributes (nn_geom_parse). False with a message on malformed ones. */
+bool nn_pool_geom(const kiln_node *n, nn_geom *g, char *msg, int size);
+/* p of LpPool / GlobalLpPool: a float attribute in opset 1, an int later; 2 when absent. */
+double nn_pool_p(const kiln_node *n);
+
 /* Advances a row-major multi-index over dims; false after the last one (idx back to zeros). */
 static inline bool nn_index_next(int n, const int64_t *dims, int64_t *idx)
 {

@@ -5,6 +5,7 @@
 
 #include "ops/nn_internal.h"
 #include "ops/op.h"
+#include "ops/semantics.h"
 #include "ops/util.h"
 
 /* Output of A @ B for the inputs ai, bi: broadcast batch dims, then M and N (dropped for 1-D

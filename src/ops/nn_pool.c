@@ -11,38 +11,10 @@
 
 enum { POOL_AVG, POOL_MAX, POOL_LP };
 
-/* kernel_shape (required) into g->kernel, and the other window attributes. */
-static bool pool_geom(const kiln_node *n, nn_geom *g, char *msg, int size)
-{
-    int nk;
-    const int64_t *ks = kiln_attr_ints(n, "kernel_shape", &nk);
-    if (!ks) {
-        snprintf(msg, (size_t)size, "attribute kernel_shape is required");
-        return false;
-    }
-    if (!nn_geom_parse(n, nk, g, msg, size)) return false;
-    for (int i = 0; i < nk; i++) {
-        if (ks[i] < 1 || ks[i] > NN_ATTR_MAX) {
-            snprintf(msg, (size_t)size, "kernel_shape[%d] = %lld is out of range", i, (long long)ks[i]);
-            return false;
-        }
-        g->kernel[i] = ks[i];
-    }
-    return true;
-}
-
-/* p of LpPool / GlobalLpPool: a float attribute in opset 1, an int later. */
-static double pool_p(const kiln_node *n)
-{
-    const kiln_attr *a = kiln_node_attr(n, "p");
-    if (!a) return 2;
-    return a->type == KILN_ATTR_FLOAT ? a->f : (double)a->i;
-}
-
 /* Validates p where the op has one. */
 static kiln_status check_p(kiln_infer_ctx *c)
 {
-    double p = pool_p(kiln_infer_node(c));
+    double p = nn_pool_p(kiln_infer_node(c));
     if (!(p > 0) || p > 1e6) return kiln_infer_fail(c, KILN_ERR_MODEL, "p = %g must be positive", p);
     return KILN_OK;
 }
@@ -56,7 +28,7 @@ kiln_status nn_pool_infer(kiln_infer_ctx *c)
     if (!x) return kiln_infer_fail(c, KILN_ERR_MODEL, "needs input X");
     if (x->dtype && !kiln_dtype_is_float(x->dtype) && !kiln_dtype_is_int(x->dtype))
         return kiln_infer_fail(c, KILN_ERR_MODEL, "X has dtype %s, not a number", kiln_dtype_name(x->dtype));
-    if (!pool_geom(n, &g, msg, sizeof msg)) return kiln_infer_fail(c, KILN_ERR_MODEL, "%s", msg);
+    if (!nn_pool_geom(n, &g, msg, sizeof msg)) return kiln_infer_fail(c, KILN_ERR_MODEL, "%s", msg);
     KILN_TRY(check_p(c));
     if (kiln_attr_int(n, "storage_order", 0) & ~1LL)
         return kiln_infer_fail(c, KILN_ERR_MODEL, "storage_order must be 0 or 1");
@@ -98,13 +70,13 @@ static kiln_status pool_run(kiln_run_ctx *c, int mode)
     nn_geom g;
     char msg[160];
     int64_t od[KILN_MAX_RANK];
-    if (!pool_geom(node, &g, msg, sizeof msg)) return kiln_run_fail(c, KILN_ERR_MODEL, "%s", msg);
+    if (!nn_pool_geom(node, &g, msg, sizeof msg)) return kiln_run_fail(c, KILN_ERR_MODEL, "%s", msg);
     if (!nn_geom_resolve(&g, X->dims + 2, od))
         return kiln_run_fail(c, KILN_ERR_SHAPE, "window larger than the padded input");
     int nsp = g.nsp;
     bool include_pad = kiln_attr_int(node, "count_include_pad", 0) != 0;
     bool col_major = kiln_attr_int(node, "storage_order", 0) == 1;
-    double pw = pool_p(node);
+    double pw = nn_pool_p(node);
     const int64_t *sd = X->dims + 2;
     int64_t in_sz = nn_prod(nsp, sd), out_sz = nn_prod(nsp, od), k_sz = nn_prod(nsp, g.kernel);
     double *x = nn_load_f64(X);
@@ -179,7 +151,7 @@ static kiln_status global_pool_run(kiln_run_ctx *c, int mode)
 {
     const kiln_value *X = kiln_run_in(c, 0);
     kiln_value *Y = kiln_run_out(c, 0);
-    double pw = pool_p(kiln_run_node(c));
+    double pw = nn_pool_p(kiln_run_node(c));
     int64_t planes = X->dims[0] * X->dims[1], sz = planes ? X->numel / planes : 0;
     for (int64_t pl = 0; pl < planes; pl++) {
         double acc = mode == POOL_MAX ? -INFINITY : 0;
@@ -223,7 +195,7 @@ kiln_status nn_max_unpool_infer(kiln_infer_ctx *c)
     nn_geom g;
     char msg[160];
     if (!x || !ind) return kiln_infer_fail(c, KILN_ERR_MODEL, "needs inputs X and I");
-    if (!pool_geom(kiln_infer_node(c), &g, msg, sizeof msg))
+    if (!nn_pool_geom(kiln_infer_node(c), &g, msg, sizeof msg))
         return kiln_infer_fail(c, KILN_ERR_MODEL, "%s", msg);
     if (x->rank >= 0 && x->rank != g.nsp + 2)
         return kiln_infer_fail(c, KILN_ERR_SHAPE, "X has rank %d but kernel_shape has %d values", x->rank,
@@ -257,7 +229,7 @@ kiln_status nn_max_unpool_run(kiln_run_ctx *c)
     kiln_value *Y = kiln_run_out(c, 0);
     nn_geom g;
     char msg[160];
-    if (!pool_geom(kiln_run_node(c), &g, msg, sizeof msg)) return kiln_run_fail(c, KILN_ERR_MODEL, "%s", msg);
+    if (!nn_pool_geom(kiln_run_node(c), &g, msg, sizeof msg)) return kiln_run_fail(c, KILN_ERR_MODEL, "%s", msg);
     if (I->dtype != KILN_DTYPE_INT64) return kiln_run_fail(c, KILN_ERR_MODEL, "I must be int64");
     int rank = X->rank;
     int64_t dd[KILN_MAX_RANK], total = 1;

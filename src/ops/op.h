@@ -50,6 +50,12 @@ typedef kiln_status (*kiln_kernel_fn)(kiln_run_ctx *c);
 /* A kiln fused operator (src/ops/fused.h): its parsed attributes (kiln_node.params) are a
  * kiln_fused. */
 #define KILN_OP_FUSED 8u
+/* The outputs are not a function of the inputs (random generators, Dropout, which is random in
+ * training mode): passes never replace the node by a constant. */
+#define KILN_OP_RANDOM 16u
+
+/* Bit i of kiln_op_def.host_inputs: input i. */
+#define KILN_OP_IN(i) (1u << (i))
 
 struct kiln_op_def {
     const char *domain;  /* "" for the default ONNX domain, "ai.onnx.ml", ... */
@@ -58,6 +64,13 @@ struct kiln_op_def {
     kiln_status (*infer)(kiln_infer_ctx *c);
     kiln_status (*run)(kiln_run_ctx *c);
     unsigned flags;      /* KILN_OP_* */
+    /* Inputs whose contents are read on the host whatever provider runs the node (KILN_OP_IN
+     * bits, over every input the op has at any opset of this entry): the shape-like arguments
+     * that run-time inference reads (Reshape's shape, Slice's starts/ends/axes/steps, Resize's
+     * scales and sizes, input axes of reductions) and the scalar arguments a kernel takes by
+     * value (Clip's min and max, OneHot's depth and values, Range's start, limit and delta).
+     * A device provider hands them to its kernels in host memory (kiln_provider_i.select). */
+    unsigned host_inputs;
     /* Optional: parses a node's attributes into the op's typed struct of params_size bytes,
      * once at compile time (kiln_node_bind: n->params); the kernels read that struct instead
      * of looking attributes up by name on every call. Fails (kiln_errf, KILN_ERR_MODEL) on a

@@ -7,6 +7,7 @@
 
 #include "ops/op.h"
 #include "ops/reduce_internal.h"
+#include "ops/semantics.h"
 #include "ops/util.h"
 
 void kiln_reduce_out_strides(int rank, const int64_t *dims, const bool *mask, int64_t *strides,
@@ -30,66 +31,6 @@ kiln_status kiln_reduce_load_all(kiln_run_ctx *c, const kiln_value *x, double **
 
 /* ---- Reduce* ---- */
 
-typedef enum reduce_kind {
-    RK_SUM, RK_MEAN, RK_MAX, RK_MIN, RK_PROD, RK_L1, RK_L2, RK_LOGSUM, RK_LOGSUMEXP, RK_SUMSQ,
-} reduce_kind;
-
-static const char *const reduce_names[] = {
-    "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
-    "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare",
-};
-
-static reduce_kind reduce_kind_of(const kiln_node *n)
-{
-    for (int k = 0; k < (int)(sizeof reduce_names / sizeof reduce_names[0]); k++)
-        if (!strcmp(n->op_type, reduce_names[k])) return (reduce_kind)k;
-    return RK_SUM;
-}
-
-/* Axes moved from an attribute to input 1 at opset 13 for ReduceSum, 18 for the others. */
-static bool reduce_axes_from_input(const kiln_node *n, int opset)
-{
-    return opset >= (reduce_kind_of(n) == RK_SUM ? 13 : 18);
-}
-
-/* Sets mask[0..rank) to the reduced axes, from the attribute or from axes_v (input 1, NULL
- * when absent). Empty axes reduce all axes, or none with noop_with_empty_axes (composite
- * reductions then still apply their element-wise steps: ReduceSumSquare squares). Returns
- * false with a message in msg on invalid axes. */
-static bool reduce_axes(const kiln_node *n, int opset, const kiln_value *axes_v, int rank, bool *mask, char *msg,
-                        size_t msg_size)
-{
-    const int64_t *attr = NULL;
-    int na = 0;
-    bool from_input = reduce_axes_from_input(n, opset);
-    if (!from_input) {
-        attr = kiln_attr_ints(n, "axes", &na);
-    } else if (axes_v) {
-        if (axes_v->kind != KILN_VALUE_TENSOR || axes_v->rank > 1 || !kiln_dtype_is_int(axes_v->dtype) ||
-            axes_v->numel > rank) {
-            snprintf(msg, msg_size, "axes (input 1) must be a 1-D integer tensor of at most %d values", rank);
-            return false;
-        }
-        na = (int)axes_v->numel;
-    }
-    bool noop = from_input && kiln_attr_int(n, "noop_with_empty_axes", 0) != 0;
-    for (int k = 0; k < rank; k++) mask[k] = na == 0 && !noop;
-    for (int i = 0; i < na; i++) {
-        int64_t a = attr ? attr[i] : kiln_load_i64(axes_v->dtype, axes_v->data, i);
-        int k;
-        if (!kiln_axis_norm(a, rank, &k)) {
-            snprintf(msg, msg_size, "axis %lld out of range for input of rank %d", (long long)a, rank);
-            return false;
-        }
-        if (mask[k]) {
-            snprintf(msg, msg_size, "axis %lld repeated in axes", (long long)a);
-            return false;
-        }
-        mask[k] = true;
-    }
-    return true;
-}
-
 static kiln_status reduce_infer(kiln_infer_ctx *c)
 {
     const kiln_node *n = kiln_infer_node(c);
@@ -101,7 +42,7 @@ static kiln_status reduce_infer(kiln_infer_ctx *c)
     int r = 0;
     const kiln_type *at = kiln_infer_in(c, 1);
     const kiln_value *av = kiln_infer_in_value(c, 1);
-    if (reduce_axes_from_input(n, kiln_infer_opset(c)) && at && !av) {
+    if (kiln_reduce_axes_from_input(n, kiln_infer_opset(c)) && at && !av) {
         /* axes known only at run time: with keepdims the rank stays, else it shrinks by the
          * (non-zero) number of axes when that is known */
         if (keep) {
@@ -117,7 +58,7 @@ static kiln_status reduce_infer(kiln_infer_ctx *c)
     }
     bool mask[KILN_MAX_RANK];
     char msg[160];
-    if (!reduce_axes(n, kiln_infer_opset(c), av, x->rank, mask, msg, sizeof msg))
+    if (!kiln_reduce_axes(n, kiln_infer_opset(c), av, x->rank, mask, msg, sizeof msg))
         return kiln_infer_fail(c, KILN_ERR_MODEL, "%s", msg);
     for (int k = 0; k < x->rank; k++) {
         if (!mask[k]) dims[r++] = x->dims[k];
@@ -127,16 +68,19 @@ static kiln_status reduce_infer(kiln_infer_ctx *c)
 }
 
 /* Float path (also integer inputs of L2, LogSum, LogSumExp): accumulates in double. */
-static kiln_status reduce_run_f64(kiln_run_ctx *c, reduce_kind kind, const kiln_value *x, kiln_value *y,
+static kiln_status reduce_run_f64(kiln_run_ctx *c, kiln_reduce_op kind, const kiln_value *x, kiln_value *y,
                                   int64_t (*ostr)[KILN_MAX_RANK], int64_t on, int64_t count)
 {
     double *acc = malloc((size_t)on * 2 * sizeof(double)), *mx;
     if (!acc) return kiln_run_fail(c, KILN_ERR_NOMEM, "no memory for %lld results", (long long)on);
     mx = acc + on;
-    double init = kind == RK_PROD ? 1.0 : kind == RK_MAX ? -INFINITY : kind == RK_MIN ? INFINITY : 0.0;
+    double init = kind == KILN_REDUCE_PROD  ? 1.0
+                  : kind == KILN_REDUCE_MAX ? -INFINITY
+                  : kind == KILN_REDUCE_MIN ? INFINITY
+                                            : 0.0;
     for (int64_t o = 0; o < on; o++) acc[o] = init, mx[o] = -INFINITY;
     kiln_iter it;
-    if (kind == RK_LOGSUMEXP) {
+    if (kind == KILN_REDUCE_LOGSUMEXP) {
         kiln_iter_init(&it, x->rank, x->dims, 1, ostr);
         for (int64_t i = 0; i < x->numel; i++, kiln_iter_next(&it)) {
             double v = kiln_load_f64(x->dtype, x->data, i);
@@ -147,21 +91,21 @@ static kiln_status reduce_run_f64(kiln_run_ctx *c, reduce_kind kind, const kiln_
     for (int64_t i = 0; i < x->numel; i++, kiln_iter_next(&it)) {
         double v = kiln_load_f64(x->dtype, x->data, i), *a = &acc[it.off[0]];
         switch (kind) {
-        case RK_SUM: case RK_MEAN: case RK_LOGSUM: *a += v; break;
-        case RK_PROD: *a *= v; break;
-        case RK_MAX: if (v > *a || isnan(v)) *a = v; break;
-        case RK_MIN: if (v < *a || isnan(v)) *a = v; break;
-        case RK_L1: *a += fabs(v); break;
-        case RK_L2: case RK_SUMSQ: *a += v * v; break;
-        case RK_LOGSUMEXP: *a += exp(v - mx[it.off[0]]); break;
+        case KILN_REDUCE_SUM: case KILN_REDUCE_MEAN: case KILN_REDUCE_LOGSUM: *a += v; break;
+        case KILN_REDUCE_PROD: *a *= v; break;
+        case KILN_REDUCE_MAX: if (v > *a || isnan(v)) *a = v; break;
+        case KILN_REDUCE_MIN: if (v < *a || isnan(v)) *a = v; break;
+        case KILN_REDUCE_L1: *a += fabs(v); break;
+        case KILN_REDUCE_L2: case KILN_REDUCE_SUMSQ: *a += v * v; break;
+        case KILN_REDUCE_LOGSUMEXP: *a += exp(v - mx[it.off[0]]); break;
         }
     }
     for (int64_t o = 0; o < on; o++) {
         double v = acc[o];
-        if (kind == RK_MEAN) v /= (double)count;
-        else if (kind == RK_L2) v = sqrt(v);
-        else if (kind == RK_LOGSUM) v = log(v);
-        else if (kind == RK_LOGSUMEXP) v = isinf(mx[o]) ? mx[o] : mx[o] + log(v);
+        if (kind == KILN_REDUCE_MEAN) v /= (double)count;
+        else if (kind == KILN_REDUCE_L2) v = sqrt(v);
+        else if (kind == KILN_REDUCE_LOGSUM) v = log(v);
+        else if (kind == KILN_REDUCE_LOGSUMEXP) v = isinf(mx[o]) ? mx[o] : mx[o] + log(v);
         kiln_store_f64(y->dtype, y->data, o, v);
     }
     free(acc);
@@ -169,7 +113,7 @@ static kiln_status reduce_run_f64(kiln_run_ctx *c, reduce_kind kind, const kiln_
 }
 
 /* Integer and bool path: exact 64-bit arithmetic (sums and products wrap like the C types). */
-static kiln_status reduce_run_int(kiln_run_ctx *c, reduce_kind kind, const kiln_value *x, kiln_value *y,
+static kiln_status reduce_run_int(kiln_run_ctx *c, kiln_reduce_op kind, const kiln_value *x, kiln_value *y,
                                   int64_t (*ostr)[KILN_MAX_RANK], int64_t on, int64_t count)
 {
     kiln_dtype dt = x->dtype;
@@ -182,7 +126,7 @@ static kiln_status reduce_run_int(kiln_run_ctx *c, reduce_kind kind, const kiln_
     else if (dt != KILN_DTYPE_BOOL) lo = 0 - (UINT64_C(1) << (bits - 1)), hi = (UINT64_C(1) << (bits - 1)) - 1;
     uint64_t *acc = malloc((size_t)on * sizeof(uint64_t));
     if (!acc) return kiln_run_fail(c, KILN_ERR_NOMEM, "no memory for %lld results", (long long)on);
-    uint64_t init = kind == RK_PROD ? 1 : kind == RK_MAX ? lo : kind == RK_MIN ? hi : 0;
+    uint64_t init = kind == KILN_REDUCE_PROD ? 1 : kind == KILN_REDUCE_MAX ? lo : kind == KILN_REDUCE_MIN ? hi : 0;
     for (int64_t o = 0; o < on; o++) acc[o] = init;
     kiln_iter it;
     kiln_iter_init(&it, x->rank, x->dims, 1, ostr);
@@ -192,17 +136,17 @@ static kiln_status reduce_run_int(kiln_run_ctx *c, reduce_kind kind, const kiln_
         bool less = uns ? v < *a : (int64_t)v < (int64_t)*a;
         bool greater = uns ? v > *a : (int64_t)v > (int64_t)*a;
         switch (kind) {
-        case RK_SUM: case RK_MEAN: *a += v; break;
-        case RK_PROD: *a *= v; break;
-        case RK_MAX: if (greater) *a = v; break;
-        case RK_MIN: if (less) *a = v; break;
-        case RK_L1: *a += (!uns && (int64_t)v < 0) ? -v : v; break;
-        default: *a += v * v; break; /* RK_SUMSQ */
+        case KILN_REDUCE_SUM: case KILN_REDUCE_MEAN: *a += v; break;
+        case KILN_REDUCE_PROD: *a *= v; break;
+        case KILN_REDUCE_MAX: if (greater) *a = v; break;
+        case KILN_REDUCE_MIN: if (less) *a = v; break;
+        case KILN_REDUCE_L1: *a += (!uns && (int64_t)v < 0) ? -v : v; break;
+        default: *a += v * v; break; /* KILN_REDUCE_SUMSQ */
         }
     }
     for (int64_t o = 0; o < on; o++) {
         uint64_t v = acc[o];
-        if (kind == RK_MEAN && count > 0) v = uns ? v / (uint64_t)count : (uint64_t)((int64_t)v / count);
+        if (kind == KILN_REDUCE_MEAN && count > 0) v = uns ? v / (uint64_t)count : (uint64_t)((int64_t)v / count);
         if (uns) kiln_store_u64(dt, y->data, o, v);
         else kiln_store_i64(dt, y->data, o, (int64_t)v);
     }
@@ -217,17 +161,18 @@ static kiln_status reduce_run(kiln_run_ctx *c)
     kiln_value *y = kiln_run_out(c, 0);
     bool mask[KILN_MAX_RANK];
     char msg[160];
-    if (!reduce_axes(n, kiln_run_opset(c), kiln_run_in(c, 1), x->rank, mask, msg, sizeof msg))
+    if (!kiln_reduce_axes(n, kiln_run_opset(c), kiln_run_in(c, 1), x->rank, mask, msg, sizeof msg))
         return kiln_run_fail(c, KILN_ERR_MODEL, "%s", msg);
     int64_t ostr[1][KILN_MAX_RANK], on, count = 1;
     kiln_reduce_out_strides(x->rank, x->dims, mask, ostr[0], &on);
     for (int k = 0; k < x->rank; k++)
         if (mask[k]) count *= x->dims[k];
     if (on == 0) return KILN_OK;
-    reduce_kind kind = reduce_kind_of(n);
+    kiln_reduce_op kind = kiln_reduce_op_of(n);
     if (x->dtype == KILN_DTYPE_STRING || x->dtype == KILN_DTYPE_COMPLEX64 || x->dtype == KILN_DTYPE_COMPLEX128)
         return kiln_run_fail(c, KILN_ERR_UNSUPPORTED, "element type %d not supported", (int)x->dtype);
-    if (kiln_dtype_is_float(x->dtype) || kind == RK_L2 || kind == RK_LOGSUM || kind == RK_LOGSUMEXP)
+    if (kiln_dtype_is_float(x->dtype) || kind == KILN_REDUCE_L2 || kind == KILN_REDUCE_LOGSUM ||
+        kind == KILN_REDUCE_LOGSUMEXP)
         return reduce_run_f64(c, kind, x, y, ostr, on, count);
     return reduce_run_int(c, kind, x, y, ostr, on, count);
 }
@@ -497,22 +442,22 @@ static kiln_status det_run(kiln_run_ctx *c)
 }
 
 static const kiln_op_def defs[] = {
-    {"", "ReduceSum", 1, reduce_infer, reduce_run},
-    {"", "ReduceMean", 1, reduce_infer, reduce_run},
-    {"", "ReduceMax", 1, reduce_infer, reduce_run},
-    {"", "ReduceMin", 1, reduce_infer, reduce_run},
-    {"", "ReduceProd", 1, reduce_infer, reduce_run},
-    {"", "ReduceL1", 1, reduce_infer, reduce_run},
-    {"", "ReduceL2", 1, reduce_infer, reduce_run},
-    {"", "ReduceLogSum", 1, reduce_infer, reduce_run},
-    {"", "ReduceLogSumExp", 1, reduce_infer, reduce_run},
-    {"", "ReduceSumSquare", 1, reduce_infer, reduce_run},
+    {"", "ReduceSum", 1, reduce_infer, reduce_run, 0, KILN_OP_IN(1)},
+    {"", "ReduceMean", 1, reduce_infer, reduce_run, 0, KILN_OP_IN(1)},
+    {"", "ReduceMax", 1, reduce_infer, reduce_run, 0, KILN_OP_IN(1)},
+    {"", "ReduceMin", 1, reduce_infer, reduce_run, 0, KILN_OP_IN(1)},
+    {"", "ReduceProd", 1, reduce_infer, reduce_run, 0, KILN_OP_IN(1)},
+    {"", "ReduceL1", 1, reduce_infer, reduce_run, 0, KILN_OP_IN(1)},
+    {"", "ReduceL2", 1, reduce_infer, reduce_run, 0, KILN_OP_IN(1)},
+    {"", "ReduceLogSum", 1, reduce_infer, reduce_run, 0, KILN_OP_IN(1)},
+    {"", "ReduceLogSumExp", 1, reduce_infer, reduce_run, 0, KILN_OP_IN(1)},
+    {"", "ReduceSumSquare", 1, reduce_infer, reduce_run, 0, KILN_OP_IN(1)},
     {"", "Softmax", 1, softmax_infer, softmax_run},
     {"", "LogSoftmax", 1, softmax_infer, softmax_run},
     {"", "Hardmax", 1, softmax_infer, softmax_run},
-    {"", "CumSum", 11, cum_infer, cum_run},
+    {"", "CumSum", 11, cum_infer, cum_run, 0, KILN_OP_IN(1)},
     {"", "CumProd", 26, cum_infer, cum_run},
-    {"", "Dropout", 1, dropout_infer, dropout_run},
+    {"", "Dropout", 1, dropout_infer, dropout_run, KILN_OP_RANDOM},
     {"", "Det", 11, det_infer, det_run},
     {"", "LayerNormalization", 17, kiln_layernorm_infer, kiln_layernorm_run},
     {"", "RMSNormalization", 23, kiln_rmsnorm_infer, kiln_rmsnorm_run},

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "ops/reduce_internal.h"
+#include "ops/semantics.h"
 #include "ops/util.h"
 
 /* Standardizes each of `rows` contiguous rows of `cols` values of x into y:
@@ -37,22 +38,11 @@ static kiln_status alloc_f64(kiln_run_ctx *c, int64_t n, double **out)
     return KILN_OK;
 }
 
-/* Whether v (rank, dims) broadcasts unidirectionally to (rank, dims) of x. */
-static bool bcasts_to(const kiln_value *v, const kiln_value *x)
-{
-    if (v->rank > x->rank) return false;
-    for (int k = 0; k < v->rank; k++) {
-        int64_t d = v->dims[k], xd = x->dims[x->rank - v->rank + k];
-        if (d != xd && d != 1) return false;
-    }
-    return true;
-}
-
 /* y = buf * scale + bias with scale and bias (bias may be NULL) broadcast to x's shape. */
 static kiln_status apply_affine(kiln_run_ctx *c, const kiln_value *x, const double *buf, const kiln_value *scale,
                                 const kiln_value *bias, kiln_value *y)
 {
-    if (!bcasts_to(scale, x) || (bias && !bcasts_to(bias, x)))
+    if (!kiln_value_bcasts_to(scale, x) || (bias && !kiln_value_bcasts_to(bias, x)))
         return kiln_run_fail(c, KILN_ERR_SHAPE, "Scale (rank %d) or B (rank %d) does not broadcast to X (rank %d)",
                              scale->rank, bias ? bias->rank : 0, x->rank);
     int64_t st[2][KILN_MAX_RANK];

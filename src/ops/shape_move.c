@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "ops/shape_ops.h"
+#include "ops/semantics.h"
 #include "ops/util.h"
 
 /* Writes y (row-major) as x viewed with dims xdims transposed by perm: y's axis k is x's axis
@@ -267,29 +268,8 @@ typedef struct slice_axis {
     bool fresh; /* arguments not known at compile time */
 } slice_axis;
 
-/* Python slice clamping of constant start/end on dim d. */
-static void slice_const(int64_t d, int64_t s, int64_t e, int64_t step, int64_t *start, int64_t *count)
-{
-    int64_t lo = step < 0 ? -1 : 0, hi = step < 0 ? d - 1 : d;
-    if (s < 0)
-        s = s < -d ? lo : s + d;
-    else if (s > hi)
-        s = hi;
-    if (e < 0)
-        e = e < -d ? lo : e + d;
-    else if (e > hi)
-        e = hi;
-    if (s < lo) s = lo;
-    if (e < lo) e = lo;
-    *start = s;
-    if (step > 0)
-        *count = e > s ? (e - s - 1) / step + 1 : 0;
-    else
-        *count = s > e ? (s - e - 1) / -step + 1 : 0;
-}
-
-/* The element count of the same clamping over symbolic values (the start itself is needed only
- * at run time); false when it cannot be expressed. A symbolic start/end must be provably
+/* The element count of kiln_slice_clamp's clamping over symbolic values (the start itself is
+ * needed only at run time); false when it cannot be expressed. A symbolic start/end must be provably
  * non-negative (it comes from shape arithmetic). The clamps that cannot change the count are
  * left out: the far side of the start and the near side of the end. */
 static bool slice_sym(kiln_dimtab *t, kiln_dim d, kiln_dim s, kiln_dim e, int64_t step, slice_axis *ax)
@@ -380,7 +360,7 @@ static kiln_status slice_plan(const kiln_shape_side *s, int rank, const kiln_dim
         ax[a].step = step.c == INT64_MIN ? -INT64_MAX : step.c;
         if (kiln_dim_is_const(dims[a]) && kiln_dim_is_const(starts.v[i]) && kiln_dim_is_const(ends.v[i])) {
             int64_t st, cn;
-            slice_const(dims[a].c, starts.v[i].c, ends.v[i].c, ax[a].step, &st, &cn);
+            kiln_slice_clamp(dims[a].c, starts.v[i].c, ends.v[i].c, ax[a].step, &st, &cn);
             ax[a].start = kiln_dim_const(st);
             ax[a].count = kiln_dim_const(cn);
         } else {

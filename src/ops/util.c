@@ -20,20 +20,6 @@ void kiln_strides(int rank, const int64_t *dims, int64_t *strides)
     }
 }
 
-void kiln_bcast_strides(int out_rank, const int64_t *out_dims, int in_rank, const int64_t *in_dims, int64_t *strides)
-{
-    int64_t s = 1;
-    for (int k = out_rank - 1; k >= 0; k--) {
-        int ik = k - (out_rank - in_rank);
-        if (ik < 0) {
-            strides[k] = 0;
-            continue;
-        }
-        strides[k] = (in_dims[ik] == 1 && out_dims[k] != 1) ? 0 : s;
-        s *= in_dims[ik];
-    }
-}
-
 void kiln_iter_init(kiln_iter *it, int rank, const int64_t *dims, int n_ops, int64_t (*strides)[KILN_MAX_RANK])
 {
     memset(it, 0, sizeof *it);

@@ -1,4 +1,5 @@
-/* util.h - helpers shared by the reference kernels: axes, broadcasting, strides. */
+/* util.h - helpers shared by the reference kernels: axes, strides, iteration (the ONNX rules
+ * that every provider shares are in semantics.h). */
 #ifndef KILN_OPS_UTIL_H
 #define KILN_OPS_UTIL_H
 
@@ -12,11 +13,6 @@ bool kiln_axis_norm(int64_t axis, int rank, int *out);
 
 /* Row-major strides (in elements) of dims. */
 void kiln_strides(int rank, const int64_t *dims, int64_t *strides);
-
-/* Strides (in elements) to read `in` (rank in_rank, dims in_dims) broadcast to the output
- * shape (out_rank, out_dims): 0 along broadcast axes. out_rank >= in_rank. */
-void kiln_bcast_strides(int out_rank, const int64_t *out_dims, int in_rank, const int64_t *in_dims,
-                        int64_t *strides);
 
 /* Multi-index walk over a shape, keeping flat offsets into up to 4 operands.
  *     kiln_iter it; kiln_iter_init(&it, rank, dims, n_ops, strides);

@@ -11,15 +11,8 @@
 /* Folded outputs may outgrow their inputs by this much (ConstantOfShape, Expand, Range). */
 #define GROWTH_BYTES ((size_t)1 << 20)
 
-/* Ops whose result is not a function of their inputs. */
-static bool is_random(const kiln_node *n)
-{
-    static const char *const random_ops[] = {"RandomNormal", "RandomUniform", "RandomNormalLike",
-                                             "RandomUniformLike", "Bernoulli", "Multinomial", "Dropout"};
-    for (size_t i = 0; i < sizeof random_ops / sizeof *random_ops; i++)
-        if (!strcmp(n->op_type, random_ops[i])) return true;
-    return false;
-}
+/* Ops whose result is not a function of their inputs (a registry flag). */
+static bool is_random(const kiln_node *n) { return n->op && (n->op->flags & KILN_OP_RANDOM); }
 
 /* Whether n may be folded, with the bytes its inputs hold. */
 static bool foldable(const kiln_node *n, size_t *in_bytes)
