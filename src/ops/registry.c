@@ -18,6 +18,7 @@
     X(kiln_ops_contrib) \
     X(kiln_ops_contrib_quant) \
     X(kiln_ops_contrib_attention) \
+    X(kiln_ops_contrib_qlinear) \
     X(kiln_ops_basic)
 
 #define DECLARE(name) extern const kiln_op_table name;
