@@ -20,6 +20,21 @@ kiln_kernel_fn kiln_cpu_select_ew(const kiln_node *n);
 kiln_kernel_fn kiln_cpu_select_norm(const kiln_node *n);
 /* Attention (opset 23) on float32: no past, not causal, Y only (kernels_attn.c). */
 kiln_kernel_fn kiln_cpu_select_attn(const kiln_node *n);
+/* softmax(scale Q K^T + mask) V in float32 over strided views, as the Attention kernel runs it
+ * (kernels_attn.c): element (b, h, i, 0) of Q at q + b*q_b + h*q_h + i*q_s, d contiguous; K and V
+ * likewise by kv head h / (Hq / Hkv); Y likewise; mask NULL or additive, row (b, h, i) at
+ * b*m_b + h*m_h + i*m_s (0 strides broadcast), m_len <= total columns (keys past it masked).
+ * total and Dk must be positive. */
+typedef struct kiln_cpu_attn {
+    const float *q, *k, *v, *mask;
+    float *y;
+    int64_t B, Hq, Hkv, Sq, total, Dk, Dv;
+    int64_t q_b, q_h, q_s, k_b, k_h, k_s, v_b, v_h, v_s, y_b, y_h, y_s, m_b, m_h, m_s, m_len;
+    float scale;
+} kiln_cpu_attn;
+kiln_status kiln_cpu_attn_f32(kiln_run_ctx *c, const kiln_cpu_attn *a);
+/* com.microsoft Attention and MultiHeadAttention on float32 (kernels_contrib_attn.c). */
+kiln_kernel_fn kiln_cpu_select_contrib_attn(kiln_node *n);
 /* MatMulInteger, QLinearMatMul, DynamicQuantizeLinear, com.microsoft MatMulIntegerToFloat and
  * DynamicQuantizeMatMul on the int8 GEMM, packing a constant B into n->kernel_state
  * (kernels_quant.c). */

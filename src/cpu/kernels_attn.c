@@ -531,6 +531,8 @@ static void attn_blocks(void *ctx, int64_t begin, int64_t end)
     kiln_scratch_put(j->scratch, S);
 }
 
+static kiln_status attn_execute(kiln_run_ctx *c, attn_job *jp);
+
 static kiln_status attention_run(kiln_run_ctx *c)
 {
     const kiln_node *n = kiln_run_node(c);
@@ -589,17 +591,35 @@ static kiln_status attention_run(kiln_run_ctx *c)
     j.scale = sa ? sa->f : (float)(1.0 / sqrt((double)Dq));
     if (!Y->numel) return KILN_OK;
     if (!Skv || !Dk) return kiln_cpu_reference(c); /* no keys: zeros (or NaN) as the reference decides */
-    j.q_blocks = (Sq + QB - 1) / QB;
+    return attn_execute(c, &j);
+}
+
+kiln_status kiln_cpu_attn_f32(kiln_run_ctx *c, const kiln_cpu_attn *a)
+{
+    attn_job j = {.q = a->q, .k = a->k, .v = a->v, .mask = a->mask, .y = a->y, .B = a->B, .Hq = a->Hq,
+                  .group = a->Hq / a->Hkv, .Sq = a->Sq, .total = a->total, .Dk = a->Dk, .Dv = a->Dv,
+                  .q_b = a->q_b, .q_h = a->q_h, .q_s = a->q_s, .k_b = a->k_b, .k_h = a->k_h, .k_s = a->k_s,
+                  .v_b = a->v_b, .v_h = a->v_h, .v_s = a->v_s, .y_b = a->y_b, .y_h = a->y_h, .y_s = a->y_s,
+                  .m_b = a->m_b, .m_h = a->m_h, .m_s = a->m_s, .m_len = a->m_len, .scale = a->scale};
+    if (!a->B || !a->Hq || !a->Sq || !a->Dv) return KILN_OK;
+    return attn_execute(c, &j);
+}
+
+/* Runs a filled job (total and Dk positive) over the thread pool. */
+static kiln_status attn_execute(kiln_run_ctx *c, attn_job *jp)
+{
+    attn_job j = *jp;
+    j.q_blocks = (j.Sq + QB - 1) / QB;
     j.q_tasks = (j.q_blocks + QG - 1) / QG;
     j.avx512 = kiln_gemm_level_detect() == KILN_GEMM_LEVEL_AVX512;
 #ifdef HAVE_AVX512_SOFTMAX
-    j.flash = j.avx512 && Dk <= FLASH_MAX_DK && Dv <= FLASH_MAX_DV;
+    j.flash = j.avx512 && j.Dk <= FLASH_MAX_DK && j.Dv <= FLASH_MAX_DV;
 #endif
     j.scratch = kiln_run_scratch(c);
     /* under about 256K multiply-adds (the encoder's 4 heads at 16 tokens: 32K) on the calling
      * thread, as the GEMM decides (gemm.c) */
-    double macs = (double)(B * Hq) * (double)Sq * (double)Skv * (double)(Dk + Dv);
-    kiln_threadpool_parallel_for(macs < (double)(1 << 18) ? NULL : kiln_run_threadpool(c), B * Hq * j.q_tasks,
+    double macs = (double)(j.B * j.Hq) * (double)j.Sq * (double)j.total * (double)(j.Dk + j.Dv);
+    kiln_threadpool_parallel_for(macs < (double)(1 << 18) ? NULL : kiln_run_threadpool(c), j.B * j.Hq * j.q_tasks,
                                  attn_blocks, &j);
     kiln_status st = __atomic_load_n(&j.st, __ATOMIC_RELAXED);
     if (st) return kiln_run_fail(c, st, "Attention: sgemm failed (%s)", kiln_status_name(st));

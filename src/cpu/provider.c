@@ -311,6 +311,7 @@ static kiln_kernel_fn cpu_select(kiln_provider *p, kiln_node *n, unsigned *host_
     if (!k) k = kiln_cpu_select_norm(n);
     if (!k) k = kiln_cpu_select_layout(n);
     if (!k) k = kiln_cpu_select_attn(n);
+    if (!k) k = kiln_cpu_select_contrib_attn(n);
     if (!k) k = kiln_cpu_select_cnn(n);
     if (!k) k = kiln_cpu_select_quant(n);
     if (k) return k;

@@ -17,6 +17,8 @@
     X(kiln_ops_rnn) \
     X(kiln_ops_contrib) \
     X(kiln_ops_contrib_quant) \
+    X(kiln_ops_contrib_attention) \
+    X(kiln_ops_contrib_qlinear) \
     X(kiln_ops_basic) \
     X(kiln_ops_fused)
 

@@ -354,6 +354,194 @@ def test_quant():
                 compare(f"Quantize/DequantizeLinear {qt.__name__} per_axis={per_axis} zp={with_zp}", m, feeds)
 
 
+def mask_feed(form, b, s, p=0, rng_=None):
+    """A mask_index / key_padding_mask of the given form for batch b, s queries, p past keys."""
+    t = p + s
+    if form == "1D":
+        return rng.integers(1, t + 1, (b,)).astype(np.int32)
+    if form == "2B":
+        end = rng.integers(1, t + 1, (b,))
+        start = np.array([rng.integers(0, e) for e in end])
+        return np.concatenate([end, start]).astype(np.int32)
+    if form == "2D":
+        m = rng.integers(0, 2, (b, t)).astype(np.int32)
+        m[:, 0] = 1
+        return m
+    if form == "3D":
+        m = rng.integers(0, 2, (b, s, t)).astype(np.int32)
+        m[:, :, 0] = 1
+        return m
+    if form == "4D":
+        mx = t + 3
+        m = rng.integers(0, 2, (b, 1, mx, mx)).astype(np.int32)
+        m[..., 0] = 1
+        return m
+    return None
+
+
+def test_attention():
+    """com.microsoft Attention: constant weights (as the optimizer writes them), bias, every mask
+    form, unidirectional, past/present, attention_bias, qkv_hidden_sizes, scale."""
+    cases = [
+        dict(hid=32, heads=4), dict(hid=12, heads=3, bias=False), dict(hid=32, heads=4, mask="1D"),
+        dict(hid=32, heads=4, mask="2B"), dict(hid=32, heads=2, mask="2D"), dict(hid=24, heads=4, mask="3D"),
+        dict(hid=32, heads=4, uni=1), dict(hid=32, heads=4, uni=1, mask="2D"),
+        dict(hid=16, heads=4, past=True), dict(hid=16, heads=4, past=True, uni=1, mask="2D"),
+        dict(hid=20, heads=4, abias=True), dict(hid=20, heads=5, abias=True, mask="1D"),
+        dict(hid=12, heads=3, qkv=[12, 12, 18]), dict(hid=32, heads=4, scale=0.3, mask="2D", filt=-1e4 * 3),
+        dict(hid=128, heads=2, mask="2D"),  # head size 64 (the two-pass fast kernel)
+    ]
+    for cs in cases:
+        hid, heads, hin = cs["hid"], cs["heads"], cs["hid"] + 3
+        qkv = cs.get("qkv") or [hid] * 3
+        hs = qkv[0] // heads
+        attrs = {"num_heads": heads}
+        for k, a in (("uni", "unidirectional"), ("scale", "scale"), ("filt", "mask_filter_value")):
+            if k in cs:
+                attrs[a] = cs[k]
+        if "qkv" in cs:
+            attrs["qkv_hidden_sizes"] = qkv
+        inits = [numpy_helper.from_array(rand(hin, sum(qkv)) * hin ** -0.5, "W")]
+        names = ["X", "W", ""]
+        if cs.get("bias", True):
+            inits.append(numpy_helper.from_array(rand(sum(qkv)) * 0.3, "bias"))
+            names[2] = "bias"
+        ins = [io("X", TensorProto.FLOAT, 3)]
+        mask = cs.get("mask")
+        names.append("mask" if mask else "")
+        if mask:
+            ins.append(io("mask", TensorProto.INT32, {"1D": 1, "2B": 1, "2D": 2, "3D": 3, "4D": 4}[mask]))
+        names.append("past" if cs.get("past") else "")
+        if cs.get("past"):
+            ins.append(io("past", TensorProto.FLOAT, 5))
+        if cs.get("abias"):
+            names.append("abias")
+            ins.append(io("abias", TensorProto.FLOAT, 4))
+        while names[-1] == "":
+            names.pop()
+        outs = ["Y", "present"] if cs.get("past") else ["Y"]
+        m = model(helper.make_node("Attention", names, outs, domain=MS, **attrs), ins, [out(o) for o in outs], inits=inits)
+        feeds = []
+        for b, s in [(1, 1), (2, 5), (3, 16), (1, 33)]:
+            p = 4 if cs.get("past") else 0
+            f = {"X": rand(b, s, hin)}
+            if mask:
+                f["mask"] = mask_feed(mask, b, s, p)
+            if cs.get("past"):
+                f["past"] = rand(2, b, heads, p, hs)
+            if cs.get("abias"):
+                f["abias"] = rand(1 if b % 2 else b, heads if s % 2 else 1, s, s + p)
+            feeds.append(f)
+        compare(f"Attention {cs}", m, feeds, atol=1e-4)
+    # the 4-D mask [B, 1, M, M] (Megatron's; ORT's CPU kernel refuses it): against ORT given the
+    # 3-D mask it stands for, rows P .. P+S-1 and keys 0 .. T-1
+    hin, hid, heads = 19, 16, 2
+    for past in (False, True):
+        inits = [numpy_helper.from_array(rand(hin, 3 * hid) * hin ** -0.5, "W"), numpy_helper.from_array(rand(3 * hid), "bias")]
+        ins = [io("X", TensorProto.FLOAT, 3), io("mask", TensorProto.INT32, 4)] + ([io("past", TensorProto.FLOAT, 5)] if past else [])
+        names = ["X", "W", "bias", "mask"] + (["past"] if past else [])
+        outs = ["Y", "present"] if past else ["Y"]
+        m4 = model(helper.make_node("Attention", names, outs, domain=MS, num_heads=heads), ins, [out(o) for o in outs], inits=inits)
+        ins[1] = io("mask", TensorProto.INT32, 3)
+        m3 = model(helper.make_node("Attention", names, outs, domain=MS, num_heads=heads), ins, [out(o) for o in outs], inits=inits)
+        ref = ort_session(m3)
+        sessions = [("fast", kiln.Session(m4.SerializeToString(), num_threads=2)),
+                    ("ref", kiln.Session(m4.SerializeToString(), unoptimized=True))]
+        for b, s in [(1, 1), (2, 5), (3, 16)]:
+            p = 3 if past else 0
+            f = {"X": rand(b, s, hin), "mask": mask_feed("4D", b, s, p)}
+            if past:
+                f["past"] = rand(2, b, heads, p, hid // heads)
+            want = ref.run(None, {**f, "mask": np.ascontiguousarray(f["mask"][:, 0, p:p + s, :p + s])})[0]
+            for tag, ks in sessions:
+                got = ks.run(f)[0]
+                check(f"Attention 4-D mask past={past} [{tag}] b={b} s={s}",
+                      got.shape == want.shape and np.allclose(got, want, rtol=RTOL, atol=1e-4),
+                      f"max diff {np.max(np.abs(got - want)) if got.shape == want.shape else got.shape}")
+
+
+def test_multihead_attention():
+    """com.microsoft MultiHeadAttention: separate Q/K/V (self and cross), bias, key_padding_mask
+    forms, attention_bias, past_key/past_value with presents, unidirectional, scale; packed
+    forms against the same inputs unpacked (ORT's CPU kernel takes only separate Q/K/V)."""
+    cases = [
+        dict(), dict(bias=True), dict(cross=True, bias=True), dict(mask="1D"), dict(mask="2D", bias=True),
+        dict(mask="3D"), dict(abias=True, mask="2D"), dict(past=True, bias=True), dict(past=True, uni=1, mask="2D"),
+        dict(uni=1), dict(scale=0.2, filt=-3e4, mask="2D"), dict(dv=12), dict(bnsh=True, bias=True),
+    ]
+    heads = 4
+    for cs in cases:
+        d, dv = 16, cs.get("dv", 16)
+        hs, hv = d // heads, dv // heads
+        attrs = {"num_heads": heads}
+        for k, a in (("uni", "unidirectional"), ("scale", "scale"), ("filt", "mask_filter_value")):
+            if k in cs:
+                attrs[a] = cs[k]
+        names = ["q", "k", "v", "bias" if cs.get("bias") else "", "mask" if cs.get("mask") else "",
+                 "abias" if cs.get("abias") else "", "pk" if cs.get("past") else "", "pv" if cs.get("past") else ""]
+        rk = 4 if cs.get("bnsh") else 3
+        ins = [io("q", TensorProto.FLOAT, 3), io("k", TensorProto.FLOAT, rk), io("v", TensorProto.FLOAT, rk)]
+        inits = []
+        if cs.get("bias"):
+            inits.append(numpy_helper.from_array(rand(2 * d + dv), "bias"))
+        if cs.get("mask"):
+            ins.append(io("mask", TensorProto.INT32, {"1D": 1, "2D": 2, "3D": 3}[cs["mask"]]))
+        if cs.get("abias"):
+            ins.append(io("abias", TensorProto.FLOAT, 4))
+        if cs.get("past"):
+            ins += [io("pk", TensorProto.FLOAT, 4), io("pv", TensorProto.FLOAT, 4)]
+        while names[-1] == "":
+            names.pop()
+        outs = ["Y", "present_key", "present_value"] if cs.get("past") else ["Y"]
+        m = model(helper.make_node("MultiHeadAttention", names, outs, domain=MS, **attrs), ins, [out(o) for o in outs],
+                  inits=inits)
+        feeds = []
+        for b, s in [(1, 1), (2, 5), (3, 16), (1, 33)]:
+            L = s + 3 if cs.get("cross") or cs.get("bnsh") else s
+            p = 2 if cs.get("past") else 0
+            if cs.get("bnsh"):
+                f = {"q": rand(b, s, d), "k": rand(b, heads, L, hs), "v": rand(b, heads, L, hv)}
+            else:
+                f = {"q": rand(b, s, d), "k": rand(b, L, d), "v": rand(b, L, dv)}
+            if cs.get("mask"):
+                f["mask"] = mask_feed(cs["mask"], b, s, p + L - s)
+            if cs.get("abias"):
+                f["abias"] = rand(b if s % 2 else 1, 1 if b % 2 else heads, s, L + p)
+            if cs.get("past"):
+                f["pk"], f["pv"] = rand(b, heads, p, hs), rand(b, heads, p, hv)
+            feeds.append(f)
+        compare(f"MultiHeadAttention {cs}", m, feeds, atol=1e-4)
+    # packed QKV [B, S, N, 3, H] and packed KV [B, L, N, 2, H]: the same numbers unpacked through ORT
+    for packed in ("qkv", "kv"):
+        for with_bias in (False, True):
+            d = 16
+            hs = d // heads
+            bias = rand(3 * d)
+            uq = model(helper.make_node("MultiHeadAttention", ["q", "k", "v"] + (["bias"] if with_bias else []), ["Y"],
+                                        domain=MS, num_heads=heads),
+                       [io("q", TensorProto.FLOAT, 3), io("k", TensorProto.FLOAT, 3), io("v", TensorProto.FLOAT, 3)],
+                       [out("Y")], inits=[numpy_helper.from_array(bias, "bias")] if with_bias else [])
+            names = ["qkv"] if packed == "qkv" else ["q", "kv"]
+            if with_bias:
+                names += [""] * (3 - len(names)) + ["bias"]
+            ins = [io("qkv", TensorProto.FLOAT, 5)] if packed == "qkv" else [io("q", TensorProto.FLOAT, 3), io("kv", TensorProto.FLOAT, 5)]
+            pm = model(helper.make_node("MultiHeadAttention", names, ["Y"], domain=MS, num_heads=heads), ins, [out("Y")],
+                       inits=[numpy_helper.from_array(bias, "bias")] if with_bias else [])
+            ref = ort_session(uq)
+            sessions = [("fast", kiln.Session(pm.SerializeToString(), num_threads=2)),
+                        ("ref", kiln.Session(pm.SerializeToString(), unoptimized=True))]
+            for b, s in [(1, 1), (2, 5), (3, 16)]:
+                q, k, v = rand(b, s, heads, hs), rand(b, s, heads, hs), rand(b, s, heads, hs)
+                want = ref.run(None, {"q": q.reshape(b, s, d), "k": k.reshape(b, s, d), "v": v.reshape(b, s, d)})[0]
+                feeds = ({"qkv": np.stack([q, k, v], axis=3)} if packed == "qkv"
+                         else {"q": q.reshape(b, s, d), "kv": np.stack([k, v], axis=3)})
+                for tag, ks in sessions:
+                    got = ks.run(feeds)[0]
+                    check(f"MultiHeadAttention packed {packed} bias={with_bias} [{tag}] b={b} s={s}",
+                          got.shape == want.shape and np.allclose(got, want, rtol=RTOL, atol=1e-4),
+                          f"max diff {np.max(np.abs(got - want)) if got.shape == want.shape else got.shape}")
+
+
 def test_loader_leniencies():
     def relu(inputs=None, outputs=None, inits=(), opsets=(("", 17),), ir=8, nodes=None, vis=()):
         nodes = nodes or [helper.make_node("Relu", ["x"], ["y"])]
@@ -438,7 +626,9 @@ def test_transformer_optimizer(cli):
     x = node("Add", [node("Add", [we, pe], "wpe"), se], "emb")
     x = layer_norm(x, "emb_ln")
     # mask: (1 - mask) * -10000, broadcast to [B, 1, 1, S]
-    m4 = node("Unsqueeze", [node("Cast", ["attention_mask"], "mask_f", to=TensorProto.FLOAT), c("ax12", np.array([1, 2], np.int64))], "mask4")
+    # as torch exports mask[:, None, None, :].to(float): two Unsqueezes, then the Cast
+    m4 = node("Unsqueeze", ["attention_mask", c("ax1", np.array([1], np.int64))], "mask3")
+    m4 = node("Cast", [node("Unsqueeze", [m4, c("ax2", np.array([2], np.int64))], "mask4i")], "mask4", to=TensorProto.FLOAT)
     madd = node("Mul", [node("Sub", [c("one_f", np.array(1.0, np.float32)), m4], "mask_inv"), c("neg", np.array(-10000.0, np.float32))], "mask_add")
     hd = H // heads
     for i in range(L):
@@ -466,7 +656,6 @@ def test_transformer_optimizer(cli):
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], producer_name="pytorch")
     m.ir_version = 8
     opts = FusionOptions("bert")
-    opts.enable_attention = False  # com.microsoft Attention is not implemented in kiln yet
     with tempfile.TemporaryDirectory() as d:
         src, dst = os.path.join(d, "bert.onnx"), os.path.join(d, "bert_opt.onnx")
         onnx.save(m, src)
@@ -475,6 +664,7 @@ def test_transformer_optimizer(cli):
         opt.save_model_to_file(dst)
         fused = sorted({n.op_type for n in opt.model.graph.node if n.domain == MS})
         check("optimize_model fused com.microsoft operators", len(fused) >= 2, f"fused: {fused}")
+        check("optimize_model fused the attention", "Attention" in fused or "MultiHeadAttention" in fused, f"fused: {fused}")
         print(f"  optimized BERT-style encoder: com.microsoft {fused}")
         if cli:
             r = subprocess.run([cli, "info", dst], capture_output=True, text=True)
@@ -494,7 +684,8 @@ def test_transformer_optimizer(cli):
 if __name__ == "__main__":
     cli = sys.argv[1] if len(sys.argv) > 1 else None
     for t in [test_loader_leniencies, test_gelu_family, test_bias_add, test_skip_layer_norm, test_embed_layer_norm,
-              test_fused_matmul, test_fused_gemm, test_fused_conv, test_quant]:
+              test_fused_matmul, test_fused_gemm, test_fused_conv, test_quant, test_attention,
+              test_multihead_attention]:
         t()
     test_transformer_optimizer(cli)
     sys.exit(summary())
