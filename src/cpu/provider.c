@@ -8,11 +8,12 @@
 #include "cpu/gemm.h"
 #include "cpu/kernels.h"
 #include "cpu/nchwc.h"
-#include "exec/provider.h"
 #include "ops/contrib_internal.h"
 #include "ops/nn_internal.h"
+#include "ops/provider.h"
 #include "ops/semantics.h"
 #include "ops/util.h"
+#include "passes/pass.h"
 #include "passes/passes.h"
 
 static kiln_status reference_run(kiln_run_ctx *c)

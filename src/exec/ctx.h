@@ -3,7 +3,7 @@
 #define KILN_EXEC_CTX_H
 
 #include "exec/exec.h"
-#include "exec/provider.h"
+#include "ops/provider.h"
 #include "ops/ctx.h"
 
 /* Values of one graph execution; parent holds the enclosing graph's. */

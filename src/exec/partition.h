@@ -2,7 +2,7 @@
 #ifndef KILN_EXEC_PARTITION_H
 #define KILN_EXEC_PARTITION_H
 
-#include "exec/provider.h"
+#include "ops/provider.h"
 
 /* Places each node of g (the main graph; subgraphs run on the host) on the device provider dev
  * when it may go there and dev->supports accepts it (n->on_device), else on the host with the

@@ -1,6 +1,6 @@
 /* providers.c - the list of execution providers built into this kiln: the one file that knows
  * which exist, and the only build switch among them. */
-#include "exec/provider.h"
+#include "exec/providers.h"
 
 extern const kiln_provider_i kiln_provider_cpu;
 #ifdef KILN_CUDA

@@ -11,11 +11,11 @@
 #include "exec/ctx.h"
 #include "exec/plan.h"
 #include "exec/partition.h"
-#include "exec/provider.h"
+#include "exec/providers.h"
 #include "exec/subgraph.h"
 #include "exec/test_hooks.h"
-#include "passes/pass.h"
 #include "onnx/load.h"
+#include "passes/pass.h"
 
 struct kiln_session {
     kiln_model *model;

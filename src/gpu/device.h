@@ -15,7 +15,7 @@
 
 #include "core/error.h"
 #include "core/value.h"
-#include "exec/provider.h"
+#include "ops/provider.h"
 #include "ir/graph.h"
 
 /* The CUDA provider's state of a session and of a run are the provider interface's opaque

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "exec/ctx.h"
+#include "ops/ctx.h"
 #include "gpu/blas.h"
 #include "gpu/device.h"
 #include "gpu/gpu.h"

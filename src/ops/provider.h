@@ -1,20 +1,21 @@
 /* provider.h - the execution provider interface: one versioned table of function pointers per
  * provider (src/cpu/provider.c, src/gpu/provider.c), listed in src/exec/providers.c, the one
- * file with a build switch. The core (src/exec/) reaches a provider only through this table.
+ * file with a build switch. The core (src/exec/) reaches a provider only through this table;
+ * it lives beside op.h because it is the kernels' layer: providers include nothing of src/exec/.
  *
  * A session has a host provider (the CPU) and at most one device provider (a GPU). The core
  * partitions the main graph (src/exec/partition.c): a node goes to the device provider when
  * its supports() accepts it, else to the host; then each provider's select() picks the kernels
  * of its nodes. Members marked optional may be NULL; the core then does what the comment says.
  * Device members (marked "device") are required when `device` is true and unused otherwise. */
-#ifndef KILN_EXEC_PROVIDER_H
-#define KILN_EXEC_PROVIDER_H
+#ifndef KILN_OPS_PROVIDER_H
+#define KILN_OPS_PROVIDER_H
 
 #include <stdbool.h>
 #include <stddef.h>
 
 #include "ops/op.h"
-#include "passes/pass.h"
+struct kiln_pass; /* src/passes/pass.h */
 
 #define KILN_PROVIDER_API 1
 
@@ -47,7 +48,7 @@ typedef struct kiln_provider_i {
     /* Optional: the provider's own pass pipeline (n_passes entries, src/passes/pass.h), run
      * over the inferred main graph when it is the session's first provider and the session is
      * optimised. NULL: no passes of its own. */
-    const kiln_pass *passes;
+    const struct kiln_pass *passes;
     int n_passes;
 
     /* Optional: whether select() has a kernel for n as compiled (types from compile-time
@@ -119,10 +120,5 @@ typedef struct kiln_provider_i {
     kiln_status (*replay)(kiln_provider_run *r, const int64_t *key, int n, int *n_out, kiln_value *const **outs,
                           kiln_err *err);
 } kiln_provider_i;
-
-/* The provider table for kind, or NULL when this build does not have it (src/exec/providers.c). */
-const kiln_provider_i *kiln_provider_find(kiln_provider_kind kind);
-/* Why kiln_provider_find(kind) is NULL: "built without it" or "unknown provider". */
-const char *kiln_provider_missing(kiln_provider_kind kind);
 
 #endif
