@@ -1,8 +1,6 @@
-/* kernels.h - the CPU provider's kernels besides MatMul/Gemm/Conv (float32 but for Concat): element-wise ops
- * (kernels_ew.c), Softmax/LayerNormalization/ReduceMean (kernels_norm.c), Transpose and Concat
- * (kernels_layout.c) and the conv-net ops (kernels_cnn.c). Each selector returns the kernel for
- * node n or NULL (reference kernel); a selected kernel falls back to the reference kernel on any
- * case it does not cover. */
+/* kernels.h - the CPU provider's kernel families (kernels_*.c), each a table of kiln_cpu_kernel
+ * keyed by the registry operator it serves, and the helpers they share. A selected kernel
+ * falls back to the reference kernel on any case it does not cover. */
 #ifndef KILN_CPU_KERNELS_H
 #define KILN_CPU_KERNELS_H
 
@@ -11,15 +9,41 @@
 #include "ops/fused.h"
 #include "ops/op.h"
 
+/* One CPU kernel: the registry operator it serves (domain and op type, every since-version of
+ * it) and the function choosing the kernel for a node of it from the node's compile-time types
+ * and attributes, or NULL to leave the node to its reference kernel. */
+typedef struct kiln_cpu_kernel {
+    const char *domain, *op_type;
+    kiln_kernel_fn (*select)(kiln_node *n);
+} kiln_cpu_kernel;
+
+/* A kernel family's table (one per kernels_*.c file), listed once in provider.c. */
+typedef struct kiln_cpu_kernel_table {
+    const kiln_cpu_kernel *k;
+    int n;
+} kiln_cpu_kernel_table;
+#define KILN_CPU_KERNEL_TABLE(name, entries) \
+    const kiln_cpu_kernel_table name = {entries, (int)(sizeof entries / sizeof entries[0])}
+
+/* The entry of t serving registry entry op, or NULL. O(entries). */
+const kiln_cpu_kernel *kiln_cpu_kernel_find(const kiln_cpu_kernel_table *t, const kiln_op_def *op);
+
+/* The families: element-wise (Add, Sub, Mul, Div from opset 7, Relu, Sigmoid, Tanh, Erf, Gelu,
+ * Exp, Sqrt), normalisation (Softmax, LayerNormalization, ReduceMean), layout (Transpose,
+ * Concat), conv-net ops (BatchNormalization in inference, Clip, MaxPool/AveragePool 2-D,
+ * GlobalAveragePool/GlobalMaxPool), Attention (opset 23: no past, not causal, Y only),
+ * com.microsoft Attention and MultiHeadAttention, the int8 ops on the int8 GEMM (MatMulInteger,
+ * QLinearMatMul, DynamicQuantizeLinear, Cast int32 -> float, DequantizeLinear, com.microsoft
+ * MatMulIntegerToFloat and DynamicQuantizeMatMul), Conv 1-D/2-D, kiln.FusedConv and
+ * ConvTranspose (kernels_conv.c), and the blocked-layout kernels (kernels_nchwc.c). All float32
+ * but Concat and the int8 ops. */
+extern const kiln_cpu_kernel_table kiln_cpu_kernels_ew, kiln_cpu_kernels_norm, kiln_cpu_kernels_layout,
+    kiln_cpu_kernels_cnn, kiln_cpu_kernels_attn, kiln_cpu_kernels_contrib_attn, kiln_cpu_kernels_quant,
+    kiln_cpu_kernels_conv, kiln_cpu_kernels_nchwc;
+
 /* Elements per parallel chunk of a streaming loop. */
 #define KILN_CPU_CHUNK 4096
 
-/* Add, Sub, Mul, Div (opset >= 7), Relu, Sigmoid, Tanh, Erf, Gelu, Exp, Sqrt on float32. */
-kiln_kernel_fn kiln_cpu_select_ew(const kiln_node *n);
-/* Softmax, LayerNormalization, ReduceMean on float32. */
-kiln_kernel_fn kiln_cpu_select_norm(const kiln_node *n);
-/* Attention (opset 23) on float32: no past, not causal, Y only (kernels_attn.c). */
-kiln_kernel_fn kiln_cpu_select_attn(const kiln_node *n);
 /* softmax(scale Q K^T + mask) V in float32 over strided views, as the Attention kernel runs it
  * (kernels_attn.c): element (b, h, i, 0) of Q at q + b*q_b + h*q_h + i*q_s, d contiguous; K and V
  * likewise by kv head h / (Hq / Hkv); Y likewise; mask NULL or additive, row (b, h, i) at
@@ -33,17 +57,6 @@ typedef struct kiln_cpu_attn {
     float scale;
 } kiln_cpu_attn;
 kiln_status kiln_cpu_attn_f32(kiln_run_ctx *c, const kiln_cpu_attn *a);
-/* com.microsoft Attention and MultiHeadAttention on float32 (kernels_contrib_attn.c). */
-kiln_kernel_fn kiln_cpu_select_contrib_attn(kiln_node *n);
-/* MatMulInteger, QLinearMatMul, DynamicQuantizeLinear, com.microsoft MatMulIntegerToFloat and
- * DynamicQuantizeMatMul on the int8 GEMM, packing a constant B into n->kernel_state
- * (kernels_quant.c). */
-kiln_kernel_fn kiln_cpu_select_quant(kiln_node *n);
-/* Transpose on float32. */
-kiln_kernel_fn kiln_cpu_select_layout(const kiln_node *n);
-/* BatchNormalization (inference), Clip, MaxPool/AveragePool 2-D, GlobalAveragePool/GlobalMaxPool
- * on float32 (kernels_cnn.c). */
-kiln_kernel_fn kiln_cpu_select_cnn(const kiln_node *n);
 /* Depthwise 2-D Conv (group == C == M, W [C, 1, kh, kw]) over X [N, C, H, W] into Y [N, C, oh, ow]
  * with the resolved geometry g and an optional bias [C]; spread over the N*C planes. */
 struct nn_geom;
@@ -51,13 +64,10 @@ kiln_status kiln_cpu_conv_depthwise(kiln_run_ctx *c, const struct nn_geom *g, co
                                     const float *bias, const kiln_act *act, float *y, int64_t N, int64_t C,
                                     int64_t H, int64_t W, int64_t oh, int64_t ow);
 /* The kernel of a node that reads or writes a value blocked by 16 channels (kernels_nchwc.c):
- * Conv (packing its weights into n->kernel_state), MaxPool, AveragePool, GlobalAveragePool, or
- * one that fails with a message for any other op; NULL for Shape and for nodes without blocked
- * values. */
+ * kiln_cpu_kernels_nchwc's for Conv (packing its weights into n->kernel_state), MaxPool,
+ * AveragePool, GlobalAveragePool, or one that fails with a message for any other op; NULL for
+ * ops that read only types (Shape) and for nodes without blocked values. */
 kiln_kernel_fn kiln_cpu_select_nchwc(kiln_node *n);
-/* 2-D Conv and kiln.FusedConv (residual and activation applied to each output tile) on
- * float32 (kernels_conv.c). Packs constant weights into n->kernel_state. */
-kiln_kernel_fn kiln_cpu_select_conv(kiln_node *n);
 /* y[i] = Gelu(x[i]) (exact, erf form) for i < n; y may be x. AVX-512 where the CPU has it
  * (kernels_ew.c). */
 void kiln_cpu_gelu(const float *x, float *y, int64_t n);

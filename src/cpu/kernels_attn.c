@@ -626,9 +626,9 @@ static kiln_status attn_execute(kiln_run_ctx *c, attn_job *jp)
     return KILN_OK;
 }
 
-kiln_kernel_fn kiln_cpu_select_attn(const kiln_node *n)
+static kiln_kernel_fn select_attention(kiln_node *n)
 {
-    if (*n->domain || strcmp(n->op_type, "Attention") || n->n_in < 3 || n->n_in > 4 || n->n_out < 1) return NULL;
+    if (n->n_in < 3 || n->n_in > 4 || n->n_out < 1) return NULL;
     for (int i = 1; i < n->n_out; i++)
         if (n->out[i]) return NULL; /* present key/value, qk output: the reference */
     if (!kiln_ir_is_f32(n->in[0]) || !kiln_ir_is_f32(n->in[1]) || !kiln_ir_is_f32(n->in[2])) return NULL;
@@ -640,3 +640,6 @@ kiln_kernel_fn kiln_cpu_select_attn(const kiln_node *n)
         return NULL;
     return attention_run;
 }
+
+static const kiln_cpu_kernel kernels[] = {{"", "Attention", select_attention}};
+KILN_CPU_KERNEL_TABLE(kiln_cpu_kernels_attn, kernels);

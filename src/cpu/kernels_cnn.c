@@ -738,17 +738,30 @@ kiln_status kiln_cpu_conv_depthwise(kiln_run_ctx *c, const nn_geom *g, const flo
     return KILN_OK;
 }
 
-kiln_kernel_fn kiln_cpu_select_cnn(const kiln_node *n)
+static bool cnn_f32(const kiln_node *n)
 {
-    if (*n->domain || n->n_in < 1 || n->n_out < 1 || !kiln_ir_is_f32(n->in[0]) || !kiln_ir_is_f32(n->out[0]))
-        return NULL;
-    if (!strcmp(n->op_type, "BatchNormalization") && n->opset >= 9 && n->n_in == 5 && n->n_out == 1 &&
-        (n->opset < 14 || kiln_attr_int(n, "training_mode", 0) == 0))
-        return batchnorm_run;
-    if (!strcmp(n->op_type, "Clip") && n->opset >= 6) return clip_run;
-    if (!strcmp(n->op_type, "MaxPool") && n->opset >= 8 && n->n_out == 1) return maxpool_run;
-    if (!strcmp(n->op_type, "AveragePool") && n->opset >= 7) return avgpool_run;
-    if (!strcmp(n->op_type, "GlobalAveragePool")) return gavg_run;
-    if (!strcmp(n->op_type, "GlobalMaxPool")) return gmax_run;
-    return NULL;
+    return n->n_in >= 1 && n->n_out >= 1 && kiln_ir_is_f32(n->in[0]) && kiln_ir_is_f32(n->out[0]);
 }
+
+static kiln_kernel_fn select_batchnorm(kiln_node *n)
+{
+    return cnn_f32(n) && n->opset >= 9 && n->n_in == 5 && n->n_out == 1 &&
+                   (n->opset < 14 || kiln_attr_int(n, "training_mode", 0) == 0)
+               ? batchnorm_run
+               : NULL;
+}
+static kiln_kernel_fn select_clip(kiln_node *n) { return cnn_f32(n) && n->opset >= 6 ? clip_run : NULL; }
+static kiln_kernel_fn select_maxpool(kiln_node *n) { return cnn_f32(n) && n->opset >= 8 && n->n_out == 1 ? maxpool_run : NULL; }
+static kiln_kernel_fn select_avgpool(kiln_node *n) { return cnn_f32(n) && n->opset >= 7 ? avgpool_run : NULL; }
+static kiln_kernel_fn select_gavg(kiln_node *n) { return cnn_f32(n) ? gavg_run : NULL; }
+static kiln_kernel_fn select_gmax(kiln_node *n) { return cnn_f32(n) ? gmax_run : NULL; }
+
+static const kiln_cpu_kernel kernels[] = {
+    {"", "BatchNormalization", select_batchnorm},
+    {"", "Clip", select_clip},
+    {"", "MaxPool", select_maxpool},
+    {"", "AveragePool", select_avgpool},
+    {"", "GlobalAveragePool", select_gavg},
+    {"", "GlobalMaxPool", select_gmax},
+};
+KILN_CPU_KERNEL_TABLE(kiln_cpu_kernels_cnn, kernels);

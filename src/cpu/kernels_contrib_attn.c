@@ -207,11 +207,11 @@ static kiln_status mha_run(kiln_run_ctx *c)
 
 static void packed_free(void *p) { kiln_gemm_packed_b_free(p); }
 
-kiln_kernel_fn kiln_cpu_select_contrib_attn(kiln_node *n)
+static kiln_kernel_fn select_mha(kiln_node *n) { return n->n_in >= 1 && kiln_ir_is_f32(n->in[0]) ? mha_run : NULL; }
+
+static kiln_kernel_fn select_attention(kiln_node *n)
 {
-    if (strcmp(n->domain, "com.microsoft") || n->n_in < 1 || !kiln_ir_is_f32(n->in[0])) return NULL;
-    if (!strcmp(n->op_type, "MultiHeadAttention")) return mha_run;
-    if (strcmp(n->op_type, "Attention") || n->n_in < 2) return NULL;
+    if (n->n_in < 2 || !kiln_ir_is_f32(n->in[0])) return NULL;
     /* constant weights packed once (kept: the reference and `kiln verify` read them too) */
     const kiln_value *w = kiln_ir_constant(n->in[1]);
     if (w && w->dtype == KILN_DTYPE_FLOAT32 && w->rank == 2 && w->numel && !n->kernel_state) {
@@ -224,3 +224,9 @@ kiln_kernel_fn kiln_cpu_select_contrib_attn(kiln_node *n)
     }
     return attention_run;
 }
+
+static const kiln_cpu_kernel kernels[] = {
+    {"com.microsoft", "MultiHeadAttention", select_mha},
+    {"com.microsoft", "Attention", select_attention},
+};
+KILN_CPU_KERNEL_TABLE(kiln_cpu_kernels_contrib_attn, kernels);

@@ -1018,16 +1018,27 @@ static kiln_status conv_transpose_run(kiln_run_ctx *c)
     return st ? kiln_run_fail(c, st, "sgemm failed (%s)", kiln_status_name(st)) : KILN_OK;
 }
 
-kiln_kernel_fn kiln_cpu_select_conv(kiln_node *n)
+static kiln_kernel_fn select_conv_transpose(kiln_node *n)
 {
-    if (!*n->domain && !strcmp(n->op_type, "ConvTranspose") && n->n_in >= 2 && n->n_out >= 1 &&
-        kiln_ir_is_f32(n->in[0]) && kiln_ir_is_f32(n->in[1]) && n->in[0]->type.rank == 4 &&
-        n->in[1]->type.rank == 4)
-        return conv_transpose_run;
-    if (!((!*n->domain && !strcmp(n->op_type, "Conv")) || kiln_node_is_fused(n, "Conv")) || n->n_in < 2 ||
-        n->n_out < 1 || !kiln_ir_is_f32(n->in[0]) || !kiln_ir_is_f32(n->in[1]) ||
+    return n->n_in >= 2 && n->n_out >= 1 && kiln_ir_is_f32(n->in[0]) && kiln_ir_is_f32(n->in[1]) &&
+                   n->in[0]->type.rank == 4 && n->in[1]->type.rank == 4
+               ? conv_transpose_run
+               : NULL;
+}
+
+/* Conv and kiln.FusedConv */
+static kiln_kernel_fn select_conv(kiln_node *n)
+{
+    if (n->n_in < 2 || n->n_out < 1 || !kiln_ir_is_f32(n->in[0]) || !kiln_ir_is_f32(n->in[1]) ||
         (n->in[0]->type.rank != 4 && n->in[0]->type.rank != 3) || n->in[1]->type.rank != n->in[0]->type.rank)
         return NULL;
     if (!n->kernel_state) conv_pack_weights(n);
     return conv_run;
 }
+
+static const kiln_cpu_kernel kernels[] = {
+    {"", "ConvTranspose", select_conv_transpose},
+    {"", "Conv", select_conv},
+    {"kiln", "FusedConv", select_conv},
+};
+KILN_CPU_KERNEL_TABLE(kiln_cpu_kernels_conv, kernels);

@@ -342,28 +342,40 @@ static kiln_status erf_run(kiln_run_ctx *c) { return unary_run(c, erf_f32); }
 static kiln_status gelu_run(kiln_run_ctx *c) { return unary_run(c, gelu_erf_f32); }
 static kiln_status gelu_tanh_run(kiln_run_ctx *c) { return unary_run(c, gelu_tanh_f32); }
 
-kiln_kernel_fn kiln_cpu_select_ew(const kiln_node *n)
+static bool ew_f32(const kiln_node *n)
 {
-    if (*n->domain || n->n_in < 1 || n->n_out < 1 || !kiln_ir_is_f32(n->in[0]) || !kiln_ir_is_f32(n->out[0]))
-        return NULL;
-    const char *t = n->op_type;
-    if (n->n_in == 2 && kiln_ir_is_f32(n->in[1]) && n->opset >= 7) { /* before 7: legacy broadcast attributes */
-        if (!strcmp(t, "Add")) return add_run;
-        if (!strcmp(t, "Sub")) return sub_run;
-        if (!strcmp(t, "Mul")) return mul_run;
-        if (!strcmp(t, "Div")) return div_run;
-        return NULL;
-    }
-    if (n->n_in != 1) return NULL;
-    if (!strcmp(t, "Relu")) return relu_run;
-    if (!strcmp(t, "Exp")) return exp_run;
-    if (!strcmp(t, "Sigmoid")) return sigmoid_run;
-    if (!strcmp(t, "Tanh")) return tanh_run;
-    if (!strcmp(t, "Sqrt")) return sqrt_run;
-    if (!strcmp(t, "Erf")) return erf_run;
-    if (!strcmp(t, "Gelu")) {
-        const char *approx = kiln_attr_string(n, "approximate", "none");
-        return !strcmp(approx, "none") ? gelu_run : !strcmp(approx, "tanh") ? gelu_tanh_run : NULL;
-    }
-    return NULL;
+    return n->n_in >= 1 && n->n_out >= 1 && kiln_ir_is_f32(n->in[0]) && kiln_ir_is_f32(n->out[0]);
 }
+
+/* before opset 7, binary ops broadcast by legacy attributes: the reference runs them */
+static bool ew_binary(const kiln_node *n) { return ew_f32(n) && n->n_in == 2 && kiln_ir_is_f32(n->in[1]) && n->opset >= 7; }
+static bool ew_unary(const kiln_node *n) { return ew_f32(n) && n->n_in == 1; }
+
+#define SELECT(name, test, run) \
+    static kiln_kernel_fn select_##name(kiln_node *n) { return test(n) ? run : NULL; }
+SELECT(add, ew_binary, add_run)
+SELECT(sub, ew_binary, sub_run)
+SELECT(mul, ew_binary, mul_run)
+SELECT(div, ew_binary, div_run)
+SELECT(relu, ew_unary, relu_run)
+SELECT(exp, ew_unary, exp_run)
+SELECT(sigmoid, ew_unary, sigmoid_run)
+SELECT(tanh, ew_unary, tanh_run)
+SELECT(sqrt, ew_unary, sqrt_run)
+SELECT(erf, ew_unary, erf_run)
+#undef SELECT
+
+static kiln_kernel_fn select_gelu(kiln_node *n)
+{
+    if (!ew_unary(n)) return NULL;
+    const char *approx = kiln_attr_string(n, "approximate", "none");
+    return !strcmp(approx, "none") ? gelu_run : !strcmp(approx, "tanh") ? gelu_tanh_run : NULL;
+}
+
+static const kiln_cpu_kernel kernels[] = {
+    {"", "Add", select_add},         {"", "Sub", select_sub},   {"", "Mul", select_mul},
+    {"", "Div", select_div},         {"", "Relu", select_relu}, {"", "Exp", select_exp},
+    {"", "Sigmoid", select_sigmoid}, {"", "Tanh", select_tanh}, {"", "Sqrt", select_sqrt},
+    {"", "Erf", select_erf},         {"", "Gelu", select_gelu},
+};
+KILN_CPU_KERNEL_TABLE(kiln_cpu_kernels_ew, kernels);

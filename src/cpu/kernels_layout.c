@@ -223,10 +223,14 @@ static kiln_status concat_run(kiln_run_ctx *c)
     return KILN_OK;
 }
 
-kiln_kernel_fn kiln_cpu_select_layout(const kiln_node *n)
+static kiln_kernel_fn select_concat(kiln_node *n) { return n->n_out >= 1 && n->n_in >= 1 ? concat_run : NULL; }
+static kiln_kernel_fn select_transpose(kiln_node *n)
 {
-    if (*n->domain || n->n_out < 1) return NULL;
-    if (!strcmp(n->op_type, "Concat")) return n->n_in >= 1 ? concat_run : NULL;
-    if (n->n_in != 1 || !kiln_ir_is_f32(n->in[0]) || !kiln_ir_is_f32(n->out[0])) return NULL;
-    return !strcmp(n->op_type, "Transpose") ? transpose_run : NULL;
+    return n->n_out >= 1 && n->n_in == 1 && kiln_ir_is_f32(n->in[0]) && kiln_ir_is_f32(n->out[0]) ? transpose_run : NULL;
 }
+
+static const kiln_cpu_kernel kernels[] = {
+    {"", "Concat", select_concat},
+    {"", "Transpose", select_transpose},
+};
+KILN_CPU_KERNEL_TABLE(kiln_cpu_kernels_layout, kernels);

@@ -108,25 +108,38 @@ static kiln_status unsupported_run(kiln_run_ctx *c)
     return kiln_run_fail(c, KILN_ERR_UNSUPPORTED, "no kernel for a value blocked by 16 channels");
 }
 
+/* Conv and kiln.FusedConv, packing the weights into n->kernel_state */
+static kiln_kernel_fn select_conv(kiln_node *n)
+{
+    if (!n->kernel_state) {
+        const kiln_value *w = kiln_ir_constant(n->in[1]);
+        bool dw = kiln_attr_int(n, "group", 1) > 1;
+        if (w && w->rank == 4 && w->dtype == KILN_DTYPE_FLOAT32)
+            n->kernel_state = kiln_cpu_nchwc_conv_pack(w->data, w->dims[0], w->dims[1], w->dims[2], w->dims[3], dw);
+        n->kernel_state_free = packed_free;
+        if (n->kernel_state && kiln_node_release_constant(n, 1)) {
+            n->kernel_state_unpack = packed_unpack;
+            n->released_in = 1;
+        }
+    }
+    return conv_run;
+}
+
+static kiln_kernel_fn select_pool(kiln_node *n) { return (void)n, pool_run; }
+static kiln_kernel_fn select_global_avg(kiln_node *n) { return (void)n, global_avg_run; }
+
+static const kiln_cpu_kernel kernels[] = {
+    {"", "Conv", select_conv},
+    {"kiln", "FusedConv", select_conv},
+    {"", "MaxPool", select_pool},
+    {"", "AveragePool", select_pool},
+    {"", "GlobalAveragePool", select_global_avg},
+};
+KILN_CPU_KERNEL_TABLE(kiln_cpu_kernels_nchwc, kernels);
+
 kiln_kernel_fn kiln_cpu_select_nchwc(kiln_node *n)
 {
-    if (!touches_blocked(n) || (!*n->domain && !strcmp(n->op_type, "Shape"))) return NULL;
-    if (kiln_node_is_fused(n, "Conv") || (!*n->domain && !strcmp(n->op_type, "Conv"))) {
-        if (!n->kernel_state) {
-            const kiln_value *w = kiln_ir_constant(n->in[1]);
-            bool dw = kiln_attr_int(n, "group", 1) > 1;
-            if (w && w->rank == 4 && w->dtype == KILN_DTYPE_FLOAT32)
-                n->kernel_state = kiln_cpu_nchwc_conv_pack(w->data, w->dims[0], w->dims[1], w->dims[2], w->dims[3], dw);
-            n->kernel_state_free = packed_free;
-            if (n->kernel_state && kiln_node_release_constant(n, 1)) {
-                n->kernel_state_unpack = packed_unpack;
-                n->released_in = 1;
-            }
-        }
-        return conv_run;
-    }
-    if (*n->domain) return unsupported_run;
-    if (!strcmp(n->op_type, "MaxPool") || !strcmp(n->op_type, "AveragePool")) return pool_run;
-    if (!strcmp(n->op_type, "GlobalAveragePool")) return global_avg_run;
-    return unsupported_run;
+    if (!touches_blocked(n) || (n->op->flags & KILN_OP_READS_TYPE_ONLY)) return NULL;
+    const kiln_cpu_kernel *k = kiln_cpu_kernel_find(&kiln_cpu_kernels_nchwc, n->op);
+    return k ? k->select(n) : unsupported_run;
 }

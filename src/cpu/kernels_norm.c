@@ -259,12 +259,21 @@ static kiln_status reduce_mean_run(kiln_run_ctx *c)
     return j.st ? kiln_run_fail(c, j.st, "out of memory") : KILN_OK;
 }
 
-kiln_kernel_fn kiln_cpu_select_norm(const kiln_node *n)
+static bool norm_f32(const kiln_node *n)
 {
-    if (*n->domain || n->n_in < 1 || n->n_out < 1 || !kiln_ir_is_f32(n->in[0]) || !kiln_ir_is_f32(n->out[0]))
-        return NULL;
-    if (!strcmp(n->op_type, "Softmax")) return softmax_run;
-    if (!strcmp(n->op_type, "LayerNormalization") && n->n_in >= 2 && kiln_ir_is_f32(n->in[1])) return layernorm_run;
-    if (!strcmp(n->op_type, "ReduceMean")) return reduce_mean_run;
-    return NULL;
+    return n->n_in >= 1 && n->n_out >= 1 && kiln_ir_is_f32(n->in[0]) && kiln_ir_is_f32(n->out[0]);
 }
+
+static kiln_kernel_fn select_softmax(kiln_node *n) { return norm_f32(n) ? softmax_run : NULL; }
+static kiln_kernel_fn select_reduce_mean(kiln_node *n) { return norm_f32(n) ? reduce_mean_run : NULL; }
+static kiln_kernel_fn select_layernorm(kiln_node *n)
+{
+    return norm_f32(n) && n->n_in >= 2 && kiln_ir_is_f32(n->in[1]) ? layernorm_run : NULL;
+}
+
+static const kiln_cpu_kernel kernels[] = {
+    {"", "Softmax", select_softmax},
+    {"", "LayerNormalization", select_layernorm},
+    {"", "ReduceMean", select_reduce_mean},
+};
+KILN_CPU_KERNEL_TABLE(kiln_cpu_kernels_norm, kernels);

@@ -378,7 +378,7 @@ static kiln_status dequant_run(kiln_run_ctx *c)
     return KILN_OK;
 }
 
-kiln_kernel_fn kiln_cpu_select_quant(kiln_node *n)
+static kiln_kernel_fn select_quant(kiln_node *n)
 {
     bool ms = !strcmp(n->domain, "com.microsoft");
     if (*n->domain && !ms) return NULL;
@@ -408,3 +408,14 @@ kiln_kernel_fn kiln_cpu_select_quant(kiln_node *n)
     }
     return NULL;
 }
+
+static const kiln_cpu_kernel kernels[] = {
+    {"", "DynamicQuantizeLinear", select_quant},
+    {"", "Cast", select_quant},
+    {"", "DequantizeLinear", select_quant},
+    {"", "MatMulInteger", select_quant},
+    {"", "QLinearMatMul", select_quant},
+    {"com.microsoft", "MatMulIntegerToFloat", select_quant},
+    {"com.microsoft", "DynamicQuantizeMatMul", select_quant},
+};
+KILN_CPU_KERNEL_TABLE(kiln_cpu_kernels_quant, kernels);

@@ -303,41 +303,77 @@ static kiln_status fused_matmul_run(kiln_run_ctx *c)
     return KILN_OK;
 }
 
+static bool f32_ab(const kiln_node *n)
+{
+    return n->n_in >= 2 && n->n_out >= 1 && kiln_ir_is_f32(n->in[0]) && kiln_ir_is_f32(n->in[1]);
+}
+
+/* MatMul and kiln.FusedMatMul */
+static kiln_kernel_fn select_matmul(kiln_node *n)
+{
+    if (!f32_ab(n)) return NULL;
+    pack_weights(n, 1, false);
+    return matmul_run;
+}
+
+/* Gemm and kiln.FusedGemm */
+static kiln_kernel_fn select_gemm(kiln_node *n)
+{
+    if (!f32_ab(n) || n->opset < 11) return NULL;
+    pack_weights(n, 1, kiln_attr_int(n, "transB", 0) != 0);
+    return gemm_run;
+}
+
+static kiln_kernel_fn select_ms_fused_matmul(kiln_node *n)
+{
+    if (!f32_ab(n)) return NULL;
+    if (!kiln_attr_int(n, "transBatchB", 0)) pack_weights(n, 1, kiln_attr_int(n, "transB", 0) != 0);
+    return fused_matmul_run;
+}
+
+static kiln_kernel_fn select_ms_fused_gemm(kiln_node *n)
+{
+    kiln_act act;
+    if (!f32_ab(n) || !fused_gemm_act(n, &act)) return NULL;
+    pack_weights(n, 1, kiln_attr_int(n, "transB", 0) != 0);
+    return fused_gemm_run;
+}
+
+static const kiln_cpu_kernel gemm_kernels[] = {
+    {"", "MatMul", select_matmul},
+    {"kiln", "FusedMatMul", select_matmul},
+    {"", "Gemm", select_gemm},
+    {"kiln", "FusedGemm", select_gemm},
+    {"com.microsoft", "FusedMatMul", select_ms_fused_matmul},
+    {"com.microsoft", "FusedGemm", select_ms_fused_gemm},
+};
+static KILN_CPU_KERNEL_TABLE(kiln_cpu_kernels_gemm, gemm_kernels);
+
+/* Every family's table; a registry operator is in at most one. */
+static const kiln_cpu_kernel_table *const families[] = {
+    &kiln_cpu_kernels_gemm, &kiln_cpu_kernels_conv, &kiln_cpu_kernels_ew,
+    &kiln_cpu_kernels_norm, &kiln_cpu_kernels_layout, &kiln_cpu_kernels_cnn,
+    &kiln_cpu_kernels_attn, &kiln_cpu_kernels_contrib_attn, &kiln_cpu_kernels_quant,
+};
+
+const kiln_cpu_kernel *kiln_cpu_kernel_find(const kiln_cpu_kernel_table *t, const kiln_op_def *op)
+{
+    for (int i = 0; i < t->n; i++)
+        if (!strcmp(t->k[i].op_type, op->op_type) && !strcmp(t->k[i].domain, op->domain)) return &t->k[i];
+    return NULL;
+}
+
+/* Compile time, O(kernels) per node: the blocked-layout kernel of a node touching blocked values,
+ * else the kernel of its operator's entry. */
 static kiln_kernel_fn cpu_select(kiln_provider *p, kiln_node *n, unsigned *host_inputs)
 {
     (void)p;
     *host_inputs = 0;
     kiln_kernel_fn k = kiln_cpu_select_nchwc(n);
-    if (!k) k = kiln_cpu_select_ew(n);
-    if (!k) k = kiln_cpu_select_norm(n);
-    if (!k) k = kiln_cpu_select_layout(n);
-    if (!k) k = kiln_cpu_select_attn(n);
-    if (!k) k = kiln_cpu_select_contrib_attn(n);
-    if (!k) k = kiln_cpu_select_cnn(n);
-    if (!k) k = kiln_cpu_select_quant(n);
     if (k) return k;
-    if (!strcmp(n->domain, "com.microsoft") && n->n_in >= 2 && n->n_out >= 1 && kiln_ir_is_f32(n->in[0]) && kiln_ir_is_f32(n->in[1])) {
-        kiln_act act;
-        if (!strcmp(n->op_type, "FusedMatMul")) {
-            if (!kiln_attr_int(n, "transBatchB", 0)) pack_weights(n, 1, kiln_attr_int(n, "transB", 0) != 0);
-            return fused_matmul_run;
-        }
-        if (!strcmp(n->op_type, "FusedGemm") && fused_gemm_act(n, &act)) {
-            pack_weights(n, 1, kiln_attr_int(n, "transB", 0) != 0);
-            return fused_gemm_run;
-        }
-        return NULL;
-    }
-    if ((k = kiln_cpu_select_conv(n))) return k;
-    if (n->n_in < 2 || n->n_out < 1 || !kiln_ir_is_f32(n->in[0]) || !kiln_ir_is_f32(n->in[1])) return NULL;
-    bool plain = !*n->domain;
-    if ((plain && !strcmp(n->op_type, "MatMul")) || kiln_node_is_fused(n, "MatMul")) {
-        pack_weights(n, 1, false);
-        return matmul_run;
-    }
-    if (((plain && !strcmp(n->op_type, "Gemm")) || kiln_node_is_fused(n, "Gemm")) && n->opset >= 11) {
-        pack_weights(n, 1, kiln_attr_int(n, "transB", 0) != 0);
-        return gemm_run;
+    for (size_t f = 0; f < sizeof families / sizeof families[0]; f++) {
+        const kiln_cpu_kernel *e = kiln_cpu_kernel_find(families[f], n->op);
+        if (e) return e->select(n);
     }
     return NULL;
 }
