@@ -3,6 +3,9 @@
  * around a level's micro-kernel (qgemm_*.c). */
 #include "cpu/qgemm.h"
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,12 +19,22 @@ enum {
     TILE_PANELS = 8,           /* panels of B per tile at most */
 };
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+/* AVX-VNNI (CPUID leaf 7 subleaf 1, EAX bit 4), read directly: clang before 15 has no
+ * "avxvnni" for __builtin_cpu_supports. The AVX state the OS saves is checked with avx2. */
+static bool has_avxvnni(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 4 & 1);
+}
+#endif
+
 kiln_qgemm_level kiln_qgemm_level_detect(void)
 {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vnni")) return KILN_QGEMM_LEVEL_AVX512VNNI;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("avxvnni")) return KILN_QGEMM_LEVEL_AVXVNNI;
+    if (__builtin_cpu_supports("avx2") && has_avxvnni()) return KILN_QGEMM_LEVEL_AVXVNNI;
     if (__builtin_cpu_supports("avx2")) return KILN_QGEMM_LEVEL_AVX2;
 #endif
     return KILN_QGEMM_LEVEL_BASELINE;
@@ -36,7 +49,7 @@ bool kiln_qgemm_level_supported(kiln_qgemm_level level)
     case KILN_QGEMM_LEVEL_AVX2: __builtin_cpu_init(); return __builtin_cpu_supports("avx2");
     case KILN_QGEMM_LEVEL_AVXVNNI:
         __builtin_cpu_init();
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("avxvnni");
+        return __builtin_cpu_supports("avx2") && has_avxvnni();
     case KILN_QGEMM_LEVEL_AVX512VNNI:
         __builtin_cpu_init();
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vnni");
