@@ -367,6 +367,7 @@ static kiln_kernel_fn cpu_select(kiln_provider *p, kiln_node *n, unsigned *host_
 static kiln_status cpu_passes(kiln_graph *g, kiln_err *err)
 {
     int fused;
+    KILN_TRY(kiln_pass_fuse_quant_matmul(g, &fused, err));
     KILN_TRY(kiln_pass_fuse_attention(g, &fused, err)); /* infers the graph again */
     KILN_TRY(kiln_pass_fuse_gelu(g, &fused, err));
     KILN_TRY(kiln_pass_fuse_matmul_bias(g, &fused, err));

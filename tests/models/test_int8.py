@@ -8,8 +8,11 @@ model also runs in kiln's reference (unoptimized) session, which must agree the 
 
 usage: test_int8.py   (libkiln.so from build/ or $KILN_LIB)
 """
+import json
 import os
+import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import onnxruntime as ort
@@ -207,6 +210,121 @@ def test_dynamic_quantize_matmul():
                             exact=False)
 
 
+def kiln_ops(blob):
+    """kiln's operator counts after the CPU passes (`kiln info --json`), or None without the tool."""
+    tool = os.path.join(os.path.dirname(os.environ.get("KILN_LIB", "")), "kiln")
+    if not os.path.exists(tool):
+        return None
+    with tempfile.NamedTemporaryFile(suffix=".onnx") as f:
+        f.write(blob)
+        f.flush()
+        out = subprocess.run([tool, "info", f.name, "--json"], capture_output=True, text=True)
+    return json.loads(out.stdout)["operators"] if out.returncode == 0 else None
+
+
+def exact_vs_reference(name, blob, feeds_list):
+    """The optimised session (passes, fused kernels) against the reference one, bit for bit."""
+    fast, slow = kiln.Session(blob, num_threads=2), kiln.Session(blob, unoptimized=True)
+    for feeds in feeds_list:
+        shapes = " ".join(f"{k}={v.shape}" for k, v in feeds.items())
+        for i, (g, w) in enumerate(zip(fast.run(feeds), slow.run(feeds))):
+            g, w = np.asarray(g), np.asarray(w)
+            ok = g.shape == w.shape and np.array_equal(g, w)
+            check(f"{name} fused == unfused {shapes} out{i}", ok,
+                  "" if ok else f"max diff {np.max(np.abs(g.astype(np.float64) - w)) if g.shape == w.shape else g.shape}")
+
+
+def dynamic_chain(K, Ns, wdt, per_col, bias, swap, x_dims, tap_cast=False):
+    """quantize_dynamic's pattern written by hand: DynamicQuantizeLinear(X) shared by one
+    MatMulInteger -> Cast -> Mul(., Mul(x_scale, w_scale)) [-> Add(bias)] chain per N in Ns;
+    `swap` flips every commutative operand order; `tap_cast` also makes the first Cast's output
+    a graph output (the chain must then stay unfused)."""
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["X"], ["xq", "xs", "xz"])]
+    inits, outs = [], []
+    for t, N in enumerate(Ns):
+        ws = (rng.uniform(0.001, 0.02, N) if per_col else rng.uniform(0.001, 0.02, [])).astype(np.float32)
+        inits += [numpy_helper.from_array(q8(wdt, K, N), f"W{t}"), numpy_helper.from_array(ws, f"ws{t}"),
+                  numpy_helper.from_array(zp_of(wdt, per_col, N), f"wz{t}")]
+        pair = lambda a, b: [b, a] if swap else [a, b]  # noqa: E731
+        nodes += [helper.make_node("Mul", pair("xs", f"ws{t}"), [f"s{t}"]),
+                  helper.make_node("MatMulInteger", ["xq", f"W{t}", "xz", f"wz{t}"], [f"acc{t}"]),
+                  helper.make_node("Cast", [f"acc{t}"], [f"accf{t}"], to=TensorProto.FLOAT),
+                  helper.make_node("Mul", pair(f"accf{t}", f"s{t}"), [f"m{t}" if bias else f"Y{t}"])]
+        if bias:
+            inits.append(numpy_helper.from_array(rng.standard_normal(N).astype(np.float32), f"b{t}"))
+            nodes.append(helper.make_node("Add", pair(f"m{t}", f"b{t}"), [f"Y{t}"]))
+        outs.append(vi(f"Y{t}", np.float32, None))
+    if tap_cast:
+        outs.append(vi("accf0", np.float32, None))
+    return model(nodes, [helper.make_tensor_value_info("X", TensorProto.FLOAT, x_dims)], outs, inits)
+
+
+def test_quant_matmul_fusion():
+    """kiln_pass_fuse_quant_matmul: the fused MatMulIntegerToFloat equals the unfused chain bit for
+    bit (same float32 operations in the same order) and ORT within float32 rounding (rtol 1e-5 of
+    the output's largest magnitude: ORT's own fusion may round the scale product differently)."""
+    case = 0
+    for wdt in (np.int8, np.uint8):
+        for K, Ns in [(17, [3]), (63, [130, 17]), (384, [384, 384, 1536])]:
+            for per_col in (False, True):
+                for bias in (False, True):
+                    case += 1
+                    swap = case % 2 == 0
+                    rank3 = case % 3 == 0
+                    blob = dynamic_chain(K, Ns, wdt, per_col, bias, swap, ["b", "s", K] if rank3 else ["m", K])
+                    name = (f"fused DQL->MatMulInteger {wdt.__name__} K={K} N={Ns} "
+                            f"{'per-column' if per_col else 'per-tensor'}{' bias' if bias else ''}{' swapped' if swap else ''}")
+                    ops = kiln_ops(blob)
+                    if ops is not None:
+                        check(f"{name} fuses", ops.get("com.microsoft.MatMulIntegerToFloat") == len(Ns) and
+                              "MatMulInteger" not in ops and "Cast" not in ops, str(ops))
+                    shapes = ([2, 17, K], [1, 1, K], [3, 43, K]) if rank3 else ([1, K], [5, K], [130, K])
+                    feeds = [{"X": (rng.standard_normal(s) * rng.choice([0.1, 1.0, 20.0])).astype(np.float32)}
+                             for s in shapes]
+                    exact_vs_reference(name, blob, feeds)
+                    compare(name, blob, feeds, exact=False)
+    # an intermediate read elsewhere: nothing fuses, the outputs are still right
+    blob = dynamic_chain(33, [65], np.int8, True, True, False, ["m", 33], tap_cast=True)
+    ops = kiln_ops(blob)
+    if ops is not None:
+        check("tapped Cast stays unfused", "com.microsoft.MatMulIntegerToFloat" not in ops, str(ops))
+    feeds = [{"X": rng.standard_normal([7, 33]).astype(np.float32)}]
+    exact_vs_reference("tapped Cast", blob, feeds)
+    compare("tapped Cast", blob, feeds, exact=False)
+
+
+def test_quantize_dynamic_encoder():
+    """The repo's encoder (scripts/make_models.py) through quantize_dynamic (QInt8, QUInt8):
+    every MatMul fused, and kiln's difference from ORT's quantized model no larger than ORT's own
+    quantization error (quantized against float), in max and in rms, per output."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+    import make_models  # noqa: E402
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    with tempfile.TemporaryDirectory() as d:
+        fp = os.path.join(d, "encoder.onnx")
+        make_models.save(make_models.encoder(), fp)
+        for wt in (QuantType.QInt8, QuantType.QUInt8):
+            qp = os.path.join(d, f"encoder_{wt.name}.onnx")
+            quantize_dynamic(fp, qp, weight_type=wt)
+            blob = open(qp, "rb").read()
+            ops = kiln_ops(blob)
+            if ops is not None:
+                check(f"encoder {wt.name} fuses every MatMulInteger", "MatMulInteger" not in ops and
+                      ops.get("com.microsoft.MatMulIntegerToFloat", 0) >= 12, str(ops))
+            fsess, qsess = ort_session(open(fp, "rb").read()), ort_session(blob)
+            ks = kiln.Session(blob, num_threads=2)
+            for b, s in [(1, 5), (2, 37), (3, 128)]:
+                feeds = {"tokens": rng.integers(0, 100, size=(b, s)).astype(np.int64)}
+                fl, qo = fsess.run(None, feeds), qsess.run(None, feeds)
+                for i, (g, w, f) in enumerate(zip(ks.run(feeds), qo, fl)):
+                    g = np.asarray(g, np.float64)
+                    dk, dq = np.abs(g - w), np.abs(w.astype(np.float64) - f)
+                    ok = g.shape == w.shape and dk.max() <= dq.max() and np.sqrt((dk ** 2).mean()) <= np.sqrt((dq ** 2).mean())
+                    check(f"encoder {wt.name} [{b}, {s}] out{i} within ORT's quantization error", ok,
+                          f"kiln-ORT max {dk.max():.3g} rms {np.sqrt((dk ** 2).mean()):.3g}, "
+                          f"ORT int8-float max {dq.max():.3g} rms {np.sqrt((dq ** 2).mean()):.3g}")
+
+
 if __name__ == "__main__":
     test_matmul_integer()
     test_dynamic_quantize_linear()
@@ -214,4 +332,6 @@ if __name__ == "__main__":
     test_qlinear_matmul()
     test_matmul_integer_to_float()
     test_dynamic_quantize_matmul()
+    test_quant_matmul_fusion()
+    test_quantize_dynamic_encoder()
     sys.exit(summary())
