@@ -223,7 +223,7 @@ def kiln_ops(blob):
 
 
 def exact_vs_reference(name, blob, feeds_list):
-    """The optimised session (passes, fused kernels) against the reference one, bit for bit."""
+    """The optimised session (passes, fast kernels) against the reference one, bit for bit."""
     fast, slow = kiln.Session(blob, num_threads=2), kiln.Session(blob, unoptimized=True)
     for feeds in feeds_list:
         shapes = " ".join(f"{k}={v.shape}" for k, v in feeds.items())
@@ -325,6 +325,81 @@ def test_quantize_dynamic_encoder():
                           f"ORT int8-float max {dq.max():.3g} rms {np.sqrt((dq ** 2).mean()):.3g}")
 
 
+# (N, C, H, W | None for 1-D, M, kh, kw, group, attrs): odd sizes, strides, pads, dilations,
+# groups, depthwise (group == C, with and without a channel multiplier), pointwise, 1-D
+CONV_CASES = [
+    (1, 3, 17, 13, 8, 3, 3, 1, dict(pads=[1, 1, 1, 1])),
+    (2, 5, 9, 11, 7, 3, 2, 1, dict(strides=[2, 1], pads=[0, 1, 2, 0])),
+    (1, 16, 15, 15, 33, 1, 1, 1, {}),
+    (2, 8, 7, 9, 12, 1, 1, 1, dict(strides=[2, 2])),
+    (1, 6, 13, 12, 9, 3, 3, 3, dict(dilations=[2, 3], pads=[2, 2, 1, 3])),
+    (1, 8, 10, 10, 8, 3, 3, 2, dict(auto_pad="SAME_UPPER")),
+    (2, 12, 11, 8, 12, 3, 3, 12, dict(pads=[1, 1, 1, 1])),
+    (1, 32, 14, 14, 32, 3, 3, 32, dict(strides=[2, 2], pads=[1, 1, 1, 1])),
+    (1, 5, 9, 9, 10, 5, 5, 5, dict(pads=[2, 2, 2, 2], dilations=[1, 2])),
+    (1, 64, 5, 7, 70, 3, 3, 1, dict(pads=[1, 0, 1, 0])),
+    (3, 7, None, 29, 11, 1, 5, 1, dict(strides=[3], pads=[2, 1])),
+    (1, 4, None, 31, 4, 1, 3, 4, dict(pads=[1, 1], dilations=[2])),
+]
+
+
+def conv_shapes(case):
+    N, C, H, W, M, kh, kw, group, attrs = case
+    x = [N, C, W] if H is None else [N, C, H, W]
+    w = [M, C // group, kw] if H is None else [M, C // group, kh, kw]
+    return x, w, attrs | dict(group=group)
+
+
+def conv_label(case, *extra):
+    N, C, H, W, M, kh, kw, group, attrs = case
+    sp = f"{W}" if H is None else f"{H}x{W}"
+    return " ".join([f"N={N} C={C} {sp} M={M} k={kh}x{kw} g={group} {attrs}"] + list(extra))
+
+
+def test_conv_integer():
+    for adt, wdt in [(np.uint8, np.uint8), (np.uint8, np.int8), (np.int8, np.int8)]:
+        for ci, case in enumerate(CONV_CASES):
+            xs, ws, attrs = conv_shapes(case)
+            per_ch = ci % 2 == 1
+            wzp = zp_of(wdt, per_ch, ws[0])
+            inits = [numpy_helper.from_array(q8(wdt, *ws), "W"), numpy_helper.from_array(wzp, "wzp")]
+            blob = model(helper.make_node("ConvInteger", ["X", "W", "xzp", "wzp"], ["Y"], **attrs),
+                         [vi("X", adt, xs), vi("xzp", adt, [])], [vi("Y", np.int32, None)], inits, opset=10)
+            feeds = [{"X": q8(adt, *xs), "xzp": q8(adt)} for _ in range(2)]
+            name = f"ConvInteger {adt.__name__}x{wdt.__name__} {'per-channel' if per_ch else 'per-tensor'} " + conv_label(case)
+            if per_ch:  # ORT's ConvInteger takes a scalar w_zero_point only: the reference kernel is the oracle
+                exact_vs_reference(name, blob, feeds)
+            else:
+                compare(name, blob, feeds)
+
+
+def test_qlinear_conv():
+    for adt, wdt in [(np.uint8, np.int8), (np.uint8, np.uint8), (np.int8, np.int8)]:
+        for ci, case in enumerate(CONV_CASES):
+            for per_ch in (False, True):
+                xs, ws, attrs = conv_shapes(case)
+                M, K = ws[0], int(np.prod(ws[1:]))
+                bias = (ci + per_ch) % 3 != 0
+                wsc = (rng.uniform(0.002, 0.02, M) if per_ch else rng.uniform(0.002, 0.02, [])).astype(np.float32)
+                # ORT requires symmetric (zero) weight zero points for int8 weights per channel
+                wzp = np.zeros(M if per_ch else [], wdt) if wdt == np.int8 else zp_of(wdt, per_ch, M)
+                inits = [numpy_helper.from_array(np.array(0.05, np.float32), "xs"),
+                         numpy_helper.from_array(q8(adt), "xzp"),
+                         numpy_helper.from_array(q8(wdt, *ws), "W"), numpy_helper.from_array(wsc, "ws"),
+                         numpy_helper.from_array(wzp, "wzp"),
+                         numpy_helper.from_array(np.array(rng.uniform(0.2, 0.6) * np.sqrt(K) * 0.05, np.float32), "ys"),
+                         numpy_helper.from_array(q8(adt), "yzp")]
+                ins = ["X", "xs", "xzp", "W", "ws", "wzp", "ys", "yzp"]
+                if bias:
+                    inits.append(numpy_helper.from_array(rng.integers(-5000, 5000, M).astype(np.int32), "B"))
+                    ins.append("B")
+                blob = model(helper.make_node("QLinearConv", ins, ["Y"], **attrs), [vi("X", adt, xs)],
+                             [vi("Y", adt, None)], inits, opset=10)
+                feeds = [{"X": q8(adt, *xs)} for _ in range(2)]
+                compare(f"QLinearConv {adt.__name__}x{wdt.__name__} {'per-channel' if per_ch else 'per-tensor'}"
+                        f"{' bias' if bias else ''} " + conv_label(case), blob, feeds)
+
+
 if __name__ == "__main__":
     test_matmul_integer()
     test_dynamic_quantize_linear()
@@ -332,6 +407,8 @@ if __name__ == "__main__":
     test_qlinear_matmul()
     test_matmul_integer_to_float()
     test_dynamic_quantize_matmul()
+    test_conv_integer()
+    test_qlinear_conv()
     test_quant_matmul_fusion()
     test_quantize_dynamic_encoder()
     sys.exit(summary())

@@ -1,0 +1,376 @@
+/* kernels_qconv.c - the CPU provider's ConvInteger and QLinearConv (1-D and 2-D, any group) on
+ * the int8 GEMM (qgemm.h). Per image and group, the output pixels are the GEMM's rows:
+ *   A [P, K] = im2col of X (K = C/group * kh * kw; taps in the padding hold x's zero point, so
+ *              they contribute nothing once it is subtracted),
+ *   B [K, M/group] = W^T of the group, packed once at compile time (W constant),
+ *   C [P, M/group] int32, with W's per-channel zero points as B's per-column zero points,
+ * and the tile epilogue writes C transposed into Y (NCHW): int32 for ConvInteger; for QLinearConv
+ * the bias added to the int32 sum, then ORT's requantization (multiplier x_scale * w_scale[m] /
+ * y_scale in float32, float(sum) times it, clamped to the output range less y's zero point,
+ * rounded half to even, plus the zero point). Depthwise-like groups (one input channel each) run
+ * a direct loop instead. A fed W, 3-D and larger convolutions and malformed parameters run the
+ * reference, which reports what is wrong. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/scratch.h"
+#include "core/threadpool.h"
+#include "cpu/kernels.h"
+#include "cpu/qgemm.h"
+#include "ops/nn_internal.h"
+#include "ops/util.h"
+
+enum { CHUNK_A_BYTES = 1 << 20 }; /* im2col rows built per GEMM call, about */
+
+static bool is_8bit(kiln_dtype dt) { return dt == KILN_DTYPE_UINT8 || dt == KILN_DTYPE_INT8; }
+
+static bool ir_8bit(const kiln_ir_value *v)
+{
+    return v && v->type.kind == KILN_VALUE_TENSOR && is_8bit(v->type.dtype);
+}
+
+/* W^T per group, packed (kernel_state). */
+typedef struct qconv_state {
+    int64_t group;
+    kiln_qgemm_packed_b **pb; /* [group] */
+} qconv_state;
+
+static void state_free(void *p)
+{
+    qconv_state *s = p;
+    if (!s) return;
+    for (int64_t g = 0; s->pb && g < s->group; g++) kiln_qgemm_packed_b_free(s->pb[g]);
+    free(s->pb);
+    free(s);
+}
+
+/* Packs the constant W [M, Cg, k..] of input wi as group B matrices [Cg * k.., M / group];
+ * leaves kernel_state NULL (the reference runs) when W does not fit or memory is short. */
+static void pack_w(kiln_node *n, int wi)
+{
+    const kiln_value *W = kiln_ir_constant(n->in[wi]);
+    int64_t group = kiln_attr_int(n, "group", 1);
+    if (!W || !is_8bit(W->dtype) || W->rank < 3 || W->rank > 4 || group < 1 || W->dims[0] % group || !W->numel)
+        return;
+    int64_t M = W->dims[0], Mg = M / group, K = W->numel / M;
+    if (W->dims[1] == 1 && group > 1 && K <= 64) return; /* the direct loop (qconv_run) */
+    qconv_state *s = calloc(1, sizeof *s);
+    uint8_t *t = malloc((size_t)(K * Mg));
+    if (!s || !t || !(s->pb = calloc((size_t)group, sizeof *s->pb))) goto fail;
+    s->group = group;
+    const uint8_t *w = W->data;
+    kiln_qgemm_ctx ctx = {0};
+    for (int64_t g = 0; g < group; g++) {
+        for (int64_t m = 0; m < Mg; m++)
+            for (int64_t k = 0; k < K; k++) t[k * Mg + m] = w[(g * Mg + m) * K + k];
+        if (kiln_qgemm_packed_b_create(&ctx, K, Mg, t, Mg, W->dtype == KILN_DTYPE_INT8, &s->pb[g])) goto fail;
+    }
+    free(t);
+    n->kernel_state = s;
+    n->kernel_state_free = state_free;
+    return;
+fail:
+    free(t);
+    state_free(s);
+}
+
+/* What the output epilogue needs: int32 (ConvInteger) or requantized 8-bit (QLinearConv). */
+typedef struct qconv_out {
+    bool qlinear;
+    int32_t *y32;        /* ConvInteger: Y planes of this (image, group) */
+    uint8_t *y8;         /* QLinearConv */
+    int64_t P, p0;       /* pixels per plane, first pixel of this GEMM */
+    const float *mult;   /* [Mg] of this group */
+    const int32_t *bias; /* [Mg] or NULL */
+    int32_t yzp, lo, hi;
+} qconv_out;
+
+static inline uint8_t requant_one(int32_t acc, float mult, float lo, float hi, int32_t zp)
+{
+    float v = (float)acc * mult;
+    v = fminf(fmaxf(v, lo), hi);
+    return (uint8_t)(int32_t)(rintf(v) + (float)zp);
+}
+
+static void out_tile(void *ctx, int32_t *c, int64_t ldc, int64_t i0, int64_t m, int64_t j0, int64_t n)
+{
+    const qconv_out *o = ctx;
+    if (!o->qlinear) {
+        for (int64_t j = 0; j < n; j++) {
+            int32_t *y = o->y32 + (j0 + j) * o->P + o->p0 + i0;
+            for (int64_t i = 0; i < m; i++) y[i] = c[i * ldc + j];
+        }
+        return;
+    }
+    float lo = (float)(o->lo - o->yzp), hi = (float)(o->hi - o->yzp);
+    for (int64_t j = 0; j < n; j++) {
+        uint8_t *y = o->y8 + (j0 + j) * o->P + o->p0 + i0;
+        float mult = o->mult[j0 + j];
+        uint32_t b = o->bias ? (uint32_t)o->bias[j0 + j] : 0;
+        for (int64_t i = 0; i < m; i++) y[i] = requant_one((int32_t)((uint32_t)c[i * ldc + j] + b), mult, lo, hi, o->yzp);
+    }
+}
+
+/* The geometry of one call, 2-D (a 1-D convolution has H = kh = oh = 1). */
+typedef struct qgeom {
+    int64_t N, C, H, W, M, group, Cg, Mg, kh, kw, oh, ow;
+    int64_t sh, sw, dh, dw, ph, pw;
+} qgeom;
+
+/* im2col rows [p0 + begin, p0 + end) of one image's group (x: its Cg planes) into a. */
+typedef struct im2col_job {
+    const qgeom *q;
+    const uint8_t *x;
+    uint8_t *a;
+    int64_t p0, K;
+    uint8_t zp;
+} im2col_job;
+
+static void im2col_rows(void *ctx, int64_t begin, int64_t end)
+{
+    const im2col_job *j = ctx;
+    const qgeom *q = j->q;
+    int64_t plane = q->H * q->W;
+    for (int64_t r = begin; r < end; r++) {
+        int64_t p = j->p0 + r, oy = p / q->ow, ox = p % q->ow;
+        uint8_t *d = j->a + r * j->K;
+        int64_t iy0 = oy * q->sh - q->ph, ix0 = ox * q->sw - q->pw;
+        for (int64_t ci = 0; ci < q->Cg; ci++) {
+            const uint8_t *xc = j->x + ci * plane;
+            for (int64_t ky = 0; ky < q->kh; ky++, d += q->kw) {
+                int64_t iy = iy0 + ky * q->dh;
+                if (iy < 0 || iy >= q->H) {
+                    memset(d, j->zp, (size_t)q->kw);
+                    continue;
+                }
+                const uint8_t *xr = xc + iy * q->W;
+                if (q->dw == 1 && ix0 >= 0 && ix0 + q->kw <= q->W) {
+                    memcpy(d, xr + ix0, (size_t)q->kw);
+                    continue;
+                }
+                for (int64_t kx = 0; kx < q->kw; kx++) {
+                    int64_t ix = ix0 + kx * q->dw;
+                    d[kx] = ix >= 0 && ix < q->W ? xr[ix] : j->zp;
+                }
+            }
+        }
+    }
+}
+
+/* 1x1, stride 1, no padding: A is X's [Cg, P] planes transposed; rows [begin, end) of it. */
+static void transpose_rows(void *ctx, int64_t begin, int64_t end)
+{
+    const im2col_job *j = ctx;
+    int64_t P = j->q->H * j->q->W, K = j->K;
+    enum { T = 32 };
+    for (int64_t r0 = begin; r0 < end; r0 += T) {
+        int64_t r1 = r0 + T < end ? r0 + T : end;
+        for (int64_t c = 0; c < K; c++) {
+            const uint8_t *x = j->x + c * P + j->p0;
+            for (int64_t r = r0; r < r1; r++) j->a[r * K + c] = x[r];
+        }
+    }
+}
+
+/* The depthwise-like case (one input channel per group): planes [begin, end) of N * M, direct. */
+typedef struct direct_job {
+    const qgeom *q;
+    const uint8_t *x, *w;
+    bool x_signed, w_signed;
+    int32_t xzp;
+    const int32_t *wzp; /* [M] */
+    qconv_out o;        /* y32 / y8 for the whole output; mult, bias [M] */
+} direct_job;
+
+static inline int32_t ld8(const uint8_t *p, int64_t i, bool s) { return s ? (int32_t)(int8_t)p[i] : (int32_t)p[i]; }
+
+static void direct_planes(void *ctx, int64_t begin, int64_t end)
+{
+    const direct_job *j = ctx;
+    const qgeom *q = j->q;
+    int64_t P = q->oh * q->ow, kk = q->kh * q->kw;
+    float lo = (float)(j->o.lo - j->o.yzp), hi = (float)(j->o.hi - j->o.yzp);
+    for (int64_t t = begin; t < end; t++) {
+        int64_t n = t / q->M, m = t % q->M, c = m / q->Mg;
+        const uint8_t *x = j->x + (n * q->C + c) * q->H * q->W;
+        int32_t wp[64]; /* kh * kw <= 64 (qconv_run) */
+        for (int64_t i = 0; i < kk; i++) wp[i] = ld8(j->w, m * kk + i, j->w_signed) - j->wzp[m];
+        float mult = j->o.qlinear ? j->o.mult[m] : 0.0f;
+        uint32_t b = j->o.bias ? (uint32_t)j->o.bias[m] : 0;
+        for (int64_t oy = 0; oy < q->oh; oy++)
+            for (int64_t ox = 0; ox < q->ow; ox++) {
+                int64_t iy0 = oy * q->sh - q->ph, ix0 = ox * q->sw - q->pw;
+                uint32_t acc = 0;
+                for (int64_t ky = 0; ky < q->kh; ky++) {
+                    int64_t iy = iy0 + ky * q->dh;
+                    if (iy < 0 || iy >= q->H) continue;
+                    const uint8_t *xr = x + iy * q->W;
+                    for (int64_t kx = 0; kx < q->kw; kx++) {
+                        int64_t ix = ix0 + kx * q->dw;
+                        if (ix >= 0 && ix < q->W)
+                            acc += (uint32_t)((ld8(xr, ix, j->x_signed) - j->xzp) * wp[ky * q->kw + kx]);
+                    }
+                }
+                int64_t yi = (n * q->M + m) * P + oy * q->ow + ox;
+                if (!j->o.qlinear) j->o.y32[yi] = (int32_t)acc;
+                else j->o.y8[yi] = requant_one((int32_t)(acc + b), mult, lo, hi, j->o.yzp);
+            }
+    }
+}
+
+/* A scalar zero point of dtype dt (0 when absent); false otherwise. */
+static bool scalar_zp(const kiln_value *zp, kiln_dtype dt, int32_t *v)
+{
+    *v = 0;
+    if (!zp) return true;
+    if (zp->numel != 1 || zp->dtype != dt) return false;
+    *v = (int32_t)kiln_load_i64(zp->dtype, zp->data, 0);
+    return true;
+}
+
+static bool scalar_f32(const kiln_value *v) { return v && v->dtype == KILN_DTYPE_FLOAT32 && v->numel == 1; }
+
+/* X, W and attributes as a qgeom; false when the fast path does not cover them. */
+static bool geometry(const kiln_node *n, const kiln_value *X, const kiln_value *W, const kiln_value *Y, qgeom *q)
+{
+    if (X->rank != W->rank || (X->rank != 3 && X->rank != 4) || !Y || Y->rank != X->rank) return false;
+    int nsp = X->rank - 2;
+    nn_geom g;
+    char msg[160];
+    if (!nn_geom_parse(n, nsp, &g, msg, sizeof msg)) return false;
+    memcpy(g.kernel, W->dims + 2, (size_t)nsp * sizeof(int64_t));
+    int64_t od[KILN_MAX_RANK];
+    if (!nn_geom_resolve(&g, X->dims + 2, od)) return false;
+    memset(q, 0, sizeof *q);
+    q->N = X->dims[0], q->C = X->dims[1], q->M = W->dims[0];
+    q->group = kiln_attr_int(n, "group", 1);
+    if (q->group < 1 || q->C % q->group || q->M % q->group || W->dims[1] * q->group != q->C) return false;
+    q->Cg = q->C / q->group, q->Mg = q->M / q->group;
+    int a = nsp == 2 ? 0 : -1; /* index of the H dim among the spatial ones */
+    q->H = a == 0 ? X->dims[2] : 1, q->W = X->dims[X->rank - 1];
+    q->kh = a == 0 ? W->dims[2] : 1, q->kw = W->dims[W->rank - 1];
+    q->oh = a == 0 ? od[0] : 1, q->ow = od[nsp - 1];
+    q->sh = a == 0 ? g.strides[0] : 1, q->sw = g.strides[nsp - 1];
+    q->dh = a == 0 ? g.dilations[0] : 1, q->dw = g.dilations[nsp - 1];
+    q->ph = a == 0 ? g.pads[0] : 0, q->pw = g.pads[nsp - 1];
+    if (Y->dims[0] != q->N || Y->dims[1] != q->M || Y->dims[Y->rank - 1] != q->ow || (a == 0 && Y->dims[2] != q->oh))
+        return false;
+    return true;
+}
+
+static kiln_status qconv_run(kiln_run_ctx *c, bool qlinear)
+{
+    const kiln_node *nd = kiln_run_node(c);
+    int wi = qlinear ? 3 : 1;
+    const kiln_value *X = kiln_run_in(c, 0), *W = kiln_run_in(c, wi);
+    const kiln_value *xzp = kiln_run_in(c, 2), *wzp = kiln_run_in(c, qlinear ? 5 : 3);
+    kiln_value *Y = kiln_run_out(c, 0);
+    qgeom q;
+    int32_t xz, yz = 0;
+    if (!Y || !is_8bit(X->dtype) || !is_8bit(W->dtype) || !geometry(nd, X, W, Y, &q) ||
+        !scalar_zp(xzp, X->dtype, &xz) || (wzp && (wzp->dtype != W->dtype || (wzp->numel != 1 && wzp->numel != q.M))))
+        return kiln_cpu_reference(c);
+    const kiln_value *xs = NULL, *ws = NULL, *ys = NULL, *B = NULL;
+    if (qlinear) {
+        xs = kiln_run_in(c, 1), ws = kiln_run_in(c, 4), ys = kiln_run_in(c, 6), B = kiln_run_in(c, 8);
+        if (!is_8bit(Y->dtype) || !scalar_f32(xs) || !scalar_f32(ys) || !ws || ws->dtype != KILN_DTYPE_FLOAT32 ||
+            (ws->numel != 1 && ws->numel != q.M) || !scalar_zp(kiln_run_in(c, 7), Y->dtype, &yz) ||
+            (B && (B->dtype != KILN_DTYPE_INT32 || B->numel != q.M)))
+            return kiln_cpu_reference(c);
+    } else if (Y->dtype != KILN_DTYPE_INT32) {
+        return kiln_cpu_reference(c);
+    }
+    bool direct = q.Cg == 1 && q.group > 1 && q.kh * q.kw <= 64;
+    const qconv_state *st = nd->kernel_state;
+    if (!direct && (!st || W != nd->in[wi]->init || st->group != q.group)) return kiln_cpu_reference(c);
+    if (!Y->numel) return KILN_OK;
+
+    /* per-channel parameters: W's zero points, the multipliers and the bias */
+    kiln_scratch *scr = kiln_run_scratch(c);
+    int32_t *wz = kiln_scratch_get(scr, (size_t)q.M * (2 * sizeof(int32_t) + sizeof(float)));
+    if (!wz) return kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory for %lld channel parameters", (long long)q.M);
+    int32_t *bias = wz + q.M;
+    float *mult = (float *)(bias + q.M);
+    for (int64_t m = 0; m < q.M; m++) {
+        wz[m] = wzp ? (int32_t)kiln_load_i64(wzp->dtype, wzp->data, wzp->numel == 1 ? 0 : m) : 0;
+        if (!qlinear) continue;
+        float x_s = ((const float *)xs->data)[0], y_s = ((const float *)ys->data)[0];
+        mult[m] = x_s * ((const float *)ws->data)[ws->numel == 1 ? 0 : m] / y_s;
+        bias[m] = B ? ((const int32_t *)B->data)[m] : 0;
+    }
+    qconv_out o = {.qlinear = qlinear, .mult = mult, .bias = qlinear && B ? bias : NULL, .yzp = yz,
+                   .lo = Y->dtype == KILN_DTYPE_INT8 ? -128 : 0, .hi = Y->dtype == KILN_DTYPE_INT8 ? 127 : 255};
+    kiln_threadpool *pool = kiln_run_threadpool(c);
+    kiln_status rc = KILN_OK;
+    if (direct) {
+        direct_job j = {.q = &q, .x = X->data, .w = W->data, .x_signed = X->dtype == KILN_DTYPE_INT8,
+                        .w_signed = W->dtype == KILN_DTYPE_INT8, .xzp = xz, .wzp = wz, .o = o};
+        j.o.y32 = Y->data, j.o.y8 = Y->data;
+        kiln_threadpool_parallel_for(pool, q.N * q.M, direct_planes, &j);
+        goto done;
+    }
+    int64_t P = q.oh * q.ow, K = q.Cg * q.kh * q.kw;
+    int64_t rows = K ? CHUNK_A_BYTES / K : P;
+    rows = rows < 64 ? 64 : rows;
+    rows = rows > P ? P : rows;
+    uint8_t *a = kiln_scratch_get(scr, (size_t)(rows * K) + 64);
+    int32_t *cbuf = kiln_scratch_get(scr, (size_t)(rows * q.Mg + 16) * sizeof(int32_t));
+    if (!a || !cbuf) {
+        kiln_scratch_put(scr, a);
+        kiln_scratch_put(scr, cbuf);
+        kiln_scratch_put(scr, wz);
+        return kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory for the im2col of %lld x %lld", (long long)rows,
+                             (long long)K);
+    }
+    bool pointwise = q.kh == 1 && q.kw == 1 && q.sh == 1 && q.sw == 1 && q.ph == 0 && q.pw == 0 && q.oh == q.H &&
+                     q.ow == q.W;
+    kiln_qgemm_ctx ctx = {.pool = pool, .scratch = scr};
+    bool per_ch = wzp && wzp->numel != 1;
+    for (int64_t n = 0; n < q.N && !rc; n++)
+        for (int64_t g = 0; g < q.group && !rc; g++) {
+            const uint8_t *xg = (const uint8_t *)X->data + (n * q.C + g * q.Cg) * q.H * q.W;
+            o.mult = mult + g * q.Mg;
+            o.bias = qlinear && B ? bias + g * q.Mg : NULL;
+            o.y32 = (int32_t *)Y->data + (n * q.M + g * q.Mg) * P;
+            o.y8 = (uint8_t *)Y->data + (n * q.M + g * q.Mg) * P;
+            o.P = P;
+            for (int64_t p0 = 0; p0 < P && !rc; p0 += rows) {
+                int64_t r = P - p0 < rows ? P - p0 : rows;
+                im2col_job j = {.q = &q, .x = xg, .a = a, .p0 = p0, .K = K, .zp = (uint8_t)xz};
+                kiln_threadpool_parallel_for(pool, r, pointwise ? transpose_rows : im2col_rows, &j);
+                o.p0 = p0;
+                kiln_qgemm_args ga = {.M = r, .A = a, .lda = K, .a_signed = X->dtype == KILN_DTYPE_INT8, .a_zp = xz,
+                                      .pb = st->pb[g], .b_zp = per_ch ? wz + g * q.Mg : wz,
+                                      .n_bzp = per_ch ? q.Mg : 1, .C = cbuf, .ldc = q.Mg, .tile = out_tile,
+                                      .tile_ctx = &o};
+                rc = kiln_qgemm(&ctx, &ga);
+            }
+        }
+    kiln_scratch_put(scr, cbuf);
+    kiln_scratch_put(scr, a);
+    if (rc) {
+        kiln_scratch_put(scr, wz);
+        return kiln_run_fail(c, rc, "int8 GEMM of the convolution failed (%s)", kiln_status_name(rc));
+    }
+done:
+    kiln_scratch_put(scr, wz);
+    return KILN_OK;
+}
+
+static kiln_status conv_integer_run(kiln_run_ctx *c) { return qconv_run(c, false); }
+static kiln_status qlinear_conv_run(kiln_run_ctx *c) { return qconv_run(c, true); }
+
+kiln_kernel_fn kiln_cpu_select_qconv(kiln_node *n)
+{
+    if (*n->domain) return NULL;
+    if (!strcmp(n->op_type, "ConvInteger") && n->n_in >= 2 && ir_8bit(n->in[0]) && ir_8bit(n->in[1])) {
+        pack_w(n, 1);
+        return conv_integer_run;
+    }
+    if (!strcmp(n->op_type, "QLinearConv") && n->n_in >= 8 && ir_8bit(n->in[0]) && ir_8bit(n->in[3])) {
+        pack_w(n, 3);
+        return qlinear_conv_run;
+    }
+    return NULL;
+}
