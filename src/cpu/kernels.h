@@ -26,6 +26,8 @@ kiln_kernel_fn kiln_cpu_select_quant(kiln_node *n);
 /* ConvInteger and QLinearConv (1-D, 2-D, groups) on the int8 GEMM, packing a constant W into
  * n->kernel_state; depthwise by a direct loop (kernels_qconv.c). */
 kiln_kernel_fn kiln_cpu_select_qconv(kiln_node *n);
+/* Per-tensor QuantizeLinear of float32 and 2-D MaxPool on 8-bit values (kernels_qdq.c). */
+kiln_kernel_fn kiln_cpu_select_qdq(const kiln_node *n);
 /* Transpose on float32. */
 kiln_kernel_fn kiln_cpu_select_layout(const kiln_node *n);
 /* BatchNormalization (inference), Clip, MaxPool/AveragePool 2-D, GlobalAveragePool/GlobalMaxPool

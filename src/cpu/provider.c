@@ -337,6 +337,7 @@ static kiln_kernel_fn cpu_select(kiln_provider *p, kiln_node *n, unsigned *host_
     if (!k) k = kiln_cpu_select_cnn(n);
     if (!k) k = kiln_cpu_select_quant(n);
     if (!k) k = kiln_cpu_select_qconv(n);
+    if (!k) k = kiln_cpu_select_qdq(n);
     if (k) return k;
     if (!strcmp(n->domain, "com.microsoft") && n->n_in >= 2 && n->n_out >= 1 && is_f32(n->in[0]) && is_f32(n->in[1])) {
         kiln_act act;

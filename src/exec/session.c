@@ -147,6 +147,7 @@ static kiln_status compile(kiln_session *s, kiln_err *err)
     KILN_TRY(kiln_bind_ops(g, !s->opt.allow_unsupported, err));
     if (!s->opt.unoptimized) {
         int folded;
+        if (!s->dev) KILN_TRY(kiln_pass_fuse_qdq(g, &folded, err)); /* before folding turns DQ(w) into floats */
         KILN_TRY(kiln_pass_fold_constants(g, &folded, err));
         KILN_TRY(kiln_pass_fold_conv_bn(g, &folded, err));
     }
