@@ -15,6 +15,7 @@ import sys
 import tempfile
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
@@ -400,6 +401,104 @@ def test_qlinear_conv():
                         f"{' bias' if bias else ''} " + conv_label(case), blob, feeds)
 
 
+def qdq_convnet():
+    """A small conv net (strided, depthwise, pointwise, residual Add, MaxPool, GlobalAveragePool,
+    Gemm) with random weights; input x [N, 3, H, W] float32."""
+    nodes, inits = [], []
+
+    def w(name, shape, s=None):
+        fan = int(np.prod(shape[1:]))
+        inits.append(numpy_helper.from_array((rng.standard_normal(shape) * (s or np.sqrt(2.0 / fan))).astype(np.float32), name))
+        return name
+
+    def conv(x, cin, cout, k, s=1, g=1, relu=True, name=""):
+        y = name + "_c"
+        nodes.append(helper.make_node("Conv", [x, w(name + "_w", [cout, cin // g, k, k]), w(name + "_b", [cout], 0.1)], [y],
+                                      kernel_shape=[k, k], strides=[s, s], pads=[k // 2] * 4, group=g))
+        if not relu:
+            return y
+        nodes.append(helper.make_node("Relu", [y], [name + "_r"]))
+        return name + "_r"
+
+    x = conv("x", 3, 16, 3, 2, name="c1")
+    x = conv(x, 16, 24, 3, 1, name="c2")
+    nodes.append(helper.make_node("MaxPool", [x], ["p1"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]))
+    d = conv("p1", 24, 24, 3, 1, g=24, name="dw")
+    p = conv(d, 24, 24, 1, 1, relu=False, name="pw")
+    nodes.append(helper.make_node("Add", ["p1", p], ["res"]))
+    x = conv("res", 24, 40, 3, 2, name="c3")
+    nodes.append(helper.make_node("GlobalAveragePool", [x], ["gap"]))
+    nodes.append(helper.make_node("Flatten", ["gap"], ["flat"]))
+    nodes.append(helper.make_node("Gemm", ["flat", w("fc_w", [10, 40]), w("fc_b", [10], 0.1)], ["logits"], transB=1))
+    g = helper.make_graph(nodes, "qdq_convnet", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, "H", "W"])],
+                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 10])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def qdq_mlp():
+    """MatMuls with data movement between them: x [B, S, 32] -> MatMul -> Reshape -> Transpose ->
+    MatMul -> y."""
+    inits = [numpy_helper.from_array((rng.standard_normal([32, 48]) * 0.2).astype(np.float32), "w1"),
+             numpy_helper.from_array(np.array([0, 0, 4, 12], np.int64), "shp"),
+             numpy_helper.from_array((rng.standard_normal([12, 20]) * 0.3).astype(np.float32), "w2")]
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Reshape", ["h", "shp"], ["h4"]),
+             helper.make_node("Transpose", ["h4"], ["ht"], perm=[0, 2, 1, 3]), helper.make_node("MatMul", ["ht", "w2"], ["y"])]
+    g = helper.make_graph(nodes, "qdq_mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "S", 32])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", 4, "S", 20])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def test_qdq_static():
+    """quantize_static in QDQ format (calibration on random data, seeded), per tensor and per channel:
+    kiln's QDQ pass must leave int8 kernels (no float Conv / MatMul, no DQ->Q around MaxPool,
+    Reshape, Transpose, Flatten) and match ORT at ORT_ENABLE_ALL (its QDQ transformer). Outputs
+    are dequantized int8 values: equal to ORT's except where the float ops kiln keeps (Add,
+    GlobalAveragePool, Gemm; ORT's QLinearAdd / QLinearGlobalAveragePool / QGemm) round a value
+    across a quantization step: at most one step, at most 1% of the elements."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    class Reader(CalibrationDataReader):
+        def __init__(self, shapes):
+            self.it = iter([{"x": rng.standard_normal(s).astype(np.float32)} for s in shapes])
+
+        def get_next(self):
+            return next(self.it, None)
+
+    forms = [("convnet", qdq_convnet, [[1, 3, 48, 48]] * 6, [(1, 3, 64, 64), (2, 3, 37, 45), (1, 3, 96, 320)],
+              {"QLinearConv": 5}, ["Conv"]),
+             ("mlp", qdq_mlp, [[2, 7, 32]] * 6, [(1, 1, 32), (2, 7, 32), (3, 33, 32)], {"QLinearMatMul": 2}, ["MatMul"])]
+    with tempfile.TemporaryDirectory() as d:
+        for name, build, calib, shapes, want_ops, gone in forms:
+            fp = os.path.join(d, name + ".onnx")
+            onnx.save(build(), fp)
+            for per_ch in (False, True):
+                for act in (QuantType.QUInt8, QuantType.QInt8):
+                    qp = os.path.join(d, f"{name}_{per_ch}_{act.name}.onnx")
+                    quantize_static(fp, qp, Reader(calib), quant_format=QuantFormat.QDQ, activation_type=act,
+                                    weight_type=QuantType.QInt8, per_channel=per_ch)
+                    blob = open(qp, "rb").read()
+                    label = f"QDQ {name} {'per-channel' if per_ch else 'per-tensor'} {act.name}"
+                    ops = kiln_ops(blob)
+                    if ops is not None:
+                        check(f"{label} fuses", all(ops.get(k) == v for k, v in want_ops.items()) and
+                              not any(g in ops for g in gone), str(ops))
+                    ref, ks = ort_session(blob), kiln.Session(blob, num_threads=2)
+                    m = onnx.load(qp)
+                    out_dq = [n for n in m.graph.node if n.op_type == "DequantizeLinear" and n.output[0] == m.graph.output[0].name]
+                    step = float(numpy_helper.to_array(next(i for i in m.graph.initializer if i.name == out_dq[0].input[1])))
+                    for s in shapes:
+                        feeds = {"x": rng.standard_normal(s).astype(np.float32)}
+                        want, got = ref.run(None, feeds)[0], np.asarray(ks.run(feeds)[0])
+                        diff = np.abs(got.astype(np.float64) - want)
+                        ok = got.shape == want.shape and diff.max() <= step * 1.0001 and np.mean(diff > 0) <= 0.01
+                        check(f"{label} {s}", ok, f"max diff {diff.max():.4g} (step {step:.4g}), "
+                              f"{int(np.sum(diff > 0))} of {diff.size} differ")
+
+
 if __name__ == "__main__":
     test_matmul_integer()
     test_dynamic_quantize_linear()
@@ -410,5 +509,6 @@ if __name__ == "__main__":
     test_conv_integer()
     test_qlinear_conv()
     test_quant_matmul_fusion()
+    test_qdq_static()
     test_quantize_dynamic_encoder()
     sys.exit(summary())
