@@ -1,7 +1,8 @@
 /* kernels_qconv.c - the CPU provider's ConvInteger and QLinearConv (1-D and 2-D, any group) on
  * the int8 GEMM (qgemm.h). Per image and group, the output pixels are the GEMM's rows:
- *   A [P, K] = im2col of X (K = C/group * kh * kw; taps in the padding hold x's zero point, so
- *              they contribute nothing once it is subtracted),
+ *   A [P, K] = im2col of X (K = kh * kw * C/group, over (ky, kx, c), read from a copy of the
+ *              group's planes with channels innermost; taps in the padding hold x's zero point,
+ *              so they contribute nothing once it is subtracted),
  *   B [K, M/group] = W^T of the group, packed once at compile time (W constant),
  *   C [P, M/group] int32, with W's per-channel zero points as B's per-column zero points,
  * and the tile epilogue writes C transposed into Y (NCHW): int32 for ConvInteger; for QLinearConv
@@ -21,7 +22,24 @@
 #include "ops/nn_internal.h"
 #include "ops/util.h"
 
-enum { CHUNK_A_BYTES = 1 << 20 }; /* im2col rows built per GEMM call, about */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define HAVE_X86 1
+#endif
+
+/* The byte loops below are written for the auto-vectoriser, which -O2 leaves off under GCC. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define VECTORIZE __attribute__((optimize("O3")))
+#else
+#define VECTORIZE
+#endif
+
+enum {
+    CHUNK_A_BYTES = 1 << 20, /* im2col rows built per GEMM call, about */
+    EP_ROWS = 64,            /* rows of a tile requantized at once before the transposed store */
+    EP_COLS = 256,           /* columns of a tile at most: 8 panels of 32 (qgemm.c's TILE_PANELS) */
+    DW_BLOCK = 256,          /* output columns per accumulator row of the direct loop */
+};
 
 static bool is_8bit(kiln_dtype dt) { return dt == KILN_DTYPE_UINT8 || dt == KILN_DTYPE_INT8; }
 
@@ -53,7 +71,7 @@ static void pack_w(kiln_node *n, int wi)
     int64_t group = kiln_attr_int(n, "group", 1);
     if (!W || !is_8bit(W->dtype) || W->rank < 3 || W->rank > 4 || group < 1 || W->dims[0] % group || !W->numel)
         return;
-    int64_t M = W->dims[0], Mg = M / group, K = W->numel / M;
+    int64_t M = W->dims[0], Mg = M / group, K = W->numel / M, Cg = W->dims[1], kk = K / Cg;
     if (W->dims[1] == 1 && group > 1 && K <= 64) return; /* the direct loop (qconv_run) */
     qconv_state *s = calloc(1, sizeof *s);
     uint8_t *t = malloc((size_t)(K * Mg));
@@ -63,7 +81,8 @@ static void pack_w(kiln_node *n, int wi)
     kiln_qgemm_ctx ctx = {0};
     for (int64_t g = 0; g < group; g++) {
         for (int64_t m = 0; m < Mg; m++)
-            for (int64_t k = 0; k < K; k++) t[k * Mg + m] = w[(g * Mg + m) * K + k];
+            for (int64_t ci = 0; ci < Cg; ci++)
+                for (int64_t q = 0; q < kk; q++) t[(q * Cg + ci) * Mg + m] = w[(g * Mg + m) * K + ci * kk + q];
         if (kiln_qgemm_packed_b_create(&ctx, K, Mg, t, Mg, W->dtype == KILN_DTYPE_INT8, &s->pb[g])) goto fail;
     }
     free(t);
@@ -86,12 +105,45 @@ typedef struct qconv_out {
     int32_t yzp, lo, hi;
 } qconv_out;
 
+static inline float clampf(float v, float lo, float hi) { return v < lo ? lo : v > hi ? hi : v; }
+
 static inline uint8_t requant_one(int32_t acc, float mult, float lo, float hi, int32_t zp)
 {
-    float v = (float)acc * mult;
-    v = fminf(fmaxf(v, lo), hi);
-    return (uint8_t)(int32_t)(rintf(v) + (float)zp);
+    return (uint8_t)(int32_t)(rintf(clampf((float)acc * mult, lo, hi)) + (float)zp);
 }
+
+/* t[i][j] = requant(c[i][j] + bias[j]) for i < m, j < n (t's row stride n). */
+static void requant_rows(const int32_t *c, int64_t ldc, int64_t m, int64_t n, const float *mult, const int32_t *bias,
+                         float lo, float hi, int32_t zp, uint8_t *t)
+{
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            uint32_t b = bias ? (uint32_t)bias[j] : 0;
+            t[i * n + j] = requant_one((int32_t)((uint32_t)c[i * ldc + j] + b), mult[j], lo, hi, zp);
+        }
+}
+
+#if HAVE_X86
+/* requant_rows with AVX-512: the same float32 operations, rounding by the default (nearest-even)
+ * mode of vcvtps2dq, as rintf. */
+__attribute__((target("avx512f"))) static void requant_rows_avx512(const int32_t *c, int64_t ldc, int64_t m, int64_t n,
+                                                                   const float *mult, const int32_t *bias, float lo,
+                                                                   float hi, int32_t zp, uint8_t *t)
+{
+    __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
+    __m512i vz = _mm512_set1_epi32(zp);
+    for (int64_t j = 0; j < n; j += 16) {
+        __mmask16 k = n - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - j)) - 1);
+        __m512 vm = _mm512_maskz_loadu_ps(k, mult + j);
+        __m512i vb = bias ? _mm512_maskz_loadu_epi32(k, bias + j) : _mm512_setzero_si512();
+        for (int64_t i = 0; i < m; i++) {
+            __m512i v = _mm512_add_epi32(_mm512_maskz_loadu_epi32(k, c + i * ldc + j), vb);
+            __m512 f = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(v), vm), vlo), vhi);
+            _mm512_mask_cvtepi32_storeu_epi8(t + i * n + j, k, _mm512_add_epi32(_mm512_cvtps_epi32(f), vz));
+        }
+    }
+}
+#endif
 
 static void out_tile(void *ctx, int32_t *c, int64_t ldc, int64_t i0, int64_t m, int64_t j0, int64_t n)
 {
@@ -104,11 +156,24 @@ static void out_tile(void *ctx, int32_t *c, int64_t ldc, int64_t i0, int64_t m, 
         return;
     }
     float lo = (float)(o->lo - o->yzp), hi = (float)(o->hi - o->yzp);
-    for (int64_t j = 0; j < n; j++) {
-        uint8_t *y = o->y8 + (j0 + j) * o->P + o->p0 + i0;
-        float mult = o->mult[j0 + j];
-        uint32_t b = o->bias ? (uint32_t)o->bias[j0 + j] : 0;
-        for (int64_t i = 0; i < m; i++) y[i] = requant_one((int32_t)((uint32_t)c[i * ldc + j] + b), mult, lo, hi, o->yzp);
+    uint8_t t[EP_ROWS * EP_COLS];
+    for (int64_t jb = 0; jb < n; jb += EP_COLS) {
+        int64_t nb = n - jb < EP_COLS ? n - jb : EP_COLS;
+        for (int64_t ib = 0; ib < m; ib += EP_ROWS) {
+            int64_t mb = m - ib < EP_ROWS ? m - ib : EP_ROWS;
+            const int32_t *cb = c + ib * ldc + jb;
+            const float *mult = o->mult + j0 + jb;
+            const int32_t *bias = o->bias ? o->bias + j0 + jb : NULL;
+#if HAVE_X86
+            if (__builtin_cpu_supports("avx512f")) requant_rows_avx512(cb, ldc, mb, nb, mult, bias, lo, hi, o->yzp, t);
+            else
+#endif
+                requant_rows(cb, ldc, mb, nb, mult, bias, lo, hi, o->yzp, t);
+            for (int64_t j = 0; j < nb; j++) {
+                uint8_t *y = o->y8 + (j0 + jb + j) * o->P + o->p0 + i0 + ib;
+                for (int64_t i = 0; i < mb; i++) y[i] = t[i * nb + j];
+            }
+        }
     }
 }
 
@@ -118,10 +183,12 @@ typedef struct qgeom {
     int64_t sh, sw, dh, dw, ph, pw;
 } qgeom;
 
-/* im2col rows [p0 + begin, p0 + end) of one image's group (x: its Cg planes) into a. */
+/* im2col rows [p0 + begin, p0 + end) of one image's group into a, from xt, the group's pixels
+ * with their Cg channels together ([H * W, Cg]); a row's K = kh * kw * Cg bytes run over
+ * (ky, kx, c), the order the packed W^T uses. */
 typedef struct im2col_job {
     const qgeom *q;
-    const uint8_t *x;
+    const uint8_t *x; /* transpose_rows: the group's [Cg, H * W] planes; im2col_rows: xt */
     uint8_t *a;
     int64_t p0, K;
     uint8_t zp;
@@ -131,39 +198,39 @@ static void im2col_rows(void *ctx, int64_t begin, int64_t end)
 {
     const im2col_job *j = ctx;
     const qgeom *q = j->q;
-    int64_t plane = q->H * q->W;
+    size_t cg = (size_t)q->Cg;
     for (int64_t r = begin; r < end; r++) {
         int64_t p = j->p0 + r, oy = p / q->ow, ox = p % q->ow;
         uint8_t *d = j->a + r * j->K;
         int64_t iy0 = oy * q->sh - q->ph, ix0 = ox * q->sw - q->pw;
-        for (int64_t ci = 0; ci < q->Cg; ci++) {
-            const uint8_t *xc = j->x + ci * plane;
-            for (int64_t ky = 0; ky < q->kh; ky++, d += q->kw) {
-                int64_t iy = iy0 + ky * q->dh;
-                if (iy < 0 || iy >= q->H) {
-                    memset(d, j->zp, (size_t)q->kw);
-                    continue;
-                }
-                const uint8_t *xr = xc + iy * q->W;
-                if (q->dw == 1 && ix0 >= 0 && ix0 + q->kw <= q->W) {
-                    memcpy(d, xr + ix0, (size_t)q->kw);
-                    continue;
-                }
-                for (int64_t kx = 0; kx < q->kw; kx++) {
-                    int64_t ix = ix0 + kx * q->dw;
-                    d[kx] = ix >= 0 && ix < q->W ? xr[ix] : j->zp;
-                }
+        bool inside_x = ix0 >= 0 && ix0 + (q->kw - 1) * q->dw < q->W;
+        for (int64_t ky = 0; ky < q->kh; ky++, d += q->kw * cg) {
+            int64_t iy = iy0 + ky * q->dh;
+            if (iy < 0 || iy >= q->H) {
+                memset(d, j->zp, (size_t)q->kw * cg);
+                continue;
+            }
+            const uint8_t *xr = j->x + iy * q->W * (int64_t)cg;
+            if (inside_x && q->dw == 1) {
+                memcpy(d, xr + ix0 * (int64_t)cg, (size_t)q->kw * cg); /* kw pixels in a row */
+                continue;
+            }
+            for (int64_t kx = 0; kx < q->kw; kx++) {
+                int64_t ix = ix0 + kx * q->dw;
+                if (ix >= 0 && ix < q->W) memcpy(d + kx * cg, xr + ix * (int64_t)cg, cg);
+                else memset(d + kx * cg, j->zp, cg);
             }
         }
     }
 }
 
-/* 1x1, stride 1, no padding: A is X's [Cg, P] planes transposed; rows [begin, end) of it. */
-static void transpose_rows(void *ctx, int64_t begin, int64_t end)
+/* Rows [begin, end) of the transpose of the [K, P] planes at x (from pixel p0): a [rows, K]. The
+ * im2col of a pointwise convolution, and the NHWC copy (xt) the others' im2col reads. */
+VECTORIZE static void transpose_rows(void *ctx, int64_t begin, int64_t end)
 {
     const im2col_job *j = ctx;
     int64_t P = j->q->H * j->q->W, K = j->K;
-    enum { T = 32 };
+    enum { T = 64 };
     for (int64_t r0 = begin; r0 < end; r0 += T) {
         int64_t r1 = r0 + T < end ? r0 + T : end;
         for (int64_t c = 0; c < K; c++) {
@@ -185,36 +252,63 @@ typedef struct direct_job {
 
 static inline int32_t ld8(const uint8_t *p, int64_t i, bool s) { return s ? (int32_t)(int8_t)p[i] : (int32_t)p[i]; }
 
-static void direct_planes(void *ctx, int64_t begin, int64_t end)
+/* Output columns [*lo, *hi) whose tap kx falls inside the row (ix = ox * sw - pw + kx * dw). */
+static void tap_range(const qgeom *q, int64_t kx, int64_t *lo, int64_t *hi)
+{
+    int64_t off = q->pw - kx * q->dw, r = q->W - 1 + off;
+    *lo = off <= 0 ? 0 : (off + q->sw - 1) / q->sw;
+    *hi = r < 0 ? 0 : r / q->sw + 1;
+    if (*hi > q->ow) *hi = q->ow;
+}
+
+/* acc[o - o0] += (x[o * sw + base] - xzp) * w over output columns [a, b), 8-bit x of either sign */
+#define DW_TAP(T)                                                                                                      \
+    do {                                                                                                               \
+        const T *xs = (const T *)xr;                                                                                   \
+        if (q->sw == 1)                                                                                                \
+            for (int64_t o = a; o < b; o++) acc[o - o0] += ((int32_t)xs[o + base] - j->xzp) * w;                       \
+        else                                                                                                           \
+            for (int64_t o = a; o < b; o++) acc[o - o0] += ((int32_t)xs[o * q->sw + base] - j->xzp) * w;               \
+    } while (0)
+
+VECTORIZE static void direct_planes(void *ctx, int64_t begin, int64_t end)
 {
     const direct_job *j = ctx;
     const qgeom *q = j->q;
     int64_t P = q->oh * q->ow, kk = q->kh * q->kw;
     float lo = (float)(j->o.lo - j->o.yzp), hi = (float)(j->o.hi - j->o.yzp);
+    int64_t tlo[64], thi[64];
+    for (int64_t kx = 0; kx < q->kw; kx++) tap_range(q, kx, &tlo[kx], &thi[kx]);
     for (int64_t t = begin; t < end; t++) {
         int64_t n = t / q->M, m = t % q->M, c = m / q->Mg;
         const uint8_t *x = j->x + (n * q->C + c) * q->H * q->W;
         int32_t wp[64]; /* kh * kw <= 64 (qconv_run) */
         for (int64_t i = 0; i < kk; i++) wp[i] = ld8(j->w, m * kk + i, j->w_signed) - j->wzp[m];
         float mult = j->o.qlinear ? j->o.mult[m] : 0.0f;
-        uint32_t b = j->o.bias ? (uint32_t)j->o.bias[m] : 0;
+        uint32_t bias = j->o.bias ? (uint32_t)j->o.bias[m] : 0;
         for (int64_t oy = 0; oy < q->oh; oy++)
-            for (int64_t ox = 0; ox < q->ow; ox++) {
-                int64_t iy0 = oy * q->sh - q->ph, ix0 = ox * q->sw - q->pw;
-                uint32_t acc = 0;
+            for (int64_t o0 = 0; o0 < q->ow; o0 += DW_BLOCK) {
+                int64_t nb = q->ow - o0 < DW_BLOCK ? q->ow - o0 : DW_BLOCK;
+                int32_t acc[DW_BLOCK] = {0};
                 for (int64_t ky = 0; ky < q->kh; ky++) {
-                    int64_t iy = iy0 + ky * q->dh;
+                    int64_t iy = oy * q->sh - q->ph + ky * q->dh;
                     if (iy < 0 || iy >= q->H) continue;
                     const uint8_t *xr = x + iy * q->W;
                     for (int64_t kx = 0; kx < q->kw; kx++) {
-                        int64_t ix = ix0 + kx * q->dw;
-                        if (ix >= 0 && ix < q->W)
-                            acc += (uint32_t)((ld8(xr, ix, j->x_signed) - j->xzp) * wp[ky * q->kw + kx]);
+                        int32_t w = wp[ky * q->kw + kx];
+                        int64_t a = tlo[kx] > o0 ? tlo[kx] : o0, b = thi[kx] < o0 + nb ? thi[kx] : o0 + nb;
+                        int64_t base = kx * q->dw - q->pw; /* ix = o * sw + base */
+                        if (!w || a >= b) continue;
+                        if (j->x_signed) DW_TAP(int8_t);
+                        else DW_TAP(uint8_t);
                     }
                 }
-                int64_t yi = (n * q->M + m) * P + oy * q->ow + ox;
-                if (!j->o.qlinear) j->o.y32[yi] = (int32_t)acc;
-                else j->o.y8[yi] = requant_one((int32_t)(acc + b), mult, lo, hi, j->o.yzp);
+                int64_t yi = (n * q->M + m) * P + oy * q->ow + o0;
+                if (!j->o.qlinear)
+                    for (int64_t i = 0; i < nb; i++) j->o.y32[yi + i] = acc[i];
+                else
+                    for (int64_t i = 0; i < nb; i++)
+                        j->o.y8[yi + i] = requant_one((int32_t)((uint32_t)acc[i] + bias), mult, lo, hi, j->o.yzp);
             }
     }
 }
@@ -314,17 +408,19 @@ static kiln_status qconv_run(kiln_run_ctx *c, bool qlinear)
     int64_t rows = K ? CHUNK_A_BYTES / K : P;
     rows = rows < 64 ? 64 : rows;
     rows = rows > P ? P : rows;
+    bool pointwise = q.kh == 1 && q.kw == 1 && q.sh == 1 && q.sw == 1 && q.ph == 0 && q.pw == 0 && q.oh == q.H &&
+                     q.ow == q.W;
     uint8_t *a = kiln_scratch_get(scr, (size_t)(rows * K) + 64);
     int32_t *cbuf = kiln_scratch_get(scr, (size_t)(rows * q.Mg + 16) * sizeof(int32_t));
-    if (!a || !cbuf) {
+    uint8_t *xt = pointwise ? NULL : kiln_scratch_get(scr, (size_t)(q.H * q.W * q.Cg) + 64);
+    if (!a || !cbuf || (!pointwise && !xt)) {
+        kiln_scratch_put(scr, xt);
         kiln_scratch_put(scr, a);
         kiln_scratch_put(scr, cbuf);
         kiln_scratch_put(scr, wz);
         return kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory for the im2col of %lld x %lld", (long long)rows,
                              (long long)K);
     }
-    bool pointwise = q.kh == 1 && q.kw == 1 && q.sh == 1 && q.sw == 1 && q.ph == 0 && q.pw == 0 && q.oh == q.H &&
-                     q.ow == q.W;
     kiln_qgemm_ctx ctx = {.pool = pool, .scratch = scr};
     bool per_ch = wzp && wzp->numel != 1;
     for (int64_t n = 0; n < q.N && !rc; n++)
@@ -335,9 +431,13 @@ static kiln_status qconv_run(kiln_run_ctx *c, bool qlinear)
             o.y32 = (int32_t *)Y->data + (n * q.M + g * q.Mg) * P;
             o.y8 = (uint8_t *)Y->data + (n * q.M + g * q.Mg) * P;
             o.P = P;
+            if (!pointwise) {
+                im2col_job t = {.q = &q, .x = xg, .a = xt, .K = q.Cg};
+                kiln_threadpool_parallel_for(pool, q.H * q.W, transpose_rows, &t);
+            }
             for (int64_t p0 = 0; p0 < P && !rc; p0 += rows) {
                 int64_t r = P - p0 < rows ? P - p0 : rows;
-                im2col_job j = {.q = &q, .x = xg, .a = a, .p0 = p0, .K = K, .zp = (uint8_t)xz};
+                im2col_job j = {.q = &q, .x = pointwise ? xg : xt, .a = a, .p0 = p0, .K = K, .zp = (uint8_t)xz};
                 kiln_threadpool_parallel_for(pool, r, pointwise ? transpose_rows : im2col_rows, &j);
                 o.p0 = p0;
                 kiln_qgemm_args ga = {.M = r, .A = a, .lda = K, .a_signed = X->dtype == KILN_DTYPE_INT8, .a_zp = xz,
@@ -347,6 +447,7 @@ static kiln_status qconv_run(kiln_run_ctx *c, bool qlinear)
                 rc = kiln_qgemm(&ctx, &ga);
             }
         }
+    kiln_scratch_put(scr, xt);
     kiln_scratch_put(scr, cbuf);
     kiln_scratch_put(scr, a);
     if (rc) {

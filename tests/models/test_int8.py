@@ -499,6 +499,28 @@ def test_qdq_static():
                               f"{int(np.sum(diff > 0))} of {diff.size} differ")
 
 
+def test_quantize_linear_maxpool8():
+    """The QDQ pass's helpers one node each: per-tensor QuantizeLinear to u8/s8 (values on and near
+    the rounding ties, out of range) and 2-D MaxPool on u8/s8 (strides, pads, dilations, odd
+    sizes), bit-exact with ORT."""
+    for dt in (np.uint8, np.int8):
+        blob = model(helper.make_node("QuantizeLinear", ["X", "s", "z"], ["Y"]),
+                     [helper.make_tensor_value_info("X", TensorProto.FLOAT, None)], [vi("Y", dt, None)],
+                     [numpy_helper.from_array(np.array(0.0173, np.float32), "s"), numpy_helper.from_array(q8(dt), "z")])
+        feeds = []
+        for shape in ([1], [17], [3, 130], [2, 3, 61, 67]):
+            x = (rng.standard_normal(shape) * rng.choice([0.3, 3.0])).astype(np.float32)
+            feeds.append({"X": x})
+            feeds.append({"X": ((np.round(x / 0.0173 * 2) + 1) / 2 * np.float32(0.0173)).astype(np.float32)})  # ties
+        compare(f"QuantizeLinear {dt.__name__}", blob, feeds)
+        for shape, attrs in [([1, 3, 17, 13], dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+                             ([2, 5, 9, 11], dict(kernel_shape=[2, 2], strides=[2, 2])),
+                             ([1, 4, 15, 300], dict(kernel_shape=[3, 2], strides=[1, 3], pads=[1, 0, 2, 1])),
+                             ([1, 2, 13, 12], dict(kernel_shape=[2, 3], dilations=[2, 2], pads=[1, 1, 1, 1]))]:
+            blob = model(helper.make_node("MaxPool", ["X"], ["Y"], **attrs), [vi("X", dt, shape)], [vi("Y", dt, None)])
+            compare(f"MaxPool {dt.__name__} {shape} {attrs}", blob, [{"X": q8(dt, *shape)} for _ in range(2)])
+
+
 if __name__ == "__main__":
     test_matmul_integer()
     test_dynamic_quantize_linear()
@@ -510,5 +532,6 @@ if __name__ == "__main__":
     test_qlinear_conv()
     test_quant_matmul_fusion()
     test_qdq_static()
+    test_quantize_linear_maxpool8()
     test_quantize_dynamic_encoder()
     sys.exit(summary())
