@@ -289,7 +289,8 @@ VECTORIZE static void direct_planes(void *ctx, int64_t begin, int64_t end)
         for (int64_t oy = 0; oy < q->oh; oy++)
             for (int64_t o0 = 0; o0 < q->ow; o0 += DW_BLOCK) {
                 int64_t nb = q->ow - o0 < DW_BLOCK ? q->ow - o0 : DW_BLOCK;
-                int32_t acc[DW_BLOCK] = {0};
+                int32_t acc[DW_BLOCK];
+                memset(acc, 0, (size_t)nb * sizeof *acc);
                 for (int64_t ky = 0; ky < q->kh; ky++) {
                     int64_t iy = oy * q->sh - q->ph + ky * q->dh;
                     if (iy < 0 || iy >= q->H) continue;
