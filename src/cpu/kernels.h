@@ -34,12 +34,14 @@ const kiln_cpu_kernel *kiln_cpu_kernel_find(const kiln_cpu_kernel_table *t, cons
  * GlobalAveragePool/GlobalMaxPool), Attention (opset 23: no past, not causal, Y only),
  * com.microsoft Attention and MultiHeadAttention, the int8 ops on the int8 GEMM (MatMulInteger,
  * QLinearMatMul, DynamicQuantizeLinear, Cast int32 -> float, DequantizeLinear, com.microsoft
- * MatMulIntegerToFloat and DynamicQuantizeMatMul), Conv 1-D/2-D, kiln.FusedConv and
+ * MatMulIntegerToFloat and DynamicQuantizeMatMul), int8 convolutions (ConvInteger, QLinearConv:
+ * 1-D, 2-D, groups), per-tensor QuantizeLinear and 8-bit MaxPool (kernels_qdq.c), Conv 1-D/2-D,
+ * kiln.FusedConv and
  * ConvTranspose (kernels_conv.c), and the blocked-layout kernels (kernels_nchwc.c). All float32
  * but Concat and the int8 ops. */
 extern const kiln_cpu_kernel_table kiln_cpu_kernels_ew, kiln_cpu_kernels_norm, kiln_cpu_kernels_layout,
     kiln_cpu_kernels_cnn, kiln_cpu_kernels_attn, kiln_cpu_kernels_contrib_attn, kiln_cpu_kernels_quant,
-    kiln_cpu_kernels_conv, kiln_cpu_kernels_nchwc;
+    kiln_cpu_kernels_qconv, kiln_cpu_kernels_qdq, kiln_cpu_kernels_conv, kiln_cpu_kernels_nchwc;
 
 /* Elements per parallel chunk of a streaming loop. */
 #define KILN_CPU_CHUNK 4096

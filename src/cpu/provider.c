@@ -349,11 +349,13 @@ static const kiln_cpu_kernel gemm_kernels[] = {
 };
 static KILN_CPU_KERNEL_TABLE(kiln_cpu_kernels_gemm, gemm_kernels);
 
-/* Every family's table; a registry operator is in at most one. */
+/* Every family's table; an operator with kernels in several (MaxPool: float32 and 8-bit) takes
+ * the first that selects one. */
 static const kiln_cpu_kernel_table *const families[] = {
     &kiln_cpu_kernels_gemm, &kiln_cpu_kernels_conv, &kiln_cpu_kernels_ew,
     &kiln_cpu_kernels_norm, &kiln_cpu_kernels_layout, &kiln_cpu_kernels_cnn,
     &kiln_cpu_kernels_attn, &kiln_cpu_kernels_contrib_attn, &kiln_cpu_kernels_quant,
+    &kiln_cpu_kernels_qconv, &kiln_cpu_kernels_qdq,
 };
 
 const kiln_cpu_kernel *kiln_cpu_kernel_find(const kiln_cpu_kernel_table *t, const kiln_op_def *op)
@@ -373,7 +375,7 @@ static kiln_kernel_fn cpu_select(kiln_provider *p, kiln_node *n, unsigned *host_
     if (k) return k;
     for (size_t f = 0; f < sizeof families / sizeof families[0]; f++) {
         const kiln_cpu_kernel *e = kiln_cpu_kernel_find(families[f], n->op);
-        if (e) return e->select(n);
+        if (e && (k = e->select(n))) return k;
     }
     return NULL;
 }
@@ -410,10 +412,18 @@ static kiln_status layout_nchwc(kiln_graph *g, int *changed, kiln_err *err)
     return kiln_cpu_nchwc_available() ? kiln_pass_layout_nchwc(g, changed, err) : KILN_OK;
 }
 
-/* The CPU's pass pipeline over the inferred graph: attention, GELU, bias, residual and
+/* Before the generic passes: DequantizeLinear -> op -> QuantizeLinear groups become int8 ops
+ * while the DequantizeLinear of the weights is still there (constant folding would turn it
+ * into float weights). */
+static const kiln_pass cpu_pre_passes[] = {
+    {"fuse_qdq", kiln_pass_fuse_qdq},
+};
+
+/* The CPU's pass pipeline over the inferred graph: int8 MatMul chains, attention, GELU, bias, residual and
  * activation fusion into the kernels above (bias and activation in subgraphs too), then the
  * blocked layout. */
 static const kiln_pass cpu_passes[] = {
+    {"fuse_quant_matmul", kiln_pass_fuse_quant_matmul},
     {"fuse_attention", kiln_pass_fuse_attention},
     {"fuse_gelu", kiln_pass_fuse_gelu},
     {"fuse_matmul_bias", kiln_pass_fuse_matmul_bias},
@@ -437,6 +447,8 @@ const kiln_provider_i kiln_provider_cpu = {
     .api_version = KILN_PROVIDER_API,
     .name = "cpu",
     .kind = KILN_PROVIDER_CPU,
+    .pre_passes = cpu_pre_passes,
+    .n_pre_passes = sizeof cpu_pre_passes / sizeof *cpu_pre_passes,
     .passes = cpu_passes,
     .n_passes = sizeof cpu_passes / sizeof *cpu_passes,
     .select = cpu_select,

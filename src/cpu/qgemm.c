@@ -114,6 +114,9 @@ static void pack_b_panel(const kiln_qgemm_kernel *k, void *dst, const uint8_t *B
 
 /* Packs rows [i0, i0+m) of A into rows of Kp elements at dst (stride Kp * esize bytes), rows up
  * to `rows` zero, and their sums into rs[0..rows). */
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("O3"))) /* the copy-and-sum loops vectorised (-O2 leaves them scalar) */
+#endif
 static void pack_a_rows(const kiln_qgemm_kernel *k, void *dst, const uint8_t *A, int64_t lda, bool a_signed,
                         int64_t K, int64_t Kp, int64_t i0, int64_t m, int64_t rows, int32_t *rs)
 {

@@ -146,10 +146,12 @@ static kiln_status compile(kiln_session *s, kiln_err *err)
     kiln_model *m = s->model;
     kiln_graph *g = m->graph;
     KILN_TRY(kiln_bind_ops(g, !s->opt.allow_unsupported, err));
+    /* the first provider's passes before folding, the generic ones, inference, then its own */
+    const kiln_provider_i *first = s->dev ? s->dev : s->host;
+    if (!s->opt.unoptimized && first->pre_passes)
+        KILN_TRY(kiln_passes_run(g, first->pre_passes, first->n_pre_passes, NULL, err));
     if (!s->opt.unoptimized) KILN_TRY(kiln_passes_run(g, kiln_passes_generic, kiln_passes_generic_n, NULL, err));
     KILN_TRY(kiln_graph_infer(g, NULL));
-    /* the first provider's own passes (they need the inferred dtypes) */
-    const kiln_provider_i *first = s->dev ? s->dev : s->host;
     if (!s->opt.unoptimized && first->passes) KILN_TRY(kiln_passes_run(g, first->passes, first->n_passes, NULL, err));
     kiln_arena *a = &m->arena;
     s->in_vals = kiln_arena_calloc(a, (size_t)g->n_inputs + 1, sizeof *s->in_vals);

@@ -258,9 +258,12 @@ kiln_status nn_qlinear_conv_run(kiln_run_ctx *c)
         int64_t M = Y->dims[1], plane = nn_prod(Y->rank - 2, Y->dims + 2);
         double xsv = nn_param_f64(xs, 0), ysv = nn_param_f64(ys, 0);
         int64_t z = nn_param_i64(yzp, 0);
-        for (int64_t i = 0; i < Y->numel; i++)
-            nn_store_quantized(
-                Y, i, y[i] * nn_requant_scale(xs->dtype, xsv, nn_param_f64(ws, (i / plane) % M), ysv), z);
+        /* float32 scales: float(sum) times the float32 multiplier, rounded once, as ONNX Runtime does */
+        bool f32 = xs->dtype == KILN_DTYPE_FLOAT32;
+        for (int64_t i = 0; i < Y->numel; i++) {
+            double s = nn_requant_scale(xs->dtype, xsv, nn_param_f64(ws, (i / plane) % M), ysv);
+            nn_store_quantized(Y, i, f32 ? (double)((float)y[i] * (float)s) : y[i] * s, z);
+        }
     }
     free(x), free(w), free(b), free(y);
     return st;

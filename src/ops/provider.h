@@ -45,6 +45,11 @@ typedef struct kiln_provider_i {
      * p may be NULL. */
     void (*close)(kiln_provider *p);
 
+    /* Optional: passes over the bound, not yet inferred main graph, run before the generic
+     * pipeline (constant folding) when it is the session's first provider and the session is
+     * optimised: rewrites that need what folding would remove (n_pre_passes entries). */
+    const struct kiln_pass *pre_passes;
+    int n_pre_passes;
     /* Optional: the provider's own pass pipeline (n_passes entries, src/passes/pass.h), run
      * over the inferred main graph when it is the session's first provider and the session is
      * optimised. NULL: no passes of its own. */

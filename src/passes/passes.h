@@ -49,6 +49,17 @@ kiln_status kiln_pass_fuse_gelu(kiln_graph *g, int *fused, kiln_err *err);
  * Add goes (fuse_matmul_bias.c). CPU sessions only. *fused receives the count. */
 kiln_status kiln_pass_fuse_matmul_bias(kiln_graph *g, int *fused, kiln_err *err);
 
+/* MatMulInteger -> Cast -> Mul(scale product) [-> Add(bias)], what quantize_dynamic writes,
+ * becomes one com.microsoft MatMulIntegerToFloat computing the same float32 operations
+ * (fuse_quant_matmul.c). CPU sessions only. *fused receives the count. */
+kiln_status kiln_pass_fuse_quant_matmul(kiln_graph *g, int *fused, kiln_err *err);
+
+/* QDQ groups (DequantizeLinear -> Conv / MatMul -> QuantizeLinear) become QLinearConv /
+ * QLinearMatMul, and DQ -> MaxPool, Reshape, Transpose, ... -> Q with equal parameters run on
+ * the 8-bit values, as ONNX Runtime's QDQ transformer does (fuse_qdq.c). Runs before constant
+ * folding, in optimised sessions whose first provider is the CPU. *fused receives the count. */
+kiln_status kiln_pass_fuse_qdq(kiln_graph *g, int *fused, kiln_err *err);
+
 /* Blocks by 16 channels (kiln_layout NCHW16C) the float32 activations that convolutions and
  * pooling pass to each other, where every reader and the producer have a blocked kernel
  * (layout_nchwc.c). CPU sessions whose CPU runs src/cpu/nchwc.h's kernels only; run last.

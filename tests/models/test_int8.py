@@ -8,10 +8,14 @@ model also runs in kiln's reference (unoptimized) session, which must agree the 
 
 usage: test_int8.py   (libkiln.so from build/ or $KILN_LIB)
 """
+import json
 import os
+import subprocess
 import sys
+import tempfile
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
@@ -207,6 +211,316 @@ def test_dynamic_quantize_matmul():
                             exact=False)
 
 
+def kiln_ops(blob):
+    """kiln's operator counts after the CPU passes (`kiln info --json`), or None without the tool."""
+    tool = os.path.join(os.path.dirname(os.environ.get("KILN_LIB", "")), "kiln")
+    if not os.path.exists(tool):
+        return None
+    with tempfile.NamedTemporaryFile(suffix=".onnx") as f:
+        f.write(blob)
+        f.flush()
+        out = subprocess.run([tool, "info", f.name, "--json"], capture_output=True, text=True)
+    return json.loads(out.stdout)["operators"] if out.returncode == 0 else None
+
+
+def exact_vs_reference(name, blob, feeds_list):
+    """The optimised session (passes, fast kernels) against the reference one, bit for bit."""
+    fast, slow = kiln.Session(blob, num_threads=2), kiln.Session(blob, unoptimized=True)
+    for feeds in feeds_list:
+        shapes = " ".join(f"{k}={v.shape}" for k, v in feeds.items())
+        for i, (g, w) in enumerate(zip(fast.run(feeds), slow.run(feeds))):
+            g, w = np.asarray(g), np.asarray(w)
+            ok = g.shape == w.shape and np.array_equal(g, w)
+            check(f"{name} fused == unfused {shapes} out{i}", ok,
+                  "" if ok else f"max diff {np.max(np.abs(g.astype(np.float64) - w)) if g.shape == w.shape else g.shape}")
+
+
+def dynamic_chain(K, Ns, wdt, per_col, bias, swap, x_dims, tap_cast=False):
+    """quantize_dynamic's pattern written by hand: DynamicQuantizeLinear(X) shared by one
+    MatMulInteger -> Cast -> Mul(., Mul(x_scale, w_scale)) [-> Add(bias)] chain per N in Ns;
+    `swap` flips every commutative operand order; `tap_cast` also makes the first Cast's output
+    a graph output (the chain must then stay unfused)."""
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["X"], ["xq", "xs", "xz"])]
+    inits, outs = [], []
+    for t, N in enumerate(Ns):
+        ws = (rng.uniform(0.001, 0.02, N) if per_col else rng.uniform(0.001, 0.02, [])).astype(np.float32)
+        inits += [numpy_helper.from_array(q8(wdt, K, N), f"W{t}"), numpy_helper.from_array(ws, f"ws{t}"),
+                  numpy_helper.from_array(zp_of(wdt, per_col, N), f"wz{t}")]
+        pair = lambda a, b: [b, a] if swap else [a, b]  # noqa: E731
+        nodes += [helper.make_node("Mul", pair("xs", f"ws{t}"), [f"s{t}"]),
+                  helper.make_node("MatMulInteger", ["xq", f"W{t}", "xz", f"wz{t}"], [f"acc{t}"]),
+                  helper.make_node("Cast", [f"acc{t}"], [f"accf{t}"], to=TensorProto.FLOAT),
+                  helper.make_node("Mul", pair(f"accf{t}", f"s{t}"), [f"m{t}" if bias else f"Y{t}"])]
+        if bias:
+            inits.append(numpy_helper.from_array(rng.standard_normal(N).astype(np.float32), f"b{t}"))
+            nodes.append(helper.make_node("Add", pair(f"m{t}", f"b{t}"), [f"Y{t}"]))
+        outs.append(vi(f"Y{t}", np.float32, None))
+    if tap_cast:
+        outs.append(vi("accf0", np.float32, None))
+    return model(nodes, [helper.make_tensor_value_info("X", TensorProto.FLOAT, x_dims)], outs, inits)
+
+
+def test_quant_matmul_fusion():
+    """kiln_pass_fuse_quant_matmul: the fused MatMulIntegerToFloat equals the unfused chain bit for
+    bit (same float32 operations in the same order) and ORT within float32 rounding (rtol 1e-5 of
+    the output's largest magnitude: ORT's own fusion may round the scale product differently)."""
+    case = 0
+    for wdt in (np.int8, np.uint8):
+        for K, Ns in [(17, [3]), (63, [130, 17]), (384, [384, 384, 1536])]:
+            for per_col in (False, True):
+                for bias in (False, True):
+                    case += 1
+                    swap = case % 2 == 0
+                    rank3 = case % 3 == 0
+                    blob = dynamic_chain(K, Ns, wdt, per_col, bias, swap, ["b", "s", K] if rank3 else ["m", K])
+                    name = (f"fused DQL->MatMulInteger {wdt.__name__} K={K} N={Ns} "
+                            f"{'per-column' if per_col else 'per-tensor'}{' bias' if bias else ''}{' swapped' if swap else ''}")
+                    ops = kiln_ops(blob)
+                    if ops is not None:
+                        check(f"{name} fuses", ops.get("com.microsoft.MatMulIntegerToFloat") == len(Ns) and
+                              "MatMulInteger" not in ops and "Cast" not in ops, str(ops))
+                    shapes = ([2, 17, K], [1, 1, K], [3, 43, K]) if rank3 else ([1, K], [5, K], [130, K])
+                    feeds = [{"X": (rng.standard_normal(s) * rng.choice([0.1, 1.0, 20.0])).astype(np.float32)}
+                             for s in shapes]
+                    exact_vs_reference(name, blob, feeds)
+                    compare(name, blob, feeds, exact=False)
+    # an intermediate read elsewhere: nothing fuses, the outputs are still right
+    blob = dynamic_chain(33, [65], np.int8, True, True, False, ["m", 33], tap_cast=True)
+    ops = kiln_ops(blob)
+    if ops is not None:
+        check("tapped Cast stays unfused", "com.microsoft.MatMulIntegerToFloat" not in ops, str(ops))
+    feeds = [{"X": rng.standard_normal([7, 33]).astype(np.float32)}]
+    exact_vs_reference("tapped Cast", blob, feeds)
+    compare("tapped Cast", blob, feeds, exact=False)
+
+
+def test_quantize_dynamic_encoder():
+    """The repo's encoder (scripts/make_models.py) through quantize_dynamic (QInt8, QUInt8):
+    every MatMul fused, and kiln's difference from ORT's quantized model no larger than ORT's own
+    quantization error (quantized against float), in max and in rms, per output."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+    import make_models  # noqa: E402
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    with tempfile.TemporaryDirectory() as d:
+        fp = os.path.join(d, "encoder.onnx")
+        make_models.save(make_models.encoder(), fp)
+        for wt in (QuantType.QInt8, QuantType.QUInt8):
+            qp = os.path.join(d, f"encoder_{wt.name}.onnx")
+            quantize_dynamic(fp, qp, weight_type=wt)
+            blob = open(qp, "rb").read()
+            ops = kiln_ops(blob)
+            if ops is not None:
+                check(f"encoder {wt.name} fuses every MatMulInteger", "MatMulInteger" not in ops and
+                      ops.get("com.microsoft.MatMulIntegerToFloat", 0) >= 12, str(ops))
+            fsess, qsess = ort_session(open(fp, "rb").read()), ort_session(blob)
+            ks = kiln.Session(blob, num_threads=2)
+            for b, s in [(1, 5), (2, 37), (3, 128)]:
+                feeds = {"tokens": rng.integers(0, 100, size=(b, s)).astype(np.int64)}
+                fl, qo = fsess.run(None, feeds), qsess.run(None, feeds)
+                for i, (g, w, f) in enumerate(zip(ks.run(feeds), qo, fl)):
+                    g = np.asarray(g, np.float64)
+                    dk, dq = np.abs(g - w), np.abs(w.astype(np.float64) - f)
+                    ok = g.shape == w.shape and dk.max() <= dq.max() and np.sqrt((dk ** 2).mean()) <= np.sqrt((dq ** 2).mean())
+                    check(f"encoder {wt.name} [{b}, {s}] out{i} within ORT's quantization error", ok,
+                          f"kiln-ORT max {dk.max():.3g} rms {np.sqrt((dk ** 2).mean()):.3g}, "
+                          f"ORT int8-float max {dq.max():.3g} rms {np.sqrt((dq ** 2).mean()):.3g}")
+
+
+# (N, C, H, W | None for 1-D, M, kh, kw, group, attrs): odd sizes, strides, pads, dilations,
+# groups, depthwise (group == C, with and without a channel multiplier), pointwise, 1-D
+CONV_CASES = [
+    (1, 3, 17, 13, 8, 3, 3, 1, dict(pads=[1, 1, 1, 1])),
+    (2, 5, 9, 11, 7, 3, 2, 1, dict(strides=[2, 1], pads=[0, 1, 2, 0])),
+    (1, 16, 15, 15, 33, 1, 1, 1, {}),
+    (2, 8, 7, 9, 12, 1, 1, 1, dict(strides=[2, 2])),
+    (1, 6, 13, 12, 9, 3, 3, 3, dict(dilations=[2, 3], pads=[2, 2, 1, 3])),
+    (1, 8, 10, 10, 8, 3, 3, 2, dict(auto_pad="SAME_UPPER")),
+    (2, 12, 11, 8, 12, 3, 3, 12, dict(pads=[1, 1, 1, 1])),
+    (1, 32, 14, 14, 32, 3, 3, 32, dict(strides=[2, 2], pads=[1, 1, 1, 1])),
+    (1, 5, 9, 9, 10, 5, 5, 5, dict(pads=[2, 2, 2, 2], dilations=[1, 2])),
+    (1, 64, 5, 7, 70, 3, 3, 1, dict(pads=[1, 0, 1, 0])),
+    (3, 7, None, 29, 11, 1, 5, 1, dict(strides=[3], pads=[2, 1])),
+    (1, 4, None, 31, 4, 1, 3, 4, dict(pads=[1, 1], dilations=[2])),
+]
+
+
+def conv_shapes(case):
+    N, C, H, W, M, kh, kw, group, attrs = case
+    x = [N, C, W] if H is None else [N, C, H, W]
+    w = [M, C // group, kw] if H is None else [M, C // group, kh, kw]
+    return x, w, attrs | dict(group=group)
+
+
+def conv_label(case, *extra):
+    N, C, H, W, M, kh, kw, group, attrs = case
+    sp = f"{W}" if H is None else f"{H}x{W}"
+    return " ".join([f"N={N} C={C} {sp} M={M} k={kh}x{kw} g={group} {attrs}"] + list(extra))
+
+
+def test_conv_integer():
+    for adt, wdt in [(np.uint8, np.uint8), (np.uint8, np.int8), (np.int8, np.int8)]:
+        for ci, case in enumerate(CONV_CASES):
+            xs, ws, attrs = conv_shapes(case)
+            per_ch = ci % 2 == 1
+            wzp = zp_of(wdt, per_ch, ws[0])
+            inits = [numpy_helper.from_array(q8(wdt, *ws), "W"), numpy_helper.from_array(wzp, "wzp")]
+            blob = model(helper.make_node("ConvInteger", ["X", "W", "xzp", "wzp"], ["Y"], **attrs),
+                         [vi("X", adt, xs), vi("xzp", adt, [])], [vi("Y", np.int32, None)], inits, opset=10)
+            feeds = [{"X": q8(adt, *xs), "xzp": q8(adt)} for _ in range(2)]
+            name = f"ConvInteger {adt.__name__}x{wdt.__name__} {'per-channel' if per_ch else 'per-tensor'} " + conv_label(case)
+            if per_ch:  # ORT's ConvInteger takes a scalar w_zero_point only: the reference kernel is the oracle
+                exact_vs_reference(name, blob, feeds)
+            else:
+                compare(name, blob, feeds)
+
+
+def test_qlinear_conv():
+    for adt, wdt in [(np.uint8, np.int8), (np.uint8, np.uint8), (np.int8, np.int8)]:
+        for ci, case in enumerate(CONV_CASES):
+            for per_ch in (False, True):
+                xs, ws, attrs = conv_shapes(case)
+                M, K = ws[0], int(np.prod(ws[1:]))
+                bias = (ci + per_ch) % 3 != 0
+                wsc = (rng.uniform(0.002, 0.02, M) if per_ch else rng.uniform(0.002, 0.02, [])).astype(np.float32)
+                # ORT requires symmetric (zero) weight zero points for int8 weights per channel
+                wzp = np.zeros(M if per_ch else [], wdt) if wdt == np.int8 else zp_of(wdt, per_ch, M)
+                inits = [numpy_helper.from_array(np.array(0.05, np.float32), "xs"),
+                         numpy_helper.from_array(q8(adt), "xzp"),
+                         numpy_helper.from_array(q8(wdt, *ws), "W"), numpy_helper.from_array(wsc, "ws"),
+                         numpy_helper.from_array(wzp, "wzp"),
+                         numpy_helper.from_array(np.array(rng.uniform(0.2, 0.6) * np.sqrt(K) * 0.05, np.float32), "ys"),
+                         numpy_helper.from_array(q8(adt), "yzp")]
+                ins = ["X", "xs", "xzp", "W", "ws", "wzp", "ys", "yzp"]
+                if bias:
+                    inits.append(numpy_helper.from_array(rng.integers(-5000, 5000, M).astype(np.int32), "B"))
+                    ins.append("B")
+                blob = model(helper.make_node("QLinearConv", ins, ["Y"], **attrs), [vi("X", adt, xs)],
+                             [vi("Y", adt, None)], inits, opset=10)
+                feeds = [{"X": q8(adt, *xs)} for _ in range(2)]
+                compare(f"QLinearConv {adt.__name__}x{wdt.__name__} {'per-channel' if per_ch else 'per-tensor'}"
+                        f"{' bias' if bias else ''} " + conv_label(case), blob, feeds)
+
+
+def qdq_convnet():
+    """A small conv net (strided, depthwise, pointwise, residual Add, MaxPool, GlobalAveragePool,
+    Gemm) with random weights; input x [N, 3, H, W] float32."""
+    nodes, inits = [], []
+
+    def w(name, shape, s=None):
+        fan = int(np.prod(shape[1:]))
+        inits.append(numpy_helper.from_array((rng.standard_normal(shape) * (s or np.sqrt(2.0 / fan))).astype(np.float32), name))
+        return name
+
+    def conv(x, cin, cout, k, s=1, g=1, relu=True, name=""):
+        y = name + "_c"
+        nodes.append(helper.make_node("Conv", [x, w(name + "_w", [cout, cin // g, k, k]), w(name + "_b", [cout], 0.1)], [y],
+                                      kernel_shape=[k, k], strides=[s, s], pads=[k // 2] * 4, group=g))
+        if not relu:
+            return y
+        nodes.append(helper.make_node("Relu", [y], [name + "_r"]))
+        return name + "_r"
+
+    x = conv("x", 3, 16, 3, 2, name="c1")
+    x = conv(x, 16, 24, 3, 1, name="c2")
+    nodes.append(helper.make_node("MaxPool", [x], ["p1"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]))
+    d = conv("p1", 24, 24, 3, 1, g=24, name="dw")
+    p = conv(d, 24, 24, 1, 1, relu=False, name="pw")
+    nodes.append(helper.make_node("Add", ["p1", p], ["res"]))
+    x = conv("res", 24, 40, 3, 2, name="c3")
+    nodes.append(helper.make_node("GlobalAveragePool", [x], ["gap"]))
+    nodes.append(helper.make_node("Flatten", ["gap"], ["flat"]))
+    nodes.append(helper.make_node("Gemm", ["flat", w("fc_w", [10, 40]), w("fc_b", [10], 0.1)], ["logits"], transB=1))
+    g = helper.make_graph(nodes, "qdq_convnet", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, "H", "W"])],
+                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 10])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def qdq_mlp():
+    """MatMuls with data movement between them: x [B, S, 32] -> MatMul -> Reshape -> Transpose ->
+    MatMul -> y."""
+    inits = [numpy_helper.from_array((rng.standard_normal([32, 48]) * 0.2).astype(np.float32), "w1"),
+             numpy_helper.from_array(np.array([0, 0, 4, 12], np.int64), "shp"),
+             numpy_helper.from_array((rng.standard_normal([12, 20]) * 0.3).astype(np.float32), "w2")]
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Reshape", ["h", "shp"], ["h4"]),
+             helper.make_node("Transpose", ["h4"], ["ht"], perm=[0, 2, 1, 3]), helper.make_node("MatMul", ["ht", "w2"], ["y"])]
+    g = helper.make_graph(nodes, "qdq_mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "S", 32])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", 4, "S", 20])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def test_qdq_static():
+    """quantize_static in QDQ format (calibration on random data, seeded), per tensor and per channel:
+    kiln's QDQ pass must leave int8 kernels (no float Conv / MatMul, no DQ->Q around MaxPool,
+    Reshape, Transpose, Flatten) and match ORT at ORT_ENABLE_ALL (its QDQ transformer). Outputs
+    are dequantized int8 values: equal to ORT's except where the float ops kiln keeps (Add,
+    GlobalAveragePool, Gemm; ORT's QLinearAdd / QLinearGlobalAveragePool / QGemm) round a value
+    across a quantization step: at most one step, at most 1% of the elements."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    class Reader(CalibrationDataReader):
+        def __init__(self, shapes):
+            self.it = iter([{"x": rng.standard_normal(s).astype(np.float32)} for s in shapes])
+
+        def get_next(self):
+            return next(self.it, None)
+
+    forms = [("convnet", qdq_convnet, [[1, 3, 48, 48]] * 6, [(1, 3, 64, 64), (2, 3, 37, 45), (1, 3, 96, 320)],
+              {"QLinearConv": 5}, ["Conv"]),
+             ("mlp", qdq_mlp, [[2, 7, 32]] * 6, [(1, 1, 32), (2, 7, 32), (3, 33, 32)], {"QLinearMatMul": 2}, ["MatMul"])]
+    with tempfile.TemporaryDirectory() as d:
+        for name, build, calib, shapes, want_ops, gone in forms:
+            fp = os.path.join(d, name + ".onnx")
+            onnx.save(build(), fp)
+            for per_ch in (False, True):
+                for act in (QuantType.QUInt8, QuantType.QInt8):
+                    qp = os.path.join(d, f"{name}_{per_ch}_{act.name}.onnx")
+                    quantize_static(fp, qp, Reader(calib), quant_format=QuantFormat.QDQ, activation_type=act,
+                                    weight_type=QuantType.QInt8, per_channel=per_ch)
+                    blob = open(qp, "rb").read()
+                    label = f"QDQ {name} {'per-channel' if per_ch else 'per-tensor'} {act.name}"
+                    ops = kiln_ops(blob)
+                    if ops is not None:
+                        check(f"{label} fuses", all(ops.get(k) == v for k, v in want_ops.items()) and
+                              not any(g in ops for g in gone), str(ops))
+                    ref, ks = ort_session(blob), kiln.Session(blob, num_threads=2)
+                    m = onnx.load(qp)
+                    out_dq = [n for n in m.graph.node if n.op_type == "DequantizeLinear" and n.output[0] == m.graph.output[0].name]
+                    step = float(numpy_helper.to_array(next(i for i in m.graph.initializer if i.name == out_dq[0].input[1])))
+                    for s in shapes:
+                        feeds = {"x": rng.standard_normal(s).astype(np.float32)}
+                        want, got = ref.run(None, feeds)[0], np.asarray(ks.run(feeds)[0])
+                        diff = np.abs(got.astype(np.float64) - want)
+                        ok = got.shape == want.shape and diff.max() <= step * 1.0001 and np.mean(diff > 0) <= 0.01
+                        check(f"{label} {s}", ok, f"max diff {diff.max():.4g} (step {step:.4g}), "
+                              f"{int(np.sum(diff > 0))} of {diff.size} differ")
+
+
+def test_quantize_linear_maxpool8():
+    """The QDQ pass's helpers one node each: per-tensor QuantizeLinear to u8/s8 (values on and near
+    the rounding ties, out of range) and 2-D MaxPool on u8/s8 (strides, pads, dilations, odd
+    sizes), bit-exact with ORT."""
+    for dt in (np.uint8, np.int8):
+        blob = model(helper.make_node("QuantizeLinear", ["X", "s", "z"], ["Y"]),
+                     [helper.make_tensor_value_info("X", TensorProto.FLOAT, None)], [vi("Y", dt, None)],
+                     [numpy_helper.from_array(np.array(0.0173, np.float32), "s"), numpy_helper.from_array(q8(dt), "z")])
+        feeds = []
+        for shape in ([1], [17], [3, 130], [2, 3, 61, 67]):
+            x = (rng.standard_normal(shape) * rng.choice([0.3, 3.0])).astype(np.float32)
+            feeds.append({"X": x})
+            feeds.append({"X": ((np.round(x / 0.0173 * 2) + 1) / 2 * np.float32(0.0173)).astype(np.float32)})  # ties
+        compare(f"QuantizeLinear {dt.__name__}", blob, feeds)
+        for shape, attrs in [([1, 3, 17, 13], dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+                             ([2, 5, 9, 11], dict(kernel_shape=[2, 2], strides=[2, 2])),
+                             ([1, 4, 15, 300], dict(kernel_shape=[3, 2], strides=[1, 3], pads=[1, 0, 2, 1])),
+                             ([1, 2, 13, 12], dict(kernel_shape=[2, 3], dilations=[2, 2], pads=[1, 1, 1, 1]))]:
+            blob = model(helper.make_node("MaxPool", ["X"], ["Y"], **attrs), [vi("X", dt, shape)], [vi("Y", dt, None)])
+            compare(f"MaxPool {dt.__name__} {shape} {attrs}", blob, [{"X": q8(dt, *shape)} for _ in range(2)])
+
+
 if __name__ == "__main__":
     test_matmul_integer()
     test_dynamic_quantize_linear()
@@ -214,4 +528,10 @@ if __name__ == "__main__":
     test_qlinear_matmul()
     test_matmul_integer_to_float()
     test_dynamic_quantize_matmul()
+    test_conv_integer()
+    test_qlinear_conv()
+    test_quant_matmul_fusion()
+    test_qdq_static()
+    test_quantize_linear_maxpool8()
+    test_quantize_dynamic_encoder()
     sys.exit(summary())
