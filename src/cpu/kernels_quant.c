@@ -378,44 +378,59 @@ static kiln_status dequant_run(kiln_run_ctx *c)
     return KILN_OK;
 }
 
-static kiln_kernel_fn select_quant(kiln_node *n)
+static kiln_kernel_fn select_dynquant(kiln_node *n) { return ir_is(n->in[0], KILN_DTYPE_FLOAT32) ? dynquant_run : NULL; }
+
+/* Cast int32 -> float32 (MatMulInteger's result, where it is not fused) */
+static kiln_kernel_fn select_cast(kiln_node *n)
 {
-    bool ms = !strcmp(n->domain, "com.microsoft");
-    if (*n->domain && !ms) return NULL;
-    if (!ms && !strcmp(n->op_type, "DynamicQuantizeLinear") && ir_is(n->in[0], KILN_DTYPE_FLOAT32)) return dynquant_run;
-    if (!ms && !strcmp(n->op_type, "Cast") && n->n_in == 1 && ir_is(n->in[0], KILN_DTYPE_INT32) && n->n_out == 1 &&
-        ir_is(n->out[0], KILN_DTYPE_FLOAT32))
-        return cast_i32_f32_run;
-    if (!ms && !strcmp(n->op_type, "DequantizeLinear") && n->n_in >= 2 && ir_8bit(n->in[0]) &&
-        ir_is(n->in[1], KILN_DTYPE_FLOAT32) && n->n_out == 1 && ir_is(n->out[0], KILN_DTYPE_FLOAT32))
-        return dequant_run;
-    if (n->n_in < 2) return NULL;
-    if (!ms && !strcmp(n->op_type, "MatMulInteger") && ir_8bit(n->in[0]) && ir_8bit(n->in[1])) {
-        pack_b(n, 1);
-        return matmul_integer_run;
-    }
-    if (!ms && !strcmp(n->op_type, "QLinearMatMul") && n->n_in >= 8 && ir_8bit(n->in[0]) && ir_8bit(n->in[3])) {
-        pack_b(n, 3);
-        return qlinear_matmul_run;
-    }
-    if (ms && !strcmp(n->op_type, "MatMulIntegerToFloat") && ir_8bit(n->in[0]) && ir_8bit(n->in[1])) {
-        pack_b(n, 1);
-        return matmul_integer_to_float_run;
-    }
-    if (ms && !strcmp(n->op_type, "DynamicQuantizeMatMul") && ir_is(n->in[0], KILN_DTYPE_FLOAT32) && ir_8bit(n->in[1])) {
-        pack_b(n, 1);
-        return dynamic_quantize_matmul_run;
-    }
-    return NULL;
+    return n->n_in == 1 && ir_is(n->in[0], KILN_DTYPE_INT32) && n->n_out == 1 && ir_is(n->out[0], KILN_DTYPE_FLOAT32)
+               ? cast_i32_f32_run
+               : NULL;
+}
+
+static kiln_kernel_fn select_dequant(kiln_node *n)
+{
+    return n->n_in >= 2 && ir_8bit(n->in[0]) && ir_is(n->in[1], KILN_DTYPE_FLOAT32) && n->n_out == 1 &&
+                   ir_is(n->out[0], KILN_DTYPE_FLOAT32)
+               ? dequant_run
+               : NULL;
+}
+
+static kiln_kernel_fn select_matmul_integer(kiln_node *n)
+{
+    if (n->n_in < 2 || !ir_8bit(n->in[0]) || !ir_8bit(n->in[1])) return NULL;
+    pack_b(n, 1);
+    return matmul_integer_run;
+}
+
+static kiln_kernel_fn select_qlinear_matmul(kiln_node *n)
+{
+    if (n->n_in < 8 || !ir_8bit(n->in[0]) || !ir_8bit(n->in[3])) return NULL;
+    pack_b(n, 3);
+    return qlinear_matmul_run;
+}
+
+static kiln_kernel_fn select_matmul_integer_to_float(kiln_node *n)
+{
+    if (n->n_in < 2 || !ir_8bit(n->in[0]) || !ir_8bit(n->in[1])) return NULL;
+    pack_b(n, 1);
+    return matmul_integer_to_float_run;
+}
+
+static kiln_kernel_fn select_dynamic_quantize_matmul(kiln_node *n)
+{
+    if (n->n_in < 2 || !ir_is(n->in[0], KILN_DTYPE_FLOAT32) || !ir_8bit(n->in[1])) return NULL;
+    pack_b(n, 1);
+    return dynamic_quantize_matmul_run;
 }
 
 static const kiln_cpu_kernel kernels[] = {
-    {"", "DynamicQuantizeLinear", select_quant},
-    {"", "Cast", select_quant},
-    {"", "DequantizeLinear", select_quant},
-    {"", "MatMulInteger", select_quant},
-    {"", "QLinearMatMul", select_quant},
-    {"com.microsoft", "MatMulIntegerToFloat", select_quant},
-    {"com.microsoft", "DynamicQuantizeMatMul", select_quant},
+    {"", "DynamicQuantizeLinear", select_dynquant},
+    {"", "Cast", select_cast},
+    {"", "DequantizeLinear", select_dequant},
+    {"", "MatMulInteger", select_matmul_integer},
+    {"", "QLinearMatMul", select_qlinear_matmul},
+    {"com.microsoft", "MatMulIntegerToFloat", select_matmul_integer_to_float},
+    {"com.microsoft", "DynamicQuantizeMatMul", select_dynamic_quantize_matmul},
 };
 KILN_CPU_KERNEL_TABLE(kiln_cpu_kernels_quant, kernels);
