@@ -61,8 +61,8 @@ typedef struct kiln_cpu_attn {
 kiln_status kiln_cpu_attn_f32(kiln_run_ctx *c, const kiln_cpu_attn *a);
 /* Depthwise 2-D Conv (group == C == M, W [C, 1, kh, kw]) over X [N, C, H, W] into Y [N, C, oh, ow]
  * with the resolved geometry g and an optional bias [C]; spread over the N*C planes. */
-struct nn_geom;
-kiln_status kiln_cpu_conv_depthwise(kiln_run_ctx *c, const struct nn_geom *g, const float *x, const float *w,
+struct kiln_nn_geom;
+kiln_status kiln_cpu_conv_depthwise(kiln_run_ctx *c, const struct kiln_nn_geom *g, const float *x, const float *w,
                                     const float *bias, const kiln_act *act, float *y, int64_t N, int64_t C,
                                     int64_t H, int64_t W, int64_t oh, int64_t ow);
 /* The kernel of a node that reads or writes a value blocked by 16 channels (kernels_nchwc.c):

@@ -26,7 +26,7 @@ typedef struct plane_job {
     int64_t planes, per_chunk, C;
     int64_t in_sz, out_sz;        /* elements per input / output plane */
     int64_t H, W, oh, ow;         /* 2-D windows */
-    const nn_geom *g;
+    const kiln_nn_geom *g;
     bool include_pad;
     const float *x, *w, *bias;    /* bias: per channel (depthwise conv) */
     const kiln_act *act;          /* depthwise conv: fused activation */
@@ -189,7 +189,7 @@ static inline v4f v4_max_step(v4f m, v4f v)
 /* One output of the window at (oy, ox) with bounds checked per tap; 0 when no tap is inside. */
 static float max_point(const plane_job *j, const float *x, int64_t oy, int64_t ox)
 {
-    const nn_geom *g = j->g;
+    const kiln_nn_geom *g = j->g;
     float m = -INFINITY;
     bool seen = false;
     for (int64_t ky = 0; ky < g->kernel[0]; ky++) {
@@ -207,7 +207,7 @@ static float max_point(const plane_job *j, const float *x, int64_t oy, int64_t o
 
 static void maxpool_plane(const plane_job *j, int64_t p)
 {
-    const nn_geom *g = j->g;
+    const kiln_nn_geom *g = j->g;
     const float *x = j->x + p * j->in_sz;
     float *y = j->y + p * j->out_sz;
     int64_t sy = g->strides[0], sx = g->strides[1], dy = g->dilations[0], dx = g->dilations[1];
@@ -267,7 +267,7 @@ __attribute__((target("avx512f"))) static inline __m512 max16_step(__m512 m, __m
  * ceil_mode, and a padded row that fits the stack buffer. */
 static bool maxpool3_fits(const plane_job *j)
 {
-    const nn_geom *g = j->g;
+    const kiln_nn_geom *g = j->g;
     int64_t s = g->strides[0];
     return g->kernel[0] == 3 && g->kernel[1] == 3 && s == g->strides[1] && (s == 1 || s == 2) &&
            g->dilations[0] == 1 && g->dilations[1] == 1 && !g->ceil_mode && g->pads[0] <= 1 && g->pads[1] <= 1 &&
@@ -279,7 +279,7 @@ static bool maxpool3_fits(const plane_job *j)
  * into a row padded with -inf, then of three neighbours along it. */
 __attribute__((target("avx512f"))) static void maxpool3_plane_avx512(const plane_job *j, int64_t p)
 {
-    const nn_geom *g = j->g;
+    const kiln_nn_geom *g = j->g;
     int64_t s = g->strides[0], pt = g->pads[0], pl = g->pads[1], H = j->H, W = j->W, ow = j->ow;
     const float *x = j->x + p * j->in_sz;
     float *y = j->y + p * j->out_sz;
@@ -317,7 +317,7 @@ __attribute__((target("avx512f"))) static void maxpool3_plane_avx512(const plane
 
 static void avgpool_plane(const plane_job *j, int64_t p)
 {
-    const nn_geom *g = j->g;
+    const kiln_nn_geom *g = j->g;
     const float *x = j->x + p * j->in_sz;
     float *y = j->y + p * j->out_sz;
     int64_t sy = g->strides[0], sx = g->strides[1], dy = g->dilations[0], dx = g->dilations[1];
@@ -359,15 +359,15 @@ static kiln_status pool2d_run(kiln_run_ctx *c, bool is_max)
         return kiln_cpu_reference(c);
     int nk;
     const int64_t *ks = kiln_attr_ints(nd, "kernel_shape", &nk);
-    nn_geom g;
+    kiln_nn_geom g;
     char msg[160];
-    if (!ks || nk != 2 || !nn_geom_parse(nd, 2, &g, msg, sizeof msg)) return kiln_cpu_reference(c);
+    if (!ks || nk != 2 || !kiln_nn_geom_parse(nd, 2, &g, msg, sizeof msg)) return kiln_cpu_reference(c);
     for (int i = 0; i < 2; i++) {
         if (ks[i] < 1 || ks[i] > NN_ATTR_MAX) return kiln_cpu_reference(c);
         g.kernel[i] = ks[i];
     }
     int64_t od[2];
-    if (!nn_geom_resolve(&g, X->dims + 2, od) || od[0] != Y->dims[2] || od[1] != Y->dims[3] ||
+    if (!kiln_nn_geom_resolve(&g, X->dims + 2, od) || od[0] != Y->dims[2] || od[1] != Y->dims[3] ||
         Y->dims[0] != X->dims[0] || Y->dims[1] != X->dims[1])
         return kiln_cpu_reference(c);
     if (!Y->numel) return KILN_OK;
@@ -440,7 +440,7 @@ static kiln_status gmax_run(kiln_run_ctx *c) { return global_pool_run(c, true); 
 /* One output of the window at (oy, ox) with the row and column bounds checked per tap. */
 static float dw_point(const plane_job *j, const float *x, const float *w, float b, int64_t oy, int64_t ox)
 {
-    const nn_geom *g = j->g;
+    const kiln_nn_geom *g = j->g;
     int64_t kh = g->kernel[0], kw = g->kernel[1];
     float acc = b;
     for (int64_t ky = 0; ky < kh; ky++) {
@@ -456,7 +456,7 @@ static float dw_point(const plane_job *j, const float *x, const float *w, float 
 
 static void dwconv_plane(const plane_job *j, int64_t p)
 {
-    const nn_geom *g = j->g;
+    const kiln_nn_geom *g = j->g;
     int64_t ch = p % j->C, kh = g->kernel[0], kw = g->kernel[1], ow = j->ow, W = j->W;
     int64_t sy = g->strides[0], sx = g->strides[1], dy = g->dilations[0], dx = g->dilations[1];
     const float *x = j->x + p * j->in_sz, *w = j->w + ch * kh * kw;
@@ -566,7 +566,7 @@ typedef struct dw3_geom {
 
 static bool dw3_fits(const plane_job *j, dw3_geom *d)
 {
-    const nn_geom *g = j->g;
+    const kiln_nn_geom *g = j->g;
     int64_t s = g->strides[0];
     if (g->kernel[0] != 3 || g->kernel[1] != 3 || g->dilations[0] != 1 || g->dilations[1] != 1 || s != g->strides[1] ||
         (s != 1 && s != 2) || g->pads[0] > 2 || g->pads[1] > 2 || j->oh > 4096 || j->ow > 4096 || j->H > 8192 ||
@@ -718,7 +718,7 @@ static void dw3_chunks(void *ctx, int64_t begin, int64_t end)
     free(buf);
 }
 
-kiln_status kiln_cpu_conv_depthwise(kiln_run_ctx *c, const nn_geom *g, const float *x, const float *w,
+kiln_status kiln_cpu_conv_depthwise(kiln_run_ctx *c, const kiln_nn_geom *g, const float *x, const float *w,
                                     const float *bias, const kiln_act *act, float *y, int64_t N, int64_t C,
                                     int64_t H, int64_t W, int64_t oh, int64_t ow)
 {

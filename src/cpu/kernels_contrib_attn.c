@@ -1,6 +1,6 @@
 /* kernels_contrib_attn.c - com.microsoft Attention and MultiHeadAttention on float32: the QKV
  * projection on the packed sgemm (weights packed at compile time, bias in its epilogue), the
- * masks made additive once per call (contrib_attn_mask_fill, as the reference does), and the
+ * masks made additive once per call (kiln_contrib_attn_mask_fill, as the reference does), and the
  * attention core on the ONNX Attention kernel (kiln_cpu_attn_f32) reading Q, K and V in place
  * through strides. Covered: no past state, no present or qk outputs; anything else, and every
  * shape the reference would refuse, runs the reference kernel. */
@@ -26,13 +26,13 @@ static kiln_status mask_prepare(kiln_run_ctx *c, const kiln_value *mask, bool ca
 {
     *buf = NULL;
     if (!mask && !causal && !ab) return KILN_OK;
-    bool rows = contrib_attn_mask_per_row(mask, causal);
+    bool rows = kiln_contrib_attn_mask_per_row(mask, causal);
     int64_t R = rows ? S : 1;
     size_t nm = (size_t)(B * R * T), nb = ab ? (size_t)(B * N * S * T) : 0;
     float *m = kiln_scratch_get(kiln_run_scratch(c), (nm + nb + 1) * sizeof *m);
     if (!m) return KILN_ERR_NOMEM;
     *buf = m;
-    if (mask || causal) contrib_attn_mask_fill(mask, causal, B, S, 0, T, filter, m);
+    if (mask || causal) kiln_contrib_attn_mask_fill(mask, causal, B, S, 0, T, filter, m);
     if (!ab) {
         a->mask = m, a->m_b = R * T, a->m_h = 0, a->m_s = rows ? T : 0, a->m_len = T;
         return KILN_OK;
@@ -98,7 +98,7 @@ static kiln_status attention_run(kiln_run_ctx *c)
     int64_t B = X->dims[0], S = X->dims[1], Hin = X->dims[2];
     if (Dq <= 0 || Dv <= 0 || Dq % N || Dv % N || !ab_ok(ab, B, N, S, S)) return kiln_cpu_reference(c);
     char msg[256];
-    if (!contrib_attn_mask_ok(mask, B, S, 0, S, msg, sizeof msg)) return kiln_cpu_reference(c);
+    if (!kiln_contrib_attn_mask_ok(mask, B, S, 0, S, msg, sizeof msg)) return kiln_cpu_reference(c);
     if (!Y->numel) return KILN_OK;
     int64_t H = Dq / N, Hv = Dv / N;
     struct kiln_scratch *scr = kiln_run_scratch(c);
@@ -175,7 +175,7 @@ static kiln_status mha_run(kiln_run_ctx *c)
     }
     char msg[256];
     if ((bias && (bias->rank != 1 || bias->dims[0] != N * (2 * H + Hv))) || !ab_ok(ab, B, N, S, L) ||
-        !contrib_attn_mask_ok(mask, B, S, 0, L, msg, sizeof msg))
+        !kiln_contrib_attn_mask_ok(mask, B, S, 0, L, msg, sizeof msg))
         return kiln_cpu_reference(c);
     if (!Y->numel) return KILN_OK;
     if (!L || !H) return kiln_cpu_reference(c);

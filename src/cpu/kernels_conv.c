@@ -483,11 +483,11 @@ static bool conv_pixels_as_m(int64_t mg, int64_t kdim) { return mg % 32 == 0 && 
 
 /* Conv1d runs as a 2-D conv of height 1: node n's geometry over two spatial dims, where a
  * rank-3 Conv (weights of rank `wrank` 3) has its 1-D attributes lifted to (1, attribute). */
-static bool conv_geom(const kiln_node *n, int wrank, nn_geom *g, char *msg, int size)
+static bool conv_geom(const kiln_node *n, int wrank, kiln_nn_geom *g, char *msg, int size)
 {
-    if (wrank != 3) return nn_geom_parse(n, 2, g, msg, size);
-    nn_geom g1;
-    if (!nn_geom_parse(n, 1, &g1, msg, size)) return false;
+    if (wrank != 3) return kiln_nn_geom_parse(n, 2, g, msg, size);
+    kiln_nn_geom g1;
+    if (!kiln_nn_geom_parse(n, 1, &g1, msg, size)) return false;
     memset(g, 0, sizeof *g);
     g->nsp = 2;
     g->auto_pad = g1.auto_pad;
@@ -521,7 +521,7 @@ static const kiln_value *conv_as_4d(const kiln_value *v, kiln_value *tmp)
  * channels 1.17 -> 0.88 ms, 14x14 256 channels 1.27 -> 0.94 ms. */
 static bool conv_winograd_fits(const kiln_node *n, const kiln_value *w, int64_t group, int wrank)
 {
-    nn_geom g;
+    kiln_nn_geom g;
     char msg[128];
     return group == 1 && w->dims[2] == 3 && w->dims[3] == 3 && w->dims[0] >= 16 && w->dims[0] < 512 && w->dims[1] >= 16 &&
            conv_geom(n, wrank, &g, msg, sizeof msg) && g.strides[0] == 1 && g.strides[1] == 1 &&
@@ -550,7 +550,7 @@ static bool conv_winograd_fits(const kiln_node *n, const kiln_value *w, int64_t 
  *    half a tile) ran 1.4 -> 2.3 ms. */
 static bool conv_direct_fits(const kiln_node *n, const kiln_value *w, int64_t group, int wrank)
 {
-    nn_geom g;
+    kiln_nn_geom g;
     char msg[128];
     int64_t m = w->dims[0], k = w->dims[1] * w->dims[2] * w->dims[3];
     if (group != 1 || !conv_geom(n, wrank, &g, msg, sizeof msg)) return false;
@@ -655,7 +655,7 @@ typedef struct conv_call {
     const kiln_act *act;  /* the fused activation (kiln.FusedConv), KILN_ACT_NONE for Conv */
     const conv_state *cs; /* packed weights, or NULL */
     const kiln_winograd *wino; /* the call runs by conv_winograd */
-    nn_geom g;
+    kiln_nn_geom g;
     const float *x, *w, *bias, *res; /* res: the fused residual, laid out as y, or NULL */
     float *y;
     int64_t Nb, C, H, W, M, group, cg, mg, kh, kw, oh, ow, kdim, area;
@@ -701,7 +701,7 @@ static kiln_status conv_pixels_rows(const conv_call *k)
  * whether it holds every window (the taps read nothing past the padded input). */
 static bool phases_geom(const conv_call *k, shifted_geom *q)
 {
-    const nn_geom *g = &k->g;
+    const kiln_nn_geom *g = &k->g;
     int64_t sy = g->strides[0], sx = g->strides[1], dy = g->dilations[0], dx = g->dilations[1];
     int64_t hp = k->H + g->pads[0] + g->pads[2], wp = k->W + g->pads[1] + g->pads[3];
     *q = (shifted_geom){k->cg, k->H, k->W, g->pads[0], g->pads[1], sy, sx, (hp + sy - 1) / sy, (wp + sx - 1) / sx,
@@ -893,7 +893,7 @@ static kiln_status conv_run(kiln_run_ctx *c)
     k.group = kiln_attr_int(n, "group", 1);
     k.Nb = X->dims[0], k.C = X->dims[1], k.H = X->dims[2], k.W = X->dims[3], k.M = Wt->dims[0];
     if (k.group < 1 || k.C % k.group || k.M % k.group || Wt->dims[1] != k.C / k.group ||
-        !nn_geom_resolve(&k.g, X->dims + 2, out_hw) || out_hw[0] != Y->dims[2] || out_hw[1] != Y->dims[3] ||
+        !kiln_nn_geom_resolve(&k.g, X->dims + 2, out_hw) || out_hw[0] != Y->dims[2] || out_hw[1] != Y->dims[3] ||
         Y->dims[1] != k.M || Y->dims[0] != k.Nb)
         return kiln_cpu_reference(c);
     k.cg = k.C / k.group, k.mg = k.M / k.group, k.oh = out_hw[0], k.ow = out_hw[1];
@@ -910,7 +910,7 @@ static kiln_status conv_run(kiln_run_ctx *c)
     if (k.group == k.C && k.M == k.C && !R) /* depthwise: W [C, 1, kh, kw] */
         return kiln_cpu_conv_depthwise(c, &k.g, X->data, Wt->data, Bv ? Bv->data : NULL, k.act, Y->data, k.Nb, k.C,
                                        k.H, k.W, k.oh, k.ow);
-    const nn_geom *g = &k.g;
+    const kiln_nn_geom *g = &k.g;
     k.direct = k.kh == 1 && k.kw == 1 && g->strides[0] == 1 && g->strides[1] == 1 && !g->pads[0] && !g->pads[1] &&
                !g->pads[2] && !g->pads[3];
     k.ctx = (kiln_gemm_ctx){.pool = kiln_run_threadpool(c), .scratch = kiln_run_scratch(c)};
@@ -943,7 +943,7 @@ typedef struct col2im_job {
     float *y;          /* [Mg, OH, OW] of this image and group */
     const float *bias; /* [Mg] or NULL */
     int64_t H, W, OH, OW, kh, kw;
-    const nn_geom *g;
+    const kiln_nn_geom *g;
 } col2im_job;
 
 /* Output rows [begin, end) of the [Mg * OH] rows: bias, then every (ki, kj) tap's input row
@@ -986,10 +986,10 @@ static kiln_status conv_transpose_run(kiln_run_ctx *c)
     if (!Y || X->rank != 4 || Wt->rank != 4 || Y->rank != 4 || X->dtype != KILN_DTYPE_FLOAT32 ||
         Wt->dtype != KILN_DTYPE_FLOAT32 || (Bv && (Bv->dtype != KILN_DTYPE_FLOAT32 || Bv->numel != Y->dims[1])))
         return kiln_cpu_reference(c);
-    nn_geom g;
+    kiln_nn_geom g;
     char msg[160];
     int64_t group = kiln_attr_int(n, "group", 1);
-    if (!nn_conv_transpose_geom(n, 2, X->dims, Wt->dims, Y->dims, &g, msg, sizeof msg) || group < 1 ||
+    if (!kiln_nn_conv_transpose_geom(n, 2, X->dims, Wt->dims, Y->dims, &g, msg, sizeof msg) || group < 1 ||
         X->dims[1] % group || Wt->dims[0] != X->dims[1] || Y->dims[1] != Wt->dims[1] * group)
         return kiln_cpu_reference(c); /* the reference reports it */
     int64_t N = X->dims[0], C = X->dims[1], H = X->dims[2], W = X->dims[3], Cg = C / group;

@@ -43,12 +43,12 @@ static kiln_status conv_run(kiln_run_ctx *c)
         return kiln_run_fail(c, KILN_ERR_RUNTIME, "blocked convolution: B is not %lld float32 values", (long long)M);
     if (f->residual && (!f32_4d(R) || memcmp(R->dims, Y->dims, sizeof R->dims[0] * 4)))
         return kiln_run_fail(c, KILN_ERR_RUNTIME, "fused residual input does not match the output");
-    nn_geom g;
+    kiln_nn_geom g;
     char msg[160];
-    if (!nn_geom_parse(n, 2, &g, msg, sizeof msg)) return kiln_run_fail(c, KILN_ERR_INVALID_ARG, "%s", msg);
+    if (!kiln_nn_geom_parse(n, 2, &g, msg, sizeof msg)) return kiln_run_fail(c, KILN_ERR_INVALID_ARG, "%s", msg);
     g.kernel[0] = kh, g.kernel[1] = kw;
     int64_t out[2];
-    if (!nn_geom_resolve(&g, X->dims + 2, out) || out[0] != Y->dims[2] || out[1] != Y->dims[3])
+    if (!kiln_nn_geom_resolve(&g, X->dims + 2, out) || out[0] != Y->dims[2] || out[1] != Y->dims[3])
         return kiln_run_fail(c, KILN_ERR_RUNTIME, "blocked convolution: the window does not fit X [%lld, %lld]",
                              (long long)X->dims[2], (long long)X->dims[3]);
     if (!Y->numel) return KILN_OK;
@@ -67,17 +67,17 @@ static kiln_status pool_run(kiln_run_ctx *c)
     const kiln_node *n = kiln_run_node(c);
     const kiln_value *X = kiln_run_in(c, 0);
     kiln_value *Y = kiln_run_out(c, 0);
-    nn_geom g;
+    kiln_nn_geom g;
     char msg[160];
     if (!f32_4d(X) || !Y || !f32_4d(Y) || X->dims[1] % KILN_NCHWC_BLOCK || !is_blocked(n->in[0]) ||
         !is_blocked(n->out[0]))
         return kiln_run_fail(c, KILN_ERR_RUNTIME, "blocked pooling: X and Y are not both blocked float32 [N, C, H, W]");
-    if (!nn_pool_geom(n, &g, msg, sizeof msg)) return kiln_run_fail(c, KILN_ERR_INVALID_ARG, "%s", msg);
+    if (!kiln_nn_pool_geom(n, &g, msg, sizeof msg)) return kiln_run_fail(c, KILN_ERR_INVALID_ARG, "%s", msg);
     if (g.nsp != 2)
         return kiln_run_fail(c, KILN_ERR_RUNTIME, "blocked pooling: kernel_shape has %d values for 2 spatial dims",
                              g.nsp);
     int64_t out[2];
-    if (!nn_geom_resolve(&g, X->dims + 2, out) || out[0] != Y->dims[2] || out[1] != Y->dims[3] ||
+    if (!kiln_nn_geom_resolve(&g, X->dims + 2, out) || out[0] != Y->dims[2] || out[1] != Y->dims[3] ||
         Y->dims[0] != X->dims[0] || Y->dims[1] != X->dims[1])
         return kiln_run_fail(c, KILN_ERR_RUNTIME, "blocked pooling: the window does not fit X [%lld, %lld]",
                              (long long)X->dims[2], (long long)X->dims[3]);

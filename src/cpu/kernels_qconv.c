@@ -331,12 +331,12 @@ static bool geometry(const kiln_node *n, const kiln_value *X, const kiln_value *
 {
     if (X->rank != W->rank || (X->rank != 3 && X->rank != 4) || !Y || Y->rank != X->rank) return false;
     int nsp = X->rank - 2;
-    nn_geom g;
+    kiln_nn_geom g;
     char msg[160];
-    if (!nn_geom_parse(n, nsp, &g, msg, sizeof msg)) return false;
+    if (!kiln_nn_geom_parse(n, nsp, &g, msg, sizeof msg)) return false;
     memcpy(g.kernel, W->dims + 2, (size_t)nsp * sizeof(int64_t));
     int64_t od[KILN_MAX_RANK];
-    if (!nn_geom_resolve(&g, X->dims + 2, od)) return false;
+    if (!kiln_nn_geom_resolve(&g, X->dims + 2, od)) return false;
     memset(q, 0, sizeof *q);
     q->N = X->dims[0], q->C = X->dims[1], q->M = W->dims[0];
     q->group = kiln_attr_int(n, "group", 1);

@@ -88,7 +88,7 @@ static kiln_status quantize_run(kiln_run_ctx *c)
 /* ---- 8-bit 2-D MaxPool ---- */
 
 typedef struct pool_job {
-    const nn_geom *g;
+    const kiln_nn_geom *g;
     const uint8_t *x;
     uint8_t *y;
     bool is_signed;
@@ -98,7 +98,7 @@ typedef struct pool_job {
 VECTORIZE static void pool_planes(void *ctx, int64_t begin, int64_t end)
 {
     const pool_job *j = ctx;
-    const nn_geom *g = j->g;
+    const kiln_nn_geom *g = j->g;
     uint8_t flip = j->is_signed ? 0x80 : 0; /* int8 compared as uint8 after flipping the sign bit */
     int64_t sw = g->strides[1], tlo[64], thi[64], kw = g->kernel[1] <= 64 ? g->kernel[1] : 0;
     /* output columns [tlo, thi) whose tap kx falls inside the row (ix = ox * sw - pad + kx * dilation) */
@@ -143,15 +143,15 @@ static kiln_status maxpool8_run(kiln_run_ctx *c)
         return kiln_cpu_reference(c);
     int nk;
     const int64_t *ks = kiln_attr_ints(nd, "kernel_shape", &nk);
-    nn_geom g;
+    kiln_nn_geom g;
     char msg[160];
-    if (!ks || nk != 2 || !nn_geom_parse(nd, 2, &g, msg, sizeof msg) || g.ceil_mode) return kiln_cpu_reference(c);
+    if (!ks || nk != 2 || !kiln_nn_geom_parse(nd, 2, &g, msg, sizeof msg) || g.ceil_mode) return kiln_cpu_reference(c);
     for (int i = 0; i < 2; i++) {
         if (ks[i] < 1 || ks[i] > 64) return kiln_cpu_reference(c);
         g.kernel[i] = ks[i];
     }
     int64_t od[2];
-    if (!nn_geom_resolve(&g, X->dims + 2, od) || od[0] != Y->dims[2] || od[1] != Y->dims[3] ||
+    if (!kiln_nn_geom_resolve(&g, X->dims + 2, od) || od[0] != Y->dims[2] || od[1] != Y->dims[3] ||
         Y->dims[0] != X->dims[0] || Y->dims[1] != X->dims[1])
         return kiln_cpu_reference(c);
     /* every window must hold an input pixel (else the reference's -inf rule applies) */

@@ -230,14 +230,14 @@ static kiln_status gemm_run(kiln_run_ctx *c)
  * Elu, ...), which run the reference kernel. */
 static bool fused_gemm_act(const kiln_node *n, kiln_act *k)
 {
-    contrib_act a;
+    kiln_contrib_act a;
     char msg[160];
-    if (!contrib_act_parse(n, false, &a, msg, sizeof msg)) return false;
+    if (!kiln_contrib_act_parse(n, false, &a, msg, sizeof msg)) return false;
     switch (a.kind) {
-    case CONTRIB_ACT_RELU: *k = (kiln_act){KILN_ACT_RELU, 0.0f, 0.0f}; return true;
-    case CONTRIB_ACT_SIGMOID: *k = (kiln_act){KILN_ACT_SIGMOID, 0.0f, 0.0f}; return true;
-    case CONTRIB_ACT_LEAKY_RELU: *k = (kiln_act){KILN_ACT_LEAKY_RELU, (float)a.alpha, 0.0f}; return true;
-    case CONTRIB_ACT_HARD_SIGMOID: *k = (kiln_act){KILN_ACT_HARD_SIGMOID, (float)a.alpha, (float)a.beta}; return true;
+    case KILN_CONTRIB_ACT_RELU: *k = (kiln_act){KILN_ACT_RELU, 0.0f, 0.0f}; return true;
+    case KILN_CONTRIB_ACT_SIGMOID: *k = (kiln_act){KILN_ACT_SIGMOID, 0.0f, 0.0f}; return true;
+    case KILN_CONTRIB_ACT_LEAKY_RELU: *k = (kiln_act){KILN_ACT_LEAKY_RELU, (float)a.alpha, 0.0f}; return true;
+    case KILN_CONTRIB_ACT_HARD_SIGMOID: *k = (kiln_act){KILN_ACT_HARD_SIGMOID, (float)a.alpha, (float)a.beta}; return true;
     default: return false;
     }
 }
@@ -272,10 +272,10 @@ static kiln_status fused_matmul_run(kiln_run_ctx *c)
     const kiln_node *n = kiln_run_node(c);
     const kiln_value *A = kiln_run_in(c, 0), *B = kiln_run_in(c, 1);
     kiln_value *Y = kiln_run_out(c, 0);
-    contrib_mm_view v;
+    kiln_contrib_mm_view v;
     char msg[160];
     if (!Y || A->dtype != KILN_DTYPE_FLOAT32 || B->dtype != KILN_DTYPE_FLOAT32 || Y->dtype != KILN_DTYPE_FLOAT32 ||
-        !contrib_mm_resolve(n, A, B, &v, msg, sizeof msg))
+        !kiln_contrib_mm_resolve(n, A, B, &v, msg, sizeof msg))
         return kiln_cpu_reference(c); /* it reports the mismatch */
     if (!Y->numel) return KILN_OK;
     bool ta, tb;
@@ -298,7 +298,7 @@ static kiln_status fused_matmul_run(kiln_run_ctx *c)
                             : kiln_sgemm_ex(&ctx, ta, tb, v.M, v.N, v.K, alpha, a + oa, lda, b + ob, ldb, 0.0f, yt,
                                             v.N, NULL);
         if (st) return gemm_fail(c, st);
-        nn_index_next(v.yb, v.ydims, idx);
+        kiln_nn_index_next(v.yb, v.ydims, idx);
     }
     return KILN_OK;
 }

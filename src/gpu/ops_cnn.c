@@ -68,7 +68,7 @@ static size_t dtype_bytes(const kiln_value *v)
 }
 
 /* The kernels' window from a resolved geometry; in / out are the spatial sizes. */
-static kiln_gpu_window make_window(const nn_geom *g, const int64_t *in, const int64_t *out)
+static kiln_gpu_window make_window(const kiln_nn_geom *g, const int64_t *in, const int64_t *out)
 {
     kiln_gpu_window w;
     memset(&w, 0, sizeof w);
@@ -145,13 +145,13 @@ static kiln_status conv_run(kiln_run_ctx *c)
     const kiln_value *X = kiln_run_in(c, 0), *W = kiln_run_in(c, 1), *B = kiln_run_in(c, 2);
     kiln_value *Y = kiln_run_out(c, 0);
     int nsp = X->rank - 2;
-    nn_geom g;
+    kiln_nn_geom g;
     char msg[160];
     int64_t od[KILN_MAX_RANK];
-    if (!Y || nsp < 1 || nsp > KILN_GPU_CNN_MAX_SP || W->rank != X->rank || !nn_geom_parse(node, nsp, &g, msg, sizeof msg))
+    if (!Y || nsp < 1 || nsp > KILN_GPU_CNN_MAX_SP || W->rank != X->rank || !kiln_nn_geom_parse(node, nsp, &g, msg, sizeof msg))
         return kiln_gpu_fallback(c);
     memcpy(g.kernel, W->dims + 2, (size_t)nsp * sizeof(int64_t));
-    if (!nn_geom_resolve(&g, X->dims + 2, od)) return kiln_gpu_fallback(c);
+    if (!kiln_nn_geom_resolve(&g, X->dims + 2, od)) return kiln_gpu_fallback(c);
     int64_t group = kiln_attr_int(node, "group", 1);
     int64_t N = X->dims[0], C = X->dims[1], M = W->dims[0], Cg = W->dims[1];
     if (group < 1 || C != Cg * group || M % group || (B && B->numel != M)) return kiln_gpu_fallback(c);
@@ -163,8 +163,8 @@ static kiln_status conv_run(kiln_run_ctx *c)
         return kiln_gpu_check(c, kiln_gpu_cnn_conv_direct(dt, X->data, W->data, B ? B->data : NULL, Y->data, N, C, M, w, s),
                               "conv_direct");
 
-    int64_t Mg = M / group, ks = nn_prod(nsp, g.kernel), Kg = Cg * ks, is = nn_prod(nsp, X->dims + 2),
-            os = nn_prod(nsp, od);
+    int64_t Mg = M / group, ks = kiln_nn_prod(nsp, g.kernel), Kg = Cg * ks, is = kiln_nn_prod(nsp, X->dims + 2),
+            os = kiln_nn_prod(nsp, od);
     size_t es = dtype_bytes(X);
     if (Kg == 0) /* no input channels: the bias alone */
         return kiln_gpu_check(c, B ? kiln_gpu_cnn_bias_fill(dt, Y->data, B->data, N, M, os, s)
@@ -209,11 +209,11 @@ static kiln_status conv_transpose_run(kiln_run_ctx *c)
     const kiln_value *X = kiln_run_in(c, 0), *W = kiln_run_in(c, 1), *B = kiln_run_in(c, 2);
     kiln_value *Y = kiln_run_out(c, 0);
     int nsp = X->rank - 2;
-    nn_geom g;
+    kiln_nn_geom g;
     char msg[160];
     /* pads derived from the output size when it is given or SAME, as the reference does */
     if (!Y || nsp < 1 || nsp > KILN_GPU_CNN_MAX_SP || W->rank != X->rank || Y->rank != X->rank ||
-        !nn_conv_transpose_geom(node, nsp, X->dims, W->dims, Y->dims, &g, msg, sizeof msg))
+        !kiln_nn_conv_transpose_geom(node, nsp, X->dims, W->dims, Y->dims, &g, msg, sizeof msg))
         return kiln_gpu_fallback(c);
     int64_t group = kiln_attr_int(node, "group", 1);
     memcpy(g.kernel, W->dims + 2, (size_t)nsp * sizeof(int64_t));
@@ -221,8 +221,8 @@ static kiln_status conv_transpose_run(kiln_run_ctx *c)
     if (group < 1 || C % group || W->dims[0] != C || M != Mg * group || Y->dims[0] != N || (B && B->numel != M))
         return kiln_gpu_fallback(c);
     if (Y->numel == 0) return KILN_OK;
-    int64_t Cg = C / group, ks = nn_prod(nsp, g.kernel), is = nn_prod(nsp, X->dims + 2),
-            os = nn_prod(nsp, Y->dims + 2);
+    int64_t Cg = C / group, ks = kiln_nn_prod(nsp, g.kernel), is = kiln_nn_prod(nsp, X->dims + 2),
+            os = kiln_nn_prod(nsp, Y->dims + 2);
     kiln_gpu_window w = make_window(&g, X->dims + 2, Y->dims + 2);
     gpuStream_t s = kiln_gpu_stream(c);
     size_t es = dtype_bytes(X), item = (size_t)M * (size_t)ks * (size_t)is * sizeof(float);
@@ -270,18 +270,18 @@ static kiln_status pool_run(kiln_run_ctx *c, int mode)
     const kiln_node *node = kiln_run_node(c);
     const kiln_value *X = kiln_run_in(c, 0);
     kiln_value *Y = kiln_run_out(c, 0), *I = kiln_run_out(c, 1);
-    nn_geom g;
+    kiln_nn_geom g;
     char msg[160];
     int64_t od[KILN_MAX_RANK];
-    if (!Y || !nn_pool_geom(node, &g, msg, sizeof msg) || g.nsp != X->rank - 2 || g.nsp > KILN_GPU_CNN_MAX_SP)
+    if (!Y || !kiln_nn_pool_geom(node, &g, msg, sizeof msg) || g.nsp != X->rank - 2 || g.nsp > KILN_GPU_CNN_MAX_SP)
         return kiln_gpu_fallback(c);
-    if (!nn_geom_resolve(&g, X->dims + 2, od)) return kiln_gpu_fallback(c);
+    if (!kiln_nn_geom_resolve(&g, X->dims + 2, od)) return kiln_gpu_fallback(c);
     if (Y->numel == 0) return KILN_OK;
     bool include_pad = kiln_attr_int(node, "count_include_pad", 0) != 0;
     bool col_major = kiln_attr_int(node, "storage_order", 0) == 1;
     kiln_gpu_window w = make_window(&g, X->dims + 2, od);
     gpuError_t e = kiln_gpu_cnn_pool(X->dtype, mode, X->data, Y->data, I && mode == KILN_GPU_POOL_MAX ? I->data : NULL,
-                                     X->dims[0] * X->dims[1], w, include_pad, col_major, (float)nn_pool_p(node),
+                                     X->dims[0] * X->dims[1], w, include_pad, col_major, (float)kiln_nn_pool_p(node),
                                      kiln_gpu_stream(c));
     return kiln_gpu_check(c, e, "pool");
 }
@@ -308,7 +308,7 @@ static kiln_status global_pool_run(kiln_run_ctx *c, int mode)
     int64_t planes = X->dims[0] * X->dims[1], sz = planes ? X->numel / planes : 0;
     if (planes == 0) return KILN_OK;
     gpuError_t e = kiln_gpu_cnn_global_pool(X->dtype, mode, X->data, Y->data, planes, sz,
-                                            (float)nn_pool_p(kiln_run_node(c)), kiln_gpu_stream(c));
+                                            (float)kiln_nn_pool_p(kiln_run_node(c)), kiln_gpu_stream(c));
     return kiln_gpu_check(c, e, "global_pool");
 }
 

@@ -16,7 +16,7 @@ static bool is_float(kiln_dtype dt)
 }
 
 /* X's type for output 0, with an optional bias (input 1) of X's last dim. */
-kiln_status contrib_gelu_infer(kiln_infer_ctx *c)
+kiln_status kiln_contrib_gelu_infer(kiln_infer_ctx *c)
 {
     const kiln_type *x = kiln_infer_in(c, 0), *b = kiln_infer_in(c, 1);
     if (!x) return kiln_infer_fail(c, KILN_ERR_MODEL, "needs input X");
@@ -71,18 +71,18 @@ static kiln_status unary_bias_run(kiln_run_ctx *c, unary_fn f, double alpha, boo
     return KILN_OK;
 }
 
-kiln_status contrib_gelu_run(kiln_run_ctx *c) { return unary_bias_run(c, gelu_erf, 0, false); }
-kiln_status contrib_fast_gelu_run(kiln_run_ctx *c) { return unary_bias_run(c, gelu_tanh, 0, false); }
-kiln_status contrib_bias_gelu_run(kiln_run_ctx *c) { return unary_bias_run(c, gelu_erf, 0, true); }
+kiln_status kiln_contrib_gelu_run(kiln_run_ctx *c) { return unary_bias_run(c, gelu_erf, 0, false); }
+kiln_status kiln_contrib_fast_gelu_run(kiln_run_ctx *c) { return unary_bias_run(c, gelu_tanh, 0, false); }
+kiln_status kiln_contrib_bias_gelu_run(kiln_run_ctx *c) { return unary_bias_run(c, gelu_erf, 0, true); }
 
-kiln_status contrib_quick_gelu_run(kiln_run_ctx *c)
+kiln_status kiln_contrib_quick_gelu_run(kiln_run_ctx *c)
 {
     return unary_bias_run(c, quick_gelu, kiln_attr_float(kiln_run_node(c), "alpha", 1.702f), false);
 }
 
 /* ---- BiasAdd: Y = X + bias + skip, X and skip [N, S, C], bias [C] ---- */
 
-kiln_status contrib_bias_add_infer(kiln_infer_ctx *c)
+kiln_status kiln_contrib_bias_add_infer(kiln_infer_ctx *c)
 {
     const kiln_type *x = kiln_infer_in(c, 0), *b = kiln_infer_in(c, 1), *s = kiln_infer_in(c, 2);
     if (!x || !b || !s) return kiln_infer_fail(c, KILN_ERR_MODEL, "needs inputs X, bias and skip");
@@ -95,7 +95,7 @@ kiln_status contrib_bias_add_infer(kiln_infer_ctx *c)
     return kiln_infer_same_as_input(c, 0, 0);
 }
 
-kiln_status contrib_bias_add_run(kiln_run_ctx *c)
+kiln_status kiln_contrib_bias_add_run(kiln_run_ctx *c)
 {
     const kiln_value *X = kiln_run_in(c, 0), *b = kiln_run_in(c, 1), *S = kiln_run_in(c, 2);
     kiln_value *Y = kiln_run_out(c, 0);
@@ -114,17 +114,17 @@ kiln_status contrib_bias_add_run(kiln_run_ctx *c)
 
 #define MS "com.microsoft"
 static const kiln_op_def defs[] = {
-    {MS, "Gelu", 1, contrib_gelu_infer, contrib_gelu_run, KILN_OP_INPLACE},
-    {MS, "FastGelu", 1, contrib_gelu_infer, contrib_fast_gelu_run},
-    {MS, "BiasGelu", 1, contrib_gelu_infer, contrib_bias_gelu_run},
-    {MS, "QuickGelu", 1, contrib_gelu_infer, contrib_quick_gelu_run, KILN_OP_INPLACE},
-    {MS, "BiasAdd", 1, contrib_bias_add_infer, contrib_bias_add_run},
-    {MS, "SkipLayerNormalization", 1, contrib_skip_ln_infer, contrib_skip_ln_run},
-    {MS, "SkipSimplifiedLayerNormalization", 1, contrib_skip_sln_infer, contrib_skip_sln_run},
-    {MS, "EmbedLayerNormalization", 1, contrib_embed_ln_infer, contrib_embed_ln_run},
-    {MS, "FusedMatMul", 1, contrib_fused_matmul_infer, contrib_fused_matmul_run},
-    {MS, "FusedGemm", 1, contrib_fused_gemm_infer, contrib_fused_gemm_run},
-    {MS, "FusedConv", 1, contrib_fused_conv_infer, contrib_fused_conv_run},
+    {MS, "Gelu", 1, kiln_contrib_gelu_infer, kiln_contrib_gelu_run, KILN_OP_INPLACE},
+    {MS, "FastGelu", 1, kiln_contrib_gelu_infer, kiln_contrib_fast_gelu_run},
+    {MS, "BiasGelu", 1, kiln_contrib_gelu_infer, kiln_contrib_bias_gelu_run},
+    {MS, "QuickGelu", 1, kiln_contrib_gelu_infer, kiln_contrib_quick_gelu_run, KILN_OP_INPLACE},
+    {MS, "BiasAdd", 1, kiln_contrib_bias_add_infer, kiln_contrib_bias_add_run},
+    {MS, "SkipLayerNormalization", 1, kiln_contrib_skip_ln_infer, kiln_contrib_skip_ln_run},
+    {MS, "SkipSimplifiedLayerNormalization", 1, kiln_contrib_skip_sln_infer, kiln_contrib_skip_sln_run},
+    {MS, "EmbedLayerNormalization", 1, kiln_contrib_embed_ln_infer, kiln_contrib_embed_ln_run},
+    {MS, "FusedMatMul", 1, kiln_contrib_fused_matmul_infer, kiln_contrib_fused_matmul_run},
+    {MS, "FusedGemm", 1, kiln_contrib_fused_gemm_infer, kiln_contrib_fused_gemm_run},
+    {MS, "FusedConv", 1, kiln_contrib_fused_conv_infer, kiln_contrib_fused_conv_run},
     {MS, "QuantizeLinear", 1, kiln_cast_quantize_infer, kiln_cast_quantize_run},
     {MS, "DequantizeLinear", 1, kiln_cast_dequantize_infer, kiln_cast_dequantize_run},
 };

@@ -17,7 +17,7 @@
 
 /* ---- masks (shared with the fast kernel) ---- */
 
-bool contrib_attn_mask_ok(const kiln_value *m, int64_t B, int64_t S, int64_t P, int64_t T, char *msg, int size)
+bool kiln_contrib_attn_mask_ok(const kiln_value *m, int64_t B, int64_t S, int64_t P, int64_t T, char *msg, int size)
 {
     if (!m) return true;
     if (m->dtype != KILN_DTYPE_INT32) {
@@ -45,15 +45,15 @@ bool contrib_attn_mask_ok(const kiln_value *m, int64_t B, int64_t S, int64_t P, 
     return ok;
 }
 
-bool contrib_attn_mask_per_row(const kiln_value *mask, bool causal)
+bool kiln_contrib_attn_mask_per_row(const kiln_value *mask, bool causal)
 {
     return causal || (mask && mask->rank >= 3);
 }
 
-void contrib_attn_mask_fill(const kiln_value *mask, bool causal, int64_t B, int64_t S, int64_t P, int64_t T,
+void kiln_contrib_attn_mask_fill(const kiln_value *mask, bool causal, int64_t B, int64_t S, int64_t P, int64_t T,
                             float filter, float *m)
 {
-    bool rows = contrib_attn_mask_per_row(mask, causal);
+    bool rows = kiln_contrib_attn_mask_per_row(mask, causal);
     int64_t R = rows ? S : 1;
     const int32_t *mi = mask ? mask->data : NULL;
     for (int64_t b = 0; b < B; b++)
@@ -80,7 +80,7 @@ void contrib_attn_mask_fill(const kiln_value *mask, bool causal, int64_t B, int6
 }
 
 /* ---- the attention core, in double ----
- * q [B, N, S, H], k [B, N, T, H], v [B, N, T, Hv]; mask NULL or as contrib_attn_mask_fill
+ * q [B, N, S, H], k [B, N, T, H], v [B, N, T, Hv]; mask NULL or as kiln_contrib_attn_mask_fill
  * leaves it (per_row: [B, S, T], else [B, T]); bias NULL or [B|1, N|1, S, T] (bb, bn: 0 where
  * broadcast); Y [B, S, N * Hv]; QK (optional) [B, N, S, T] receives the scores before softmax. */
 typedef struct attn_core {
@@ -227,7 +227,7 @@ static kiln_status contrib_attention_run(kiln_run_ctx *c)
     }
     int64_t T = P + S;
     char msg[256];
-    if (!contrib_attn_mask_ok(mask, B, S, P, T, msg, sizeof msg)) return kiln_run_fail(c, KILN_ERR_SHAPE, "%s", msg);
+    if (!kiln_contrib_attn_mask_ok(mask, B, S, P, T, msg, sizeof msg)) return kiln_run_fail(c, KILN_ERR_SHAPE, "%s", msg);
     if (!attn_bias_ok(ab, B, N, S, T))
         return kiln_run_fail(c, KILN_ERR_SHAPE, "attention_bias must be [%lld or 1, %lld or 1, %lld, %lld]", (long long)B,
                              (long long)N, (long long)S, (long long)T);
@@ -264,8 +264,8 @@ static kiln_status contrib_attention_run(kiln_run_ctx *c)
             kiln_store_f64(present->dtype, present->data, (int64_t)i, k[i]);
             kiln_store_f64(present->dtype, present->data, (int64_t)(nk + i), v[i]);
         }
-    if (m) contrib_attn_mask_fill(mask, causal, B, S, P, T, kiln_attr_float(n, "mask_filter_value", -10000.0f), m);
-    attn_core a = {q, k, v, m, contrib_attn_mask_per_row(mask, causal), ab, B, N, S, T, H, Hv, scale_of(n, H)};
+    if (m) kiln_contrib_attn_mask_fill(mask, causal, B, S, P, T, kiln_attr_float(n, "mask_filter_value", -10000.0f), m);
+    attn_core a = {q, k, v, m, kiln_contrib_attn_mask_per_row(mask, causal), ab, B, N, S, T, H, Hv, scale_of(n, H)};
     st = attn_core_run(c, &a, Y, NULL);
 out:
     free(q);
@@ -408,7 +408,7 @@ static kiln_status contrib_mha_run(kiln_run_ctx *c)
     }
     int64_t T = P + L;
     char msg[256];
-    if (!contrib_attn_mask_ok(mask, B, S, P, T, msg, sizeof msg)) return kiln_run_fail(c, KILN_ERR_SHAPE, "key_padding_%s", msg);
+    if (!kiln_contrib_attn_mask_ok(mask, B, S, P, T, msg, sizeof msg)) return kiln_run_fail(c, KILN_ERR_SHAPE, "key_padding_%s", msg);
     if (!attn_bias_ok(ab, B, N, S, T))
         return kiln_run_fail(c, KILN_ERR_SHAPE, "attention_bias must be [%lld or 1, %lld or 1, %lld, %lld]", (long long)B,
                              (long long)N, (long long)S, (long long)T);
@@ -439,8 +439,8 @@ static kiln_status contrib_mha_run(kiln_run_ctx *c)
         }
     for (size_t i = 0; PK && i < nk; i++) kiln_store_f64(PK->dtype, PK->data, (int64_t)i, k[i]);
     for (size_t i = 0; PV && i < nv; i++) kiln_store_f64(PV->dtype, PV->data, (int64_t)i, v[i]);
-    if (mk) contrib_attn_mask_fill(mask, causal, B, S, P, T, kiln_attr_float(n, "mask_filter_value", -10000.0f), mk);
-    attn_core a = {q, k, v, mk, contrib_attn_mask_per_row(mask, causal), ab, B, N, S, T, H, Hv, scale_of(n, H)};
+    if (mk) kiln_contrib_attn_mask_fill(mask, causal, B, S, P, T, kiln_attr_float(n, "mask_filter_value", -10000.0f), mk);
+    attn_core a = {q, k, v, mk, kiln_contrib_attn_mask_per_row(mask, causal), ab, B, N, S, T, H, Hv, scale_of(n, H)};
     st = attn_core_run(c, &a, Y, QK);
 out:
     free(q);

@@ -14,15 +14,15 @@
  * mask[b] masked), [2B] (also keys before mask[B + b]), [B, T] (0/1 per key), [B, S, T] (0/1
  * per query and key), [B, 1, M, M] with M >= T (rows P + s, keys 0..T). NULL mask passes.
  * On failure, writes a message naming the dims into msg. */
-bool contrib_attn_mask_ok(const kiln_value *mask, int64_t B, int64_t S, int64_t P, int64_t T, char *msg, int size);
+bool kiln_contrib_attn_mask_ok(const kiln_value *mask, int64_t B, int64_t S, int64_t P, int64_t T, char *msg, int size);
 
 /* Whether the prepared mask varies with the query row (3-D and 4-D masks, or causal). */
-bool contrib_attn_mask_per_row(const kiln_value *mask, bool causal);
+bool kiln_contrib_attn_mask_per_row(const kiln_value *mask, bool causal);
 
 /* The additive mask of a checked mask and causality into m: [B, S, T] floats when
- * contrib_attn_mask_per_row, else [B, T]; 0 where attended, filter where masked (causal:
+ * kiln_contrib_attn_mask_per_row, else [B, T]; 0 where attended, filter where masked (causal:
  * keys past P + s of query s, when S > 1, as ONNX Runtime). */
-void contrib_attn_mask_fill(const kiln_value *mask, bool causal, int64_t B, int64_t S, int64_t P, int64_t T,
+void kiln_contrib_attn_mask_fill(const kiln_value *mask, bool causal, int64_t B, int64_t S, int64_t P, int64_t T,
                             float filter, float *m);
 
 #endif

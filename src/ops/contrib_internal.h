@@ -11,96 +11,96 @@
 
 /* An activation FusedGemm (attributes activation, activation_alpha/beta/gamma) or FusedConv
  * (activation, activation_params) applies to its output, as ONNX Runtime defines them. */
-typedef enum contrib_act_kind {
-    CONTRIB_ACT_NONE = 0,
-    CONTRIB_ACT_RELU,
-    CONTRIB_ACT_TANH,
-    CONTRIB_ACT_SIGMOID,
-    CONTRIB_ACT_SOFTSIGN,            /* x / (1 + |x|) */
-    CONTRIB_ACT_SOFTPLUS,            /* ln(1 + e^x) */
-    CONTRIB_ACT_LEAKY_RELU,          /* x < 0 ? alpha x : x */
-    CONTRIB_ACT_HARD_SIGMOID,        /* clamp(alpha x + beta, 0, 1) */
-    CONTRIB_ACT_ELU,                 /* x < 0 ? alpha (e^x - 1) : x */
-    CONTRIB_ACT_SELU,                /* gamma (x <= 0 ? alpha (e^x - 1) : x) */
-    CONTRIB_ACT_THRESHOLDED_RELU,    /* x > alpha ? x : 0 */
-    CONTRIB_ACT_SCALED_TANH,         /* alpha tanh(beta x) */
-    CONTRIB_ACT_PARAMETRIC_SOFTPLUS, /* alpha ln(1 + e^(beta x)) */
-    CONTRIB_ACT_CLIP,                /* min(max(x, alpha), beta) */
-} contrib_act_kind;
+typedef enum kiln_contrib_act_kind {
+    KILN_CONTRIB_ACT_NONE = 0,
+    KILN_CONTRIB_ACT_RELU,
+    KILN_CONTRIB_ACT_TANH,
+    KILN_CONTRIB_ACT_SIGMOID,
+    KILN_CONTRIB_ACT_SOFTSIGN,            /* x / (1 + |x|) */
+    KILN_CONTRIB_ACT_SOFTPLUS,            /* ln(1 + e^x) */
+    KILN_CONTRIB_ACT_LEAKY_RELU,          /* x < 0 ? alpha x : x */
+    KILN_CONTRIB_ACT_HARD_SIGMOID,        /* clamp(alpha x + beta, 0, 1) */
+    KILN_CONTRIB_ACT_ELU,                 /* x < 0 ? alpha (e^x - 1) : x */
+    KILN_CONTRIB_ACT_SELU,                /* gamma (x <= 0 ? alpha (e^x - 1) : x) */
+    KILN_CONTRIB_ACT_THRESHOLDED_RELU,    /* x > alpha ? x : 0 */
+    KILN_CONTRIB_ACT_SCALED_TANH,         /* alpha tanh(beta x) */
+    KILN_CONTRIB_ACT_PARAMETRIC_SOFTPLUS, /* alpha ln(1 + e^(beta x)) */
+    KILN_CONTRIB_ACT_CLIP,                /* min(max(x, alpha), beta) */
+} kiln_contrib_act_kind;
 
-typedef struct contrib_act {
-    contrib_act_kind kind;
+typedef struct kiln_contrib_act {
+    kiln_contrib_act_kind kind;
     double alpha, beta, gamma;
-} contrib_act;
+} kiln_contrib_act;
 
 /* The activation of a FusedGemm (conv false) or FusedConv (conv true) node. Returns false
  * with a message in msg (size bytes) for an unknown name or missing or miscounted parameters,
  * the cases ONNX Runtime refuses. */
-bool contrib_act_parse(const kiln_node *n, bool conv, contrib_act *a, char *msg, int size);
+bool kiln_contrib_act_parse(const kiln_node *n, bool conv, kiln_contrib_act *a, char *msg, int size);
 
 /* act(x) in double. */
-static inline double contrib_act_eval(const contrib_act *a, double x)
+static inline double kiln_contrib_act_eval(const kiln_contrib_act *a, double x)
 {
     switch (a->kind) {
-    case CONTRIB_ACT_NONE: return x;
-    case CONTRIB_ACT_RELU: return x < 0 ? 0 : x;
-    case CONTRIB_ACT_TANH: return tanh(x);
-    case CONTRIB_ACT_SIGMOID: return 1.0 / (1.0 + exp(-x));
-    case CONTRIB_ACT_SOFTSIGN: return x / (1.0 + fabs(x));
-    case CONTRIB_ACT_SOFTPLUS: return x > 30 ? x : log1p(exp(x));
-    case CONTRIB_ACT_LEAKY_RELU: return x < 0 ? a->alpha * x : x;
-    case CONTRIB_ACT_HARD_SIGMOID: return fmin(fmax(a->alpha * x + a->beta, 0.0), 1.0);
-    case CONTRIB_ACT_ELU: return x < 0 ? a->alpha * expm1(x) : x;
-    case CONTRIB_ACT_SELU: return a->gamma * (x <= 0 ? a->alpha * expm1(x) : x);
-    case CONTRIB_ACT_THRESHOLDED_RELU: return x > a->alpha ? x : 0;
-    case CONTRIB_ACT_SCALED_TANH: return a->alpha * tanh(a->beta * x);
-    case CONTRIB_ACT_PARAMETRIC_SOFTPLUS: {
+    case KILN_CONTRIB_ACT_NONE: return x;
+    case KILN_CONTRIB_ACT_RELU: return x < 0 ? 0 : x;
+    case KILN_CONTRIB_ACT_TANH: return tanh(x);
+    case KILN_CONTRIB_ACT_SIGMOID: return 1.0 / (1.0 + exp(-x));
+    case KILN_CONTRIB_ACT_SOFTSIGN: return x / (1.0 + fabs(x));
+    case KILN_CONTRIB_ACT_SOFTPLUS: return x > 30 ? x : log1p(exp(x));
+    case KILN_CONTRIB_ACT_LEAKY_RELU: return x < 0 ? a->alpha * x : x;
+    case KILN_CONTRIB_ACT_HARD_SIGMOID: return fmin(fmax(a->alpha * x + a->beta, 0.0), 1.0);
+    case KILN_CONTRIB_ACT_ELU: return x < 0 ? a->alpha * expm1(x) : x;
+    case KILN_CONTRIB_ACT_SELU: return a->gamma * (x <= 0 ? a->alpha * expm1(x) : x);
+    case KILN_CONTRIB_ACT_THRESHOLDED_RELU: return x > a->alpha ? x : 0;
+    case KILN_CONTRIB_ACT_SCALED_TANH: return a->alpha * tanh(a->beta * x);
+    case KILN_CONTRIB_ACT_PARAMETRIC_SOFTPLUS: {
         double t = a->beta * x;
         return a->alpha * (t > 30 ? t : log1p(exp(t)));
     }
-    case CONTRIB_ACT_CLIP: return isnan(x) ? x : fmin(fmax(x, a->alpha), a->beta);
+    case KILN_CONTRIB_ACT_CLIP: return isnan(x) ? x : fmin(fmax(x, a->alpha), a->beta);
     }
     return x;
 }
 
 /* contrib.c: activations and element-wise ops */
-kiln_status contrib_gelu_infer(kiln_infer_ctx *c);
-kiln_status contrib_gelu_run(kiln_run_ctx *c);
-kiln_status contrib_fast_gelu_run(kiln_run_ctx *c);
-kiln_status contrib_bias_gelu_run(kiln_run_ctx *c);
-kiln_status contrib_quick_gelu_run(kiln_run_ctx *c);
-kiln_status contrib_bias_add_infer(kiln_infer_ctx *c);
-kiln_status contrib_bias_add_run(kiln_run_ctx *c);
+kiln_status kiln_contrib_gelu_infer(kiln_infer_ctx *c);
+kiln_status kiln_contrib_gelu_run(kiln_run_ctx *c);
+kiln_status kiln_contrib_fast_gelu_run(kiln_run_ctx *c);
+kiln_status kiln_contrib_bias_gelu_run(kiln_run_ctx *c);
+kiln_status kiln_contrib_quick_gelu_run(kiln_run_ctx *c);
+kiln_status kiln_contrib_bias_add_infer(kiln_infer_ctx *c);
+kiln_status kiln_contrib_bias_add_run(kiln_run_ctx *c);
 
 /* contrib_norm.c */
-kiln_status contrib_skip_ln_infer(kiln_infer_ctx *c);
-kiln_status contrib_skip_ln_run(kiln_run_ctx *c);
-kiln_status contrib_skip_sln_infer(kiln_infer_ctx *c);
-kiln_status contrib_skip_sln_run(kiln_run_ctx *c);
-kiln_status contrib_embed_ln_infer(kiln_infer_ctx *c);
-kiln_status contrib_embed_ln_run(kiln_run_ctx *c);
+kiln_status kiln_contrib_skip_ln_infer(kiln_infer_ctx *c);
+kiln_status kiln_contrib_skip_ln_run(kiln_run_ctx *c);
+kiln_status kiln_contrib_skip_sln_infer(kiln_infer_ctx *c);
+kiln_status kiln_contrib_skip_sln_run(kiln_run_ctx *c);
+kiln_status kiln_contrib_embed_ln_infer(kiln_infer_ctx *c);
+kiln_status kiln_contrib_embed_ln_run(kiln_run_ctx *c);
 
 /* contrib_matmul.c */
-kiln_status contrib_fused_matmul_infer(kiln_infer_ctx *c);
-kiln_status contrib_fused_matmul_run(kiln_run_ctx *c);
-kiln_status contrib_fused_gemm_infer(kiln_infer_ctx *c);
-kiln_status contrib_fused_gemm_run(kiln_run_ctx *c);
-kiln_status contrib_fused_conv_infer(kiln_infer_ctx *c);
-kiln_status contrib_fused_conv_run(kiln_run_ctx *c);
+kiln_status kiln_contrib_fused_matmul_infer(kiln_infer_ctx *c);
+kiln_status kiln_contrib_fused_matmul_run(kiln_run_ctx *c);
+kiln_status kiln_contrib_fused_gemm_infer(kiln_infer_ctx *c);
+kiln_status kiln_contrib_fused_gemm_run(kiln_run_ctx *c);
+kiln_status kiln_contrib_fused_conv_infer(kiln_infer_ctx *c);
+kiln_status kiln_contrib_fused_conv_run(kiln_run_ctx *c);
 
 /* FusedMatMul's operand views: the logical matrix of batch index b (over the output's batch
  * dims) of A or B starts at element off and reads element (r, k) at off + r * rs + k * cs. */
-typedef struct contrib_mm_view {
+typedef struct kiln_contrib_mm_view {
     int yb;                          /* batch rank of the output */
     int64_t ydims[KILN_MAX_RANK];    /* output batch dims */
     int64_t M, N, K;
     int64_t a_bs[KILN_MAX_RANK], b_bs[KILN_MAX_RANK]; /* element strides per output batch dim */
     int64_t a_rs, a_cs, b_rs, b_cs;  /* strides of A's [M, K] and B's [K, N] */
-} contrib_mm_view;
+} kiln_contrib_mm_view;
 
 /* Resolves FusedMatMul's transA/transB/transBatchA/transBatchB and broadcasting for A and B;
  * false with a message when the shapes do not multiply. */
-bool contrib_mm_resolve(const kiln_node *n, const kiln_value *A, const kiln_value *B, contrib_mm_view *v, char *msg,
+bool kiln_contrib_mm_resolve(const kiln_node *n, const kiln_value *A, const kiln_value *B, kiln_contrib_mm_view *v, char *msg,
                         int size);
 
 #endif

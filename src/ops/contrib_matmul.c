@@ -13,28 +13,28 @@
 
 typedef struct act_name {
     const char *name;
-    contrib_act_kind kind;
+    kiln_contrib_act_kind kind;
     int n_params; /* FusedGemm: activation_alpha, _beta, _gamma needed; FusedConv: activation_params */
     bool gemm, conv;
 } act_name;
 
 static const act_name act_names[] = {
-    {"Relu", CONTRIB_ACT_RELU, 0, true, true},
-    {"Tanh", CONTRIB_ACT_TANH, 0, true, true},
-    {"Sigmoid", CONTRIB_ACT_SIGMOID, 0, true, true},
-    {"Softsign", CONTRIB_ACT_SOFTSIGN, 0, true, false},
-    {"Softplus", CONTRIB_ACT_SOFTPLUS, 0, true, false},
-    {"LeakyRelu", CONTRIB_ACT_LEAKY_RELU, 1, true, true},
-    {"HardSigmoid", CONTRIB_ACT_HARD_SIGMOID, 2, true, true},
-    {"Elu", CONTRIB_ACT_ELU, 1, true, false},
-    {"Selu", CONTRIB_ACT_SELU, 3, true, false}, /* alpha and gamma */
-    {"ThresholdedRelu", CONTRIB_ACT_THRESHOLDED_RELU, 1, true, false},
-    {"ScaledTanh", CONTRIB_ACT_SCALED_TANH, 2, true, false},
-    {"ParametricSoftplus", CONTRIB_ACT_PARAMETRIC_SOFTPLUS, 2, true, false},
-    {"Clip", CONTRIB_ACT_CLIP, 2, false, true},
+    {"Relu", KILN_CONTRIB_ACT_RELU, 0, true, true},
+    {"Tanh", KILN_CONTRIB_ACT_TANH, 0, true, true},
+    {"Sigmoid", KILN_CONTRIB_ACT_SIGMOID, 0, true, true},
+    {"Softsign", KILN_CONTRIB_ACT_SOFTSIGN, 0, true, false},
+    {"Softplus", KILN_CONTRIB_ACT_SOFTPLUS, 0, true, false},
+    {"LeakyRelu", KILN_CONTRIB_ACT_LEAKY_RELU, 1, true, true},
+    {"HardSigmoid", KILN_CONTRIB_ACT_HARD_SIGMOID, 2, true, true},
+    {"Elu", KILN_CONTRIB_ACT_ELU, 1, true, false},
+    {"Selu", KILN_CONTRIB_ACT_SELU, 3, true, false}, /* alpha and gamma */
+    {"ThresholdedRelu", KILN_CONTRIB_ACT_THRESHOLDED_RELU, 1, true, false},
+    {"ScaledTanh", KILN_CONTRIB_ACT_SCALED_TANH, 2, true, false},
+    {"ParametricSoftplus", KILN_CONTRIB_ACT_PARAMETRIC_SOFTPLUS, 2, true, false},
+    {"Clip", KILN_CONTRIB_ACT_CLIP, 2, false, true},
 };
 
-bool contrib_act_parse(const kiln_node *n, bool conv, contrib_act *a, char *msg, int size)
+bool kiln_contrib_act_parse(const kiln_node *n, bool conv, kiln_contrib_act *a, char *msg, int size)
 {
     memset(a, 0, sizeof *a);
     const char *name = kiln_attr_string(n, "activation", "");
@@ -59,7 +59,7 @@ bool contrib_act_parse(const kiln_node *n, bool conv, contrib_act *a, char *msg,
     }
     const char *names[3] = {"activation_alpha", "activation_beta", "activation_gamma"};
     bool need[3] = {an->n_params >= 1, an->n_params == 2, an->n_params == 3};
-    if (an->kind == CONTRIB_ACT_SELU) need[0] = true, need[1] = false, need[2] = true;
+    if (an->kind == KILN_CONTRIB_ACT_SELU) need[0] = true, need[1] = false, need[2] = true;
     double *dst[3] = {&a->alpha, &a->beta, &a->gamma};
     for (int i = 0; i < 3; i++) {
         if (!need[i]) continue;
@@ -73,11 +73,11 @@ bool contrib_act_parse(const kiln_node *n, bool conv, contrib_act *a, char *msg,
 }
 
 /* Applies the node's activation to every element of Y in place (after the base op). */
-static void act_over(const contrib_act *a, kiln_value *Y)
+static void act_over(const kiln_contrib_act *a, kiln_value *Y)
 {
-    if (a->kind == CONTRIB_ACT_NONE) return;
+    if (a->kind == KILN_CONTRIB_ACT_NONE) return;
     for (int64_t i = 0; i < Y->numel; i++)
-        kiln_store_f64(Y->dtype, Y->data, i, contrib_act_eval(a, kiln_load_f64(Y->dtype, Y->data, i)));
+        kiln_store_f64(Y->dtype, Y->data, i, kiln_contrib_act_eval(a, kiln_load_f64(Y->dtype, Y->data, i)));
 }
 
 /* ---- FusedMatMul ---- */
@@ -110,7 +110,7 @@ static mm_attrs mm_attrs_of(const kiln_node *n)
                       kiln_attr_float(n, "alpha", 1.0f)};
 }
 
-kiln_status contrib_fused_matmul_infer(kiln_infer_ctx *c)
+kiln_status kiln_contrib_fused_matmul_infer(kiln_infer_ctx *c)
 {
     const kiln_type *a = kiln_infer_in(c, 0), *b = kiln_infer_in(c, 1);
     if (!a || !b) return kiln_infer_fail(c, KILN_ERR_MODEL, "needs inputs A and B");
@@ -142,7 +142,7 @@ kiln_status contrib_fused_matmul_infer(kiln_infer_ctx *c)
     return kiln_infer_set_out(c, 0, a->dtype, r, dims);
 }
 
-bool contrib_mm_resolve(const kiln_node *n, const kiln_value *A, const kiln_value *B, contrib_mm_view *v, char *msg,
+bool kiln_contrib_mm_resolve(const kiln_node *n, const kiln_value *A, const kiln_value *B, kiln_contrib_mm_view *v, char *msg,
                         int size)
 {
     mm_attrs at = mm_attrs_of(n);
@@ -191,16 +191,16 @@ bool contrib_mm_resolve(const kiln_node *n, const kiln_value *A, const kiln_valu
     return true;
 }
 
-kiln_status contrib_fused_matmul_run(kiln_run_ctx *c)
+kiln_status kiln_contrib_fused_matmul_run(kiln_run_ctx *c)
 {
     const kiln_node *n = kiln_run_node(c);
     const kiln_value *A = kiln_run_in(c, 0), *B = kiln_run_in(c, 1);
     kiln_value *Y = kiln_run_out(c, 0);
-    contrib_mm_view v;
+    kiln_contrib_mm_view v;
     char msg[160];
-    if (!contrib_mm_resolve(n, A, B, &v, msg, sizeof msg)) return kiln_run_fail(c, KILN_ERR_SHAPE, "%s", msg);
+    if (!kiln_contrib_mm_resolve(n, A, B, &v, msg, sizeof msg)) return kiln_run_fail(c, KILN_ERR_SHAPE, "%s", msg);
     double alpha = mm_attrs_of(n).alpha;
-    double *a = nn_load_f64(A), *b = nn_load_f64(B);
+    double *a = kiln_nn_load_f64(A), *b = kiln_nn_load_f64(B);
     if (!a || !b) {
         free(a), free(b);
         return kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory");
@@ -216,7 +216,7 @@ kiln_status contrib_fused_matmul_run(kiln_run_ctx *c)
                 for (int64_t k = 0; k < v.K; k++) s += a[oa + i * v.a_rs + k * v.a_cs] * b[ob + k * v.b_rs + j * v.b_cs];
                 kiln_store_f64(Y->dtype, Y->data, (t * v.M + i) * v.N + j, alpha * s);
             }
-        nn_index_next(v.yb, v.ydims, idx);
+        kiln_nn_index_next(v.yb, v.ydims, idx);
     }
     free(a), free(b);
     return KILN_OK;
@@ -224,49 +224,49 @@ kiln_status contrib_fused_matmul_run(kiln_run_ctx *c)
 
 /* ---- FusedGemm ---- */
 
-kiln_status contrib_fused_gemm_infer(kiln_infer_ctx *c)
+kiln_status kiln_contrib_fused_gemm_infer(kiln_infer_ctx *c)
 {
-    contrib_act a;
+    kiln_contrib_act a;
     char msg[160];
-    if (!contrib_act_parse(kiln_infer_node(c), false, &a, msg, sizeof msg))
+    if (!kiln_contrib_act_parse(kiln_infer_node(c), false, &a, msg, sizeof msg))
         return kiln_infer_fail(c, KILN_ERR_MODEL, "%s", msg);
-    return nn_gemm_infer(c);
+    return kiln_nn_gemm_infer(c);
 }
 
-kiln_status contrib_fused_gemm_run(kiln_run_ctx *c)
+kiln_status kiln_contrib_fused_gemm_run(kiln_run_ctx *c)
 {
-    contrib_act a;
+    kiln_contrib_act a;
     char msg[160];
-    if (!contrib_act_parse(kiln_run_node(c), false, &a, msg, sizeof msg))
+    if (!kiln_contrib_act_parse(kiln_run_node(c), false, &a, msg, sizeof msg))
         return kiln_run_fail(c, KILN_ERR_MODEL, "%s", msg);
-    KILN_TRY(nn_gemm_run(c));
+    KILN_TRY(kiln_nn_gemm_run(c));
     act_over(&a, kiln_run_out(c, 0));
     return KILN_OK;
 }
 
 /* ---- FusedConv: Y = act(Conv(X, W, B) + Z) ---- */
 
-kiln_status contrib_fused_conv_infer(kiln_infer_ctx *c)
+kiln_status kiln_contrib_fused_conv_infer(kiln_infer_ctx *c)
 {
-    contrib_act a;
+    kiln_contrib_act a;
     char msg[160];
-    if (!contrib_act_parse(kiln_infer_node(c), true, &a, msg, sizeof msg))
+    if (!kiln_contrib_act_parse(kiln_infer_node(c), true, &a, msg, sizeof msg))
         return kiln_infer_fail(c, KILN_ERR_MODEL, "%s", msg);
-    KILN_TRY(nn_conv_infer(c));
+    KILN_TRY(kiln_nn_conv_infer(c));
     const kiln_type *x = kiln_infer_in(c, 0), *z = kiln_infer_in(c, 3);
     if (z && x && z->rank >= 0 && x->rank >= 0 && z->rank != x->rank)
         return kiln_infer_fail(c, KILN_ERR_SHAPE, "Z has rank %d, X and Y rank %d", z->rank, x->rank);
     return KILN_OK;
 }
 
-kiln_status contrib_fused_conv_run(kiln_run_ctx *c)
+kiln_status kiln_contrib_fused_conv_run(kiln_run_ctx *c)
 {
-    contrib_act a;
+    kiln_contrib_act a;
     char msg[160];
-    if (!contrib_act_parse(kiln_run_node(c), true, &a, msg, sizeof msg))
+    if (!kiln_contrib_act_parse(kiln_run_node(c), true, &a, msg, sizeof msg))
         return kiln_run_fail(c, KILN_ERR_MODEL, "%s", msg);
     const kiln_value *Z = kiln_run_in(c, 3);
-    KILN_TRY(nn_conv_run(c));
+    KILN_TRY(kiln_nn_conv_run(c));
     kiln_value *Y = kiln_run_out(c, 0);
     bool same = Z && Z->rank == Y->rank;
     for (int i = 0; same && i < Y->rank; i++) same = Z->dims[i] == Y->dims[i];
@@ -276,7 +276,7 @@ kiln_status contrib_fused_conv_run(kiln_run_ctx *c)
     for (int64_t i = 0; i < Y->numel; i++) {
         double y = kiln_load_f64(Y->dtype, Y->data, i);
         if (Z) y += kiln_load_f64(Z->dtype, Z->data, i);
-        kiln_store_f64(Y->dtype, Y->data, i, contrib_act_eval(&a, y));
+        kiln_store_f64(Y->dtype, Y->data, i, kiln_contrib_act_eval(&a, y));
     }
     return KILN_OK;
 }

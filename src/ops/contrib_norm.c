@@ -114,10 +114,10 @@ static kiln_status skip_run(kiln_run_ctx *c, int beta_in, int bias_in, bool cent
     return KILN_OK;
 }
 
-kiln_status contrib_skip_ln_infer(kiln_infer_ctx *c) { return skip_infer(c, 3, 4); }
-kiln_status contrib_skip_ln_run(kiln_run_ctx *c) { return skip_run(c, 3, 4, true); }
-kiln_status contrib_skip_sln_infer(kiln_infer_ctx *c) { return skip_infer(c, -1, 3); }
-kiln_status contrib_skip_sln_run(kiln_run_ctx *c) { return skip_run(c, -1, 3, false); }
+kiln_status kiln_contrib_skip_ln_infer(kiln_infer_ctx *c) { return skip_infer(c, 3, 4); }
+kiln_status kiln_contrib_skip_ln_run(kiln_run_ctx *c) { return skip_run(c, 3, 4, true); }
+kiln_status kiln_contrib_skip_sln_infer(kiln_infer_ctx *c) { return skip_infer(c, -1, 3); }
+kiln_status kiln_contrib_skip_sln_run(kiln_run_ctx *c) { return skip_run(c, -1, 3, false); }
 
 /* ---- EmbedLayerNormalization ----
  * inputs: input_ids [B, S], segment_ids? [B, S], word_embedding [V, H], position_embedding
@@ -126,7 +126,7 @@ kiln_status contrib_skip_sln_run(kiln_run_ctx *c) { return skip_run(c, -1, 3, fa
 
 enum { E_IDS, E_SEG, E_WORD, E_POS, E_SEGEMB, E_GAMMA, E_BETA, E_MASK, E_POSIDS };
 
-kiln_status contrib_embed_ln_infer(kiln_infer_ctx *c)
+kiln_status kiln_contrib_embed_ln_infer(kiln_infer_ctx *c)
 {
     const kiln_type *ids = kiln_infer_in(c, E_IDS), *we = kiln_infer_in(c, E_WORD), *pe = kiln_infer_in(c, E_POS);
     if (!ids || !we || !pe || !kiln_infer_in(c, E_GAMMA) || !kiln_infer_in(c, E_BETA))
@@ -162,7 +162,7 @@ static bool bs_shaped(const kiln_value *v, int64_t B, int64_t S, bool one_batch)
     return v->rank == 2 && v->dims[1] == S && (v->dims[0] == B || (one_batch && v->dims[0] == 1));
 }
 
-kiln_status contrib_embed_ln_run(kiln_run_ctx *c)
+kiln_status kiln_contrib_embed_ln_run(kiln_run_ctx *c)
 {
     const kiln_value *ids = kiln_run_in(c, E_IDS), *seg = kiln_run_in(c, E_SEG), *we = kiln_run_in(c, E_WORD),
                      *pe = kiln_run_in(c, E_POS), *se = kiln_run_in(c, E_SEGEMB), *g = kiln_run_in(c, E_GAMMA),

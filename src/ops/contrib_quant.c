@@ -33,7 +33,7 @@ static kiln_status mmf_infer(kiln_infer_ctx *c)
     if (!s || !kiln_infer_in(c, 3)) return kiln_infer_fail(c, KILN_ERR_MODEL, "needs a_scale and b_scale");
     if (s->dtype && s->dtype != KILN_DTYPE_FLOAT32)
         return kiln_infer_fail(c, KILN_ERR_UNSUPPORTED, "a_scale must be float32, is %s", kiln_dtype_name(s->dtype));
-    return nn_matmul_shape(c, 0, 1, KILN_DTYPE_FLOAT32);
+    return kiln_nn_matmul_shape(c, 0, 1, KILN_DTYPE_FLOAT32);
 }
 
 /* DynamicQuantizeMatMul: A float32, B, b_scale, b_zero_point?, bias? -> Y float32 */
@@ -44,7 +44,7 @@ static kiln_status dqmm_infer(kiln_infer_ctx *c)
     if (A->dtype && A->dtype != KILN_DTYPE_FLOAT32)
         return kiln_infer_fail(c, KILN_ERR_UNSUPPORTED, "A must be float32, is %s", kiln_dtype_name(A->dtype));
     if (!kiln_infer_in(c, 2)) return kiln_infer_fail(c, KILN_ERR_MODEL, "needs b_scale");
-    return nn_matmul_shape(c, 0, 1, KILN_DTYPE_FLOAT32);
+    return kiln_nn_matmul_shape(c, 0, 1, KILN_DTYPE_FLOAT32);
 }
 
 /* The checked per-column parameters of B [.., K, N]: b_scale (float32), b_zero_point and bias
@@ -94,7 +94,7 @@ static kiln_status int_to_float(kiln_run_ctx *c, const kiln_value *Av, const int
                 for (int64_t p = 0; p < K; p++) {
                     int64_t e = ob * K * N + p * N + j;
                     acc += (int64_t)(ab[i * K + p] - azp) *
-                           (kiln_load_i64(B->dtype, B->data, e) - (bzp ? nn_param_i64(bzp, j) : 0));
+                           (kiln_load_i64(B->dtype, B->data, e) - (bzp ? kiln_nn_param_i64(bzp, j) : 0));
                 }
                 float scale = as * ((const float *)bs->data)[bs->numel == 1 ? 0 : j];
                 float v = (float)(int32_t)(uint32_t)(uint64_t)acc * scale;
@@ -119,7 +119,7 @@ static kiln_status mmf_run(kiln_run_ctx *c)
     int32_t *a = malloc((size_t)A->numel * sizeof *a + 1);
     if (!a) return kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory");
     for (int64_t i = 0; i < A->numel; i++) a[i] = (int32_t)kiln_load_i64(A->dtype, A->data, i);
-    kiln_status st = int_to_float(c, A, a, azp ? (int32_t)nn_param_i64(azp, 0) : 0, ((const float *)as->data)[0], B,
+    kiln_status st = int_to_float(c, A, a, azp ? (int32_t)kiln_nn_param_i64(azp, 0) : 0, ((const float *)as->data)[0], B,
                                   bs, bzp, bias, Y);
     free(a);
     return st;

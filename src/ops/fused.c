@@ -103,7 +103,7 @@ static const kiln_type *out0(kiln_infer_ctx *c)
 static kiln_status fused_conv_infer(kiln_infer_ctx *c)
 {
     KILN_TRY(check_fusion(c, 4));
-    KILN_TRY(nn_conv_infer(c));
+    KILN_TRY(kiln_nn_conv_infer(c));
     const kiln_type *z = kiln_infer_in(c, 3), *y = out0(c);
     if (!z || !y || z->rank < 0) return KILN_OK;
     if (z->dtype && y->dtype && z->dtype != y->dtype)
@@ -116,13 +116,13 @@ static kiln_status fused_conv_infer(kiln_infer_ctx *c)
 static kiln_status fused_gemm_infer(kiln_infer_ctx *c)
 {
     KILN_TRY(check_fusion(c, 3));
-    return nn_gemm_infer(c);
+    return kiln_nn_gemm_infer(c);
 }
 
 static kiln_status fused_matmul_infer(kiln_infer_ctx *c)
 {
     KILN_TRY(check_fusion(c, 3));
-    KILN_TRY(nn_matmul_infer(c));
+    KILN_TRY(kiln_nn_matmul_infer(c));
     const kiln_type *b = kiln_infer_in(c, 2), *y = out0(c);
     if (!b || !y || b->rank < 0) return KILN_OK;
     if (b->dtype && y->dtype && b->dtype != y->dtype)
@@ -174,7 +174,7 @@ static kiln_status add_reference(kiln_run_ctx *c, kiln_value *y, const kiln_valu
 static kiln_status fused_conv_run(kiln_run_ctx *c)
 {
     const kiln_fused *f = kiln_fused_of(kiln_run_node(c));
-    KILN_TRY(nn_conv_run(c));
+    KILN_TRY(kiln_nn_conv_run(c));
     kiln_value *y = kiln_run_out(c, 0);
     const kiln_value *z = f->residual ? kiln_run_in(c, f->residual) : NULL;
     if (z && y && z->numel != y->numel) return kiln_run_fail(c, KILN_ERR_SHAPE, "Z does not have Y's shape");
@@ -184,14 +184,14 @@ static kiln_status fused_conv_run(kiln_run_ctx *c)
 
 static kiln_status fused_gemm_run(kiln_run_ctx *c)
 {
-    KILN_TRY(nn_gemm_run(c));
+    KILN_TRY(kiln_nn_gemm_run(c));
     return act_reference(c, &kiln_fused_of(kiln_run_node(c))->act, kiln_run_out(c, 0));
 }
 
 static kiln_status fused_matmul_run(kiln_run_ctx *c)
 {
     const kiln_fused *f = kiln_fused_of(kiln_run_node(c));
-    KILN_TRY(nn_matmul_run(c));
+    KILN_TRY(kiln_nn_matmul_run(c));
     kiln_value *y = kiln_run_out(c, 0);
     const kiln_value *b = f->bias ? kiln_run_in(c, f->bias) : NULL;
     if (b && y && (!y->rank || b->numel != y->dims[y->rank - 1]))

@@ -37,7 +37,7 @@ static bool geom_ints(const kiln_node *n, const char *name, int count, int64_t m
     return true;
 }
 
-bool nn_geom_parse(const kiln_node *n, int nsp, nn_geom *g, char *msg, int size)
+bool kiln_nn_geom_parse(const kiln_node *n, int nsp, kiln_nn_geom *g, char *msg, int size)
 {
     memset(g, 0, sizeof *g);
     g->nsp = nsp;
@@ -62,7 +62,7 @@ bool nn_geom_parse(const kiln_node *n, int nsp, nn_geom *g, char *msg, int size)
     return true;
 }
 
-kiln_dim nn_geom_out_dim(kiln_dimtab *t, const nn_geom *g, int i, kiln_dim in, kiln_dim k)
+kiln_dim kiln_nn_geom_out_dim(kiln_dimtab *t, const kiln_nn_geom *g, int i, kiln_dim in, kiln_dim k)
 {
     kiln_dim s = kiln_dim_const(g->strides[i]);
     /* dilated window extent minus one: dilation*(k-1) */
@@ -78,10 +78,10 @@ kiln_dim nn_geom_out_dim(kiln_dimtab *t, const nn_geom *g, int i, kiln_dim in, k
     return kiln_dim_min(t, out, kiln_dim_add(t, kiln_dim_floordiv(t, starts, s), kiln_dim_const(1)));
 }
 
-bool nn_geom_resolve(nn_geom *g, const int64_t *in, int64_t *out)
+bool kiln_nn_geom_resolve(kiln_nn_geom *g, const int64_t *in, int64_t *out)
 {
     for (int i = 0; i < g->nsp; i++) {
-        kiln_dim d = nn_geom_out_dim(NULL, g, i, kiln_dim_const(in[i]), kiln_dim_const(g->kernel[i]));
+        kiln_dim d = kiln_nn_geom_out_dim(NULL, g, i, kiln_dim_const(in[i]), kiln_dim_const(g->kernel[i]));
         if (!kiln_dim_is_const(d) || d.c < 1) return false;
         out[i] = d.c;
         if (g->auto_pad == NN_PAD_SAME_UPPER || g->auto_pad == NN_PAD_SAME_LOWER) {
@@ -95,7 +95,7 @@ bool nn_geom_resolve(nn_geom *g, const int64_t *in, int64_t *out)
     return true;
 }
 
-bool nn_pool_geom(const kiln_node *n, nn_geom *g, char *msg, int size)
+bool kiln_nn_pool_geom(const kiln_node *n, kiln_nn_geom *g, char *msg, int size)
 {
     int nk;
     const int64_t *ks = kiln_attr_ints(n, "kernel_shape", &nk);
@@ -103,7 +103,7 @@ bool nn_pool_geom(const kiln_node *n, nn_geom *g, char *msg, int size)
         snprintf(msg, (size_t)size, "attribute kernel_shape is required");
         return false;
     }
-    if (!nn_geom_parse(n, nk, g, msg, size)) return false;
+    if (!kiln_nn_geom_parse(n, nk, g, msg, size)) return false;
     for (int i = 0; i < nk; i++) {
         if (ks[i] < 1 || ks[i] > NN_ATTR_MAX) {
             snprintf(msg, (size_t)size, "kernel_shape[%d] = %lld is out of range", i, (long long)ks[i]);
@@ -114,14 +114,14 @@ bool nn_pool_geom(const kiln_node *n, nn_geom *g, char *msg, int size)
     return true;
 }
 
-double nn_pool_p(const kiln_node *n)
+double kiln_nn_pool_p(const kiln_node *n)
 {
     const kiln_attr *a = kiln_node_attr(n, "p");
     if (!a) return 2;
     return a->type == KILN_ATTR_FLOAT ? a->f : (double)a->i;
 }
 
-double *nn_load_f64(const kiln_value *v)
+double *kiln_nn_load_f64(const kiln_value *v)
 {
     double *p = malloc((size_t)(v->numel > 0 ? v->numel : 1) * sizeof *p);
     if (!p) return NULL;
@@ -129,7 +129,7 @@ double *nn_load_f64(const kiln_value *v)
     return p;
 }
 
-int64_t *nn_load_i64(const kiln_value *v)
+int64_t *kiln_nn_load_i64(const kiln_value *v)
 {
     int64_t *p = malloc((size_t)(v->numel > 0 ? v->numel : 1) * sizeof *p);
     if (!p) return NULL;
@@ -139,33 +139,33 @@ int64_t *nn_load_i64(const kiln_value *v)
     return p;
 }
 
-void *nn_load_num(const kiln_value *v, bool is_int)
+void *kiln_nn_load_num(const kiln_value *v, bool is_int)
 {
-    return is_int ? (void *)nn_load_i64(v) : (void *)nn_load_f64(v);
+    return is_int ? (void *)kiln_nn_load_i64(v) : (void *)kiln_nn_load_f64(v);
 }
 
-void nn_store_all_f64(kiln_value *Y, const double *y)
+void kiln_nn_store_all_f64(kiln_value *Y, const double *y)
 {
     for (int64_t i = 0; i < Y->numel; i++) kiln_store_f64(Y->dtype, Y->data, i, y[i]);
 }
 
-void nn_store_all_i64(kiln_value *Y, const int64_t *y)
+void kiln_nn_store_all_i64(kiln_value *Y, const int64_t *y)
 {
     for (int64_t i = 0; i < Y->numel; i++) kiln_store_i64(Y->dtype, Y->data, i, y[i]);
 }
 
-double nn_param_f64(const kiln_value *v, int64_t idx)
+double kiln_nn_param_f64(const kiln_value *v, int64_t idx)
 {
     return kiln_load_f64(v->dtype, v->data, v->numel == 1 ? 0 : idx);
 }
 
-int64_t nn_param_i64(const kiln_value *v, int64_t idx)
+int64_t kiln_nn_param_i64(const kiln_value *v, int64_t idx)
 {
     if (!v) return 0;
     return kiln_load_i64(v->dtype, v->data, v->numel == 1 ? 0 : idx);
 }
 
-bool nn_param_ok(const kiln_value *v, int64_t len)
+bool kiln_nn_param_ok(const kiln_value *v, int64_t len)
 {
     return !v || v->numel == 1 || v->numel == len;
 }
@@ -178,12 +178,12 @@ static double round_to(kiln_dtype dt, double v)
     return kiln_load_f64(dt, &slot, 0);
 }
 
-double nn_requant_scale(kiln_dtype dt, double a_scale, double b_scale, double y_scale)
+double kiln_nn_requant_scale(kiln_dtype dt, double a_scale, double b_scale, double y_scale)
 {
     return round_to(dt, round_to(dt, a_scale * b_scale) / y_scale);
 }
 
-void nn_store_quantized(kiln_value *y, int64_t i, double v, int64_t zp)
+void kiln_nn_store_quantized(kiln_value *y, int64_t i, double v, int64_t zp)
 {
     double q = nearbyint(v) + (double)zp;
     double lo = 0, hi = 255;
@@ -206,13 +206,13 @@ void nn_store_quantized(kiln_value *y, int64_t i, double v, int64_t zp)
             y[i * N + j] = (T)acc;                                                                             \
         }
 
-void nn_gemm_f64(int64_t M, int64_t N, int64_t K, const double *a, int64_t sam, int64_t sak, const double *b,
+void kiln_nn_gemm_f64(int64_t M, int64_t N, int64_t K, const double *a, int64_t sam, int64_t sak, const double *b,
                  int64_t sbk, int64_t sbn, double *y)
 {
     NN_GEMM_BODY(double, double)
 }
 
-void nn_gemm_i64(int64_t M, int64_t N, int64_t K, const int64_t *a, int64_t sam, int64_t sak, const int64_t *b,
+void kiln_nn_gemm_i64(int64_t M, int64_t N, int64_t K, const int64_t *a, int64_t sam, int64_t sak, const int64_t *b,
                  int64_t sbk, int64_t sbn, int64_t *y)
 {
     NN_GEMM_BODY(int64_t, uint64_t)

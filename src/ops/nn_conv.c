@@ -48,10 +48,10 @@ static kiln_status infer_rank(kiln_infer_ctx *c, const kiln_type *x, const kiln_
     return KILN_OK;
 }
 
-static kiln_status infer_geom(kiln_infer_ctx *c, int nsp, nn_geom *g, int64_t *group)
+static kiln_status infer_geom(kiln_infer_ctx *c, int nsp, kiln_nn_geom *g, int64_t *group)
 {
     char msg[160];
-    if (!nn_geom_parse(kiln_infer_node(c), nsp, g, msg, sizeof msg))
+    if (!kiln_nn_geom_parse(kiln_infer_node(c), nsp, g, msg, sizeof msg))
         return kiln_infer_fail(c, KILN_ERR_MODEL, "%s", msg);
     *group = kiln_attr_int(kiln_infer_node(c), "group", 1);
     if (*group < 1) return kiln_infer_fail(c, KILN_ERR_MODEL, "group = %lld", (long long)*group);
@@ -76,7 +76,7 @@ static kiln_status conv_like_infer(kiln_infer_ctx *c, int xi, int wi, int bi, ki
     KILN_TRY(infer_rank(c, x, w, &rank));
     if (rank < 0) return kiln_infer_set_out_unknown(c, 0, dt);
     int nsp = rank - 2;
-    nn_geom g;
+    kiln_nn_geom g;
     int64_t group = 1;
     KILN_TRY(infer_geom(c, nsp, &g, &group));
     kiln_dim k[KILN_MAX_RANK], dims[KILN_MAX_RANK];
@@ -96,7 +96,7 @@ static kiln_status conv_like_infer(kiln_infer_ctx *c, int xi, int wi, int bi, ki
             dims[2 + i] = kiln_infer_fresh(c, "conv");
             continue;
         }
-        dims[2 + i] = nn_geom_out_dim(t, &g, i, x->dims[2 + i], k[i]);
+        dims[2 + i] = kiln_nn_geom_out_dim(t, &g, i, x->dims[2 + i], k[i]);
         if (kiln_dim_is_const(dims[2 + i]) && dims[2 + i].c < 1)
             return kiln_infer_fail(c, KILN_ERR_SHAPE, "spatial dim %d: window larger than the padded input", i);
     }
@@ -104,34 +104,34 @@ static kiln_status conv_like_infer(kiln_infer_ctx *c, int xi, int wi, int bi, ki
 }
 
 /* Run-time geometry of a forward convolution: kernel from W, resolved pads and output sizes. */
-static kiln_status run_geom(kiln_run_ctx *c, const kiln_value *X, const kiln_value *W, nn_geom *g, int64_t *out)
+static kiln_status run_geom(kiln_run_ctx *c, const kiln_value *X, const kiln_value *W, kiln_nn_geom *g, int64_t *out)
 {
     char msg[160];
-    if (!nn_geom_parse(kiln_run_node(c), X->rank - 2, g, msg, sizeof msg))
+    if (!kiln_nn_geom_parse(kiln_run_node(c), X->rank - 2, g, msg, sizeof msg))
         return kiln_run_fail(c, KILN_ERR_MODEL, "%s", msg);
     memcpy(g->kernel, W->dims + 2, (size_t)g->nsp * sizeof(int64_t));
-    if (!nn_geom_resolve(g, X->dims + 2, out))
+    if (!kiln_nn_geom_resolve(g, X->dims + 2, out))
         return kiln_run_fail(c, KILN_ERR_SHAPE, "window larger than the padded input");
     return KILN_OK;
 }
 
 /* Y[n, m, o] = b[m] + sum over c of m's group and kernel offsets q of
  * X[n, c, o*stride - pad + q*dilation] * W[m, c, q]; taps in the padding read zero. */
-static void conv_f64(const nn_geom *g, int64_t group, const int64_t *xd, const int64_t *wd, const int64_t *od,
+static void conv_f64(const kiln_nn_geom *g, int64_t group, const int64_t *xd, const int64_t *wd, const int64_t *od,
                      const double *x, const double *w, const double *b, double *y)
 {
     int nsp = g->nsp;
     int64_t N = xd[0], C = xd[1], M = wd[0], Cg = wd[1], Mg = M / group;
-    int64_t in_sz = nn_prod(nsp, xd + 2), k_sz = nn_prod(nsp, wd + 2), out_sz = nn_prod(nsp, od + 2);
+    int64_t in_sz = kiln_nn_prod(nsp, xd + 2), k_sz = kiln_nn_prod(nsp, wd + 2), out_sz = kiln_nn_prod(nsp, od + 2);
     int64_t o[KILN_MAX_RANK] = {0}, q[KILN_MAX_RANK] = {0}; /* both wrap back to zeros after a full sweep */
     for (int64_t n = 0; n < N; n++)
         for (int64_t m = 0; m < M; m++) {
             const double *wm = w + m * Cg * k_sz;
             const double *xg = x + (n * C + (m / Mg) * Cg) * in_sz;
             double *ym = y + (n * M + m) * out_sz;
-            for (int64_t op = 0; op < out_sz; op++, nn_index_next(nsp, od + 2, o)) {
+            for (int64_t op = 0; op < out_sz; op++, kiln_nn_index_next(nsp, od + 2, o)) {
                 double acc = b ? b[m] : 0;
-                for (int64_t kp = 0; kp < k_sz; kp++, nn_index_next(nsp, wd + 2, q)) {
+                for (int64_t kp = 0; kp < k_sz; kp++, kiln_nn_index_next(nsp, wd + 2, q)) {
                     int64_t off = 0;
                     bool inside = true;
                     for (int i = 0; i < nsp && inside; i++) {
@@ -148,7 +148,7 @@ static void conv_f64(const nn_geom *g, int64_t group, const int64_t *xd, const i
 }
 
 /* Runs conv_f64 over prepared operands, the output into Y through a double buffer. */
-static kiln_status conv_exec(kiln_run_ctx *c, const nn_geom *g, const kiln_value *X, const kiln_value *W,
+static kiln_status conv_exec(kiln_run_ctx *c, const kiln_nn_geom *g, const kiln_value *X, const kiln_value *W,
                              const double *x, const double *w, const double *b, double **yout)
 {
     kiln_value *Y = kiln_run_out(c, 0);
@@ -160,23 +160,23 @@ static kiln_status conv_exec(kiln_run_ctx *c, const nn_geom *g, const kiln_value
     return KILN_OK;
 }
 
-kiln_status nn_conv_infer(kiln_infer_ctx *c)
+kiln_status kiln_nn_conv_infer(kiln_infer_ctx *c)
 {
     const kiln_type *x = kiln_infer_in(c, 0);
     return conv_like_infer(c, 0, 1, 2, x ? x->dtype : KILN_DTYPE_UNDEFINED);
 }
 
-kiln_status nn_conv_run(kiln_run_ctx *c)
+kiln_status kiln_nn_conv_run(kiln_run_ctx *c)
 {
     const kiln_value *X = kiln_run_in(c, 0), *W = kiln_run_in(c, 1), *B = kiln_run_in(c, 2);
-    nn_geom g;
+    kiln_nn_geom g;
     int64_t od[KILN_MAX_RANK];
     KILN_TRY(run_geom(c, X, W, &g, od));
-    double *x = nn_load_f64(X), *w = nn_load_f64(W), *b = B ? nn_load_f64(B) : NULL, *y = NULL;
+    double *x = kiln_nn_load_f64(X), *w = kiln_nn_load_f64(W), *b = B ? kiln_nn_load_f64(B) : NULL, *y = NULL;
     kiln_status st = KILN_ERR_NOMEM;
     if (x && w && (b || !B)) st = conv_exec(c, &g, X, W, x, w, b, &y);
     else kiln_run_fail(c, st, "out of memory");
-    if (st == KILN_OK) nn_store_all_f64(kiln_run_out(c, 0), y);
+    if (st == KILN_OK) kiln_nn_store_all_f64(kiln_run_out(c, 0), y);
     free(x), free(w), free(b), free(y);
     return st;
 }
@@ -186,9 +186,9 @@ static double *load_minus_zp(const kiln_value *v, const kiln_value *zp, int axis
 {
     double *p = malloc((size_t)(v->numel > 0 ? v->numel : 1) * sizeof *p);
     if (!p) return NULL;
-    int64_t inner = nn_prod(v->rank - axis - 1, v->dims + axis + 1);
+    int64_t inner = kiln_nn_prod(v->rank - axis - 1, v->dims + axis + 1);
     for (int64_t i = 0; i < v->numel; i++)
-        p[i] = (double)(kiln_load_i64(v->dtype, v->data, i) - nn_param_i64(zp, (i / inner) % v->dims[axis]));
+        p[i] = (double)(kiln_load_i64(v->dtype, v->data, i) - kiln_nn_param_i64(zp, (i / inner) % v->dims[axis]));
     return p;
 }
 
@@ -196,23 +196,23 @@ static double *load_minus_zp(const kiln_value *v, const kiln_value *zp, int axis
 static kiln_status check_zero_points(kiln_run_ctx *c, const kiln_value *xzp, const kiln_value *W,
                                      const kiln_value *wzp)
 {
-    if (!nn_param_ok(xzp, 1)) return kiln_run_fail(c, KILN_ERR_SHAPE, "x zero point must be a scalar");
-    if (!nn_param_ok(wzp, W->dims[0]))
+    if (!kiln_nn_param_ok(xzp, 1)) return kiln_run_fail(c, KILN_ERR_SHAPE, "x zero point must be a scalar");
+    if (!kiln_nn_param_ok(wzp, W->dims[0]))
         return kiln_run_fail(c, KILN_ERR_SHAPE, "w zero point has %lld elements, expected 1 or %lld",
                              (long long)wzp->numel, (long long)W->dims[0]);
     return KILN_OK;
 }
 
-kiln_status nn_conv_integer_infer(kiln_infer_ctx *c)
+kiln_status kiln_nn_conv_integer_infer(kiln_infer_ctx *c)
 {
     return conv_like_infer(c, 0, 1, -1, KILN_DTYPE_INT32);
 }
 
-kiln_status nn_conv_integer_run(kiln_run_ctx *c)
+kiln_status kiln_nn_conv_integer_run(kiln_run_ctx *c)
 {
     const kiln_value *X = kiln_run_in(c, 0), *W = kiln_run_in(c, 1);
     const kiln_value *xzp = kiln_run_in(c, 2), *wzp = kiln_run_in(c, 3);
-    nn_geom g;
+    kiln_nn_geom g;
     int64_t od[KILN_MAX_RANK];
     KILN_TRY(run_geom(c, X, W, &g, od));
     KILN_TRY(check_zero_points(c, xzp, W, wzp));
@@ -221,48 +221,48 @@ kiln_status nn_conv_integer_run(kiln_run_ctx *c)
     kiln_status st = KILN_ERR_NOMEM;
     if (x && w) st = conv_exec(c, &g, X, W, x, w, NULL, &y);
     else kiln_run_fail(c, st, "out of memory");
-    if (st == KILN_OK) nn_store_all_f64(kiln_run_out(c, 0), y);
+    if (st == KILN_OK) kiln_nn_store_all_f64(kiln_run_out(c, 0), y);
     free(x), free(w), free(y);
     return st;
 }
 
 /* QLinearConv inputs: x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale,
  * y_zero_point, B (int32). */
-kiln_status nn_qlinear_conv_infer(kiln_infer_ctx *c)
+kiln_status kiln_nn_qlinear_conv_infer(kiln_infer_ctx *c)
 {
     const kiln_type *yzp = kiln_infer_in(c, 7), *x = kiln_infer_in(c, 0);
     kiln_dtype dt = yzp ? yzp->dtype : x ? x->dtype : KILN_DTYPE_UNDEFINED;
     return conv_like_infer(c, 0, 3, 8, dt);
 }
 
-kiln_status nn_qlinear_conv_run(kiln_run_ctx *c)
+kiln_status kiln_nn_qlinear_conv_run(kiln_run_ctx *c)
 {
     const kiln_value *X = kiln_run_in(c, 0), *xs = kiln_run_in(c, 1), *xzp = kiln_run_in(c, 2);
     const kiln_value *W = kiln_run_in(c, 3), *ws = kiln_run_in(c, 4), *wzp = kiln_run_in(c, 5);
     const kiln_value *ys = kiln_run_in(c, 6), *yzp = kiln_run_in(c, 7), *B = kiln_run_in(c, 8);
-    nn_geom g;
+    kiln_nn_geom g;
     int64_t od[KILN_MAX_RANK];
     KILN_TRY(run_geom(c, X, W, &g, od));
     KILN_TRY(check_zero_points(c, xzp, W, wzp));
-    if (!xs || !ws || !ys || !nn_param_ok(xs, 1) || !nn_param_ok(ys, 1) || !nn_param_ok(yzp, 1) ||
-        !nn_param_ok(ws, W->dims[0]))
+    if (!xs || !ws || !ys || !kiln_nn_param_ok(xs, 1) || !kiln_nn_param_ok(ys, 1) || !kiln_nn_param_ok(yzp, 1) ||
+        !kiln_nn_param_ok(ws, W->dims[0]))
         return kiln_run_fail(c, KILN_ERR_SHAPE,
                              "scales must be scalars (w_scale: scalar or one per output channel)");
-    double *x = load_minus_zp(X, xzp, 0), *w = load_minus_zp(W, wzp, 0), *b = B ? nn_load_f64(B) : NULL,
+    double *x = load_minus_zp(X, xzp, 0), *w = load_minus_zp(W, wzp, 0), *b = B ? kiln_nn_load_f64(B) : NULL,
            *y = NULL;
     kiln_status st = KILN_ERR_NOMEM;
     if (x && w && (b || !B)) st = conv_exec(c, &g, X, W, x, w, b, &y);
     else kiln_run_fail(c, st, "out of memory");
     if (st == KILN_OK) {
         kiln_value *Y = kiln_run_out(c, 0);
-        int64_t M = Y->dims[1], plane = nn_prod(Y->rank - 2, Y->dims + 2);
-        double xsv = nn_param_f64(xs, 0), ysv = nn_param_f64(ys, 0);
-        int64_t z = nn_param_i64(yzp, 0);
+        int64_t M = Y->dims[1], plane = kiln_nn_prod(Y->rank - 2, Y->dims + 2);
+        double xsv = kiln_nn_param_f64(xs, 0), ysv = kiln_nn_param_f64(ys, 0);
+        int64_t z = kiln_nn_param_i64(yzp, 0);
         /* float32 scales: float(sum) times the float32 multiplier, rounded once, as ONNX Runtime does */
         bool f32 = xs->dtype == KILN_DTYPE_FLOAT32;
         for (int64_t i = 0; i < Y->numel; i++) {
-            double s = nn_requant_scale(xs->dtype, xsv, nn_param_f64(ws, (i / plane) % M), ysv);
-            nn_store_quantized(Y, i, f32 ? (double)((float)y[i] * (float)s) : y[i] * s, z);
+            double s = kiln_nn_requant_scale(xs->dtype, xsv, kiln_nn_param_f64(ws, (i / plane) % M), ysv);
+            kiln_nn_store_quantized(Y, i, f32 ? (double)((float)y[i] * (float)s) : y[i] * s, z);
         }
     }
     free(x), free(w), free(b), free(y);
@@ -279,7 +279,7 @@ static const int64_t *transpose_output_shape(const kiln_node *n, int nsp)
     return os && k >= nsp ? os + (k - nsp) : NULL;
 }
 
-kiln_status nn_conv_transpose_infer(kiln_infer_ctx *c)
+kiln_status kiln_nn_conv_transpose_infer(kiln_infer_ctx *c)
 {
     const kiln_node *n = kiln_infer_node(c);
     const kiln_type *x = kiln_infer_in(c, 0), *w = kiln_infer_in(c, 1);
@@ -288,7 +288,7 @@ kiln_status nn_conv_transpose_infer(kiln_infer_ctx *c)
     KILN_TRY(infer_rank(c, x, w, &rank));
     if (rank < 0) return kiln_infer_set_out_unknown(c, 0, x->dtype);
     int nsp = rank - 2;
-    nn_geom g;
+    kiln_nn_geom g;
     int64_t group = 1, opad[KILN_MAX_RANK] = {0};
     KILN_TRY(infer_geom(c, nsp, &g, &group));
     int nop;
@@ -340,10 +340,10 @@ kiln_status nn_conv_transpose_infer(kiln_infer_ctx *c)
     return kiln_infer_set_out(c, 0, x->dtype, rank, dims);
 }
 
-bool nn_conv_transpose_geom(const kiln_node *node, int nsp, const int64_t *xdims, const int64_t *wdims,
-                            const int64_t *ydims, nn_geom *g, char *msg, int size)
+bool kiln_nn_conv_transpose_geom(const kiln_node *node, int nsp, const int64_t *xdims, const int64_t *wdims,
+                            const int64_t *ydims, kiln_nn_geom *g, char *msg, int size)
 {
-    if (!nn_geom_parse(node, nsp, g, msg, size)) return false;
+    if (!kiln_nn_geom_parse(node, nsp, g, msg, size)) return false;
     int64_t opad[KILN_MAX_RANK] = {0};
     int nop;
     const int64_t *op = kiln_attr_ints(node, "output_padding", &nop);
@@ -358,21 +358,21 @@ bool nn_conv_transpose_geom(const kiln_node *node, int nsp, const int64_t *xdims
     return true;
 }
 
-kiln_status nn_conv_transpose_run(kiln_run_ctx *c)
+kiln_status kiln_nn_conv_transpose_run(kiln_run_ctx *c)
 {
     const kiln_node *node = kiln_run_node(c);
     const kiln_value *X = kiln_run_in(c, 0), *W = kiln_run_in(c, 1), *B = kiln_run_in(c, 2);
     kiln_value *Y = kiln_run_out(c, 0);
-    nn_geom g;
+    kiln_nn_geom g;
     char msg[160];
     int nsp = X->rank - 2;
-    if (!nn_conv_transpose_geom(node, nsp, X->dims, W->dims, Y->dims, &g, msg, sizeof msg))
+    if (!kiln_nn_conv_transpose_geom(node, nsp, X->dims, W->dims, Y->dims, &g, msg, sizeof msg))
         return kiln_run_fail(c, KILN_ERR_MODEL, "%s", msg);
     int64_t group = kiln_attr_int(node, "group", 1);
     int64_t N = X->dims[0], C = X->dims[1], Mg = W->dims[1], M = Y->dims[1], Cg = C / group;
-    int64_t in_sz = nn_prod(nsp, X->dims + 2), k_sz = nn_prod(nsp, W->dims + 2),
-            out_sz = nn_prod(nsp, Y->dims + 2);
-    double *x = nn_load_f64(X), *w = nn_load_f64(W),
+    int64_t in_sz = kiln_nn_prod(nsp, X->dims + 2), k_sz = kiln_nn_prod(nsp, W->dims + 2),
+            out_sz = kiln_nn_prod(nsp, Y->dims + 2);
+    double *x = kiln_nn_load_f64(X), *w = kiln_nn_load_f64(W),
            *y = calloc((size_t)(Y->numel > 0 ? Y->numel : 1), sizeof *y);
     kiln_status st = KILN_OK;
     if (!x || !w || !y) {
@@ -381,8 +381,8 @@ kiln_status nn_conv_transpose_run(kiln_run_ctx *c)
     }
     int64_t ii[KILN_MAX_RANK] = {0}, q[KILN_MAX_RANK] = {0};
     for (int64_t n = 0; n < N; n++)
-        for (int64_t ip = 0; ip < in_sz; ip++, nn_index_next(nsp, X->dims + 2, ii))
-            for (int64_t kp = 0; kp < k_sz; kp++, nn_index_next(nsp, W->dims + 2, q)) {
+        for (int64_t ip = 0; ip < in_sz; ip++, kiln_nn_index_next(nsp, X->dims + 2, ii))
+            for (int64_t kp = 0; kp < k_sz; kp++, kiln_nn_index_next(nsp, W->dims + 2, q)) {
                 int64_t off = 0;
                 bool inside = true;
                 for (int i = 0; i < nsp && inside; i++) {
@@ -408,7 +408,7 @@ out_free:
 
 /* ---- DeformConv: inputs X, W, offset [N, og*K*nsp, out..], B, mask [N, og*K, out..] ---- */
 
-kiln_status nn_deform_conv_infer(kiln_infer_ctx *c)
+kiln_status kiln_nn_deform_conv_infer(kiln_infer_ctx *c)
 {
     const kiln_type *x = kiln_infer_in(c, 0);
     if (kiln_attr_int(kiln_infer_node(c), "offset_group", 1) < 1)
@@ -444,7 +444,7 @@ static kiln_status deform_check(kiln_run_ctx *c, const kiln_value *X, const kiln
                                 const kiln_value *off, const kiln_value *mask, const kiln_value *Y, int64_t og)
 {
     int nsp = X->rank - 2;
-    int64_t K = nn_prod(nsp, W->dims + 2);
+    int64_t K = kiln_nn_prod(nsp, W->dims + 2);
     const kiln_value *v[2] = {off, mask};
     int64_t ch[2] = {og * K * nsp, og * K};
     if (X->dims[1] % og) return kiln_run_fail(c, KILN_ERR_SHAPE, "X channels not divisible by offset_group");
@@ -459,24 +459,24 @@ static kiln_status deform_check(kiln_run_ctx *c, const kiln_value *X, const kiln
     return KILN_OK;
 }
 
-kiln_status nn_deform_conv_run(kiln_run_ctx *c)
+kiln_status kiln_nn_deform_conv_run(kiln_run_ctx *c)
 {
     const kiln_value *X = kiln_run_in(c, 0), *W = kiln_run_in(c, 1), *OFF = kiln_run_in(c, 2);
     const kiln_value *B = kiln_run_in(c, 3), *MASK = kiln_run_in(c, 4);
     kiln_value *Y = kiln_run_out(c, 0);
     int64_t group = kiln_attr_int(kiln_run_node(c), "group", 1),
             og = kiln_attr_int(kiln_run_node(c), "offset_group", 1);
-    nn_geom g;
+    kiln_nn_geom g;
     int64_t od[KILN_MAX_RANK];
     KILN_TRY(run_geom(c, X, W, &g, od));
     if (!OFF) return kiln_run_fail(c, KILN_ERR_MODEL, "needs input offset");
     KILN_TRY(deform_check(c, X, W, OFF, MASK, Y, og));
     int nsp = g.nsp;
     int64_t N = X->dims[0], C = X->dims[1], M = W->dims[0], Cg = W->dims[1], Mg = M / group, Cog = C / og;
-    int64_t in_sz = nn_prod(nsp, X->dims + 2), K = nn_prod(nsp, W->dims + 2),
-            out_sz = nn_prod(nsp, Y->dims + 2);
-    double *x = nn_load_f64(X), *w = nn_load_f64(W), *off = nn_load_f64(OFF),
-           *mask = MASK ? nn_load_f64(MASK) : NULL;
+    int64_t in_sz = kiln_nn_prod(nsp, X->dims + 2), K = kiln_nn_prod(nsp, W->dims + 2),
+            out_sz = kiln_nn_prod(nsp, Y->dims + 2);
+    double *x = kiln_nn_load_f64(X), *w = kiln_nn_load_f64(W), *off = kiln_nn_load_f64(OFF),
+           *mask = MASK ? kiln_nn_load_f64(MASK) : NULL;
     kiln_status st = KILN_OK;
     if (!x || !w || !off || (MASK && !mask)) {
         st = kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory");
@@ -486,11 +486,11 @@ kiln_status nn_deform_conv_run(kiln_run_ctx *c)
     double p[KILN_MAX_RANK];
     for (int64_t n = 0; n < N; n++)
         for (int64_t m = 0; m < M; m++)
-            for (int64_t op = 0; op < out_sz; op++, nn_index_next(nsp, Y->dims + 2, o)) {
+            for (int64_t op = 0; op < out_sz; op++, kiln_nn_index_next(nsp, Y->dims + 2, o)) {
                 double acc = B ? kiln_load_f64(B->dtype, B->data, m) : 0;
                 for (int64_t ci = 0; ci < Cg; ci++) {
                     int64_t ch = (m / Mg) * Cg + ci, grp = ch / Cog;
-                    for (int64_t kp = 0; kp < K; kp++, nn_index_next(nsp, W->dims + 2, q)) {
+                    for (int64_t kp = 0; kp < K; kp++, kiln_nn_index_next(nsp, W->dims + 2, q)) {
                         for (int i = 0; i < nsp; i++)
                             p[i] = (double)(o[i] * g.strides[i] - g.pads[i] + q[i] * g.dilations[i]) +
                                    off[((n * og + grp) * K * nsp + kp * nsp + i) * out_sz + op];

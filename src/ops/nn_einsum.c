@@ -147,7 +147,7 @@ static bool ein_spec_for(const kiln_node *n, int n_ops, const int *ranks, ein_sp
     return ein_parse(eq, n_ops, ranks, sp, msg, size);
 }
 
-kiln_status nn_einsum_infer(kiln_infer_ctx *c)
+kiln_status kiln_nn_einsum_infer(kiln_infer_ctx *c)
 {
     int n_ops = kiln_infer_n_in(c), ranks[EIN_MAX_OPS];
     const kiln_type *t[EIN_MAX_OPS];
@@ -183,7 +183,7 @@ kiln_status nn_einsum_infer(kiln_infer_ctx *c)
     return kiln_infer_set_out(c, 0, t[0]->dtype, sp.n_out, dims);
 }
 
-kiln_status nn_einsum_run(kiln_run_ctx *c)
+kiln_status kiln_nn_einsum_run(kiln_run_ctx *c)
 {
     int n_ops = kiln_run_n_in(c), ranks[EIN_MAX_OPS];
     const kiln_value *X[EIN_MAX_OPS];
@@ -226,7 +226,7 @@ kiln_status nn_einsum_run(kiln_run_ctx *c)
             }
             if (X[o]->dims[i] != 1) stride[o][pos[l]] += s[i];
         }
-        x[o] = nn_load_num(X[o], is_int);
+        x[o] = kiln_nn_load_num(X[o], is_int);
         if (!x[o]) {
             st = kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory");
             goto out_free;
@@ -245,11 +245,11 @@ kiln_status nn_einsum_run(kiln_run_ctx *c)
                 else pf *= ((double *)x[o])[off];
             }
             accf += pf, acci += pi;
-            nn_index_next(n_loop - sp.n_out, dims + sp.n_out, idx + sp.n_out);
+            kiln_nn_index_next(n_loop - sp.n_out, dims + sp.n_out, idx + sp.n_out);
         }
         if (is_int) kiln_store_i64(Y->dtype, Y->data, e, (int64_t)acci);
         else kiln_store_f64(Y->dtype, Y->data, e, accf);
-        nn_index_next(sp.n_out, dims, idx);
+        kiln_nn_index_next(sp.n_out, dims, idx);
     }
 out_free:
     for (int o = 0; o < n_ops; o++) free(x[o]);

@@ -10,7 +10,7 @@
 
 /* Output of A @ B for the inputs ai, bi: broadcast batch dims, then M and N (dropped for 1-D
  * operands); K must agree. */
-kiln_status nn_matmul_shape(kiln_infer_ctx *c, int ai, int bi, kiln_dtype dt)
+kiln_status kiln_nn_matmul_shape(kiln_infer_ctx *c, int ai, int bi, kiln_dtype dt)
 {
     const kiln_type *a = kiln_infer_in(c, ai), *b = kiln_infer_in(c, bi);
     if (!a || !b) return kiln_infer_fail(c, KILN_ERR_MODEL, "needs inputs A and B");
@@ -55,10 +55,10 @@ static void matmul_exec(const kiln_value *A, const kiln_value *B, const void *a,
     kiln_iter_init(&it, r, od, 2, st);
     for (int64_t bi = 0; bi < batches; bi++, kiln_iter_next(&it)) {
         if (is_int)
-            nn_gemm_i64(M, N, K, (const int64_t *)a + it.off[0] * M * K, K, 1,
+            kiln_nn_gemm_i64(M, N, K, (const int64_t *)a + it.off[0] * M * K, K, 1,
                         (const int64_t *)b + it.off[1] * K * N, N, 1, (int64_t *)y + bi * M * N);
         else
-            nn_gemm_f64(M, N, K, (const double *)a + it.off[0] * M * K, K, 1,
+            kiln_nn_gemm_f64(M, N, K, (const double *)a + it.off[0] * M * K, K, 1,
                         (const double *)b + it.off[1] * K * N, N, 1, (double *)y + bi * M * N);
     }
 }
@@ -69,27 +69,27 @@ static void *buf_new(int64_t n)
     return malloc((size_t)(n > 0 ? n : 1) * 8);
 }
 
-kiln_status nn_matmul_infer(kiln_infer_ctx *c)
+kiln_status kiln_nn_matmul_infer(kiln_infer_ctx *c)
 {
     const kiln_type *a = kiln_infer_in(c, 0);
-    return nn_matmul_shape(c, 0, 1, a ? a->dtype : KILN_DTYPE_UNDEFINED);
+    return kiln_nn_matmul_shape(c, 0, 1, a ? a->dtype : KILN_DTYPE_UNDEFINED);
 }
 
-kiln_status nn_matmul_run(kiln_run_ctx *c)
+kiln_status kiln_nn_matmul_run(kiln_run_ctx *c)
 {
     const kiln_value *A = kiln_run_in(c, 0), *B = kiln_run_in(c, 1);
     kiln_value *Y = kiln_run_out(c, 0);
     bool is_int = kiln_dtype_is_int(A->dtype);
-    void *a = nn_load_num(A, is_int);
-    void *b = nn_load_num(B, is_int);
+    void *a = kiln_nn_load_num(A, is_int);
+    void *b = kiln_nn_load_num(B, is_int);
     void *y = buf_new(Y->numel);
     kiln_status st = KILN_OK;
     if (!a || !b || !y) {
         st = kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory");
     } else {
         matmul_exec(A, B, a, b, y, is_int);
-        if (is_int) nn_store_all_i64(Y, y);
-        else nn_store_all_f64(Y, y);
+        if (is_int) kiln_nn_store_all_i64(Y, y);
+        else kiln_nn_store_all_f64(Y, y);
     }
     free(a), free(b), free(y);
     return st;
@@ -114,7 +114,7 @@ static int64_t b_param_index(const kiln_value *B, int64_t e, int64_t len)
  * int64 or as double (is_int false: float8 operands). */
 static void *load_minus_zp(const kiln_value *v, const kiln_value *zp, bool a_side, bool is_int)
 {
-    void *p = nn_load_num(v, is_int);
+    void *p = kiln_nn_load_num(v, is_int);
     if (!p || !zp || !zp->numel) return p;
     for (int64_t e = 0; e < v->numel; e++) {
         int64_t k = a_side ? a_param_index(v, e, zp->numel) : b_param_index(v, e, zp->numel);
@@ -139,9 +139,9 @@ static kiln_status check_param(kiln_run_ctx *c, const kiln_value *p, const kiln_
                          (long long)p->numel, (long long)len, (long long)(batches * len));
 }
 
-kiln_status nn_matmul_integer_infer(kiln_infer_ctx *c)
+kiln_status kiln_nn_matmul_integer_infer(kiln_infer_ctx *c)
 {
-    return nn_matmul_shape(c, 0, 1, KILN_DTYPE_INT32);
+    return kiln_nn_matmul_shape(c, 0, 1, KILN_DTYPE_INT32);
 }
 
 /* Product of (A - a_zp) and (B - b_zp) into a new buffer *y: exact int64, or double when
@@ -164,30 +164,30 @@ static kiln_status zp_product(kiln_run_ctx *c, const kiln_value *A, const kiln_v
     return st;
 }
 
-kiln_status nn_matmul_integer_run(kiln_run_ctx *c)
+kiln_status kiln_nn_matmul_integer_run(kiln_run_ctx *c)
 {
     kiln_value *Y = kiln_run_out(c, 0);
     void *y;
     KILN_TRY(zp_product(c, kiln_run_in(c, 0), kiln_run_in(c, 2), kiln_run_in(c, 1), kiln_run_in(c, 3), Y->numel,
                         true, &y));
-    nn_store_all_i64(Y, y);
+    kiln_nn_store_all_i64(Y, y);
     free(y);
     return KILN_OK;
 }
 
 /* QLinearMatMul inputs: a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point.
  * a, b, y are int8/uint8 or (opset 21) 8-bit floats. */
-kiln_status nn_qlinear_matmul_infer(kiln_infer_ctx *c)
+kiln_status kiln_nn_qlinear_matmul_infer(kiln_infer_ctx *c)
 {
     const kiln_type *yzp = kiln_infer_in(c, 7);
     if (!yzp) return kiln_infer_fail(c, KILN_ERR_MODEL, "needs input y_zero_point");
     kiln_dtype dt = yzp->dtype;
     if (dt != KILN_DTYPE_UINT8 && dt != KILN_DTYPE_INT8 && !kiln_dtype_is_lowp_float(dt))
         return kiln_infer_fail(c, KILN_ERR_UNSUPPORTED, "y_zero_point must be int8, uint8 or an 8-bit float");
-    return nn_matmul_shape(c, 0, 3, dt);
+    return kiln_nn_matmul_shape(c, 0, 3, dt);
 }
 
-kiln_status nn_qlinear_matmul_run(kiln_run_ctx *c)
+kiln_status kiln_nn_qlinear_matmul_run(kiln_run_ctx *c)
 {
     const kiln_value *A = kiln_run_in(c, 0), *as = kiln_run_in(c, 1), *B = kiln_run_in(c, 3),
                      *bs = kiln_run_in(c, 4);
@@ -202,14 +202,14 @@ kiln_status nn_qlinear_matmul_run(kiln_run_ctx *c)
     KILN_TRY(zp_product(c, A, kiln_run_in(c, 2), B, kiln_run_in(c, 5), Y->numel, is_int, &y));
     /* output element (batch, i, j) uses a's scale for row i and b's for column j */
     int64_t M = A->rank >= 2 ? A->dims[A->rank - 2] : 1, N = B->rank >= 2 ? B->dims[B->rank - 1] : 1;
-    double ysv = nn_param_f64(ys, 0);
+    double ysv = kiln_nn_param_f64(ys, 0);
     for (int64_t e = 0; e < Y->numel; e++) {
         int64_t ai = (e / N) % as->numel, bi = ((e / (M * N)) * N + e % N) % bs->numel;
         double acc = is_int ? (double)((int64_t *)y)[e] : ((double *)y)[e];
-        double v = acc * nn_requant_scale(as->dtype, nn_param_f64(as, ai), nn_param_f64(bs, bi), ysv);
+        double v = acc * kiln_nn_requant_scale(as->dtype, kiln_nn_param_f64(as, ai), kiln_nn_param_f64(bs, bi), ysv);
         /* 8-bit float outputs take the value plus zero point, rounded and saturated by the store */
-        if (kiln_dtype_is_lowp_float(Y->dtype)) kiln_store_f64(Y->dtype, Y->data, e, v + nn_param_f64(yzp, 0));
-        else nn_store_quantized(Y, e, v, nn_param_i64(yzp, 0));
+        if (kiln_dtype_is_lowp_float(Y->dtype)) kiln_store_f64(Y->dtype, Y->data, e, v + kiln_nn_param_f64(yzp, 0));
+        else kiln_nn_store_quantized(Y, e, v, kiln_nn_param_i64(yzp, 0));
     }
     free(y);
     return KILN_OK;
@@ -217,7 +217,7 @@ kiln_status nn_qlinear_matmul_run(kiln_run_ctx *c)
 
 /* ---- Gemm: Y = alpha * A' B' + beta * C, C unidirectionally broadcast to [M, N] ---- */
 
-kiln_status nn_gemm_infer(kiln_infer_ctx *c)
+kiln_status kiln_nn_gemm_infer(kiln_infer_ctx *c)
 {
     const kiln_node *n = kiln_infer_node(c);
     const kiln_type *a = kiln_infer_in(c, 0), *b = kiln_infer_in(c, 1), *cc = kiln_infer_in(c, 2);
@@ -242,7 +242,7 @@ kiln_status nn_gemm_infer(kiln_infer_ctx *c)
     return kiln_infer_set_out(c, 0, a->dtype, 2, dims);
 }
 
-kiln_status nn_gemm_run(kiln_run_ctx *c)
+kiln_status kiln_nn_gemm_run(kiln_run_ctx *c)
 {
     const kiln_node *n = kiln_run_node(c);
     const kiln_value *A = kiln_run_in(c, 0), *B = kiln_run_in(c, 1), *C = kiln_run_in(c, 2);
@@ -252,8 +252,8 @@ kiln_status nn_gemm_run(kiln_run_ctx *c)
     double alpha = kiln_attr_float(n, "alpha", 1), beta = kiln_attr_float(n, "beta", 1);
     int64_t M = Y->dims[0], N = Y->dims[1], K = A->dims[ta ? 0 : 1];
     int64_t sam = ta ? 1 : K, sak = ta ? M : 1, sbk = tb ? 1 : N, sbn = tb ? K : 1;
-    void *a = nn_load_num(A, is_int);
-    void *b = nn_load_num(B, is_int);
+    void *a = kiln_nn_load_num(A, is_int);
+    void *b = kiln_nn_load_num(B, is_int);
     void *y = buf_new(Y->numel);
     kiln_status st = KILN_OK;
     if (!a || !b || !y) {
@@ -266,8 +266,8 @@ kiln_status nn_gemm_run(kiln_run_ctx *c)
         for (int i = 0; i < C->rank; i++) cd[2 - C->rank + i] = C->dims[i];
         kiln_bcast_strides(2, Y->dims, 2, cd, cst);
     }
-    if (is_int) nn_gemm_i64(M, N, K, a, sam, sak, b, sbk, sbn, y);
-    else nn_gemm_f64(M, N, K, a, sam, sak, b, sbk, sbn, y);
+    if (is_int) kiln_nn_gemm_i64(M, N, K, a, sam, sak, b, sbk, sbn, y);
+    else kiln_nn_gemm_f64(M, N, K, a, sam, sak, b, sbk, sbn, y);
     for (int64_t i = 0; i < M; i++)
         for (int64_t j = 0; j < N; j++) {
             int64_t e = i * N + j, ce = i * cst[0] + j * cst[1];

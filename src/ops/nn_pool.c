@@ -14,21 +14,21 @@ enum { POOL_AVG, POOL_MAX, POOL_LP };
 /* Validates p where the op has one. */
 static kiln_status check_p(kiln_infer_ctx *c)
 {
-    double p = nn_pool_p(kiln_infer_node(c));
+    double p = kiln_nn_pool_p(kiln_infer_node(c));
     if (!(p > 0) || p > 1e6) return kiln_infer_fail(c, KILN_ERR_MODEL, "p = %g must be positive", p);
     return KILN_OK;
 }
 
-kiln_status nn_pool_infer(kiln_infer_ctx *c)
+kiln_status kiln_nn_pool_infer(kiln_infer_ctx *c)
 {
     const kiln_node *n = kiln_infer_node(c);
     const kiln_type *x = kiln_infer_in(c, 0);
-    nn_geom g;
+    kiln_nn_geom g;
     char msg[160];
     if (!x) return kiln_infer_fail(c, KILN_ERR_MODEL, "needs input X");
     if (x->dtype && !kiln_dtype_is_float(x->dtype) && !kiln_dtype_is_int(x->dtype))
         return kiln_infer_fail(c, KILN_ERR_MODEL, "X has dtype %s, not a number", kiln_dtype_name(x->dtype));
-    if (!nn_pool_geom(n, &g, msg, sizeof msg)) return kiln_infer_fail(c, KILN_ERR_MODEL, "%s", msg);
+    if (!kiln_nn_pool_geom(n, &g, msg, sizeof msg)) return kiln_infer_fail(c, KILN_ERR_MODEL, "%s", msg);
     KILN_TRY(check_p(c));
     if (kiln_attr_int(n, "storage_order", 0) & ~1LL)
         return kiln_infer_fail(c, KILN_ERR_MODEL, "storage_order must be 0 or 1");
@@ -42,7 +42,7 @@ kiln_status nn_pool_infer(kiln_infer_ctx *c)
     kiln_dim dims[KILN_MAX_RANK];
     dims[0] = x->dims[0], dims[1] = x->dims[1];
     for (int i = 0; i < g.nsp; i++) {
-        dims[2 + i] = nn_geom_out_dim(kiln_infer_dims(c), &g, i, x->dims[2 + i], kiln_dim_const(g.kernel[i]));
+        dims[2 + i] = kiln_nn_geom_out_dim(kiln_infer_dims(c), &g, i, x->dims[2 + i], kiln_dim_const(g.kernel[i]));
         if (kiln_dim_is_const(dims[2 + i]) && dims[2 + i].c < 1)
             return kiln_infer_fail(c, KILN_ERR_SHAPE, "spatial dim %d: window larger than the padded input", i);
     }
@@ -67,28 +67,28 @@ static kiln_status pool_run(kiln_run_ctx *c, int mode)
     const kiln_node *node = kiln_run_node(c);
     const kiln_value *X = kiln_run_in(c, 0);
     kiln_value *Y = kiln_run_out(c, 0), *I = kiln_run_out(c, 1);
-    nn_geom g;
+    kiln_nn_geom g;
     char msg[160];
     int64_t od[KILN_MAX_RANK];
-    if (!nn_pool_geom(node, &g, msg, sizeof msg)) return kiln_run_fail(c, KILN_ERR_MODEL, "%s", msg);
-    if (!nn_geom_resolve(&g, X->dims + 2, od))
+    if (!kiln_nn_pool_geom(node, &g, msg, sizeof msg)) return kiln_run_fail(c, KILN_ERR_MODEL, "%s", msg);
+    if (!kiln_nn_geom_resolve(&g, X->dims + 2, od))
         return kiln_run_fail(c, KILN_ERR_SHAPE, "window larger than the padded input");
     int nsp = g.nsp;
     bool include_pad = kiln_attr_int(node, "count_include_pad", 0) != 0;
     bool col_major = kiln_attr_int(node, "storage_order", 0) == 1;
-    double pw = nn_pool_p(node);
+    double pw = kiln_nn_pool_p(node);
     const int64_t *sd = X->dims + 2;
-    int64_t in_sz = nn_prod(nsp, sd), out_sz = nn_prod(nsp, od), k_sz = nn_prod(nsp, g.kernel);
-    double *x = nn_load_f64(X);
+    int64_t in_sz = kiln_nn_prod(nsp, sd), out_sz = kiln_nn_prod(nsp, od), k_sz = kiln_nn_prod(nsp, g.kernel);
+    double *x = kiln_nn_load_f64(X);
     if (!x) return kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory");
     int64_t o[KILN_MAX_RANK] = {0}, q[KILN_MAX_RANK] = {0}, p[KILN_MAX_RANK], best_p[KILN_MAX_RANK] = {0};
     for (int64_t plane = 0; plane < X->dims[0] * X->dims[1]; plane++) {
         const double *xp = x + plane * in_sz;
-        for (int64_t op = 0; op < out_sz; op++, nn_index_next(nsp, od, o)) {
+        for (int64_t op = 0; op < out_sz; op++, kiln_nn_index_next(nsp, od, o)) {
             double acc = 0, best = 0;
             int64_t n_in = 0, n_counted = 0;
             bool found = false;
-            for (int64_t kp = 0; kp < k_sz; kp++, nn_index_next(nsp, g.kernel, q)) {
+            for (int64_t kp = 0; kp < k_sz; kp++, kiln_nn_index_next(nsp, g.kernel, q)) {
                 bool inside = true, counted = true;
                 int64_t off = 0;
                 for (int i = 0; i < nsp; i++) {
@@ -120,20 +120,20 @@ static kiln_status pool_run(kiln_run_ctx *c, int mode)
     return KILN_OK;
 }
 
-kiln_status nn_average_pool_run(kiln_run_ctx *c)
+kiln_status kiln_nn_average_pool_run(kiln_run_ctx *c)
 {
     return pool_run(c, POOL_AVG);
 }
-kiln_status nn_max_pool_run(kiln_run_ctx *c)
+kiln_status kiln_nn_max_pool_run(kiln_run_ctx *c)
 {
     return pool_run(c, POOL_MAX);
 }
-kiln_status nn_lp_pool_run(kiln_run_ctx *c)
+kiln_status kiln_nn_lp_pool_run(kiln_run_ctx *c)
 {
     return pool_run(c, POOL_LP);
 }
 
-kiln_status nn_global_pool_infer(kiln_infer_ctx *c)
+kiln_status kiln_nn_global_pool_infer(kiln_infer_ctx *c)
 {
     const kiln_type *x = kiln_infer_in(c, 0);
     if (!x) return kiln_infer_fail(c, KILN_ERR_MODEL, "needs input X");
@@ -151,7 +151,7 @@ static kiln_status global_pool_run(kiln_run_ctx *c, int mode)
 {
     const kiln_value *X = kiln_run_in(c, 0);
     kiln_value *Y = kiln_run_out(c, 0);
-    double pw = nn_pool_p(kiln_run_node(c));
+    double pw = kiln_nn_pool_p(kiln_run_node(c));
     int64_t planes = X->dims[0] * X->dims[1], sz = planes ? X->numel / planes : 0;
     for (int64_t pl = 0; pl < planes; pl++) {
         double acc = mode == POOL_MAX ? -INFINITY : 0;
@@ -167,15 +167,15 @@ static kiln_status global_pool_run(kiln_run_ctx *c, int mode)
     return KILN_OK;
 }
 
-kiln_status nn_global_average_pool_run(kiln_run_ctx *c)
+kiln_status kiln_nn_global_average_pool_run(kiln_run_ctx *c)
 {
     return global_pool_run(c, POOL_AVG);
 }
-kiln_status nn_global_max_pool_run(kiln_run_ctx *c)
+kiln_status kiln_nn_global_max_pool_run(kiln_run_ctx *c)
 {
     return global_pool_run(c, POOL_MAX);
 }
-kiln_status nn_global_lp_pool_run(kiln_run_ctx *c)
+kiln_status kiln_nn_global_lp_pool_run(kiln_run_ctx *c)
 {
     return global_pool_run(c, POOL_LP);
 }
@@ -183,19 +183,19 @@ kiln_status nn_global_lp_pool_run(kiln_run_ctx *c)
 /* ---- MaxUnpool: X, I (int64, same shape), optional output_shape ---- */
 
 /* The default output size of spatial dim i: (in-1)*stride + kernel - pads. */
-static kiln_dim unpool_dim(kiln_dimtab *t, const nn_geom *g, int i, kiln_dim in)
+static kiln_dim unpool_dim(kiln_dimtab *t, const kiln_nn_geom *g, int i, kiln_dim in)
 {
     kiln_dim d = kiln_dim_mul(t, kiln_dim_sub(t, in, kiln_dim_const(1)), kiln_dim_const(g->strides[i]));
     return kiln_dim_add(t, d, kiln_dim_const(g->kernel[i] - g->pads[i] - g->pads[g->nsp + i]));
 }
 
-kiln_status nn_max_unpool_infer(kiln_infer_ctx *c)
+kiln_status kiln_nn_max_unpool_infer(kiln_infer_ctx *c)
 {
     const kiln_type *x = kiln_infer_in(c, 0), *ind = kiln_infer_in(c, 1);
-    nn_geom g;
+    kiln_nn_geom g;
     char msg[160];
     if (!x || !ind) return kiln_infer_fail(c, KILN_ERR_MODEL, "needs inputs X and I");
-    if (!nn_pool_geom(kiln_infer_node(c), &g, msg, sizeof msg))
+    if (!kiln_nn_pool_geom(kiln_infer_node(c), &g, msg, sizeof msg))
         return kiln_infer_fail(c, KILN_ERR_MODEL, "%s", msg);
     if (x->rank >= 0 && x->rank != g.nsp + 2)
         return kiln_infer_fail(c, KILN_ERR_SHAPE, "X has rank %d but kernel_shape has %d values", x->rank,
@@ -223,13 +223,13 @@ kiln_status nn_max_unpool_infer(kiln_infer_ctx *c)
 
 /* Indices address the default-size output; an explicit output_shape embeds that block at the
  * origin of a larger zero tensor (as the ONNX reference does). */
-kiln_status nn_max_unpool_run(kiln_run_ctx *c)
+kiln_status kiln_nn_max_unpool_run(kiln_run_ctx *c)
 {
     const kiln_value *X = kiln_run_in(c, 0), *I = kiln_run_in(c, 1);
     kiln_value *Y = kiln_run_out(c, 0);
-    nn_geom g;
+    kiln_nn_geom g;
     char msg[160];
-    if (!nn_pool_geom(kiln_run_node(c), &g, msg, sizeof msg)) return kiln_run_fail(c, KILN_ERR_MODEL, "%s", msg);
+    if (!kiln_nn_pool_geom(kiln_run_node(c), &g, msg, sizeof msg)) return kiln_run_fail(c, KILN_ERR_MODEL, "%s", msg);
     if (I->dtype != KILN_DTYPE_INT64) return kiln_run_fail(c, KILN_ERR_MODEL, "I must be int64");
     int rank = X->rank;
     int64_t dd[KILN_MAX_RANK], total = 1;

@@ -106,17 +106,17 @@ static void check_same_pads(int64_t total, int64_t up_b, int64_t up_e, int64_t l
     CHECK(b == low_b && e == low_e);
 }
 
-/* One spatial dim through nn_geom_resolve: output size and pads. */
+/* One spatial dim through kiln_nn_geom_resolve: output size and pads. */
 static void check_window(int auto_pad, int64_t in, int64_t k, int64_t stride, int64_t dil, const int64_t *pads,
                          bool ceil_mode, int64_t out, int64_t pad_b, int64_t pad_e)
 {
-    nn_geom g;
+    kiln_nn_geom g;
     memset(&g, 0, sizeof g);
     g.nsp = 1, g.auto_pad = auto_pad, g.ceil_mode = ceil_mode;
     g.strides[0] = stride, g.dilations[0] = dil, g.kernel[0] = k;
     if (pads) g.pads[0] = pads[0], g.pads[1] = pads[1];
     int64_t o = -1;
-    CHECK(nn_geom_resolve(&g, &in, &o));
+    CHECK(kiln_nn_geom_resolve(&g, &in, &o));
     CHECK(o == out);
     CHECK(g.pads[0] == pad_b && g.pads[1] == pad_e);
 }
@@ -167,11 +167,11 @@ static void test_auto_pad(void)
     check_window(NN_PAD_NOTSET, 4, 3, 2, 1, p02, true, 2, 0, 2);
 
     /* a window that cannot fit is refused */
-    nn_geom g;
+    kiln_nn_geom g;
     memset(&g, 0, sizeof g);
     g.nsp = 1, g.auto_pad = NN_PAD_VALID, g.strides[0] = g.dilations[0] = 1, g.kernel[0] = 4;
     int64_t in = 3, out;
-    CHECK(!nn_geom_resolve(&g, &in, &out));
+    CHECK(!kiln_nn_geom_resolve(&g, &in, &out));
 }
 
 /* ---- broadcasting ---- */
@@ -195,7 +195,7 @@ static void check_bcast(int orank, const int64_t *od, int ir, const int64_t *id)
             if (j >= 0 && id[j] != 1) want += idx[k] * in_st[j];
         }
         CHECK(off == want);
-        nn_index_next(orank, od, idx);
+        kiln_nn_index_next(orank, od, idx);
     }
     for (int k = 0; k < orank; k++) {
         int j = k - (orank - ir);
