@@ -20,7 +20,8 @@
     X(kiln_ops_contrib_attention) \
     X(kiln_ops_contrib_qlinear) \
     X(kiln_ops_basic) \
-    X(kiln_ops_fused)
+    X(kiln_ops_fused) \
+    X(kiln_ops_memcpy)
 
 #define DECLARE(name) extern const kiln_op_table name;
 FAMILIES(DECLARE)
