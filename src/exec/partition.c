@@ -172,6 +172,7 @@ static void rewire_captured(kiln_graph *sg, const kiln_ir_value *from, kiln_ir_v
 static kiln_status copies_for(copy_state *cs, kiln_node *n, kiln_err *err)
 {
     kiln_graph *g = cs->g;
+    if (n->op && (n->op->flags & KILN_OP_COPY)) return KILN_OK; /* a copy reads its side's value */
     bool type_only = n->op && (n->op->flags & KILN_OP_READS_TYPE_ONLY);
     for (int i = 0; i < n->n_in; i++) {
         kiln_ir_value *v = n->in[i];
