@@ -136,9 +136,8 @@ static kiln_status value_at(kiln_frame *f, const kiln_ir_value *v, bool device, 
 
 /* A copy node (KILN_OP_COPY, src/exec/partition.c): its input in the memory of its side
  * (n->on_device: the device), through the device provider's copies, in its output's arena slot
- * of that side; a view when the input lives there already (a graph input the caller gave in
- * that memory, or uploaded by a recorded run). A copy to the host makes what the host computes
- * next depend on the inputs' contents: such a run cannot be recorded. */
+ * of that side; a view when the input is there already. A copy to the host makes what the host
+ * computes next depend on the inputs' contents: such a run cannot be recorded. */
 static kiln_status run_copy(const kiln_node *n, kiln_frame *f, kiln_err *err)
 {
     const kiln_ir_value *v = n->in[0], *y = n->out[0];
@@ -152,15 +151,18 @@ static kiln_status run_copy(const kiln_node *n, kiln_frame *f, kiln_err *err)
     bool device = n->on_device;
     kiln_provider_run *r = f->env->dev_run;
     if (!device && dev->unrecordable) {
-        if (v->is_input) dev->unrecordable(r, "input '%s' is read on the host", v->name);
+        if (v->is_input) dev->unrecordable(r, "node '%s' (%s) reads input '%s' on the host", n->name, n->op_type, v->name);
         else dev->unrecordable(r, "'%s' is copied to the host in the middle of the run", v->name);
     }
+    void *dst = arena_slot(f, y->id, device, x->nbytes);
     kiln_value *out;
-    if (x->on_device == device) {
+    /* already there: a host input (the caller's memory, live for the run), or a device input
+     * in this copy's own slot (in place); a device input elsewhere is copied into the slot,
+     * which stays live as long as the readers need it */
+    if (x->on_device == device && (!device || x->data == dst)) {
         KILN_TRY(kiln_value_view(x->dtype, x->rank, x->dims, x->data, &out, err));
         out->on_device = x->on_device;
     } else {
-        void *dst = arena_slot(f, y->id, device, x->nbytes);
         if (!dst && x->nbytes && f->mem && f->mem->offset[y->id] != SIZE_MAX) f->mem->heap_fallbacks++;
         KILN_TRY(device ? dev->to_device(r, v, x, dst, &out, err) : dev->to_host(r, x, dst, &out, err));
     }

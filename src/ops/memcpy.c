@@ -1,7 +1,10 @@
 /* memcpy.c - kiln.MemcpyToDevice and kiln.MemcpyToHost: the copy nodes that partitioning
  * inserts where a value crosses between the host and a device provider (src/exec/partition.c).
  * Their output is their input; the executor runs them through the device provider's copies
- * (KILN_OP_COPY), and the reference kernel below copies host memory (what the oracle sees). */
+ * (KILN_OP_COPY), and the reference kernel below copies host memory (what the oracle sees).
+ * In place: where the copy is its input's last reader, its output takes the input's arena
+ * offset, in the other side's arena (a recorded run uploads a graph input into its slot: the
+ * copy to the device then finds it there). */
 #include <string.h>
 
 #include "ops/op.h"
@@ -19,8 +22,8 @@ static kiln_status memcpy_run(kiln_run_ctx *c)
 }
 
 static const kiln_op_def defs[] = {
-    {"kiln", "MemcpyToDevice", 1, memcpy_infer, memcpy_run, KILN_OP_COPY},
-    {"kiln", "MemcpyToHost", 1, memcpy_infer, memcpy_run, KILN_OP_COPY},
+    {"kiln", "MemcpyToDevice", 1, memcpy_infer, memcpy_run, KILN_OP_COPY | KILN_OP_INPLACE},
+    {"kiln", "MemcpyToHost", 1, memcpy_infer, memcpy_run, KILN_OP_COPY | KILN_OP_INPLACE},
 };
 
 const kiln_op_table kiln_ops_memcpy = {defs, (int)(sizeof defs / sizeof defs[0])};
