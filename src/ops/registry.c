@@ -20,8 +20,7 @@
     X(kiln_ops_contrib_attention) \
     X(kiln_ops_contrib_qlinear) \
     X(kiln_ops_basic) \
-    X(kiln_ops_fused) \
-    X(kiln_ops_memcpy)
+    X(kiln_ops_fused)
 
 #define DECLARE(name) extern const kiln_op_table name;
 FAMILIES(DECLARE)
