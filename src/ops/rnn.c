@@ -1,5 +1,7 @@
 /* rnn.c - Recurrent ops: RNN, GRU, LSTM (every direction, layout, sequence_lens, clip,
- * configurable activations, GRU linear_before_reset, LSTM peepholes and input_forget). */
+ * configurable activations, GRU linear_before_reset, LSTM peepholes and input_forget), and
+ * com.microsoft DynamicQuantizeLSTM (ONNX Runtime's quantize_dynamic form of LSTM: 8-bit W and
+ * R stored [dirs, in, 4H] with per-direction or per-column scales and zero points). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +15,9 @@ static int gate_count(rnn_kind k) { return k == RNN_PLAIN ? 1 : k == RNN_GRU ? 3
 
 static rnn_kind kind_of(const kiln_node *n)
 {
-    return !strcmp(n->op_type, "GRU") ? RNN_GRU : !strcmp(n->op_type, "LSTM") ? RNN_LSTM : RNN_PLAIN;
+    return !strcmp(n->op_type, "GRU")                                             ? RNN_GRU
+           : !strcmp(n->op_type, "LSTM") || !strcmp(n->op_type, "DynamicQuantizeLSTM") ? RNN_LSTM
+                                                                                  : RNN_PLAIN;
 }
 
 static int directions(const kiln_node *n)
@@ -130,11 +134,12 @@ static kiln_status read_activations(kiln_run_ctx *c, rnn_kind kind, int dirs, ac
 
 static double clipped(double x, double clip) { return clip > 0 ? fmax(-clip, fmin(clip, x)) : x; }
 
-static kiln_status rnn_run(kiln_run_ctx *c)
+/* The recurrence over X with W [dirs, G*H, I] and R [dirs, G*H, H] (ONNX's layouts). */
+static kiln_status rnn_compute(kiln_run_ctx *c, const kiln_value *W, const kiln_value *R)
 {
     const kiln_node *n = kiln_run_node(c);
     rnn_kind kind = kind_of(n);
-    const kiln_value *X = kiln_run_in(c, 0), *W = kiln_run_in(c, 1), *R = kiln_run_in(c, 2), *Bv = kiln_run_in(c, 3);
+    const kiln_value *X = kiln_run_in(c, 0), *Bv = kiln_run_in(c, 3);
     const kiln_value *lens = kiln_run_in(c, 4), *H0 = kiln_run_in(c, 5);
     const kiln_value *C0 = kind == RNN_LSTM ? kiln_run_in(c, 6) : NULL, *P = kind == RNN_LSTM ? kiln_run_in(c, 7) : NULL;
     kiln_value *Y = kiln_run_out(c, 0), *Yh = kiln_run_out(c, 1), *Yc = kiln_run_out(c, 2);
@@ -260,10 +265,99 @@ out:
     return st;
 }
 
+static kiln_status rnn_run(kiln_run_ctx *c) { return rnn_compute(c, kiln_run_in(c, 1), kiln_run_in(c, 2)); }
+
+/* ---- com.microsoft DynamicQuantizeLSTM ----
+ * X [seq, batch, I] float32, W [dirs, I, 4H] and R [dirs, H, 4H] 8-bit, B, sequence_lens,
+ * initial_h, initial_c, P as LSTM's (inputs 3..7), W_scale, W_zero_point, R_scale,
+ * R_zero_point (inputs 8..11: [dirs] or [dirs, 4H]). Outputs as LSTM's, layout 0. */
+static kiln_status dqlstm_infer(kiln_infer_ctx *c)
+{
+    const kiln_node *n = kiln_infer_node(c);
+    const kiln_type *x = kiln_infer_in(c, 0), *w = kiln_infer_in(c, 1), *r = kiln_infer_in(c, 2);
+    if (!x || !w || !r) return kiln_infer_fail(c, KILN_ERR_MODEL, "X, W and R are required");
+    if (!kiln_infer_in(c, 8) || !kiln_infer_in(c, 10)) return kiln_infer_fail(c, KILN_ERR_MODEL, "W_scale and R_scale are required");
+    if (x->rank != 3 || w->rank != 3 || r->rank != 3)
+        return kiln_infer_fail(c, KILN_ERR_SHAPE, "X, W, R must be 3-D (ranks %d, %d, %d)", x->rank, w->rank, r->rank);
+    for (int i = 1; i <= 2; i++) {
+        kiln_dtype dt = kiln_infer_in(c, i)->dtype;
+        if (dt && dt != KILN_DTYPE_INT8 && dt != KILN_DTYPE_UINT8)
+            return kiln_infer_fail(c, KILN_ERR_UNSUPPORTED, "%s must be int8 or uint8, is %s", i == 1 ? "W" : "R",
+                                   kiln_dtype_name(dt));
+    }
+    kiln_dim dirs = kiln_dim_const(directions(n)), hidden = r->dims[1];
+    int64_t hs = kiln_attr_int(n, "hidden_size", -1);
+    if (hs > 0) {
+        KILN_TRY(kiln_infer_require_equal(c, r->dims[1], kiln_dim_const(hs), "R's second dim vs hidden_size"));
+        hidden = kiln_dim_const(hs);
+    }
+    KILN_TRY(kiln_infer_require_equal(c, w->dims[0], dirs, "W's first dim vs number of directions"));
+    KILN_TRY(kiln_infer_require_equal(c, w->dims[1], x->dims[2], "W's input size vs X's"));
+    kiln_dim y[4] = {x->dims[0], dirs, x->dims[1], hidden}, h[3] = {dirs, x->dims[1], hidden};
+    KILN_TRY(kiln_infer_set_out(c, 0, x->dtype, 4, y));
+    KILN_TRY(kiln_infer_set_out(c, 1, x->dtype, 3, h));
+    return kiln_infer_set_out(c, 2, x->dtype, 3, h);
+}
+
+/* Q [dirs, K, N] 8-bit -> out [dirs, N, K] float32: (q - zero_point) * scale, the scale and
+ * zero point per direction ([dirs]) or per column ([dirs, N]). */
+static kiln_status dequantize_transposed(kiln_run_ctx *c, const char *what, const kiln_value *Q, const kiln_value *S,
+                                         const kiln_value *Z, float *out)
+{
+    int64_t D = Q->dims[0], K = Q->dims[1], N = Q->dims[2];
+    if (!S || S->dtype != KILN_DTYPE_FLOAT32 || (S->numel != D && S->numel != D * N))
+        return kiln_run_fail(c, KILN_ERR_SHAPE, "%s_scale must be float32 [%lld] or [%lld, %lld]", what, (long long)D,
+                             (long long)D, (long long)N);
+    if (Z && (Z->dtype != Q->dtype || Z->numel != S->numel))
+        return kiln_run_fail(c, KILN_ERR_SHAPE, "%s_zero_point must be %s with %s_scale's %lld elements", what,
+                             kiln_dtype_name(Q->dtype), what, (long long)S->numel);
+    const float *s = S->data;
+    bool per_col = S->numel == D * N;
+    for (int64_t d = 0; d < D; d++)
+        for (int64_t k = 0; k < K; k++)
+            for (int64_t j = 0; j < N; j++) {
+                int64_t pi = per_col ? d * N + j : d;
+                double q = kiln_load_f64(Q->dtype, Q->data, (d * K + k) * N + j);
+                double z = Z ? kiln_load_f64(Z->dtype, Z->data, pi) : 0.0;
+                out[(d * N + j) * K + k] = (float)((q - z) * s[pi]);
+            }
+    return KILN_OK;
+}
+
+/* Runs as LSTM on the dequantized weights (ONNX Runtime quantizes X and H on the fly too: its
+ * results differ from these by that rounding, as its own quantized model differs from the
+ * float one). */
+static kiln_status dqlstm_run(kiln_run_ctx *c)
+{
+    const kiln_value *X = kiln_run_in(c, 0), *W = kiln_run_in(c, 1), *R = kiln_run_in(c, 2);
+    if (X->dtype != KILN_DTYPE_FLOAT32) return kiln_run_fail(c, KILN_ERR_UNSUPPORTED, "X must be float32");
+    kiln_value wf = *W, rf = *R;
+    wf.dtype = rf.dtype = KILN_DTYPE_FLOAT32;
+    wf.dims[1] = W->dims[2], wf.dims[2] = W->dims[1];
+    rf.dims[1] = R->dims[2], rf.dims[2] = R->dims[1];
+    wf.nbytes = (size_t)W->numel * sizeof(float), rf.nbytes = (size_t)R->numel * sizeof(float);
+    wf.owns_data = rf.owns_data = false;
+    float *wd = malloc(wf.nbytes + 1), *rd = malloc(rf.nbytes + 1);
+    kiln_status st;
+    if (!wd || !rd) {
+        st = kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    wf.data = wd, rf.data = rd;
+    st = dequantize_transposed(c, "W", W, kiln_run_in(c, 8), kiln_run_in(c, 9), wd);
+    if (!st) st = dequantize_transposed(c, "R", R, kiln_run_in(c, 10), kiln_run_in(c, 11), rd);
+    if (!st) st = rnn_compute(c, &wf, &rf);
+out:
+    free(wd);
+    free(rd);
+    return st;
+}
+
 static const kiln_op_def defs[] = {
     {"", "RNN", 1, rnn_infer, rnn_run},
     {"", "GRU", 1, rnn_infer, rnn_run},
     {"", "LSTM", 1, rnn_infer, rnn_run},
+    {"com.microsoft", "DynamicQuantizeLSTM", 1, dqlstm_infer, dqlstm_run},
 };
 
 const kiln_op_table kiln_ops_rnn = {defs, sizeof defs / sizeof defs[0]};
