@@ -213,14 +213,15 @@ def test_dynamic_quantize_matmul():
 
 def test_dynamic_quantize_lstm():
     """com.microsoft DynamicQuantizeLSTM (quantize_dynamic's LSTM; text2tashkeel ships it): W
-    [dirs, I, 4H] and R [dirs, H, 4H] 8-bit, scales per direction or per column. kiln runs LSTM on
-    the dequantized weights; ORT also quantizes X and H to uint8 on the fly, so kiln must equal
-    ONNX's LSTM on the dequantized weights (ORT's float kernel) within float32 rounding, and be no
-    farther from ORT's quantized kernel than that kernel is from ORT's float one (x1.25)."""
+    [dirs, I, 4H] and R [dirs, H, 4H] 8-bit, scales per direction or per column. kiln quantizes X
+    and the state to uint8 on the fly as ORT does, so at batch 1 it must equal ORT's kernel (int8
+    weights, the only ones ORT takes) within float32 rounding of the gates (atol 1e-4), at batch 3
+    within twice ORT's own quantization error (ORT splits the state's quantization); with uint8 weights
+    it must stay within activation quantization (0.15) of ONNX's LSTM on the dequantized weights."""
     for wdt in (np.int8, np.uint8):
         for direction, D in (("forward", 1), ("bidirectional", 2), ("reverse", 1)):
-            for per_col in (False, True):
-                S, Bn, I, H = 7, 3, 17, 12
+            for per_col, Bn in ((False, 1), (True, 1), (False, 3), (True, 3)):
+                S, I, H = 7, 17, 12
                 shp = [D, 4 * H] if per_col else [D]
                 ws, rs = (rng.uniform(0.002, 0.02, shp).astype(np.float32) for _ in range(2))
                 # ORT takes int8 weights symmetric only (zero points 0); uint8 ones with any zero point
@@ -245,7 +246,7 @@ def test_dynamic_quantize_lstm():
                 feeds = {"X": rng.standard_normal((S, Bn, I)).astype(np.float32),
                          "h0": (rng.standard_normal((D, Bn, H)) * 0.5).astype(np.float32),
                          "c0": (rng.standard_normal((D, Bn, H)) * 0.5).astype(np.float32)}
-                name = f"DynamicQuantizeLSTM {wdt.__name__} {direction} {'per-column' if per_col else 'per-direction'}"
+                name = f"DynamicQuantizeLSTM {wdt.__name__} {direction} {'per-column' if per_col else 'per-direction'} batch {Bn}"
                 # ORT's kernel takes int8 weights only (quantize_dynamic's LSTM form); uint8 ones
                 # are checked against the float LSTM alone
                 want_f = ort_session(ref).run(None, feeds)
@@ -255,13 +256,18 @@ def test_dynamic_quantize_lstm():
                     got = sess.run(feeds)
                     for i, (g, wf, wq) in enumerate(zip(got, want_f, want_q)):
                         g = np.asarray(g)
-                        ok = g.shape == wf.shape and np.allclose(g, wf, rtol=1e-4, atol=1e-5)
-                        check(f"{name} {label} out{i} == LSTM(dequantized W, R)", ok,
-                              "" if ok else f"max diff {np.max(np.abs(g - wf)) if g.shape == wf.shape else g.shape}")
-                        if wq is not None:  # no farther from ORT's than ORT's own quantized kernel is from its float one
-                            err, own = np.max(np.abs(g - wq)), np.max(np.abs(wf - wq))
-                            check(f"{name} {label} out{i} ~ ORT's quantized kernel", err <= 1.25 * own + 1e-4,
-                                  f"max diff {err}, ORT's own quantization error {own}")
+                        if g.shape != wf.shape:
+                            check(f"{name} {label} out{i}", False, f"shape {g.shape} vs {wf.shape}")
+                            continue
+                        err_f = float(np.max(np.abs(g - wf)))
+                        if wq is not None:  # ORT's own kernel: the same quantization, float32 gates
+                            err, own = float(np.max(np.abs(g - wq))), float(np.max(np.abs(wf - wq)))
+                            tol = 1e-4 if Bn == 1 else 2 * own  # batch > 1: ORT quantizes the state its own way
+                            check(f"{name} {label} out{i} == ORT's (atol {tol:.3g})", err <= tol,
+                                  f"max diff {err} (ORT's quantized vs float LSTM: {own})")
+                        else:  # within activation quantization of the float LSTM
+                            check(f"{name} {label} out{i} ~ LSTM(dequantized W, R) (0.15)", err_f <= 0.15,
+                                  f"max diff {err_f}")
 
 
 def kiln_ops(blob):
