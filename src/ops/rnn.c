@@ -145,20 +145,23 @@ typedef struct lstm_q8 {
 
 static float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-/* C[M, N] (+)= A[M, K] . B: B float [N, K] (ONNX's W/R rows), or with q the 8-bit Q[d] [K, N]
- * and A quantized to uint8 over its M*K values first, as ONNX Runtime's quantized LSTM GEMM
- * does (int32 sums, then float(sum) * (a_scale * w_scale)). */
+/* C[M, N] = A[M, K] . B: B float [K, N] (W/R transposed), or with Q the 8-bit Q[d] [K, N] and
+ * A quantized to uint8 over its M*K values first, as ONNX Runtime's quantized LSTM GEMM does
+ * (int32 sums, then float(sum) * (a_scale * w_scale)). Rows of B run contiguously (n innermost);
+ * acc holds N int32 sums. */
 static void lstm_gemm(int64_t M, int64_t N, int64_t K, const float *A, const float *B, const kiln_value *Q, int64_t d,
-                      const float *qs, bool qs_col, const kiln_value *Z, bool acc, float *C, uint8_t *aq)
+                      const float *qs, bool qs_col, const kiln_value *Z, float *C, uint8_t *aq, int32_t *acc)
 {
     if (!Q) {
-        for (int64_t m = 0; m < M; m++)
-            for (int64_t n = 0; n < N; n++) {
-                const float *a = A + m * K, *b = B + n * K;
-                float sum = 0.0f;
-                for (int64_t k = 0; k < K; k++) sum += a[k] * b[k];
-                C[m * N + n] = acc ? C[m * N + n] + sum : sum;
+        for (int64_t m = 0; m < M; m++) {
+            float *c = C + m * N;
+            memset(c, 0, (size_t)N * sizeof *c);
+            for (int64_t k = 0; k < K; k++) {
+                float a = A[m * K + k];
+                const float *b = B + k * N;
+                for (int64_t n = 0; n < N; n++) c[n] += a * b[n];
             }
+        }
         return;
     }
     float lo = 0.0f, hi = 0.0f, as;
@@ -169,15 +172,34 @@ static void lstm_gemm(int64_t M, int64_t N, int64_t K, const float *A, const flo
     bool s8 = Q->dtype == KILN_DTYPE_INT8;
     const int8_t *qi = (const int8_t *)Q->data + d * K * N;
     const uint8_t *qu = (const uint8_t *)Q->data + d * K * N;
-    for (int64_t m = 0; m < M; m++)
+    for (int64_t m = 0; m < M; m++) {
+        /* sum_k (a - az)(q - qz) = sum_k (a - az) q - qz sum_k (a - az) */
+        int32_t asum = 0;
+        memset(acc, 0, (size_t)N * sizeof *acc);
+        for (int64_t k = 0; k < K; k++) {
+            int32_t a = (int32_t)aq[m * K + k] - az;
+            asum += a;
+            if (s8) {
+                const int8_t *q = qi + k * N;
+                for (int64_t n = 0; n < N; n++) acc[n] += a * q[n];
+            } else {
+                const uint8_t *q = qu + k * N;
+                for (int64_t n = 0; n < N; n++) acc[n] += a * q[n];
+            }
+        }
         for (int64_t n = 0; n < N; n++) {
             int64_t pi = qs_col ? d * N + n : d;
-            int32_t sum = 0, qz = Z ? (int32_t)kiln_load_i64(Z->dtype, Z->data, pi) : 0;
-            for (int64_t k = 0; k < K; k++)
-                sum += ((int32_t)aq[m * K + k] - az) * ((s8 ? (int32_t)qi[k * N + n] : (int32_t)qu[k * N + n]) - qz);
-            float v = (float)sum * (as * qs[pi]);
-            C[m * N + n] = acc ? C[m * N + n] + v : v;
+            int32_t qz = Z ? (int32_t)kiln_load_i64(Z->dtype, Z->data, pi) : 0;
+            C[m * N + n] = (float)(acc[n] - qz * asum) * (as * qs[pi]);
         }
+    }
+}
+
+/* B [N, K] -> out [K, N] */
+static void transpose_f32(const float *B, int64_t N, int64_t K, float *out)
+{
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t k = 0; k < K; k++) out[k * N + n] = B[n * K + k];
 }
 
 static bool all_f32(const kiln_value *const *v, int n)
@@ -207,8 +229,11 @@ static kiln_status lstm_f32(kiln_run_ctx *c, const kiln_value *W, const kiln_val
     float *h = malloc((size_t)(Bn * Hs + 1) * sizeof(float)), *cs = malloc((size_t)(Bn * Hs + 1) * sizeof(float));
     float *g = malloc((size_t)(Bn * G4 + 1) * sizeof(float));
     uint8_t *aq = malloc(big + (size_t)(Bn * Hs) + 1);
+    int32_t *acc = malloc((size_t)(G4 + 1) * sizeof(int32_t));
+    /* W and R of one direction transposed to [I, 4H] and [H, 4H] (float LSTMs) */
+    float *wt = q ? NULL : malloc((size_t)(G4 * I + 1) * sizeof(float)), *rt = q ? NULL : malloc((size_t)(G4 * Hs + 1) * sizeof(float));
     kiln_status st = KILN_OK;
-    if (!xs || !gx || !h || !cs || !g || !aq) {
+    if (!xs || !gx || !h || !cs || !g || !aq || !acc || (!q && (!wt || !rt))) {
         st = kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory");
         goto out;
     }
@@ -220,8 +245,12 @@ static kiln_status lstm_f32(kiln_run_ctx *c, const kiln_value *W, const kiln_val
     if (Y) memset(Y->data, 0, Y->nbytes);
     for (int d = 0; d < dirs; d++) {
         bool rev = reverse_only || d == 1;
-        lstm_gemm(S * Bn, G4, I, xs, q ? NULL : (const float *)W->data + d * G4 * I, q ? q->W : NULL, d,
-                  q ? q->ws : NULL, q && q->ws_col, q ? q->wz : NULL, false, gx, aq);
+        if (!q) {
+            transpose_f32((const float *)W->data + d * G4 * I, G4, I, wt);
+            transpose_f32((const float *)R->data + d * G4 * Hs, G4, Hs, rt);
+        }
+        lstm_gemm(S * Bn, G4, I, xs, wt, q ? q->W : NULL, d, q ? q->ws : NULL, q && q->ws_col, q ? q->wz : NULL, gx, aq,
+                  acc);
         for (int64_t b = 0; b < Bn; b++)
             for (int64_t k = 0; k < Hs; k++) {
                 int64_t hi = layout ? (b * dirs + d) * Hs + k : (d * Bn + b) * Hs + k;
@@ -243,8 +272,7 @@ static kiln_status lstm_f32(kiln_run_ctx *c, const kiln_value *W, const kiln_val
             maxlen = len[b] > maxlen ? len[b] : maxlen;
         }
         for (int64_t step = 0; step < maxlen; step++) {
-            lstm_gemm(Bn, G4, Hs, h, q ? NULL : (const float *)R->data + d * G4 * Hs, q ? q->R : NULL, d,
-                      q ? q->rs : NULL, q && q->rs_col, q ? q->rz : NULL, false, g, aq);
+            lstm_gemm(Bn, G4, Hs, h, rt, q ? q->R : NULL, d, q ? q->rs : NULL, q && q->rs_col, q ? q->rz : NULL, g, aq, acc);
             for (int64_t b = 0; b < Bn; b++) {
                 if (step >= len[b]) continue;
                 int64_t t = rev ? len[b] - 1 - step : step;
@@ -286,6 +314,9 @@ out:
     free(cs);
     free(g);
     free(aq);
+    free(acc);
+    free(wt);
+    free(rt);
     return st;
 }
 
