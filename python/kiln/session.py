@@ -115,7 +115,9 @@ class SessionOptions:
                 _ignored("SessionOptions.execution_mode ORT_PARALLEL", "kiln runs the nodes of a run in order", 2)
         elif name in self._IGNORED:
             default, why = self._IGNORED[name]
-            if value != default:
+            if name == "inter_op_num_threads" and int(value) <= 1:
+                pass  # one inter-op thread is what kiln does (faster-whisper sets it)
+            elif value != default:
                 _ignored(f"SessionOptions.{name}", why, 2)
         elif name not in self._MAPPED:
             raise AttributeError(f"'SessionOptions' object has no attribute '{name}'")
