@@ -6,8 +6,10 @@ printed as a markdown table with median and p90 latency, the ratio kiln / ORT, s
 creation and peak RSS. Figures, not a test: it never fails on time.
 
 usage: bench_cpu.py [--models build/models] [--bm /tmp/bm] [--kiln build/kiln] [--threads 2] [--runs N]
-                    [--rounds N]
-  build/models from scripts/make_models.py, /tmp/bm from scripts/make_bench_models.py
+                    [--rounds N] [--packages-only]
+  build/models from scripts/make_models.py, /tmp/bm from scripts/make_bench_models.py; the last
+  rows are the ONNX files public PyPI packages ship, found inside the installed packages
+  (pip install -r tests/python/requirements-packages.txt)
 """
 import argparse
 import os
@@ -31,6 +33,37 @@ def cases(models, bm):
         yield "conv/upsample net", f"{h}x{w}", os.path.join(models, "convnet.onnx"), {"image": [1, h, w, 3]}
 
 
+def package_file(module, rel):
+    """The path of a file an installed package ships (found without importing the package), or
+    a 'pip install MODULE' placeholder when the package is missing."""
+    import importlib.util
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        return f"<pip install -r tests/python/requirements-packages.txt: no {module}>"
+    return os.path.join(list(spec.submodule_search_locations)[0], rel)
+
+
+def package_cases():
+    """The ONNX files that public PyPI packages ship (tests/python/requirements-packages.txt), at
+    the shapes those packages run them: RapidOCR's PP-OCRv4 det on a 480x640 page and rec on a
+    48x320 text line, its cls on 48x192; faster-whisper's Silero VAD v6 on one 512-sample chunk
+    (+ 64 samples of context) with its LSTM state; text2tashkeel's int8 BiLSTMs on a 40-letter
+    sentence."""
+    ocr = "rapidocr_onnxruntime"
+    yield "RapidOCR det (PP-OCRv4)", "480x640", package_file(ocr, "models/ch_PP-OCRv4_det_infer.onnx"), \
+        {"x": [1, 3, 480, 640]}
+    yield "RapidOCR rec (PP-OCRv4)", "48x320", package_file(ocr, "models/ch_PP-OCRv4_rec_infer.onnx"), \
+        {"x": [1, 3, 48, 320]}
+    yield "RapidOCR cls (mobile v2)", "48x192", package_file(ocr, "models/ch_ppocr_mobile_v2.0_cls_infer.onnx"), \
+        {"x": [1, 3, 48, 192]}
+    yield "Silero VAD v6 (faster-whisper)", "1 chunk", package_file("faster_whisper", "assets/silero_vad_v6.onnx"), \
+        {"input": [1, 576], "h": [1, 1, 128], "c": [1, 1, 128]}
+    yield "text2tashkeel rawi-ensemble int8", "seq 40", package_file("text2tashkeel", "models/rawi_ensemble.int8.onnx"), \
+        {"input": [1, 40]}
+    yield "text2tashkeel bilstm int8", "seq 40", package_file("text2tashkeel", "models/bilstm.int8.onnx"), \
+        {"input_ids": [1, 40]}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
@@ -40,6 +73,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--packages-only", action="store_true", help="only the ONNX files the PyPI packages ship")
     a = ap.parse_args()
     cpu = subprocess.run(["sh", "-c", "grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"], capture_output=True,
                          text=True).stdout.strip()
@@ -48,7 +82,8 @@ def main():
     print("| model | shape | kiln median / p90 ms | ORT median / p90 ms | kiln/ORT | session create kiln / ORT ms "
           "| peak RSS kiln / ORT MB (ORT above its interpreter) |")
     print("|---|---|---|---|---|---|---|")
-    for name, shape, path, shapes in cases(a.models, a.bm):
+    table = list(package_cases()) if a.packages_only else list(cases(a.models, a.bm)) + list(package_cases())
+    for name, shape, path, shapes in table:
         if not os.path.exists(path):
             print(f"| {name} | {shape} | missing {path} | | | | |")
             continue

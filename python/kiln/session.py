@@ -115,7 +115,9 @@ class SessionOptions:
                 _ignored("SessionOptions.execution_mode ORT_PARALLEL", "kiln runs the nodes of a run in order", 2)
         elif name in self._IGNORED:
             default, why = self._IGNORED[name]
-            if value != default:
+            if name == "inter_op_num_threads" and int(value) <= 1:
+                pass  # one inter-op thread is what kiln does (faster-whisper sets it)
+            elif value != default:
                 _ignored(f"SessionOptions.{name}", why, 2)
         elif name not in self._MAPPED:
             raise AttributeError(f"'SessionOptions' object has no attribute '{name}'")
@@ -477,8 +479,11 @@ class InferenceSession:
         descs, outs, odesc, in_d, in_dims, out_d, out_dims = bufs
         keep = None
         i = 0
+        # the common case costs no flag lookups: a byte-swapped dtype is not in _CODES, and
+        # from_buffer refuses a non-contiguous array (then copied) as it does a read-only one
+        addressof, from_buffer = C.addressof, C.c_char.from_buffer
         for a in values:
-            if type(a) is not np.ndarray or not a.flags.c_contiguous or not a.dtype.isnative:
+            if type(a) is not np.ndarray:
                 if isinstance(a, OrtValue):
                     return self._run_values(output_names, input_feed, run_options)
                 if not isinstance(a, np.ndarray):  # a list or a scalar: the declared element type
@@ -488,14 +493,18 @@ class InferenceSession:
             code = _CODES.get(a.dtype)
             if code is None or a.ndim > _MAX_RANK:
                 return self._run_values(output_names, input_feed, run_options)
+            try:
+                ptr = addressof(from_buffer(a))
+            except (TypeError, ValueError):
+                if not a.flags.c_contiguous:
+                    a = prepare_array(a)
+                    keep = (keep or []) + [a]
+                ptr = a.ctypes.data  # read-only or empty: numpy's own (slower) accessor
             d = in_d[i]
             d.dtype = code
             d.rank = a.ndim
             in_dims[i][:a.ndim] = a.shape
-            try:
-                d.data = C.addressof(C.c_char.from_buffer(a))
-            except (TypeError, ValueError):  # read-only or empty: numpy's own (slower) accessor
-                d.data = a.ctypes.data
+            d.data = ptr
             d.nbytes = a.nbytes
             i += 1
         lib = self._lib

@@ -157,7 +157,10 @@ static kiln_status type_from_proto(loader *L, const Onnx__TypeProto *tp, kiln_ty
             /* a negative dim_value (exporters write -1) is an unknown dim, as ONNX Runtime reads it */
             if (d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE && d->dim_value >= 0)
                 t->dims[i] = kiln_dim_const(d->dim_value);
-            else if (d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM && d->dim_param && *d->dim_param)
+            /* "?" (paddle2onnx's word for a dim it does not know) names no dim: ONNX Runtime
+             * binds each one on its own, so ['?', 3, '?', '?'] takes [1, 3, 48, 192] */
+            else if (d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM && d->dim_param && *d->dim_param &&
+                     strcmp(d->dim_param, "?") != 0)
                 t->dims[i] = kiln_dim_sym(L->m->dims, d->dim_param);
             else
                 t->dims[i] = fresh_dims ? kiln_dim_sym(L->m->dims, NULL) : kiln_dim_unknown();

@@ -1,9 +1,12 @@
 /* rnn.c - Recurrent ops: RNN, GRU, LSTM (every direction, layout, sequence_lens, clip,
- * configurable activations, GRU linear_before_reset, LSTM peepholes and input_forget). */
+ * configurable activations, GRU linear_before_reset, LSTM peepholes and input_forget), and
+ * com.microsoft DynamicQuantizeLSTM (ONNX Runtime's quantize_dynamic form of LSTM: 8-bit W and
+ * R stored [dirs, in, 4H] with per-direction or per-column scales and zero points). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/contrib_quant.h"
 #include "ops/op.h"
 #include "ops/util.h"
 
@@ -13,7 +16,9 @@ static int gate_count(rnn_kind k) { return k == RNN_PLAIN ? 1 : k == RNN_GRU ? 3
 
 static rnn_kind kind_of(const kiln_node *n)
 {
-    return !strcmp(n->op_type, "GRU") ? RNN_GRU : !strcmp(n->op_type, "LSTM") ? RNN_LSTM : RNN_PLAIN;
+    return !strcmp(n->op_type, "GRU")                                             ? RNN_GRU
+           : !strcmp(n->op_type, "LSTM") || !strcmp(n->op_type, "DynamicQuantizeLSTM") ? RNN_LSTM
+                                                                                  : RNN_PLAIN;
 }
 
 static int directions(const kiln_node *n)
@@ -130,17 +135,212 @@ static kiln_status read_activations(kiln_run_ctx *c, rnn_kind kind, int dirs, ac
 
 static double clipped(double x, double clip) { return clip > 0 ? fmax(-clip, fmin(clip, x)) : x; }
 
-static kiln_status rnn_run(kiln_run_ctx *c)
+/* DynamicQuantizeLSTM's 8-bit weights: Q [dirs, K, 4H] with scale and zero point (optional)
+ * per direction or per column. */
+typedef struct lstm_q8 {
+    const kiln_value *W, *R, *wz, *rz;
+    const float *ws, *rs;
+    bool ws_col, rs_col;
+} lstm_q8;
+
+static float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* C[M, N] = A[M, K] . B: B float [K, N] (W/R transposed), or with Q the 8-bit Q[d] [K, N] and
+ * A quantized to uint8 over its M*K values first, as ONNX Runtime's quantized LSTM GEMM does
+ * (int32 sums, then float(sum) * (a_scale * w_scale)). Rows of B run contiguously (n innermost);
+ * acc holds N int32 sums. */
+static void lstm_gemm(int64_t M, int64_t N, int64_t K, const float *A, const float *B, const kiln_value *Q, int64_t d,
+                      const float *qs, bool qs_col, const kiln_value *Z, float *C, uint8_t *aq, int32_t *acc)
+{
+    if (!Q) {
+        for (int64_t m = 0; m < M; m++) {
+            float *c = C + m * N;
+            memset(c, 0, (size_t)N * sizeof *c);
+            for (int64_t k = 0; k < K; k++) {
+                float a = A[m * K + k];
+                const float *b = B + k * N;
+                for (int64_t n = 0; n < N; n++) c[n] += a * b[n];
+            }
+        }
+        return;
+    }
+    float lo = 0.0f, hi = 0.0f, as;
+    int32_t az;
+    for (int64_t i = 0; i < M * K; i++) lo = fminf(lo, A[i]), hi = fmaxf(hi, A[i]);
+    kiln_dynquant_params(lo, hi, &as, &az);
+    for (int64_t i = 0; i < M * K; i++) aq[i] = kiln_dynquant_one(A[i], as, az);
+    bool s8 = Q->dtype == KILN_DTYPE_INT8;
+    const int8_t *qi = (const int8_t *)Q->data + d * K * N;
+    const uint8_t *qu = (const uint8_t *)Q->data + d * K * N;
+    for (int64_t m = 0; m < M; m++) {
+        /* sum_k (a - az)(q - qz) = sum_k (a - az) q - qz sum_k (a - az) */
+        int32_t asum = 0;
+        memset(acc, 0, (size_t)N * sizeof *acc);
+        for (int64_t k = 0; k < K; k++) {
+            int32_t a = (int32_t)aq[m * K + k] - az;
+            asum += a;
+            if (s8) {
+                const int8_t *q = qi + k * N;
+                for (int64_t n = 0; n < N; n++) acc[n] += a * q[n];
+            } else {
+                const uint8_t *q = qu + k * N;
+                for (int64_t n = 0; n < N; n++) acc[n] += a * q[n];
+            }
+        }
+        for (int64_t n = 0; n < N; n++) {
+            int64_t pi = qs_col ? d * N + n : d;
+            int32_t qz = Z ? (int32_t)kiln_load_i64(Z->dtype, Z->data, pi) : 0;
+            C[m * N + n] = (float)(acc[n] - qz * asum) * (as * qs[pi]);
+        }
+    }
+}
+
+/* B [N, K] -> out [K, N] */
+static void transpose_f32(const float *B, int64_t N, int64_t K, float *out)
+{
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t k = 0; k < K; k++) out[k * N + n] = B[n * K + k];
+}
+
+static bool all_f32(const kiln_value *const *v, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (v[i] && v[i]->dtype != KILN_DTYPE_FLOAT32) return false;
+    return true;
+}
+
+/* LSTM over float32 X, B, initial_h/c, P with W, R float32 [dirs, 4H, I|H] or (q) 8-bit: the
+ * input projection of every step as one GEMM, then one GEMM per step on the state; gates in
+ * float32 (ONNX order i, o, f, c). Rows past their sequence_lens are zeros in Y. */
+static kiln_status lstm_f32(kiln_run_ctx *c, const kiln_value *W, const kiln_value *R, const lstm_q8 *q)
+{
+    const kiln_node *n = kiln_run_node(c);
+    const kiln_value *X = kiln_run_in(c, 0), *Bv = kiln_run_in(c, 3), *lens = kiln_run_in(c, 4);
+    const kiln_value *H0 = kiln_run_in(c, 5), *C0 = kiln_run_in(c, 6), *P = kiln_run_in(c, 7);
+    kiln_value *Y = kiln_run_out(c, 0), *Yh = kiln_run_out(c, 1), *Yc = kiln_run_out(c, 2);
+    int64_t layout = kiln_attr_int(n, "layout", 0);
+    int dirs = directions(n);
+    int64_t S = X->dims[layout ? 1 : 0], Bn = X->dims[layout ? 0 : 1], I = X->dims[2], Hs = R->dims[2], G4 = 4 * Hs;
+    float clip = kiln_attr_float(n, "clip", 0.0f);
+    bool input_forget = kiln_attr_int(n, "input_forget", 0) != 0;
+    bool reverse_only = !strcmp(kiln_attr_string(n, "direction", "forward"), "reverse");
+    size_t big = (size_t)(S * Bn) * (size_t)(G4 > I ? G4 : I);
+    float *xs = malloc((size_t)(S * Bn * I + 1) * sizeof(float)), *gx = malloc((big + 1) * sizeof(float));
+    float *h = malloc((size_t)(Bn * Hs + 1) * sizeof(float)), *cs = malloc((size_t)(Bn * Hs + 1) * sizeof(float));
+    float *g = malloc((size_t)(Bn * G4 + 1) * sizeof(float));
+    uint8_t *aq = malloc(big + (size_t)(Bn * Hs) + 1);
+    int32_t *acc = malloc((size_t)(G4 + 1) * sizeof(int32_t));
+    /* W and R of one direction transposed to [I, 4H] and [H, 4H] (float LSTMs) */
+    float *wt = q ? NULL : malloc((size_t)(G4 * I + 1) * sizeof(float)), *rt = q ? NULL : malloc((size_t)(G4 * Hs + 1) * sizeof(float));
+    kiln_status st = KILN_OK;
+    if (!xs || !gx || !h || !cs || !g || !aq || !acc || (!q && (!wt || !rt))) {
+        st = kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    const float *x = X->data, *bias = Bv ? Bv->data : NULL, *pp = P ? P->data : NULL;
+    /* X as [S, B, I] rows */
+    for (int64_t t = 0; t < S; t++)
+        for (int64_t b = 0; b < Bn; b++)
+            memcpy(xs + (t * Bn + b) * I, x + (layout ? b * S + t : t * Bn + b) * I, (size_t)I * sizeof(float));
+    if (Y) memset(Y->data, 0, Y->nbytes);
+    for (int d = 0; d < dirs; d++) {
+        bool rev = reverse_only || d == 1;
+        if (!q) {
+            transpose_f32((const float *)W->data + d * G4 * I, G4, I, wt);
+            transpose_f32((const float *)R->data + d * G4 * Hs, G4, Hs, rt);
+        }
+        lstm_gemm(S * Bn, G4, I, xs, wt, q ? q->W : NULL, d, q ? q->ws : NULL, q && q->ws_col, q ? q->wz : NULL, gx, aq,
+                  acc);
+        for (int64_t b = 0; b < Bn; b++)
+            for (int64_t k = 0; k < Hs; k++) {
+                int64_t hi = layout ? (b * dirs + d) * Hs + k : (d * Bn + b) * Hs + k;
+                h[b * Hs + k] = H0 ? ((const float *)H0->data)[hi] : 0.0f;
+                cs[b * Hs + k] = C0 ? ((const float *)C0->data)[hi] : 0.0f;
+            }
+        int64_t maxlen = 0, len[1024];
+        if (Bn > 1024) {
+            st = kiln_run_fail(c, KILN_ERR_UNSUPPORTED, "batch %lld over 1024", (long long)Bn);
+            goto out;
+        }
+        for (int64_t b = 0; b < Bn; b++) {
+            len[b] = lens ? kiln_load_i64(lens->dtype, lens->data, b) : S;
+            if (len[b] < 0 || len[b] > S) {
+                st = kiln_run_fail(c, KILN_ERR_RUNTIME, "sequence_lens[%lld] = %lld outside [0, %lld]", (long long)b,
+                                   (long long)len[b], (long long)S);
+                goto out;
+            }
+            maxlen = len[b] > maxlen ? len[b] : maxlen;
+        }
+        for (int64_t step = 0; step < maxlen; step++) {
+            lstm_gemm(Bn, G4, Hs, h, rt, q ? q->R : NULL, d, q ? q->rs : NULL, q && q->rs_col, q ? q->rz : NULL, g, aq, acc);
+            for (int64_t b = 0; b < Bn; b++) {
+                if (step >= len[b]) continue;
+                int64_t t = rev ? len[b] - 1 - step : step;
+                const float *gxr = gx + (t * Bn + b) * G4;
+                float *gr = g + b * G4, *hb = h + b * Hs, *cb = cs + b * Hs;
+                for (int64_t j = 0; j < G4; j++) {
+                    float v = gxr[j] + gr[j];
+                    if (bias) v += bias[d * 2 * G4 + j] + bias[d * 2 * G4 + G4 + j];
+                    gr[j] = clip > 0 ? fmaxf(-clip, fminf(clip, v)) : v;
+                }
+                for (int64_t k = 0; k < Hs; k++) {
+                    float pi = pp ? pp[d * 3 * Hs + k] : 0.0f, po = pp ? pp[d * 3 * Hs + Hs + k] : 0.0f;
+                    float pf = pp ? pp[d * 3 * Hs + 2 * Hs + k] : 0.0f;
+                    float ig = sigmoidf_(gr[k] + pi * cb[k]);
+                    float fg = input_forget ? 1 - ig : sigmoidf_(gr[2 * Hs + k] + pf * cb[k]);
+                    float cn = fg * cb[k] + ig * tanhf(gr[3 * Hs + k]);
+                    float og = sigmoidf_(gr[Hs + k] + po * cn);
+                    cb[k] = cn;
+                    hb[k] = og * tanhf(cn);
+                }
+                if (Y)
+                    for (int64_t k = 0; k < Hs; k++) {
+                        int64_t yi = layout ? ((b * S + t) * dirs + d) * Hs + k : ((t * dirs + d) * Bn + b) * Hs + k;
+                        ((float *)Y->data)[yi] = hb[k];
+                    }
+            }
+        }
+        for (int64_t b = 0; b < Bn; b++)
+            for (int64_t k = 0; k < Hs; k++) {
+                int64_t hi = layout ? (b * dirs + d) * Hs + k : (d * Bn + b) * Hs + k;
+                if (Yh) ((float *)Yh->data)[hi] = h[b * Hs + k];
+                if (Yc) ((float *)Yc->data)[hi] = cs[b * Hs + k];
+            }
+    }
+out:
+    free(xs);
+    free(gx);
+    free(h);
+    free(cs);
+    free(g);
+    free(aq);
+    free(acc);
+    free(wt);
+    free(rt);
+    return st;
+}
+
+/* The default activations (Sigmoid, Tanh, Tanh) and no activation parameters. */
+static bool default_lstm_activations(const kiln_node *n)
+{
+    const kiln_attr *list = kiln_node_attr(n, "activations");
+    if (!list) return true;
+    if (list->type != KILN_ATTR_STRINGS) return false;
+    for (int i = 0; i < list->n; i++)
+        if (strcmp(list->strings[i], i % 3 == 0 ? "Sigmoid" : "Tanh")) return false;
+    return list->n == 3 || list->n == 6;
+}
+
+/* W, R, B, sequence_lens, initial_h/c and P against X, the directions and the gate count. */
+static kiln_status rnn_check(kiln_run_ctx *c, const kiln_value *W, const kiln_value *R)
 {
     const kiln_node *n = kiln_run_node(c);
     rnn_kind kind = kind_of(n);
-    const kiln_value *X = kiln_run_in(c, 0), *W = kiln_run_in(c, 1), *R = kiln_run_in(c, 2), *Bv = kiln_run_in(c, 3);
-    const kiln_value *lens = kiln_run_in(c, 4), *H0 = kiln_run_in(c, 5);
+    const kiln_value *X = kiln_run_in(c, 0), *Bv = kiln_run_in(c, 3), *lens = kiln_run_in(c, 4), *H0 = kiln_run_in(c, 5);
     const kiln_value *C0 = kind == RNN_LSTM ? kiln_run_in(c, 6) : NULL, *P = kind == RNN_LSTM ? kiln_run_in(c, 7) : NULL;
-    kiln_value *Y = kiln_run_out(c, 0), *Yh = kiln_run_out(c, 1), *Yc = kiln_run_out(c, 2);
     int64_t layout = kiln_attr_int(n, "layout", 0);
     int dirs = directions(n), G = gate_count(kind);
-    int64_t S = X->dims[layout ? 1 : 0], Bn = X->dims[layout ? 0 : 1], I = X->dims[2], Hs = R->dims[2];
+    int64_t Bn = X->dims[layout ? 0 : 1], Hs = R->dims[2];
     if (W->dims[1] != G * Hs || R->dims[1] != G * Hs || R->dims[0] != dirs)
         return kiln_run_fail(c, KILN_ERR_SHAPE, "W/R must be [%d, %lld, *] for hidden size %lld", dirs, (long long)(G * Hs),
                              (long long)Hs);
@@ -155,6 +355,22 @@ static kiln_status rnn_run(kiln_run_ctx *c)
                                  (long long)Bn, (long long)Hs);
     }
     if (P && P->numel != dirs * 3 * Hs) return kiln_run_fail(c, KILN_ERR_SHAPE, "P must be [%d, %lld]", dirs, (long long)(3 * Hs));
+    return KILN_OK;
+}
+
+/* The recurrence over X with W [dirs, G*H, I] and R [dirs, G*H, H] (ONNX's layouts). */
+static kiln_status rnn_compute(kiln_run_ctx *c, const kiln_value *W, const kiln_value *R)
+{
+    const kiln_node *n = kiln_run_node(c);
+    rnn_kind kind = kind_of(n);
+    const kiln_value *X = kiln_run_in(c, 0), *Bv = kiln_run_in(c, 3);
+    const kiln_value *lens = kiln_run_in(c, 4), *H0 = kiln_run_in(c, 5);
+    const kiln_value *C0 = kind == RNN_LSTM ? kiln_run_in(c, 6) : NULL, *P = kind == RNN_LSTM ? kiln_run_in(c, 7) : NULL;
+    KILN_TRY(rnn_check(c, W, R));
+    kiln_value *Y = kiln_run_out(c, 0), *Yh = kiln_run_out(c, 1), *Yc = kiln_run_out(c, 2);
+    int64_t layout = kiln_attr_int(n, "layout", 0);
+    int dirs = directions(n), G = gate_count(kind);
+    int64_t S = X->dims[layout ? 1 : 0], Bn = X->dims[layout ? 0 : 1], I = X->dims[2], Hs = R->dims[2];
     act acts[6];
     KILN_TRY(read_activations(c, kind, dirs, acts));
     double clip = kiln_attr_float(n, "clip", 0.0f);
@@ -260,10 +476,143 @@ out:
     return st;
 }
 
+/* float32 LSTMs with the default activations take lstm_f32; the rest the generic recurrence */
+static bool lstm_fast(kiln_run_ctx *c, const kiln_value *W, const kiln_value *R)
+{
+    const kiln_node *n = kiln_run_node(c);
+    if (kind_of(n) != RNN_LSTM || !default_lstm_activations(n)) return false;
+    const kiln_value *v[] = {kiln_run_in(c, 0), W, R, kiln_run_in(c, 3), kiln_run_in(c, 5), kiln_run_in(c, 6),
+                             kiln_run_in(c, 7)};
+    return all_f32(v, 7);
+}
+
+static kiln_status rnn_run(kiln_run_ctx *c)
+{
+    const kiln_value *W = kiln_run_in(c, 1), *R = kiln_run_in(c, 2);
+    if (lstm_fast(c, W, R)) {
+        KILN_TRY(rnn_check(c, W, R));
+        return lstm_f32(c, W, R, NULL);
+    }
+    return rnn_compute(c, W, R);
+}
+
+/* ---- com.microsoft DynamicQuantizeLSTM ----
+ * X [seq, batch, I] float32, W [dirs, I, 4H] and R [dirs, H, 4H] 8-bit, B, sequence_lens,
+ * initial_h, initial_c, P as LSTM's (inputs 3..7), W_scale, W_zero_point, R_scale,
+ * R_zero_point (inputs 8..11: [dirs] or [dirs, 4H]). Outputs as LSTM's, layout 0. */
+static kiln_status dqlstm_infer(kiln_infer_ctx *c)
+{
+    const kiln_node *n = kiln_infer_node(c);
+    const kiln_type *x = kiln_infer_in(c, 0), *w = kiln_infer_in(c, 1), *r = kiln_infer_in(c, 2);
+    if (!x || !w || !r) return kiln_infer_fail(c, KILN_ERR_MODEL, "X, W and R are required");
+    if (!kiln_infer_in(c, 8) || !kiln_infer_in(c, 10)) return kiln_infer_fail(c, KILN_ERR_MODEL, "W_scale and R_scale are required");
+    if (x->rank != 3 || w->rank != 3 || r->rank != 3)
+        return kiln_infer_fail(c, KILN_ERR_SHAPE, "X, W, R must be 3-D (ranks %d, %d, %d)", x->rank, w->rank, r->rank);
+    for (int i = 1; i <= 2; i++) {
+        kiln_dtype dt = kiln_infer_in(c, i)->dtype;
+        if (dt && dt != KILN_DTYPE_INT8 && dt != KILN_DTYPE_UINT8)
+            return kiln_infer_fail(c, KILN_ERR_UNSUPPORTED, "%s must be int8 or uint8, is %s", i == 1 ? "W" : "R",
+                                   kiln_dtype_name(dt));
+    }
+    kiln_dim dirs = kiln_dim_const(directions(n)), hidden = r->dims[1];
+    int64_t hs = kiln_attr_int(n, "hidden_size", -1);
+    if (hs > 0) {
+        KILN_TRY(kiln_infer_require_equal(c, r->dims[1], kiln_dim_const(hs), "R's second dim vs hidden_size"));
+        hidden = kiln_dim_const(hs);
+    }
+    KILN_TRY(kiln_infer_require_equal(c, w->dims[0], dirs, "W's first dim vs number of directions"));
+    KILN_TRY(kiln_infer_require_equal(c, w->dims[1], x->dims[2], "W's input size vs X's"));
+    kiln_dim y[4] = {x->dims[0], dirs, x->dims[1], hidden}, h[3] = {dirs, x->dims[1], hidden};
+    KILN_TRY(kiln_infer_set_out(c, 0, x->dtype, 4, y));
+    KILN_TRY(kiln_infer_set_out(c, 1, x->dtype, 3, h));
+    return kiln_infer_set_out(c, 2, x->dtype, 3, h);
+}
+
+/* Q [dirs, K, N] 8-bit -> out [dirs, N, K] float32: (q - zero_point) * scale, the scale and
+ * zero point per direction ([dirs]) or per column ([dirs, N]). */
+static kiln_status dequantize_transposed(kiln_run_ctx *c, const char *what, const kiln_value *Q, const kiln_value *S,
+                                         const kiln_value *Z, float *out)
+{
+    int64_t D = Q->dims[0], K = Q->dims[1], N = Q->dims[2];
+    if (!S || S->dtype != KILN_DTYPE_FLOAT32 || (S->numel != D && S->numel != D * N))
+        return kiln_run_fail(c, KILN_ERR_SHAPE, "%s_scale must be float32 [%lld] or [%lld, %lld]", what, (long long)D,
+                             (long long)D, (long long)N);
+    if (Z && (Z->dtype != Q->dtype || Z->numel != S->numel))
+        return kiln_run_fail(c, KILN_ERR_SHAPE, "%s_zero_point must be %s with %s_scale's %lld elements", what,
+                             kiln_dtype_name(Q->dtype), what, (long long)S->numel);
+    const float *s = S->data;
+    bool per_col = S->numel == D * N;
+    for (int64_t d = 0; d < D; d++)
+        for (int64_t k = 0; k < K; k++)
+            for (int64_t j = 0; j < N; j++) {
+                int64_t pi = per_col ? d * N + j : d;
+                double q = kiln_load_f64(Q->dtype, Q->data, (d * K + k) * N + j);
+                double z = Z ? kiln_load_f64(Z->dtype, Z->data, pi) : 0.0;
+                out[(d * N + j) * K + k] = (float)((q - z) * s[pi]);
+            }
+    return KILN_OK;
+}
+
+/* The scales and zero point of one 8-bit weight, checked. */
+static kiln_status q8_params(kiln_run_ctx *c, const char *what, const kiln_value *Q, const kiln_value *S,
+                             const kiln_value *Z, const float **s, bool *per_col)
+{
+    int64_t D = Q->dims[0], N = Q->dims[2];
+    if (!S || S->dtype != KILN_DTYPE_FLOAT32 || (S->numel != D && S->numel != D * N))
+        return kiln_run_fail(c, KILN_ERR_SHAPE, "%s_scale must be float32 [%lld] or [%lld, %lld]", what, (long long)D,
+                             (long long)D, (long long)N);
+    if (Z && (Z->dtype != Q->dtype || Z->numel != S->numel))
+        return kiln_run_fail(c, KILN_ERR_SHAPE, "%s_zero_point must be %s with %s_scale's %lld elements", what,
+                             kiln_dtype_name(Q->dtype), what, (long long)S->numel);
+    *s = S->data;
+    *per_col = S->numel == D * N && N > 1;
+    return KILN_OK;
+}
+
+/* As ONNX Runtime runs it: X (all steps at once) and the state (every step) quantized to uint8
+ * on the fly, int32 products with the 8-bit weights, float32 gates: ORT's results within float
+ * rounding at batch 1; at larger batches ORT splits the state's quantization differently, and
+ * the two differ by less than ORT's own quantization error. Activations other than the
+ * defaults run the generic recurrence on the dequantized weights. */
+static kiln_status dqlstm_run(kiln_run_ctx *c)
+{
+    const kiln_value *X = kiln_run_in(c, 0), *W = kiln_run_in(c, 1), *R = kiln_run_in(c, 2);
+    if (X->dtype != KILN_DTYPE_FLOAT32) return kiln_run_fail(c, KILN_ERR_UNSUPPORTED, "X must be float32");
+    lstm_q8 q = {W, R, kiln_run_in(c, 9), kiln_run_in(c, 11), NULL, NULL, false, false};
+    KILN_TRY(q8_params(c, "W", W, kiln_run_in(c, 8), q.wz, &q.ws, &q.ws_col));
+    KILN_TRY(q8_params(c, "R", R, kiln_run_in(c, 10), q.rz, &q.rs, &q.rs_col));
+    /* W and R as ONNX's LSTM sees them: [dirs, 4H, I] and [dirs, 4H, H] */
+    kiln_value wf = *W, rf = *R;
+    wf.dtype = rf.dtype = KILN_DTYPE_FLOAT32;
+    wf.dims[1] = W->dims[2], wf.dims[2] = W->dims[1];
+    rf.dims[1] = R->dims[2], rf.dims[2] = R->dims[1];
+    wf.nbytes = (size_t)W->numel * sizeof(float), rf.nbytes = (size_t)R->numel * sizeof(float);
+    wf.owns_data = rf.owns_data = false;
+    if (lstm_fast(c, &wf, &rf)) {
+        KILN_TRY(rnn_check(c, &wf, &rf));
+        return lstm_f32(c, &wf, &rf, &q);
+    }
+    float *wd = malloc(wf.nbytes + 1), *rd = malloc(rf.nbytes + 1);
+    kiln_status st;
+    if (!wd || !rd) {
+        st = kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    wf.data = wd, rf.data = rd;
+    st = dequantize_transposed(c, "W", W, kiln_run_in(c, 8), kiln_run_in(c, 9), wd);
+    if (!st) st = dequantize_transposed(c, "R", R, kiln_run_in(c, 10), kiln_run_in(c, 11), rd);
+    if (!st) st = rnn_compute(c, &wf, &rf);
+out:
+    free(wd);
+    free(rd);
+    return st;
+}
+
 static const kiln_op_def defs[] = {
     {"", "RNN", 1, rnn_infer, rnn_run},
     {"", "GRU", 1, rnn_infer, rnn_run},
     {"", "LSTM", 1, rnn_infer, rnn_run},
+    {"com.microsoft", "DynamicQuantizeLSTM", 1, dqlstm_infer, dqlstm_run},
 };
 
 const kiln_op_table kiln_ops_rnn = {defs, sizeof defs / sizeof defs[0]};

@@ -211,6 +211,65 @@ def test_dynamic_quantize_matmul():
                             exact=False)
 
 
+def test_dynamic_quantize_lstm():
+    """com.microsoft DynamicQuantizeLSTM (quantize_dynamic's LSTM; text2tashkeel ships it): W
+    [dirs, I, 4H] and R [dirs, H, 4H] 8-bit, scales per direction or per column. kiln quantizes X
+    and the state to uint8 on the fly as ORT does, so at batch 1 it must equal ORT's kernel (int8
+    weights, the only ones ORT takes) within float32 rounding of the gates (atol 1e-4), at batch 3
+    within twice ORT's own quantization error (ORT splits the state's quantization); with uint8 weights
+    it must stay within activation quantization (0.15) of ONNX's LSTM on the dequantized weights."""
+    for wdt in (np.int8, np.uint8):
+        for direction, D in (("forward", 1), ("bidirectional", 2), ("reverse", 1)):
+            for per_col, Bn in ((False, 1), (True, 1), (False, 3), (True, 3)):
+                S, I, H = 7, 17, 12
+                shp = [D, 4 * H] if per_col else [D]
+                ws, rs = (rng.uniform(0.002, 0.02, shp).astype(np.float32) for _ in range(2))
+                # ORT takes int8 weights symmetric only (zero points 0); uint8 ones with any zero point
+                wz, rz = (q8(wdt, *shp) if wdt == np.uint8 else np.zeros(shp, wdt) for _ in range(2))
+                W, R = q8(wdt, D, I, 4 * H), q8(wdt, D, H, 4 * H)
+                Bias = (rng.standard_normal((D, 8 * H)) * 0.1).astype(np.float32)
+                names = ["X", "W", "R", "B", "", "h0", "c0", "", "ws", "wz", "rs", "rz"]
+                inits = [numpy_helper.from_array(a, k) for a, k in
+                         ((W, "W"), (R, "R"), (Bias, "B"), (ws, "ws"), (wz, "wz"), (rs, "rs"), (rz, "rz"))]
+                ins = [helper.make_tensor_value_info(k, TensorProto.FLOAT, None) for k in ("X", "h0", "c0")]
+                outs = [vi(k, np.float32, None) for k in ("Y", "Yh", "Yc")]
+                blob = model(helper.make_node("DynamicQuantizeLSTM", names, ["Y", "Yh", "Yc"], domain="com.microsoft",
+                                              hidden_size=H, direction=direction), ins, outs, inits, ms=True)
+
+                def deq(q, s, z):  # [D, K, 4H] -> ONNX's [D, 4H, K]
+                    s, z = s.reshape(D, 1, -1), z.astype(np.float32).reshape(D, 1, -1)
+                    return np.ascontiguousarray(((q.astype(np.float32) - z) * s).transpose(0, 2, 1))
+                ref = model(helper.make_node("LSTM", ["X", "W", "R", "B", "", "h0", "c0"], ["Y", "Yh", "Yc"],
+                                             hidden_size=H, direction=direction), ins, outs,
+                            [numpy_helper.from_array(deq(W, ws, wz), "W"), numpy_helper.from_array(deq(R, rs, rz), "R"),
+                             numpy_helper.from_array(Bias, "B")])
+                feeds = {"X": rng.standard_normal((S, Bn, I)).astype(np.float32),
+                         "h0": (rng.standard_normal((D, Bn, H)) * 0.5).astype(np.float32),
+                         "c0": (rng.standard_normal((D, Bn, H)) * 0.5).astype(np.float32)}
+                name = f"DynamicQuantizeLSTM {wdt.__name__} {direction} {'per-column' if per_col else 'per-direction'} batch {Bn}"
+                # ORT's kernel takes int8 weights only (quantize_dynamic's LSTM form); uint8 ones
+                # are checked against the float LSTM alone
+                want_f = ort_session(ref).run(None, feeds)
+                want_q = ort_session(blob).run(None, feeds) if wdt == np.int8 else [None] * 3
+                for label, sess in (("kiln", kiln.Session(blob, num_threads=2)),
+                                    ("kiln-reference", kiln.Session(blob, unoptimized=True))):
+                    got = sess.run(feeds)
+                    for i, (g, wf, wq) in enumerate(zip(got, want_f, want_q)):
+                        g = np.asarray(g)
+                        if g.shape != wf.shape:
+                            check(f"{name} {label} out{i}", False, f"shape {g.shape} vs {wf.shape}")
+                            continue
+                        err_f = float(np.max(np.abs(g - wf)))
+                        if wq is not None:  # ORT's own kernel: the same quantization, float32 gates
+                            err, own = float(np.max(np.abs(g - wq))), float(np.max(np.abs(wf - wq)))
+                            tol = 1e-4 if Bn == 1 else 2 * own  # batch > 1: ORT quantizes the state its own way
+                            check(f"{name} {label} out{i} == ORT's (atol {tol:.3g})", err <= tol,
+                                  f"max diff {err} (ORT's quantized vs float LSTM: {own})")
+                        else:  # within activation quantization of the float LSTM
+                            check(f"{name} {label} out{i} ~ LSTM(dequantized W, R) (0.15)", err_f <= 0.15,
+                                  f"max diff {err_f}")
+
+
 def kiln_ops(blob):
     """kiln's operator counts after the CPU passes (`kiln info --json`), or None without the tool."""
     tool = os.path.join(os.path.dirname(os.environ.get("KILN_LIB", "")), "kiln")
@@ -528,6 +587,7 @@ if __name__ == "__main__":
     test_qlinear_matmul()
     test_matmul_integer_to_float()
     test_dynamic_quantize_matmul()
+    test_dynamic_quantize_lstm()
     test_conv_integer()
     test_qlinear_conv()
     test_quant_matmul_fusion()

@@ -79,6 +79,17 @@ def test_inputs_outputs_symbolic_shapes():
     np.testing.assert_allclose(y, x @ w, rtol=1e-5, atol=1e-5)
 
 
+def test_question_mark_dims_bind_each_on_their_own():
+    # paddle2onnx writes '?' for every dim it does not know (RapidOCR's rec and cls models):
+    # ONNX Runtime binds each on its own, so [1, 3, 48, 192] runs where '?' appears twice
+    buf = make([h.make_node("Relu", ["x"], ["y"])], [vi("x", T.FLOAT, ["?", 3, "?", "?"])],
+               [vi("y", T.FLOAT, ["?", 3, "?", "?"])])
+    x = rng().standard_normal((1, 3, 48, 192)).astype(np.float32)
+    (y,) = kiln.InferenceSession(buf).run(None, {"x": x})
+    np.testing.assert_array_equal(y, np.maximum(x, 0))
+    assert kiln.InferenceSession(buf).get_inputs()[0].shape == [None, 3, None, None]
+
+
 def test_run_output_names_and_path(tmp_path):
     buf = make([h.make_node("Add", ["a", "b"], ["s"]), h.make_node("Mul", ["a", "b"], ["p"])],
                [vi("a", T.FLOAT, [3]), vi("b", T.FLOAT, [3])], [vi("s", T.FLOAT, [3]), vi("p", T.FLOAT, [3])])
