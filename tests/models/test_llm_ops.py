@@ -1,0 +1,249 @@
+#!/usr/bin/env python3
+"""The LLM operators against ONNX Runtime: com.microsoft GroupQueryAttention (separate and packed
+QKV, first prompt with and without right padding, subsequent prompt, decode, past and present in
+separate buffers and as one max_length buffer, rotary plain and interleaved with partial rotary
+dims, position_ids, attention_bias, local_window_size at the window's edges, softcap,
+smooth_softmax, head_sink, scale, odd head counts), com.microsoft MatMulNBits (4 and 8 bits,
+blocks 16 to 256, K not a multiple of the block, zero points packed, unpacked and absent, bias,
+float16), com.microsoft RotaryEmbedding and SimplifiedLayerNormalization (com.microsoft and the
+default domain, as ONNX Runtime registers it), each as a one-node model on random data (never
+zeros), in an optimised and a reference kiln session; the ONNX forms (RotaryEmbedding 23,
+RMSNormalization 23, Attention 23/24 with nonpad_kv_seqlen, TensorScatter 24) against onnx's
+ReferenceEvaluator where ONNX Runtime lacks them.
+
+MatMulNBits runs at accuracy_level 0 (fp32 arithmetic): level 4 lets ONNX Runtime quantize A to
+int8 per block, which kiln does not do (it computes every level in fp32).
+
+usage: test_llm_ops.py   (libkiln.so from build/ or $KILN_LIB)
+"""
+import os
+import sys
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from checks import check, summary  # noqa: E402
+import kiln  # noqa: E402
+
+MS = "com.microsoft"
+rng = np.random.default_rng(33)
+ort.set_default_logger_severity(4)
+
+
+def rand(*shape, dtype=np.float32, scale=1.0):
+    a = (rng.standard_normal(shape) * scale).astype(dtype)
+    a[a == 0] = 0.5  # never zeros
+    return a
+
+
+def tt(dt):
+    return helper.np_dtype_to_tensor_dtype(np.dtype(dt))
+
+
+def model(nodes, inputs, outputs, inits=(), opsets=(("", 21), (MS, 1)), ir=10):
+    nodes = nodes if isinstance(nodes, list) else [nodes]
+    g = helper.make_graph(nodes, "llm", inputs, outputs, list(inits))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets])
+    m.ir_version = ir
+    return m
+
+
+def vi(name, dt, rank):
+    return helper.make_tensor_value_info(name, dt, [f"{name}_{i}" for i in range(rank)])
+
+
+def out(name):
+    return onnx.ValueInfoProto(name=name)
+
+
+def ort_session(m):
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    return ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def kiln_sessions(m):
+    blob = m.SerializeToString()
+    return [("fast", kiln.Session(blob, num_threads=2)), ("ref", kiln.Session(blob, unoptimized=True))]
+
+
+def close(name, got, want, rtol, atol):
+    ok = len(got) == len(want)
+    detail = f"{len(got)} outputs vs {len(want)}"
+    for k, (g, w) in enumerate(zip(got, want)):
+        g, w = np.asarray(g), np.asarray(w)
+        if g.shape != w.shape or g.dtype != w.dtype:
+            return check(name, False, f"output {k}: {g.dtype}{g.shape} vs {w.dtype}{w.shape}")
+        d = np.abs(g.astype(np.float64) - w.astype(np.float64))
+        if not np.allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=atol, equal_nan=True):
+            return check(name, False, f"output {k}: max diff {d.max()} at {np.unravel_index(d.argmax(), d.shape)}")
+    return check(name, ok, detail)
+
+
+def compare(name, m, feeds_list, rtol=1e-4, atol=1e-5, expect_fail=False):
+    """Runs every feed through ORT and both kiln sessions; with expect_fail, both must refuse."""
+    try:
+        ref = ort_session(m)
+    except Exception as e:  # noqa: BLE001
+        check(f"{name}: ORT loads it", False, str(e).splitlines()[0][:200])
+        return
+    try:
+        sessions = kiln_sessions(m)
+    except kiln.KilnError as e:
+        check(f"{name}: kiln loads it", False, str(e))
+        return
+    for feeds in feeds_list:
+        shapes = " ".join(f"{k}={v.shape}" for k, v in feeds.items())
+        try:
+            want = ref.run(None, feeds)
+        except Exception as e:  # noqa: BLE001
+            for tag, s in sessions:
+                try:
+                    s.run(feeds)
+                    check(f"{name} [{tag}] {shapes}", False, f"ORT refuses ({str(e).splitlines()[0][:160]}) but kiln ran")
+                except kiln.KilnError:
+                    check(f"{name} [{tag}] {shapes} (both refuse)", expect_fail)
+            continue
+        for tag, s in sessions:
+            try:
+                got = s.run(feeds)
+            except kiln.KilnError as e:
+                check(f"{name} [{tag}] {shapes}", False, f"kiln failed: {e}")
+                continue
+            close(f"{name} [{tag}] {shapes}", got, want, rtol, atol)
+
+
+# ---------------------------------------------------------------- GroupQueryAttention
+
+def gqa_model(N, Nkv, H, dt=np.float32, packed=False, past=True, rotary=False, pos_ids=False, bias=False,
+              sink=False, **attrs):
+    t = tt(dt)
+    names = ["query", "" if packed else "key", "" if packed else "value", "past_key" if past else "",
+             "past_value" if past else "", "seqlens_k", "total_sequence_length",
+             "cos_cache" if rotary else "", "sin_cache" if rotary else "", "position_ids" if pos_ids else "",
+             "attention_bias" if bias else "", "head_sink" if sink else ""]
+    while names and names[-1] == "":
+        names.pop()
+    if rotary:
+        attrs["do_rotary"] = 1
+    node = helper.make_node("GroupQueryAttention", names, ["output", "present_key", "present_value"], domain=MS,
+                            num_heads=N, kv_num_heads=Nkv, **attrs)
+    ins = [vi("query", t, 3)]
+    if not packed:
+        ins += [vi("key", t, 3), vi("value", t, 3)]
+    if past:
+        ins += [vi("past_key", t, 4), vi("past_value", t, 4)]
+    ins += [vi("seqlens_k", TensorProto.INT32, 1), helper.make_tensor_value_info("total_sequence_length", TensorProto.INT32, [])]
+    if rotary:
+        ins += [vi("cos_cache", t, 2), vi("sin_cache", t, 2)]
+    if pos_ids:
+        ins += [vi("position_ids", TensorProto.INT64, 2)]
+    if bias:
+        ins += [vi("attention_bias", t, 4)]
+    if sink:
+        ins += [vi("head_sink", t, 1)]
+    return model(node, ins, [out("output"), out("present_key"), out("present_value")])
+
+
+def gqa_feeds(B, S, N, Nkv, H, seqlens, total, past_len=None, dt=np.float32, packed=False, rd=None, max_pos=64,
+              pos=None, bias=None, sink=False):
+    f = {}
+    if packed:
+        f["query"] = rand(B, S, (N + 2 * Nkv) * H, dtype=dt)
+    else:
+        f["query"], f["key"], f["value"] = rand(B, S, N * H, dtype=dt), rand(B, S, Nkv * H, dtype=dt), rand(B, S, Nkv * H, dtype=dt)
+    if past_len is not None:
+        f["past_key"], f["past_value"] = rand(B, Nkv, past_len, H, dtype=dt), rand(B, Nkv, past_len, H, dtype=dt)
+    f["seqlens_k"] = np.array(seqlens, np.int32)
+    f["total_sequence_length"] = np.array(total, np.int32)
+    if rd:
+        ang = rng.uniform(0, 6.28, (max_pos, rd // 2))
+        f["cos_cache"], f["sin_cache"] = np.cos(ang).astype(dt), np.sin(ang).astype(dt)
+    if pos is not None:
+        f["position_ids"] = np.array(pos, np.int64)
+    if bias is not None:
+        f["attention_bias"] = rand(*bias, dtype=dt)
+    if sink:
+        f["head_sink"] = rand(N, dtype=dt)
+    return f
+
+
+def test_gqa():
+    cases = []  # (label, model kwargs, list of feed kwargs)
+    for N, Nkv, H in [(6, 2, 16), (3, 1, 8), (5, 5, 24)]:  # ORT wants head_size % 8 == 0
+        for packed in (False, True):
+            kw = dict(packed=packed)
+            feeds = [
+                # first prompt, no padding
+                dict(B=2, S=5, seqlens=[4, 4], total=5, past_len=0),
+                # first prompt, right padding
+                dict(B=2, S=5, seqlens=[4, 2], total=5, past_len=0),
+                # decode with a growing past (separate buffers)
+                dict(B=2, S=1, seqlens=[7, 7], total=8, past_len=7),
+                # decode from one max_length buffer, rows at different lengths
+                dict(B=3, S=1, seqlens=[3, 9, 0], total=10, past_len=12),
+                # subsequent prompt (batch 1)
+                dict(B=1, S=3, seqlens=[6], total=7, past_len=4),
+                # first prompt written into a max_length buffer
+                dict(B=2, S=4, seqlens=[3, 1], total=4, past_len=9),
+            ]
+            cases.append((f"N={N} Nkv={Nkv} H={H} packed={packed}", kw, [dict(N=N, Nkv=Nkv, H=H, packed=packed, **f) for f in feeds]))
+    base = [dict(B=2, S=6, seqlens=[5, 5], total=6, past_len=0), dict(B=2, S=1, seqlens=[8, 5], total=9, past_len=11),
+            dict(B=1, S=4, seqlens=[9], total=10, past_len=6)]
+    for lws in (0, 1, 2, 3, 5, 8):
+        cases.append((f"local_window_size={lws}", dict(local_window_size=lws), [dict(N=4, Nkv=2, H=8, **f) for f in base]))
+    for attrs in [dict(softcap=2.5), dict(scale=0.3), dict(smooth_softmax=1), dict(softcap=1.5, local_window_size=3)]:
+        cases.append((str(attrs), attrs, [dict(N=4, Nkv=2, H=8, **f) for f in base]))
+    cases.append(("head_sink", dict(sink=True), [dict(N=4, Nkv=2, H=8, sink=True, **f) for f in base]))
+    cases.append(("head_sink smooth", dict(sink=True, smooth_softmax=1), [dict(N=4, Nkv=2, H=8, sink=True, **f) for f in base]))
+    for bshape in [(2, 4, None), (1, 1, None), (2, 1, None), (1, 4, None)]:
+        fl = []
+        for f in base:
+            b0 = bshape[0] if bshape[0] == 1 else f["B"]
+            fl.append(dict(N=4, Nkv=2, H=8, bias=(b0, bshape[1], f["S"], f["total"]), **f))
+        cases.append((f"attention_bias {bshape[:2]}", dict(bias=True), fl))
+    for inter in (0, 1):
+        for H, rd, packed in [(16, 16, False), (32, 16, False), (48, 48, True), (64, 16, True)]:  # ORT: H % 16, cos dim 1 % 8
+            fl = [dict(N=4, Nkv=2, H=H, rd=rd, packed=packed, **f) for f in base]
+            cases.append((f"rotary interleaved={inter} H={H} rd={rd} packed={packed}",
+                          dict(rotary=True, rotary_interleaved=inter, packed=packed), fl))
+    # position_ids (decode and subsequent prompt; the first prompt with 0..S-1)
+    fl = [dict(N=4, Nkv=2, H=16, rd=16, pos=[[0, 1, 2, 3, 4, 5]] * 2, **base[0]),
+          dict(N=4, Nkv=2, H=16, rd=16, pos=[[20], [7]], **base[1]),
+          dict(N=4, Nkv=2, H=16, rd=16, pos=[[6, 7, 8, 9]], **base[2])]
+    cases.append(("rotary position_ids", dict(rotary=True, pos_ids=True), fl))
+    # errors: seqlens past the buffer, positions past the caches
+    bad = [dict(N=4, Nkv=2, H=8, B=2, S=1, seqlens=[8, 11], total=9, past_len=11),
+           dict(N=4, Nkv=2, H=8, B=2, S=1, seqlens=[8, -1], total=9, past_len=11),
+           dict(N=4, Nkv=2, H=8, B=1, S=1, seqlens=[40], total=41, past_len=20)]
+    cases.append(("seqlens_k out of range", {}, bad))
+    cases.append(("position past the rotary cache", dict(rotary=True, pos_ids=True),
+                  [dict(N=4, Nkv=2, H=16, rd=16, pos=[[200], [7]], **base[1])]))
+    for label, mkw, fl in cases:
+        f0 = fl[0]
+        dt = mkw.pop("dt", np.float32)
+        m = gqa_model(f0["N"], f0["Nkv"], f0["H"], dt=dt, past=True, **mkw)
+        feeds = []
+        for f in fl:
+            f = dict(f)
+            N, Nkv, H = f.pop("N"), f.pop("Nkv"), f.pop("H")
+            feeds.append(gqa_feeds(N=N, Nkv=Nkv, H=H, dt=dt, **f))
+        compare(f"GQA {label}", m, feeds, rtol=1e-4, atol=2e-5, expect_fail="range" in label or "past the" in label)
+    # no past inputs at all (prompt only)
+    m = gqa_model(6, 3, 8, past=False)
+    compare("GQA no past", m, [gqa_feeds(2, 5, 6, 3, 8, [4, 3], 5), gqa_feeds(1, 1, 6, 3, 8, [0], 1)])
+    # float16
+    m = gqa_model(4, 2, 16, dt=np.float16, rotary=True)
+    compare("GQA float16", m, [gqa_feeds(N=4, Nkv=2, H=16, dt=np.float16, rd=16, **f) for f in base], rtol=5e-3, atol=5e-3)
+
+
+def main():
+    test_gqa()
+    return summary()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
