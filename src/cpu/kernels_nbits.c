@@ -58,32 +58,42 @@ static inline __attribute__((target("sse4.1"))) __m128i unpack16(const uint8_t *
     return _mm_unpacklo_epi8(_mm_and_si128(b, m), _mm_and_si128(_mm_srli_epi16(b, 4), m));
 }
 
+/* Rows [n0, n1) of Y for every row of A, NT rows of B at a time (NT independent accumulator
+ * chains: one chain is bound by the FMA latency); the NT rows' bytes stay in L1 across A's rows. */
+enum { NT = 4 };
+
 __attribute__((target("avx512f,avx512bw"))) static void gemv_rows_avx512(const gemv_job *j, int64_t n0, int64_t n1)
 {
     const kiln_nbits_params *p = j->p;
-    int64_t nb = p->n_blocks, bs = p->block_size, M = j->M, step = p->bits == 8 ? 16 : 8;
-    for (int64_t m0 = 0; m0 < M; m0 += 4) {
-        int64_t mm = M - m0 < 4 ? M - m0 : 4;
-        for (int64_t n = n0; n < n1; n++) {
-            __m512 tot[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-            float zsum[4] = {0, 0, 0, 0};
-            const uint8_t *q = j->st->q + n * nb * p->blob;
-            const float *sc = j->st->scale + n * nb, *of = j->st->off + n * nb;
-            for (int64_t blk = 0; blk < nb; blk++, q += p->blob) {
-                __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-                const float *a = j->a + m0 * j->Kp + blk * bs;
+    int64_t nb = p->n_blocks, bs = p->block_size, step = p->bits == 8 ? 16 : 8, row = nb * p->blob;
+    for (int64_t nt = n0; nt < n1; nt += NT) {
+        int64_t nn = n1 - nt < NT ? n1 - nt : NT;
+        for (int64_t m = 0; m < j->M; m++) {
+            __m512 tot[NT];
+            float zsum[NT] = {0};
+            for (int r = 0; r < NT; r++) tot[r] = _mm512_setzero_ps();
+            const float *am = j->a + m * j->Kp, *asum = j->asum + m * nb;
+            for (int64_t blk = 0; blk < nb; blk++) {
+                __m512 acc[NT];
+                for (int r = 0; r < NT; r++) acc[r] = _mm512_setzero_ps();
+                const uint8_t *q = j->st->q + nt * row + blk * p->blob;
+                const float *a = am + blk * bs;
                 for (int64_t u = 0; u < bs; u += 16) {
-                    __m512 w = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(unpack16(q + (u / 16) * step, (int)p->bits)));
-                    for (int64_t m = 0; m < mm; m++) acc[m] = _mm512_fmadd_ps(w, _mm512_loadu_ps(a + m * j->Kp + u), acc[m]);
+                    __m512 av = _mm512_loadu_ps(a + u);
+                    for (int r = 0; r < NT; r++) { /* rows past nn repeat row nn - 1 */
+                        const uint8_t *qr = q + (r < nn ? r : nn - 1) * row + (u / 16) * step;
+                        __m512 w = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(unpack16(qr, (int)p->bits)));
+                        acc[r] = _mm512_fmadd_ps(w, av, acc[r]);
+                    }
                 }
-                __m512 s = _mm512_set1_ps(sc[blk]);
-                for (int64_t m = 0; m < mm; m++) {
-                    tot[m] = _mm512_fmadd_ps(acc[m], s, tot[m]);
-                    zsum[m] += of[blk] * j->asum[(m0 + m) * nb + blk];
+                for (int64_t r = 0; r < nn; r++) {
+                    int64_t i = (nt + r) * nb + blk;
+                    tot[r] = _mm512_fmadd_ps(acc[r], _mm512_set1_ps(j->st->scale[i]), tot[r]);
+                    zsum[r] += j->st->off[i] * asum[blk];
                 }
             }
-            for (int64_t m = 0; m < mm; m++)
-                j->y[(m0 + m) * p->N + n] = _mm512_reduce_add_ps(tot[m]) + zsum[m] + (j->bias ? j->bias[n] : 0.0f);
+            for (int64_t r = 0; r < nn; r++)
+                j->y[m * p->N + nt + r] = _mm512_reduce_add_ps(tot[r]) + zsum[r] + (j->bias ? j->bias[nt + r] : 0.0f);
         }
     }
 }
@@ -91,37 +101,38 @@ __attribute__((target("avx512f,avx512bw"))) static void gemv_rows_avx512(const g
 __attribute__((target("avx2,fma"))) static void gemv_rows_avx2(const gemv_job *j, int64_t n0, int64_t n1)
 {
     const kiln_nbits_params *p = j->p;
-    int64_t nb = p->n_blocks, bs = p->block_size, M = j->M, step = p->bits == 8 ? 16 : 8;
-    for (int64_t m0 = 0; m0 < M; m0 += 4) {
-        int64_t mm = M - m0 < 4 ? M - m0 : 4;
-        for (int64_t n = n0; n < n1; n++) {
-            __m256 tot[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-            float zsum[4] = {0, 0, 0, 0};
-            const uint8_t *q = j->st->q + n * nb * p->blob;
-            const float *sc = j->st->scale + n * nb, *of = j->st->off + n * nb;
-            for (int64_t blk = 0; blk < nb; blk++, q += p->blob) {
-                __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-                const float *a = j->a + m0 * j->Kp + blk * bs;
+    int64_t nb = p->n_blocks, bs = p->block_size, step = p->bits == 8 ? 16 : 8, row = nb * p->blob;
+    for (int64_t nt = n0; nt < n1; nt += NT) {
+        int64_t nn = n1 - nt < NT ? n1 - nt : NT;
+        for (int64_t m = 0; m < j->M; m++) {
+            __m256 tot[NT];
+            float zsum[NT] = {0};
+            for (int r = 0; r < NT; r++) tot[r] = _mm256_setzero_ps();
+            const float *am = j->a + m * j->Kp, *asum = j->asum + m * nb;
+            for (int64_t blk = 0; blk < nb; blk++) {
+                __m256 acc[NT];
+                for (int r = 0; r < NT; r++) acc[r] = _mm256_setzero_ps();
+                const uint8_t *q = j->st->q + nt * row + blk * p->blob;
+                const float *a = am + blk * bs;
                 for (int64_t u = 0; u < bs; u += 16) {
-                    __m128i b = unpack16(q + (u / 16) * step, (int)p->bits);
-                    __m256 w0 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b));
-                    __m256 w1 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(b, 8)));
-                    for (int64_t m = 0; m < mm; m++) {
-                        acc[m] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(a + m * j->Kp + u), acc[m]);
-                        acc[m] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(a + m * j->Kp + u + 8), acc[m]);
+                    __m256 a0 = _mm256_loadu_ps(a + u), a1 = _mm256_loadu_ps(a + u + 8);
+                    for (int r = 0; r < NT; r++) { /* rows past nn repeat row nn - 1 */
+                        __m128i b = unpack16(q + (r < nn ? r : nn - 1) * row + (u / 16) * step, (int)p->bits);
+                        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b)), a0, acc[r]);
+                        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(b, 8))), a1, acc[r]);
                     }
                 }
-                __m256 s = _mm256_set1_ps(sc[blk]);
-                for (int64_t m = 0; m < mm; m++) {
-                    tot[m] = _mm256_fmadd_ps(acc[m], s, tot[m]);
-                    zsum[m] += of[blk] * j->asum[(m0 + m) * nb + blk];
+                for (int64_t r = 0; r < nn; r++) {
+                    int64_t i = (nt + r) * nb + blk;
+                    tot[r] = _mm256_fmadd_ps(acc[r], _mm256_set1_ps(j->st->scale[i]), tot[r]);
+                    zsum[r] += j->st->off[i] * asum[blk];
                 }
             }
-            for (int64_t m = 0; m < mm; m++) {
-                __m128 h = _mm_add_ps(_mm256_castps256_ps128(tot[m]), _mm256_extractf128_ps(tot[m], 1));
+            for (int64_t r = 0; r < nn; r++) {
+                __m128 h = _mm_add_ps(_mm256_castps256_ps128(tot[r]), _mm256_extractf128_ps(tot[r], 1));
                 h = _mm_add_ps(h, _mm_movehl_ps(h, h));
                 h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
-                j->y[(m0 + m) * p->N + n] = _mm_cvtss_f32(h) + zsum[m] + (j->bias ? j->bias[n] : 0.0f);
+                j->y[m * p->N + nt + r] = _mm_cvtss_f32(h) + zsum[r] + (j->bias ? j->bias[nt + r] : 0.0f);
             }
         }
     }

@@ -351,8 +351,88 @@ def test_ms_rotary():
             compare(f"RotaryEmbedding(ms) {x_shape} num_heads={nh} rd={rd} interleaved={inter}", m, feeds)
 
 
+# ---------------------------------------------------------------- the ONNX forms
+
+def compare_onnx(name, m, feeds_list, rtol=1e-4, atol=1e-5):
+    """Against ORT when it runs the op, else against onnx's ReferenceEvaluator."""
+    try:
+        ort_session(m)
+        return compare(name, m, feeds_list, rtol, atol)
+    except Exception:  # noqa: BLE001
+        pass
+    from onnx.reference import ReferenceEvaluator
+    ev = ReferenceEvaluator(m)
+    sessions = kiln_sessions(m)
+    for feeds in feeds_list:
+        want = ev.run(None, feeds)
+        for tag, s in sessions:
+            shapes = " ".join(f"{k}={v.shape}" for k, v in feeds.items())
+            try:
+                got = s.run(feeds)
+            except kiln.KilnError as e:
+                check(f"{name} (onnx reference) [{tag}] {shapes}", False, f"kiln failed: {e}")
+                continue
+            close(f"{name} (onnx reference) [{tag}] {shapes}", got, want, rtol, atol)
+
+
+def test_onnx_forms():
+    # RMSNormalization 23
+    for axis, shape in [(-1, (2, 5, 16)), (1, (2, 3, 8)), (-1, (3, 33))]:
+        sshape = shape[axis:] if axis >= 0 else shape[len(shape) + axis:]
+        node = helper.make_node("RMSNormalization", ["X", "scale"], ["Y"], axis=axis, epsilon=1e-6)
+        m = model(node, [vi("X", TensorProto.FLOAT, len(shape)), vi("scale", TensorProto.FLOAT, len(sshape))], [out("Y")],
+                  opsets=(("", 23),))
+        compare_onnx(f"RMSNormalization-23 axis={axis}", m, [{"X": rand(*shape), "scale": rand(*sshape)}])
+    # RotaryEmbedding 23: 4-D [B, N, S, H] and 3-D with num_heads, position_ids, partial rotary
+    for inter in (0, 1):
+        for shape, attrs in [((2, 3, 5, 16), {}), ((2, 5, 48), {"num_heads": 3}), ((1, 2, 4, 32), {"rotary_embedding_dim": 16})]:
+            H = shape[3] if len(shape) == 4 else shape[2] // attrs["num_heads"]
+            rd = attrs.get("rotary_embedding_dim", H)
+            B, S = shape[0], shape[2] if len(shape) == 4 else shape[1]
+            node = helper.make_node("RotaryEmbedding", ["X", "cos_cache", "sin_cache", "position_ids"], ["Y"],
+                                    interleaved=inter, **attrs)
+            m = model(node, [vi("X", TensorProto.FLOAT, len(shape)), vi("cos_cache", TensorProto.FLOAT, 2),
+                             vi("sin_cache", TensorProto.FLOAT, 2), vi("position_ids", TensorProto.INT64, 2)], [out("Y")],
+                      opsets=(("", 23),))
+            ang = rng.uniform(0, 6.28, (20, rd // 2))
+            compare_onnx(f"RotaryEmbedding-23 {shape} {attrs} interleaved={inter}", m,
+                         [{"X": rand(*shape), "cos_cache": np.cos(ang).astype(np.float32),
+                           "sin_cache": np.sin(ang).astype(np.float32),
+                           "position_ids": rng.integers(0, 20, (B, S)).astype(np.int64)}])
+    # Attention 23 and 24: GQA heads, past, causal, nonpad_kv_seqlen (24)
+    for opset in (23, 24):
+        for causal in (0, 1):
+            node = helper.make_node("Attention", ["Q", "K", "V", "", "past_key", "past_value"],
+                                    ["Y", "present_key", "present_value"], is_causal=causal)
+            ins = [vi(n, TensorProto.FLOAT, 4) for n in ("Q", "K", "V", "past_key", "past_value")]
+            m = model(node, ins, [out("Y"), out("present_key"), out("present_value")], opsets=(("", opset),))
+            feeds = []
+            for B, Hq, Hkv, S, P, D in [(2, 6, 2, 3, 4, 8), (1, 3, 3, 1, 6, 16)]:
+                feeds.append({"Q": rand(B, Hq, S, D), "K": rand(B, Hkv, S, D), "V": rand(B, Hkv, S, D),
+                              "past_key": rand(B, Hkv, P, D), "past_value": rand(B, Hkv, P, D)})
+            compare_onnx(f"Attention-{opset} causal={causal} past", m, feeds)
+    # 24: K and V are the whole (max_length) cache, nonpad_kv_seqlen the valid keys per batch row
+    for causal in (0, 1):
+        node = helper.make_node("Attention", ["Q", "K", "V", "", "", "", "nonpad_kv_seqlen"], ["Y"], is_causal=causal)
+        m = model(node, [vi(n, TensorProto.FLOAT, 4) for n in ("Q", "K", "V")] + [vi("nonpad_kv_seqlen", TensorProto.INT64, 1)],
+                  [out("Y")], opsets=(("", 24),))
+        feeds = [{"Q": rand(B, Hq, S, D), "K": rand(B, Hkv, T, D), "V": rand(B, Hkv, T, D),
+                  "nonpad_kv_seqlen": rng.integers(S, T + 1, B).astype(np.int64)}
+                 for B, Hq, Hkv, S, T, D in [(2, 6, 2, 1, 9, 8), (3, 4, 4, 2, 7, 16)]]
+        compare_onnx(f"Attention-24 nonpad_kv_seqlen causal={causal}", m, feeds)
+    # TensorScatter 24: a KV-cache update at write_indices, linear and circular
+    for mode in ("linear", "circular"):
+        node = helper.make_node("TensorScatter", ["past_cache", "update", "write_indices"], ["present_cache"], mode=mode, axis=2)
+        m = model(node, [vi("past_cache", TensorProto.FLOAT, 4), vi("update", TensorProto.FLOAT, 4),
+                         vi("write_indices", TensorProto.INT64, 1)], [out("present_cache")], opsets=(("", 24),))
+        idx = np.array([1, 5], np.int64) if mode == "linear" else np.array([6, 7], np.int64)
+        compare_onnx(f"TensorScatter-24 mode={mode}", m,
+                     [{"past_cache": rand(2, 3, 8, 4), "update": rand(2, 3, 2, 4), "write_indices": idx}])
+
+
 def main():
     test_gqa()
+    test_onnx_forms()
     test_matmul_nbits()
     test_simplified_layer_norm()
     test_ms_rotary()
