@@ -48,16 +48,7 @@ typedef struct gemv_job {
     int64_t M, Kp;
 } gemv_job;
 
-/* 16 weights of a block from 8 bytes (4 bits: byte j holds elements 2j low, 2j+1 high) or 16
- * bytes (8 bits), as bytes in element order. */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-static inline __attribute__((target("sse4.1"))) __m128i unpack16(const uint8_t *q, int bits)
-{
-    if (bits == 8) return _mm_loadu_si128((const __m128i *)q);
-    __m128i b = _mm_loadl_epi64((const __m128i *)q), m = _mm_set1_epi8(15);
-    return _mm_unpacklo_epi8(_mm_and_si128(b, m), _mm_and_si128(_mm_srli_epi16(b, 4), m));
-}
-
 /* Rows [n0, n1) of Y for every row of A, NT rows of B at a time (NT independent accumulator
  * chains: one chain is bound by the FMA latency); the NT rows' bytes stay in L1 across A's rows. */
 enum { NT = 4 };
@@ -65,7 +56,7 @@ enum { NT = 4 };
 __attribute__((target("avx512f,avx512bw"))) static void gemv_rows_avx512(const gemv_job *j, int64_t n0, int64_t n1)
 {
     const kiln_nbits_params *p = j->p;
-    int64_t nb = p->n_blocks, bs = p->block_size, step = p->bits == 8 ? 16 : 8, row = nb * p->blob;
+    int64_t nb = p->n_blocks, bs = p->block_size, row = nb * p->blob;
     for (int64_t nt = n0; nt < n1; nt += NT) {
         int64_t nn = n1 - nt < NT ? n1 - nt : NT;
         for (int64_t m = 0; m < j->M; m++) {
@@ -78,12 +69,29 @@ __attribute__((target("avx512f,avx512bw"))) static void gemv_rows_avx512(const g
                 for (int r = 0; r < NT; r++) acc[r] = _mm512_setzero_ps();
                 const uint8_t *q = j->st->q + nt * row + blk * p->blob;
                 const float *a = am + blk * bs;
-                for (int64_t u = 0; u < bs; u += 16) {
-                    __m512 av = _mm512_loadu_ps(a + u);
-                    for (int r = 0; r < NT; r++) { /* rows past nn repeat row nn - 1 */
-                        const uint8_t *qr = q + (r < nn ? r : nn - 1) * row + (u / 16) * step;
-                        __m512 w = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(unpack16(qr, (int)p->bits)));
-                        acc[r] = _mm512_fmadd_ps(w, av, acc[r]);
+                if (p->bits == 4) {
+                    /* 8 bytes broadcast to the 16 lanes as 64-bit words, lane i shifted right by
+                     * 4 * (i / 2) within dword i % 2: lane i holds element perm4(i), the order
+                     * nbits_run stored A in. No shuffle port on the way to float. */
+                    const __m512i sh = _mm512_set_epi32(28, 28, 24, 24, 20, 20, 16, 16, 12, 12, 8, 8, 4, 4, 0, 0);
+                    const __m512i m4 = _mm512_set1_epi32(15);
+                    for (int64_t u = 0; u < bs; u += 16) {
+                        __m512 av = _mm512_loadu_ps(a + u);
+                        for (int r = 0; r < NT; r++) { /* rows past nn repeat row nn - 1 */
+                            const uint8_t *qr = q + (r < nn ? r : nn - 1) * row + u / 2;
+                            __m512i x = _mm512_set1_epi64(*(const int64_t *)qr);
+                            __m512 w = _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srlv_epi32(x, sh), m4));
+                            acc[r] = _mm512_fmadd_ps(w, av, acc[r]);
+                        }
+                    }
+                } else {
+                    for (int64_t u = 0; u < bs; u += 16) {
+                        __m512 av = _mm512_loadu_ps(a + u);
+                        for (int r = 0; r < NT; r++) {
+                            const uint8_t *qr = q + (r < nn ? r : nn - 1) * row + u;
+                            __m512 w = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)qr)));
+                            acc[r] = _mm512_fmadd_ps(w, av, acc[r]);
+                        }
                     }
                 }
                 for (int64_t r = 0; r < nn; r++) {
@@ -101,7 +109,7 @@ __attribute__((target("avx512f,avx512bw"))) static void gemv_rows_avx512(const g
 __attribute__((target("avx2,fma"))) static void gemv_rows_avx2(const gemv_job *j, int64_t n0, int64_t n1)
 {
     const kiln_nbits_params *p = j->p;
-    int64_t nb = p->n_blocks, bs = p->block_size, step = p->bits == 8 ? 16 : 8, row = nb * p->blob;
+    int64_t nb = p->n_blocks, bs = p->block_size, row = nb * p->blob;
     for (int64_t nt = n0; nt < n1; nt += NT) {
         int64_t nn = n1 - nt < NT ? n1 - nt : NT;
         for (int64_t m = 0; m < j->M; m++) {
@@ -114,12 +122,29 @@ __attribute__((target("avx2,fma"))) static void gemv_rows_avx2(const gemv_job *j
                 for (int r = 0; r < NT; r++) acc[r] = _mm256_setzero_ps();
                 const uint8_t *q = j->st->q + nt * row + blk * p->blob;
                 const float *a = am + blk * bs;
-                for (int64_t u = 0; u < bs; u += 16) {
-                    __m256 a0 = _mm256_loadu_ps(a + u), a1 = _mm256_loadu_ps(a + u + 8);
-                    for (int r = 0; r < NT; r++) { /* rows past nn repeat row nn - 1 */
-                        __m128i b = unpack16(q + (r < nn ? r : nn - 1) * row + (u / 16) * step, (int)p->bits);
-                        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b)), a0, acc[r]);
-                        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(b, 8))), a1, acc[r]);
+                if (p->bits == 4) {
+                    /* 4 bytes broadcast to the 8 lanes, lane i shifted right by 4 i: element i */
+                    const __m256i sh = _mm256_set_epi32(28, 24, 20, 16, 12, 8, 4, 0), m4 = _mm256_set1_epi32(15);
+                    for (int64_t u = 0; u < bs; u += 16) {
+                        __m256 a0 = _mm256_loadu_ps(a + u), a1 = _mm256_loadu_ps(a + u + 8);
+                        for (int r = 0; r < NT; r++) { /* rows past nn repeat row nn - 1 */
+                            const uint8_t *qr = q + (r < nn ? r : nn - 1) * row + u / 2;
+                            int32_t w0, w1;
+                            memcpy(&w0, qr, 4), memcpy(&w1, qr + 4, 4);
+                            __m256i x0 = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(w0), sh), m4);
+                            __m256i x1 = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(w1), sh), m4);
+                            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(x0), a0, acc[r]);
+                            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(x1), a1, acc[r]);
+                        }
+                    }
+                } else {
+                    for (int64_t u = 0; u < bs; u += 16) {
+                        __m256 a0 = _mm256_loadu_ps(a + u), a1 = _mm256_loadu_ps(a + u + 8);
+                        for (int r = 0; r < NT; r++) {
+                            __m128i b = _mm_loadu_si128((const __m128i *)(q + (r < nn ? r : nn - 1) * row + u));
+                            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b)), a0, acc[r]);
+                            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(b, 8))), a1, acc[r]);
+                        }
                     }
                 }
                 for (int64_t r = 0; r < nn; r++) {
@@ -231,6 +256,12 @@ static kiln_status nbits_run(kiln_run_ctx *c)
         const float *src = (const float *)A->data + m * K;
         memcpy(a + m * Kp, src, (size_t)K * sizeof *a);
         memset(a + m * Kp + K, 0, (size_t)(Kp - K) * sizeof *a);
+        if (st->level == 2 && p->bits == 4) /* lane i of each 16 holds element perm4(i) */
+            for (int64_t u = 0; u < Kp; u += 16) {
+                float t[16];
+                memcpy(t, a + m * Kp + u, sizeof t);
+                for (int i = 0; i < 16; i++) a[m * Kp + u + i] = t[(i & 1) * 8 + i / 2];
+            }
         for (int64_t blk = 0; blk < nb; blk++) {
             float s = 0;
             for (int64_t u = 0; u < p->block_size; u++) s += a[m * Kp + blk * p->block_size + u];
