@@ -4,7 +4,11 @@
  * run the dequantize-on-the-fly GEMV (quantized bytes read once for all rows, 16 weights per
  * step widened to float: AVX-512 or AVX2+FMA by the CPU, portable C otherwise), spread over N
  * on the thread pool; more rows dequantize panels of PANEL columns into [K, PANEL] float32 and
- * run the packed sgemm on them. g_idx, float16 and weights fed at run time run the reference. */
+ * run the packed sgemm on them. g_idx, float16 and weights fed at run time run the reference.
+ * Measured (scripts/bench_peer.py, K = N = 4096, M = 1, block 128, 2 threads, shared machine):
+ * 0.56 ms against ONNX Runtime's 0.35-0.37 ms at accuracy_level 0 (1.5-1.6x); at level 4 ORT's
+ * int8 kernel takes 0.08 ms. Tried and slower here: masks in place of shifts with A scaled by
+ * 16^-k (cvtepu32, 0.80 ms), 8 rows of B per pass (0.91 ms), software prefetch (no change). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
