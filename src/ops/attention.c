@@ -217,6 +217,8 @@ static kiln_status attention_run(kiln_run_ctx *c)
     if ((past_k == NULL) != (past_v == NULL))
         return kiln_run_fail(c, KILN_ERR_MODEL, "past_key and past_value must be given together");
     if (!K || !V) return kiln_run_fail(c, KILN_ERR_MODEL, "K and V are required");
+    if (nonpad && past_k) /* opset 24: the cache is K and V themselves (TensorScatter writes it) */
+        return kiln_run_fail(c, KILN_ERR_MODEL, "nonpad_kv_seqlen cannot be combined with past_key/past_value");
     /* the kernel indexes K, V and the pasts with Q's layout: check every dim it relies on */
     if ((Q->rank != 3 && Q->rank != 4) || K->rank != Q->rank || V->rank != Q->rank)
         return kiln_run_fail(c, KILN_ERR_SHAPE, "Q, K, V must all be 3-D or all 4-D (ranks %d, %d, %d)", Q->rank,

@@ -19,6 +19,9 @@
     X(kiln_ops_contrib_quant) \
     X(kiln_ops_contrib_attention) \
     X(kiln_ops_contrib_qlinear) \
+    X(kiln_ops_llm_attention) \
+    X(kiln_ops_llm_nbits) \
+    X(kiln_ops_llm_norm) \
     X(kiln_ops_basic) \
     X(kiln_ops_fused)
 
