@@ -422,6 +422,7 @@ kiln_status kiln_generator_append_tokens(kiln_generator *g, int batch, const int
                             (long long)t, (long long)id);
             g->ids[(size_t)b * (size_t)S + (size_t)t] = t < lengths[b] ? id : pad;
         }
+    for (int b = 0; b < g->B; b++) g->plen[b] = lengths[b];
     fill_masks(g, S, lengths);
     kiln_status st = run_step(g, S);
     if (st) {
@@ -429,7 +430,7 @@ kiln_status kiln_generator_append_tokens(kiln_generator *g, int batch, const int
         return st;
     }
     for (int b = 0; b < g->B; b++) {
-        g->plen[b] = g->seq_len[b] = lengths[b];
+        g->seq_len[b] = lengths[b];
         memcpy(g->seq + (size_t)b * (size_t)g->T, tokens + (size_t)b * (size_t)S, (size_t)lengths[b] * sizeof(int64_t));
     }
     g->prompt_max = S;
