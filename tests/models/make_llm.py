@@ -3,7 +3,7 @@
 genai_config.json), for kiln's generator tests and `kiln bench-llm`.
 
 usage: make_llm.py OUT_DIR [--form onnx|gqa] [--layers N] [--hidden H] [--heads N] [--kv-heads N]
-                   [--vocab V] [--context C] [--max-length M] [--seed S] [--asymmetric]
+                   [--vocab V] [--context C] [--max-length M] [--seed S] [--asymmetric] [--eos IDS]
 
 --form onnx (default): ONNX ops only - RMS norm written out, rotary written out from position ids
   computed in the graph (cumsum of attention_mask - 1), MatMul attention with an additive mask
@@ -256,6 +256,7 @@ def main():
     ap.add_argument("--max-length", type=int, default=0)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--asymmetric", action="store_true")
+    ap.add_argument("--eos", default="2,3", help="eos token ids, comma-separated")
     a = ap.parse_args()
     rng = np.random.default_rng(a.seed)
     w = weights(a, rng)
@@ -282,7 +283,7 @@ def main():
     max_length = a.max_length or a.context
     cfg = {
         "model": {
-            "bos_token_id": 1, "context_length": a.context, "eos_token_id": [2, 3], "pad_token_id": 0,
+            "bos_token_id": 1, "context_length": a.context, "eos_token_id": [int(t) for t in a.eos.split(",")], "pad_token_id": 0,
             "type": "llama", "vocab_size": a.vocab,
             "decoder": {
                 "session_options": {"log_id": "onnxruntime-genai", "provider_options": []},
