@@ -382,6 +382,96 @@ kiln_status kiln_session_run_tensors(kiln_session *s, int n_in, const char *cons
                                      const char *const *out_names, kiln_value **outputs,
                                      kiln_tensor_desc *out_desc);
 
+/* ---------------------------------------------------------------------------------------- */
+/* Generation: decoder-only LLMs in onnxruntime-genai's model folder layout.                 */
+/*
+ * A model folder holds genai_config.json and the model file it names (model.decoder.filename,
+ * which must lie inside the folder). The config gives the decoder's input and output names
+ * (input_ids [batch, seq] int64, attention_mask [batch, total] int64, past_key_values.%d.key
+ * and .value [batch, kv_heads, past, head_size], logits [batch, seq, vocab] float32,
+ * present.%d.key and .value), the sizes (heads, KV heads, head size, hidden size, layers,
+ * context length), the bos/eos/pad token ids and the search defaults. The file is untrusted:
+ * a malformed or hostile config is KILN_ERR_MODEL naming the field. Token ids in, token ids
+ * out; no tokenizer.
+ *
+ *     kiln_generator_params p = kiln_generator_params_default();
+ *     p.max_length = 64;
+ *     kiln_generator *g = NULL;
+ *     int64_t len = 3, prompt[3] = {1, 2, 3};
+ *     if (kiln_generator_create("model_dir", &p, &g) || kiln_generator_append_tokens(g, 1, &len, prompt))
+ *         fprintf(stderr, "%s\n", kiln_generator_last_error(g));
+ *     while (!kiln_generator_is_done(g) && kiln_generator_generate_next(g) == KILN_OK) {
+ *         const int64_t *next;
+ *         kiln_generator_get_next_tokens(g, &next, NULL);
+ *         printf("%lld\n", (long long)next[0]);
+ *     }
+ *     kiln_generator_free(g);
+ *
+ * The KV cache: the generator allocates, once, max_length positions per layer for keys and
+ * for values ([batch, kv_heads, max_length, head_size]). With search.past_present_share_buffer
+ * (GroupQueryAttention models) past and present are that one buffer and each step writes its
+ * new positions in place; otherwise the model's present (past plus the new positions) is
+ * written into a second buffer of the same capacity, which becomes the next step's past. No
+ * step allocates cache memory or grows it, a step that would pass max_length fails before
+ * running, and the session compiles once for all steps (kiln_generator_session_stats). */
+
+typedef struct kiln_generator kiln_generator;
+
+typedef struct kiln_generator_params {
+    /* Tokens per sequence, prompt included; 0 = search.max_length of genai_config.json. At
+     * most the config's context_length. */
+    int64_t max_length;
+    int batch_size;      /* sequences generated together; default 1 */
+    /* -1 = search.do_sample of the config, 0 = greedy (argmax, the lowest id on ties),
+     * 1 = sampling with temperature, top_k and top_p. */
+    int do_sample;
+    double temperature;  /* > 0; 0 = the config's */
+    int top_k;           /* keep the k likeliest tokens; 0 = no limit; -1 = the config's */
+    double top_p;        /* keep the likeliest tokens up to this probability mass, (0, 1]; 0 = the config's */
+    uint64_t seed;       /* sampling's random stream; the same seed gives the same tokens */
+    kiln_provider_kind provider;
+    int num_threads;     /* as kiln_session_options.num_threads */
+} kiln_generator_params;
+
+/* Greedy, batch 1, max_length and the rest from the config, seed 0, the CPU provider. */
+kiln_generator_params kiln_generator_params_default(void);
+
+/* Opens the model folder model_dir (genai_config.json and the model it names), compiles the
+ * model and allocates the KV cache for params->batch_size x max_length tokens. params may be
+ * NULL (defaults). On failure *out is still set to a handle holding only the error message
+ * (kiln_generator_last_error; release with kiln_generator_free), or NULL if even that could
+ * not be allocated. */
+kiln_status kiln_generator_create(const char *model_dir, const kiln_generator_params *params,
+                                  kiln_generator **out);
+/* Runs the prompt: tokens is [batch, max(lengths)] row-major, row b's first lengths[b] ids
+ * used (right-padded; what follows in the row is ignored). batch must equal the generator's
+ * batch_size; every length >= 1 and < max_length; ids in [0, vocab). Once per generator;
+ * afterwards KILN_ERR_INVALID_ARG. tokens and lengths are borrowed for the call only. */
+kiln_status kiln_generator_append_tokens(kiln_generator *g, int batch, const int64_t *lengths,
+                                         const int64_t *tokens);
+/* Chooses the next token of each sequence from the current logits (greedy or sampled), after
+ * running the model on the previous step's tokens when there are some. A sequence that has
+ * produced an eos id goes on with pad tokens. Fails with KILN_ERR_INVALID_ARG before any
+ * prompt, and once kiln_generator_is_done (max_length reached) - never writing past the cache. */
+kiln_status kiln_generator_generate_next(kiln_generator *g);
+/* The tokens chosen by the last kiln_generator_generate_next, one per sequence: *tokens is
+ * borrowed ([batch]; valid until the next call on g), *n (may be NULL) receives the batch. */
+kiln_status kiln_generator_get_next_tokens(const kiln_generator *g, const int64_t **tokens, int *n);
+/* The logits of each sequence's last position, the ones the next choice is made from:
+ * *logits is borrowed, [batch, vocab] float32, valid until the next call on g. */
+kiln_status kiln_generator_get_logits(const kiln_generator *g, const float **logits, int64_t *vocab);
+/* Sequence b so far (prompt then generated ids, pads after an eos included): borrowed,
+ * *len ids; NULL when b is out of range. */
+const int64_t *kiln_generator_get_sequence(const kiln_generator *g, int b, int64_t *len);
+/* Whether every sequence has produced an eos id or reached max_length. NULL: true. */
+bool kiln_generator_is_done(const kiln_generator *g);
+/* The counters of the generator's session (compilations stays 1 over all steps). */
+kiln_status kiln_generator_session_stats(const kiln_generator *g, kiln_session_stats *out);
+/* Message of the last failure on g ("" if none); a static message for NULL. Borrowed. */
+const char *kiln_generator_last_error(const kiln_generator *g);
+/* Releases the generator, its session and its KV cache. NULL is a no-op. */
+void kiln_generator_free(kiln_generator *g);
+
 #ifdef __cplusplus
 }
 #endif

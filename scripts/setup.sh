@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 $SUDO apt-get update -qq
-$SUDO apt-get install -y -qq cmake gcc make pkg-config libonnx-dev protobuf-c-compiler libprotobuf-c-dev \
+$SUDO apt-get install -y -qq cmake gcc make pkg-config libonnx-dev protobuf-c-compiler libprotobuf-c-dev libjson-c-dev \
     python3 python3-pip clang libclang-rt-dev >/dev/null
 # HIP's compiler, for the check that the GPU kernels also build for AMD GPUs (scripts/check_hip.sh)
 $SUDO apt-get install -y -qq --no-install-recommends hipcc >/dev/null

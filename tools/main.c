@@ -1,4 +1,4 @@
-/* main.c - the kiln command-line tool: info, run, bench. */
+/* main.c - the kiln command-line tool: info, run, bench, verify, generate, bench-llm. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdarg.h>
@@ -13,6 +13,7 @@
 #include "kiln.h"
 #include "cli.h"
 #include "npy.h"
+#include "generate.h"
 #include "verify.h"
 
 
@@ -21,6 +22,8 @@ static const char usage[] =
     "       kiln run MODEL [--provider cpu|cuda] [--input NAME=FILE.npy]... [--shape NAME=1x3xHxW]... [--seed N] [--threads N] [--output-dir DIR] [--stats]\n"
     "       kiln bench MODEL [--provider cpu|cuda] [--input NAME=FILE.npy]... [--shape NAME=DIMS]... [--seed N] [--threads N] [--warmup N] [--runs N] [--json] [--stats] [--profile|--profile-all]\n"
     "       kiln verify MODEL [--provider cpu|cuda] [--input ...|--shape ...] [--rtol R] [--atol A]\n"
+    "       kiln generate DIR --prompt-tokens 1,2,3 [--prompt-tokens ...] -g N [--greedy | --temperature T --top-k K --top-p P --seed S] [--provider cpu|cuda] [--threads N] [--json]\n"
+    "       kiln bench-llm -i DIR [-l PROMPT_LEN] [-g GEN_LEN] [-r REPS] [-w WARMUP] [-b BATCH] [--provider cpu|cuda] [--threads N] [--json]\n"
     "       kiln ops\n"
     "       kiln --version\n"
     "A --shape repeated for one input runs the model once per shape, in one session.\n";
@@ -497,6 +500,8 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "run")) return cmd_run(argc - 2, argv + 2, false);
     if (!strcmp(cmd, "bench")) return cmd_run(argc - 2, argv + 2, true);
     if (!strcmp(cmd, "verify")) return cmd_verify(argc - 2, argv + 2);
+    if (!strcmp(cmd, "generate")) return cmd_generate(argc - 2, argv + 2);
+    if (!strcmp(cmd, "bench-llm")) return cmd_bench_llm(argc - 2, argv + 2);
     cli_fail("unknown command '%s'", cmd);
     fputs(usage, stderr);
     return 2;

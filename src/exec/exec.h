@@ -37,11 +37,24 @@ typedef struct kiln_run_env {
     const struct kiln_plan *plan;
     const int64_t *syms;
     int n_syms;
+    /* main-graph outputs the caller gave storage for, by graph output index ([g->n_outputs],
+     * entries NULL where not given), or NULL: a host output whose dtype matches and whose bytes
+     * fit is written into out_bind[j]->data (the value handed out is a view of it) */
+    kiln_value *const *out_bind;
 } kiln_run_env;
 
 /* Runs graph g. inputs[i] is bound to g->inputs[i] (NULL: use its initializer). On success
  * outputs[j] (j < g->n_outputs) receive owned values. parent gives outer-scope values for
  * subgraphs (NULL for the main graph); env is the main graph's (NULL for subgraphs). */
+/* kiln_session_run_observed with storage for outputs (src/genai's KV cache): bind[j], when not
+ * NULL, is a host tensor whose data becomes the storage of out_names[j] when its dtype matches
+ * and the output's bytes fit (then outputs[j] is a view of bind[j]->data and bind[j] must
+ * outlive it); otherwise the output is allocated as usual. bind may alias an input (a KV
+ * cache shared by past and present). Host outputs only; device outputs ignore bind. */
+kiln_status kiln_session_run_bound(kiln_session *s, int n_in, const char *const *in_names,
+                                   const kiln_value *const *inputs, int n_out, const char *const *out_names,
+                                   kiln_value **outputs, kiln_value *const *bind);
+
 kiln_status kiln_execute(const kiln_graph *g, const kiln_frame *parent, const kiln_run_env *env,
                          const kiln_value *const *inputs, kiln_value **outputs, kiln_err *err);
 

@@ -183,6 +183,19 @@ static kiln_status alloc_output(kiln_frame *f, const kiln_ir_value *v, const kil
         if (v && mem && mem->offset[v->id] != SIZE_MAX && !dst && nbytes) mem->heap_fallbacks++;
         return f->env->dev->tensor(f->env->dev_run, t->dtype, t->rank, dims, dst, out, err);
     }
+    /* a main-graph output the caller gave storage for */
+    if (v && v->is_output && !f->parent && f->env && f->env->out_bind && t->dtype != KILN_DTYPE_STRING) {
+        for (int j = 0; j < f->g->n_outputs; j++) {
+            const kiln_value *b = f->env->out_bind[j];
+            if (f->g->outputs[j] != v || !b) continue;
+            int64_t numel;
+            KILN_TRY(kiln_dims_numel(t->rank, dims, &numel, err));
+            if (b->kind != KILN_VALUE_TENSOR || b->on_device || b->dtype != t->dtype ||
+                (size_t)numel > b->nbytes / kiln_dtype_size(t->dtype) || (numel && !b->data))
+                break;
+            return kiln_value_view(t->dtype, t->rank, dims, numel ? b->data : NULL, out, err);
+        }
+    }
     /* an arena of 0 bytes (every planned tensor empty) has no base; graph outputs are handed
      * to the caller, never views of the arena */
     if (!mem || !mem->base || !v || v->is_output || mem->offset[v->id] == SIZE_MAX || t->dtype == KILN_DTYPE_STRING) {

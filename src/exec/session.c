@@ -500,9 +500,27 @@ kiln_status kiln_session_run_tensors(kiln_session *s, int n_in, const char *cons
     return st;
 }
 
+static kiln_status session_run(kiln_session *s, int n_in, const char *const *in_names,
+                               const kiln_value *const *inputs, int n_out, const char *const *out_names,
+                               kiln_value **outputs, kiln_observer_fn observer, void *user, kiln_value *const *bind);
+
 kiln_status kiln_session_run_observed(kiln_session *s, int n_in, const char *const *in_names,
                                       const kiln_value *const *inputs, int n_out, const char *const *out_names,
                                       kiln_value **outputs, kiln_observer_fn observer, void *user)
+{
+    return session_run(s, n_in, in_names, inputs, n_out, out_names, outputs, observer, user, NULL);
+}
+
+kiln_status kiln_session_run_bound(kiln_session *s, int n_in, const char *const *in_names,
+                                   const kiln_value *const *inputs, int n_out, const char *const *out_names,
+                                   kiln_value **outputs, kiln_value *const *bind)
+{
+    return session_run(s, n_in, in_names, inputs, n_out, out_names, outputs, NULL, NULL, bind);
+}
+
+static kiln_status session_run(kiln_session *s, int n_in, const char *const *in_names,
+                               const kiln_value *const *inputs, int n_out, const char *const *out_names,
+                               kiln_value **outputs, kiln_observer_fn observer, void *user, kiln_value *const *bind)
 {
     if (!s) return KILN_ERR_INVALID_ARG;
     int64_t t_start = now_ns(), t_exec = 0;
@@ -524,7 +542,8 @@ kiln_status kiln_session_run_observed(kiln_session *s, int n_in, const char *con
     const char **sym_src = calloc((size_t)n_syms + 1, sizeof *sym_src);
     int *out_idx = calloc((size_t)n_out + 1, sizeof *out_idx);
     kiln_value **all_out = calloc((size_t)g->n_outputs + 1, sizeof *all_out);
-    if (!bound || !syms || !sym_src || !out_idx || !all_out) {
+    kiln_value **all_bind = bind ? calloc((size_t)g->n_outputs + 1, sizeof *all_bind) : NULL;
+    if (!bound || !syms || !sym_src || !out_idx || !all_out || (bind && !all_bind)) {
         st = kiln_errf(&err, KILN_ERR_NOMEM, "out of memory");
         goto out;
     }
@@ -577,13 +596,15 @@ kiln_status kiln_session_run_observed(kiln_session *s, int n_in, const char *con
             st = kiln_errf(&err, KILN_ERR_INVALID_ARG, "no output named '%s'", out_names[j] ? out_names[j] : "(null)");
             goto out;
         }
+        if (all_bind && bind[j]) all_bind[out_idx[j]] = bind[j];
     }
     st = check_constraints(s->model, syms, sym_src, n_syms, &err);
     if (st) goto out;
     kiln_arena_view mem = {0};
     kiln_run_env env = {.host = s->host, .observer = observer, .observer_user = user, .node_ids = s->node_ids,
                         .device_outputs = s->opt.device_outputs,
-                        .fault_node = s->fault_node, .pool = s->pool, .scratch = s->scratch};
+                        .fault_node = s->fault_node, .pool = s->pool, .scratch = s->scratch,
+                        .out_bind = all_bind};
     if (!s->opt.unoptimized) {
         st = kiln_plan_cache_get(&s->plans, &s->memprog, syms, n_syms, &plan, &err);
         if (st) goto out;
@@ -663,6 +684,7 @@ out:
     free(sym_src);
     free(out_idx);
     free(all_out);
+    free(all_bind);
     return st ? set_error(s, &err) : KILN_OK;
 }
 

@@ -177,6 +177,78 @@ def test_cuda_provider(models):
                   lines[0].startswith("kiln: CUDA provider:"), f"rc={r.returncode} stderr={r.stderr!r}")
 
 
+def test_generate_cli(tmp):
+    """kiln generate and kiln bench-llm on a tests/models/make_llm.py folder, against onnxruntime-genai."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    folder = os.path.join(tmp, "llm")
+    subprocess.check_call([sys.executable, os.path.join(here, "..", "models", "make_llm.py"), folder],
+                          stdout=subprocess.DEVNULL)
+    r = kiln("generate", folder, "--prompt-tokens", "5,17,33,100", "-g", "16", "--json")
+    check("generate --json exit", r.returncode == 0, r.stderr)
+    got = json.loads(r.stdout)["tokens"] if r.returncode == 0 else [[]]
+    try:
+        import onnxruntime_genai as og
+        m = og.Model(folder)
+        p = og.GeneratorParams(m)
+        p.set_search_options(max_length=20, do_sample=False)
+        g = og.Generator(m, p)
+        g.append_tokens(np.array([[5, 17, 33, 100]], dtype=np.int32))
+        want = []
+        while not g.is_done():
+            g.generate_next_token()
+            want.append(int(g.get_next_tokens()[0]))
+        check("generate: greedy tokens equal onnxruntime-genai's", got == [want], f"{got} vs {want}")
+    except ImportError as e:
+        print(f"SKIP generate vs onnxruntime-genai: {e}")
+    r = kiln("generate", folder, "--prompt-tokens", "5,17,33,100", "--prompt-tokens", "9,44", "-g", "8", "--json")
+    rows = json.loads(r.stdout)["tokens"] if r.returncode == 0 else []
+    check("generate: two prompts, one row each", len(rows) == 2 and all(len(x) == 8 for x in rows), r.stdout + r.stderr)
+    check("generate: the padded batch's first row is the prompt alone", rows and rows[0] == got[0][:8], (rows, got))
+    r = kiln("generate", folder, "--prompt-tokens", "9,44", "-g", "8")
+    check("generate: text output is the ids", r.returncode == 0 and r.stdout.split() == [str(t) for t in rows[1]],
+          r.stdout + r.stderr)
+    samp = ["generate", folder, "--prompt-tokens", "5,17", "-g", "12", "--temperature", "1.5", "--top-k", "40",
+            "--top-p", "0.95", "--seed", "4", "--json"]
+    a, b = kiln(*samp), kiln(*samp)
+    check("generate: seeded sampling repeats", a.returncode == 0 and a.stdout == b.stdout, a.stdout + a.stderr)
+    r = kiln("bench-llm", "-i", folder, "-l", "8", "-g", "6", "-r", "3", "-w", "1", "-b", "2", "--json")
+    check("bench-llm --json exit", r.returncode == 0, r.stderr)
+    if r.returncode == 0:
+        j = json.loads(r.stdout)
+        check("bench-llm figures", j["prompt"]["n"] == 3 and j["generation"]["n"] == 15 and
+              j["prompt"]["tokens_per_s"] > 0 and j["generation"]["tokens_per_s"] > 0 and j["sampling"]["n"] == 3 and
+              j["e2e"]["n"] == 3 and j["peak_rss_bytes"] > 0, j)
+    r = kiln("bench-llm", "-i", folder, "-l", "4", "-g", "4", "-r", "2", "-w", "0")
+    check("bench-llm text", r.returncode == 0 and "Prompt processing (time to first token):" in r.stdout and
+          "Token generation:" in r.stdout and "Peak working set size (bytes):" in r.stdout, r.stdout + r.stderr)
+    gqa = os.path.join(tmp, "llm_gqa")
+    subprocess.check_call([sys.executable, os.path.join(here, "..", "models", "make_llm.py"), gqa, "--form", "gqa"],
+                          stdout=subprocess.DEVNULL)
+    cases = [
+        ("generate: missing folder", ["generate", os.path.join(tmp, "nope"), "--prompt-tokens", "1", "-g", "2"]),
+        ("generate: bad token list", ["generate", folder, "--prompt-tokens", "1,x", "-g", "2"]),
+        ("generate: no -g", ["generate", folder, "--prompt-tokens", "1,2"]),
+        ("generate: greedy and sampling", ["generate", folder, "--prompt-tokens", "1", "-g", "2", "--greedy",
+                                           "--temperature", "0.5"]),
+        ("generate: past context_length", ["generate", folder, "--prompt-tokens", "1", "-g", "100000"]),
+        ("generate: token outside the vocabulary", ["generate", folder, "--prompt-tokens", "1,999999", "-g", "2"]),
+        ("bench-llm: no folder", ["bench-llm", "-l", "4"]),
+        ("bench-llm: bad count", ["bench-llm", "-i", folder, "-r", "0"]),
+    ]
+    for name, args in cases:
+        r = kiln(*args)
+        lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+        check(f"error: {name}", r.returncode == 1 and len(lines) == 1 and lines[0].startswith("kiln: "),
+              f"rc={r.returncode} stderr={r.stderr!r}")
+    r = kiln("generate", gqa, "--prompt-tokens", "1,2", "-g", "2")
+    if r.returncode == 0:
+        check("generate: builder-style GQA folder runs", len(r.stdout.split()) == 2, r.stdout)
+    else:
+        check("generate: builder-style GQA folder without the operators: one clean line", r.returncode == 1 and
+              r.stderr.startswith("kiln: ") and "not supported" in r.stderr, r.stderr)
+        print(f"SKIP generate on the GQA folder: {r.stderr.strip()}")
+
+
 def main():
     global KILN
     if len(sys.argv) != 3:
@@ -185,7 +257,7 @@ def main():
     KILN, models = sys.argv[1], sys.argv[2]
     with tempfile.TemporaryDirectory() as tmp:
         for test in (test_info, lambda m: test_run_matches_ort(m, tmp), lambda m: test_npy_dtypes(tmp), test_verify,
-                     lambda m: test_errors(m, tmp), test_cuda_provider):
+                     lambda m: test_errors(m, tmp), test_cuda_provider, lambda m: test_generate_cli(tmp)):
             try:
                 test(models)
             except Exception as e:  # one broken test does not hide the others

@@ -1,0 +1,97 @@
+"""genai_ctypes.py - a ctypes binding of kiln's kiln_generator_* C API (include/kiln.h), for the
+generation tests; the library is $KILN_LIB."""
+import ctypes
+import os
+
+import numpy as np
+
+
+class Params(ctypes.Structure):
+    _fields_ = [("max_length", ctypes.c_int64), ("batch_size", ctypes.c_int), ("do_sample", ctypes.c_int),
+                ("temperature", ctypes.c_double), ("top_k", ctypes.c_int), ("top_p", ctypes.c_double),
+                ("seed", ctypes.c_uint64), ("provider", ctypes.c_int), ("num_threads", ctypes.c_int)]
+
+
+class Stats(ctypes.Structure):  # the leading fields of kiln_session_stats
+    _fields_ = [("compilations", ctypes.c_int64), ("runs", ctypes.c_int64), ("plan_cache_hits", ctypes.c_int64),
+                ("plan_cache_misses", ctypes.c_int64), ("plan_cache_entries", ctypes.c_int),
+                ("plan_cache_capacity", ctypes.c_int), ("arena_peak_bytes", ctypes.c_int64),
+                ("arena_last_bytes", ctypes.c_int64), ("pad", ctypes.c_char * 1024)]
+
+
+lib = ctypes.CDLL(os.environ["KILN_LIB"])
+lib.kiln_generator_params_default.restype = Params
+lib.kiln_generator_create.argtypes = [ctypes.c_char_p, ctypes.POINTER(Params), ctypes.POINTER(ctypes.c_void_p)]
+lib.kiln_generator_append_tokens.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_int64),
+                                             ctypes.POINTER(ctypes.c_int64)]
+lib.kiln_generator_generate_next.argtypes = [ctypes.c_void_p]
+lib.kiln_generator_get_next_tokens.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.POINTER(ctypes.c_int64)),
+                                               ctypes.POINTER(ctypes.c_int)]
+lib.kiln_generator_get_logits.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.POINTER(ctypes.c_float)),
+                                          ctypes.POINTER(ctypes.c_int64)]
+lib.kiln_generator_is_done.argtypes = [ctypes.c_void_p]
+lib.kiln_generator_is_done.restype = ctypes.c_bool
+lib.kiln_generator_last_error.argtypes = [ctypes.c_void_p]
+lib.kiln_generator_last_error.restype = ctypes.c_char_p
+lib.kiln_generator_session_stats.argtypes = [ctypes.c_void_p, ctypes.POINTER(Stats)]
+lib.kiln_generator_free.argtypes = [ctypes.c_void_p]
+
+
+class KilnError(RuntimeError):
+    pass
+
+
+class Generator:
+    def __init__(self, folder, batch=1, max_length=0, do_sample=0, temperature=0.0, top_k=-1, top_p=0.0, seed=0):
+        p = lib.kiln_generator_params_default()
+        p.batch_size, p.max_length, p.do_sample = batch, max_length, do_sample
+        p.temperature, p.top_k, p.top_p, p.seed = temperature, top_k, top_p, seed
+        self.h = ctypes.c_void_p()
+        self.batch = batch
+        st = lib.kiln_generator_create(folder.encode(), ctypes.byref(p), ctypes.byref(self.h))
+        if st:
+            msg = lib.kiln_generator_last_error(self.h).decode()
+            lib.kiln_generator_free(self.h)
+            self.h = None
+            raise KilnError(msg)
+
+    def _check(self, st):
+        if st:
+            raise KilnError(lib.kiln_generator_last_error(self.h).decode())
+
+    def append_tokens(self, prompts):
+        lens = np.array([len(p) for p in prompts], np.int64)
+        toks = np.zeros((len(prompts), lens.max()), np.int64)
+        for i, p in enumerate(prompts):
+            toks[i, :len(p)] = p
+        self._check(lib.kiln_generator_append_tokens(self.h, len(prompts), lens.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)),
+                                                     toks.ctypes.data_as(ctypes.POINTER(ctypes.c_int64))))
+
+    def generate_next(self):
+        self._check(lib.kiln_generator_generate_next(self.h))
+
+    def next_tokens(self):
+        p, n = ctypes.POINTER(ctypes.c_int64)(), ctypes.c_int()
+        self._check(lib.kiln_generator_get_next_tokens(self.h, ctypes.byref(p), ctypes.byref(n)))
+        return np.ctypeslib.as_array(p, (n.value,)).copy()
+
+    def logits(self):
+        p, v = ctypes.POINTER(ctypes.c_float)(), ctypes.c_int64()
+        self._check(lib.kiln_generator_get_logits(self.h, ctypes.byref(p), ctypes.byref(v)))
+        return np.ctypeslib.as_array(p, (self.batch, v.value)).copy()
+
+    def is_done(self):
+        return lib.kiln_generator_is_done(self.h)
+
+    def stats(self):
+        s = Stats()
+        self._check(lib.kiln_generator_session_stats(self.h, ctypes.byref(s)))
+        return s
+
+    def close(self):
+        if self.h:
+            lib.kiln_generator_free(self.h)
+            self.h = None
+
+    def __del__(self):
+        self.close()
