@@ -192,7 +192,7 @@ def build_gqa(a, w):
         if zp is not None:
             ins.append(g.init(f"{name}.weight_zp", zp))
         return g.op("MatMulNBits", ins, domain="com.microsoft", name=f"{name}/MatMulNBits",
-                    K=K, N=N, bits=4, block_size=block, accuracy_level=4)
+                    K=K, N=N, bits=4, block_size=block, accuracy_level=a.accuracy_level)
     cos, sin = rope_cache(a.context, D)
     g.init("cos_cache", cos)
     g.init("sin_cache", sin)
@@ -239,7 +239,7 @@ def build_gqa(a, w):
                                     ([g.init("lm_head.MatMul.weight_zp", quant4(w["lm_head"], block, a.asymmetric)[2])]
                                      if a.asymmetric else []),
                                     ["logits"], name="/lm_head/MatMulNBits", domain="com.microsoft",
-                                    K=hid, N=a.vocab, bits=4, block_size=block, accuracy_level=4))
+                                    K=hid, N=a.vocab, bits=4, block_size=block, accuracy_level=a.accuracy_level))
     return g, [helper.make_opsetid("com.microsoft", 1)], 21
 
 
@@ -256,6 +256,8 @@ def main():
     ap.add_argument("--max-length", type=int, default=0)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--asymmetric", action="store_true")
+    ap.add_argument("--accuracy-level", type=int, default=4,
+                    help="MatMulNBits accuracy_level (4: the builder's CPU default, ORT quantizes A to int8 per block)")
     ap.add_argument("--eos", default="2,3", help="eos token ids, comma-separated")
     a = ap.parse_args()
     rng = np.random.default_rng(a.seed)
