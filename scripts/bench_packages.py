@@ -11,7 +11,7 @@ compared (tolerances per package below) and the median time of one pipeline call
   tashkeel   text2tashkeel: Arabic diacritization, the int8 BiLSTM models (rawi-ensemble, the
              default, and bilstm-int8) over a few sentences -> diacritized strings (equal).
 
-The packages are pinned in tests/python/requirements-packages.txt (pip install -r it first).
+The packages are pinned in requirements.txt (pip install -r it first).
 
 usage: bench_packages.py [--calls N] [--only rapidocr,vad,tashkeel]
        (kiln from python/ with libkiln.so from $KILN_LIB or build/; tests/python/test_packages.py

@@ -12,8 +12,6 @@ $SUDO apt-get install -y -qq cmake gcc make pkg-config libonnx-dev protobuf-c-co
 # HIP's compiler, for the check that the GPU kernels also build for AMD GPUs (scripts/check_hip.sh)
 $SUDO apt-get install -y -qq --no-install-recommends hipcc >/dev/null
 python3 -m pip install -q -r requirements.txt
-# the public packages tests/python/test_packages.py runs through the drop-in path (OCR, VAD, text)
-python3 -m pip install -q -r tests/python/requirements-packages.txt
 
 # The CUDA toolkit's compiler, when installed but not on PATH (the CUDA provider is built when found).
 if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then export PATH="/usr/local/cuda/bin:$PATH"; fi

@@ -5,7 +5,7 @@ compared with the tolerances of scripts/bench_packages.py (OCR texts equal, boxe
 1e-3; VAD probabilities atol 1e-4 and timestamps equal; diacritized strings equal). Each kiln
 run must show that kiln's sessions ran (their statistics) with `onnxruntime` resolving to kiln.
 
-The packages are pinned in tests/python/requirements-packages.txt; the test installs them from
+The packages are pinned in requirements.txt; the test installs them from
 it when they are missing (pip, from PyPI) and skips only when pip cannot reach the registry.
 No timings are checked here: scripts/bench_packages.py measures them."""
 import importlib.util
@@ -28,10 +28,10 @@ def _install_missing():
     missing = [m for m in MODULES.values() if importlib.util.find_spec(m) is None]
     if not missing:
         return None
-    req = os.path.join(HERE, "requirements-packages.txt")
+    req = os.path.join(HERE, "..", "..", "requirements.txt")
     p = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-r", req], capture_output=True, text=True)
     if p.returncode:
-        return f"pip install -r requirements-packages.txt failed: {p.stderr.strip()[-400:]}"
+        return f"pip install -r requirements.txt failed: {p.stderr.strip()[-400:]}"
     importlib.invalidate_caches()
     return None
 
