@@ -19,6 +19,7 @@
     X(kiln_ops_contrib_quant) \
     X(kiln_ops_contrib_attention) \
     X(kiln_ops_contrib_qlinear) \
+    X(kiln_ops_contrib_lstm) \
     X(kiln_ops_basic) \
     X(kiln_ops_fused)
 
