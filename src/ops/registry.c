@@ -21,6 +21,7 @@
     X(kiln_ops_contrib_qlinear) \
     X(kiln_ops_contrib_lstm) \
     X(kiln_ops_contrib_qops) \
+    X(kiln_ops_contrib_nchwc) \
     X(kiln_ops_basic) \
     X(kiln_ops_fused)
 
