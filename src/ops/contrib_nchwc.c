@@ -2,9 +2,11 @@
  * ORT_ENABLE_ALL: ReorderInput, ReorderOutput, Conv, MaxPool, AveragePool, GlobalAveragePool,
  * GlobalMaxPool, Upsample. A blocked value has the dims [N, Cp, H, W] (Cp the channels rounded up
  * to the block B) and the bytes [N][Cp / B][H][W][B]. B is MLAS's block of the machine that saved
- * the file (8 or 16); it is read off the file at compile time (nchwc_block): the B that every
- * nchwc Conv's padded channel counts divide and that every Conv reading a plain NCHW input exceeds
- * in channels; where 8 and 16 both fit, the one MLAS picks on this CPU (16 with AVX-512F).
+ * the file (8 or 16); it is read off the file at compile time (kiln_nchwc_block): the B that every
+ * nchwc Conv's output channels divide and its input channels too, unless fewer than B (a Conv
+ * reads X as plain NCHW when X has fewer channels than B, as ORT's kernel does); where 8 and 16
+ * both fit, the one MLAS picks on this CPU (16 with AVX-512F). Blocked values may also pass
+ * through standard operators (ORT reshapes them to [N, Cp / B, H, W, B] for an Add).
  * Conv's filters come reordered by ORT: [Mp / B][Cp / B][kh][kw][B in][B out] for a blocked
  * input, [Mp / B][C][kh][kw][B out] for a plain one and for depthwise layers; an optional fourth
  * input (Sum, blocked like Y) is added before the activation (FusedConv's attributes). */
@@ -21,13 +23,6 @@
 #define NCHWC "com.microsoft.nchwc"
 
 static bool is_nchwc(const kiln_node *n) { return n && n->domain && !strcmp(n->domain, NCHWC); }
-
-/* Whether value v (an input of an nchwc node) holds blocked bytes: it comes from an nchwc node
- * other than ReorderOutput. */
-static bool produced_blocked(const kiln_ir_value *v)
-{
-    return v && v->producer && is_nchwc(v->producer) && strcmp(v->producer->op_type, "ReorderOutput");
-}
 
 static int preferred_block(void)
 {
@@ -47,12 +42,8 @@ static bool block_fits(const kiln_graph *g, int64_t b)
         const kiln_type *w = &n->in[1]->type;
         if (w->rank != 4 || !kiln_dim_is_const(w->dims[0]) || !kiln_dim_is_const(w->dims[1])) continue;
         int64_t M = w->dims[0].c, C = w->dims[1].c, group = kiln_attr_int(n, "group", 1);
-        if (M % b) return false;
-        if (produced_blocked(n->in[0])) {
-            if (group == 1 && C % b) return false;
-        } else if (group == 1 && C >= b) {
-            return false;
-        }
+        /* a Conv reads X plain when X has fewer channels than the block, else blocked */
+        if (M % b || (group == 1 && C >= b && C % b)) return false;
     }
     return true;
 }
@@ -67,7 +58,6 @@ int kiln_nchwc_block(const kiln_graph *g)
 
 typedef struct nchwc_params {
     int64_t block;
-    bool x_blocked; /* Conv: X blocked (else plain NCHW) */
 } nchwc_params;
 
 static kiln_status nchwc_parse(const kiln_node *n, void *params, kiln_err *err)
@@ -76,7 +66,6 @@ static kiln_status nchwc_parse(const kiln_node *n, void *params, kiln_err *err)
     p->block = kiln_nchwc_block(n->graph);
     if (!p->block)
         return kiln_errf(err, KILN_ERR_MODEL, "%s: the com.microsoft.nchwc channel counts fit neither block 8 nor 16", n->name);
-    p->x_blocked = n->n_in > 0 && produced_blocked(n->in[0]);
     return KILN_OK;
 }
 
@@ -215,12 +204,12 @@ static kiln_status conv_run(kiln_run_ctx *c)
         return kiln_run_fail(c, KILN_ERR_MODEL, "%s", msg);
     int64_t B = pr->block, N = X->dims[0], C = X->dims[1], H = X->dims[2], Wd = X->dims[3];
     int64_t M = W->dims[0], Cw = W->dims[1], kh = W->dims[2], kw = W->dims[3];
-    bool dw = kiln_attr_int(n, "group", 1) != 1;
+    bool dw = kiln_attr_int(n, "group", 1) != 1, xb = dw || C >= B; /* as ORT: fewer channels than a block is plain */
     g.kernel[0] = kh, g.kernel[1] = kw;
     int64_t in[2] = {H, Wd}, out[2];
     if (!kiln_nn_geom_resolve(&g, in, out)) return kiln_run_fail(c, KILN_ERR_SHAPE, "the window does not fit the padded input");
     if (Y->dims[2] != out[0] || Y->dims[3] != out[1]) return kiln_run_fail(c, KILN_ERR_SHAPE, "output size mismatch");
-    if (dw ? (C != M || !pr->x_blocked) : (Cw != C || (pr->x_blocked && C % B)))
+    if (dw ? C != M || C % B : Cw != C || (xb && C % B))
         return kiln_run_fail(c, KILN_ERR_SHAPE, "X has %lld channels for W [%lld, %lld, %lld, %lld]", (long long)C, (long long)M,
                              (long long)Cw, (long long)kh, (long long)kw);
     if ((Bv && Bv->numel != M) || (S && S->numel != Y->numel))
@@ -241,10 +230,10 @@ static kiln_status conv_run(kiln_run_ctx *c)
                             for (int64_t j = 0; j < kw; j++) {
                                 int64_t ix = ox * g.strides[1] - g.pads[1] + j * g.dilations[1];
                                 if (ix < 0 || ix >= Wd) continue;
-                                float xv = pr->x_blocked ? x[boff(B, C, P, b, ci, iy * Wd + ix)] : x[((b * C + ci) * H + iy) * Wd + ix];
+                                float xv = xb ? x[boff(B, C, P, b, ci, iy * Wd + ix)] : x[((b * C + ci) * H + iy) * Wd + ix];
                                 int64_t wi;
                                 if (dw) wi = (((m / B) * kh + i) * kw + j) * B + m % B;
-                                else if (pr->x_blocked)
+                                else if (xb)
                                     wi = ((((m / B) * (C / B) + ci / B) * kh + i) * kw + j) * B * B + (ci % B) * B + m % B;
                                 else wi = ((((m / B) * C + ci) * kh + i) * kw + j) * B + m % B;
                                 acc += (double)xv * w[wi];

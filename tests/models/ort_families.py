@@ -15,6 +15,10 @@ transformers, the model type and sizes optimize_model needs.
              3x3 convolutions, GlobalAveragePool, Gemm
   bilstm     input_ids [batch, seq] -> tag logits [batch, seq, 5]; embedding, bidirectional LSTM,
              linear head
+  segnet     feature map [batch, 16, H, W] (H, W even) -> mask [batch, 8, H, W], pooled [batch, 16];
+             AveragePool, Resize (nearest, x2), GlobalMaxPool: the rest of the nchwc operators
+             (ReorderInput of a 16-channel input, AveragePool, Upsample, GlobalMaxPool) at
+             ORT_ENABLE_ALL, QLinearAveragePool in QOperator form
   tts        tokens [1, T] -> audio [1, 1, 2F], durations [T]; embedding -> Conv1d + bidirectional
              LSTM encoder -> duration predictor (1..4 frames per token) -> upsampling by the
              predicted durations (F = sum of durations, data-dependent) -> ConvTranspose (x2) ->
@@ -223,6 +227,25 @@ def mobilenet():
                   image_feeds(r, [(1, 32, 32), (2, 24, 40), (1, 40, 24)]))
 
 
+def segnet():
+    g = G(7)
+    x = conv_bn(g, "features", 16, 16, 3)
+    y = g.op("AveragePool", [x], kernel_shape=[2, 2], strides=[2, 2])
+    y = conv_bn(g, y, 16, 32, 3)
+    y = g.op("Resize", [y, "", g.const(np.array([1, 1, 2, 2], np.float32))], mode="nearest",
+             coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+    y = g.op("Conv", [g.op("Add", [conv_bn(g, y, 32, 16, 1, act=None), x]), g.w((8, 16, 3, 3), (2.0 / 144) ** 0.5)],
+             kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    pooled = g.op("Flatten", [g.op("GlobalMaxPool", [x])], axis=1)
+    g.out_types = {"mask": (F32, ["batch", 8, "H", "W"]), "pooled": (F32, ["batch", 16])}
+    m = g.model([helper.make_tensor_value_info("features", F32, ["batch", 16, "H", "W"])], [y, pooled], ["mask", "pooled"],
+                opset=17)
+    r = np.random.default_rng(17)
+    feeds = [{"features": r.standard_normal((b, 16, h, w)).astype(np.float32)} for b, h, w in [(1, 16, 16), (2, 10, 22), (3, 6, 14)]]
+    calib = [{"features": r.standard_normal((b, 16, h, w)).astype(np.float32)} for b, h, w in [(1, 16, 16), (2, 8, 12)]]
+    return Family("segnet", m, feeds, calib)
+
+
 def lstm(g, x, cin, h):
     """x [T, B, cin] -> [T, B, 2h] through a bidirectional LSTM"""
     y = g.op("LSTM", [x, g.w((2, 4 * h, cin), cin ** -0.5), g.w((2, 4 * h, h), h ** -0.5), g.w((2, 8 * h), 0.1)],
@@ -274,4 +297,4 @@ def tts(V=40, E=16, H=8):
     return Family("tts", m, feeds, calib)
 
 
-FAMILIES = [bert, gpt2, resnet, mobilenet, bilstm, tts]
+FAMILIES = [bert, gpt2, resnet, mobilenet, segnet, bilstm, tts]
