@@ -22,6 +22,7 @@
     X(kiln_ops_contrib_lstm) \
     X(kiln_ops_contrib_qops) \
     X(kiln_ops_contrib_nchwc) \
+    X(kiln_ops_contrib_qattn) \
     X(kiln_ops_basic) \
     X(kiln_ops_fused)
 

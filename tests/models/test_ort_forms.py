@@ -7,6 +7,7 @@ Runtime (CPU):
   qs_qdq       quantize_static, QDQ format (calibration feeds from a fixed seed)
   qs_qop       quantize_static, QOperator format
   optimizer    onnxruntime.transformers.optimizer.optimize_model (the transformers only)
+  opt_qd_s8/u8 the optimizer's file through quantize_dynamic (QAttention, QEmbedLayerNormalization)
   ort_ext      ORT's offline optimised file, ORT_ENABLE_EXTENDED (SessionOptions.optimized_model_filepath)
   ort_all      the same at ORT_ENABLE_ALL (com.microsoft.nchwc operators, block size of this machine)
 
@@ -35,8 +36,8 @@ from checks import check, summary  # noqa: E402
 import kiln  # noqa: E402
 import ort_families  # noqa: E402
 
-FORMS = ["float", "qd_s8", "qd_u8", "qs_qdq", "qs_qop", "optimizer", "ort_ext", "ort_all"]
-QUANT = {"qd_s8", "qd_u8", "qs_qdq", "qs_qop"}
+FORMS = ["float", "qd_s8", "qd_u8", "qs_qdq", "qs_qop", "optimizer", "opt_qd_s8", "opt_qd_u8", "ort_ext", "ort_all"]
+QUANT = {"qd_s8", "qd_u8", "qs_qdq", "qs_qop", "opt_qd_s8", "opt_qd_u8"}
 
 
 def ort_session(path, level=ort.GraphOptimizationLevel.ORT_ENABLE_ALL, save=None):
@@ -72,6 +73,12 @@ def make_form(fam, form, src, d):
         from onnxruntime.transformers.optimizer import optimize_model
         optimize_model(src, model_type=fam.model_type, num_heads=fam.heads, hidden_size=fam.hidden,
                        opt_level=0).save_model_to_file(dst)
+    elif form in ("opt_qd_s8", "opt_qd_u8"):
+        if not fam.model_type:
+            return None
+        opt = make_form(fam, "optimizer", src, d)
+        quantize_dynamic(opt, dst, weight_type=QuantType.QInt8 if form == "opt_qd_s8" else QuantType.QUInt8,
+                         extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
     elif form in ("ort_ext", "ort_all"):
         L = ort.GraphOptimizationLevel
         ort_session(src, L.ORT_ENABLE_EXTENDED if form == "ort_ext" else L.ORT_ENABLE_ALL, save=dst)
