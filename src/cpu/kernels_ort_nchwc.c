@@ -2,7 +2,7 @@
  * when the file's block is 16 and this CPU has AVX-512F: ORT's NCHW16c bytes are kiln's blocked
  * layout (src/cpu/nchwc.h), so Conv runs on kiln's blocked convolutions (ORT's reordered filter
  * unpacked and packed once at compile time, Sum as the residual), MaxPool, AveragePool and
- * GlobalAveragePool on its blocked pools, ReorderInput/ReorderOutput of NCHW with whole blocks on
+ * GlobalAveragePool on its blocked pools, GlobalMaxPool and nearest Upsample by 16-vectors, ReorderInput/ReorderOutput of NCHW with whole blocks on
  * its layout conversions. Anything else (block 8, channels_last, an activation kiln's blocked
  * kernels lack) keeps the reference kernel. */
 #include <stdlib.h>
@@ -156,6 +156,58 @@ static kiln_status global_avg_run(kiln_run_ctx *c)
     return KILN_OK;
 }
 
+/* GlobalMaxPool over blocked X [N, C, H, W] into blocked Y [N, C, 1, 1]: per block, the
+ * elementwise max of its pixels' 16-vectors (NaN propagating, as the plain kernel) */
+static kiln_status global_max_run(kiln_run_ctx *c)
+{
+    const kiln_value *X = kiln_run_in(c, 0);
+    kiln_value *Y = kiln_run_out(c, 0);
+    if (X->rank != 4 || X->dims[1] % B16 || X->dims[2] == 0 || X->dims[3] == 0)
+        return kiln_run_fail(c, KILN_ERR_SHAPE, "X must be a non-empty [N, C, H, W], C a multiple of 16");
+    int64_t blocks = X->dims[0] * X->dims[1] / B16, P = X->dims[2] * X->dims[3];
+    const float *x = X->data;
+    float *y = Y->data;
+    for (int64_t b = 0; b < blocks; b++) {
+        float m[B16];
+        memcpy(m, x + b * P * B16, sizeof m);
+        for (int64_t p = 1; p < P; p++) {
+            const float *v = x + (b * P + p) * B16;
+            for (int k = 0; k < B16; k++) m[k] = v[k] > m[k] || v[k] != v[k] ? v[k] : m[k];
+        }
+        memcpy(y + b * B16, m, sizeof m);
+    }
+    return KILN_OK;
+}
+
+/* Upsample, nearest, integer scales: each output pixel's 16-vector copied from its source pixel */
+static kiln_status upsample_run(kiln_run_ctx *c)
+{
+    const kiln_node *n = kiln_run_node(c);
+    const kiln_value *X = kiln_run_in(c, 0);
+    kiln_value *Y = kiln_run_out(c, 0);
+    int ns;
+    const int64_t *sc = kiln_attr_ints(n, "scales", &ns);
+    if (X->rank != 4 || X->dims[1] % B16 || !sc || ns != 4 || sc[2] < 1 || sc[3] < 1)
+        return kiln_run_fail(c, KILN_ERR_SHAPE, "X must be [N, C, H, W], C a multiple of 16, scales [1, 1, sh, sw]");
+    int64_t blocks = X->dims[0] * X->dims[1] / B16, H = X->dims[2], W = X->dims[3], sh = sc[2], sw = sc[3];
+    int64_t oh = H * sh, ow = W * sw;
+    if (Y->dims[2] != oh || Y->dims[3] != ow) return kiln_run_fail(c, KILN_ERR_SHAPE, "output size mismatch");
+    const float *x = X->data;
+    float *y = Y->data;
+    for (int64_t b = 0; b < blocks; b++)
+        for (int64_t oy = 0; oy < oh; oy++)
+            for (int64_t ox = 0; ox < ow; ox++)
+                memcpy(y + ((b * oh + oy) * ow + ox) * B16, x + ((b * H + oy / sh) * W + ox / sw) * B16, B16 * sizeof *y);
+    return KILN_OK;
+}
+
+static kiln_kernel_fn select_global_max(kiln_node *n) { return block16(n) ? global_max_run : NULL; }
+
+static kiln_kernel_fn select_upsample(kiln_node *n)
+{
+    return block16(n) && !strcmp(kiln_attr_string(n, "mode", "nearest"), "nearest") ? upsample_run : NULL;
+}
+
 static kiln_kernel_fn select_pool(kiln_node *n) { return block16(n) ? pool_run : NULL; }
 static kiln_kernel_fn select_global_avg(kiln_node *n) { return block16(n) ? global_avg_run : NULL; }
 
@@ -200,6 +252,8 @@ static const kiln_cpu_kernel kernels[] = {
     {NCHWC, "MaxPool", select_pool},
     {NCHWC, "AveragePool", select_pool},
     {NCHWC, "GlobalAveragePool", select_global_avg},
+    {NCHWC, "GlobalMaxPool", select_global_max},
+    {NCHWC, "Upsample", select_upsample},
     {NCHWC, "ReorderInput", select_reorder_in},
     {NCHWC, "ReorderOutput", select_reorder_out},
 };
