@@ -100,6 +100,8 @@ static kiln_status dqlstm_run(kiln_run_ctx *c)
                              (long long)(2 * G), dirs, (long long)Bn, (long long)Hs);
     bool reverse_only = !strcmp(kiln_attr_string(n, "direction", "forward"), "reverse");
     kiln_qgemm_ctx ctx = {.pool = kiln_run_threadpool(c), .scratch = kiln_run_scratch(c)};
+    /* a small step's GEMM runs on this thread: waking the pool costs more than it saves */
+    kiln_qgemm_ctx step_ctx = {.pool = Bn * G * Hs < (1 << 18) ? NULL : ctx.pool, .scratch = ctx.scratch};
     int64_t rows = S * Bn, qn = rows * I > Bn * Hs ? rows * I : Bn * Hs;
     float *gx = malloc((size_t)(rows * G + 1) * sizeof *gx), *gh = malloc((size_t)(Bn * G + 1) * sizeof *gh);
     int32_t *acc = malloc((size_t)(rows * G + 1) * sizeof *acc);
@@ -126,7 +128,7 @@ static kiln_status dqlstm_run(kiln_run_ctx *c)
         }
         for (int64_t step = 0; step < S; step++) {
             int64_t t = rev ? S - 1 - step : step;
-            if ((st = qmul(&ctx, h, Bn, Hs, dd->r, dd->rz, G, qa, acc, &as))) goto fail;
+            if ((st = qmul(&step_ctx, h, Bn, Hs, dd->r, dd->rz, G, qa, acc, &as))) goto fail;
             scale_out(acc, Bn, G, as, dd->rs, gh);
             for (int64_t b = 0; b < Bn; b++) {
                 const float *gxt = gx + (t * Bn + b) * G, *ght = gh + b * G;
