@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cpu/kernels.h"
+#include "cpu/lstm_gates.h"
 #include "cpu/qgemm.h"
 #include "ops/contrib_quant.h"
 
@@ -79,8 +80,6 @@ static kiln_status qmul(const kiln_qgemm_ctx *ctx, const float *A, int64_t M, in
     return kiln_qgemm(ctx, &a);
 }
 
-static float sigm(float x) { return 1.0f / (1.0f + expf(-x)); }
-
 static kiln_status dqlstm_run(kiln_run_ctx *c)
 {
     const kiln_node *n = kiln_run_node(c);
@@ -133,15 +132,7 @@ static kiln_status dqlstm_run(kiln_run_ctx *c)
             for (int64_t b = 0; b < Bn; b++) {
                 const float *gxt = gx + (t * Bn + b) * G, *ght = gh + b * G;
                 float *hb = h + b * Hs, *cb = cs + b * Hs;
-                for (int64_t k = 0; k < Hs; k++) {
-                    float ig = sigm(gxt[k] + ght[k] + bias[k]);
-                    float og = gxt[Hs + k] + ght[Hs + k] + bias[Hs + k];
-                    float fg = sigm(gxt[2 * Hs + k] + ght[2 * Hs + k] + bias[2 * Hs + k]);
-                    float cg = tanhf(gxt[3 * Hs + k] + ght[3 * Hs + k] + bias[3 * Hs + k]);
-                    float cn = fg * cb[k] + ig * cg;
-                    cb[k] = cn;
-                    hb[k] = sigm(og) * tanhf(cn);
-                }
+                kiln_lstm_gates(gxt, ght, bias, cb, hb, Hs);
                 if (Y) memcpy((float *)Y->data + ((t * dirs + d) * Bn + b) * Hs, hb, (size_t)Hs * sizeof(float));
             }
         }

@@ -9,6 +9,7 @@
 
 #include "cpu/gemm.h"
 #include "cpu/kernels.h"
+#include "cpu/lstm_gates.h"
 
 typedef struct lstm_state {
     int dirs;
@@ -26,8 +27,6 @@ static void state_free(void *p)
     }
     free(s);
 }
-
-static float sigm(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 static kiln_status lstm_run(kiln_run_ctx *c)
 {
@@ -85,15 +84,7 @@ static kiln_status lstm_run(kiln_run_ctx *c)
             for (int64_t b = 0; b < Bn; b++) {
                 const float *gxt = gx + (t * Bn + b) * G, *ght = gh + b * G;
                 float *hb = h + b * Hs, *cb = cs + b * Hs;
-                for (int64_t k = 0; k < Hs; k++) {
-                    float ig = sigm(gxt[k] + ght[k]);
-                    float og = sigm(gxt[Hs + k] + ght[Hs + k]);
-                    float fg = sigm(gxt[2 * Hs + k] + ght[2 * Hs + k]);
-                    float cg = tanhf(gxt[3 * Hs + k] + ght[3 * Hs + k]);
-                    float cn = fg * cb[k] + ig * cg;
-                    cb[k] = cn;
-                    hb[k] = og * tanhf(cn);
-                }
+                kiln_lstm_gates(gxt, ght, NULL, cb, hb, Hs);
                 if (Y) {
                     int64_t yi = layout ? ((b * S + t) * dirs + d) * Hs : ((t * dirs + d) * Bn + b) * Hs;
                     memcpy((float *)Y->data + yi, hb, (size_t)Hs * sizeof(float));
