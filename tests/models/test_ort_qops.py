@@ -265,12 +265,55 @@ def test_nchwc_block8():
                       f"max diff {float(np.max(np.abs(got - want))) if got.shape == want.shape else got.shape}")
 
 
+def expect_error(name, blob, feeds):
+    """A malformed node must come back as an error (at load or at run), never a crash."""
+    try:
+        kiln.Session(blob).run(feeds)
+    except kiln.KilnError as e:
+        check(f"{name}: refused with a message", bool(str(e)), "empty message")
+        return
+    check(f"{name}: refused", False, "ran")
+
+
+def test_errors():
+    f32 = np.float32
+    # QGemm with K of A and B disagreeing (the weight is constant: caught at load or run)
+    node = helper.make_node("QGemm", ["A", "as", "az", "B", "bs", "bz"], ["Y"], domain="com.microsoft")
+    blob = model(node, [vi("A", np.uint8, ["m", "k"])], [vi("Y", f32, None)],
+                 {"as": f32(0.1), "az": np.uint8(0), "B": q8(np.int8, 5, 4), "bs": f32(0.1), "bz": np.int8(0)})
+    expect_error("QGemm K mismatch", blob, {"A": q8(np.uint8, 3, 7)})
+    # DynamicQuantizeLSTM whose W does not match X's input size
+    node = helper.make_node("DynamicQuantizeLSTM", ["X", "W", "R", "", "", "", "", "", "ws", "wz", "rs", "rz"], ["Y"],
+                            domain="com.microsoft", hidden_size=4)
+    blob = model(node, [vi("X", f32, ["s", "b", "i"])], [vi("Y", f32, None)],
+                 {"W": q8(np.int8, 1, 6, 16), "R": q8(np.int8, 1, 4, 16), "ws": np.full(1, 0.1, f32), "wz": np.zeros(1, np.int8),
+                  "rs": np.full(1, 0.1, f32), "rz": np.zeros(1, np.int8)})
+    expect_error("DynamicQuantizeLSTM input size mismatch", blob, {"X": rng.standard_normal((3, 2, 5)).astype(f32)})
+    # QLinearSoftmax without its opset attribute
+    node = helper.make_node("QLinearSoftmax", ["x", "xs", "xz", "ys", "yz"], ["y"], domain="com.microsoft", axis=-1)
+    blob = model(node, [vi("x", np.uint8, [2, 3])], [vi("y", np.uint8, None)],
+                 {"xs": f32(0.1), "xz": np.uint8(0), "ys": f32(1 / 256), "yz": np.uint8(0)})
+    expect_error("QLinearSoftmax without opset", blob, {"x": q8(np.uint8, 2, 3)})
+    # nchwc Conv whose filter's output channels fit no block
+    node = helper.make_node("Conv", ["x", "w"], ["y"], domain="com.microsoft.nchwc", kernel_shape=[1, 1])
+    g = helper.make_graph([node], "n", [vi("x", f32, [1, 3, 4, 4])], [vi("y", f32, None)],
+                          [numpy_helper.from_array(rng.standard_normal((12, 3, 1, 1)).astype(f32), "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft.nchwc", 1)])
+    m.ir_version = 8
+    expect_error("nchwc Conv of 12 output channels", m.SerializeToString(), {"x": rng.standard_normal((1, 3, 4, 4)).astype(f32)})
+    # QAttention whose weight columns do not split into heads
+    node = helper.make_node("QAttention", ["X", "W", "bias", "xs", "ws"], ["Y"], domain="com.microsoft", num_heads=4)
+    blob = model(node, [vi("X", np.uint8, [1, 3, 8])], [vi("Y", f32, None)],
+                 {"W": q8(np.int8, 8, 30), "bias": np.zeros(30, f32), "xs": f32(0.1), "ws": f32(0.1)})
+    expect_error("QAttention 30 columns for 4 heads", blob, {"X": q8(np.uint8, 1, 3, 8)})
+
+
 def kiln_block16_machine():
     with open("/proc/cpuinfo") as fh:
         return "avx512f" in fh.read()
 
 
 if __name__ == "__main__":
-    for t in [test_qgemm, test_qsoftmax, test_qavgpool, test_dqlstm, test_qattention, test_qembed, test_nchwc_block8]:
+    for t in [test_qgemm, test_qsoftmax, test_qavgpool, test_dqlstm, test_qattention, test_qembed, test_nchwc_block8, test_errors]:
         t()
     sys.exit(summary())
