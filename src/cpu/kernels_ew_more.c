@@ -92,14 +92,21 @@ static cmp_op cmp_of(const char *op)
                                                                             : CMP_EQ;
 }
 
-#define CMP_LOOP(T)                                                                                           \
-    do {                                                                                                      \
-        const T *a = A->data, *b = B->data;                                                                   \
-        for (int64_t i = 0; i < Y->numel; i++, kiln_iter_next(&it)) {                                         \
-            T va = a[it.off[1]], vb = b[it.off[2]];                                                           \
-            y[it.off[0]] = op == CMP_GT ? va > vb : op == CMP_GE ? va >= vb : op == CMP_LT ? va < vb          \
-                         : op == CMP_LE ? va <= vb : va == vb;                                                \
-        }                                                                                                     \
+/* the last dim as an inner loop (strides sa, sb of A and B along it), the others by the iterator */
+#define CMP_LOOP(T)                                                                                            \
+    do {                                                                                                       \
+        const T *a = A->data, *b = B->data;                                                                    \
+        for (int64_t o = 0; o < outer; o++, kiln_iter_next(&it)) {                                             \
+            const T *pa = a + it.off[1], *pb = b + it.off[2];                                                  \
+            uint8_t *py = y + it.off[0];                                                                       \
+            switch (op) {                                                                                      \
+            case CMP_GT: for (int64_t i = 0; i < inner; i++) py[i] = pa[i * sa] > pb[i * sb]; break;           \
+            case CMP_GE: for (int64_t i = 0; i < inner; i++) py[i] = pa[i * sa] >= pb[i * sb]; break;          \
+            case CMP_LT: for (int64_t i = 0; i < inner; i++) py[i] = pa[i * sa] < pb[i * sb]; break;           \
+            case CMP_LE: for (int64_t i = 0; i < inner; i++) py[i] = pa[i * sa] <= pb[i * sb]; break;          \
+            default: for (int64_t i = 0; i < inner; i++) py[i] = pa[i * sa] == pb[i * sb]; break;              \
+            }                                                                                                  \
+        }                                                                                                      \
     } while (0)
 
 static kiln_status cmp_run(kiln_run_ctx *c)
@@ -108,13 +115,16 @@ static kiln_status cmp_run(kiln_run_ctx *c)
     const kiln_value *A = kiln_run_in(c, 0), *B = kiln_run_in(c, 1);
     kiln_value *Y = kiln_run_out(c, 0);
     if (A->dtype != B->dtype || Y->dtype != KILN_DTYPE_BOOL) return kiln_cpu_reference(c);
+    if (!Y->numel) return KILN_OK;
     cmp_op op = cmp_of(n->op_type);
     int64_t st[3][KILN_MAX_RANK];
     kiln_strides(Y->rank, Y->dims, st[0]);
     bstrides(Y, A, st[1]);
     bstrides(Y, B, st[2]);
+    int r = Y->rank;
+    int64_t inner = r ? Y->dims[r - 1] : 1, outer = Y->numel / inner, sa = r ? st[1][r - 1] : 0, sb = r ? st[2][r - 1] : 0;
     kiln_iter it;
-    kiln_iter_init(&it, Y->rank, Y->dims, 3, st);
+    kiln_iter_init(&it, r ? r - 1 : 0, Y->dims, 3, st);
     uint8_t *y = Y->data;
     if (A->dtype == KILN_DTYPE_INT64) CMP_LOOP(int64_t);
     else if (A->dtype == KILN_DTYPE_INT32) CMP_LOOP(int32_t);

@@ -308,12 +308,52 @@ def test_errors():
     expect_error("QAttention 30 columns for 4 heads", blob, {"X": q8(np.uint8, 1, 3, 8)})
 
 
+def test_std_kernels():
+    """The standard-op CPU kernels the families needed (kernels_conv1d.c, kernels_ew_more.c) on the
+    shapes and attributes they cover, against ORT."""
+    f32 = np.float32
+    for N, C, L, M, k, s, p, d, op, grp, bias in [(1, 16, 9, 8, 4, 2, [1, 1], 1, 0, 1, True), (2, 6, 7, 4, 3, 1, [0, 0], 1, 0, 2, False),
+                                                 (1, 4, 5, 3, 3, 3, [1, 2], 2, 1, 1, True), (3, 2, 1, 5, 2, 2, [0, 0], 1, 1, 1, True)]:
+        inits = {"W": rng.standard_normal((C, M // grp if grp > 1 else M, k)).astype(f32)}
+        if grp > 1:
+            inits["W"] = rng.standard_normal((C, M // grp, k)).astype(f32)
+        ins = ["X", "W"] + (["Bb"] if bias else [])
+        if bias:
+            inits["Bb"] = rng.standard_normal(inits["W"].shape[1] * grp).astype(f32)
+        node = helper.make_node("ConvTranspose", ins, ["Y"], kernel_shape=[k], strides=[s], pads=p, dilations=[d],
+                                output_padding=[op], group=grp)
+        g = helper.make_graph([node], "ct", [vi("X", f32, [N, C, "L"])], [vi("Y", f32, None)],
+                              [numpy_helper.from_array(v, n) for n, v in inits.items()])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+        m.ir_version = 8
+        compare(f"ConvTranspose 1-D N{N} C{C} L{L} M{M} k{k} s{s} p{p} d{d} op{op} g{grp}", m.SerializeToString(),
+                {"X": rng.standard_normal((N, C, L)).astype(f32)}, exact=False, rtol=1e-5)
+    for op_type in ["Greater", "GreaterOrEqual", "Less", "LessOrEqual", "Equal"]:
+        for dt, sa, sb in [(np.int64, [7, 1], [1, 5]), (np.float32, [2, 3, 4], [4]), (np.int32, [3, 4], [3, 4]), (np.int64, [], [6])]:
+            a = rng.integers(-3, 4, sa).astype(dt)
+            b = rng.integers(-3, 4, sb).astype(dt)
+            node = helper.make_node(op_type, ["a", "b"], ["y"])
+            g = helper.make_graph([node], "c", [vi("a", dt, sa), vi("b", dt, sb)], [helper.make_tensor_value_info("y", TensorProto.BOOL, None)])
+            m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+            m.ir_version = 8
+            compare(f"{op_type} {dt.__name__} {sa} {sb}", m.SerializeToString(), {"a": a, "b": b}, exact=True)
+    for src, dst in [(np.bool_, np.int64), (np.int64, np.float32), (np.int32, np.int64), (np.float32, np.bool_), (np.int64, np.int32)]:
+        x = (rng.integers(-5, 6, (4, 9)) * (1 if src != np.float32 else 0.5)).astype(src)
+        to = {np.int64: TensorProto.INT64, np.float32: TensorProto.FLOAT, np.bool_: TensorProto.BOOL, np.int32: TensorProto.INT32}[dst]
+        node = helper.make_node("Cast", ["x"], ["y"], to=to)
+        g = helper.make_graph([node], "c", [helper.make_tensor_value_info("x", {np.bool_: TensorProto.BOOL, np.int64: TensorProto.INT64, np.int32: TensorProto.INT32, np.float32: TensorProto.FLOAT}[src], [4, 9])],
+                              [helper.make_tensor_value_info("y", to, None)])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+        m.ir_version = 8
+        compare(f"Cast {src.__name__} -> {dst.__name__}", m.SerializeToString(), {"x": x}, exact=True)
+
+
 def kiln_block16_machine():
     with open("/proc/cpuinfo") as fh:
         return "avx512f" in fh.read()
 
 
 if __name__ == "__main__":
-    for t in [test_qgemm, test_qsoftmax, test_qavgpool, test_dqlstm, test_qattention, test_qembed, test_nchwc_block8, test_errors]:
+    for t in [test_qgemm, test_qsoftmax, test_qavgpool, test_dqlstm, test_qattention, test_qembed, test_nchwc_block8, test_errors, test_std_kernels]:
         t()
     sys.exit(summary())
