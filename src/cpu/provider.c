@@ -426,6 +426,7 @@ static const kiln_pass cpu_pre_passes[] = {
  * blocked layout. */
 static const kiln_pass cpu_passes[] = {
     {"fuse_quant_matmul", kiln_pass_fuse_quant_matmul},
+    {"adopt_ms_fused_conv", kiln_pass_adopt_ms_fused_conv},
     {"fuse_attention", kiln_pass_fuse_attention},
     {"fuse_gelu", kiln_pass_fuse_gelu},
     {"fuse_matmul_bias", kiln_pass_fuse_matmul_bias},
