@@ -2,8 +2,8 @@
  * their time in without one (a TTS model's length regulator: Cast bool -> int64, GreaterOrEqual
  * over [F, 1] x [1, T], ReduceSum of int64 over an axis; GPT-2's causal Where and x^3 Pow;
  * LeakyRelu): typed loops over numpy broadcasting instead of the reference's per-element type
- * dispatch, the same operations (Pow in double as the reference). Other dtypes take the
- * reference kernel. */
+ * dispatch, the same operations (Pow in double as the reference; x^2 and x^3 by products). Other
+ * dtypes take the reference kernel. */
 #include <math.h>
 #include <string.h>
 
@@ -208,6 +208,8 @@ static kiln_status pow_run(kiln_run_ctx *c)
     double e = ((const float *)B->data)[0];
     if (e == 2.0) /* x * x in double is exact: pow's value */
         for (int64_t i = 0; i < A->numel; i++) y[i] = (float)((double)a[i] * a[i]);
+    else if (e == 3.0) /* x^3 rounded once to double (pow's own error is no smaller), then to float */
+        for (int64_t i = 0; i < A->numel; i++) y[i] = (float)((double)a[i] * a[i] * a[i]);
     else
         for (int64_t i = 0; i < A->numel; i++) y[i] = (float)pow((double)a[i], e);
     return KILN_OK;
