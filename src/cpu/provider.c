@@ -354,7 +354,7 @@ static KILN_CPU_KERNEL_TABLE(kiln_cpu_kernels_gemm, gemm_kernels);
 static const kiln_cpu_kernel_table *const families[] = {
     &kiln_cpu_kernels_gemm, &kiln_cpu_kernels_conv, &kiln_cpu_kernels_ew,
     &kiln_cpu_kernels_norm, &kiln_cpu_kernels_layout, &kiln_cpu_kernels_cnn,
-    &kiln_cpu_kernels_attn, &kiln_cpu_kernels_contrib_attn, &kiln_cpu_kernels_quant,
+    &kiln_cpu_kernels_attn, &kiln_cpu_kernels_contrib_attn, &kiln_cpu_kernels_qmatmul_batched, &kiln_cpu_kernels_quant,
     &kiln_cpu_kernels_qconv, &kiln_cpu_kernels_qdq, &kiln_cpu_kernels_ort_nchwc, &kiln_cpu_kernels_dqlstm,
     &kiln_cpu_kernels_qattn, &kiln_cpu_kernels_lstm, &kiln_cpu_kernels_contrib_ew,
     &kiln_cpu_kernels_qlinear_ew, &kiln_cpu_kernels_ew_more, &kiln_cpu_kernels_conv1d,
