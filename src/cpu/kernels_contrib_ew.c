@@ -1,8 +1,8 @@
 /* kernels_contrib_ew.c - CPU kernels of the com.microsoft element-wise and normalization operators
  * the transformer optimizer and ORT's offline files write (references in src/ops/contrib.c and
  * contrib_norm.c), float32: Gelu, BiasGelu, FastGelu (bias optional) on 4-lane erf/tanh Gelu
- * (vecmath.h), SkipLayerNormalization with its first output only; rows spread over the pool
- * from 32K elements. */
+ * (vecmath.h), SkipLayerNormalization (with its optional mean, inv_std and sum outputs); rows
+ * spread over the pool from 32K elements. */
 #include <math.h>
 #include <string.h>
 
@@ -64,7 +64,7 @@ static kiln_kernel_fn select_gelu(kiln_node *n) { return f32_in(n, 0) ? gelu_run
 
 typedef struct sln_job {
     const float *x, *s, *g, *b, *bias;
-    float *y;
+    float *y, *mean, *inv, *sum; /* [rows, H]; mean, inv [rows] and sum [rows, H] optional */
     int64_t h, s_rows;
     float eps;
 } sln_job;
@@ -84,6 +84,9 @@ static void sln_rows(void *ctx, int64_t r0, int64_t r1)
         m /= (double)h;
         for (int64_t k = 0; k < h; k++) v += ((double)y[k] - m) * ((double)y[k] - m);
         float inv = (float)(1.0 / sqrt(v / (double)h + j->eps)), mf = (float)m;
+        if (j->sum) memcpy(j->sum + r * h, y, (size_t)h * sizeof *y);
+        if (j->mean) j->mean[r] = mf;
+        if (j->inv) j->inv[r] = inv;
         for (int64_t k = 0; k < h; k++) y[k] = (y[k] - mf) * inv * j->g[k] + (j->b ? j->b[k] : 0.0f);
     }
 }
@@ -93,25 +96,25 @@ static kiln_status sln_run(kiln_run_ctx *c)
     const kiln_node *n = kiln_run_node(c);
     const kiln_value *X = kiln_run_in(c, 0), *S = kiln_run_in(c, 1), *G = kiln_run_in(c, 2);
     const kiln_value *Bt = n->n_in > 3 ? kiln_run_in(c, 3) : NULL, *Bi = n->n_in > 4 ? kiln_run_in(c, 4) : NULL;
-    kiln_value *Y = kiln_run_out(c, 0);
+    kiln_value *Y = kiln_run_out(c, 0), *Mean = kiln_run_out(c, 1), *Inv = kiln_run_out(c, 2), *Sum = kiln_run_out(c, 3);
     int64_t h = X->rank ? X->dims[X->rank - 1] : 0;
+    if ((Mean && (Mean->dtype != KILN_DTYPE_FLOAT32 || Mean->numel * h != X->numel)) ||
+        (Inv && (Inv->dtype != KILN_DTYPE_FLOAT32 || Inv->numel * h != X->numel)) ||
+        (Sum && (Sum->dtype != KILN_DTYPE_FLOAT32 || Sum->numel != X->numel)))
+        return n->op->run(c);
     bool vec = G && G->numel == h && G->dtype == KILN_DTYPE_FLOAT32 && (!Bt || (Bt->numel == h && Bt->dtype == KILN_DTYPE_FLOAT32)) &&
                (!Bi || (Bi->numel == h && Bi->dtype == KILN_DTYPE_FLOAT32));
     if ((X->rank != 2 && X->rank != 3) || !h || X->dtype != KILN_DTYPE_FLOAT32 || !S || S->dtype != KILN_DTYPE_FLOAT32 ||
         !vec || S->numel % h || X->numel % S->numel || S->dims[S->rank - 1] != h)
         return n->op->run(c);
-    sln_job j = {X->data, S->data, G->data, Bt ? Bt->data : NULL, Bi ? Bi->data : NULL, Y->data, h, S->numel / h,
+    sln_job j = {X->data, S->data, G->data, Bt ? Bt->data : NULL, Bi ? Bi->data : NULL, Y->data,
+                 Mean ? Mean->data : NULL, Inv ? Inv->data : NULL, Sum ? Sum->data : NULL, h, S->numel / h,
                  kiln_attr_float(n, "epsilon", 1e-12f)};
     kiln_threadpool_parallel_for(X->numel < (1 << 15) ? NULL : kiln_run_threadpool(c), X->numel / h, sln_rows, &j);
     return KILN_OK;
 }
 
-static kiln_kernel_fn select_sln(kiln_node *n)
-{
-    for (int i = 1; i < n->n_out; i++)
-        if (n->out[i]) return NULL;
-    return f32_in(n, 0) ? sln_run : NULL;
-}
+static kiln_kernel_fn select_sln(kiln_node *n) { return f32_in(n, 0) ? sln_run : NULL; }
 
 #define MS "com.microsoft"
 static const kiln_cpu_kernel kernels[] = {

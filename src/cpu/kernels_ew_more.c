@@ -154,22 +154,30 @@ static kiln_status where_run(kiln_run_ctx *c)
     size_t es = kiln_dtype_size(X->dtype);
     if (C->dtype != KILN_DTYPE_BOOL || X->dtype != Yv->dtype || O->dtype != X->dtype || (es != 4 && es != 8))
         return kiln_cpu_reference(c);
+    if (!O->numel) return KILN_OK;
     int64_t st[4][KILN_MAX_RANK];
     kiln_strides(O->rank, O->dims, st[0]);
     bstrides(O, C, st[1]);
     bstrides(O, X, st[2]);
     bstrides(O, Yv, st[3]);
+    /* the last dim as an inner loop, the others by the iterator */
+    int r = O->rank;
+    int64_t inner = r ? O->dims[r - 1] : 1, outer = O->numel / inner;
+    int64_t sc = r ? st[1][r - 1] : 0, sx = r ? st[2][r - 1] : 0, sy = r ? st[3][r - 1] : 0;
     kiln_iter it;
-    kiln_iter_init(&it, O->rank, O->dims, 4, st);
+    kiln_iter_init(&it, r ? r - 1 : 0, O->dims, 4, st);
     const uint8_t *cd = C->data;
-    if (es == 4) {
-        const uint32_t *x = X->data, *yv = Yv->data;
-        uint32_t *o = O->data;
-        for (int64_t i = 0; i < O->numel; i++, kiln_iter_next(&it)) o[it.off[0]] = cd[it.off[1]] ? x[it.off[2]] : yv[it.off[3]];
-    } else {
-        const uint64_t *x = X->data, *yv = Yv->data;
-        uint64_t *o = O->data;
-        for (int64_t i = 0; i < O->numel; i++, kiln_iter_next(&it)) o[it.off[0]] = cd[it.off[1]] ? x[it.off[2]] : yv[it.off[3]];
+    for (int64_t o = 0; o < outer; o++, kiln_iter_next(&it)) {
+        const uint8_t *pc = cd + it.off[1];
+        if (es == 4) {
+            const uint32_t *px = (const uint32_t *)X->data + it.off[2], *py = (const uint32_t *)Yv->data + it.off[3];
+            uint32_t *po = (uint32_t *)O->data + it.off[0];
+            for (int64_t i = 0; i < inner; i++) po[i] = pc[i * sc] ? px[i * sx] : py[i * sy];
+        } else {
+            const uint64_t *px = (const uint64_t *)X->data + it.off[2], *py = (const uint64_t *)Yv->data + it.off[3];
+            uint64_t *po = (uint64_t *)O->data + it.off[0];
+            for (int64_t i = 0; i < inner; i++) po[i] = pc[i * sc] ? px[i * sx] : py[i * sy];
+        }
     }
     return KILN_OK;
 }

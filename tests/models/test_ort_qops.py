@@ -355,6 +355,23 @@ def test_std_kernels():
             m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
             m.ir_version = 8
             compare(f"{op_type} {dt.__name__} {sa} {sb}", m.SerializeToString(), {"a": a, "b": b}, exact=True)
+    for cs, xs, ys in [((1, 1, 5, 5), (2, 3, 5, 5), ()), ((4, 1), (4, 6), (1, 6)), ((3,), (2, 3), (2, 3))]:
+        node = helper.make_node("Where", ["c", "x", "y"], ["o"])
+        g = helper.make_graph([node], "w", [helper.make_tensor_value_info("c", TensorProto.BOOL, list(cs)), vi("x", f32, list(xs)),
+                                            vi("y", f32, list(ys))], [vi("o", f32, None)])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+        m.ir_version = 8
+        compare(f"Where {cs} {xs} {ys}", m.SerializeToString(), {"c": rng.integers(0, 2, cs).astype(bool),
+                "x": rng.standard_normal(xs).astype(f32), "y": np.asarray(rng.standard_normal(ys), f32)}, exact=True)
+    for shape, skip_shape, outs in [((2, 7, 32), (2, 7, 32), 4), ((3, 5, 16), (5, 16), 1), ((1, 9, 8), (1, 9, 8), 4)]:
+        H = shape[-1]
+        inits = {"g": (1 + rng.standard_normal(H) * 0.1).astype(f32), "b": (rng.standard_normal(H) * 0.1).astype(f32),
+                 "bias": (rng.standard_normal(H) * 0.1).astype(f32)}
+        names = ["Y", "mean", "inv", "sum"][:outs]
+        node = helper.make_node("SkipLayerNormalization", ["x", "s", "g", "b", "bias"], names, domain="com.microsoft", epsilon=1e-5)
+        blob = model(node, [vi("x", f32, list(shape)), vi("s", f32, list(skip_shape))], [vi(nm, f32, None) for nm in names], inits)
+        compare(f"SkipLayerNormalization {shape} skip {skip_shape} outputs {outs}", blob,
+                {"x": rng.standard_normal(shape).astype(f32), "s": rng.standard_normal(skip_shape).astype(f32)}, exact=False)
     for src, dst in [(np.bool_, np.int64), (np.int64, np.float32), (np.int32, np.int64), (np.float32, np.bool_), (np.int64, np.int32)]:
         x = (rng.integers(-5, 6, (4, 9)) * (1 if src != np.float32 else 0.5)).astype(src)
         to = {np.int64: TensorProto.INT64, np.float32: TensorProto.FLOAT, np.bool_: TensorProto.BOOL, np.int32: TensorProto.INT32}[dst]
