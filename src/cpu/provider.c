@@ -354,8 +354,11 @@ static KILN_CPU_KERNEL_TABLE(kiln_cpu_kernels_gemm, gemm_kernels);
 static const kiln_cpu_kernel_table *const families[] = {
     &kiln_cpu_kernels_gemm, &kiln_cpu_kernels_conv, &kiln_cpu_kernels_ew,
     &kiln_cpu_kernels_norm, &kiln_cpu_kernels_layout, &kiln_cpu_kernels_cnn,
-    &kiln_cpu_kernels_attn, &kiln_cpu_kernels_contrib_attn, &kiln_cpu_kernels_quant,
-    &kiln_cpu_kernels_qconv, &kiln_cpu_kernels_qdq, &kiln_cpu_kernels_nbits, &kiln_cpu_kernels_gqa,
+    &kiln_cpu_kernels_attn, &kiln_cpu_kernels_contrib_attn, &kiln_cpu_kernels_qmatmul_batched, &kiln_cpu_kernels_quant,
+    &kiln_cpu_kernels_qconv, &kiln_cpu_kernels_qdq, &kiln_cpu_kernels_ort_nchwc, &kiln_cpu_kernels_dqlstm,
+    &kiln_cpu_kernels_qattn, &kiln_cpu_kernels_lstm, &kiln_cpu_kernels_contrib_ew,
+    &kiln_cpu_kernels_qlinear_ew, &kiln_cpu_kernels_ew_more, &kiln_cpu_kernels_conv1d,
+    &kiln_cpu_kernels_nbits, &kiln_cpu_kernels_gqa,
 };
 
 const kiln_cpu_kernel *kiln_cpu_kernel_find(const kiln_cpu_kernel_table *t, const kiln_op_def *op)
@@ -424,6 +427,7 @@ static const kiln_pass cpu_pre_passes[] = {
  * blocked layout. */
 static const kiln_pass cpu_passes[] = {
     {"fuse_quant_matmul", kiln_pass_fuse_quant_matmul},
+    {"adopt_ms_fused_conv", kiln_pass_adopt_ms_fused_conv},
     {"fuse_attention", kiln_pass_fuse_attention},
     {"fuse_gelu", kiln_pass_fuse_gelu},
     {"fuse_matmul_bias", kiln_pass_fuse_matmul_bias},

@@ -22,6 +22,9 @@
     X(kiln_ops_llm_attention) \
     X(kiln_ops_llm_nbits) \
     X(kiln_ops_llm_norm) \
+    X(kiln_ops_contrib_qops) \
+    X(kiln_ops_contrib_nchwc) \
+    X(kiln_ops_contrib_qattn) \
     X(kiln_ops_basic) \
     X(kiln_ops_fused)
 

@@ -26,6 +26,8 @@ kiln_status kiln_pass_fold_conv_bn(kiln_graph *g, int *folded, kiln_err *err);
  * kiln.FusedConv / FusedGemm / FusedMatMul (src/ops/fused.h) with the activation as attributes
  * and produces the activation's output. CPU sessions. *fused receives the count. */
 kiln_status kiln_pass_fuse_activation(kiln_graph *g, int *fused, kiln_err *err);
+/* com.microsoft FusedConv -> kiln.FusedConv where the activation is one kiln fuses (adopt_ms_fused_conv.c). */
+kiln_status kiln_pass_adopt_ms_fused_conv(kiln_graph *g, int *changed, kiln_err *err);
 
 /* Fuses a float32 Add of two same-shaped tensors into the group-1 Conv producing one of them
  * (its only reader): the Conv becomes kiln.FusedConv with the other as its residual input Z

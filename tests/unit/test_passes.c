@@ -25,6 +25,7 @@ static const kiln_pass P_BIAS = {"fuse_matmul_bias", kiln_pass_fuse_matmul_bias}
 static const kiln_pass P_GELU = {"fuse_gelu", kiln_pass_fuse_gelu};
 static const kiln_pass P_ATTN = {"fuse_attention", kiln_pass_fuse_attention};
 static const kiln_pass P_NCHWC = {"layout_nchwc", kiln_pass_layout_nchwc};
+static const kiln_pass P_ADOPT = {"adopt_ms_fused_conv", kiln_pass_adopt_ms_fused_conv};
 
 static uint64_t rng = 88172645463325252ull;
 static float frand(void)
@@ -283,6 +284,37 @@ static void test_fuse_activation_conv(void)
     }
 }
 
+/* com.microsoft FusedConv with a Sum: adopted as kiln.FusedConv (residual 3, the activation and its
+ * params kept) when kiln fuses its activation, left alone for Tanh; same outputs either way. */
+static void test_adopt_ms_fused_conv(void)
+{
+    const char *acts[] = {"LeakyRelu", "Tanh"};
+    for (int a = 0; a < 2; a++) {
+        mg_model *m = mg_new(13);
+        int64_t x[4] = {1, 8, 8, 8}, w[4] = {16, 8, 3, 3}, bd[1] = {16}, r[4] = {1, 16, 6, 6};
+        mg_input(m, "X", FLOAT, 4, x, NULL);
+        mg_input(m, "R", FLOAT, 4, r, NULL);
+        init(m, "W", 4, w);
+        init(m, "B", 1, bd);
+        mg_node(m, "FusedConv", "com.microsoft", (const char *[]){"X", "W", "B", "R", NULL}, (const char *[]){"Y", NULL});
+        mg_attr_string(m, "activation", acts[a]);
+        if (a == 0) mg_attr_floats(m, "activation_params", 1, (const float[]){0.25f});
+        mg_output(m, "Y");
+        built b = finish(m);
+        kiln_model *md = load(&b);
+        CHECK(md && run_pass(md, &P_ADOPT) == (a == 0));
+        if (md && a == 0) {
+            kiln_node *f = find_op(md->graph, "kiln", "FusedConv");
+            CHECK(f && kiln_fused_of(f)->residual == 3 && kiln_fused_of(f)->act.kind == KILN_ACT_LEAKY_RELU &&
+                  kiln_fused_of(f)->act.alpha == 0.25f);
+        }
+        if (md && a == 1) CHECK(find_op(md->graph, "com.microsoft", "FusedConv") != NULL);
+        kiln_model_free(md);
+        CHECK(session_diff(&b, 2, X_R, RANKS_XR, DIMS_XR) <= 1e-4);
+        free(b.buf);
+    }
+}
+
 /* The fused node's reference kernel is the unfused chain's, bit for bit: every input a
  * constant, the fused node evaluated against the reference session of the original model. */
 static void test_fused_reference(void)
@@ -508,6 +540,7 @@ int main(void)
     test_fold_conv_bn();
     test_fuse_residual();
     test_fuse_activation_conv();
+    test_adopt_ms_fused_conv();
     test_fused_reference();
     test_fuse_matmul_bias_and_gemm();
     test_fuse_gelu();

@@ -1,0 +1,197 @@
+/* kernels_dqlstm.c - the CPU kernel of com.microsoft DynamicQuantizeLSTM (reference: src/ops/rnn.c
+ * has the semantics): constant W and R packed once per direction for the int8 GEMM (qgemm.h),
+ * the whole sequence's input projection as one GEMM, then per step the hidden state quantized and
+ * multiplied by R, the gates in float32. The same float steps as the reference, so both give the
+ * same numbers. Sequence lengths, peepholes, clip, input_forget and non-default activations take
+ * the reference kernel. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/kernels.h"
+#include "cpu/lstm_gates.h"
+#include "cpu/qgemm.h"
+#include "ops/contrib_quant.h"
+
+enum { IN_X, IN_W, IN_R, IN_B, IN_LENS, IN_H0, IN_C0, IN_P, IN_WS, IN_WZ, IN_RS, IN_RZ };
+
+typedef struct dqlstm_dir {
+    kiln_qgemm_packed_b *w, *r; /* [I, 4H], [H, 4H] */
+    int32_t *wz, *rz;           /* [4H] zero points */
+    float *ws, *rs;             /* [4H] scales */
+} dqlstm_dir;
+
+typedef struct dqlstm_state {
+    int dirs;
+    int64_t I, H;
+    dqlstm_dir d[2];
+} dqlstm_state;
+
+static void state_free(void *p)
+{
+    dqlstm_state *s = p;
+    if (!s) return;
+    for (int d = 0; d < 2; d++) {
+        kiln_qgemm_packed_b_free(s->d[d].w);
+        kiln_qgemm_packed_b_free(s->d[d].r);
+        free(s->d[d].wz);
+        free(s->d[d].rz);
+        free(s->d[d].ws);
+        free(s->d[d].rs);
+    }
+    free(s);
+}
+
+/* column j's scale and zero point of direction d from [dirs, G], [dirs] or a scalar */
+static bool params_at(const kiln_value *s, const kiln_value *z, kiln_dtype dt, int dirs, int64_t G, int d, float *sc,
+                      int32_t *zp)
+{
+    for (int64_t j = 0; j < G; j++) {
+        int64_t is = s->numel == dirs * G ? d * G + j : s->numel == dirs ? d : s->numel == 1 ? 0 : -1;
+        int64_t iz = z->numel == dirs * G ? d * G + j : z->numel == dirs ? d : z->numel == 1 ? 0 : -1;
+        if (is < 0 || iz < 0 || s->dtype != KILN_DTYPE_FLOAT32 || z->dtype != dt) return false;
+        sc[j] = ((const float *)s->data)[is];
+        zp[j] = dt == KILN_DTYPE_INT8 ? ((const int8_t *)z->data)[iz] : ((const uint8_t *)z->data)[iz];
+    }
+    return true;
+}
+
+/* acc [M, G] int32 -> out [M, G] (+)= acc * (a_scale * scale[j]) */
+static void scale_out(const int32_t *acc, int64_t M, int64_t G, float as, const float *sc, float *out)
+{
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t j = 0; j < G; j++) out[m * G + j] = (float)acc[m * G + j] * (as * sc[j]);
+}
+
+/* A [M, K] float quantized to uint8 over all its values, times packed B, into acc */
+static kiln_status qmul(const kiln_qgemm_ctx *ctx, const float *A, int64_t M, int64_t K, const kiln_qgemm_packed_b *pb,
+                        const int32_t *bz, int64_t G, uint8_t *qa, int32_t *acc, float *as)
+{
+    float mn = 0.0f, mx = 0.0f;
+    int32_t az;
+    for (int64_t i = 0; i < M * K; i++) {
+        mn = fminf(mn, A[i]);
+        mx = fmaxf(mx, A[i]);
+    }
+    kiln_dynquant_params(mn, mx, as, &az);
+    for (int64_t i = 0; i < M * K; i++) qa[i] = kiln_dynquant_one(A[i], *as, az);
+    kiln_qgemm_args a = {.M = M, .N = G, .K = K, .A = qa, .lda = K, .a_signed = false, .a_zp = az, .pb = pb,
+                         .b_zp = bz, .n_bzp = G, .C = acc, .ldc = G};
+    return kiln_qgemm(ctx, &a);
+}
+
+static kiln_status dqlstm_run(kiln_run_ctx *c)
+{
+    const kiln_node *n = kiln_run_node(c);
+    const dqlstm_state *s = n->kernel_state;
+    const kiln_value *X = kiln_run_in(c, IN_X), *Bv = kiln_run_in(c, IN_B), *H0 = kiln_run_in(c, IN_H0),
+                     *C0 = kiln_run_in(c, IN_C0);
+    if (kiln_run_in(c, IN_LENS) || kiln_run_in(c, IN_P) || X->dtype != KILN_DTYPE_FLOAT32 || X->rank != 3 ||
+        X->dims[2] != s->I)
+        return n->op->run(c);
+    kiln_value *Y = kiln_run_out(c, 0), *Yh = kiln_run_out(c, 1), *Yc = kiln_run_out(c, 2);
+    int dirs = s->dirs;
+    int64_t S = X->dims[0], Bn = X->dims[1], I = s->I, Hs = s->H, G = 4 * Hs;
+    if ((Bv && (Bv->dtype != KILN_DTYPE_FLOAT32 || Bv->numel != dirs * 2 * G)) ||
+        (H0 && (H0->dtype != KILN_DTYPE_FLOAT32 || H0->numel != dirs * Bn * Hs)) ||
+        (C0 && (C0->dtype != KILN_DTYPE_FLOAT32 || C0->numel != dirs * Bn * Hs)))
+        return kiln_run_fail(c, KILN_ERR_SHAPE, "B must be float32 [%d, %lld], initial_h/c [%d, %lld, %lld]", dirs,
+                             (long long)(2 * G), dirs, (long long)Bn, (long long)Hs);
+    bool reverse_only = !strcmp(kiln_attr_string(n, "direction", "forward"), "reverse");
+    kiln_qgemm_ctx ctx = {.pool = kiln_run_threadpool(c), .scratch = kiln_run_scratch(c)};
+    /* a small step's GEMM runs on this thread: waking the pool costs more than it saves */
+    kiln_qgemm_ctx step_ctx = {.pool = Bn * G * Hs < (1 << 18) ? NULL : ctx.pool, .scratch = ctx.scratch};
+    int64_t rows = S * Bn, qn = rows * I > Bn * Hs ? rows * I : Bn * Hs;
+    float *gx = malloc((size_t)(rows * G + 1) * sizeof *gx), *gh = malloc((size_t)(Bn * G + 1) * sizeof *gh);
+    int32_t *acc = malloc((size_t)(rows * G + 1) * sizeof *acc);
+    float *h = malloc((size_t)(Bn * Hs + 1) * sizeof *h), *cs = malloc((size_t)(Bn * Hs + 1) * sizeof *cs);
+    float *bias = malloc((size_t)(G + 1) * sizeof *bias);
+    uint8_t *qa = malloc((size_t)qn + 1);
+    kiln_status st = KILN_OK;
+    if (!gx || !gh || !acc || !h || !cs || !bias || !qa) {
+        st = kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    const float *x = X->data;
+    for (int d = 0; d < dirs; d++) {
+        const dqlstm_dir *dd = &s->d[d];
+        bool rev = reverse_only || d == 1;
+        float as;
+        if ((st = qmul(&ctx, x, rows, I, dd->w, dd->wz, G, qa, acc, &as))) goto fail;
+        scale_out(acc, rows, G, as, dd->ws, gx);
+        const float *bw = Bv ? (const float *)Bv->data + d * 2 * G : NULL;
+        for (int64_t j = 0; j < G; j++) bias[j] = bw ? bw[j] + bw[G + j] : 0.0f;
+        for (int64_t i = 0; i < Bn * Hs; i++) {
+            h[i] = H0 ? ((const float *)H0->data)[d * Bn * Hs + i] : 0.0f;
+            cs[i] = C0 ? ((const float *)C0->data)[d * Bn * Hs + i] : 0.0f;
+        }
+        for (int64_t step = 0; step < S; step++) {
+            int64_t t = rev ? S - 1 - step : step;
+            if ((st = qmul(&step_ctx, h, Bn, Hs, dd->r, dd->rz, G, qa, acc, &as))) goto fail;
+            scale_out(acc, Bn, G, as, dd->rs, gh);
+            for (int64_t b = 0; b < Bn; b++) {
+                const float *gxt = gx + (t * Bn + b) * G, *ght = gh + b * G;
+                float *hb = h + b * Hs, *cb = cs + b * Hs;
+                kiln_lstm_gates(gxt, ght, bias, cb, hb, Hs);
+                if (Y) memcpy((float *)Y->data + ((t * dirs + d) * Bn + b) * Hs, hb, (size_t)Hs * sizeof(float));
+            }
+        }
+        if (Yh) memcpy((float *)Yh->data + d * Bn * Hs, h, (size_t)(Bn * Hs) * sizeof(float));
+        if (Yc) memcpy((float *)Yc->data + d * Bn * Hs, cs, (size_t)(Bn * Hs) * sizeof(float));
+    }
+    goto out;
+fail:
+    st = kiln_run_fail(c, st, "int8 GEMM failed");
+out:
+    free(gx);
+    free(gh);
+    free(acc);
+    free(h);
+    free(cs);
+    free(bias);
+    free(qa);
+    return st;
+}
+
+static kiln_kernel_fn select_dqlstm(kiln_node *n)
+{
+    if (n->n_in <= IN_RZ || kiln_node_attr(n, "activations") || kiln_attr_float(n, "clip", 0.0f) > 0 ||
+        kiln_attr_int(n, "input_forget", 0))
+        return NULL;
+    const kiln_value *W = kiln_ir_constant(n->in[IN_W]), *R = kiln_ir_constant(n->in[IN_R]);
+    const kiln_value *ws = kiln_ir_constant(n->in[IN_WS]), *wz = kiln_ir_constant(n->in[IN_WZ]);
+    const kiln_value *rs = kiln_ir_constant(n->in[IN_RS]), *rz = kiln_ir_constant(n->in[IN_RZ]);
+    int dirs = !strcmp(kiln_attr_string(n, "direction", "forward"), "bidirectional") ? 2 : 1;
+    if (!W || !R || !ws || !wz || !rs || !rz || W->rank != 3 || R->rank != 3 || W->dtype != R->dtype ||
+        (W->dtype != KILN_DTYPE_INT8 && W->dtype != KILN_DTYPE_UINT8) || W->dims[0] != dirs || R->dims[0] != dirs)
+        return NULL;
+    int64_t I = W->dims[1], H = R->dims[1], G = 4 * H;
+    if (W->dims[2] != G || R->dims[2] != G || H <= 0) return NULL;
+    if (n->kernel_state) return dqlstm_run;
+    dqlstm_state *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->dirs = dirs, s->I = I, s->H = H;
+    bool sg = W->dtype == KILN_DTYPE_INT8, ok = true;
+    kiln_qgemm_ctx ctx = {0};
+    for (int d = 0; d < dirs && ok; d++) {
+        dqlstm_dir *dd = &s->d[d];
+        dd->wz = malloc((size_t)G * sizeof *dd->wz), dd->rz = malloc((size_t)G * sizeof *dd->rz);
+        dd->ws = malloc((size_t)G * sizeof *dd->ws), dd->rs = malloc((size_t)G * sizeof *dd->rs);
+        ok = dd->wz && dd->rz && dd->ws && dd->rs && params_at(ws, wz, W->dtype, dirs, G, d, dd->ws, dd->wz) &&
+             params_at(rs, rz, R->dtype, dirs, G, d, dd->rs, dd->rz) &&
+             !kiln_qgemm_packed_b_create(&ctx, I, G, (const int8_t *)W->data + d * I * G, G, sg, &dd->w) &&
+             !kiln_qgemm_packed_b_create(&ctx, H, G, (const int8_t *)R->data + d * H * G, G, sg, &dd->r);
+    }
+    if (!ok) {
+        state_free(s);
+        return NULL;
+    }
+    n->kernel_state = s;
+    n->kernel_state_free = state_free;
+    return dqlstm_run;
+}
+
+static const kiln_cpu_kernel kernels[] = {
+    {"com.microsoft", "DynamicQuantizeLSTM", select_dqlstm},
+};
+KILN_CPU_KERNEL_TABLE(kiln_cpu_kernels_dqlstm, kernels);

@@ -1,0 +1,145 @@
+/* kernels_lstm.c - the CPU kernel of ONNX LSTM in float32 (the reference, src/ops/rnn.c, has the
+ * semantics): constant W and R packed once per direction for the sgemm, the whole sequence's
+ * input projection as one GEMM with the summed biases as its epilogue, then per step H R^T and
+ * the gates. Layout 0 and 1, initial states; sequence_lens, peepholes, clip, input_forget and
+ * non-default activations take the reference kernel. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/gemm.h"
+#include "cpu/kernels.h"
+#include "cpu/lstm_gates.h"
+
+typedef struct lstm_state {
+    int dirs;
+    int64_t I, H;
+    kiln_gemm_packed_b *w[2], *r[2]; /* W^T [I, 4H], R^T [H, 4H] */
+} lstm_state;
+
+static void state_free(void *p)
+{
+    lstm_state *s = p;
+    if (!s) return;
+    for (int d = 0; d < 2; d++) {
+        kiln_gemm_packed_b_free(s->w[d]);
+        kiln_gemm_packed_b_free(s->r[d]);
+    }
+    free(s);
+}
+
+static kiln_status lstm_run(kiln_run_ctx *c)
+{
+    const kiln_node *n = kiln_run_node(c);
+    const lstm_state *s = n->kernel_state;
+    const kiln_value *X = kiln_run_in(c, 0), *Bv = kiln_run_in(c, 3), *H0 = kiln_run_in(c, 5), *C0 = kiln_run_in(c, 6);
+    int64_t layout = kiln_attr_int(n, "layout", 0);
+    if (kiln_run_in(c, 4) || kiln_run_in(c, 7) || X->dtype != KILN_DTYPE_FLOAT32 || X->rank != 3 || X->dims[2] != s->I)
+        return n->op->run(c);
+    kiln_value *Y = kiln_run_out(c, 0), *Yh = kiln_run_out(c, 1), *Yc = kiln_run_out(c, 2);
+    int dirs = s->dirs;
+    int64_t S = X->dims[layout ? 1 : 0], Bn = X->dims[layout ? 0 : 1], I = s->I, Hs = s->H, G = 4 * Hs;
+    if ((Bv && (Bv->dtype != KILN_DTYPE_FLOAT32 || Bv->numel != dirs * 2 * G)) ||
+        (H0 && (H0->dtype != KILN_DTYPE_FLOAT32 || H0->numel != dirs * Bn * Hs)) ||
+        (C0 && (C0->dtype != KILN_DTYPE_FLOAT32 || C0->numel != dirs * Bn * Hs)))
+        return n->op->run(c);
+    bool reverse_only = !strcmp(kiln_attr_string(n, "direction", "forward"), "reverse");
+    kiln_gemm_ctx ctx = {.pool = kiln_run_threadpool(c), .scratch = kiln_run_scratch(c)};
+    /* a small step's GEMM runs on this thread: waking the pool costs more than it saves */
+    kiln_gemm_ctx step_ctx = {.pool = Bn * G * Hs < (1 << 18) ? NULL : ctx.pool, .scratch = ctx.scratch};
+    int64_t rows = S * Bn;
+    float *gx = malloc((size_t)(rows * G + 1) * sizeof *gx), *gh = malloc((size_t)(Bn * G + 1) * sizeof *gh);
+    float *h = malloc((size_t)(Bn * Hs + 1) * sizeof *h), *cs = malloc((size_t)(Bn * Hs + 1) * sizeof *cs);
+    float *bias = malloc((size_t)(G + 1) * sizeof *bias), *xt = NULL;
+    kiln_status st = KILN_OK;
+    if (!gx || !gh || !h || !cs || !bias) {
+        st = kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    const float *x = X->data;
+    if (layout) { /* [B, S, I] -> [S, B, I] */
+        if (!(xt = malloc((size_t)(rows * I + 1) * sizeof *xt))) {
+            st = kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory");
+            goto out;
+        }
+        for (int64_t b = 0; b < Bn; b++)
+            for (int64_t t = 0; t < S; t++) memcpy(xt + (t * Bn + b) * I, x + (b * S + t) * I, (size_t)I * sizeof *xt);
+        x = xt;
+    }
+    for (int d = 0; d < dirs; d++) {
+        bool rev = reverse_only || d == 1;
+        const float *bw = Bv ? (const float *)Bv->data + d * 2 * G : NULL;
+        for (int64_t j = 0; j < G; j++) bias[j] = bw ? bw[j] + bw[G + j] : 0.0f;
+        kiln_gemm_epilogue ep = {.bias = bias};
+        if (rows && (st = kiln_sgemm_packed(&ctx, false, rows, 1.0f, x, I, s->w[d], 0.0f, gx, G, &ep))) goto fail;
+        for (int64_t b = 0; b < Bn; b++)
+            for (int64_t k = 0; k < Hs; k++) {
+                int64_t hi = layout ? (b * dirs + d) * Hs + k : (d * Bn + b) * Hs + k;
+                h[b * Hs + k] = H0 ? ((const float *)H0->data)[hi] : 0.0f;
+                cs[b * Hs + k] = C0 ? ((const float *)C0->data)[hi] : 0.0f;
+            }
+        for (int64_t step = 0; step < S; step++) {
+            int64_t t = rev ? S - 1 - step : step;
+            if (Bn && (st = kiln_sgemm_packed(&step_ctx, false, Bn, 1.0f, h, Hs, s->r[d], 0.0f, gh, G, NULL))) goto fail;
+            for (int64_t b = 0; b < Bn; b++) {
+                const float *gxt = gx + (t * Bn + b) * G, *ght = gh + b * G;
+                float *hb = h + b * Hs, *cb = cs + b * Hs;
+                kiln_lstm_gates(gxt, ght, NULL, cb, hb, Hs);
+                if (Y) {
+                    int64_t yi = layout ? ((b * S + t) * dirs + d) * Hs : ((t * dirs + d) * Bn + b) * Hs;
+                    memcpy((float *)Y->data + yi, hb, (size_t)Hs * sizeof(float));
+                }
+            }
+        }
+        for (int64_t b = 0; b < Bn; b++)
+            for (int64_t k = 0; k < Hs; k++) {
+                int64_t hi = layout ? (b * dirs + d) * Hs + k : (d * Bn + b) * Hs + k;
+                if (Yh) ((float *)Yh->data)[hi] = h[b * Hs + k];
+                if (Yc) ((float *)Yc->data)[hi] = cs[b * Hs + k];
+            }
+    }
+    goto out;
+fail:
+    st = kiln_run_fail(c, st, "sgemm failed");
+out:
+    free(gx);
+    free(gh);
+    free(h);
+    free(cs);
+    free(bias);
+    free(xt);
+    return st;
+}
+
+static kiln_kernel_fn select_lstm(kiln_node *n)
+{
+    if (kiln_node_attr(n, "activations") || kiln_attr_float(n, "clip", 0.0f) > 0 || kiln_attr_int(n, "input_forget", 0) ||
+        n->n_in < 3)
+        return NULL;
+    const kiln_value *W = kiln_ir_constant(n->in[1]), *R = kiln_ir_constant(n->in[2]);
+    int dirs = !strcmp(kiln_attr_string(n, "direction", "forward"), "bidirectional") ? 2 : 1;
+    if (!W || !R || W->dtype != KILN_DTYPE_FLOAT32 || R->dtype != KILN_DTYPE_FLOAT32 || W->rank != 3 || R->rank != 3 ||
+        W->dims[0] != dirs || R->dims[0] != dirs)
+        return NULL;
+    int64_t H = R->dims[2], G = 4 * H, I = W->dims[2];
+    if (H <= 0 || I <= 0 || W->dims[1] != G || R->dims[1] != G) return NULL;
+    if (n->kernel_state) return lstm_run;
+    lstm_state *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->dirs = dirs, s->I = I, s->H = H;
+    kiln_gemm_ctx ctx = {0};
+    for (int d = 0; d < dirs; d++)
+        if (kiln_gemm_packed_b_create(&ctx, true, I, G, (const float *)W->data + d * G * I, I, &s->w[d]) ||
+            kiln_gemm_packed_b_create(&ctx, true, H, G, (const float *)R->data + d * G * H, H, &s->r[d])) {
+            state_free(s);
+            return NULL;
+        }
+    n->kernel_state = s;
+    n->kernel_state_free = state_free;
+    return lstm_run;
+}
+
+static const kiln_cpu_kernel kernels[] = {
+    {"", "LSTM", select_lstm},
+};
+KILN_CPU_KERNEL_TABLE(kiln_cpu_kernels_lstm, kernels);

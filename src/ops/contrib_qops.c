@@ -1,0 +1,304 @@
+/* contrib_qops.c - the com.microsoft quantized operators quantize_static's QOperator format writes
+ * beyond contrib_qlinear.c: QGemm (8-bit Gemm with an int32 bias, requantized or float output),
+ * QLinearSoftmax (ONNX Runtime's lookup-table softmax) and QLinearAveragePool (dequantized
+ * average, requantized). Float steps in float32 in ORT's order, so the integers match its CPU
+ * kernels: QGemm requantizes as MLAS does (acc * scale clamped to [lo - zp, hi - zp], rounded half
+ * to even, plus zp) with scale = alpha * a_scale * b_scale[col] / y_scale. */
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/nn_internal.h"
+#include "ops/op.h"
+#include "ops/util.h"
+
+static bool is_q8(kiln_dtype dt) { return dt == KILN_DTYPE_UINT8 || dt == KILN_DTYPE_INT8; }
+
+static int q8_load(kiln_dtype dt, const void *p, int64_t i)
+{
+    return dt == KILN_DTYPE_INT8 ? ((const int8_t *)p)[i] : ((const uint8_t *)p)[i];
+}
+
+static void q8_store(kiln_dtype dt, void *p, int64_t i, int v)
+{
+    if (dt == KILN_DTYPE_INT8) ((int8_t *)p)[i] = (int8_t)v;
+    else ((uint8_t *)p)[i] = (uint8_t)v;
+}
+
+static void q8_range(kiln_dtype dt, int *lo, int *hi)
+{
+    *lo = dt == KILN_DTYPE_INT8 ? -128 : 0;
+    *hi = dt == KILN_DTYPE_INT8 ? 127 : 255;
+}
+
+/* v (already divided by the output scale) clamped, rounded half to even, plus zp: MLAS's requantize */
+static int requant(float v, int zp, int lo, int hi)
+{
+    float a = (float)(lo - zp), b = (float)(hi - zp);
+    v = v < a ? a : v;
+    v = v > b ? b : v;
+    long r = lrintf(v) + zp;
+    return r < lo ? lo : r > hi ? hi : (int)r;
+}
+
+static bool scalar_f32(const kiln_value *v, float *out)
+{
+    if (!v || v->dtype != KILN_DTYPE_FLOAT32 || v->numel != 1) return false;
+    *out = *(const float *)v->data;
+    return true;
+}
+
+static bool scalar_q8(const kiln_value *v, kiln_dtype dt, int *out)
+{
+    if (!v) {
+        *out = 0;
+        return true;
+    }
+    if (v->dtype != dt || v->numel != 1) return false;
+    *out = q8_load(dt, v->data, 0);
+    return true;
+}
+
+/* ---- QGemm: A, a_scale, a_zp, B, b_scale, b_zp, C?, y_scale?, y_zp? -> Y [M, N] ---- */
+
+static kiln_status qgemm_infer(kiln_infer_ctx *c)
+{
+    const kiln_node *n = kiln_infer_node(c);
+    const kiln_type *a = kiln_infer_in(c, 0), *b = kiln_infer_in(c, 3), *yz = kiln_infer_in(c, 8);
+    if (!a || !b || !kiln_infer_in(c, 1) || !kiln_infer_in(c, 2) || !kiln_infer_in(c, 4) || !kiln_infer_in(c, 5))
+        return kiln_infer_fail(c, KILN_ERR_MODEL, "needs A, a_scale, a_zero_point, B, b_scale and b_zero_point");
+    if ((a->dtype && !is_q8(a->dtype)) || (b->dtype && !is_q8(b->dtype)))
+        return kiln_infer_fail(c, KILN_ERR_MODEL, "A and B must be 8-bit");
+    if (!!kiln_infer_in(c, 7) != !!yz) return kiln_infer_fail(c, KILN_ERR_MODEL, "y_scale and y_zero_point go together");
+    kiln_dtype dt = yz ? yz->dtype : KILN_DTYPE_FLOAT32;
+    if (a->rank < 0 || b->rank < 0) return kiln_infer_set_out_unknown(c, 0, dt);
+    if (a->rank != 2 || b->rank != 2) return kiln_infer_fail(c, KILN_ERR_SHAPE, "A and B must be 2-D (ranks %d, %d)", a->rank, b->rank);
+    int ta = kiln_attr_int(n, "transA", 0) != 0, tb = kiln_attr_int(n, "transB", 0) != 0;
+    KILN_TRY(kiln_infer_require_equal(c, a->dims[ta ? 0 : 1], b->dims[tb ? 1 : 0], "A's K vs B's K"));
+    kiln_dim dims[2] = {a->dims[ta ? 1 : 0], b->dims[tb ? 0 : 1]};
+    return kiln_infer_set_out(c, 0, dt, 2, dims);
+}
+
+static kiln_status qgemm_run(kiln_run_ctx *c)
+{
+    const kiln_node *n = kiln_run_node(c);
+    const kiln_value *A = kiln_run_in(c, 0), *B = kiln_run_in(c, 3), *bs = kiln_run_in(c, 4), *bz = kiln_run_in(c, 5);
+    const kiln_value *C = kiln_run_in(c, 6), *ys = kiln_run_in(c, 7), *yzv = kiln_run_in(c, 8);
+    kiln_value *Y = kiln_run_out(c, 0);
+    int ta = kiln_attr_int(n, "transA", 0) != 0, tb = kiln_attr_int(n, "transB", 0) != 0;
+    float alpha = kiln_attr_float(n, "alpha", 1.0f), as, ysv = 1.0f;
+    int az, yz = 0, lo = 0, hi = 0;
+    if (!scalar_f32(kiln_run_in(c, 1), &as) || !scalar_q8(kiln_run_in(c, 2), A->dtype, &az))
+        return kiln_run_fail(c, KILN_ERR_SHAPE, "a_scale must be a float32 scalar and a_zero_point a scalar of A's type");
+    int64_t M = A->dims[ta ? 1 : 0], K = A->dims[ta ? 0 : 1], N = B->dims[tb ? 0 : 1];
+    if (B->dims[tb ? 1 : 0] != K) return kiln_run_fail(c, KILN_ERR_SHAPE, "A's K %lld vs B's %lld", (long long)K, (long long)B->dims[tb ? 1 : 0]);
+    if (bs->dtype != KILN_DTYPE_FLOAT32 || (bs->numel != 1 && bs->numel != N) || bz->dtype != B->dtype ||
+        bz->numel != bs->numel)
+        return kiln_run_fail(c, KILN_ERR_SHAPE, "b_scale and b_zero_point must both hold 1 or N = %lld values", (long long)N);
+    if (C && (C->dtype != KILN_DTYPE_INT32 ||
+              !(C->numel == 1 || C->numel == N * M || (C->numel == N && C->dims[C->rank - 1] == N) ||
+                (C->numel == M && C->rank == 2 && C->dims[1] == 1))))
+        return kiln_run_fail(c, KILN_ERR_SHAPE, "C must be int32 broadcastable to [%lld, %lld]", (long long)M, (long long)N);
+    if (ys) {
+        if (!scalar_f32(ys, &ysv) || !scalar_q8(yzv, yzv ? yzv->dtype : A->dtype, &yz) || !is_q8(yzv->dtype))
+            return kiln_run_fail(c, KILN_ERR_SHAPE, "y_scale must be a float32 scalar and y_zero_point an 8-bit scalar");
+        q8_range(Y->dtype, &lo, &hi);
+    }
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            int32_t acc = 0;
+            if (C) {
+                int64_t ci = C->numel == 1 ? 0 : C->numel == M * N ? i * N + j : C->numel == N ? j : i;
+                acc = ((const int32_t *)C->data)[ci];
+            }
+            int64_t q = bs->numel == 1 ? 0 : j;
+            int zb = q8_load(B->dtype, bz->data, q);
+            uint32_t sum = 0; /* wraps as the int32 accumulator does */
+            for (int64_t k = 0; k < K; k++) {
+                int a = q8_load(A->dtype, A->data, ta ? k * M + i : i * K + k) - az;
+                int b = q8_load(B->dtype, B->data, tb ? j * K + k : k * N + j) - zb;
+                sum += (uint32_t)(a * b);
+            }
+            acc = (int32_t)((uint32_t)acc + sum);
+            float scale = alpha * as * ((const float *)bs->data)[q];
+            if (ys) {
+                scale /= ysv;
+                q8_store(Y->dtype, Y->data, i * N + j, requant((float)acc * scale, yz, lo, hi));
+            } else {
+                ((float *)Y->data)[i * N + j] = (float)acc * scale;
+            }
+        }
+    return KILN_OK;
+}
+
+/* ---- QLinearSoftmax: X, X_scale, X_zp?, Y_scale, Y_zp? -> Y; attributes axis, opset ---- */
+
+static kiln_status qsoftmax_infer(kiln_infer_ctx *c)
+{
+    const kiln_type *x = kiln_infer_in(c, 0);
+    if (!x || !kiln_infer_in(c, 1) || !kiln_infer_in(c, 3)) return kiln_infer_fail(c, KILN_ERR_MODEL, "needs X, X_scale and Y_scale");
+    if (x->dtype && !is_q8(x->dtype)) return kiln_infer_fail(c, KILN_ERR_MODEL, "X must be uint8 or int8");
+    if (!kiln_node_attr(kiln_infer_node(c), "opset")) return kiln_infer_fail(c, KILN_ERR_MODEL, "attribute opset is required");
+    return kiln_infer_same_as_input(c, 0, 0);
+}
+
+/* ORT's table of exp over the 256 codes for rows of d values: float32 entries of
+ * exp((i - 255 + shift) * x_scale), shift keeping the row sums below FLT_MAX; signed inputs
+ * index it by the byte (i - 128). */
+static void softmax_table(float *t, float xs, int64_t d, bool is_signed)
+{
+    double shift = log((double)(FLT_MAX / (float)d));
+    shift = fmax(0.0, shift - 5.0) / xs;
+    for (int i = 0; i < 256; i++) t[(uint8_t)(is_signed ? i - 128 : i)] = (float)exp(((double)i - 255 + shift) * (double)xs);
+}
+
+static kiln_status qsoftmax_run(kiln_run_ctx *c)
+{
+    const kiln_node *n = kiln_run_node(c);
+    const kiln_value *X = kiln_run_in(c, 0);
+    kiln_value *Y = kiln_run_out(c, 0);
+    kiln_dtype dt = X->dtype;
+    float xs, ysv;
+    int yz, ax;
+    if (!is_q8(dt)) return kiln_run_fail(c, KILN_ERR_MODEL, "X must be uint8 or int8");
+    if (!scalar_f32(kiln_run_in(c, 1), &xs) || !scalar_f32(kiln_run_in(c, 3), &ysv) || !scalar_q8(kiln_run_in(c, 4), dt, &yz))
+        return kiln_run_fail(c, KILN_ERR_SHAPE, "scales must be float32 scalars and Y_zero_point a scalar of X's type");
+    int64_t opset = kiln_attr_int(n, "opset", 13);
+    if (!kiln_axis_norm(kiln_attr_int(n, "axis", opset < 13 ? 1 : -1), X->rank, &ax))
+        return kiln_run_fail(c, KILN_ERR_MODEL, "axis out of range for rank %d", X->rank);
+    if (!X->numel) return KILN_OK;
+    /* opset < 13: rows are everything from axis on; 13: the axis alone (rows strided by inner) */
+    int64_t outer = 1, d = 1, inner = 1;
+    for (int k = 0; k < ax; k++) outer *= X->dims[k];
+    if (opset < 13) {
+        for (int k = ax; k < X->rank; k++) d *= X->dims[k];
+    } else {
+        d = X->dims[ax];
+        for (int k = ax + 1; k < X->rank; k++) inner *= X->dims[k];
+    }
+    bool sg = dt == KILN_DTYPE_INT8;
+    float table[256], yscale = floorf(1.0f / ysv);
+    softmax_table(table, xs, d, sg);
+    const uint8_t *x = X->data;
+    uint8_t *y = Y->data;
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t in = 0; in < inner; in++) {
+            int64_t base = o * d * inner + in;
+            int xmax = -1000;
+            for (int64_t k = 0; k < d; k++) {
+                int v = q8_load(dt, x, base + k * inner);
+                xmax = v > xmax ? v : xmax;
+            }
+            /* the code of each element in the table: x + 255 - xmax (unsigned), x + 127 - xmax (signed) */
+            int adj = sg ? 127 - xmax : 255 - xmax;
+            float sum = 0.0f;
+            for (int64_t k = 0; k < d; k++) sum += table[(uint8_t)(q8_load(dt, x, base + k * inner) + adj)];
+            if (sum == 0.0f) return KILN_OK; /* ORT leaves the rest of its block unwritten; kiln's output stays as allocated */
+            for (int64_t k = 0; k < d; k++) {
+                float vt = table[(uint8_t)(q8_load(dt, x, base + k * inner) + adj)];
+                /* float32 as ORT; a one-element row's product overflows float, where ORT's build
+                 * still yields the quotient: that one in double */
+                float prod = vt * yscale;
+                float qf = isinf(prod) ? (float)((double)vt * yscale / sum) : prod / sum;
+                int32_t vq = (int32_t)nearbyintf(qf) + yz;
+                int hi = sg ? 127 : 255, lo = sg ? -128 : 0;
+                q8_store(dt, y, base + k * inner, vq > hi ? hi : vq < lo ? lo : vq);
+            }
+        }
+    return KILN_OK;
+}
+
+/* ---- QLinearAveragePool: X, x_scale, x_zp?, y_scale, y_zp? -> Y; NCHW or channels_last ---- */
+
+static kiln_status qavgpool_infer(kiln_infer_ctx *c)
+{
+    const kiln_node *n = kiln_infer_node(c);
+    const kiln_type *x = kiln_infer_in(c, 0);
+    kiln_nn_geom g;
+    char msg[160];
+    if (!x || !kiln_infer_in(c, 1) || !kiln_infer_in(c, 3)) return kiln_infer_fail(c, KILN_ERR_MODEL, "needs X, x_scale and y_scale");
+    if (x->dtype && !is_q8(x->dtype)) return kiln_infer_fail(c, KILN_ERR_MODEL, "X must be uint8 or int8");
+    if (!kiln_nn_pool_geom(n, &g, msg, sizeof msg)) return kiln_infer_fail(c, KILN_ERR_MODEL, "%s", msg);
+    if (x->rank < 0) return kiln_infer_set_out_unknown(c, 0, x->dtype);
+    if (x->rank != g.nsp + 2 || g.nsp > 3)
+        return kiln_infer_fail(c, KILN_ERR_SHAPE, "X has rank %d but kernel_shape has %d values (1 to 3)", x->rank, g.nsp);
+    int sp0 = kiln_attr_int(n, "channels_last", 0) ? 1 : 2;
+    kiln_dim dims[KILN_MAX_RANK];
+    for (int k = 0; k < x->rank; k++) dims[k] = x->dims[k];
+    for (int i = 0; i < g.nsp; i++) {
+        dims[sp0 + i] = kiln_nn_geom_out_dim(kiln_infer_dims(c), &g, i, x->dims[sp0 + i], kiln_dim_const(g.kernel[i]));
+        if (kiln_dim_is_const(dims[sp0 + i]) && dims[sp0 + i].c < 1)
+            return kiln_infer_fail(c, KILN_ERR_SHAPE, "spatial dim %d: window larger than the padded input", i);
+    }
+    return kiln_infer_set_out(c, 0, x->dtype, x->rank, dims);
+}
+
+static kiln_status qavgpool_run(kiln_run_ctx *c)
+{
+    const kiln_node *n = kiln_run_node(c);
+    const kiln_value *X = kiln_run_in(c, 0);
+    kiln_value *Y = kiln_run_out(c, 0);
+    kiln_dtype dt = X->dtype;
+    float xs, ysv;
+    int xz, yz, lo, hi;
+    if (!is_q8(dt)) return kiln_run_fail(c, KILN_ERR_MODEL, "X must be uint8 or int8");
+    if (!scalar_f32(kiln_run_in(c, 1), &xs) || !scalar_q8(kiln_run_in(c, 2), dt, &xz) ||
+        !scalar_f32(kiln_run_in(c, 3), &ysv) || !scalar_q8(kiln_run_in(c, 4), dt, &yz))
+        return kiln_run_fail(c, KILN_ERR_SHAPE, "scales must be float32 scalars and zero points scalars of X's type");
+    q8_range(dt, &lo, &hi);
+    bool last = kiln_attr_int(n, "channels_last", 0) != 0, incl = kiln_attr_int(n, "count_include_pad", 0) != 0;
+    int sp0 = last ? 1 : 2;
+    kiln_nn_geom gm;
+    char why[160];
+    int64_t in[KILN_MAX_RANK], out[KILN_MAX_RANK];
+    if (!kiln_nn_pool_geom(n, &gm, why, sizeof why)) return kiln_run_fail(c, KILN_ERR_MODEL, "%s", why);
+    if (gm.nsp != X->rank - 2 || gm.nsp > 3) return kiln_run_fail(c, KILN_ERR_SHAPE, "X's rank does not match kernel_shape");
+    for (int i = 0; i < gm.nsp; i++) in[i] = X->dims[sp0 + i];
+    if (!kiln_nn_geom_resolve(&gm, in, out)) return kiln_run_fail(c, KILN_ERR_SHAPE, "a window does not fit the padded input");
+    struct {
+        int64_t k[3], s[3], pb[3], pe[3], in[3], out[3];
+    } g;
+    for (int i = 0; i < 3; i++) {
+        bool on = i < gm.nsp;
+        g.k[i] = on ? gm.kernel[i] : 1, g.s[i] = on ? gm.strides[i] : 1, g.in[i] = on ? in[i] : 1;
+        g.out[i] = on ? out[i] : 1, g.pb[i] = on ? gm.pads[i] : 0, g.pe[i] = on ? gm.pads[gm.nsp + i] : 0;
+        if (on && Y->dims[sp0 + i] != out[i]) return kiln_run_fail(c, KILN_ERR_SHAPE, "output spatial dim %d mismatch", i);
+    }
+    int64_t N = X->dims[0], C = last ? X->dims[X->rank - 1] : X->dims[1];
+    int64_t ipix = g.in[0] * g.in[1] * g.in[2], opix = g.out[0] * g.out[1] * g.out[2];
+    for (int64_t b = 0; b < N; b++)
+        for (int64_t ch = 0; ch < C; ch++)
+            for (int64_t o = 0; o < opix; o++) {
+                int64_t od[3] = {o / (g.out[1] * g.out[2]), (o / g.out[2]) % g.out[1], o % g.out[2]}, lo_[3], hi_[3];
+                int64_t cnt = 1;
+                for (int i = 0; i < 3; i++) {
+                    int64_t s0 = od[i] * g.s[i] - g.pb[i], e0 = s0 + g.k[i];
+                    int64_t e_pad = e0 < g.in[i] + g.pe[i] ? e0 : g.in[i] + g.pe[i];
+                    lo_[i] = s0 < 0 ? 0 : s0;
+                    hi_[i] = e0 < g.in[i] ? e0 : g.in[i];
+                    cnt *= incl ? e_pad - s0 : hi_[i] - lo_[i];
+                }
+                float sum = 0.0f;
+                for (int64_t p0 = lo_[0]; p0 < hi_[0]; p0++)
+                    for (int64_t p1 = lo_[1]; p1 < hi_[1]; p1++)
+                        for (int64_t p2 = lo_[2]; p2 < hi_[2]; p2++) {
+                            int64_t pix = (p0 * g.in[1] + p1) * g.in[2] + p2;
+                            int64_t xi = last ? (b * ipix + pix) * C + ch : (b * C + ch) * ipix + pix;
+                            sum += (float)(q8_load(dt, X->data, xi) - xz) * xs;
+                        }
+                int64_t yi = last ? (b * opix + o) * C + ch : (b * C + ch) * opix + o;
+                float avg = cnt > 0 ? sum / (float)cnt : 0.0f;
+                q8_store(dt, Y->data, yi, requant(avg / ysv, yz, lo, hi));
+            }
+    return KILN_OK;
+}
+
+#define MS "com.microsoft"
+static const kiln_op_def defs[] = {
+    {MS, "QGemm", 1, qgemm_infer, qgemm_run},
+    {MS, "QLinearSoftmax", 1, qsoftmax_infer, qsoftmax_run},
+    {MS, "QLinearAveragePool", 1, qavgpool_infer, qavgpool_run},
+};
+
+const kiln_op_table kiln_ops_contrib_qops = {defs, sizeof defs / sizeof defs[0]};
