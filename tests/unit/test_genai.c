@@ -198,7 +198,13 @@ static void test_cycles(const char *dir)
     }
     long rss100 = rss_kb();
     printf("test_genai: 100 generator cycles, RSS %ld kB after 10, %ld kB after 100\n", rss10, rss100);
+#if defined(__SANITIZE_ADDRESS__)
+    /* AddressSanitizer keeps freed blocks in its quarantine (RSS grows by design); its leak
+     * checker runs at exit instead */
+    printf("test_genai: RSS not compared under AddressSanitizer\n");
+#else
     CHECK(rss100 - rss10 < 2048);
+#endif
 }
 
 int main(int argc, char **argv)
