@@ -14,16 +14,10 @@
 #pragma GCC target("avx2")
 #endif
 
+#include "cpu/qgemm_avx256.h"
 #include "cpu/qgemm_internal.h"
 
 enum { MR = 6, NR = 16, KG = 2 };
-
-static inline __m256i bcast2(const uint8_t *p)
-{
-    int32_t v;
-    memcpy(&v, p, 4);
-    return _mm256_set1_epi32(v);
-}
 
 static void kernel(int64_t groups, const void *a_, int64_t as, const void *b_, int32_t *C, int64_t ldc, int mr,
                    int nr, const int32_t *rs, const int32_t *zb, const int32_t *cs, int32_t za)
@@ -38,32 +32,16 @@ static void kernel(int64_t groups, const void *a_, int64_t as, const void *b_, i
         int64_t o = g * KG * 2;
         __m256i v;
 #define STEP(cx0, cx1, ax)                                                    \
-    v = bcast2(ax + o);                                                       \
+    v = qgemm_bcast4(ax + o);                                                 \
     cx0 = _mm256_add_epi32(cx0, _mm256_madd_epi16(v, b0));                   \
     cx1 = _mm256_add_epi32(cx1, _mm256_madd_epi16(v, b1));
         STEP(c00, c01, a0) STEP(c10, c11, a1) STEP(c20, c21, a2) STEP(c30, c31, a3) STEP(c40, c41, a4)
         STEP(c50, c51, a5)
 #undef STEP
     }
+    _Static_assert(MR == 6 && NR == 16, "qgemm_store_6x16 stores 6x16 tiles");
     __m256i acc[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
-    __m256i zb0 = _mm256_loadu_si256((const __m256i *)zb), zb1 = _mm256_loadu_si256((const __m256i *)(zb + 8));
-    __m256i vza = _mm256_set1_epi32(za);
-    __m256i t0 = _mm256_mullo_epi32(vza, _mm256_loadu_si256((const __m256i *)cs));
-    __m256i t1 = _mm256_mullo_epi32(vza, _mm256_loadu_si256((const __m256i *)(cs + 8)));
-    for (int r = 0; r < mr; r++) {
-        __m256i vr = _mm256_set1_epi32(rs[r]);
-        __m256i y0 = _mm256_sub_epi32(_mm256_sub_epi32(acc[r][0], _mm256_mullo_epi32(zb0, vr)), t0);
-        __m256i y1 = _mm256_sub_epi32(_mm256_sub_epi32(acc[r][1], _mm256_mullo_epi32(zb1, vr)), t1);
-        if (nr == NR) {
-            _mm256_storeu_si256((__m256i *)(C + r * ldc), y0);
-            _mm256_storeu_si256((__m256i *)(C + r * ldc + 8), y1);
-        } else {
-            int32_t tmp[NR];
-            _mm256_storeu_si256((__m256i *)tmp, y0);
-            _mm256_storeu_si256((__m256i *)(tmp + 8), y1);
-            memcpy(C + r * ldc, tmp, (size_t)nr * sizeof *tmp);
-        }
-    }
+    qgemm_store_6x16(acc, mr, nr, rs, zb, cs, za, C, ldc);
 }
 
 const kiln_qgemm_kernel kiln_qgemm_kernel_avx2 = {.mr = MR, .nr = NR, .kg = KG, .esize = 2, .kernel = kernel};

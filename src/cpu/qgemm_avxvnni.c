@@ -13,16 +13,10 @@
 #pragma GCC target("avx2,avxvnni")
 #endif
 
+#include "cpu/qgemm_avx256.h"
 #include "cpu/qgemm_internal.h"
 
 enum { MR = 6, NR = 16, KG = 4 };
-
-static inline __m256i bcast4(const uint8_t *p)
-{
-    int32_t v;
-    memcpy(&v, p, 4);
-    return _mm256_set1_epi32(v);
-}
 
 static void kernel(int64_t groups, const void *a_, int64_t as, const void *b_, int32_t *C, int64_t ldc, int mr,
                    int nr, const int32_t *rs, const int32_t *zb, const int32_t *cs, int32_t za)
@@ -36,32 +30,16 @@ static void kernel(int64_t groups, const void *a_, int64_t as, const void *b_, i
         __m256i b0 = _mm256_loadu_si256((const __m256i *)b), b1 = _mm256_loadu_si256((const __m256i *)(b + 32));
         int64_t o = g * KG;
         __m256i v;
-        v = bcast4(a0 + o), c00 = _mm256_dpbusd_avx_epi32(c00, v, b0), c01 = _mm256_dpbusd_avx_epi32(c01, v, b1);
-        v = bcast4(a1 + o), c10 = _mm256_dpbusd_avx_epi32(c10, v, b0), c11 = _mm256_dpbusd_avx_epi32(c11, v, b1);
-        v = bcast4(a2 + o), c20 = _mm256_dpbusd_avx_epi32(c20, v, b0), c21 = _mm256_dpbusd_avx_epi32(c21, v, b1);
-        v = bcast4(a3 + o), c30 = _mm256_dpbusd_avx_epi32(c30, v, b0), c31 = _mm256_dpbusd_avx_epi32(c31, v, b1);
-        v = bcast4(a4 + o), c40 = _mm256_dpbusd_avx_epi32(c40, v, b0), c41 = _mm256_dpbusd_avx_epi32(c41, v, b1);
-        v = bcast4(a5 + o), c50 = _mm256_dpbusd_avx_epi32(c50, v, b0), c51 = _mm256_dpbusd_avx_epi32(c51, v, b1);
+        v = qgemm_bcast4(a0 + o), c00 = _mm256_dpbusd_avx_epi32(c00, v, b0), c01 = _mm256_dpbusd_avx_epi32(c01, v, b1);
+        v = qgemm_bcast4(a1 + o), c10 = _mm256_dpbusd_avx_epi32(c10, v, b0), c11 = _mm256_dpbusd_avx_epi32(c11, v, b1);
+        v = qgemm_bcast4(a2 + o), c20 = _mm256_dpbusd_avx_epi32(c20, v, b0), c21 = _mm256_dpbusd_avx_epi32(c21, v, b1);
+        v = qgemm_bcast4(a3 + o), c30 = _mm256_dpbusd_avx_epi32(c30, v, b0), c31 = _mm256_dpbusd_avx_epi32(c31, v, b1);
+        v = qgemm_bcast4(a4 + o), c40 = _mm256_dpbusd_avx_epi32(c40, v, b0), c41 = _mm256_dpbusd_avx_epi32(c41, v, b1);
+        v = qgemm_bcast4(a5 + o), c50 = _mm256_dpbusd_avx_epi32(c50, v, b0), c51 = _mm256_dpbusd_avx_epi32(c51, v, b1);
     }
+    _Static_assert(MR == 6 && NR == 16, "qgemm_store_6x16 stores 6x16 tiles");
     __m256i acc[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
-    __m256i zb0 = _mm256_loadu_si256((const __m256i *)zb), zb1 = _mm256_loadu_si256((const __m256i *)(zb + 8));
-    __m256i vza = _mm256_set1_epi32(za);
-    __m256i t0 = _mm256_mullo_epi32(vza, _mm256_loadu_si256((const __m256i *)cs));
-    __m256i t1 = _mm256_mullo_epi32(vza, _mm256_loadu_si256((const __m256i *)(cs + 8)));
-    for (int r = 0; r < mr; r++) {
-        __m256i vr = _mm256_set1_epi32(rs[r]);
-        __m256i y0 = _mm256_sub_epi32(_mm256_sub_epi32(acc[r][0], _mm256_mullo_epi32(zb0, vr)), t0);
-        __m256i y1 = _mm256_sub_epi32(_mm256_sub_epi32(acc[r][1], _mm256_mullo_epi32(zb1, vr)), t1);
-        if (nr == NR) {
-            _mm256_storeu_si256((__m256i *)(C + r * ldc), y0);
-            _mm256_storeu_si256((__m256i *)(C + r * ldc + 8), y1);
-        } else {
-            int32_t tmp[NR];
-            _mm256_storeu_si256((__m256i *)tmp, y0);
-            _mm256_storeu_si256((__m256i *)(tmp + 8), y1);
-            memcpy(C + r * ldc, tmp, (size_t)nr * sizeof *tmp);
-        }
-    }
+    qgemm_store_6x16(acc, mr, nr, rs, zb, cs, za, C, ldc);
 }
 
 const kiln_qgemm_kernel kiln_qgemm_kernel_avxvnni = {.mr = MR, .nr = NR, .kg = KG, .esize = 1, .kernel = kernel};
