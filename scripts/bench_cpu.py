@@ -7,7 +7,7 @@ creation and peak RSS. Figures, not a test: it never fails on time.
 
 usage: bench_cpu.py [--models build/models] [--bm /tmp/bm] [--kiln build/kiln] [--threads 2] [--runs N]
                     [--rounds N] [--packages-only]
-  build/models from scripts/make_models.py, /tmp/bm from scripts/make_bench_models.py; the last
+  build/models from tests/models/make_models.py, /tmp/bm from tests/models/make_bench_models.py; the last
   rows are the ONNX files public PyPI packages ship, found inside the installed packages
   (pip install -r requirements.txt)
 """

@@ -4,7 +4,7 @@ models and inputs, on the GPU machine. Figures, not a test: it fails only when i
 
   resnet50  torchvision ResNet-50, random weights, batch 1 and 32, 3x224x224
   bert      transformers BertModel (bert-base BertConfig, random init), seq 128, batch 1 and 32
-  encoder   the TTS-like encoder of scripts/make_models.py, batch 1, lengths 16, 64, 128, 256, 512
+  encoder   the TTS-like encoder of tests/models/make_models.py, batch 1, lengths 16, 64, 128, 256, 512
             (PyTorch runs a port of it on the ONNX model's own weights)
 
 each in fp32 and fp16 (fp16: model.half() before the export). ResNet-50 and BERT are exported
@@ -220,7 +220,7 @@ def encoder_onnx(dtype, tmp):
     """The make_models encoder; fp16: every float initializer and output in float16."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
-    spec = importlib.util.spec_from_file_location("make_models", os.path.join(HERE, "make_models.py"))
+    spec = importlib.util.spec_from_file_location("make_models", os.path.join(HERE, "..", "tests", "models", "make_models.py"))
     mm = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mm)
     graph = mm.encoder()

@@ -5,7 +5,7 @@
      shapes, on the encoder (new sequence length) and the decoder step (new past length);
   2. binding + planning time per call as a fraction of the run time, decoder step at past 1.
 
-usage: bench_shapes.py MODELS_DIR   (models from scripts/make_models.py)
+usage: bench_shapes.py MODELS_DIR   (models from tests/models/make_models.py)
 """
 import os
 import statistics

@@ -18,6 +18,6 @@ if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then export 
 cmake -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j"$(nproc)"
 
-python3 scripts/make_models.py build/models
+python3 tests/models/make_models.py build/models
 ./build/kiln info build/models/encoder.onnx
 ./build/kiln run build/models/encoder.onnx --shape tokens=1x16 --shape tokens=3x55 --output-dir build/out

@@ -130,7 +130,7 @@ section() {
 
 MODELS=$WORK/models
 if want c || want e; then
-    python3 scripts/make_models.py "$MODELS" || echo "test_gpu: make_models.py failed"
+    python3 tests/models/make_models.py "$MODELS" || echo "test_gpu: make_models.py failed"
 fi
 
 if want a; then

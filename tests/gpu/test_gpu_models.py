@@ -353,8 +353,7 @@ def test_lifetimes():
 # ---- dynamic shapes and steady state ----
 
 def encoder_blob():
-    spec = importlib.util.spec_from_file_location("make_models", os.path.join(HERE, "..", "..", "scripts",
-                                                                              "make_models.py"))
+    spec = importlib.util.spec_from_file_location("make_models", os.path.join(HERE, "..", "models", "make_models.py"))
     mm = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mm)
     m = helper.make_model(mm.encoder(), opset_imports=[helper.make_opsetid("", mm.OPSET)], producer_name="kiln")

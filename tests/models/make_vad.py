@@ -22,10 +22,11 @@ import os
 import sys
 
 import numpy as np
-import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-OPSET = 17
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_models import save  # noqa: E402  (the same opset, IR version and full check)
+
 F32, I64 = TensorProto.FLOAT, TensorProto.INT64
 
 
@@ -166,13 +167,6 @@ def scan_rnn(rng):
                               helper.make_tensor_value_info("h0", F32, ["batch", 32])],
                              [helper.make_tensor_value_info("h", F32, ["batch", 32]),
                               helper.make_tensor_value_info("ys", F32, ["batch", "seq", 32])], inits)
-
-
-def save(graph, path):
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="kiln")
-    model.ir_version = 8
-    onnx.checker.check_model(model, full_check=True)
-    onnx.save(model, path)
 
 
 def main():

@@ -354,10 +354,10 @@ def test_quant_matmul_fusion():
 
 
 def test_quantize_dynamic_encoder():
-    """The repo's encoder (scripts/make_models.py) through quantize_dynamic (QInt8, QUInt8):
+    """The repo's encoder (tests/models/make_models.py) through quantize_dynamic (QInt8, QUInt8):
     every MatMul fused, and kiln's difference from ORT's quantized model no larger than ORT's own
     quantization error (quantized against float), in max and in rms, per output."""
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import make_models  # noqa: E402
     from onnxruntime.quantization import QuantType, quantize_dynamic
     with tempfile.TemporaryDirectory() as d:

@@ -3,7 +3,7 @@
 with the input shape changing from call to call.
 
 usage: test_models.py MODELS_DIR [--provider cpu|cuda]
-       (models from scripts/make_models.py; libkiln.so from build/ or $KILN_LIB; --provider
+       (models from tests/models/make_models.py; libkiln.so from build/ or $KILN_LIB; --provider
        cuda creates every kiln session on the CUDA provider, for scripts/test_gpu.sh)
 """
 import argparse
