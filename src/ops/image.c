@@ -512,15 +512,16 @@ static const kiln_op_def defs[] = {
     {"", "Resize", 10, resize_infer, resize_run, 0, KILN_OP_IN(1) | KILN_OP_IN(2) | KILN_OP_IN(3)},
     {"", "Upsample", 7, resize_infer, resize_run, 0, KILN_OP_IN(1)},
     {"", "GridSample", 16, kiln_gridsample_infer, kiln_gridsample_run},
-    {"", "AffineGrid", 20, kiln_affinegrid_infer, kiln_affinegrid_run},
+    {"", "AffineGrid", 20, kiln_affinegrid_infer, kiln_affinegrid_run, 0, KILN_OP_IN(1)},
     {"", "RoiAlign", 10, kiln_roialign_infer, kiln_roialign_run},
     {"", "NonMaxSuppression", 10, kiln_nms_infer, kiln_nms_run},
-    {"", "DFT", 17, kiln_dft_infer, kiln_dft_run},
-    {"", "STFT", 17, kiln_stft_infer, kiln_stft_run},
-    {"", "HannWindow", 17, kiln_window_infer, kiln_window_run},
-    {"", "HammingWindow", 17, kiln_window_infer, kiln_window_run},
-    {"", "BlackmanWindow", 17, kiln_window_infer, kiln_window_run},
-    {"", "MelWeightMatrix", 17, kiln_melweight_infer, kiln_melweight_run},
+    {"", "DFT", 17, kiln_dft_infer, kiln_dft_run, 0, KILN_OP_IN(1) | KILN_OP_IN(2)},
+    {"", "STFT", 17, kiln_stft_infer, kiln_stft_run, 0, KILN_OP_IN(1) | KILN_OP_IN(3)},
+    {"", "HannWindow", 17, kiln_window_infer, kiln_window_run, 0, KILN_OP_IN(0)},
+    {"", "HammingWindow", 17, kiln_window_infer, kiln_window_run, 0, KILN_OP_IN(0)},
+    {"", "BlackmanWindow", 17, kiln_window_infer, kiln_window_run, 0, KILN_OP_IN(0)},
+    {"", "MelWeightMatrix", 17, kiln_melweight_infer, kiln_melweight_run, 0,
+     KILN_OP_IN(0) | KILN_OP_IN(1) | KILN_OP_IN(2) | KILN_OP_IN(3) | KILN_OP_IN(4)},
 };
 
 const kiln_op_table kiln_ops_image = {defs, sizeof defs / sizeof defs[0]};

@@ -510,7 +510,7 @@ static const kiln_op_def defs[] = {
     {"", "ArgMin", 1, kiln_index_arg_infer, kiln_index_argmin_run},
     {"", "OneHot", 1, kiln_index_onehot_infer, kiln_index_onehot_run, 0, KILN_OP_IN(1) | KILN_OP_IN(2)},
     {"", "ReverseSequence", 1, kiln_index_reverse_sequence_infer, kiln_index_reverse_sequence_run},
-    {"", "Col2Im", 1, kiln_index_col2im_infer, kiln_index_col2im_run},
+    {"", "Col2Im", 1, kiln_index_col2im_infer, kiln_index_col2im_run, 0, KILN_OP_IN(1) | KILN_OP_IN(2)},
 };
 
 const kiln_op_table kiln_ops_index = {defs, sizeof defs / sizeof defs[0]};

@@ -14,7 +14,7 @@ static const kiln_op_def defs[] = {
     {"", "GlobalAveragePool", 1, kiln_nn_global_pool_infer, kiln_nn_global_average_pool_run},
     {"", "GlobalMaxPool", 1, kiln_nn_global_pool_infer, kiln_nn_global_max_pool_run},
     {"", "GlobalLpPool", 1, kiln_nn_global_pool_infer, kiln_nn_global_lp_pool_run},
-    {"", "MaxUnpool", 9, kiln_nn_max_unpool_infer, kiln_nn_max_unpool_run},
+    {"", "MaxUnpool", 9, kiln_nn_max_unpool_infer, kiln_nn_max_unpool_run, 0, KILN_OP_IN(2)},
     {"", "MatMul", 1, kiln_nn_matmul_infer, kiln_nn_matmul_run},
     {"", "MatMulInteger", 10, kiln_nn_matmul_integer_infer, kiln_nn_matmul_integer_run},
     {"", "QLinearMatMul", 10, kiln_nn_qlinear_matmul_infer, kiln_nn_qlinear_matmul_run},

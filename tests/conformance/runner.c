@@ -11,9 +11,13 @@
  * child (a crash still fails only the test in flight; the next test gets a new child): a
  * child opening the GPU once instead of once per test saves most of a GPU run's time, at the
  * price of tests sharing a process (a leak found at exit cannot be pinned to one test).
+ * --provider emu and emu-split run the device half of the executor on the CPU: sessions
+ * created for the CUDA provider get the emulated device of tests/common/emu_device.h, which
+ * takes every node it can (emu) or about half of them (emu-split, many host/device
+ * boundaries), so partitioning and the copies between the sides are checked in CI.
  *
  * usage: conformance DATA_ROOT [--expected FILE] [--filter SUBSTR] [--no-fork] [-v]
- *                    [--provider cpu|cuda] [--shard I/N] [--batch N] */
+ *                    [--provider cpu|cuda|emu|emu-split] [--shard I/N] [--batch N] */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <math.h>
@@ -25,6 +29,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "emu_device.h"
+#include "exec/test_hooks.h"
 #include "kiln.h"
 #include "testutil.h"
 
@@ -349,6 +355,11 @@ int main(int argc, char **argv)
             i++;
             if (!strcmp(argv[i], "cuda")) provider = KILN_PROVIDER_CUDA;
             else if (!strcmp(argv[i], "cpu")) provider = KILN_PROVIDER_CPU;
+            else if (!strcmp(argv[i], "emu") || !strcmp(argv[i], "emu-split")) {
+                provider = KILN_PROVIDER_CUDA;
+                emu_device_set_mode(argv[i][3] ? EMU_DEVICE_SPLIT : EMU_DEVICE_ALL);
+                kiln_test_device_provider(&emu_device);
+            }
             else usage = true;
         } else if (!strcmp(argv[i], "--shard") && i + 1 < argc) {
             if (sscanf(argv[++i], "%d/%d", &shard, &n_shards) != 2 || n_shards < 1 || shard < 0 || shard >= n_shards)
@@ -366,7 +377,7 @@ int main(int argc, char **argv)
     }
     if (!root || usage) {
         fprintf(stderr, "usage: conformance DATA_ROOT [--expected FILE] [--filter SUBSTR] [--no-fork] [-v]\n"
-                        "                   [--provider cpu|cuda] [--shard I/N] [--batch N]\n");
+                        "                   [--provider cpu|cuda|emu|emu-split] [--shard I/N] [--batch N]\n");
         return 2;
     }
     expected ex = {0};
