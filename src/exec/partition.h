@@ -15,4 +15,13 @@ kiln_status kiln_partition(kiln_graph *g, const kiln_provider_i *dev, const kiln
 void kiln_select_kernels(kiln_graph *g, const kiln_provider_i *host, kiln_provider *hp, const kiln_provider_i *dev,
                          kiln_provider *dp);
 
+/* After kernel selection: where a main-graph value is read on the other side than the one it
+ * lives on (a device node's input produced on the host, a host node's input produced on the
+ * device, a graph input, which may come in either memory, read by either side, a value a
+ * host node's subgraph captures from the device), a copy node (kiln.MemcpyToDevice or
+ * kiln.MemcpyToHost) goes before the first reader on that side and those readers read its
+ * output: one copy per value and side, planned like any value. Constants are not copied (the
+ * device provider uploads them once). Renumbers the nodes and their release lists. */
+kiln_status kiln_insert_copies(kiln_graph *g, const kiln_provider_i *dev, kiln_err *err);
+
 #endif

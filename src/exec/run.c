@@ -107,25 +107,67 @@ static void *arena_slot(const kiln_frame *f, int id, bool device, size_t nbytes)
     return base + mem->offset[id];
 }
 
-/* GPU runs (main graph): main-graph value v in device or host memory. The first reader on the
- * other side gets a copy, kept in f->alt for later readers and placed in v's arena slot of
- * that side when v has one. */
-static kiln_status value_at(kiln_frame *f, const kiln_ir_value *v, bool device, const kiln_value **out, kiln_err *err)
+/* Device runs (main graph): main-graph value v in device or host memory, for a reader on that
+ * side. Values cross between the sides through the copy nodes of the graph
+ * (src/exec/partition.c), so the only ones given here are constants a device kernel reads (the
+ * device provider's upload, a view) and the host copies observers are shown (kept in f->alt
+ * until v is released); anything else on the wrong side is an internal error. */
+static kiln_status value_at(kiln_frame *f, const kiln_ir_value *v, bool device, bool observing,
+                            const kiln_value **out, kiln_err *err)
 {
     const kiln_value *p = f->vals[v->id] ? f->vals[v->id] : v->init;
     *out = p;
     if (!p || p->kind != KILN_VALUE_TENSOR || p->on_device == device) return KILN_OK;
+    if (!observing && !kiln_ir_constant(v))
+        return kiln_errf(err, KILN_ERR_RUNTIME, "internal: '%s' is in %s memory and read on the %s without a copy node",
+                         v->name, p->on_device ? "device" : "host", device ? "device" : "host");
     if (!f->alt[v->id]) {
-        void *dst = arena_slot(f, v->id, device, p->nbytes);
+        void *dst = observing ? NULL : arena_slot(f, v->id, device, p->nbytes);
         const kiln_provider_i *dev = f->env->dev;
         kiln_provider_run *r = f->env->dev_run;
-        /* a download makes what the host computes next depend on the inputs' contents: the
-         * run cannot be recorded (uploads can: see kiln_provider_i.capture_mode) */
-        if (!device && dev->unrecordable) dev->unrecordable(r, "'%s' is copied to the host in the middle of the run", v->name);
+        /* a download makes what the host computes next depend on the inputs' contents */
+        if (!device && dev->unrecordable) dev->unrecordable(r, "'%s' is copied to the host to be observed", v->name);
         KILN_TRY(device ? dev->to_device(r, v, p, dst, &f->alt[v->id], err)
                         : dev->to_host(r, p, dst, &f->alt[v->id], err));
     }
     *out = f->alt[v->id];
+    return KILN_OK;
+}
+
+/* A copy node (KILN_OP_COPY, src/exec/partition.c): its input in the memory of its side
+ * (n->on_device: the device), through the device provider's copies, in its output's arena slot
+ * of that side; a view when the input is there already. A copy to the host makes what the host
+ * computes next depend on the inputs' contents: such a run cannot be recorded. */
+static kiln_status run_copy(const kiln_node *n, kiln_frame *f, kiln_err *err)
+{
+    const kiln_ir_value *v = n->in[0], *y = n->out[0];
+    const kiln_value *x = f->vals[v->id] ? f->vals[v->id] : v->init;
+    const kiln_provider_i *dev = f->env ? f->env->dev : NULL;
+    if (!dev || v->graph != f->g || !y)
+        return kiln_errf(err, KILN_ERR_RUNTIME, "internal: copy node '%s' outside a device run", n->name);
+    if (!x) return kiln_errf(err, KILN_ERR_RUNTIME, "node '%s' (%s): input '%s' has no value", n->name, n->op_type, v->name);
+    if (x->kind != KILN_VALUE_TENSOR)
+        return kiln_errf(err, KILN_ERR_UNSUPPORTED, "node '%s' (%s): '%s' is not a tensor", n->name, n->op_type, v->name);
+    bool device = n->on_device;
+    kiln_provider_run *r = f->env->dev_run;
+    if (!device && dev->unrecordable) {
+        if (v->is_input) dev->unrecordable(r, "node '%s' (%s) reads input '%s' on the host", n->name, n->op_type, v->name);
+        else dev->unrecordable(r, "'%s' is copied to the host in the middle of the run", v->name);
+    }
+    void *dst = arena_slot(f, y->id, device, x->nbytes);
+    kiln_value *out;
+    /* already there: a host input (the caller's memory, live for the run), or a device input
+     * in this copy's own slot (in place); a device input elsewhere is copied into the slot,
+     * which stays live as long as the readers need it */
+    if (x->on_device == device && (!device || x->data == dst)) {
+        KILN_TRY(kiln_value_view(x->dtype, x->rank, x->dims, x->data, &out, err));
+        out->on_device = x->on_device;
+    } else {
+        if (!dst && x->nbytes && f->mem && f->mem->offset[y->id] != SIZE_MAX) f->mem->heap_fallbacks++;
+        KILN_TRY(device ? dev->to_device(r, v, x, dst, &out, err) : dev->to_host(r, x, dst, &out, err));
+    }
+    f->vals[y->id] = out;
+    f->owned[y->id] = true;
     return KILN_OK;
 }
 
@@ -300,6 +342,7 @@ static kiln_status run_node(const kiln_node *n, kiln_frame *f, kiln_err *err)
     if (!n->op || !n->op->run)
         return kiln_errf(err, KILN_ERR_UNSUPPORTED, "node '%s': operator %s%s%s (opset %d) is not supported",
                          n->name, n->domain, *n->domain ? "." : "", n->op_type, n->opset);
+    if (n->op->flags & KILN_OP_COPY) return run_copy(n, f, err);
     if (f->plan && f->plan->node_ok[n->index] && !(f->env && f->env->dev)) {
         bool ran;
         kiln_status st = run_planned(n, f, &ran, err);
@@ -325,22 +368,10 @@ static kiln_status run_node(const kiln_node *n, kiln_frame *f, kiln_err *err)
     /* device runs place each input where the node reads it */
     const kiln_provider_i *dev = f->env ? f->env->dev : NULL;
     bool on_dev = dev && n->on_device;
-    if (dev && !n->on_device && kiln_node_has_subgraphs(n))
-        /* subgraphs read outer values through frame_get: give every device value a host copy */
-        for (int id = 0; id < f->g->n_values && !st; id++)
-            if (f->vals[id] && f->vals[id]->on_device) {
-                const kiln_value *unused;
-                st = value_at(f, f->g->values[id], false, &unused, err);
-            }
-    if (st) goto fail;
     for (int i = 0; i < n->n_in; i++) {
         if (dev && n->in[i] && !(!on_dev && reads_type_only(n))) {
             bool device = on_dev && !(n->host_inputs & (1u << i));
-            /* the host reading a graph input's contents: a recording would keep them */
-            if (!device && n->in[i]->is_input && !n->in[i]->init && dev->unrecordable)
-                dev->unrecordable(f->env->dev_run, "node '%s' (%s) reads input '%s' on the host", n->name, n->op_type,
-                                  n->in[i]->name);
-            st = value_at(f, n->in[i], device, &in[i], err);
+            st = value_at(f, n->in[i], device, false, &in[i], err);
             if (st) goto fail;
         } else {
             in[i] = n->in[i] ? frame_get(f, n->in[i]) : NULL;
@@ -419,13 +450,13 @@ static kiln_status observe(const kiln_run_env *env, const kiln_node *n, kiln_fra
     for (int i = 0; i < n->n_in; i++) {
         names_store[i] = n->in[i] ? n->in[i]->name : "";
         in_store[i] = NULL;
-        if (n->in[i] && env->dev) KILN_TRY(value_at(f, n->in[i], false, &in_store[i], err));
+        if (n->in[i] && env->dev) KILN_TRY(value_at(f, n->in[i], false, true, &in_store[i], err));
         else if (n->in[i]) in_store[i] = frame_get(f, n->in[i]);
     }
     for (int i = 0; i < n->n_out; i++) {
         onames_store[i] = n->out[i] ? n->out[i]->name : "";
         out_store[i] = NULL;
-        if (n->out[i] && env->dev) KILN_TRY(value_at(f, n->out[i], false, &out_store[i], err));
+        if (n->out[i] && env->dev) KILN_TRY(value_at(f, n->out[i], false, true, &out_store[i], err));
         else if (n->out[i]) out_store[i] = f->vals[n->out[i]->id];
     }
     double ms = now_ms() - started;

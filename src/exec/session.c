@@ -166,7 +166,6 @@ static kiln_status compile(kiln_session *s, kiln_err *err)
     }
     for (int j = 0; j < g->n_outputs; j++) KILN_TRY(fill_info(s, g->outputs[j], &s->out_info[j], err));
     s->n_out = g->n_outputs;
-    KILN_TRY(kiln_memprog_build(g, s->dev != NULL, &s->memprog, err));
     if (!s->opt.unoptimized) {
         kiln_status st = kiln_threadpool_create(s->opt.num_threads, &s->pool);
         if (st) return kiln_errf(err, st, "cannot start %d threads", s->opt.num_threads);
@@ -178,9 +177,12 @@ static kiln_status compile(kiln_session *s, kiln_err *err)
         m->release_packed = !s->dev;
         kiln_select_kernels(g, s->host, NULL, s->dev, s->dev_state);
         m->release_packed = false;
+        if (s->dev) KILN_TRY(kiln_insert_copies(g, s->dev, err));
         if (s->dev && s->dev->prepare) KILN_TRY(s->dev->prepare(s->dev_state, g, err));
         KILN_TRY(kiln_subgraphs_compile(g, s->opt.plan_cache_size > 0 ? s->opt.plan_cache_size : 16, err));
     }
+    /* after the copy nodes: they are planned like any value */
+    KILN_TRY(kiln_memprog_build(g, s->dev != NULL, &s->memprog, err));
     s->node_ids = calloc((size_t)g->n_nodes + 1, sizeof *s->node_ids);
     if (!s->node_ids) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
     for (int k = 0, id = 0; k < g->n_nodes; k++) {

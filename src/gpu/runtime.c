@@ -159,7 +159,9 @@ kiln_status kiln_gpu_open(const kiln_session_options *opt, kiln_gpu_session **ou
 kiln_status kiln_gpu_prepare(kiln_gpu_session *gs, const kiln_graph *g, kiln_err *err)
 {
     gs->g = g;
-    for (int k = 0; k < g->n_nodes; k++) ++*(g->nodes[k]->on_device ? &gs->nodes_gpu : &gs->nodes_cpu);
+    for (int k = 0; k < g->n_nodes; k++) /* copy nodes run on neither side's kernels */
+        if (!(g->nodes[k]->op && (g->nodes[k]->op->flags & KILN_OP_COPY)))
+            ++*(g->nodes[k]->on_device ? &gs->nodes_gpu : &gs->nodes_cpu);
     return upload_constants(gs, err);
 }
 

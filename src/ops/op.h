@@ -53,6 +53,10 @@ typedef kiln_status (*kiln_kernel_fn)(kiln_run_ctx *c);
 /* The outputs are not a function of the inputs (random generators, Dropout, which is random in
  * training mode): passes never replace the node by a constant. */
 #define KILN_OP_RANDOM 16u
+/* Moves its input between host and device memory (kiln.MemcpyToDevice, kiln.MemcpyToHost:
+ * copy nodes the partitioner inserts, src/exec/partition.c): the executor runs it through the
+ * device provider's copies; its reference kernel is a plain copy. */
+#define KILN_OP_COPY 32u
 
 /* Bit i of kiln_op_def.host_inputs: input i. */
 #define KILN_OP_IN(i) (1u << (i))

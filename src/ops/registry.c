@@ -26,7 +26,8 @@
     X(kiln_ops_contrib_nchwc) \
     X(kiln_ops_contrib_qattn) \
     X(kiln_ops_basic) \
-    X(kiln_ops_fused)
+    X(kiln_ops_fused) \
+    X(kiln_ops_memcpy)
 
 #define DECLARE(name) extern const kiln_op_table name;
 FAMILIES(DECLARE)
