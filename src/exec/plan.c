@@ -84,9 +84,27 @@ kiln_status kiln_memprog_build(const kiln_graph *g, bool io, kiln_memprog *mp, k
         kiln_memprog_release(mp);
         return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
     }
+    /* candidates in production order (values without a producer, then each node's outputs),
+     * so that a buffer reused in place is a candidate before the values that reuse it, also
+     * where passes and copy nodes made values after their readers' outputs */
+    int *by_production = malloc((size_t)cap * sizeof *by_production);
+    if (!by_production) {
+        free(cand_of);
+        kiln_memprog_release(mp);
+        return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
+    }
+    int n_order = 0;
+    for (int i = 0; i < g->n_values; i++)
+        if (!g->values[i]->producer) by_production[n_order++] = i;
+    for (int k = 0; k < g->n_nodes; k++)
+        for (int q = 0; q < g->nodes[k]->n_out; q++) {
+            const kiln_ir_value *o = g->nodes[k]->out[q];
+            if (o && o->graph == g && o->producer == g->nodes[k] && n_order < g->n_values) by_production[n_order++] = o->id;
+        }
     kiln_dimtab *t = g->model->dims;
     for (int i = 0; i < g->n_values; i++) cand_of[i] = -1;
-    for (int i = 0; i < g->n_values; i++) {
+    for (int r = 0; r < n_order; r++) {
+        int i = by_production[r];
         const kiln_ir_value *v = g->values[i];
         const kiln_type *ty = &v->type;
         bool input = io && v->is_input && !v->init;
@@ -110,6 +128,7 @@ kiln_status kiln_memprog_build(const kiln_graph *g, bool io, kiln_memprog *mp, k
     bool *taken = calloc((size_t)cap, sizeof *taken);
     if (!taken) {
         free(cand_of);
+        free(by_production);
         kiln_memprog_release(mp);
         return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
     }
@@ -129,6 +148,7 @@ kiln_status kiln_memprog_build(const kiln_graph *g, bool io, kiln_memprog *mp, k
     }
     free(taken);
     free(cand_of);
+    free(by_production);
     return shapes_build(g, mp, err);
 }
 
