@@ -299,8 +299,8 @@ typedef struct kiln_session_stats {
     int64_t plan_cache_misses; /* runs that planned memory for a new binding */
     int plan_cache_entries;    /* plans cached now (at most plan_cache_capacity) */
     int plan_cache_capacity;
-    int64_t arena_peak_bytes;  /* largest arena of any run */
-    int64_t arena_last_bytes;  /* arena of the last run */
+    int64_t arena_peak_bytes;  /* largest arena of any run (host and device arenas together) */
+    int64_t arena_last_bytes;  /* arena of the last run (host and device arenas together) */
     int64_t lower_bound_last_bytes; /* the last run's planner lower bound: peak of live bytes */
     int64_t heap_fallbacks;    /* planned tensors that had to go to the heap (0 when shapes infer right) */
     int64_t bind_plan_ns;      /* total time spent checking inputs, binding symbols and planning */

@@ -78,8 +78,10 @@ kiln_status kiln_memprog_build(const kiln_graph *g, bool io, kiln_memprog *mp, k
     mp->numel = calloc((size_t)cap, sizeof *mp->numel);
     mp->elem_size = calloc((size_t)cap, sizeof *mp->elem_size);
     mp->share = calloc((size_t)cap, sizeof *mp->share);
+    mp->device = calloc((size_t)cap, sizeof *mp->device);
     int *cand_of = malloc((size_t)cap * sizeof *cand_of);
-    if (!mp->value_id || !mp->first || !mp->last || !mp->numel || !mp->elem_size || !mp->share || !cand_of) {
+    if (!mp->value_id || !mp->first || !mp->last || !mp->numel || !mp->elem_size || !mp->share || !mp->device ||
+        !cand_of) {
         free(cand_of);
         kiln_memprog_release(mp);
         return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
@@ -122,6 +124,9 @@ kiln_status kiln_memprog_build(const kiln_graph *g, bool io, kiln_memprog *mp, k
         if (v->is_output) mp->last[j] = g->n_nodes; /* live to the end of the run */
         mp->numel[j] = numel;
         mp->elem_size[j] = kiln_dtype_size(ty->dtype);
+        /* the device arena holds what device nodes (copies to the device among them) make
+         * and the graph inputs' device copies; the host arena the rest */
+        mp->device[j] = io && (v->producer ? v->producer->on_device : true);
     }
     /* in place: an output reuses input 0's buffer when the op allows it, the sizes are the
      * same expression and this node is the input's last reader (and no one reused it yet) */
@@ -140,7 +145,7 @@ kiln_status kiln_memprog_build(const kiln_graph *g, bool io, kiln_memprog *mp, k
             in0->graph != g || cand_of[in0->id] < 0)
             continue;
         int i = cand_of[in0->id];
-        if (taken[i] || mp->last[i] != nd->index || mp->elem_size[i] != mp->elem_size[j] ||
+        if (taken[i] || mp->last[i] != nd->index || mp->elem_size[i] != mp->elem_size[j] || mp->device[i] != mp->device[j] ||
             !kiln_dim_equal(mp->numel[i], mp->numel[j]))
             continue;
         taken[i] = true;
@@ -160,6 +165,7 @@ void kiln_memprog_release(kiln_memprog *mp)
     free(mp->numel);
     free(mp->elem_size);
     free(mp->share);
+    free(mp->device);
     free(mp->rank);
     free(mp->dim_at);
     free(mp->dims);
@@ -223,14 +229,18 @@ typedef struct placed {
 } placed;
 
 /* Sort keys of the placement orders tried: decreasing size; decreasing size x lifetime;
- * production order. */
+ * production order; reverse production order (the last to die first: a transformer's
+ * residual stream, reused in place from layer to layer, leaves gaps that forward orders
+ * fragment); decreasing size, the last to die first among equal sizes. */
+#define PLACEMENT_KEYS 5
 static bool placed_before(const placed *x, const placed *y, int key)
 {
-    if (key == 0 && x->size != y->size) return x->size > y->size;
+    if ((key == 0 || key == 4) && x->size != y->size) return x->size > y->size;
     if (key == 1) {
         double ax = (double)x->size * (x->last - x->first + 1), ay = (double)y->size * (y->last - y->first + 1);
         if (ax != ay) return ax > ay;
     }
+    if ((key == 3 || key == 4) && x->last != y->last) return x->last > y->last;
     if (x->first != y->first) return x->first < y->first;
     return x->size > y->size;
 }
@@ -282,6 +292,63 @@ static size_t place(const placed *items, int n, const int *order, bool best_fit,
         off[order[k]] = chosen;
         done[k] = (placed){chosen, it->size, it->first, it->last};
         if (chosen + it->size > peak) peak = chosen + it->size;
+    }
+    return peak;
+}
+
+/* The smallest arena found for items[0..n): greedy placement in each order and fit, then,
+ * unless that is within 3% of the lower bound already, a short hill climb (swap two buffers
+ * in the best order or move one, keep what shrinks the arena; the trial count shrinks with n^2 so
+ * planning stays cheap next to running). Offsets into best[] (by item), the lower bound (the
+ * most bytes alive at once) into *lb_out; off, order and best_order are scratch of n. */
+static size_t place_best(const placed *items, int n, placed **live, size_t *off, size_t *best, int *order,
+                         int *best_order, size_t *lb_out)
+{
+    size_t lb = 0;
+    for (int k = 0; k < n; k++) {
+        size_t live_bytes = 0;
+        for (int q = 0; q < n; q++)
+            if (items[q].first <= items[k].first && items[k].first <= items[q].last) live_bytes += items[q].size;
+        if (live_bytes > lb) lb = live_bytes;
+    }
+    *lb_out = lb;
+    if (!n) return 0;
+    size_t peak = SIZE_MAX;
+    bool best_fit = false;
+    for (int strategy = 0; strategy < 2 * PLACEMENT_KEYS && peak > lb; strategy++) { /* at the bound: optimal */
+        sort_order(items, n, strategy / 2, order);
+        size_t got = place(items, n, order, strategy % 2, live, off);
+        if (got < peak) {
+            peak = got;
+            best_fit = strategy % 2;
+            memcpy(best, off, (size_t)n * sizeof *best);
+            memcpy(best_order, order, (size_t)n * sizeof *order);
+        }
+    }
+    int trials = n > 2 && peak > lb + lb / 32 ? (int)(1000000 / ((int64_t)n * n)) : 0;
+    if (trials > 1000) trials = 1000;
+    uint64_t rng = 0x9e3779b97f4a7c15ull ^ (uint64_t)n;
+    for (int t = 0; t < trials && peak > lb; t++) {
+        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+        int i = (int)(rng % (uint64_t)n), j = (int)((rng >> 32) % (uint64_t)n);
+        if (i == j) continue;
+        memcpy(order, best_order, (size_t)n * sizeof *order);
+        if (t % 2) { /* swap two */
+            int tmp = order[i];
+            order[i] = order[j];
+            order[j] = tmp;
+        } else { /* move one to another place in the order */
+            int tmp = order[i];
+            if (i < j) memmove(order + i, order + i + 1, (size_t)(j - i) * sizeof *order);
+            else memmove(order + j + 1, order + j, (size_t)(i - j) * sizeof *order);
+            order[j] = tmp;
+        }
+        size_t got = place(items, n, order, best_fit, live, off);
+        if (got < peak) {
+            peak = got;
+            memcpy(best, off, (size_t)n * sizeof *best);
+            memcpy(best_order, order, (size_t)n * sizeof *order);
+        }
     }
     return peak;
 }
@@ -338,22 +405,18 @@ static kiln_status plan_build(const kiln_memprog *mp, const int64_t *syms, int n
         idx[n] = j;
         item_of[j] = n++;
     }
-    /* lower bound: the most bytes alive at once */
-    size_t lb = 0;
-    for (int k = 0; k < n; k++) {
-        size_t live_bytes = 0;
-        for (int q = 0; q < n; q++)
-            if (items[q].first <= items[k].first && items[k].first <= items[q].last) live_bytes += items[q].size;
-        if (live_bytes > lb) lb = live_bytes;
-    }
-    /* place with each strategy, keep the smallest arena */
+    /* each arena on its own: the host's, then the device's */
     size_t *off = calloc((size_t)n + 1, sizeof *off), *best = calloc((size_t)n + 1, sizeof *best);
     int *order = calloc((size_t)n + 1, sizeof *order), *best_order = calloc((size_t)n + 1, sizeof *best_order);
-    if (!off || !best || !order || !best_order) {
+    placed *side_items = calloc((size_t)n + 1, sizeof *side_items);
+    int *side_of = calloc((size_t)n + 1, sizeof *side_of);
+    if (!off || !best || !order || !best_order || !side_items || !side_of) {
         free(off);
         free(best);
         free(order);
         free(best_order);
+        free(side_items);
+        free(side_of);
         free(item_of);
         plan_free(p);
         free(items);
@@ -361,42 +424,24 @@ static kiln_status plan_build(const kiln_memprog *mp, const int64_t *syms, int n
         free(live);
         return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
     }
-    size_t peak = SIZE_MAX;
-    bool best_fit = false;
-    for (int strategy = 0; strategy < 6 && peak > lb; strategy++) { /* at the bound: optimal */
-        sort_order(items, n, strategy / 2, order);
-        size_t got = place(items, n, order, strategy % 2, live, off);
-        if (got < peak) {
-            peak = got;
-            best_fit = strategy % 2;
-            memcpy(best, off, (size_t)n * sizeof *best);
-            memcpy(best_order, order, (size_t)n * sizeof *order);
-        }
+    size_t lb_total = 0;
+    for (int side = 0; side < 2; side++) {
+        int m = 0;
+        for (int k = 0; k < n; k++)
+            if (mp->device[idx[k]] == side) {
+                side_of[m] = k;
+                side_items[m++] = items[k];
+            }
+        size_t lb, peak = place_best(side_items, m, live, off, best, order, best_order, &lb);
+        for (int q = 0; q < m; q++) items[side_of[q]].off = best[q];
+        lb_total += lb;
+        if (side) p->device_peak = peak;
+        else p->peak = peak;
     }
-    /* then, unless greedy is within 3% of the lower bound already, a short hill climb: swap
-     * two buffers in the best order, keep what shrinks the arena; the trial count shrinks with
-     * n^2 so planning stays cheap next to running */
-    int trials = n > 2 && peak > lb + lb / 32 ? (int)(1000000 / ((int64_t)n * n)) : 0;
-    if (trials > 200) trials = 200;
-    uint64_t rng = 0x9e3779b97f4a7c15ull ^ (uint64_t)n;
-    for (int t = 0; t < trials && peak > lb; t++) {
-        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-        int i = (int)(rng % (uint64_t)n), j = (int)((rng >> 32) % (uint64_t)n);
-        if (i == j) continue;
-        memcpy(order, best_order, (size_t)n * sizeof *order);
-        int tmp = order[i];
-        order[i] = order[j];
-        order[j] = tmp;
-        size_t got = place(items, n, order, best_fit, live, off);
-        if (got < peak) {
-            peak = got;
-            memcpy(best, off, (size_t)n * sizeof *best);
-            memcpy(best_order, order, (size_t)n * sizeof *order);
-        }
-    }
-    if (!n) peak = 0;
+    free(side_items);
+    free(side_of);
     for (int k = 0; k < n; k++) {
-        p->offset[mp->value_id[idx[k]]] = best[k];
+        p->offset[mp->value_id[idx[k]]] = items[k].off;
         p->size[mp->value_id[idx[k]]] = items[k].size;
     }
     free(off);
@@ -412,8 +457,7 @@ static kiln_status plan_build(const kiln_memprog *mp, const int64_t *syms, int n
         p->in_place[mp->value_id[j]] = 1;
     }
     free(item_of);
-    p->peak = peak;
-    p->lower_bound = lb;
+    p->lower_bound = lb_total;
     free(items);
     free(idx);
     free(live);

@@ -23,6 +23,7 @@ typedef struct kiln_memprog {
     kiln_dim *numel;     /* [n] element count expression */
     size_t *elem_size;   /* [n] bytes per element */
     int *share;          /* [n] candidate whose buffer this one reuses in place, or -1 */
+    unsigned char *device; /* [n] 1: lives in the device arena (io sessions), 0: the host's */
     int n_values;        /* of the graph */
     /* the shape program: the compile-time dims of every tensor value of known dtype and rank
      * (rank[v] >= 0; -1: decided at run time), dims[dim_at[v] ..] its expressions; and per
@@ -49,7 +50,7 @@ typedef struct kiln_memprog {
 typedef struct kiln_plan {
     int64_t *key;        /* symbol values (-1 unbound), n_key entries */
     int n_key;
-    size_t *offset;      /* [n_values] byte offset in the arena, SIZE_MAX when not planned */
+    size_t *offset;      /* [n_values] byte offset in its arena (memprog.device), SIZE_MAX when not planned */
     size_t *size;        /* [n_values] planned bytes */
     int *in_place;       /* [n_values] 1 when the value reuses its producer's input 0 buffer */
     /* the shape program evaluated for this binding: value v's dims at vdims + dim_at[v] when
@@ -58,8 +59,9 @@ typedef struct kiln_plan {
     const int *rank, *dim_at; /* the memory program's (it outlives its plans) */
     unsigned char *vok;     /* [n_values] */
     unsigned char *node_ok; /* [n_nodes] */
-    size_t peak;         /* arena bytes */
-    size_t lower_bound;  /* max over time of the live planned bytes */
+    size_t peak;         /* host arena bytes */
+    size_t device_peak;  /* device arena bytes (io sessions; 0 otherwise) */
+    size_t lower_bound;  /* max over time of the live planned bytes, summed over the arenas */
     int refs;
     struct kiln_plan *prev, *next;
 } kiln_plan;

@@ -625,7 +625,7 @@ static kiln_status session_run(kiln_session *s, int n_in, const char *const *in_
     }
     const kiln_provider_i *d = s->dev;
     if (d) {
-        st = d->run_begin(s->dev_state, plan->peak, &dev_run, &err);
+        st = d->run_begin(s->dev_state, plan ? plan->device_peak : 0, &dev_run, &err);
         if (st) goto out;
         mem.device_base = d->run_arena(dev_run);
         env.dev = d;
@@ -650,9 +650,10 @@ static kiln_status session_run(kiln_session *s, int n_in, const char *const *in_
     s->stats.bind_plan_ns += t_exec - t_start;
     s->stats.run_ns += now_ns() - t_start;
     if (plan) {
-        s->stats.arena_last_bytes = (int64_t)plan->peak;
+        int64_t bytes = (int64_t)(plan->peak + plan->device_peak);
+        s->stats.arena_last_bytes = bytes;
         s->stats.lower_bound_last_bytes = (int64_t)plan->lower_bound;
-        if ((int64_t)plan->peak > s->stats.arena_peak_bytes) s->stats.arena_peak_bytes = (int64_t)plan->peak;
+        if (bytes > s->stats.arena_peak_bytes) s->stats.arena_peak_bytes = bytes;
     }
     s->stats.heap_fallbacks += mem.heap_fallbacks;
     pthread_mutex_unlock(&s->stats_lock);
