@@ -382,6 +382,33 @@ kiln_status kiln_session_run_tensors(kiln_session *s, int n_in, const char *cons
                                      const char *const *out_names, kiln_value **outputs,
                                      kiln_tensor_desc *out_desc);
 
+/* Where one output of kiln_session_run_with_outputs goes (ONNX Runtime's IOBinding). */
+typedef struct kiln_output_binding {
+    /* KILN_PROVIDER_CUDA sessions: the tensor comes back in device memory on the session's GPU
+     * (kiln_value_on_device), complete when the run returns, as with the session option
+     * device_outputs; false: in host memory. Strings, sequences and optionals stay on the
+     * host. true in a session without a device provider is KILN_ERR_INVALID_ARG. */
+    bool on_device;
+    /* Optional (NULL: kiln allocates the output). A tensor whose memory the output is written
+     * into when it lies where on_device says (host memory, or device memory of the session's
+     * GPU wrapped with kiln_value_wrap_device_tensor), its dtype matches and the output's bytes
+     * fit: outputs[j] is then a view of storage's data (kiln_value_data equal; freeing it
+     * leaves that memory alone, which the caller keeps alive while outputs[j] is used).
+     * Otherwise the output is allocated as usual: compare the data pointers to tell. Borrowed
+     * for the call. */
+    const kiln_value *storage;
+} kiln_output_binding;
+
+/* kiln_session_run with each output placed as bind[j] says (bind NULL: as kiln_session_run;
+ * bind[j] for out_names[j], overriding the session option device_outputs). Inputs may be
+ * host tensors or device tensors (kiln_value_wrap_device_tensor) in a CUDA session: a device
+ * input is read on the device (no copy through the host). Ownership of outputs, errors and
+ * thread safety as for kiln_session_run. */
+kiln_status kiln_session_run_with_outputs(kiln_session *s, int n_in, const char *const *in_names,
+                                          const kiln_value *const *inputs, int n_out,
+                                          const char *const *out_names,
+                                          const kiln_output_binding *bind, kiln_value **outputs);
+
 /* ---------------------------------------------------------------------------------------- */
 /* Generation: decoder-only LLMs in onnxruntime-genai's model folder layout.                 */
 /*

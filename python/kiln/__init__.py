@@ -17,7 +17,7 @@ from ._errors import (EngineError, EPFail, Fail, InvalidArgument, InvalidGraph, 
 from ._legacy import _CODES, _DTYPES, PROVIDERS, DeviceArray, Session  # noqa: F401
 from ._lib import library  # noqa: F401
 from .session import (ExecutionMode, ExecutionOrder, GraphOptimizationLevel, IgnoredOptionWarning,  # noqa: F401
-                      InferenceSession, ModelMetadata, NodeArg, NodeEvent, RunOptions, SessionOptions,
+                      InferenceSession, IOBinding, ModelMetadata, NodeArg, NodeEvent, RunOptions, SessionOptions,
                       VerifyReport, get_all_providers, get_available_providers, get_device)
 from .tensor import OrtValue, from_dlpack  # noqa: F401
 

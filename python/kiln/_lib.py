@@ -70,6 +70,10 @@ class TensorDesc(C.Structure):
                 ("nbytes", C.c_size_t)]
 
 
+class OutputBinding(C.Structure):
+    _fields_ = [("on_device", C.c_bool), ("storage", C.c_void_p)]
+
+
 OBSERVER_FN = C.CFUNCTYPE(C.c_int, C.c_void_p, C.POINTER(NodeEvent))
 
 
@@ -90,6 +94,7 @@ def _declare(lib):
     sigs = {
         "kiln_version": (S, []),
         "kiln_status_name": (S, [I]),
+        "kiln_dtype_size": (C.c_size_t, [I]),
         "kiln_provider_available": (B, [I]),
         "kiln_session_options_default": (Options, []),
         "kiln_session_create": (I, [S, C.POINTER(Options), PP]),
@@ -105,6 +110,8 @@ def _declare(lib):
         "kiln_session_run_observed": (I, [P, I, C.POINTER(S), PP, I, C.POINTER(S), PP, OBSERVER_FN, P]),
         "kiln_session_run_tensors": (I, [P, I, C.POINTER(S), C.POINTER(TensorDesc), I, C.POINTER(S), PP,
                                          C.POINTER(TensorDesc)]),
+        "kiln_session_run_with_outputs": (I, [P, I, C.POINTER(S), PP, I, C.POINTER(S), C.POINTER(OutputBinding),
+                                              PP]),
         "kiln_session_stats_get": (I, [P, C.POINTER(Stats)]),
         "kiln_session_ir_version": (I64, [P]),
         "kiln_session_opset_count": (I, [P]),
