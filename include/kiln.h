@@ -315,6 +315,11 @@ typedef struct kiln_session_stats {
     int64_t graphs_captured;   /* runs recorded as a CUDA graph (one per binding, LRU-bounded) */
     int64_t graphs_replayed;   /* runs served by replaying a recorded graph */
     char graphs_note[192];     /* why the last run that could not be recorded could not, or "" */
+    /* KILN_PROVIDER_CUDA: main-graph nodes on the CPU that compute tensor data there (the GPU
+     * has no kernel for them as compiled, or they hold control flow; kiln_session_node_fallback),
+     * which cost copies and time: a warning. Shape arithmetic and ops that read only shapes
+     * are on the CPU by design and not counted. */
+    int nodes_fallback;
 } kiln_session_stats;
 
 /* Copies the session's counters into *out. Thread-safe. */
@@ -344,6 +349,11 @@ kiln_status kiln_session_node(const kiln_session *s, int i, const char **name, c
  * KILN_PROVIDER_CUDA session, *why says why a CPU node is not on the GPU (NULL otherwise).
  * Strings are borrowed from the session. */
 kiln_status kiln_session_node_placement(const kiln_session *s, int i, const char **provider, const char **why);
+/* Whether node i (index as in kiln_session_node) of a KILN_PROVIDER_CUDA session's main graph
+ * runs on the CPU though it computes tensor data (counted in kiln_session_stats.nodes_fallback;
+ * kiln_session_node_placement says why): false for GPU nodes, shape arithmetic, ops that read
+ * only their inputs' shapes, subgraph nodes, other sessions and bad arguments. */
+bool kiln_session_node_fallback(const kiln_session *s, int i);
 /* A one-line description of node i (index as in kiln_session_node): op type and attributes,
  * e.g. "Conv kernel_shape=[3, 3] strides=[2, 2]". Writes into buf (always NUL-terminated). */
 kiln_status kiln_session_node_describe(const kiln_session *s, int i, char *buf, size_t size);

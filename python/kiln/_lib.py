@@ -52,7 +52,8 @@ class Stats(C.Structure):
                 ("run_ns", C.c_int64), ("nodes_gpu", C.c_int), ("nodes_cpu", C.c_int),
                 ("node_runs_gpu", C.c_int64), ("node_runs_cpu", C.c_int64), ("device_mallocs", C.c_int64),
                 ("copies_to_device", C.c_int64), ("copies_to_host", C.c_int64), ("graphs_captured", C.c_int64),
-                ("graphs_replayed", C.c_int64), ("graphs_note", C.c_char * 192)]
+                ("graphs_replayed", C.c_int64), ("graphs_note", C.c_char * 192),
+                ("nodes_fallback", C.c_int)]
 
 
 class NodeEvent(C.Structure):
@@ -123,6 +124,7 @@ def _declare(lib):
         "kiln_session_node_count": (I, [P]),
         "kiln_session_node": (I, [P, I, C.POINTER(S), C.POINTER(S), C.POINTER(S), C.POINTER(B)]),
         "kiln_session_node_placement": (I, [P, I, C.POINTER(S), C.POINTER(S)]),
+        "kiln_session_node_fallback": (B, [P, I]),
         "kiln_value_create_tensor": (I, [I, I, C.POINTER(I64), P, C.c_size_t, PP]),
         "kiln_value_wrap_tensor": (I, [I, I, C.POINTER(I64), P, C.c_size_t, PP]),
         "kiln_value_wrap_device_tensor": (I, [I, I, C.POINTER(I64), P, C.c_size_t, PP]),

@@ -48,6 +48,10 @@ class IgnoredOptionWarning(UserWarning):
     """An ONNX Runtime option kiln accepts but does not act on."""
 
 
+class FallbackWarning(UserWarning):
+    """Nodes of a CUDA session that compute on the CPU (the statistics' nodes_fallback)."""
+
+
 def _ignored(what, why, stacklevel=3):
     warnings.warn(f"kiln: {what} is not supported and is ignored ({why})", IgnoredOptionWarning,
                   stacklevel=stacklevel)
@@ -338,12 +342,28 @@ class InferenceSession:
             break
         self._hp = C.c_void_p(self._h)
         lib, h = self._lib, self._h
+        if self._kind == _lib.PROVIDER_CUDA:
+            self._warn_fallbacks()
         self._inputs = [self._io(lib.kiln_session_input_info, i) for i in range(lib.kiln_session_input_count(h))]
         self._outputs = [self._io(lib.kiln_session_output_info, i) for i in range(lib.kiln_session_output_count(h))]
         self._out_names = [o.name for o in self._outputs]
         self._input_dtypes = {i.name: _DTYPES.get(i.dtype) for i in self._inputs}
         self._name_arrays = {}
         self._default_out = self._names_array(tuple(self._out_names))
+
+    def _warn_fallbacks(self):
+        """One warning naming the nodes that compute on the CPU under CUDA (nodes_fallback)."""
+        lib, h, names = self._lib, self._h, []
+        for i in range(lib.kiln_session_node_count(h)):
+            if lib.kiln_session_node_fallback(h, i):
+                name, dom, op, prov, why = C.c_char_p(), C.c_char_p(), C.c_char_p(), C.c_char_p(), C.c_char_p()
+                lib.kiln_session_node(h, i, C.byref(name), C.byref(dom), C.byref(op), None)
+                lib.kiln_session_node_placement(h, i, C.byref(prov), C.byref(why))
+                names.append(f"'{name.value.decode()}' ({op.value.decode()}: {(why.value or b'').decode()})")
+        if names:
+            shown = "; ".join(names[:5]) + (f"; and {len(names) - 5} more" if len(names) > 5 else "")
+            warnings.warn(f"kiln: {len(names)} nodes fall back to the CPU in this CUDA session: {shown}",
+                          FallbackWarning, stacklevel=4)
 
     def _io(self, fn, i):
         io = _lib.IoInfo()

@@ -172,7 +172,8 @@ static kiln_status compile(kiln_session *s, kiln_err *err)
         if (st) return kiln_errf(err, st, "cannot start %d threads", s->opt.num_threads);
         s->scratch = kiln_scratch_create();
         if (!s->scratch) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
-        if (s->dev) KILN_TRY(kiln_partition(g, s->dev, s->dev_state, &s->stats.nodes_gpu, &s->stats.nodes_cpu, err));
+        if (s->dev) KILN_TRY(kiln_partition(g, s->dev, s->dev_state, &s->stats.nodes_gpu, &s->stats.nodes_cpu,
+                                            &s->stats.nodes_fallback, err));
         /* a host-only session reads packed weights only: their originals may go (a device
          * provider uploads the originals after this, so its sessions keep them) */
         m->release_packed = !s->dev;
@@ -821,6 +822,14 @@ kiln_status kiln_session_node_placement(const kiln_session *s, int i, const char
     if (why)
         *why = !s->dev || n->on_device ? NULL : main_graph ? n->placement_note : "inside a subgraph (runs on the host)";
     return KILN_OK;
+}
+
+bool kiln_session_node_fallback(const kiln_session *s, int i)
+{
+    if (!s || !s->model || !s->dev || i < 0) return false;
+    int want = i, count = 0;
+    const kiln_node *n = nth_node(s->model->graph, &want, &count);
+    return n && n->graph == s->model->graph && n->host_fallback;
 }
 
 /* "name=value" of one attribute into buf at *at */

@@ -426,6 +426,9 @@ static void test_output_binding(void)
     CHECK(kiln_session_run_with_outputs(s, 1, names, (const kiln_value *const *)&in, 1, outs, b, out) ==
           KILN_ERR_INVALID_ARG);
     CHECK(out[0] == NULL && strstr(kiln_last_error(s), "device provider"));
+    CHECK(!kiln_session_node_fallback(s, 0) && !kiln_session_node_fallback(s, 99) && !kiln_session_node_fallback(NULL, 0));
+    kiln_session_stats st;
+    CHECK(kiln_session_stats_get(s, &st) == KILN_OK && st.nodes_fallback == 0); /* no device provider */
     CHECK(kiln_session_run_with_outputs(s, 1, names, (const kiln_value *const *)&in, 1, outs, NULL, out) == KILN_OK);
     CHECK(out[0] && !memcmp(kiln_value_data(out[0]), x, sizeof x));
     kiln_value_free(out[0]);
