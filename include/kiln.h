@@ -315,6 +315,11 @@ typedef struct kiln_session_stats {
     int64_t graphs_captured;   /* runs recorded as a CUDA graph (one per binding, LRU-bounded) */
     int64_t graphs_replayed;   /* runs served by replaying a recorded graph */
     char graphs_note[192];     /* why the last run that could not be recorded could not, or "" */
+    /* KILN_PROVIDER_CUDA: main-graph nodes on the CPU that compute tensor data there (the GPU
+     * has no kernel for them as compiled, or they hold control flow; kiln_session_node_fallback),
+     * which cost copies and time: a warning. Shape arithmetic and ops that read only shapes
+     * are on the CPU by design and not counted. */
+    int nodes_fallback;
 } kiln_session_stats;
 
 /* Copies the session's counters into *out. Thread-safe. */
@@ -344,6 +349,11 @@ kiln_status kiln_session_node(const kiln_session *s, int i, const char **name, c
  * KILN_PROVIDER_CUDA session, *why says why a CPU node is not on the GPU (NULL otherwise).
  * Strings are borrowed from the session. */
 kiln_status kiln_session_node_placement(const kiln_session *s, int i, const char **provider, const char **why);
+/* Whether node i (index as in kiln_session_node) of a KILN_PROVIDER_CUDA session's main graph
+ * runs on the CPU though it computes tensor data (counted in kiln_session_stats.nodes_fallback;
+ * kiln_session_node_placement says why): false for GPU nodes, shape arithmetic, ops that read
+ * only their inputs' shapes, subgraph nodes, other sessions and bad arguments. */
+bool kiln_session_node_fallback(const kiln_session *s, int i);
 /* A one-line description of node i (index as in kiln_session_node): op type and attributes,
  * e.g. "Conv kernel_shape=[3, 3] strides=[2, 2]". Writes into buf (always NUL-terminated). */
 kiln_status kiln_session_node_describe(const kiln_session *s, int i, char *buf, size_t size);
@@ -381,6 +391,33 @@ kiln_status kiln_session_run_tensors(kiln_session *s, int n_in, const char *cons
                                      const kiln_tensor_desc *inputs, int n_out,
                                      const char *const *out_names, kiln_value **outputs,
                                      kiln_tensor_desc *out_desc);
+
+/* Where one output of kiln_session_run_with_outputs goes (ONNX Runtime's IOBinding). */
+typedef struct kiln_output_binding {
+    /* KILN_PROVIDER_CUDA sessions: the tensor comes back in device memory on the session's GPU
+     * (kiln_value_on_device), complete when the run returns, as with the session option
+     * device_outputs; false: in host memory. Strings, sequences and optionals stay on the
+     * host. true in a session without a device provider is KILN_ERR_INVALID_ARG. */
+    bool on_device;
+    /* Optional (NULL: kiln allocates the output). A tensor whose memory the output is written
+     * into when it lies where on_device says (host memory, or device memory of the session's
+     * GPU wrapped with kiln_value_wrap_device_tensor), its dtype matches and the output's bytes
+     * fit: outputs[j] is then a view of storage's data (kiln_value_data equal; freeing it
+     * leaves that memory alone, which the caller keeps alive while outputs[j] is used).
+     * Otherwise the output is allocated as usual: compare the data pointers to tell. Borrowed
+     * for the call. */
+    const kiln_value *storage;
+} kiln_output_binding;
+
+/* kiln_session_run with each output placed as bind[j] says (bind NULL: as kiln_session_run;
+ * bind[j] for out_names[j], overriding the session option device_outputs). Inputs may be
+ * host tensors or device tensors (kiln_value_wrap_device_tensor) in a CUDA session: a device
+ * input is read on the device (no copy through the host). Ownership of outputs, errors and
+ * thread safety as for kiln_session_run. */
+kiln_status kiln_session_run_with_outputs(kiln_session *s, int n_in, const char *const *in_names,
+                                          const kiln_value *const *inputs, int n_out,
+                                          const char *const *out_names,
+                                          const kiln_output_binding *bind, kiln_value **outputs);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Generation: decoder-only LLMs in onnxruntime-genai's model folder layout.                 */

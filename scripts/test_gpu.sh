@@ -4,7 +4,7 @@
 # CUDA build in build-gpu/), one section after the other, each under a header and a time limit,
 # going on after failures; the last line counts the sections: "N passed, N failed".
 #
-#   a  the kernel tests, tests/gpu/test_gpu_*.py (one section each)
+#   a  the kernel tests and the Python GPU-tensor test, tests/gpu/test_gpu_*.py (one section each)
 #   b  tests/gpu/test_gpu_models.py: the layout case, several outputs, CPU fallback, session
 #      lifetimes and threads, dynamic shapes, steady state
 #   c  the dynamic-shapes model tests on the CUDA provider (tests/models/test_models.py)

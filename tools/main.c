@@ -199,10 +199,12 @@ static int cmd_info(int argc, char **argv)
                 json_string(o, op);
                 fprintf(o, ", \"why\": ");
                 json_string(o, why ? why : "");
-                fprintf(o, "}");
+                fprintf(o, ", \"fallback\": %s}", kiln_session_node_fallback(s, i) ? "true" : "false");
                 first = 0;
             }
-            fprintf(o, "]");
+            kiln_session_stats st;
+            kiln_session_stats_get(s, &st);
+            fprintf(o, "], \"nodes_fallback\": %d", st.nodes_fallback);
         }
         fprintf(o, "}\n");
     } else {
@@ -244,12 +246,21 @@ static int cmd_info(int argc, char **argv)
         if (opt.provider == KILN_PROVIDER_CUDA) {
             kiln_session_stats st;
             kiln_session_stats_get(s, &st);
-            fprintf(o, "placement: %d nodes on the GPU, %d on the CPU\n", st.nodes_gpu, st.nodes_cpu);
+            fprintf(o, "placement: %d nodes on the GPU, %d on the CPU (%d of them fallbacks)\n", st.nodes_gpu,
+                    st.nodes_cpu, st.nodes_fallback);
             for (int i = 0; i < n_nodes; i++) {
                 const char *name, *domain, *op, *prov, *why;
                 kiln_session_node(s, i, &name, &domain, &op, NULL);
                 kiln_session_node_placement(s, i, &prov, &why);
                 if (!strcmp(prov, "cpu")) fprintf(o, "  cpu  %-32s %-20s %s\n", name, op, why ? why : "");
+            }
+            /* nodes computing data on the CPU: each a warning line of its own */
+            for (int i = 0; i < n_nodes; i++) {
+                const char *name, *domain, *op, *prov, *why;
+                if (!kiln_session_node_fallback(s, i)) continue;
+                kiln_session_node(s, i, &name, &domain, &op, NULL);
+                kiln_session_node_placement(s, i, &prov, &why);
+                fprintf(o, "warning: node '%s' (%s) falls back to the CPU: %s\n", name, op, why ? why : "");
             }
         }
     }

@@ -16,9 +16,10 @@ from ._errors import (EngineError, EPFail, Fail, InvalidArgument, InvalidGraph, 
                       KilnError, ModelLoaded, NoModel, NoSuchFile, NotImplemented, RuntimeException)
 from ._legacy import _CODES, _DTYPES, PROVIDERS, DeviceArray, Session  # noqa: F401
 from ._lib import library  # noqa: F401
-from .session import (ExecutionMode, ExecutionOrder, GraphOptimizationLevel, IgnoredOptionWarning,  # noqa: F401
-                      InferenceSession, ModelMetadata, NodeArg, NodeEvent, RunOptions, SessionOptions,
-                      VerifyReport, get_all_providers, get_available_providers, get_device)
+from .session import (ExecutionMode, ExecutionOrder, FallbackWarning, GraphOptimizationLevel,  # noqa: F401
+                      IgnoredOptionWarning, InferenceSession, IOBinding, ModelMetadata, NodeArg, NodeEvent,
+                      RunOptions, SessionOptions, VerifyReport, get_all_providers, get_available_providers,
+                      get_device)
 from .tensor import OrtValue, from_dlpack  # noqa: F401
 
 

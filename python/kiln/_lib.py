@@ -52,7 +52,8 @@ class Stats(C.Structure):
                 ("run_ns", C.c_int64), ("nodes_gpu", C.c_int), ("nodes_cpu", C.c_int),
                 ("node_runs_gpu", C.c_int64), ("node_runs_cpu", C.c_int64), ("device_mallocs", C.c_int64),
                 ("copies_to_device", C.c_int64), ("copies_to_host", C.c_int64), ("graphs_captured", C.c_int64),
-                ("graphs_replayed", C.c_int64), ("graphs_note", C.c_char * 192)]
+                ("graphs_replayed", C.c_int64), ("graphs_note", C.c_char * 192),
+                ("nodes_fallback", C.c_int)]
 
 
 class NodeEvent(C.Structure):
@@ -68,6 +69,10 @@ MAX_RANK = 16
 class TensorDesc(C.Structure):
     _fields_ = [("dtype", C.c_int), ("rank", C.c_int), ("dims", C.c_int64 * MAX_RANK), ("data", C.c_void_p),
                 ("nbytes", C.c_size_t)]
+
+
+class OutputBinding(C.Structure):
+    _fields_ = [("on_device", C.c_bool), ("storage", C.c_void_p)]
 
 
 OBSERVER_FN = C.CFUNCTYPE(C.c_int, C.c_void_p, C.POINTER(NodeEvent))
@@ -90,6 +95,7 @@ def _declare(lib):
     sigs = {
         "kiln_version": (S, []),
         "kiln_status_name": (S, [I]),
+        "kiln_dtype_size": (C.c_size_t, [I]),
         "kiln_provider_available": (B, [I]),
         "kiln_session_options_default": (Options, []),
         "kiln_session_create": (I, [S, C.POINTER(Options), PP]),
@@ -105,6 +111,8 @@ def _declare(lib):
         "kiln_session_run_observed": (I, [P, I, C.POINTER(S), PP, I, C.POINTER(S), PP, OBSERVER_FN, P]),
         "kiln_session_run_tensors": (I, [P, I, C.POINTER(S), C.POINTER(TensorDesc), I, C.POINTER(S), PP,
                                          C.POINTER(TensorDesc)]),
+        "kiln_session_run_with_outputs": (I, [P, I, C.POINTER(S), PP, I, C.POINTER(S), C.POINTER(OutputBinding),
+                                              PP]),
         "kiln_session_stats_get": (I, [P, C.POINTER(Stats)]),
         "kiln_session_ir_version": (I64, [P]),
         "kiln_session_opset_count": (I, [P]),
@@ -116,6 +124,7 @@ def _declare(lib):
         "kiln_session_node_count": (I, [P]),
         "kiln_session_node": (I, [P, I, C.POINTER(S), C.POINTER(S), C.POINTER(S), C.POINTER(B)]),
         "kiln_session_node_placement": (I, [P, I, C.POINTER(S), C.POINTER(S)]),
+        "kiln_session_node_fallback": (B, [P, I]),
         "kiln_value_create_tensor": (I, [I, I, C.POINTER(I64), P, C.c_size_t, PP]),
         "kiln_value_wrap_tensor": (I, [I, I, C.POINTER(I64), P, C.c_size_t, PP]),
         "kiln_value_wrap_device_tensor": (I, [I, I, C.POINTER(I64), P, C.c_size_t, PP]),

@@ -3,7 +3,7 @@
 from . import capi  # noqa: F401
 from ._errors import (EngineError, EPFail, Fail, InvalidArgument, InvalidGraph, InvalidProtobuf,  # noqa: F401
                       KilnError, ModelLoaded, NoModel, NoSuchFile, NotImplemented, RuntimeException)
-from .session import (ExecutionMode, ExecutionOrder, GraphOptimizationLevel, InferenceSession,  # noqa: F401
+from .session import (ExecutionMode, ExecutionOrder, GraphOptimizationLevel, InferenceSession, IOBinding,  # noqa: F401
                       ModelMetadata, NodeArg, RunOptions, SessionOptions, get_all_providers,
                       get_available_providers, get_device)
 from .tensor import OrtValue  # noqa: F401

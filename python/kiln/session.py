@@ -1,6 +1,7 @@
 """session.py - ONNX Runtime's Python API (InferenceSession, SessionOptions, RunOptions,
-NodeArg, ModelMetadata and their enums) on kiln's C API, plus kiln's own: statistics, the
-observer hook and verify (the served session against the reference one, value by value)."""
+NodeArg, ModelMetadata, IOBinding and their enums) on kiln's C API, plus kiln's own:
+statistics, the observer hook and verify (the served session against the reference one, value
+by value)."""
 import ctypes as C
 import enum
 import os
@@ -11,7 +12,9 @@ import numpy as np
 
 from . import _lib
 from ._errors import KilnError, error, invalid
-from .tensor import OrtValue, _Owner, prepare_array, value_to_python, wrap_array
+from . import _cuda
+from .tensor import (OrtValue, _Owner, device_kind, dlpack_device, from_dlpack, prepare_array, value_to_python,
+                     wrap_array, wrap_memory)
 
 _CODES, _DTYPES, _TensorDesc, _MAX_RANK = _lib.CODES, _lib.DTYPES, _lib.TensorDesc, _lib.MAX_RANK
 _tls = threading.local()
@@ -43,6 +46,10 @@ def _out_buffer(nbytes):
 
 class IgnoredOptionWarning(UserWarning):
     """An ONNX Runtime option kiln accepts but does not act on."""
+
+
+class FallbackWarning(UserWarning):
+    """Nodes of a CUDA session that compute on the CPU (the statistics' nodes_fallback)."""
 
 
 def _ignored(what, why, stacklevel=3):
@@ -331,15 +338,32 @@ class InferenceSession:
                               UserWarning, stacklevel=4)
                 continue
             self._kind, self._provider_options = kind, popts
+            self._device_id = int(popts.get("device_id", 0)) if kind == _lib.PROVIDER_CUDA else 0
             break
         self._hp = C.c_void_p(self._h)
         lib, h = self._lib, self._h
+        if self._kind == _lib.PROVIDER_CUDA:
+            self._warn_fallbacks()
         self._inputs = [self._io(lib.kiln_session_input_info, i) for i in range(lib.kiln_session_input_count(h))]
         self._outputs = [self._io(lib.kiln_session_output_info, i) for i in range(lib.kiln_session_output_count(h))]
         self._out_names = [o.name for o in self._outputs]
         self._input_dtypes = {i.name: _DTYPES.get(i.dtype) for i in self._inputs}
         self._name_arrays = {}
         self._default_out = self._names_array(tuple(self._out_names))
+
+    def _warn_fallbacks(self):
+        """One warning naming the nodes that compute on the CPU under CUDA (nodes_fallback)."""
+        lib, h, names = self._lib, self._h, []
+        for i in range(lib.kiln_session_node_count(h)):
+            if lib.kiln_session_node_fallback(h, i):
+                name, dom, op, prov, why = C.c_char_p(), C.c_char_p(), C.c_char_p(), C.c_char_p(), C.c_char_p()
+                lib.kiln_session_node(h, i, C.byref(name), C.byref(dom), C.byref(op), None)
+                lib.kiln_session_node_placement(h, i, C.byref(prov), C.byref(why))
+                names.append(f"'{name.value.decode()}' ({op.value.decode()}: {(why.value or b'').decode()})")
+        if names:
+            shown = "; ".join(names[:5]) + (f"; and {len(names) - 5} more" if len(names) > 5 else "")
+            warnings.warn(f"kiln: {len(names)} nodes fall back to the CPU in this CUDA session: {shown}",
+                          FallbackWarning, stacklevel=4)
 
     def _io(self, fn, i):
         io = _lib.IoInfo()
@@ -427,6 +451,9 @@ class InferenceSession:
         try:
             i = 0
             for name, v in input_feed.items():
+                if not isinstance(v, (OrtValue, np.ndarray)) and dlpack_device(v)[0] != 1:
+                    v = from_dlpack(v)  # a GPU tensor (torch, cupy): read in place
+                    keep.append(v)
                 if isinstance(v, OrtValue):
                     handles[i] = v._v
                 else:
@@ -453,8 +480,9 @@ class InferenceSession:
 
     def run(self, output_names, input_feed, run_options=None):
         """ONNX Runtime's run: output_names (None: all) and a dict of input name -> numpy array
-        (or OrtValue); returns a list of numpy arrays over kiln's output buffers (no copy), lists
-        for sequence outputs, None for an empty optional.
+        (or OrtValue, or any DLPack producer on a CUDA GPU such as a torch or cupy tensor, read in
+        place by a CUDA session); returns a list of numpy arrays over kiln's output buffers (no
+        copy), lists for sequence outputs, None for an empty optional.
 
         Numeric numpy inputs take one C call (kiln_session_run_tensors, which borrows their
         memory and describes the outputs); OrtValue and string inputs go through kiln_values."""
@@ -484,7 +512,7 @@ class InferenceSession:
         addressof, from_buffer = C.addressof, C.c_char.from_buffer
         for a in values:
             if type(a) is not np.ndarray:
-                if isinstance(a, OrtValue):
+                if isinstance(a, OrtValue) or (hasattr(a, "__dlpack_device__") and dlpack_device(a)[0] != 1):
                     return self._run_values(output_names, input_feed, run_options)
                 if not isinstance(a, np.ndarray):  # a list or a scalar: the declared element type
                     a = np.asarray(a, dtype=self._input_dtypes.get(list(input_feed)[i]))
@@ -536,7 +564,52 @@ class InferenceSession:
     def run_with_ort_values(self, output_names, input_dict_ort_values, run_options=None):
         """run() taking and returning OrtValues (the outputs own kiln's buffers)."""
         outs, names = self._call(output_names, input_dict_ort_values, run_options)
-        return [OrtValue(outs[j], self._lib) for j in range(len(names))]
+        lib, dev = self._lib, self._device_id
+        return [OrtValue(outs[j], lib, device_id=dev if lib.kiln_value_on_device(outs[j]) else 0)
+                for j in range(len(names))]
+
+    def io_binding(self):
+        """ONNX Runtime's IOBinding: inputs and outputs bound to host or device memory, run by
+        run_with_iobinding."""
+        return IOBinding(self)
+
+    def run_with_iobinding(self, iobinding, run_options=None):
+        """Runs with the inputs and outputs bound in iobinding (kiln_session_run_with_outputs):
+        device inputs are read in place, outputs bound to 'cuda' come back in device memory
+        (into the bound buffer when one was given), complete when this returns. Results:
+        iobinding.get_outputs()."""
+        if run_options is not None and run_options.terminate:
+            raise error(7, "the run was not started: RunOptions.terminate is set")
+        b = iobinding
+        if b._session is not self:
+            raise invalid("run_with_iobinding: the IOBinding belongs to another session")
+        if b._sync_inputs:
+            b.synchronize_inputs()
+        lib = self._lib
+        in_names, out_names = tuple(b._inputs), tuple(b._outputs)
+        n_in, n_out = len(in_names), len(out_names)
+        handles = (C.c_void_p * (n_in or 1))(*[v._v for v in b._inputs.values()])
+        binds = (_lib.OutputBinding * (n_out or 1))()
+        for j, (on_device, storage) in enumerate(b._outputs.values()):
+            binds[j].on_device = on_device
+            binds[j].storage = storage._v if storage is not None else None
+        outs = (C.c_void_p * (n_out or 1))()
+        st = lib.kiln_session_run_with_outputs(self._h, n_in, self._names_array(in_names), handles, n_out,
+                                               self._names_array(out_names), binds, outs)
+        if st:
+            raise self._fail(st)
+        results, bad = [], None
+        for j, (name, (on_device, storage)) in enumerate(b._outputs.items()):
+            v = outs[j]
+            if storage is not None and lib.kiln_value_nbytes(v) and lib.kiln_value_data(v) != storage.data_ptr():
+                bad = bad or (f"output '{name}' ({_type_string(lib.kiln_value_kind_of(v), lib.kiln_value_dtype(v))} "
+                              f"{[lib.kiln_value_dims(v)[k] for k in range(lib.kiln_value_rank(v))]}) does not fit "
+                              f"the buffer bound to it ({storage.data_type()} {storage.shape()})")
+            on_dev = bool(lib.kiln_value_on_device(v))
+            results.append(OrtValue(v, lib, keep=storage, device_id=self._device_id if on_dev else 0))
+        if bad:
+            raise invalid(bad)
+        b._results = results
 
     # kiln's own
     def stats(self):
@@ -620,6 +693,74 @@ class InferenceSession:
     def __del__(self):
         if getattr(self, "_h", None):
             self.close()
+
+
+class IOBinding:
+    """ONNX Runtime's IOBinding on kiln (InferenceSession.io_binding()): inputs bound to host or
+    device memory, outputs to be handed out on the host or the device, optionally into memory
+    the caller allocated. Bindings are kept until cleared; run_with_iobinding fills
+    get_outputs()."""
+
+    def __init__(self, session):
+        self._session = session
+        self._inputs, self._outputs, self._results = {}, {}, []
+        self._sync_inputs = False
+
+    def bind_cpu_input(self, name, arr_on_cpu):
+        """Binds a numpy array (borrowed when contiguous, kept alive by the binding)."""
+        self._inputs[name] = OrtValue.ortvalue_from_numpy(arr_on_cpu)
+
+    def bind_input(self, name, device_type, device_id, element_type, shape, buffer_ptr):
+        """Binds memory at buffer_ptr (host or CUDA device memory) as a contiguous tensor of
+        element_type (a numpy dtype) and shape; the caller keeps it alive while bound. The device
+        is synchronized before the run (the memory's producer may still be writing it)."""
+        dev = device_kind(device_type)
+        self._inputs[name] = wrap_memory(int(buffer_ptr), element_type, shape, dev, int(device_id))
+        self._sync_inputs = self._sync_inputs or dev == "cuda"
+
+    def bind_ortvalue_input(self, name, ortvalue):
+        self._inputs[name] = ortvalue
+
+    def synchronize_inputs(self):
+        """Waits for all work on the device (raw device pointers bound as inputs are then ready)."""
+        _cuda.runtime().synchronize()
+
+    def bind_output(self, name, device_type="cpu", device_id=0, element_type=None, shape=None, buffer_ptr=None):
+        """The output goes to device_type's memory: into buffer_ptr when given (with element_type
+        and shape; the output must fit it), else into memory kiln allocates. device_id: the
+        session's GPU (outputs are made there)."""
+        dev = device_kind(device_type)
+        storage = None
+        if buffer_ptr is not None:
+            if element_type is None or shape is None:
+                raise invalid(f"bind_output('{name}'): a buffer_ptr needs its element_type and shape")
+            storage = wrap_memory(int(buffer_ptr), element_type, shape, dev, int(device_id))
+        self._outputs[name] = (dev == "cuda", storage)
+
+    def bind_ortvalue_output(self, name, ortvalue):
+        """The output is written into ortvalue's memory (host or device)."""
+        self._outputs[name] = (ortvalue.on_device(), ortvalue)
+
+    def synchronize_outputs(self):
+        """Nothing to wait for: outputs are complete when run_with_iobinding returns."""
+
+    def get_outputs(self):
+        """The outputs of the last run_with_iobinding, as OrtValues in the order bound."""
+        return list(self._results)
+
+    def get_outputs_as_ortvaluevector(self):
+        return self.get_outputs()
+
+    def copy_outputs_to_cpu(self):
+        """The outputs of the last run as numpy arrays (device outputs copied to the host)."""
+        return [v.numpy() if v.on_device() else v.numpy().copy() for v in self._results]
+
+    def clear_binding_inputs(self):
+        self._inputs = {}
+        self._sync_inputs = False
+
+    def clear_binding_outputs(self):
+        self._outputs, self._results = {}, []
 
 
 def _copy(x):

@@ -31,21 +31,21 @@ typedef struct kiln_run_env {
     const struct kiln_provider_i *host; /* the host provider (observers see its layouts as plain) */
     const struct kiln_provider_i *dev; /* sessions with a device provider: its table, else NULL */
     struct kiln_provider_run *dev_run; /* and the run's context on it */
-    bool device_outputs;       /* device sessions: outputs stay in (caller-owned) device memory */
+    /* device sessions: [g->n_outputs], true where a tensor output is handed to the caller in
+     * (caller-owned) device memory; NULL: every output on the host */
+    const bool *out_device;
     /* the binding: the plan whose compile-time shapes the nodes take (kiln_plan: vok, node_ok)
      * and the symbols' values, syms[0..n_syms); NULL: every node infers its shapes at run time */
     const struct kiln_plan *plan;
     const int64_t *syms;
     int n_syms;
     /* main-graph outputs the caller gave storage for, by graph output index ([g->n_outputs],
-     * entries NULL where not given), or NULL: a host output whose dtype matches and whose bytes
-     * fit is written into out_bind[j]->data (the value handed out is a view of it) */
-    kiln_value *const *out_bind;
+     * entries NULL where not given), or NULL: an output whose dtype matches, whose bytes fit
+     * and which goes where out_bind[j] lives (host or device memory) is written into
+     * out_bind[j]->data (the value handed out is a view of it) */
+    const kiln_value *const *out_bind;
 } kiln_run_env;
 
-/* Runs graph g. inputs[i] is bound to g->inputs[i] (NULL: use its initializer). On success
- * outputs[j] (j < g->n_outputs) receive owned values. parent gives outer-scope values for
- * subgraphs (NULL for the main graph); env is the main graph's (NULL for subgraphs). */
 /* kiln_session_run_observed with storage for outputs (src/genai's KV cache): bind[j], when not
  * NULL, is a host tensor whose data becomes the storage of out_names[j] when its dtype matches
  * and the output's bytes fit (then outputs[j] is a view of bind[j]->data and bind[j] must
@@ -55,6 +55,14 @@ kiln_status kiln_session_run_bound(kiln_session *s, int n_in, const char *const 
                                    const kiln_value *const *inputs, int n_out, const char *const *out_names,
                                    kiln_value **outputs, kiln_value *const *bind);
 
+/* Graph output j's value x (on the device or the host; borrowed) as the caller gets it, in
+ * *out: in device memory when env->out_device[j], else on the host; in env->out_bind[j]'s
+ * memory when that lies there and x fits it (a view of it), else a new caller-owned tensor. */
+kiln_status kiln_output_place(const kiln_run_env *env, int j, const kiln_value *x, kiln_value **out, kiln_err *err);
+
+/* Runs graph g. inputs[i] is bound to g->inputs[i] (NULL: use its initializer). On success
+ * outputs[j] (j < g->n_outputs) receive owned values. parent gives outer-scope values for
+ * subgraphs (NULL for the main graph); env is the main graph's (NULL for subgraphs). */
 kiln_status kiln_execute(const kiln_graph *g, const kiln_frame *parent, const kiln_run_env *env,
                          const kiln_value *const *inputs, kiln_value **outputs, kiln_err *err);
 

@@ -20,9 +20,9 @@ static bool int_vector(const kiln_type *t)
 static bool reads_type_only(const kiln_node *n) { return n->op && (n->op->flags & KILN_OP_READS_TYPE_ONLY); }
 
 kiln_status kiln_partition(kiln_graph *g, const kiln_provider_i *dev, const kiln_provider *dp, int *n_dev,
-                           int *n_host, kiln_err *err)
+                           int *n_host, int *n_fallback, kiln_err *err)
 {
-    *n_dev = *n_host = 0;
+    *n_dev = *n_host = *n_fallback = 0;
     /* shape-like values: integer constants and what shape arithmetic computes from them */
     bool *shape_like = calloc((size_t)g->n_values + 1, sizeof *shape_like);
     if (!shape_like) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
@@ -39,18 +39,20 @@ kiln_status kiln_partition(kiln_graph *g, const kiln_provider_i *dev, const kiln
             if (n->in[i] && !(n->in[i]->graph == g && shape_like[n->in[i]->id])) all_shape = false;
         for (int i = 0; i < n->n_out; i++)
             if (n->out[i] && !int_vector(&n->out[i]->type)) int_out = false;
-        bool on_dev = false;
+        bool on_dev = false, shape_only = false;
         /* shape arithmetic (small integer vectors from shapes and constants) stays on the
          * host, where the inference that reads it runs; control flow and its subgraphs too */
         if (!n->op) snprintf(why, sizeof why, "not supported by kiln");
-        else if (reads_type_only(n)) snprintf(why, sizeof why, "reads only the input's shape");
-        else if (all_shape && int_out) snprintf(why, sizeof why, "shape computation");
+        else if ((shape_only = reads_type_only(n))) snprintf(why, sizeof why, "reads only the input's shape");
+        else if ((shape_only = all_shape && int_out)) snprintf(why, sizeof why, "shape computation");
         else if (kiln_node_has_subgraphs(n)) snprintf(why, sizeof why, "control flow runs on the host");
         else if (!dev->supports || dev->supports(dp, n, why, sizeof why)) on_dev = true;
         else if (!*why) snprintf(why, sizeof why, "not covered by the %s kernel", dev->name);
         n->on_device = on_dev;
         n->placement_note = on_dev ? NULL : kiln_arena_strdup(a, why);
+        n->host_fallback = !on_dev && !shape_only;
         ++*(on_dev ? n_dev : n_host);
+        *n_fallback += n->host_fallback;
         if (!on_dev && (reads_type_only(n) || all_shape) && int_out)
             for (int i = 0; i < n->n_out; i++)
                 if (n->out[i]) shape_like[n->out[i]->id] = true;

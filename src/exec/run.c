@@ -487,6 +487,22 @@ static kiln_status observe(const kiln_run_env *env, const kiln_node *n, kiln_fra
     return KILN_OK;
 }
 
+kiln_status kiln_output_place(const kiln_run_env *env, int j, const kiln_value *x, kiln_value **out, kiln_err *err)
+{
+    const kiln_provider_i *d = env ? env->dev : NULL;
+    const kiln_value *b = env && env->out_bind ? env->out_bind[j] : NULL;
+    bool to_dev = env && env->out_device && env->out_device[j] && x->kind == KILN_VALUE_TENSOR && x->dtype != KILN_DTYPE_STRING;
+    bool fits = b && b->kind == KILN_VALUE_TENSOR && b->on_device == to_dev && b->dtype == x->dtype &&
+                x->nbytes <= b->nbytes && b->data && x->nbytes;
+    void *dst = fits ? b->data : NULL;
+    if (to_dev) return dst ? d->to_device(env->dev_run, NULL, x, dst, out, err) : d->output(env->dev_run, x, out, err);
+    if (x->on_device) return d->to_host(env->dev_run, x, dst, out, err);
+    if (!dst) return kiln_value_copy(x, out, err);
+    KILN_TRY(kiln_value_view(x->dtype, x->rank, x->dims, dst, out, err));
+    if (dst != x->data) memcpy(dst, x->data, x->nbytes);
+    return KILN_OK;
+}
+
 kiln_status kiln_execute(const kiln_graph *g, const kiln_frame *parent, const kiln_run_env *env,
                          const kiln_value *const *inputs, kiln_value **outputs, kiln_err *err)
 {
@@ -554,20 +570,17 @@ static kiln_status exec_frame(kiln_frame *f_, const kiln_value *const *inputs, k
                 if (st) goto out;
                 continue;
             }
-            /* a new tensor for the caller */
-            st = env->device_outputs ? dev->output(env->dev_run, x, &outputs[j], err)
-                                     : dev->to_host(env->dev_run, x, NULL, &outputs[j], err);
+            /* a new tensor for the caller, or the caller's storage */
+            st = kiln_output_place(env, j, x, &outputs[j], err);
             if (st) goto out;
             continue;
         }
         if (env && env->dev && env->dev->unrecordable)
             env->dev->unrecordable(env->dev_run, "output '%s' is computed on the host", v->name);
+        const kiln_value *src = NULL;
         if (v->graph == g && f.owned[v->id]) {
-            /* hand over the frame's value; a second listing of it gets a copy */
-            outputs[j] = f.vals[v->id];
-            f.owned[v->id] = false;
+            src = f.vals[v->id];
         } else {
-            const kiln_value *src = NULL;
             for (int p = 0; p < j && !src; p++)
                 if (g->outputs[p] == v) src = outputs[p];
             if (!src) src = frame_get(&f, v);
@@ -575,17 +588,17 @@ static kiln_status exec_frame(kiln_frame *f_, const kiln_value *const *inputs, k
                 st = kiln_errf(err, KILN_ERR_RUNTIME, "graph output '%s' has no value", v->name);
                 goto out;
             }
-            st = src->on_device ? env->dev->output(env->dev_run, src, &outputs[j], err)
-                                : kiln_value_copy(src, &outputs[j], err);
-            if (st) goto out;
         }
-        const kiln_value *h = outputs[j];
-        if (env && env->device_outputs && h->kind == KILN_VALUE_TENSOR && h->dtype != KILN_DTYPE_STRING && !h->on_device) {
-            kiln_value *host = outputs[j];
-            st = env->dev->output(env->dev_run, host, &outputs[j], err);
-            kiln_value_free(host);
-            if (st) goto out;
+        bool to_dev = env && env->out_device && env->out_device[j] && src->kind == KILN_VALUE_TENSOR &&
+                      src->dtype != KILN_DTYPE_STRING;
+        if (!to_dev && !src->on_device && src == f.vals[v->id] && f.owned[v->id]) {
+            /* hand over the frame's value; a second listing of it gets a copy */
+            outputs[j] = f.vals[v->id];
+            f.owned[v->id] = false;
+            continue;
         }
+        st = kiln_output_place(env, j, src, &outputs[j], err);
+        if (st) goto out;
     }
 out:
     if (st)

@@ -171,7 +171,8 @@ static kiln_status compile(kiln_session *s, kiln_err *err)
         if (st) return kiln_errf(err, st, "cannot start %d threads", s->opt.num_threads);
         s->scratch = kiln_scratch_create();
         if (!s->scratch) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
-        if (s->dev) KILN_TRY(kiln_partition(g, s->dev, s->dev_state, &s->stats.nodes_gpu, &s->stats.nodes_cpu, err));
+        if (s->dev) KILN_TRY(kiln_partition(g, s->dev, s->dev_state, &s->stats.nodes_gpu, &s->stats.nodes_cpu,
+                                            &s->stats.nodes_fallback, err));
         /* a host-only session reads packed weights only: their originals may go (a device
          * provider uploads the originals after this, so its sessions keep them) */
         m->release_packed = !s->dev;
@@ -434,7 +435,7 @@ static kiln_status run_recorded(kiln_session *s, kiln_capture_mode mode, const k
         kiln_value *const *rec;
         st = d->replay(r, key, n_key, &n_out, &rec, err);
         for (int j = 0; j < n_out && !st; j++)
-            st = env->device_outputs ? d->output(r, rec[j], &out[j], err) : d->to_host(r, rec[j], NULL, &out[j], err);
+            st = kiln_output_place(env, j, rec[j], &out[j], err);
         *done = true;
     }
 out:
@@ -502,27 +503,38 @@ kiln_status kiln_session_run_tensors(kiln_session *s, int n_in, const char *cons
     return st;
 }
 
+/* The runs: bind (host storage, kiln_session_run_bound) or ob (kiln_session_run_with_outputs)
+ * says where outputs go; both NULL: as the session's options say. */
 static kiln_status session_run(kiln_session *s, int n_in, const char *const *in_names,
                                const kiln_value *const *inputs, int n_out, const char *const *out_names,
-                               kiln_value **outputs, kiln_observer_fn observer, void *user, kiln_value *const *bind);
+                               kiln_value **outputs, kiln_observer_fn observer, void *user, kiln_value *const *bind,
+                               const kiln_output_binding *ob);
 
 kiln_status kiln_session_run_observed(kiln_session *s, int n_in, const char *const *in_names,
                                       const kiln_value *const *inputs, int n_out, const char *const *out_names,
                                       kiln_value **outputs, kiln_observer_fn observer, void *user)
 {
-    return session_run(s, n_in, in_names, inputs, n_out, out_names, outputs, observer, user, NULL);
+    return session_run(s, n_in, in_names, inputs, n_out, out_names, outputs, observer, user, NULL, NULL);
+}
+
+kiln_status kiln_session_run_with_outputs(kiln_session *s, int n_in, const char *const *in_names,
+                                          const kiln_value *const *inputs, int n_out, const char *const *out_names,
+                                          const kiln_output_binding *bind, kiln_value **outputs)
+{
+    return session_run(s, n_in, in_names, inputs, n_out, out_names, outputs, NULL, NULL, NULL, bind);
 }
 
 kiln_status kiln_session_run_bound(kiln_session *s, int n_in, const char *const *in_names,
                                    const kiln_value *const *inputs, int n_out, const char *const *out_names,
                                    kiln_value **outputs, kiln_value *const *bind)
 {
-    return session_run(s, n_in, in_names, inputs, n_out, out_names, outputs, NULL, NULL, bind);
+    return session_run(s, n_in, in_names, inputs, n_out, out_names, outputs, NULL, NULL, bind, NULL);
 }
 
 static kiln_status session_run(kiln_session *s, int n_in, const char *const *in_names,
                                const kiln_value *const *inputs, int n_out, const char *const *out_names,
-                               kiln_value **outputs, kiln_observer_fn observer, void *user, kiln_value *const *bind)
+                               kiln_value **outputs, kiln_observer_fn observer, void *user, kiln_value *const *bind,
+                               const kiln_output_binding *ob)
 {
     if (!s) return KILN_ERR_INVALID_ARG;
     int64_t t_start = now_ns(), t_exec = 0;
@@ -544,8 +556,10 @@ static kiln_status session_run(kiln_session *s, int n_in, const char *const *in_
     const char **sym_src = calloc((size_t)n_syms + 1, sizeof *sym_src);
     int *out_idx = calloc((size_t)n_out + 1, sizeof *out_idx);
     kiln_value **all_out = calloc((size_t)g->n_outputs + 1, sizeof *all_out);
-    kiln_value **all_bind = bind ? calloc((size_t)g->n_outputs + 1, sizeof *all_bind) : NULL;
-    if (!bound || !syms || !sym_src || !out_idx || !all_out || (bind && !all_bind)) {
+    const kiln_value **all_bind = bind || ob ? calloc((size_t)g->n_outputs + 1, sizeof *all_bind) : NULL;
+    bool *all_dev = ob || s->opt.device_outputs ? calloc((size_t)g->n_outputs + 1, sizeof *all_dev) : NULL;
+    if (!bound || !syms || !sym_src || !out_idx || !all_out || ((bind || ob) && !all_bind) ||
+        ((ob || s->opt.device_outputs) && !all_dev)) {
         st = kiln_errf(&err, KILN_ERR_NOMEM, "out of memory");
         goto out;
     }
@@ -598,13 +612,23 @@ static kiln_status session_run(kiln_session *s, int n_in, const char *const *in_
             st = kiln_errf(&err, KILN_ERR_INVALID_ARG, "no output named '%s'", out_names[j] ? out_names[j] : "(null)");
             goto out;
         }
-        if (all_bind && bind[j]) all_bind[out_idx[j]] = bind[j];
+        if (bind && bind[j]) all_bind[out_idx[j]] = bind[j];
+        if (ob) {
+            if (ob[j].on_device && !s->dev) {
+                st = kiln_errf(&err, KILN_ERR_INVALID_ARG,
+                               "output '%s': only sessions of a device provider (CUDA) hand out device tensors", out_names[j]);
+                goto out;
+            }
+            all_bind[out_idx[j]] = ob[j].storage;
+            all_dev[out_idx[j]] = ob[j].on_device;
+        }
     }
+    for (int k = 0; !ob && s->opt.device_outputs && k < g->n_outputs; k++) all_dev[k] = true;
     st = check_constraints(s->model, syms, sym_src, n_syms, &err);
     if (st) goto out;
     kiln_arena_view mem = {0};
     kiln_run_env env = {.host = s->host, .observer = observer, .observer_user = user, .node_ids = s->node_ids,
-                        .device_outputs = s->opt.device_outputs,
+                        .out_device = all_dev,
                         .fault_node = s->fault_node, .pool = s->pool, .scratch = s->scratch,
                         .out_bind = all_bind};
     if (!s->opt.unoptimized) {
@@ -688,6 +712,7 @@ out:
     free(out_idx);
     free(all_out);
     free(all_bind);
+    free(all_dev);
     return st ? set_error(s, &err) : KILN_OK;
 }
 
@@ -800,6 +825,14 @@ kiln_status kiln_session_node_placement(const kiln_session *s, int i, const char
     if (why)
         *why = !s->dev || n->on_device ? NULL : main_graph ? n->placement_note : "inside a subgraph (runs on the host)";
     return KILN_OK;
+}
+
+bool kiln_session_node_fallback(const kiln_session *s, int i)
+{
+    if (!s || !s->model || !s->dev || i < 0) return false;
+    int want = i, count = 0;
+    const kiln_node *n = nth_node(s->model->graph, &want, &count);
+    return n && n->graph == s->model->graph && n->host_fallback;
 }
 
 /* "name=value" of one attribute into buf at *at */

@@ -532,13 +532,15 @@ __device__ __forceinline__ void norm_param_offsets(const norm_params &p, int64_t
     }
 }
 
-/* CH: KILN_GPU_NP_CHANNEL with planes of at least TPO elements, written channel by channel. */
-template <typename T, int TPO, bool CH>
+/* CH: KILN_GPU_NP_CHANNEL with planes of at least TPO elements, written channel by channel.
+ * P: the dtype of scale and bias, which may differ from X's T (exporters keep a float32 X with
+ * float16 parameters, or the reverse); everything computes in float. */
+template <typename T, typename P, int TPO, bool CH>
 __global__ void norm_rows_kernel(const T *x, T *y, int64_t rows, int64_t cols, float eps, bool center,
                                  norm_params p, float *mean_out, float *inv_out)
 {
     const int per_block = BLOCK / TPO, lane = threadIdx.x % TPO;
-    const T *sc = (const T *)p.scale, *bs = (const T *)p.bias;
+    const P *sc = (const P *)p.scale, *bs = (const P *)p.bias;
     for (int64_t r = (int64_t)blockIdx.x * per_block + threadIdx.x / TPO; r < rows;
          r += (int64_t)gridDim.x * per_block) {
         const T *xr = x + r * cols;
@@ -558,7 +560,7 @@ __global__ void norm_rows_kernel(const T *x, T *y, int64_t rows, int64_t cols, f
             /* no division per element */
             int64_t c0 = (r % p.groups) * p.cg;
             for (int64_t cl = 0; cl < p.cg; cl++) {
-                float sv = kiln_to_f<T>(sc[c0 + cl]) * inv, bv = bs ? kiln_to_f<T>(bs[c0 + cl]) : 0.f;
+                float sv = kiln_to_f<P>(sc[c0 + cl]) * inv, bv = bs ? kiln_to_f<P>(bs[c0 + cl]) : 0.f;
                 const T *xc = xr + cl * p.spatial;
                 T *yc = yr + cl * p.spatial;
                 for (int64_t q = lane; q < p.spatial; q += TPO)
@@ -568,8 +570,8 @@ __global__ void norm_rows_kernel(const T *x, T *y, int64_t rows, int64_t cols, f
             for (int64_t j = lane; j < cols; j += TPO) {
                 int64_t o[2];
                 norm_param_offsets(p, r, cols, j, o);
-                float v = (kiln_to_f<T>(xr[j]) - mean) * inv * kiln_to_f<T>(sc[o[0]]);
-                if (bs) v += kiln_to_f<T>(bs[o[1]]);
+                float v = (kiln_to_f<T>(xr[j]) - mean) * inv * kiln_to_f<P>(sc[o[0]]);
+                if (bs) v += kiln_to_f<P>(bs[o[1]]);
                 yr[j] = kiln_from_f<T>(v);
             }
         }
@@ -580,38 +582,68 @@ __global__ void norm_rows_kernel(const T *x, T *y, int64_t rows, int64_t cols, f
     }
 }
 
-template <typename T, int TPO>
+template <typename T, typename P, int TPO>
 static void norm_rows_launch(gpuStream_t s, unsigned blocks, const void *x, void *y, int64_t rows, int64_t cols,
                              float eps, bool center, const norm_params &p, float *mean_out, float *inv_out)
 {
     if (p.pmode == KILN_GPU_NP_CHANNEL && p.spatial >= TPO)
-        norm_rows_kernel<T, TPO, true><<<blocks, BLOCK, 0, s>>>((const T *)x, (T *)y, rows, cols, eps, center, p,
-                                                                mean_out, inv_out);
+        norm_rows_kernel<T, P, TPO, true><<<blocks, BLOCK, 0, s>>>((const T *)x, (T *)y, rows, cols, eps, center,
+                                                                   p, mean_out, inv_out);
     else
-        norm_rows_kernel<T, TPO, false><<<blocks, BLOCK, 0, s>>>((const T *)x, (T *)y, rows, cols, eps, center, p,
-                                                                 mean_out, inv_out);
+        norm_rows_kernel<T, P, TPO, false><<<blocks, BLOCK, 0, s>>>((const T *)x, (T *)y, rows, cols, eps, center,
+                                                                    p, mean_out, inv_out);
 }
 
-template <typename T>
-static void norm_rows_t(gpuStream_t s, const void *x, void *y, int64_t rows, int64_t cols, float eps, bool center,
-                        const norm_params &p, float *mean_out, float *inv_out)
+template <typename T, typename P>
+static void norm_rows_tp(gpuStream_t s, const void *x, void *y, int64_t rows, int64_t cols, float eps, bool center,
+                         const norm_params &p, float *mean_out, float *inv_out)
 {
     if (cols >= BLOCK_ROW_MIN || (rows < 256 && cols >= 128))
-        norm_rows_launch<T, BLOCK>(s, kiln_gpu_blocks(rows, 1), x, y, rows, cols, eps, center, p, mean_out, inv_out);
+        norm_rows_launch<T, P, BLOCK>(s, kiln_gpu_blocks(rows, 1), x, y, rows, cols, eps, center, p, mean_out,
+                                      inv_out);
     else
-        norm_rows_launch<T, 32>(s, kiln_gpu_blocks(rows, BLOCK / 32), x, y, rows, cols, eps, center, p, mean_out,
-                                inv_out);
+        norm_rows_launch<T, P, 32>(s, kiln_gpu_blocks(rows, BLOCK / 32), x, y, rows, cols, eps, center, p,
+                                   mean_out, inv_out);
 }
 
-extern "C" gpuError_t kiln_gpu_norm_rows(gpuStream_t s, kiln_dtype dt, const void *x, void *y, int64_t rows,
-                                         int64_t cols, float eps, bool center, const void *scale, const void *bias,
-                                         int pmode, kiln_gpu_shape scale_s, kiln_gpu_shape bias_s, int64_t groups,
-                                         int64_t C, int64_t spatial, float *mean_out, float *inv_out)
+/* norm_rows_tp<T, P> for the parameters' floating dtype pdt; false for another dtype. */
+template <typename T>
+static bool norm_rows_t(kiln_dtype pdt, gpuStream_t s, const void *x, void *y, int64_t rows, int64_t cols, float eps,
+                        bool center, const norm_params &p, float *mean_out, float *inv_out)
+{
+    switch (pdt) {
+    case KILN_DTYPE_FLOAT32: norm_rows_tp<T, float>(s, x, y, rows, cols, eps, center, p, mean_out, inv_out); break;
+    case KILN_DTYPE_FLOAT16:
+        norm_rows_tp<T, kiln_gpu_half>(s, x, y, rows, cols, eps, center, p, mean_out, inv_out);
+        break;
+    case KILN_DTYPE_BFLOAT16:
+        norm_rows_tp<T, kiln_gpu_bf16>(s, x, y, rows, cols, eps, center, p, mean_out, inv_out);
+        break;
+    default: return false;
+    }
+    return true;
+}
+
+extern "C" gpuError_t kiln_gpu_norm_rows(gpuStream_t s, kiln_dtype dt, kiln_dtype pdt, const void *x, void *y,
+                                         int64_t rows, int64_t cols, float eps, bool center, const void *scale,
+                                         const void *bias, int pmode, kiln_gpu_shape scale_s, kiln_gpu_shape bias_s,
+                                         int64_t groups, int64_t C, int64_t spatial, float *mean_out, float *inv_out)
 {
     if (rows <= 0) return gpuSuccess;
     norm_params p = {scale, bias, pmode, scale_s, bias_s, groups > 0 ? groups : 1,
                      groups > 0 ? C / groups : C, spatial > 0 ? spatial : 1};
-    DISPATCH_F(dt, norm_rows_t, s, x, y, rows, cols, eps, center, p, mean_out, inv_out);
+    bool ok = true;
+    switch (dt) {
+    case KILN_DTYPE_FLOAT32: ok = norm_rows_t<float>(pdt, s, x, y, rows, cols, eps, center, p, mean_out, inv_out); break;
+    case KILN_DTYPE_FLOAT16:
+        ok = norm_rows_t<kiln_gpu_half>(pdt, s, x, y, rows, cols, eps, center, p, mean_out, inv_out);
+        break;
+    case KILN_DTYPE_BFLOAT16:
+        ok = norm_rows_t<kiln_gpu_bf16>(pdt, s, x, y, rows, cols, eps, center, p, mean_out, inv_out);
+        break;
+    default: ok = false;
+    }
+    if (!ok) return bad_dtype();
     return gpuGetLastError();
 }
 

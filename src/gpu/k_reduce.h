@@ -50,13 +50,14 @@ enum {
     KILN_GPU_NP_GROUP,   /* at group r % groups */
 };
 
-/* Standardizes each of the `rows` contiguous rows of `cols` values of x:
+/* Standardizes each of the `rows` contiguous rows of `cols` values of x (dtype dt; y too):
  * y = (x - mean) / sqrt(var + eps) * scale + bias (without center: mean taken as 0, RMS).
- * scale and bias (bias may be NULL) are of x's dtype, placed by pmode (KILN_GPU_NP_*) with
- * groups, C and spatial for the channel modes and scale_s, bias_s for the strided one.
- * mean_out and inv_out (float [rows], may be NULL) receive the statistics. */
-gpuError_t kiln_gpu_norm_rows(gpuStream_t s, kiln_dtype dt, const void *x, void *y, int64_t rows, int64_t cols,
-                              float eps, bool center, const void *scale, const void *bias, int pmode,
+ * scale and bias (bias may be NULL) are of the floating dtype pdt (x's or another: mixed
+ * precision), placed by pmode (KILN_GPU_NP_*) with groups, C and spatial for the channel
+ * modes and scale_s, bias_s for the strided one. mean_out and inv_out (float [rows], may be
+ * NULL) receive the statistics. */
+gpuError_t kiln_gpu_norm_rows(gpuStream_t s, kiln_dtype dt, kiln_dtype pdt, const void *x, void *y, int64_t rows,
+                              int64_t cols, float eps, bool center, const void *scale, const void *bias, int pmode,
                               kiln_gpu_shape scale_s, kiln_gpu_shape bias_s, int64_t groups, int64_t C,
                               int64_t spatial, float *mean_out, float *inv_out);
 

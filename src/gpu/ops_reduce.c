@@ -40,7 +40,7 @@ static bool input_dtype_ok(const kiln_node *n, int i, bool ints, char *why, size
     return false;
 }
 
-/* Input i, when present, has input 0's dtype (the kernels read parameters as X's type). */
+/* Input i, when present, has input 0's dtype (the kernel reads it as X's type). */
 static bool same_dtype_as_x(const kiln_node *n, int i, char *why, size_t size)
 {
     const kiln_type *t = in_type(n, i), *x = in_type(n, 0);
@@ -196,11 +196,24 @@ static kiln_status softmax_run(kiln_run_ctx *c)
 
 /* ---- LayerNormalization, RMSNormalization ---- */
 
+/* Scale (input 1) and, when present, B (input 2) are of one floating dtype, X's or another:
+ * the kernels read them as their own (a float32 X with float16 parameters, as exporters of
+ * half-precision models write, or the reverse). */
+static bool norm_params_ok(const kiln_node *n, bool with_bias, char *why, size_t size)
+{
+    const kiln_type *sc = in_type(n, 1), *b = with_bias ? in_type(n, 2) : NULL;
+    if (!sc) return true;
+    if (!input_dtype_ok(n, 1, false, why, size) || (b && !input_dtype_ok(n, 2, false, why, size))) return false;
+    if (b && b->dtype != sc->dtype) {
+        snprintf(why, size, "B's dtype %s differs from Scale's %s", kiln_dtype_name(b->dtype), kiln_dtype_name(sc->dtype));
+        return false;
+    }
+    return true;
+}
+
 static bool layernorm_supports(const kiln_node *n, char *why, size_t size)
 {
-    if (!input_dtype_ok(n, 0, false, why, size) || !same_dtype_as_x(n, 1, why, size) ||
-        !same_dtype_as_x(n, 2, why, size))
-        return false;
+    if (!input_dtype_ok(n, 0, false, why, size) || !norm_params_ok(n, true, why, size)) return false;
     bool stats = (n->n_out > 1 && n->out[1]) || (n->n_out > 2 && n->out[2]);
     if (stats && kiln_attr_int(n, "stash_type", KILN_DTYPE_FLOAT32) != KILN_DTYPE_FLOAT32) {
         snprintf(why, size, "stash_type %lld", (long long)kiln_attr_int(n, "stash_type", 0));
@@ -211,7 +224,7 @@ static bool layernorm_supports(const kiln_node *n, char *why, size_t size)
 
 static bool rmsnorm_supports(const kiln_node *n, char *why, size_t size)
 {
-    return input_dtype_ok(n, 0, false, why, size) && same_dtype_as_x(n, 1, why, size);
+    return input_dtype_ok(n, 0, false, why, size) && norm_params_ok(n, false, why, size);
 }
 
 /* Whether v (broadcasting to x) holds one value per element of the normalized dims [axis,
@@ -232,8 +245,8 @@ static kiln_status trailing_norm_run(kiln_run_ctx *c, bool center)
     kiln_value *mean = center ? kiln_run_out(c, 1) : NULL, *inv = center ? kiln_run_out(c, 2) : NULL;
     int axis;
     if (!y || !scale || !kiln_axis_norm(kiln_attr_int(n, "axis", -1), x->rank, &axis) ||
-        !kiln_value_bcasts_to(scale, x) || (bias && !kiln_value_bcasts_to(bias, x)) || scale->dtype != x->dtype ||
-        (bias && bias->dtype != x->dtype) || (mean && mean->dtype != KILN_DTYPE_FLOAT32) ||
+        !kiln_value_bcasts_to(scale, x) || (bias && !kiln_value_bcasts_to(bias, x)) ||
+        (bias && bias->dtype != scale->dtype) || (mean && mean->dtype != KILN_DTYPE_FLOAT32) ||
         (inv && inv->dtype != KILN_DTYPE_FLOAT32))
         return kiln_gpu_fallback(c);
     int64_t rows = 1, cols = 1;
@@ -248,7 +261,7 @@ static kiln_status trailing_norm_run(kiln_run_ctx *c, bool center)
         kiln_gpu_shape_broadcast(&ss, x->rank, x->dims, scale->rank, scale->dims);
         if (bias) kiln_gpu_shape_broadcast(&bs, x->rank, x->dims, bias->rank, bias->dims);
     }
-    gpuError_t e = kiln_gpu_norm_rows(kiln_gpu_stream(c), x->dtype, x->data, y->data, rows, cols,
+    gpuError_t e = kiln_gpu_norm_rows(kiln_gpu_stream(c), x->dtype, scale->dtype, x->data, y->data, rows, cols,
                                       kiln_attr_float(n, "epsilon", 1e-5f), center, scale->data,
                                       bias ? bias->data : NULL, pmode, ss, bs, 1, 1, 1, mean ? mean->data : NULL,
                                       inv ? inv->data : NULL);
@@ -280,7 +293,8 @@ static kiln_status channel_norm_run(kiln_run_ctx *c, int64_t groups, bool per_ch
     if (scale->numel != np || bias->numel != np) return kiln_gpu_fallback(c);
     if (x->numel == 0) return KILN_OK;
     kiln_gpu_shape none = {0};
-    gpuError_t e = kiln_gpu_norm_rows(kiln_gpu_stream(c), x->dtype, x->data, y->data, N * groups, C / groups * S,
+    gpuError_t e = kiln_gpu_norm_rows(kiln_gpu_stream(c), x->dtype, x->dtype, x->data, y->data, N * groups,
+                                      C / groups * S,
                                       eps, true, scale->data, bias->data,
                                       per_channel ? KILN_GPU_NP_CHANNEL : KILN_GPU_NP_GROUP, none, none, groups, C,
                                       S, NULL, NULL);

@@ -134,10 +134,13 @@ struct kiln_node {
     int released_in;
     /* placement (src/exec/partition.c, sessions with a device provider): on the device
      * provider, the inputs its kernel reads on the host (bit i: input i), and why a node stays
-     * on the host (NULL when on the device or not decided) */
+     * on the host (NULL when on the device or not decided); host_fallback: on the host though
+     * it computes tensor data (not shape arithmetic, not a read of types and shapes only), which
+     * kiln info and the statistics report as a warning */
     bool on_device;
     unsigned host_inputs;
     const char *placement_note;
+    bool host_fallback;
     int index;                 /* position in graph->nodes */
     int n_in, n_out;
     kiln_ir_value **in;        /* in[i] NULL for an absent optional input */

@@ -3,9 +3,12 @@
 `unoptimized` session) on random data: every Reduce* op over axis sets (attribute and input
 axes, keepdims, noop_with_empty_axes, empty reductions), ArgMax/ArgMin (keepdims,
 select_last_index, ties), Softmax/LogSoftmax (old 2-D coercion and single-axis semantics),
-LayerNormalization (stats outputs, broadcast scales), RMSNormalization, GroupNormalization,
+LayerNormalization (stats outputs, broadcast scales, Scale and B of another float type than X),
+RMSNormalization, GroupNormalization,
 InstanceNormalization, BatchNormalization (inference) and CumSum (exclusive, reverse), in
-float32, float16 and bfloat16, and int32/int64 where the kernels take them.
+float32, float16 and bfloat16, and int32/int64 where the kernels take them; and a small fp16
+BERT-like layer in torch.onnx.export's mixed-precision patterns with no node falling back to the
+CPU (tests/common/fp16_bert.py).
 
 usage: KILN_LIB=<build>/libkiln.so test_gpu_reduce.py   (prints SKIP without a GPU)
 """
@@ -313,6 +316,49 @@ def test_layernorm(dt):
     run_case("LayerNormalization changing shapes", blob, feeds, dt, nc)
 
 
+def test_norm_mixed():
+    """LayerNormalization / RMSNormalization with Scale and B of another float type than X (what
+    exporters of half-precision models write: float32 X with float16 parameters, and the
+    reverse): on the GPU, equal to the reference, Y of X's type."""
+    for x_dt, p_dt in (("f32", "f16"), ("f16", "f32")):
+        for op, opset in (("LayerNormalization", 17), ("RMSNormalization", 23)):
+            for xs, axis, sshape in (([2, 3, 8], -1, [8]), ([4, 1030], -1, [1030]), ([3, 2, 8], -2, [2, 8]),
+                                     ([3, 2, 8], -1, [1, 1, 8])):
+                with_b = op == "LayerNormalization"
+                ins = [helper.make_tensor_value_info("X", ELEM[x_dt], [f"x{k}" for k in range(len(xs))]),
+                       helper.make_tensor_value_info("S", ELEM[p_dt], sshape)]
+                if with_b:
+                    ins.append(helper.make_tensor_value_info("B", ELEM[p_dt], sshape))
+                outs = [helper.make_tensor_value_info("Y0", ELEM[x_dt], None)]
+                if with_b:
+                    outs += [helper.make_tensor_value_info(f"Y{k}", TensorProto.FLOAT, None) for k in (1, 2)]
+                node = helper.make_node(op, [i.name for i in ins], [o.name for o in outs], axis=axis, epsilon=1e-4)
+                blob = make_model([node], ins, outs, opset)
+                feeds = {"X": rand(x_dt, xs) * 2 + 0.5, "S": rand(p_dt, sshape)}
+                if with_b:
+                    feeds["B"] = rand(p_dt, sshape)
+                run_case(f"{op} X {x_dt}, Scale/B {p_dt}, x={xs} axis={axis} scale={sshape}", blob, [feeds], x_dt)
+
+
+def test_fp16_bert_like():
+    """A half-precision BERT-like layer in torch.onnx.export's patterns (tests/common/fp16_bert.py):
+    no node falls back to the CPU, and the output equals the reference's."""
+    import fp16_bert
+    blob = fp16_bert.bert(mixed=True)
+    gpu, ref = kiln.Session(blob, provider="cuda"), kiln.Session(blob, unoptimized=True)
+    st = gpu.stats()
+    cpu_nodes = [(name, op) for name, op, prov in kiln.InferenceSession(blob, providers=["CUDAExecutionProvider"])
+                 .nodes() if prov == "cpu"]
+    check("fp16 BERT-like: no node falls back to the CPU", st["nodes_fallback"] == 0,
+          f"nodes_fallback {st['nodes_fallback']}; CPU nodes {cpu_nodes}")
+    for b, q in ((1, 8), (2, 13), (4, 64)):
+        f = fp16_bert.feeds(b, q, seed=q)
+        got, want = gpu.run(f)[0], ref.run(f)[0]
+        err = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64))))
+        check(f"fp16 BERT-like B={b} S={q}: equal to the reference", got.dtype == np.float16 and err <= 2e-2 *
+              max(1.0, float(np.max(np.abs(want)))), f"dtype {got.dtype}, max error {err:.3g}")
+
+
 def test_rmsnorm(dt):
     for xs, axis in [([2, 3, 8], -1), ([4, 1030], -1), ([2, 5, 7], 1), ([3, 4], 0), ([0, 4], -1)]:
         sshape = xs[axis % len(xs):]
@@ -403,6 +449,8 @@ def main():
         test_batchnorm(dt)
     for dt in FLOATS + ["i32", "i64"]:
         test_cumsum(dt)
+    test_norm_mixed()
+    test_fp16_bert_like()
     return summary()
 
 

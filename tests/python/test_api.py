@@ -1,9 +1,11 @@
 """test_api.py - the kiln Python package: ONNX Runtime's API surface, dtypes, symbolic shapes,
-errors, threads, zero-copy outputs, DLPack on the CPU, providers, options, the drop-in module,
+errors, threads, zero-copy outputs, DLPack on the CPU, the GPU DLPack and IOBinding logic on
+the CPU (a fake CUDA runtime over host memory), providers, options, the drop-in module,
 and equality with onnxruntime on generated models.
 
 usage: python3 -m pytest -q tests/python   (kiln from python/ with libkiln.so from $KILN_LIB or
        build/; KILN_TEST_INSTALLED=1 tests the installed package instead)"""
+import ctypes
 import gc
 import os
 import subprocess
@@ -242,17 +244,216 @@ def test_dlpack_refusals():
     with pytest.raises(InvalidArgument, match="neither a DLPack producer"):
         kiln.from_dlpack(42)
 
-    class Gpu:
+    class Vulkan:
         def __dlpack_device__(self):
-            return (2, 0)
+            return (7, 0)
 
         def __dlpack__(self, **kw):
             raise AssertionError("not reached")
-    with pytest.raises(InvalidArgument, match="GPU DLPack"):
-        kiln.from_dlpack(Gpu())
+    with pytest.raises(InvalidArgument, match="kiln takes CPU .1. and CUDA .2. tensors"):
+        kiln.from_dlpack(Vulkan())
     v = kiln.OrtValue.ortvalue_from_numpy(np.ones(3, np.float32))
     with pytest.raises(BufferError):
         v.__dlpack__(dl_device=(2, 0))
+
+
+# ---- GPU tensors, checked on the CPU: a fake CUDA runtime and producer over host memory ----
+# (kiln wraps device pointers without reading them; tests/gpu/test_gpu_python.py runs the real thing)
+
+class FakeCudart:
+    """kiln._cuda.Runtime's interface over host memory, counting stream hand-offs."""
+    def __init__(self):
+        self.syncs, self.blocks = 0, {}
+
+    def malloc(self, nbytes, device_id):
+        b = np.zeros(max(int(nbytes), 1), np.uint8)
+        self.blocks[b.ctypes.data] = b
+        return b.ctypes.data
+
+    def free(self, ptr):
+        self.blocks.pop(ptr)
+
+    def memset(self, ptr, nbytes):
+        ctypes.memset(ptr, 0, nbytes)
+
+    def copy(self, dst, src, nbytes):
+        ctypes.memmove(dst, src, nbytes)
+
+    def sync_legacy(self):
+        self.syncs += 1
+
+    def synchronize(self):
+        self.syncs += 1
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    from kiln import _cuda
+    rt = FakeCudart()
+    monkeypatch.setattr(_cuda, "_rt", rt)
+    return rt
+
+
+class FakeCudaTensor:
+    """A DLPack producer claiming CUDA device 3 for host memory: records the stream it was
+    asked for and whether its deleter ran."""
+    def __init__(self, a, strides=None, byte_offset=0):
+        from kiln import tensor as t
+        self.a, self.t, self.streams, self.deleted = a, t, [], 0
+        self._shape = (ctypes.c_int64 * max(a.ndim, 1))(*a.shape)
+        self._strides = (ctypes.c_int64 * max(a.ndim, 1))(*strides) if strides else None
+        self._offset = byte_offset
+        self._del = t._DELETER(self._deleter)
+
+    def _deleter(self, mt):
+        self.deleted += 1
+
+    def __dlpack_device__(self):
+        return (2, 3)
+
+    def __dlpack__(self, stream=None):
+        t = self.t
+        self.streams.append(stream)
+        self.mt = mt = t._DLManagedTensor()
+        code, bits = {"f": 2, "i": 0, "u": 1, "b": 6}[self.a.dtype.kind], self.a.dtype.itemsize * 8
+        mt.dl_tensor.data = self.a.ctypes.data
+        mt.dl_tensor.device = t._DLDevice(2, 3)
+        mt.dl_tensor.ndim = self.a.ndim
+        mt.dl_tensor.dtype = t._DLDataType(code, bits, 1)
+        mt.dl_tensor.shape = self._shape
+        mt.dl_tensor.strides = self._strides
+        mt.dl_tensor.byte_offset = self._offset
+        mt.deleter = self._del
+        pycapsule_new = ctypes.pythonapi.PyCapsule_New
+        pycapsule_new.restype, pycapsule_new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p,
+                                                                           ctypes.c_void_p]
+        self.capsule = pycapsule_new(ctypes.addressof(mt), b"dltensor", None)
+        return self.capsule
+
+
+def capsule_named(cap, name):
+    f = ctypes.pythonapi.PyCapsule_IsValid
+    f.restype, f.argtypes = ctypes.c_int, [ctypes.py_object, ctypes.c_char_p]
+    return bool(f(cap, name))
+
+
+@pytest.mark.parametrize("npt,ort_type", [(np.float32, "float"), (np.float16, "float16"), (np.int64, "int64")])
+def test_dlpack_cuda_import_in_place(fake_cuda, npt, ort_type):
+    a = np.arange(12).astype(npt).reshape(3, 4)
+    src = FakeCudaTensor(a)
+    v = kiln.from_dlpack(src)
+    assert v.device_name() == "cuda" and v.device_id() == 3 and v.__dlpack_device__() == (2, 3)
+    assert v.data_ptr() == a.ctypes.data and v.shape() == [3, 4] and v.data_type() == f"tensor({ort_type})"
+    assert src.streams == [1] and fake_cuda.syncs == 1  # handed over on the legacy stream, waited for
+    assert capsule_named(src.capsule, b"used_dltensor")  # consumed: the producer's destructor leaves it
+    np.testing.assert_array_equal(v.numpy(), a)  # a copy through the runtime
+    assert src.deleted == 0
+    del v
+    gc.collect()
+    assert src.deleted == 1  # the producer's deleter, once, when kiln lets go
+
+
+def test_dlpack_cuda_import_offsets_and_refusals(fake_cuda):
+    a = np.arange(12, dtype=np.float32)
+    v = kiln.from_dlpack(FakeCudaTensor(a[:8].reshape(2, 4), byte_offset=16))
+    assert v.data_ptr() == a.ctypes.data + 16
+    v = kiln.from_dlpack(FakeCudaTensor(a.reshape(3, 4), strides=[4, 1]))  # explicit row-major strides
+    assert v.shape() == [3, 4]
+    kiln.from_dlpack(FakeCudaTensor(a.reshape(12, 1), strides=[1, 7]))  # a size-1 dim's stride is free
+    strided = FakeCudaTensor(a.reshape(3, 4), strides=[1, 3])  # a transposed view
+    with pytest.raises(InvalidArgument, match="non-contiguous CUDA tensor.*contiguous"):
+        kiln.from_dlpack(strided)
+    assert capsule_named(strided.capsule, b"dltensor") and strided.deleted == 0  # not taken
+
+
+def test_dlpack_cuda_export(fake_cuda):
+    from kiln import tensor
+    a = np.arange(6, dtype=np.float16).reshape(2, 3)
+    v = kiln.OrtValue.ortvalue_from_numpy(a, "cuda", 0)
+    assert v.device_name() == "cuda" and v.data_ptr() in fake_cuda.blocks
+    np.testing.assert_array_equal(v.numpy(), a)
+    with pytest.raises(BufferError, match="stream=0"):
+        v.__dlpack__(stream=0)
+    with pytest.raises(BufferError):
+        v.__dlpack__(dl_device=(1, 0))
+    before = len(tensor._exported)
+    cap = v.__dlpack__(stream=1)
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    mt = ctypes.cast(get(cap, b"dltensor"), ctypes.POINTER(tensor._DLManagedTensor))
+    t = mt.contents.dl_tensor
+    assert (t.device.device_type, t.device.device_id, t.data) == (2, 0, v.data_ptr())
+    assert (t.dtype.code, t.dtype.bits, t.ndim, t.shape[0], t.shape[1]) == (2, 16, 2, 2, 3) and not t.strides
+    ptr = v.data_ptr()
+    del v
+    gc.collect()
+    assert ptr in fake_cuda.blocks and len(tensor._exported) == before + 1  # the capsule holds the value
+    rename = ctypes.pythonapi.PyCapsule_SetName
+    rename.restype, rename.argtypes = ctypes.c_int, [ctypes.py_object, ctypes.c_char_p]
+    rename(cap, b"used_dltensor")  # what a consumer does, then its deleter call when done
+    mt.contents.deleter(mt)
+    del cap, mt, t
+    gc.collect()
+    assert len(tensor._exported) == before and ptr not in fake_cuda.blocks
+
+
+def test_cuda_feeds_need_a_cuda_session(fake_cuda):
+    s = kiln.InferenceSession(ADD)
+    a = np.ones((1, 16), np.float32)
+    with pytest.raises(InvalidArgument, match="device memory: only sessions of a device provider"):
+        s.run(None, {"a": FakeCudaTensor(a), "b": a})
+    z = kiln.OrtValue.ortvalue_from_shape_and_type([2, 3], np.int64, "cuda", 0)
+    assert z.device_name() == "cuda" and z.numpy().sum() == 0
+    z.update_inplace(np.arange(6, dtype=np.int64))
+    np.testing.assert_array_equal(z.numpy(), np.arange(6).reshape(2, 3))
+    with pytest.raises(InvalidArgument, match="kiln has 'cpu' and 'cuda'"):
+        kiln.OrtValue.ortvalue_from_numpy(a, "dml")
+
+
+def test_iobinding_on_the_cpu():
+    s = kort.InferenceSession(ADD)
+    a = np.arange(16, dtype=np.float32).reshape(1, 16)
+    b = np.ones((1, 16), np.float32)
+    io = s.io_binding()
+    assert isinstance(io, kort.IOBinding)
+    io.bind_cpu_input("a", a)
+    io.bind_input("b", "cpu", 0, np.float32, [1, 16], b.ctypes.data)
+    out = np.zeros((1, 16), np.float32)
+    io.bind_output("y", "cpu", 0, np.float32, [1, 16], out.ctypes.data)
+    for _ in range(3):
+        s.run_with_iobinding(io)
+        (y,) = io.get_outputs()
+        assert y.data_ptr() == out.ctypes.data and y.device_name() == "cpu"  # written in place
+        np.testing.assert_array_equal(out, a + b)
+    (c,) = io.copy_outputs_to_cpu()
+    assert c.ctypes.data != out.ctypes.data
+    np.testing.assert_array_equal(c, a + b)
+    io.clear_binding_outputs()
+    assert io.get_outputs() == []
+    io.bind_output("y")  # kiln allocates
+    s.run_with_iobinding(io)
+    np.testing.assert_array_equal(io.get_outputs()[0].numpy(), a + b)
+    held = kiln.OrtValue.ortvalue_from_shape_and_type([1, 16], np.float32)
+    io.bind_ortvalue_input("a", kiln.OrtValue.ortvalue_from_numpy(2 * a))
+    io.bind_ortvalue_output("y", held)
+    s.run_with_iobinding(io)
+    assert io.get_outputs()[0].data_ptr() == held.data_ptr()
+    np.testing.assert_array_equal(held.numpy(), 2 * a + b)
+    small = np.zeros(4, np.float32)
+    io.bind_output("y", "cpu", 0, np.float32, [4], small.ctypes.data)
+    with pytest.raises(InvalidArgument, match="output 'y' .* does not fit the buffer bound to it"):
+        s.run_with_iobinding(io)
+    io.bind_output("y", "cuda")
+    with pytest.raises(InvalidArgument, match="only sessions of a device provider"):
+        s.run_with_iobinding(io)
+    io.clear_binding_inputs()
+    io.bind_output("y")
+    with pytest.raises(InvalidArgument, match="required"):
+        s.run_with_iobinding(io)
+    with pytest.raises(InvalidArgument, match="buffer_ptr needs"):
+        io.bind_output("y", "cpu", buffer_ptr=out.ctypes.data)
+    with pytest.raises(InvalidArgument, match="another session"):
+        kiln.InferenceSession(ADD).run_with_iobinding(io)
 
 
 # ---- errors ----

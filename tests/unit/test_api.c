@@ -1,6 +1,7 @@
 /* test_api.c - the public API end to end: the header's usage example, symbolic dims binding,
  * every kind of bad call and bad model giving a clean error with the session still usable,
- * external data confinement, outputs that are inputs or listed twice. */
+ * external data confinement, outputs that are inputs or listed twice, outputs into caller
+ * storage. */
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdint.h>
@@ -385,6 +386,61 @@ static void test_nan_inf(void)
     free(buf);
 }
 
+/* kiln_session_run_with_outputs on the host: storage that fits is written in place (the output
+ * a view of it), storage of another dtype or too small is left alone, on_device is refused
+ * without a device provider, and an output that is an input lands in its storage too. */
+static void test_output_binding(void)
+{
+    size_t len;
+    unsigned char *buf = identity_model(&len);
+    kiln_session *s = NULL;
+    CHECK(kiln_session_create_from_memory(buf, len, NULL, NULL, &s) == KILN_OK);
+    int64_t dims[2] = {2, 3}, small_dims[1] = {2};
+    float x[6] = {1, 2, 3, 4, 5, 6}, y[8] = {0}, z[6] = {0}, tiny[2] = {0};
+    int64_t wrong[6] = {0};
+    kiln_value *in, *sy, *sz, *stiny, *swrong, *out[2] = {0};
+    kiln_value_wrap_tensor(KILN_DTYPE_FLOAT32, 2, dims, x, sizeof x, &in);
+    kiln_value_wrap_tensor(KILN_DTYPE_FLOAT32, 1, (int64_t[]){8}, y, sizeof y, &sy);
+    kiln_value_wrap_tensor(KILN_DTYPE_FLOAT32, 2, dims, z, sizeof z, &sz);
+    kiln_value_wrap_tensor(KILN_DTYPE_FLOAT32, 1, small_dims, tiny, sizeof tiny, &stiny);
+    kiln_value_wrap_tensor(KILN_DTYPE_INT64, 2, dims, wrong, sizeof wrong, &swrong);
+    const char *names[] = {"X"}, *outs[] = {"Y", "X"};
+    kiln_output_binding b[2] = {{.storage = sy}, {.storage = sz}};
+    CHECK(kiln_session_run_with_outputs(s, 1, names, (const kiln_value *const *)&in, 2, outs, b, out) == KILN_OK);
+    CHECK(out[0] && kiln_value_data(out[0]) == (void *)y && kiln_value_dims(out[0])[0] == 2);
+    CHECK(out[1] && kiln_value_data(out[1]) == (void *)z);
+    CHECK(!memcmp(y, x, sizeof x) && !memcmp(z, x, sizeof x) && y[6] == 0);
+    for (int j = 0; j < 2; j++) {
+        CHECK(out[j] && !memcmp(kiln_value_data(out[j]), x, sizeof x));
+        kiln_value_free(out[j]);
+    }
+    b[0] = (kiln_output_binding){.storage = stiny};
+    CHECK(kiln_session_run_with_outputs(s, 1, names, (const kiln_value *const *)&in, 1, outs, b, out) == KILN_OK);
+    CHECK(out[0] && kiln_value_data(out[0]) != (void *)tiny && kiln_value_numel(out[0]) == 6 && tiny[0] == 0);
+    kiln_value_free(out[0]);
+    b[0] = (kiln_output_binding){.storage = swrong};
+    CHECK(kiln_session_run_with_outputs(s, 1, names, (const kiln_value *const *)&in, 1, outs, b, out) == KILN_OK);
+    CHECK(out[0] && kiln_value_data(out[0]) != (void *)wrong && wrong[0] == 0);
+    kiln_value_free(out[0]);
+    b[0] = (kiln_output_binding){.on_device = true};
+    CHECK(kiln_session_run_with_outputs(s, 1, names, (const kiln_value *const *)&in, 1, outs, b, out) ==
+          KILN_ERR_INVALID_ARG);
+    CHECK(out[0] == NULL && strstr(kiln_last_error(s), "device provider"));
+    CHECK(!kiln_session_node_fallback(s, 0) && !kiln_session_node_fallback(s, 99) && !kiln_session_node_fallback(NULL, 0));
+    kiln_session_stats st;
+    CHECK(kiln_session_stats_get(s, &st) == KILN_OK && st.nodes_fallback == 0); /* no device provider */
+    CHECK(kiln_session_run_with_outputs(s, 1, names, (const kiln_value *const *)&in, 1, outs, NULL, out) == KILN_OK);
+    CHECK(out[0] && !memcmp(kiln_value_data(out[0]), x, sizeof x));
+    kiln_value_free(out[0]);
+    kiln_value_free(in);
+    kiln_value_free(sy);
+    kiln_value_free(sz);
+    kiln_value_free(stiny);
+    kiln_value_free(swrong);
+    kiln_session_free(s);
+    free(buf);
+}
+
 int main(void)
 {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/kiln_test_api_XXXXXX");
@@ -395,6 +451,7 @@ int main(void)
     test_bad_models();
     test_external_data();
     test_nan_inf();
+    test_output_binding();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd)) fprintf(stderr, "could not remove %s\n", tmpdir);
