@@ -615,6 +615,18 @@ kiln_status kiln_gpu_workspace(kiln_run_ctx *c, size_t bytes, void **p)
     return KILN_OK;
 }
 
+kiln_status kiln_gpu_upload(kiln_run_ctx *c, void *dst, const void *src, size_t bytes)
+{
+    kiln_gpu_run *r = c->dev;
+    if (!bytes) return KILN_OK;
+    unsigned char *stage;
+    kiln_status st = r->capturing ? held_alloc(r, bytes, false, (void **)&stage, c->err) : staging(r, bytes, &stage, c->err);
+    if (st) return kiln_err_prefix(c->err, "node '%s' (%s)", c->node->name, c->node->op_type);
+    memcpy(stage, src, bytes);
+    r->to_device++;
+    return kiln_gpu_check(c, gpuMemcpyAsync(dst, stage, bytes, gpuMemcpyHostToDevice, r->stream), "an upload");
+}
+
 kiln_status kiln_gpu_check(kiln_run_ctx *c, gpuError_t e, const char *what)
 {
     if (e == gpuSuccess) return KILN_OK;
