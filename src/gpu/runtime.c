@@ -557,6 +557,32 @@ kiln_status kiln_gpu_clone(kiln_gpu_session *gs, const kiln_value *x, kiln_value
     return KILN_OK;
 }
 
+kiln_status kiln_gpu_mem_alloc(kiln_gpu_session *gs, size_t bytes, void **out, kiln_err *err)
+{
+    *out = NULL;
+    gpuError_t e = gpuSetDevice(gs->device);
+    if (e != gpuSuccess) return rt_fail(err, e, "selecting the device");
+    void *p = NULL;
+    e = gpuMalloc(&p, bytes);
+    if (e != gpuSuccess)
+        return kiln_errf(err, KILN_ERR_NOMEM, "GPU: cannot allocate %zu bytes: %s", bytes, gpuGetErrorString(e));
+    e = gpuMemsetAsync(p, 0, bytes, 0);
+    if (e == gpuSuccess) e = gpuStreamSynchronize(0);
+    if (e != gpuSuccess) {
+        gpuFree(p);
+        return rt_fail(err, e, "zeroing device memory");
+    }
+    *out = p;
+    return KILN_OK;
+}
+
+void kiln_gpu_mem_free(kiln_gpu_session *gs, void *p)
+{
+    if (!p) return;
+    gpuSetDevice(gs->device);
+    gpuFree(p);
+}
+
 kiln_status kiln_gpu_to_host(kiln_gpu_run *r, const kiln_value *dev, void *dst, kiln_value **out, kiln_err *err)
 {
     *out = NULL;
