@@ -286,6 +286,9 @@ static kiln_status blas_ready(kiln_gpu_run *r, kiln_err *err)
 
 /* Makes *buf at least `need` bytes, stream ordered (the old buffer is freed after the work
  * queued before). Counts the allocation. */
+/* Grows *buf to at least need bytes, with a quarter more room: sizes that creep up run after
+ * run (a decoder's mask and attention rows, one position per step) reallocate now and then,
+ * not on every step. */
 static gpuError_t grow(kiln_gpu_run *r, void **buf, size_t *size, size_t need)
 {
     if (*size >= need) return gpuSuccess;
@@ -294,9 +297,10 @@ static gpuError_t grow(kiln_gpu_run *r, void **buf, size_t *size, size_t need)
     if (*buf) gpuFreeAsync(*buf, r->stream);
     *buf = NULL;
     *size = 0;
-    gpuError_t e = gpuMallocAsync(buf, need, r->stream);
+    size_t room = need + need / 4 > need ? align_up(need + need / 4) : need;
+    gpuError_t e = gpuMallocAsync(buf, room, r->stream);
     if (e != gpuSuccess) return e;
-    *size = need;
+    *size = room;
     r->mallocs++;
     return gpuSuccess;
 }

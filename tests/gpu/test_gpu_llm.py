@@ -64,10 +64,14 @@ def close(name, got, want, rtol, atol):
         if g.shape != w.shape or g.dtype != w.dtype:
             return check(name, False, f"output {k}: {g.dtype}{g.shape} vs {w.dtype}{w.shape}")
         g64, w64 = g.astype(np.float64), w.astype(np.float64)
-        if not np.allclose(g64, w64, rtol=rtol, atol=atol, equal_nan=True):
-            d = np.abs(g64 - w64)
-            d[np.isnan(d)] = np.inf
-            return check(name, False, f"output {k}: max diff {d.max()} at {np.unravel_index(d.argmax(), d.shape)}")
+        # error allowed relative to the output's magnitude: sums of many terms in another order
+        mag = max(1.0, float(np.nanmax(np.abs(w64)))) if w64.size else 1.0
+        d = np.abs(g64 - w64)
+        d[np.isnan(g64) != np.isnan(w64)] = np.inf
+        d[np.isnan(g64) & np.isnan(w64)] = 0
+        if d.size and d.max() > atol + rtol * mag:
+            return check(name, False, f"output {k}: max diff {d.max()} at {np.unravel_index(d.argmax(), d.shape)} "
+                                      f"(allowed {atol + rtol * mag:.3g})")
     return check(name, True)
 
 
@@ -293,14 +297,16 @@ def gen_provider():
 def greedy(folder, prompts, steps, provider):
     g = gc.Generator(folder, batch=len(prompts), max_length=max(len(p) for p in prompts) + steps, provider=provider)
     g.append_tokens(prompts)
-    toks, logits = [], []
-    for _ in range(steps):
+    toks, logits, early = [], [], 0
+    for k in range(steps):
         logits.append(g.logits())
         g.generate_next()
         toks.append(g.next_tokens())
+        if k == 1:
+            early = g.stats().device_mallocs
     st = g.stats()
     g.close()
-    return np.array(toks), logits, st
+    return np.array(toks), logits, (st, early)
 
 
 def test_generation(folder, label, gqa):
@@ -313,7 +319,7 @@ def test_generation(folder, label, gqa):
         name = f"{label} batch {len(prompts)}"
         try:
             want, wl, _ = greedy(folder, prompts, STEPS, 0)
-            got, gl, st = greedy(folder, prompts, STEPS, gen_provider())
+            got, gl, (st, early) = greedy(folder, prompts, STEPS, gen_provider())
         except gc.KilnError as e:
             check(f"{name}: generates", False, str(e))
             continue
@@ -328,8 +334,9 @@ def test_generation(folder, label, gqa):
         check(f"{name}: logits within tolerance at every step", worst < 2e-3, f"max relative diff {worst:.3g}")
         if PROVIDER == "cuda":
             check(f"{name}: one compilation", st.compilations == 1, st.compilations)
-            check(f"{name}: no device allocation after the first steps", st.device_mallocs < 64, st.device_mallocs)
-            if gqa:
+            if gqa:  # (the ONNX form's attention rows grow with the context: its arena grows now and then)
+                check(f"{name}: no device allocation per decode step", st.device_mallocs == early,
+                      f"device_mallocs {early} after 2 steps, {st.device_mallocs} after {STEPS}")
                 check(f"{name}: nodes on the GPU", st.nodes_gpu > 0 and st.node_runs_gpu > 0,
                       f"nodes_gpu {st.nodes_gpu}, nodes_cpu {st.nodes_cpu}")
 
