@@ -284,11 +284,10 @@ static kiln_status blas_ready(kiln_gpu_run *r, kiln_err *err)
     return KILN_OK;
 }
 
-/* Makes *buf at least `need` bytes, stream ordered (the old buffer is freed after the work
- * queued before). Counts the allocation. */
-/* Grows *buf to at least need bytes, with a quarter more room: sizes that creep up run after
- * run (a decoder's mask and attention rows, one position per step) reallocate now and then,
- * not on every step. */
+/* Grows *buf to at least `need` bytes, stream ordered (the old buffer is freed after the work
+ * queued before), with a quarter more room: sizes that creep up run after run (a decoder's
+ * mask and attention rows, one position per step) reallocate now and then, not on every step.
+ * Counts the allocation. */
 static gpuError_t grow(kiln_gpu_run *r, void **buf, size_t *size, size_t need)
 {
     if (*size >= need) return gpuSuccess;
