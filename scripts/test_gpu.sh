@@ -4,13 +4,16 @@
 # CUDA build in build-gpu/), one section after the other, each under a header and a time limit,
 # going on after failures; the last line counts the sections: "N passed, N failed".
 #
-#   a  the kernel tests and the Python GPU-tensor test, tests/gpu/test_gpu_*.py (one section each)
+#   a  the kernel tests, the Python GPU-tensor test and the LLM test, tests/gpu/test_gpu_*.py (one
+#      section each; test_gpu_llm.py also runs generation against the CPU provider and 100
+#      generator create/free cycles)
 #   b  tests/gpu/test_gpu_models.py: the layout case, several outputs, CPU fallback, session
 #      lifetimes and threads, dynamic shapes, steady state
 #   c  the dynamic-shapes model tests on the CUDA provider (tests/models/test_models.py)
 #   d  the ONNX backend conformance suite on the CUDA provider, sharded over parallel runners,
 #      each running its tests in children of 64 (conformance --batch)
-#   e  compute-sanitizer memcheck: the layout-case model and the encoder through `kiln run`
+#   e  compute-sanitizer memcheck: the layout-case model and the encoder through `kiln run`, and
+#      10,000 decode steps of a tiny builder-style GQA model through `kiln generate`
 #   f  scripts/bench_gpu.py: benchmarks against PyTorch (figures; passes when it completes)
 # A section that exits 0 after printing a line starting with SKIP counts as skipped.
 #
@@ -138,7 +141,9 @@ if want a; then
     for t in tests/gpu/test_gpu_*.py; do
         [[ $t == tests/gpu/test_gpu_models.py ]] && continue
         found=1
-        section "a:$(basename "$t" .py)" "kernels: $t" 120 python3 "$t"
+        limit=120
+        [[ $t == tests/gpu/test_gpu_llm.py ]] && limit=300 # ops, then generation on both providers
+        section "a:$(basename "$t" .py)" "kernels: $t" "$limit" python3 "$t"
     done
     ((found)) || echo "(a) no tests/gpu/test_gpu_*.py kernel tests yet"
 fi
@@ -200,12 +205,25 @@ EOF
         grep -E '^kiln|ERROR SUMMARY|LEAK SUMMARY|Invalid|Program hit' "$WORK/mc.log" | head -20
         ((r == 0)) || { echo "exit $r"; rc=1; }
     done
+    # 10,000 decode steps over one device KV cache (max_length 10,010): GroupQueryAttention,
+    # MatMulNBits and the norms on the GPU, a tiny model so that memcheck keeps within the limit
+    python3 tests/models/make_llm.py "$WORK/llm_soak" --form gqa --layers 1 --hidden 32 --heads 2 --kv-heads 1 \
+        --vocab 64 --context 10240 --max-length 10010 --seed 77 --eos 1000 >/dev/null || return 1
+    echo "compute-sanitizer --tool memcheck --leak-check full kiln generate llm_soak -g 10000 --provider cuda"
+    "$SANITIZER" --tool memcheck --error-exitcode 99 --leak-check full "$KILN" generate "$WORK/llm_soak" \
+        --prompt-tokens 5,6,7,8 -g 10000 --provider cuda --json >"$WORK/mc.log" 2>&1
+    local r=$?
+    cat "$WORK/mc.log" >>"$LOGS/memcheck.log"
+    grep -E '^kiln|ERROR SUMMARY|LEAK SUMMARY|Invalid|Program hit' "$WORK/mc.log" | head -20
+    python3 -c 'import json, sys; t = json.loads([l for l in open(sys.argv[1]) if l.startswith("{")][-1])["tokens"][0]
+print(f"{len(t)} tokens generated"); sys.exit(len(t) != 10000)' "$WORK/mc.log" || r=1
+    ((r == 0)) || { echo "exit $r"; rc=1; }
     return "$rc"
 }
 export KILN KILN_LIB CONFORMANCE LOGS WORK MODELS SANITIZER
 export -f conformance memcheck
 want d && section d "conformance: ONNX backend tests on the CUDA provider" 420 bash -c conformance
-want e && section e "compute-sanitizer memcheck (kiln run --provider cuda)" 180 bash -c memcheck
+want e && section e "compute-sanitizer memcheck (kiln run, kiln generate --provider cuda)" 480 bash -c memcheck
 
 # shellcheck disable=SC2086
 want f && section f "benchmarks: scripts/bench_gpu.py (figures, not a test)" 330 \

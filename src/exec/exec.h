@@ -47,13 +47,25 @@ typedef struct kiln_run_env {
 } kiln_run_env;
 
 /* kiln_session_run_observed with storage for outputs (src/genai's KV cache): bind[j], when not
- * NULL, is a host tensor whose data becomes the storage of out_names[j] when its dtype matches
- * and the output's bytes fit (then outputs[j] is a view of bind[j]->data and bind[j] must
- * outlive it); otherwise the output is allocated as usual. bind may alias an input (a KV
- * cache shared by past and present). Host outputs only; device outputs ignore bind. */
+ * NULL, is a tensor whose data becomes the storage of out_names[j] when its dtype matches and
+ * the output's bytes fit (then outputs[j] is a view of bind[j]->data and bind[j] must outlive
+ * it); otherwise the output is allocated as usual. bind may alias an input (a KV cache shared
+ * by past and present). A host bind takes host outputs, and the download of an output the
+ * device computed; a device bind (kiln_session_device_alloc memory) takes an output the device
+ * computes, which then never leaves the device (such runs are not recorded as CUDA graphs). */
 kiln_status kiln_session_run_bound(kiln_session *s, int n_in, const char *const *in_names,
                                    const kiln_value *const *inputs, int n_out, const char *const *out_names,
                                    kiln_value **outputs, kiln_value *const *bind);
+
+/* Whether the session has a device provider (CUDA). */
+bool kiln_session_on_device(const kiln_session *s);
+/* `bytes` (> 0) of zeroed memory on the session's device, for device binds of
+ * kiln_session_run_bound and inputs wrapped with kiln_value_wrap_device_tensor; released with
+ * kiln_session_device_free before kiln_session_free. KILN_ERR_UNSUPPORTED without a device
+ * provider; the message is the session's last error. */
+kiln_status kiln_session_device_alloc(kiln_session *s, size_t bytes, void **p);
+/* Releases kiln_session_device_alloc memory; p NULL: nothing. */
+void kiln_session_device_free(kiln_session *s, void *p);
 
 /* Graph output j's value x (on the device or the host; borrowed) as the caller gets it, in
  * *out: in device memory when env->out_device[j], else on the host; in env->out_bind[j]'s

@@ -213,6 +213,17 @@ static kiln_status scratch_tensor(kiln_scratch *scratch, const kiln_type *t, con
     return KILN_OK;
 }
 
+/* The storage the caller gave for main-graph output v (kiln_run_env.out_bind), or NULL. */
+static const kiln_value *out_bound(const kiln_frame *f, const kiln_ir_value *v)
+{
+    if (!v || !v->is_output || f->parent || !f->env || !f->env->out_bind) return NULL;
+    for (int j = 0; j < f->g->n_outputs; j++) {
+        const kiln_value *b = f->env->out_bind[j];
+        if (f->g->outputs[j] == v && b && b->kind == KILN_VALUE_TENSOR) return b;
+    }
+    return NULL;
+}
+
 static kiln_status alloc_output(kiln_frame *f, const kiln_ir_value *v, const kiln_type *t, const int64_t *dims,
                                 bool device, bool zero, kiln_value **out, kiln_err *err)
 {
@@ -221,22 +232,21 @@ static kiln_status alloc_output(kiln_frame *f, const kiln_ir_value *v, const kil
         int64_t numel;
         KILN_TRY(kiln_dims_numel(t->rank, dims, &numel, err));
         size_t nbytes = (size_t)numel * kiln_dtype_size(t->dtype);
+        /* a main-graph output the caller gave device storage for */
+        const kiln_value *b = out_bound(f, v);
+        if (b && b->on_device && b->dtype == t->dtype && nbytes <= b->nbytes && (!nbytes || b->data))
+            return f->env->dev->tensor(f->env->dev_run, t->dtype, t->rank, dims, nbytes ? b->data : NULL, out, err);
         void *dst = v ? arena_slot(f, v->id, true, nbytes) : NULL;
         if (v && mem && mem->offset[v->id] != SIZE_MAX && !dst && nbytes) mem->heap_fallbacks++;
         return f->env->dev->tensor(f->env->dev_run, t->dtype, t->rank, dims, dst, out, err);
     }
     /* a main-graph output the caller gave storage for */
-    if (v && v->is_output && !f->parent && f->env && f->env->out_bind && t->dtype != KILN_DTYPE_STRING) {
-        for (int j = 0; j < f->g->n_outputs; j++) {
-            const kiln_value *b = f->env->out_bind[j];
-            if (f->g->outputs[j] != v || !b) continue;
-            int64_t numel;
-            KILN_TRY(kiln_dims_numel(t->rank, dims, &numel, err));
-            if (b->kind != KILN_VALUE_TENSOR || b->on_device || b->dtype != t->dtype ||
-                (size_t)numel > b->nbytes / kiln_dtype_size(t->dtype) || (numel && !b->data))
-                break;
+    const kiln_value *b = t->dtype != KILN_DTYPE_STRING ? out_bound(f, v) : NULL;
+    if (b && !b->on_device) {
+        int64_t numel;
+        KILN_TRY(kiln_dims_numel(t->rank, dims, &numel, err));
+        if (b->dtype == t->dtype && (size_t)numel <= b->nbytes / kiln_dtype_size(t->dtype) && (!numel || b->data))
             return kiln_value_view(t->dtype, t->rank, dims, numel ? b->data : NULL, out, err);
-        }
     }
     /* an arena of 0 bytes (every planned tensor empty) has no base; graph outputs are handed
      * to the caller, never views of the arena */
@@ -570,6 +580,13 @@ static kiln_status exec_frame(kiln_frame *f_, const kiln_value *const *inputs, k
                 if (st) goto out;
                 continue;
             }
+            const kiln_value *b = out_bound(&f, v);
+            if (b && b->on_device && b->data == x->data) {
+                /* written into the caller's device memory: a view of it */
+                st = dev->tensor(env->dev_run, x->dtype, x->rank, x->dims, x->data, &outputs[j], err);
+                if (st) goto out;
+                continue;
+            }
             /* a new tensor for the caller, or the caller's storage */
             st = kiln_output_place(env, j, x, &outputs[j], err);
             if (st) goto out;
@@ -591,7 +608,7 @@ static kiln_status exec_frame(kiln_frame *f_, const kiln_value *const *inputs, k
         }
         bool to_dev = env && env->out_device && env->out_device[j] && src->kind == KILN_VALUE_TENSOR &&
                       src->dtype != KILN_DTYPE_STRING;
-        if (!to_dev && !src->on_device && src == f.vals[v->id] && f.owned[v->id]) {
+        if (!to_dev && !src->on_device && v->graph == g && src == f.vals[v->id] && f.owned[v->id]) {
             /* hand over the frame's value; a second listing of it gets a copy */
             outputs[j] = f.vals[v->id];
             f.owned[v->id] = false;

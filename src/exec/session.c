@@ -656,7 +656,9 @@ static kiln_status session_run(kiln_session *s, int n_in, const char *const *in_
         env.dev_run = dev_run;
     }
     t_exec = now_ns();
-    bool done = false, recordable = d && d->capture_mode && !observer && !s->fault_node;
+    bool dev_bind = false; /* outputs written into the caller's device memory: a recording would not */
+    for (int j = 0; bind && j < n_out; j++) dev_bind |= bind[j] && bind[j]->on_device;
+    bool done = false, recordable = d && d->capture_mode && !observer && !s->fault_node && !dev_bind;
     kiln_capture_mode mode = recordable ? d->capture_mode(dev_run, syms, n_key) : KILN_CAPTURE_OFF;
     if (mode != KILN_CAPTURE_OFF) st = run_recorded(s, mode, &env, syms, n_key, bound, all_out, &done, &err);
     if (!st && !done) {
@@ -714,6 +716,25 @@ out:
     free(all_bind);
     free(all_dev);
     return st ? set_error(s, &err) : KILN_OK;
+}
+
+bool kiln_session_on_device(const kiln_session *s) { return s && s->dev; }
+
+kiln_status kiln_session_device_alloc(kiln_session *s, size_t bytes, void **p)
+{
+    if (!s || !p || !bytes) return KILN_ERR_INVALID_ARG;
+    *p = NULL;
+    kiln_err err = {0};
+    if (!s->dev || !s->dev->mem_alloc)
+        return kiln_errf(&err, KILN_ERR_UNSUPPORTED, "device memory needs a session of a device provider"),
+               set_error(s, &err);
+    kiln_status st = s->dev->mem_alloc(s->dev_state, bytes, p, &err);
+    return st ? set_error(s, &err) : KILN_OK;
+}
+
+void kiln_session_device_free(kiln_session *s, void *p)
+{
+    if (s && s->dev && s->dev->mem_free) s->dev->mem_free(s->dev_state, p);
 }
 
 kiln_status kiln_session_stats_get(const kiln_session *s, kiln_session_stats *out)

@@ -1,6 +1,8 @@
 /* generator.c - token generation over a decoder in onnxruntime-genai's folder layout: the prompt
  * run, greedy or sampled choice, and a KV cache allocated once at max_length that each step
- * writes in place (shared past/present) or into its second half (present -> next past). */
+ * writes in place (shared past/present) or into its second half (present -> next past). On a
+ * device provider (CUDA) the cache is device memory: past inputs and present outputs are bound
+ * to it, so only the ids, the mask and the logits cross the bus. */
 #define _GNU_SOURCE
 #include <limits.h>
 #include <stdarg.h>
@@ -27,6 +29,7 @@ struct kiln_generator {
     int64_t T;                   /* max_length: the cache's capacity in positions */
     int64_t V;                   /* vocab, known after the prompt */
     size_t kv_elem;              /* bytes of one cache element */
+    bool on_device;              /* the cache is device memory of the session's device */
     int64_t past;                /* positions in the cache (the same for every row) */
     int64_t gen;                 /* generated tokens per row */
     int64_t prompt_max;          /* longest prompt */
@@ -39,7 +42,8 @@ struct kiln_generator {
     kiln_value **in_vals;        /* headers made once; each step sets their dims */
     kiln_value **bind;           /* [n_out] storage for the outputs (logits, the presents) */
     kiln_value **outs;           /* [n_out] a step's output headers */
-    void *(*kv)[2][2];           /* [L][key/value][buffer]: B * kv_heads * T * head_size elements */
+    void *(*kv)[2][2];           /* [L][key/value][buffer]: B * kv_heads * T * head_size elements,
+                                  * host or (on_device) device memory */
     int cur;                     /* the buffer holding the past (unshared cache) */
     int64_t *ids, *mask, *pos;   /* [B * T] a step's input_ids, attention_mask, position_ids */
     int64_t *mask_hist;          /* [B * T] unshared cache: mask of every cached position */
@@ -201,10 +205,16 @@ static kiln_status alloc_state(kiln_generator *g)
     int nbuf = c->share_buffer ? 1 : 2;
     for (int l = 0; l < g->L; l++)
         for (int w = 0; w < 2; w++)
-            for (int b = 0; b < nbuf; b++)
-                if (!(g->kv[l][w][b] = calloc(1, bytes ? bytes : 1)))
+            for (int b = 0; b < nbuf; b++) {
+                if (g->on_device) {
+                    if (kiln_session_device_alloc(g->s, bytes ? bytes : 1, &g->kv[l][w][b]))
+                        return fail(g, KILN_ERR_NOMEM, "allocating a %zu-byte KV cache buffer (layer %d) on the device: %s",
+                                    bytes, l, kiln_last_error(g->s));
+                } else if (!(g->kv[l][w][b] = calloc(1, bytes ? bytes : 1))) {
                     return fail(g, KILN_ERR_NOMEM, "out of memory allocating a %zu-byte KV cache buffer (layer %d)",
                                 bytes, l);
+                }
+            }
     g->ids = calloc(BT, sizeof *g->ids);
     g->mask = calloc(BT, sizeof *g->mask);
     g->pos = calloc(BT, sizeof *g->pos);
@@ -225,13 +235,17 @@ static kiln_status alloc_state(kiln_generator *g)
             find_io(g->s, false, g->in_names[i], &io);
             dt = io.dtype;
         }
-        if (kiln_value_wrap_tensor(dt, i < g->in_past ? 2 : 4, zero, NULL, 0, &g->in_vals[i]))
-            return fail(g, KILN_ERR_NOMEM, "out of memory");
+        kiln_status st = i >= g->in_past && g->on_device ? kiln_value_wrap_device_tensor(dt, 4, zero, NULL, 0, &g->in_vals[i])
+                                                         : kiln_value_wrap_tensor(dt, i < g->in_past ? 2 : 4, zero, NULL, 0,
+                                                                                  &g->in_vals[i]);
+        if (st) return fail(g, KILN_ERR_NOMEM, "out of memory");
     }
     for (int j = 1; j < g->n_out; j++) {
         kiln_io_info io;
         find_io(g->s, true, g->out_names[j], &io);
-        if (kiln_value_wrap_tensor(io.dtype, 4, zero, NULL, 0, &g->bind[j])) return fail(g, KILN_ERR_NOMEM, "out of memory");
+        kiln_status st = g->on_device ? kiln_value_wrap_device_tensor(io.dtype, 4, zero, NULL, 0, &g->bind[j])
+                                      : kiln_value_wrap_tensor(io.dtype, 4, zero, NULL, 0, &g->bind[j]);
+        if (st) return fail(g, KILN_ERR_NOMEM, "out of memory");
     }
     return KILN_OK;
 }
@@ -278,6 +292,7 @@ kiln_status kiln_generator_create(const char *model_dir, const kiln_generator_pa
         return st;
     }
     if ((st = check_session(g))) return st;
+    g->on_device = kiln_session_on_device(g->s);
     return alloc_state(g);
 }
 
@@ -362,6 +377,11 @@ static kiln_status run_step(kiln_generator *g, int64_t S)
             goto out;
         }
         if (pr->data != g->bind[j]->data) { /* not written in place (an output the model copies from elsewhere) */
+            if (g->on_device) {
+                st = fail(g, KILN_ERR_UNSUPPORTED, "output '%s' was not computed on the device: the device KV cache "
+                          "takes presents that GPU nodes write", g->out_names[j]);
+                goto out;
+            }
             memcpy(g->bind[j]->data, pr->data, pr->nbytes);
             g->kv_copies++;
         }
@@ -574,12 +594,15 @@ const char *kiln_generator_last_error(const kiln_generator *g)
 void kiln_generator_free(kiln_generator *g)
 {
     if (!g) return;
-    kiln_session_free(g->s);
-    if (g->kv)
+    if (g->kv) /* device buffers go before their session */
         for (int l = 0; l < g->L; l++)
             for (int w = 0; w < 2; w++)
-                for (int b = 0; b < 2; b++) free(g->kv[l][w][b]);
+                for (int b = 0; b < 2; b++) {
+                    if (g->on_device) kiln_session_device_free(g->s, g->kv[l][w][b]);
+                    else free(g->kv[l][w][b]);
+                }
     free(g->kv);
+    kiln_session_free(g->s);
     for (int i = 0; g->in_vals && i < g->n_in; i++) kiln_value_free(g->in_vals[i]);
     for (int j = 0; g->bind && j < g->n_out; j++) kiln_value_free(g->bind[j]);
     free(g->in_vals);

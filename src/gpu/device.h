@@ -53,6 +53,9 @@ kiln_status kiln_gpu_to_host(kiln_gpu_run *r, const kiln_value *dev, void *dst, 
 kiln_status kiln_gpu_output(kiln_gpu_run *r, const kiln_value *x, kiln_value **out, kiln_err *err);
 /* Outside runs: a caller-owned copy of device tensor x (an output listed twice). Waits. */
 kiln_status kiln_gpu_clone(kiln_gpu_session *gs, const kiln_value *x, kiln_value **out, kiln_err *err);
+/* Outside runs: zeroed device memory for the caller (kiln_provider_i.mem_alloc), and its release. */
+kiln_status kiln_gpu_mem_alloc(kiln_gpu_session *gs, size_t bytes, void **out, kiln_err *err);
+void kiln_gpu_mem_free(kiln_gpu_session *gs, void *p);
 /* A device tensor with these dims: at `dst` when not NULL (a view), else a new allocation
  * from the device's stream-ordered pool, released with the value. Not zeroed. */
 kiln_status kiln_gpu_tensor(kiln_gpu_run *r, kiln_dtype dt, int rank, const int64_t *dims, void *dst,

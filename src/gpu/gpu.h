@@ -58,6 +58,11 @@ kiln_status kiln_gpu_blas(kiln_run_ctx *c, void **handle);
 /* Device scratch of at least `bytes` (256-byte aligned) for this kernel call; valid until
  * the kernel returns (the next kernel may reuse it: it is stream ordered). */
 kiln_status kiln_gpu_workspace(kiln_run_ctx *c, size_t bytes, void **p);
+/* Copies `bytes` of host memory src to device memory dst (workspace) in stream order, through
+ * the run's pinned staging (while a run is recorded: pinned memory the recording keeps), so src
+ * may change as soon as this returns: for host inputs whose contents a kernel reads on the
+ * device (GroupQueryAttention's seqlens_k). */
+kiln_status kiln_gpu_upload(kiln_run_ctx *c, void *dst, const void *src, size_t bytes);
 /* Fails the node with the runtime's message when e is an error; KILN_OK otherwise. */
 kiln_status kiln_gpu_check(kiln_run_ctx *c, gpuError_t e, const char *what);
 /* After a launch: checks the launch error (gpuGetLastError) naming the kernel. */

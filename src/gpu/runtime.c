@@ -286,8 +286,10 @@ static kiln_status blas_ready(kiln_gpu_run *r, kiln_err *err)
     return KILN_OK;
 }
 
-/* Makes *buf at least `need` bytes, stream ordered (the old buffer is freed after the work
- * queued before). Counts the allocation. */
+/* Grows *buf to at least `need` bytes, stream ordered (the old buffer is freed after the work
+ * queued before), with a quarter more room: sizes that creep up run after run (a decoder's
+ * mask and attention rows, one position per step) reallocate now and then, not on every step.
+ * Counts the allocation. */
 static gpuError_t grow(kiln_gpu_run *r, void **buf, size_t *size, size_t need)
 {
     if (*size >= need) return gpuSuccess;
@@ -296,9 +298,10 @@ static gpuError_t grow(kiln_gpu_run *r, void **buf, size_t *size, size_t need)
     if (*buf) gpuFreeAsync(*buf, r->stream);
     *buf = NULL;
     *size = 0;
-    gpuError_t e = gpuMallocAsync(buf, need, r->stream);
+    size_t room = need + need / 4 > need ? align_up(need + need / 4) : need;
+    gpuError_t e = gpuMallocAsync(buf, room, r->stream);
     if (e != gpuSuccess) return e;
-    *size = need;
+    *size = room;
     r->mallocs++;
     return gpuSuccess;
 }
@@ -559,6 +562,32 @@ kiln_status kiln_gpu_clone(kiln_gpu_session *gs, const kiln_value *x, kiln_value
     return KILN_OK;
 }
 
+kiln_status kiln_gpu_mem_alloc(kiln_gpu_session *gs, size_t bytes, void **out, kiln_err *err)
+{
+    *out = NULL;
+    gpuError_t e = gpuSetDevice(gs->device);
+    if (e != gpuSuccess) return rt_fail(err, e, "selecting the device");
+    void *p = NULL;
+    e = gpuMalloc(&p, bytes);
+    if (e != gpuSuccess)
+        return kiln_errf(err, KILN_ERR_NOMEM, "GPU: cannot allocate %zu bytes: %s", bytes, gpuGetErrorString(e));
+    e = gpuMemsetAsync(p, 0, bytes, 0);
+    if (e == gpuSuccess) e = gpuStreamSynchronize(0);
+    if (e != gpuSuccess) {
+        gpuFree(p);
+        return rt_fail(err, e, "zeroing device memory");
+    }
+    *out = p;
+    return KILN_OK;
+}
+
+void kiln_gpu_mem_free(kiln_gpu_session *gs, void *p)
+{
+    if (!p) return;
+    gpuSetDevice(gs->device);
+    gpuFree(p);
+}
+
 kiln_status kiln_gpu_to_host(kiln_gpu_run *r, const kiln_value *dev, void *dst, kiln_value **out, kiln_err *err)
 {
     *out = NULL;
@@ -615,6 +644,18 @@ kiln_status kiln_gpu_workspace(kiln_run_ctx *c, size_t bytes, void **p)
                              gpuGetErrorString(e));
     *p = r->workspace;
     return KILN_OK;
+}
+
+kiln_status kiln_gpu_upload(kiln_run_ctx *c, void *dst, const void *src, size_t bytes)
+{
+    kiln_gpu_run *r = c->dev;
+    if (!bytes) return KILN_OK;
+    unsigned char *stage;
+    kiln_status st = r->capturing ? held_alloc(r, bytes, false, (void **)&stage, c->err) : staging(r, bytes, &stage, c->err);
+    if (st) return kiln_err_prefix(c->err, "node '%s' (%s)", c->node->name, c->node->op_type);
+    memcpy(stage, src, bytes);
+    r->to_device++;
+    return kiln_gpu_check(c, gpuMemcpyAsync(dst, stage, bytes, gpuMemcpyHostToDevice, r->stream), "an upload");
 }
 
 kiln_status kiln_gpu_check(kiln_run_ctx *c, gpuError_t e, const char *what)

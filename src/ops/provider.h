@@ -108,6 +108,12 @@ typedef struct kiln_provider_i {
     kiln_status (*output)(kiln_provider_run *r, const kiln_value *x, kiln_value **out, kiln_err *err);
     /* Outside runs: a caller-owned copy of device tensor x. Waits. */
     kiln_status (*clone)(kiln_provider *p, const kiln_value *x, kiln_value **out, kiln_err *err);
+    /* Outside runs: `bytes` (> 0) of zeroed device memory on the session's device for a caller
+     * that binds it as inputs and outputs (src/genai's KV cache); released with mem_free, before
+     * the session closes. Waits. */
+    kiln_status (*mem_alloc)(kiln_provider *p, size_t bytes, void **out, kiln_err *err);
+    /* Releases what mem_alloc gave (NULL: nothing). Waits. */
+    void (*mem_free)(kiln_provider *p, void *ptr);
 
     /* ---- device, optional: recording whole runs of a binding and replaying them ----
      * All NULL or all set. NULL: every run is plain. The contract of each is in

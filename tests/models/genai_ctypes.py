@@ -12,11 +12,17 @@ class Params(ctypes.Structure):
                 ("seed", ctypes.c_uint64), ("provider", ctypes.c_int), ("num_threads", ctypes.c_int)]
 
 
-class Stats(ctypes.Structure):  # the leading fields of kiln_session_stats
+class Stats(ctypes.Structure):  # kiln_session_stats (room after it for fields added later)
     _fields_ = [("compilations", ctypes.c_int64), ("runs", ctypes.c_int64), ("plan_cache_hits", ctypes.c_int64),
                 ("plan_cache_misses", ctypes.c_int64), ("plan_cache_entries", ctypes.c_int),
                 ("plan_cache_capacity", ctypes.c_int), ("arena_peak_bytes", ctypes.c_int64),
-                ("arena_last_bytes", ctypes.c_int64), ("pad", ctypes.c_char * 1024)]
+                ("arena_last_bytes", ctypes.c_int64), ("lower_bound_last_bytes", ctypes.c_int64),
+                ("heap_fallbacks", ctypes.c_int64), ("bind_plan_ns", ctypes.c_int64), ("run_ns", ctypes.c_int64),
+                ("nodes_gpu", ctypes.c_int), ("nodes_cpu", ctypes.c_int), ("node_runs_gpu", ctypes.c_int64),
+                ("node_runs_cpu", ctypes.c_int64), ("device_mallocs", ctypes.c_int64),
+                ("copies_to_device", ctypes.c_int64), ("copies_to_host", ctypes.c_int64),
+                ("graphs_captured", ctypes.c_int64), ("graphs_replayed", ctypes.c_int64),
+                ("graphs_note", ctypes.c_char * 192), ("pad", ctypes.c_char * 1024)]
 
 
 lib = ctypes.CDLL(os.environ["KILN_LIB"])
@@ -42,9 +48,11 @@ class KilnError(RuntimeError):
 
 
 class Generator:
-    def __init__(self, folder, batch=1, max_length=0, do_sample=0, temperature=0.0, top_k=-1, top_p=0.0, seed=0):
+    def __init__(self, folder, batch=1, max_length=0, do_sample=0, temperature=0.0, top_k=-1, top_p=0.0, seed=0,
+                 provider=0):
+        """provider: 0 the CPU, 1 CUDA (kiln_provider_kind)."""
         p = lib.kiln_generator_params_default()
-        p.batch_size, p.max_length, p.do_sample = batch, max_length, do_sample
+        p.batch_size, p.max_length, p.do_sample, p.provider = batch, max_length, do_sample, provider
         p.temperature, p.top_k, p.top_p, p.seed = temperature, top_k, top_p, seed
         self.h = ctypes.c_void_p()
         self.batch = batch

@@ -1,0 +1,477 @@
+/* k_llm.cu - the llm family's GPU kernels. MatMulNBits: a warp per output column reads the
+ * column's packed weights as 32-bit words (neighbouring lanes, neighbouring words), dequantizes
+ * and multiplies them with up to 8 rows of A, fp32 partial sums per K split; larger M
+ * dequantizes the weight for cuBLAS. GroupQueryAttention: one thread per K/V element writes the
+ * present cache, then one block per (query row, head, batch row) attends: its warps take the
+ * keys in turn with an online softmax (fp32) and combine through shared memory. The RMS
+ * normalizations give a block to each row; rotary is one thread per element. */
+#include <math.h>
+
+#include "gpu/k_llm.h"
+#include "gpu/kcommon.cuh"
+
+extern "C" unsigned kiln_gpu_blocks(int64_t n, unsigned block);
+
+#define BLOCK 256
+#define WARPS (BLOCK / 32)
+#define FULL_MASK 0xffffffffu
+
+static gpuError_t bad_dtype(void)
+{
+#if defined(KILN_HIP)
+    return hipErrorInvalidValue;
+#else
+    return cudaErrorInvalidValue;
+#endif
+}
+
+/* A float32 or float16 value of a parameter tensor (scales, typed zero points), as float. */
+__device__ __forceinline__ float load_param(int dt, const void *p, int64_t i)
+{
+    if (dt == KILN_DTYPE_FLOAT16) return kiln_to_f<kiln_gpu_half>(((const kiln_gpu_half *)p)[i]);
+    if (dt == KILN_DTYPE_BFLOAT16) return kiln_to_f<kiln_gpu_bf16>(((const kiln_gpu_bf16 *)p)[i]);
+    return ((const float *)p)[i];
+}
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+    for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(FULL_MASK, v, d);
+    return v;
+}
+
+/* ---- MatMulNBits ---- */
+
+/* Scale and zero point of block blk of column n. */
+__device__ __forceinline__ void nbits_block(const kiln_gpu_nbits &a, int64_t n, int64_t blk, float *scale, float *zero)
+{
+    int64_t i = n * a.n_blocks + blk;
+    *scale = load_param(a.s_dtype, a.scales, i);
+    if (a.zp_mode == KILN_GPU_ZP_NONE) {
+        *zero = (float)(1 << (a.bits - 1));
+    } else if (a.zp_mode == KILN_GPU_ZP_PACKED) {
+        const uint8_t *z = (const uint8_t *)a.zp;
+        if (a.bits == 8) *zero = (float)z[i];
+        else *zero = (float)((z[n * ((a.n_blocks + 1) / 2) + blk / 2] >> (4 * (blk & 1))) & 15);
+    } else {
+        *zero = load_param(a.s_dtype, a.zp, i);
+    }
+}
+
+/* grid (ceil(N / WARPS), splits): warp w of block x takes column n = x * WARPS + w and the
+ * words [sp * per, (sp + 1) * per) of its packed row (per = ceil(words / splits)). Each word
+ * holds 8 (4 bits) or 4 (8 bits) consecutive k of one block (blobs are multiples of 8 bytes). */
+template <typename T>
+__global__ void nbits_gemv_kernel(kiln_gpu_nbits a, int64_t per, float *part)
+{
+    const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int64_t n = (int64_t)blockIdx.x * WARPS + w;
+    if (n >= a.N) return; /* the whole warp: no block-wide synchronisation below */
+    const T *A = (const T *)a.A;
+    const int64_t words = a.n_blocks * a.blob / 4;
+    const uint32_t *row = (const uint32_t *)(a.B + n * a.n_blocks * a.blob);
+    const int64_t begin = (int64_t)blockIdx.y * per;
+    const int64_t end = begin + per < words ? begin + per : words;
+    const int per_word = 32 / (int)a.bits;
+    float acc[KILN_GPU_NBITS_GEMV_MAX_M];
+#pragma unroll
+    for (int m = 0; m < KILN_GPU_NBITS_GEMV_MAX_M; m++) acc[m] = 0.0f;
+    for (int64_t wi = begin + lane; wi < end; wi += 32) {
+        uint32_t word = row[wi];
+        int64_t byte = wi * 4, blk = byte / a.blob;
+        int64_t k0 = blk * a.block_size + (byte % a.blob) * 8 / a.bits;
+        float sc, zr;
+        nbits_block(a, n, blk, &sc, &zr);
+        for (int t = 0; t < per_word; t++) {
+            int64_t k = k0 + t;
+            if (k >= a.K) break; /* the last block's padding */
+            uint32_t q = a.bits == 4 ? (word >> (4 * t)) & 15u : (word >> (8 * t)) & 255u;
+            float wv = ((float)q - zr) * sc;
+#pragma unroll
+            for (int m = 0; m < KILN_GPU_NBITS_GEMV_MAX_M; m++)
+                if (m < a.M) acc[m] += kiln_to_f<T>(A[m * a.K + k]) * wv;
+        }
+    }
+#pragma unroll
+    for (int m = 0; m < KILN_GPU_NBITS_GEMV_MAX_M; m++) {
+        if (m >= a.M) break;
+        float v = warp_sum(acc[m]);
+        if (lane == 0) part[((int64_t)blockIdx.y * a.M + m) * a.N + n] = v;
+    }
+}
+
+/* Y[m, n] = sum over splits of part + bias[n]. */
+template <typename T>
+__global__ void nbits_finish_kernel(kiln_gpu_nbits a, int splits, const float *part)
+{
+    KILN_GRID_LOOP(i, a.M * a.N)
+    {
+        int64_t n = i % a.N;
+        float v = a.bias ? kiln_to_f<T>(((const T *)a.bias)[n]) : 0.0f;
+        for (int sp = 0; sp < splits; sp++) v += part[(int64_t)sp * a.M * a.N + i];
+        ((T *)a.Y)[i] = kiln_from_f<T>(v);
+    }
+}
+
+template <typename T>
+__global__ void nbits_dequant_kernel(kiln_gpu_nbits a, T *W)
+{
+    KILN_GRID_LOOP(i, a.N * a.K)
+    {
+        int64_t n = i / a.K, k = i - n * a.K;
+        int64_t blk = k / a.block_size, in = k - blk * a.block_size;
+        const uint8_t *b = a.B + (n * a.n_blocks + blk) * a.blob;
+        unsigned q = a.bits == 8 ? b[in] : (b[in / 2] >> (4 * (in & 1))) & 15u;
+        float sc, zr;
+        nbits_block(a, n, blk, &sc, &zr);
+        W[i] = kiln_from_f<T>(((float)q - zr) * sc);
+    }
+}
+
+template <typename T>
+__global__ void nbits_bias_kernel(kiln_gpu_nbits a)
+{
+    KILN_GRID_LOOP(i, a.M * a.N)
+    {
+        T *Y = (T *)a.Y;
+        Y[i] = kiln_from_f<T>(kiln_to_f<T>(Y[i]) + kiln_to_f<T>(((const T *)a.bias)[i % a.N]));
+    }
+}
+
+extern "C" int kiln_gpu_nbits_splits(const kiln_gpu_nbits *a, int sm_count)
+{
+    int64_t words = a->n_blocks * a->blob / 4;
+    int64_t want = (int64_t)(sm_count > 0 ? sm_count : 1) * 4 * WARPS; /* warps to fill the device */
+    int64_t splits = (want + a->N - 1) / a->N;
+    int64_t most = words / 64; /* at least two words per lane in each split */
+    if (splits > most) splits = most;
+    if (splits > 32) splits = 32;
+    return splits < 1 ? 1 : (int)splits;
+}
+
+extern "C" gpuError_t kiln_gpu_nbits_gemv(gpuStream_t s, const kiln_gpu_nbits *a, int splits, float *part)
+{
+    if (a->M <= 0 || a->N <= 0) return gpuSuccess;
+    int64_t words = a->n_blocks * a->blob / 4, per = (words + splits - 1) / splits;
+    dim3 grid(kiln_gpu_blocks(a->N, WARPS), (unsigned)splits);
+    if (a->dtype == KILN_DTYPE_FLOAT32) nbits_gemv_kernel<float><<<grid, BLOCK, 0, s>>>(*a, per, part);
+    else if (a->dtype == KILN_DTYPE_FLOAT16) nbits_gemv_kernel<kiln_gpu_half><<<grid, BLOCK, 0, s>>>(*a, per, part);
+    else return bad_dtype();
+    gpuError_t e = gpuGetLastError();
+    if (e != gpuSuccess) return e;
+    unsigned nb = kiln_gpu_blocks(a->M * a->N, BLOCK);
+    if (a->dtype == KILN_DTYPE_FLOAT32) nbits_finish_kernel<float><<<nb, BLOCK, 0, s>>>(*a, splits, part);
+    else nbits_finish_kernel<kiln_gpu_half><<<nb, BLOCK, 0, s>>>(*a, splits, part);
+    return gpuGetLastError();
+}
+
+extern "C" gpuError_t kiln_gpu_nbits_dequant(gpuStream_t s, const kiln_gpu_nbits *a, void *W)
+{
+    if (a->N <= 0 || a->K <= 0) return gpuSuccess;
+    unsigned nb = kiln_gpu_blocks(a->N * a->K, BLOCK);
+    if (a->dtype == KILN_DTYPE_FLOAT32) nbits_dequant_kernel<float><<<nb, BLOCK, 0, s>>>(*a, (float *)W);
+    else if (a->dtype == KILN_DTYPE_FLOAT16) nbits_dequant_kernel<kiln_gpu_half><<<nb, BLOCK, 0, s>>>(*a, (kiln_gpu_half *)W);
+    else return bad_dtype();
+    return gpuGetLastError();
+}
+
+extern "C" gpuError_t kiln_gpu_nbits_bias(gpuStream_t s, const kiln_gpu_nbits *a)
+{
+    if (a->M <= 0 || a->N <= 0 || !a->bias) return gpuSuccess;
+    unsigned nb = kiln_gpu_blocks(a->M * a->N, BLOCK);
+    if (a->dtype == KILN_DTYPE_FLOAT32) nbits_bias_kernel<float><<<nb, BLOCK, 0, s>>>(*a);
+    else if (a->dtype == KILN_DTYPE_FLOAT16) nbits_bias_kernel<kiln_gpu_half><<<nb, BLOCK, 0, s>>>(*a);
+    else return bad_dtype();
+    return gpuGetLastError();
+}
+
+/* ---- rotary ---- */
+
+/* Element i of head row x (H values) with the first rd rotated by the cache rows cr, sr
+ * (rd / 2 values each), in float. */
+template <typename T>
+__device__ __forceinline__ float rotate_at(const T *x, int64_t i, int64_t rd, bool interleaved, const T *cr, const T *sr)
+{
+    float v = kiln_to_f<T>(x[i]);
+    if (i >= rd) return v;
+    int64_t half = rd / 2, j = interleaved ? i / 2 : i % half;
+    float cs = kiln_to_f<T>(cr[j]), sn = kiln_to_f<T>(sr[j]);
+    if (interleaved) return (i & 1) ? v * cs + kiln_to_f<T>(x[i - 1]) * sn : v * cs - kiln_to_f<T>(x[i + 1]) * sn;
+    return i < half ? v * cs - kiln_to_f<T>(x[i + half]) * sn : v * cs + kiln_to_f<T>(x[i - half]) * sn;
+}
+
+template <typename T>
+__global__ void rotary_kernel(const T *x, T *y, int64_t B, int64_t S, int64_t Nh, int64_t H, int64_t rd, bool rank3,
+                              bool interleaved, const int64_t *pos, int64_t offset, const T *cs, const T *sn)
+{
+    KILN_GRID_LOOP(e, B * S * Nh * H)
+    {
+        int64_t i = e % H, r = e / H, s, b;
+        if (rank3) { /* [B, S, Nh, H] */
+            s = (r / Nh) % S;
+            b = r / (Nh * S);
+        } else { /* [B, Nh, S, H] */
+            s = r % S;
+            b = r / (S * Nh);
+        }
+        int64_t p = pos ? pos[b * S + s] : offset + s, half = rd / 2;
+        y[e] = kiln_from_f<T>(rotate_at<T>(x + (e - i), i, rd, interleaved, cs + p * half, sn + p * half));
+    }
+}
+
+extern "C" gpuError_t kiln_gpu_rotary(gpuStream_t s, int dtype, const void *x, void *y, int64_t B, int64_t S,
+                                      int64_t Nh, int64_t H, int64_t rd, bool rank3, bool interleaved,
+                                      const int64_t *pos, int64_t offset, const void *cos, const void *sin)
+{
+    int64_t n = B * S * Nh * H;
+    if (n <= 0) return gpuSuccess;
+    unsigned nb = kiln_gpu_blocks(n, BLOCK);
+#define ROT(T) rotary_kernel<T><<<nb, BLOCK, 0, s>>>((const T *)x, (T *)y, B, S, Nh, H, rd, rank3, interleaved, pos, \
+                                                    offset, (const T *)cos, (const T *)sin)
+    if (dtype == KILN_DTYPE_FLOAT32) ROT(float);
+    else if (dtype == KILN_DTYPE_FLOAT16) ROT(kiln_gpu_half);
+    else if (dtype == KILN_DTYPE_BFLOAT16) ROT(kiln_gpu_bf16);
+    else return bad_dtype();
+#undef ROT
+    return gpuGetLastError();
+}
+
+/* ---- GroupQueryAttention ---- */
+
+/* Head row (b, s, hd) of the given Q (hd < N), K (N <= hd < N + Nkv) or V (hd >= N + Nkv). */
+template <typename T>
+__device__ __forceinline__ const T *qkv_row(const kiln_gpu_gqa &a, int64_t b, int64_t s, int64_t hd)
+{
+    if (a.packed) return (const T *)a.q + ((b * a.S + s) * (a.N + 2 * a.Nkv) + hd) * a.H;
+    if (hd < a.N) return (const T *)a.q + ((b * a.S + s) * a.N + hd) * a.H;
+    if (hd < a.N + a.Nkv) return (const T *)a.k + ((b * a.S + s) * a.Nkv + hd - a.N) * a.H;
+    return (const T *)a.v + ((b * a.S + s) * a.Nkv + hd - a.N - a.Nkv) * a.H;
+}
+
+/* Rotary position of new row s of batch row b (kiln_gqa_position). */
+__device__ __forceinline__ int64_t gqa_pos(const kiln_gpu_gqa &a, int64_t b, int64_t s)
+{
+    if (a.pos) return a.pos[b * a.S + s];
+    if (a.first_prompt) return s;
+    return (int64_t)a.seqlens[b] + 1 - a.S + s;
+}
+
+/* Rows of the past kept before the new ones (kiln_gqa_past_rows). */
+__device__ __forceinline__ int64_t gqa_past_rows(const kiln_gpu_gqa &a, int64_t b)
+{
+    return !a.has_past || a.first_prompt ? 0 : (int64_t)a.seqlens[b] + 1 - a.S;
+}
+
+/* Element d of new row s of KV head h: K rotated (rounded to T, as the reference stores it) or V. */
+template <typename T>
+__device__ __forceinline__ T gqa_new_kv(const kiln_gpu_gqa &a, bool key, int64_t b, int64_t s, int64_t h, int64_t d)
+{
+    const T *x = qkv_row<T>(a, b, s, a.N + (key ? 0 : a.Nkv) + h);
+    if (!key || !a.rd) return x[d];
+    int64_t p = gqa_pos(a, b, s), half = a.rd / 2;
+    return kiln_from_f<T>(rotate_at<T>(x, d, a.rd, a.interleaved, (const T *)a.cos + p * half, (const T *)a.sin + p * half));
+}
+
+/* Unshared: every element (b, h, t, d) of kc and vc [B, Nkv, L, H]: past row, new row or 0. */
+template <typename T>
+__global__ void gqa_present_kernel(kiln_gpu_gqa a)
+{
+    KILN_GRID_LOOP(e, a.B * a.Nkv * a.L * a.H)
+    {
+        int64_t d = e % a.H, t = (e / a.H) % a.L, bh = e / (a.H * a.L), h = bh % a.Nkv, b = bh / a.Nkv;
+        int64_t rows = gqa_past_rows(a, b);
+        T kv, vv;
+        if (t < rows) {
+            int64_t at = (bh * a.past_len + t) * a.H + d;
+            kv = ((const T *)a.past_k)[at];
+            vv = ((const T *)a.past_v)[at];
+        } else if (t < rows + a.S) {
+            kv = gqa_new_kv<T>(a, true, b, t - rows, h, d);
+            vv = gqa_new_kv<T>(a, false, b, t - rows, h, d);
+        } else {
+            kv = vv = kiln_from_f<T>(0.0f);
+        }
+        ((T *)a.kc)[e] = kv;
+        ((T *)a.vc)[e] = vv;
+    }
+}
+
+/* Shared buffer: the new rows only, (b, h, s, d) at row past_rows(b) + s of [B, Nkv, L, H]. */
+template <typename T>
+__global__ void gqa_append_kernel(kiln_gpu_gqa a)
+{
+    KILN_GRID_LOOP(e, a.B * a.Nkv * a.S * a.H)
+    {
+        int64_t d = e % a.H, s = (e / a.H) % a.S, bh = e / (a.H * a.S), h = bh % a.Nkv, b = bh / a.Nkv;
+        int64_t at = (bh * a.L + gqa_past_rows(a, b) + s) * a.H + d;
+        ((T *)a.kc)[at] = gqa_new_kv<T>(a, true, b, s, h, d);
+        ((T *)a.vc)[at] = gqa_new_kv<T>(a, false, b, s, h, d);
+    }
+}
+
+#define HEAD_PER_LANE (KILN_GPU_GQA_MAX_HEAD / 32)
+
+/* grid (S, N, B), BLOCK threads: query row i of head h of batch row b. The query (rotated,
+ * rounded to T) goes to shared memory; warp w takes keys start + w, start + w + WARPS, ...:
+ * lanes split the dot product over d and keep their d's of the weighted V sum, with the
+ * running maximum and sum of an online softmax. A head sink (or smooth_softmax's 0) is one
+ * more logit with a zero value row, taken by warp 0. */
+template <typename T>
+__global__ void gqa_attn_kernel(kiln_gpu_gqa a)
+{
+    __shared__ float qs[KILN_GPU_GQA_MAX_HEAD];
+    __shared__ float wm[WARPS], wl[WARPS];
+    __shared__ float wacc[WARPS][KILN_GPU_GQA_MAX_HEAD];
+    const int64_t i = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int64_t H = a.H, hk = h / (a.N / a.Nkv);
+    const T *qr = qkv_row<T>(a, b, i, h);
+    int64_t p = a.rd ? gqa_pos(a, b, i) : 0, half = a.rd / 2;
+    for (int64_t d = threadIdx.x; d < H; d += BLOCK) {
+        float v = a.rd ? kiln_to_f<T>(kiln_from_f<T>(rotate_at<T>(qr, d, a.rd, a.interleaved, (const T *)a.cos + p * half,
+                                                                  (const T *)a.sin + p * half)))
+                       : kiln_to_f<T>(qr[d]);
+        qs[d] = v;
+    }
+    __syncthreads();
+    /* the keys this row sees (kiln_gqa_window) */
+    int64_t total = (int64_t)a.seqlens[b] + 1;
+    int64_t causal = (a.has_past && !a.first_prompt ? total - a.S : 0) + i + 1;
+    if (causal > total) causal = total;
+    int64_t start = 0, len = causal;
+    if (a.window >= 0 && causal > a.window) start = causal - a.window, len = a.window;
+    const T *kb = (const T *)a.kc + (b * a.Nkv + hk) * a.L * H;
+    const T *vb = (const T *)a.vc + (b * a.Nkv + hk) * a.L * H;
+    float m = -INFINITY, l = 0.0f, acc[HEAD_PER_LANE];
+#pragma unroll
+    for (int k = 0; k < HEAD_PER_LANE; k++) acc[k] = 0.0f;
+    if (w == 0 && (a.sink || a.smooth)) {
+        m = a.sink ? kiln_to_f<T>(((const T *)a.sink)[h]) : 0.0f;
+        l = 1.0f;
+    }
+    for (int64_t j = start + w; j < start + len; j += WARPS) {
+        const T *kr = kb + j * H, *vr = vb + j * H;
+        float dot = 0.0f;
+#pragma unroll
+        for (int k = 0; k < HEAD_PER_LANE; k++) {
+            int64_t d = lane + 32 * k;
+            if (d < H) dot += qs[d] * kiln_to_f<T>(kr[d]);
+        }
+        float sc = warp_sum(dot) * a.scale;
+        if (a.softcap > 0.0f) sc = a.softcap * tanhf(sc / a.softcap);
+        if (a.bias) sc += kiln_to_f<T>(((const T *)a.bias)[b * a.bias_b + h * a.bias_h + i * a.bias_s + j]);
+        float mn = fmaxf(m, sc);
+        if (mn == -INFINITY) continue; /* every logit so far is -inf: nothing to weigh yet */
+        float corr = expf(m - mn), e = expf(sc - mn);
+        l = l * corr + e;
+#pragma unroll
+        for (int k = 0; k < HEAD_PER_LANE; k++) {
+            int64_t d = lane + 32 * k;
+            if (d < H) acc[k] = acc[k] * corr + e * kiln_to_f<T>(vr[d]);
+        }
+        m = mn;
+    }
+    if (lane == 0) wm[w] = m, wl[w] = l;
+#pragma unroll
+    for (int k = 0; k < HEAD_PER_LANE; k++) {
+        int64_t d = lane + 32 * k;
+        if (d < H) wacc[w][d] = acc[k];
+    }
+    __syncthreads();
+    T *y = (T *)a.y + ((b * a.S + i) * a.N + h) * H;
+    for (int64_t d = threadIdx.x; d < H; d += BLOCK) {
+        float M = -INFINITY;
+        for (int k = 0; k < WARPS; k++)
+            if (wl[k] > 0.0f && wm[k] > M) M = wm[k];
+        float sum = 0.0f, o = 0.0f;
+        for (int k = 0; k < WARPS; k++)
+            if (wl[k] > 0.0f) {
+                float f = expf(wm[k] - M);
+                sum += wl[k] * f;
+                o += wacc[k][d] * f;
+            }
+        y[d] = kiln_from_f<T>(sum > 0.0f ? o / sum : 0.0f);
+    }
+}
+
+template <typename T>
+static gpuError_t gqa_launch(gpuStream_t s, const kiln_gpu_gqa &a)
+{
+    if (a.shared) {
+        gqa_append_kernel<T><<<kiln_gpu_blocks(a.B * a.Nkv * a.S * a.H, BLOCK), BLOCK, 0, s>>>(a);
+    } else {
+        gqa_present_kernel<T><<<kiln_gpu_blocks(a.B * a.Nkv * a.L * a.H, BLOCK), BLOCK, 0, s>>>(a);
+    }
+    gpuError_t e = gpuGetLastError();
+    if (e != gpuSuccess) return e;
+    gqa_attn_kernel<T><<<dim3((unsigned)a.S, (unsigned)a.N, (unsigned)a.B), BLOCK, 0, s>>>(a);
+    return gpuGetLastError();
+}
+
+extern "C" gpuError_t kiln_gpu_gqa_run(gpuStream_t s, const kiln_gpu_gqa *a)
+{
+    if (a->B <= 0 || a->S <= 0 || a->H <= 0) return gpuSuccess;
+    if (a->H > KILN_GPU_GQA_MAX_HEAD || a->S > INT32_MAX || a->N > 65535 || a->B > 65535) return bad_dtype();
+    if (a->dtype == KILN_DTYPE_FLOAT32) return gqa_launch<float>(s, *a);
+    if (a->dtype == KILN_DTYPE_FLOAT16) return gqa_launch<kiln_gpu_half>(s, *a);
+    return bad_dtype();
+}
+
+/* ---- RMS normalizations ---- */
+
+/* Row r's value j: x (+ skip + bias, rounded to T as the sum tensor is), in float. */
+template <typename T>
+__device__ __forceinline__ float rms_value(const T *x, const T *skip, int64_t skip_n, const T *bias, int64_t r, int64_t h,
+                                           int64_t j)
+{
+    int64_t i = r * h + j;
+    if (!skip) return kiln_to_f<T>(x[i]);
+    float v = kiln_to_f<T>(x[i]) + kiln_to_f<T>(skip[i % skip_n]);
+    if (bias) v += kiln_to_f<T>(bias[j]);
+    return kiln_to_f<T>(kiln_from_f<T>(v));
+}
+
+/* One block per row. */
+template <typename T>
+__global__ void rms_rows_kernel(const T *x, const T *skip, int64_t skip_n, const T *bias, const T *scale, int64_t scale_n,
+                                T *y, T *sum, float *mean, float *inv, int64_t rows, int64_t h, float eps)
+{
+    __shared__ float part[WARPS];
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        float ss = 0.0f;
+        for (int64_t j = threadIdx.x; j < h; j += BLOCK) {
+            float v = rms_value<T>(x, skip, skip_n, bias, r, h, j);
+            if (sum) sum[r * h + j] = kiln_from_f<T>(v);
+            ss += v * v;
+        }
+        ss = warp_sum(ss);
+        if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = ss;
+        __syncthreads();
+        float tot = 0.0f;
+        for (int k = 0; k < WARPS; k++) tot += part[k];
+        __syncthreads(); /* part is rewritten by the next row */
+        float iv = 1.0f / sqrtf(tot / (float)h + eps);
+        for (int64_t j = threadIdx.x; j < h; j += BLOCK)
+            y[r * h + j] = kiln_from_f<T>(rms_value<T>(x, skip, skip_n, bias, r, h, j) * iv *
+                                          kiln_to_f<T>(scale[j % scale_n]));
+        if (threadIdx.x == 0) {
+            if (inv) inv[r] = iv;
+            if (mean) mean[r] = 0.0f;
+        }
+    }
+}
+
+extern "C" gpuError_t kiln_gpu_rms_rows(gpuStream_t s, int dtype, const void *x, const void *skip, int64_t skip_n,
+                                        const void *bias, const void *scale, int64_t scale_n, void *y, void *sum,
+                                        float *mean, float *inv, int64_t rows, int64_t h, float eps)
+{
+    if (rows <= 0 || h <= 0) return gpuSuccess;
+    unsigned nb = rows < INT32_MAX ? (unsigned)rows : (unsigned)INT32_MAX;
+#define RMS(T) rms_rows_kernel<T><<<nb, BLOCK, 0, s>>>((const T *)x, (const T *)skip, skip_n, (const T *)bias, \
+                                                      (const T *)scale, scale_n, (T *)y, (T *)sum, mean, inv, rows, h, eps)
+    if (dtype == KILN_DTYPE_FLOAT32) RMS(float);
+    else if (dtype == KILN_DTYPE_FLOAT16) RMS(kiln_gpu_half);
+    else if (dtype == KILN_DTYPE_BFLOAT16) RMS(kiln_gpu_bf16);
+    else return bad_dtype();
+#undef RMS
+    return gpuGetLastError();
+}
