@@ -19,6 +19,7 @@
 #
 # usage: bash scripts/test_gpu.sh
 #   KILN_GPU_SECTIONS="a b c d e f"  the sections to run (default all)
+#   KILN_GPU_KERNEL_TESTS="llm python"  section a's files to run (test_gpu_NAME.py; default all)
 #   KILN_GPU_DIR       where kiln, libkiln.so and tests/conformance are (default .gpu if there,
 #                      else build-gpu)
 #   OUT                folder for the logs (default /tmp/kiln-gpu-logs): test_gpu.log (all
@@ -140,6 +141,8 @@ if want a; then
     found=0
     for t in tests/gpu/test_gpu_*.py; do
         [[ $t == tests/gpu/test_gpu_models.py ]] && continue
+        name=$(basename "$t" .py)
+        [[ -n ${KILN_GPU_KERNEL_TESTS:-} && " $KILN_GPU_KERNEL_TESTS " != *" ${name#test_gpu_} "* ]] && continue
         found=1
         limit=120
         [[ $t == tests/gpu/test_gpu_llm.py ]] && limit=300 # ops, then generation on both providers

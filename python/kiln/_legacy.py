@@ -73,6 +73,10 @@ class Session:
         self.inputs = [self._info(lib.kiln_session_input_info, i) for i in range(lib.kiln_session_input_count(h))]
         self.outputs = [self._info(lib.kiln_session_output_info, i) for i in range(lib.kiln_session_output_count(h))]
 
+    def nodes(self):
+        """[(name, op_type, provider)] for every node, subgraphs included, in execution order."""
+        return _lib.node_list(self._lib, self._h)
+
     def _info(self, fn, i):
         io = _IoInfo()
         fn(self._h, i, C.byref(io))

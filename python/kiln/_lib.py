@@ -175,3 +175,16 @@ def library():
             if _lib is None:
                 _lib = load_library()
     return _lib
+
+
+def node_list(lib, h):
+    """[(name, op_type, provider)] for every node of session h, subgraphs included, in
+    execution order."""
+    out = []
+    for i in range(lib.kiln_session_node_count(h)):
+        name, dom, op, prov, why = C.c_char_p(), C.c_char_p(), C.c_char_p(), C.c_char_p(), C.c_char_p()
+        sup = C.c_bool()
+        lib.kiln_session_node(h, i, C.byref(name), C.byref(dom), C.byref(op), C.byref(sup))
+        lib.kiln_session_node_placement(h, i, C.byref(prov), C.byref(why))
+        out.append((name.value.decode(), op.value.decode(), (prov.value or b"cpu").decode()))
+    return out

@@ -623,14 +623,7 @@ class InferenceSession:
 
     def nodes(self):
         """[(name, op_type, provider)] for every node, subgraphs included, in execution order."""
-        lib, h, out = self._lib, self._h, []
-        for i in range(lib.kiln_session_node_count(h)):
-            name, dom, op, prov, why = C.c_char_p(), C.c_char_p(), C.c_char_p(), C.c_char_p(), C.c_char_p()
-            sup = C.c_bool()
-            lib.kiln_session_node(h, i, C.byref(name), C.byref(dom), C.byref(op), C.byref(sup))
-            lib.kiln_session_node_placement(h, i, C.byref(prov), C.byref(why))
-            out.append((name.value.decode(), op.value.decode(), (prov.value or b"cpu").decode()))
-        return out
+        return _lib.node_list(self._lib, self._h)
 
     def run_observed(self, output_names, input_feed, observer, run_options=None):
         """run() calling observer(event) after every node of the main graph with a NodeEvent:

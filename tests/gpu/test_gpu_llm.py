@@ -5,7 +5,7 @@ Ops (one-node models built by tests/models/test_llm_ops.py, imported), CUDA sess
 reference (an unoptimized session) and, where it runs the case, ONNX Runtime, on random data
 (never zeros), float32 and float16: GroupQueryAttention (separate and packed QKV, first prompt
 with and without padding, subsequent prompt, decode with a growing past and from a larger
-buffer, no past, odd head counts, head sizes 8 to 256 and one over 256 (refused: CPU), rotary
+buffer, no past, odd head counts, head sizes 8 to 256 and one over 256 (the CPU reference at run time), rotary
 plain and interleaved with partial rotary dims, position_ids, attention_bias broadcasts,
 local_window_size at the window's edges, softcap, scale, smooth_softmax, head_sink, long KV),
 MatMulNBits (4 and 8 bits, blocks 16 to 256, K not a multiple of the block, zero points packed,
@@ -183,8 +183,10 @@ def test_gqa():
     m = lo.gqa_model(6, 3, 8, past=False)
     compare("GQA no past", m, [lo.gqa_feeds(2, 5, 6, 3, 8, [4, 3], 5), lo.gqa_feeds(1, 1, 6, 3, 8, [0], 1)], 2e-4, 1e-3)
     m = lo.gqa_model(2, 1, 264)
-    compare("GQA head size 264 (refused: CPU)", m, [lo.gqa_feeds(1, 3, 2, 1, 264, [2], 3, past_len=0)], 2e-4, 1e-3,
-            on_gpu=False)
+    # the model's hidden size is symbolic: placed on the GPU, the kernel hands the call to the CPU
+    # reference at run time (kiln_gpu_fallback)
+    compare("GQA head size 264 (run-time fallback)", m, [lo.gqa_feeds(1, 3, 2, 1, 264, [2], 3, past_len=0)], 2e-4,
+            1e-3)
 
 
 # ---------------------------------------------------------------- MatMulNBits
