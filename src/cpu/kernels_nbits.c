@@ -17,6 +17,7 @@
 #include "core/threadpool.h"
 #include "cpu/gemm.h"
 #include "cpu/kernels.h"
+#include "cpu/nbits_q8.h"
 #include "ops/llm.h"
 
 #if defined(__x86_64__)
@@ -28,7 +29,9 @@ enum { GEMV_MAX_M = 8, PANEL = 256, ROWS_PER_TASK = 8 };
 /* The prepared weights: B as given (read in place), per block scale and -zero*scale. */
 typedef struct nbits_state {
     const uint8_t *q;   /* [N, n_blocks, blob], borrowed from the initializer */
-    float *scale, *off; /* [N * n_blocks] */
+    float *scale, *off; /* [N, w.ns]: per block, zero past n_blocks */
+    kiln_nbits_q8_w w;  /* the same weights for nbits_q8.c */
+    bool q8;            /* A quantized to int8 per block (kiln_nbits_quantizes_a) */
     const kiln_value *b_init;
     int level;          /* 2: AVX-512, 1: AVX2+FMA, 0: portable */
 } nbits_state;
@@ -99,7 +102,7 @@ __attribute__((target("avx512f,avx512bw"))) static void gemv_rows_avx512(const g
                     }
                 }
                 for (int64_t r = 0; r < nn; r++) {
-                    int64_t i = (nt + r) * nb + blk;
+                    int64_t i = (nt + r) * j->st->w.ns + blk;
                     tot[r] = _mm512_fmadd_ps(acc[r], _mm512_set1_ps(j->st->scale[i]), tot[r]);
                     zsum[r] += j->st->off[i] * asum[blk];
                 }
@@ -152,7 +155,7 @@ __attribute__((target("avx2,fma"))) static void gemv_rows_avx2(const gemv_job *j
                     }
                 }
                 for (int64_t r = 0; r < nn; r++) {
-                    int64_t i = (nt + r) * nb + blk;
+                    int64_t i = (nt + r) * j->st->w.ns + blk;
                     tot[r] = _mm256_fmadd_ps(acc[r], _mm256_set1_ps(j->st->scale[i]), tot[r]);
                     zsum[r] += j->st->off[i] * asum[blk];
                 }
@@ -185,7 +188,8 @@ static void gemv_rows_c(const gemv_job *j, int64_t n0, int64_t n1)
                 const float *a = j->a + m * j->Kp + blk * bs;
                 float acc = 0;
                 for (int64_t u = 0; u < bs; u++) acc += (float)q_at(q, u, (int)p->bits) * a[u];
-                tot += acc * j->st->scale[n * nb + blk] + j->st->off[n * nb + blk] * j->asum[m * nb + blk];
+                const float *sc = j->st->scale + n * j->st->w.ns, *of = j->st->off + n * j->st->w.ns;
+                tot += acc * sc[blk] + of[blk] * j->asum[m * nb + blk];
             }
             j->y[m * p->N + n] = tot + (j->bias ? j->bias[n] : 0.0f);
         }
@@ -219,7 +223,7 @@ static void panel_task(void *ctx, int64_t c0, int64_t c1)
         const uint8_t *q = j->st->q + n * p->n_blocks * p->blob;
         for (int64_t k = 0; k < p->K; k++) {
             int64_t blk = k / p->block_size;
-            float s = j->st->scale[n * p->n_blocks + blk], o = j->st->off[n * p->n_blocks + blk];
+            float s = j->st->scale[n * j->st->w.ns + blk], o = j->st->off[n * j->st->w.ns + blk];
             j->w[k * j->cols + c] = (float)q_at(q + blk * p->blob, k % p->block_size, (int)p->bits) * s + o;
         }
     }
@@ -238,6 +242,10 @@ static kiln_status nbits_run(kiln_run_ctx *c)
     if (!M) return KILN_OK;
     kiln_threadpool *pool = kiln_run_threadpool(c);
     struct kiln_scratch *scr = kiln_run_scratch(c);
+    if (st->q8) {
+        kiln_status rc = kiln_nbits_q8_gemm(KILN_NBITS_Q8_AUTO, pool, scr, &st->w, M, A->data, bias ? bias->data : NULL, Y->data);
+        return rc ? kiln_run_fail(c, rc, "int8 MatMulNBits failed (%s)", kiln_status_name(rc)) : KILN_OK;
+    }
     if (M > GEMV_MAX_M) {
         float *w = kiln_scratch_get(scr, (size_t)(K * PANEL) * sizeof *w);
         if (!w) return kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory");
@@ -294,19 +302,22 @@ static kiln_kernel_fn select_nbits(kiln_node *n)
         !(zp->dtype == KILN_DTYPE_FLOAT32 && zp->numel == nb))
         return NULL;
     if (n->kernel_state) return nbits_run;
+    int64_t ns = kiln_nbits_q8_stride(p->K, p->block_size);
     nbits_state *st = calloc(1, sizeof *st);
-    float *buf = st ? malloc((size_t)(2 * nb) * sizeof *buf) : NULL;
+    float *buf = st ? calloc((size_t)(2 * p->N * ns), sizeof *buf) : NULL;
     if (!buf) {
         free(st);
         return NULL;
     }
-    st->q = B->data, st->b_init = B, st->scale = buf, st->off = buf + nb;
+    st->q = B->data, st->b_init = B, st->scale = buf, st->off = buf + p->N * ns;
+    st->q8 = kiln_nbits_quantizes_a(n, zp && zp->dtype != KILN_DTYPE_UINT8);
+    st->w = (kiln_nbits_q8_w){p->K, p->N, p->block_size, st->q, st->scale, st->off, ns};
     for (int64_t r = 0; r < p->N; r++)
         for (int64_t blk = 0; blk < p->n_blocks; blk++) {
             float s, z;
             kiln_nbits_block(p, S, zp, r, blk, &s, &z);
-            st->scale[r * p->n_blocks + blk] = s;
-            st->off[r * p->n_blocks + blk] = -z * s;
+            st->scale[r * ns + blk] = s;
+            st->off[r * ns + blk] = -z * s;
         }
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     __builtin_cpu_init();

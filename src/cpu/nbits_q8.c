@@ -1,0 +1,270 @@
+/* nbits_q8.c - 4-bit MatMulNBits weights against A quantized to int8 per block (see nbits_q8.h).
+ *
+ * A byte of B holds elements 2i (low nibble) and 2i+1 (high nibble) of its block, so 64 bytes of
+ * a weight row are 128 elements: their low nibbles are the even elements, the high nibbles the odd
+ * ones. Each row of A is quantized once per call into the same order, 128 bytes per step of 128
+ * elements (the 64 even elements, then the 64 odd ones), so two u8 x s8 dot products of 64 bytes
+ * (vpdpbusd) sum a step into 16 int32 lanes of 8 consecutive elements each: a lane never straddles
+ * a block (blocks are 16 or more). Each lane is then converted to float and multiplied by its
+ * block's weight scale and A scale; the zero points enter once per row as sum over blocks of
+ * (-z s) * (A scale * sum of A's quantized block). Integer sums are exact; only the order of
+ * the float sums differs between levels. Columns are spread over the pool, NT at a time per
+ * task step so each step of A is loaded once for NT weight rows. */
+#include "cpu/nbits_q8.h"
+
+#include <string.h>
+
+#include "core/scratch.h"
+#include "core/threadpool.h"
+#include "ops/llm.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+enum { NT = 4, COLS_PER_TASK = 8 };
+
+kiln_nbits_q8_level kiln_nbits_q8_level_detect(void)
+{
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni"))
+        return KILN_NBITS_Q8_AVX512VNNI;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return KILN_NBITS_Q8_AVX2;
+#endif
+    return KILN_NBITS_Q8_BASELINE;
+}
+
+bool kiln_nbits_q8_level_supported(kiln_nbits_q8_level level)
+{
+    if (level == KILN_NBITS_Q8_AUTO || level == KILN_NBITS_Q8_BASELINE) return true;
+    if (level < 0 || level >= KILN_NBITS_Q8_LEVELS) return false;
+    return level <= kiln_nbits_q8_level_detect();
+}
+
+const char *kiln_nbits_q8_level_name(kiln_nbits_q8_level level)
+{
+    static const char *const names[] = {"auto", "baseline", "avx2", "avx512vnni"};
+    return level >= 0 && level < KILN_NBITS_Q8_LEVELS ? names[level] : "?";
+}
+
+int64_t kiln_nbits_q8_stride(int64_t K, int64_t block_size)
+{
+    int64_t nb = (K + block_size - 1) / block_size;
+    return (nb + 8 + 15) / 16 * 16;
+}
+
+/* One call: A's rows quantized and laid out for the kernels. */
+typedef struct q8_job {
+    const kiln_nbits_q8_w *w;
+    int64_t M, nb, steps;   /* blocks per row, steps of 128 elements per row */
+    const int8_t *qa;       /* [M, steps, 128]: per step the even elements, then the odd ones */
+    const float *sl;        /* [M, steps, 16]: the A scale of each lane's block (0 past the blocks) */
+    const float *cz;        /* [M, ns]: A scale * sum of the quantized block (0 past the blocks) */
+    const float *bias;      /* [N] or NULL */
+    float *y;               /* [M, N] */
+    kiln_nbits_q8_level level;
+} q8_job;
+
+/* Scale offset of zmm lane l (elements 8l .. 8l + 7 of a step) from the step's first block. */
+static inline int lane_block(int l, int64_t bs) { return (int)(8 * l / bs); }
+
+/* sum over blocks of off[b] * cz[b], ns of them */
+static float zero_term(const float *off, const float *cz, int64_t ns)
+{
+    float s = 0;
+    for (int64_t b = 0; b < ns; b++) s += off[b] * cz[b];
+    return s;
+}
+
+/* Weight row n's bytes of step z; the last partial step comes from a zero-padded copy. */
+static inline const uint8_t *step_bytes(const uint8_t *row, const uint8_t *tail, int64_t z, int64_t full)
+{
+    return z < full ? row + 64 * z : tail;
+}
+
+static void cols_c(const q8_job *j, int64_t n0, int64_t n1)
+{
+    const kiln_nbits_q8_w *w = j->w;
+    int64_t bs = w->block_size, rowb = j->nb * bs / 2, full = rowb / 64, ns = w->ns;
+    uint8_t tail[64] = {0};
+    for (int64_t n = n0; n < n1; n++) {
+        const uint8_t *row = w->q + n * rowb;
+        if (full < j->steps) memcpy(tail, row + 64 * full, (size_t)(rowb - 64 * full));
+        for (int64_t m = 0; m < j->M; m++) {
+            float acc = 0;
+            for (int64_t z = 0; z < j->steps; z++) {
+                const uint8_t *x = step_bytes(row, tail, z, full);
+                const int8_t *a = j->qa + (m * j->steps + z) * 128;
+                const float *s = w->scale + n * ns + z * 128 / bs, *sa = j->sl + (m * j->steps + z) * 16;
+                for (int l = 0; l < 16; l++) {
+                    int32_t d = 0;
+                    for (int b = 4 * l; b < 4 * l + 4; b++) d += (x[b] & 15) * a[b] + (x[b] >> 4) * a[64 + b];
+                    acc += (float)d * (s[lane_block(l, bs)] * sa[l]);
+                }
+            }
+            j->y[m * w->N + n] = acc + zero_term(w->off + n * ns, j->cz + m * ns, ns) + (j->bias ? j->bias[n] : 0.0f);
+        }
+    }
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static void cols_avx512vnni(const q8_job *j, int64_t n0, int64_t n1)
+{
+    const kiln_nbits_q8_w *w = j->w;
+    int64_t bs = w->block_size, rowb = j->nb * bs / 2, full = rowb / 64, ns = w->ns;
+    int32_t li[16];
+    for (int l = 0; l < 16; l++) li[l] = lane_block(l, bs);
+    const __m512i idx = _mm512_loadu_si512(li), m4 = _mm512_set1_epi8(15);
+    uint8_t tail[NT][64];
+    memset(tail, 0, sizeof tail);
+    for (int64_t nt = n0; nt < n1; nt += NT) {
+        int64_t nn = n1 - nt < NT ? n1 - nt : NT;
+        const uint8_t *row[NT];
+        const float *sc[NT];
+        for (int r = 0; r < NT; r++) { /* rows past nn repeat row nn - 1 */
+            int64_t n = nt + (r < nn ? r : nn - 1);
+            row[r] = w->q + n * rowb, sc[r] = w->scale + n * ns;
+            if (full < j->steps) memcpy(tail[r], row[r] + 64 * full, (size_t)(rowb - 64 * full));
+        }
+        for (int64_t m = 0; m < j->M; m++) {
+            __m512 acc[NT];
+            for (int r = 0; r < NT; r++) acc[r] = _mm512_setzero_ps();
+            for (int64_t z = 0; z < j->steps; z++) {
+                const int8_t *a = j->qa + (m * j->steps + z) * 128;
+                __m512i alo = _mm512_loadu_si512(a), ahi = _mm512_loadu_si512(a + 64);
+                __m512 sa = _mm512_loadu_ps(j->sl + (m * j->steps + z) * 16);
+                int64_t base = z * 128 / bs;
+                for (int r = 0; r < NT; r++) {
+                    __m512i x = _mm512_loadu_si512(step_bytes(row[r], tail[r], z, full));
+                    __m512i lo = _mm512_and_si512(x, m4), hi = _mm512_and_si512(_mm512_srli_epi16(x, 4), m4);
+                    __m512i d = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, alo), hi, ahi);
+                    __m512 s = _mm512_permutexvar_ps(idx, _mm512_castps256_ps512(_mm256_loadu_ps(sc[r] + base)));
+                    acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(s, sa), acc[r]);
+                }
+            }
+            const float *cz = j->cz + m * ns;
+            for (int64_t r = 0; r < nn; r++) {
+                const float *off = w->off + (nt + r) * ns;
+                __m512 zt = _mm512_setzero_ps();
+                for (int64_t b = 0; b < ns; b += 16)
+                    zt = _mm512_fmadd_ps(_mm512_loadu_ps(off + b), _mm512_loadu_ps(cz + b), zt);
+                j->y[m * w->N + nt + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r], zt)) + (j->bias ? j->bias[nt + r] : 0.0f);
+            }
+        }
+    }
+}
+
+__attribute__((target("avx2,fma"))) static float hsum256(__m256 v)
+{
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps(h, h, 1)));
+}
+
+/* As cols_avx512vnni, a step as two halves of 32 bytes: vpmaddubsw (no saturation: 15 * 127 * 2
+ * fits int16) and vpmaddwd against ones sum 4 bytes into each int32 lane. */
+__attribute__((target("avx2,fma"))) static void cols_avx2(const q8_job *j, int64_t n0, int64_t n1)
+{
+    const kiln_nbits_q8_w *w = j->w;
+    int64_t bs = w->block_size, rowb = j->nb * bs / 2, full = rowb / 64, ns = w->ns;
+    int32_t li[16];
+    for (int l = 0; l < 16; l++) li[l] = lane_block(l, bs);
+    const __m256i idx0 = _mm256_loadu_si256((const __m256i *)li), idx1 = _mm256_loadu_si256((const __m256i *)(li + 8));
+    const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+    uint8_t tail[NT][64];
+    memset(tail, 0, sizeof tail);
+    for (int64_t nt = n0; nt < n1; nt += NT) {
+        int64_t nn = n1 - nt < NT ? n1 - nt : NT;
+        const uint8_t *row[NT];
+        const float *sc[NT];
+        for (int r = 0; r < NT; r++) {
+            int64_t n = nt + (r < nn ? r : nn - 1);
+            row[r] = w->q + n * rowb, sc[r] = w->scale + n * ns;
+            if (full < j->steps) memcpy(tail[r], row[r] + 64 * full, (size_t)(rowb - 64 * full));
+        }
+        for (int64_t m = 0; m < j->M; m++) {
+            __m256 acc[NT];
+            for (int r = 0; r < NT; r++) acc[r] = _mm256_setzero_ps();
+            for (int64_t z = 0; z < j->steps; z++) {
+                const int8_t *a = j->qa + (m * j->steps + z) * 128;
+                const float *sl = j->sl + (m * j->steps + z) * 16;
+                int64_t base = z * 128 / bs;
+                for (int h = 0; h < 2; h++) {
+                    __m256i alo = _mm256_loadu_si256((const __m256i *)(a + 32 * h));
+                    __m256i ahi = _mm256_loadu_si256((const __m256i *)(a + 64 + 32 * h));
+                    __m256 sa = _mm256_loadu_ps(sl + 8 * h);
+                    for (int r = 0; r < NT; r++) {
+                        __m256i x = _mm256_loadu_si256((const __m256i *)(step_bytes(row[r], tail[r], z, full) + 32 * h));
+                        __m256i lo = _mm256_and_si256(x, m4), hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), m4);
+                        __m256i d = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(lo, alo), ones),
+                                                     _mm256_madd_epi16(_mm256_maddubs_epi16(hi, ahi), ones));
+                        __m256 s = _mm256_permutevar8x32_ps(_mm256_loadu_ps(sc[r] + base), h ? idx1 : idx0);
+                        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_mul_ps(s, sa), acc[r]);
+                    }
+                }
+            }
+            const float *cz = j->cz + m * ns;
+            for (int64_t r = 0; r < nn; r++) {
+                const float *off = w->off + (nt + r) * ns;
+                __m256 zt = _mm256_setzero_ps();
+                for (int64_t b = 0; b < ns; b += 8) zt = _mm256_fmadd_ps(_mm256_loadu_ps(off + b), _mm256_loadu_ps(cz + b), zt);
+                j->y[m * w->N + nt + r] = hsum256(_mm256_add_ps(acc[r], zt)) + (j->bias ? j->bias[nt + r] : 0.0f);
+            }
+        }
+    }
+}
+#endif
+
+static void q8_task(void *ctx, int64_t t0, int64_t t1)
+{
+    const q8_job *j = ctx;
+    int64_t n0 = t0 * COLS_PER_TASK, n1 = t1 * COLS_PER_TASK < j->w->N ? t1 * COLS_PER_TASK : j->w->N;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (j->level == KILN_NBITS_Q8_AVX512VNNI) return cols_avx512vnni(j, n0, n1);
+    if (j->level == KILN_NBITS_Q8_AVX2) return cols_avx2(j, n0, n1);
+#endif
+    cols_c(j, n0, n1);
+}
+
+kiln_status kiln_nbits_q8_gemm(kiln_nbits_q8_level level, struct kiln_threadpool *pool, struct kiln_scratch *scratch,
+                               const kiln_nbits_q8_w *w, int64_t M, const float *A, const float *bias, float *Y)
+{
+    if (!w || M < 0 || w->K <= 0 || w->N <= 0 || w->block_size < 16 || w->block_size > 256 ||
+        (w->block_size & (w->block_size - 1)) || w->ns < kiln_nbits_q8_stride(w->K, w->block_size) || w->ns % 16 ||
+        !kiln_nbits_q8_level_supported(level) || (M && (!A || !Y || !w->q || !w->scale || !w->off)))
+        return KILN_ERR_INVALID_ARG;
+    if (!M) return KILN_OK;
+    if (level == KILN_NBITS_Q8_AUTO) level = kiln_nbits_q8_level_detect();
+    int64_t K = w->K, bs = w->block_size, nb = (K + bs - 1) / bs, steps = (nb * bs + 127) / 128, ns = w->ns;
+    size_t bytes = (size_t)(M * steps * 128) + (size_t)(M * steps * 16 + M * ns + ns) * sizeof(float) + (size_t)(steps * 128);
+    float *fl = kiln_scratch_get(scratch, bytes);
+    if (!fl) return KILN_ERR_NOMEM;
+    float *sl = fl, *cz = sl + M * steps * 16, *sa = cz + M * ns;
+    int8_t *qa = (int8_t *)(sa + ns), *flat = qa + M * steps * 128;
+    for (int64_t m = 0; m < M; m++) {
+        memset(flat, 0, (size_t)(steps * 128));
+        for (int64_t b = 0; b < ns; b++) sa[b] = 0;
+        float *c = cz + m * ns;
+        for (int64_t b = 0; b < ns; b++) c[b] = 0;
+        for (int64_t b = 0; b < nb; b++) {
+            int64_t len = K - b * bs < bs ? K - b * bs : bs;
+            sa[b] = kiln_nbits_quantize_a(A + m * K + b * bs, len, flat + b * bs);
+            int32_t sum = 0;
+            for (int64_t i = 0; i < len; i++) sum += flat[b * bs + i];
+            c[b] = sa[b] * (float)sum;
+        }
+        int8_t *dst = qa + m * steps * 128;
+        for (int64_t z = 0; z < steps; z++)
+            for (int p = 0; p < 64; p++) {
+                dst[z * 128 + p] = flat[z * 128 + 2 * p];
+                dst[z * 128 + 64 + p] = flat[z * 128 + 2 * p + 1];
+            }
+        for (int64_t z = 0; z < steps; z++)
+            for (int l = 0; l < 16; l++) sl[(m * steps + z) * 16 + l] = sa[(z * 128 + 8 * l) / bs];
+    }
+    q8_job j = {w, M, nb, steps, qa, sl, cz, bias, Y, level};
+    kiln_threadpool_parallel_for(pool, (w->N + COLS_PER_TASK - 1) / COLS_PER_TASK, q8_task, &j);
+    kiln_scratch_put(scratch, fl);
+    return KILN_OK;
+}
