@@ -89,12 +89,20 @@ bool kiln_nbits_quantizes_a(const kiln_node *n, bool float_zero_points)
 
 float kiln_nbits_quantize_a(const float *a, int64_t n, int8_t *q)
 {
+    /* comparisons rather than fmaxf/fminf (library calls at -O2), with their NaN behaviour */
     float amax = 0;
-    for (int64_t i = 0; i < n; i++) amax = fmaxf(amax, fabsf(a[i]));
+    for (int64_t i = 0; i < n; i++) {
+        float t = fabsf(a[i]);
+        amax = t > amax ? t : amax;
+    }
     float inv = amax > 0 ? 127.0f / amax : 0.0f;
     /* adding and taking away 1.5 * 2^23 rounds half to even (|x| <= 127), as nearbyintf in the
      * default rounding mode does, without a library call */
-    for (int64_t i = 0; i < n; i++) q[i] = (int8_t)((fminf(fmaxf(a[i] * inv, -127.0f), 127.0f) + 0x1.8p23f) - 0x1.8p23f);
+    for (int64_t i = 0; i < n; i++) {
+        float v = a[i] * inv;
+        v = v >= -127.0f ? (v <= 127.0f ? v : 127.0f) : -127.0f;
+        q[i] = (int8_t)((v + 0x1.8p23f) - 0x1.8p23f);
+    }
     return amax / 127.0f;
 }
 
