@@ -1,15 +1,16 @@
 /* kernels_nbits.c - com.microsoft MatMulNBits on float32 A and scales with constant weights:
  * per block a scale s and an offset -z*s prepared once at compile time (n->kernel_state), so
- * that y[n] = sum over blocks of s * dot(q, a) + (-z s) * sum(a). Up to GEMV_MAX_M rows of A
- * run the dequantize-on-the-fly GEMV (quantized bytes read once for all rows, 16 weights per
- * step widened to float: AVX-512 or AVX2+FMA by the CPU, portable C otherwise), spread over N
- * on the thread pool; more rows dequantize panels of PANEL rows of W into [PANEL, K] float32 (1024: a quarter of the
- * parallel sections of 256, prompts 1.1-1.4x faster) and
- * run the packed sgemm on them. g_idx, float16 and weights fed at run time run the reference.
- * Measured (scripts/bench_peer.py, K = N = 4096, M = 1, block 128, 2 threads, shared machine):
- * 0.56 ms against ONNX Runtime's 0.35-0.37 ms at accuracy_level 0 (1.5-1.6x); at level 4 ORT's
- * int8 kernel takes 0.08 ms. Tried and slower here: masks in place of shifts with A scaled by
- * 16^-k (cvtepu32, 0.80 ms), 8 rows of B per pass (0.91 ms), software prefetch (no change). */
+ * that y[n] = sum over blocks of s * dot(q, a) + (-z s) * sum(a). Where the node quantizes A to
+ * int8 (accuracy_level 4, kiln_nbits_quantizes_a) every M runs src/cpu/nbits_q8.c. Otherwise up
+ * to GEMV_MAX_M rows of A run the dequantize-on-the-fly GEMV (quantized bytes read once for all
+ * rows, 16 weights per step widened to float: AVX-512 or AVX2+FMA by the CPU, portable C
+ * otherwise), spread over N on the thread pool; more rows dequantize panels of PANEL rows of W
+ * into [PANEL, K] float32 (1024: a quarter of the parallel sections of 256, 128-token prompts
+ * 1.1-1.4x faster) and run the sgemm on them. g_idx, float16 and weights fed at run time run the
+ * reference. Measured (scripts/bench_peer.py, K = N = 4096, M = 1, block 128, 2 threads, shared
+ * machine): 0.56 ms against ONNX Runtime's 0.35-0.37 ms at accuracy_level 0 (1.5-1.6x). Tried
+ * and slower here: masks in place of shifts with A scaled by 16^-k (cvtepu32, 0.80 ms), 8 rows
+ * of B per pass (0.91 ms), software prefetch (no change). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

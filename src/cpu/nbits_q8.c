@@ -9,7 +9,8 @@
  * block's weight scale and A scale; the zero points enter once per row as sum over blocks of
  * (-z s) * (A scale * sum of A's quantized block). Integer sums are exact; only the order of
  * the float sums differs between levels. Columns are spread over the pool, NT at a time per
- * task step so each step of A is loaded once for NT weight rows. */
+ * task step so each step of A is loaded once for NT weight rows (with AVX-512, also each step of
+ * the weights split once for up to 3 rows of A). */
 #include "cpu/nbits_q8.h"
 
 #include <string.h>
@@ -109,13 +110,59 @@ static void cols_c(const q8_job *j, int64_t n0, int64_t n1)
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+/* Rows [m0, m0 + MR) of A against the NT weight rows of one strip: each step's weights are
+ * split into nibbles and their scales gathered once for the MR rows (MR * NT accumulators stay in
+ * registers). MR is a constant at every call. */
+static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vnni"))) void
+block_avx512vnni(const q8_job *j, const uint8_t *const *row, const uint8_t (*tail)[64], const float *const *sc,
+                 int64_t full, int64_t nt, int64_t nn, int64_t m0, const int MR)
+{
+    const kiln_nbits_q8_w *w = j->w;
+    int64_t bs = w->block_size, ns = w->ns, steps = j->steps;
+    int32_t li[16];
+    for (int l = 0; l < 16; l++) li[l] = lane_block(l, bs);
+    const __m512i idx = _mm512_loadu_si512(li), m4 = _mm512_set1_epi8(15);
+    __m512 acc[3][NT];
+    for (int i = 0; i < MR; i++)
+        for (int r = 0; r < NT; r++) acc[i][r] = _mm512_setzero_ps();
+    for (int64_t z = 0; z < steps; z++) {
+        __m512i lo[NT], hi[NT];
+        __m512 s[NT];
+        int64_t base = z * 128 / bs;
+#pragma GCC unroll 4
+        for (int r = 0; r < NT; r++) {
+            __m512i x = _mm512_loadu_si512(step_bytes(row[r], tail[r], z, full));
+            lo[r] = _mm512_and_si512(x, m4), hi[r] = _mm512_and_si512(_mm512_srli_epi16(x, 4), m4);
+            s[r] = _mm512_permutexvar_ps(idx, _mm512_castps256_ps512(_mm256_loadu_ps(sc[r] + base)));
+        }
+#pragma GCC unroll 3
+        for (int i = 0; i < MR; i++) {
+            const int8_t *a = j->qa + ((m0 + i) * steps + z) * 128;
+            __m512i alo = _mm512_loadu_si512(a), ahi = _mm512_loadu_si512(a + 64);
+            __m512 sa = _mm512_loadu_ps(j->sl + ((m0 + i) * steps + z) * 16);
+#pragma GCC unroll 4
+            for (int r = 0; r < NT; r++) {
+                __m512i d = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[r], alo), hi[r], ahi);
+                acc[i][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(s[r], sa), acc[i][r]);
+            }
+        }
+    }
+    for (int i = 0; i < MR; i++) {
+        const float *cz = j->cz + (m0 + i) * ns;
+        for (int r = 0; r < NT; r++) { /* a constant bound keeps acc in registers */
+            if (r >= nn) break;
+            const float *off = w->off + (nt + r) * ns;
+            __m512 zt = _mm512_setzero_ps();
+            for (int64_t b = 0; b < ns; b += 16) zt = _mm512_fmadd_ps(_mm512_loadu_ps(off + b), _mm512_loadu_ps(cz + b), zt);
+            j->y[(m0 + i) * w->N + nt + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[i][r], zt)) + (j->bias ? j->bias[nt + r] : 0.0f);
+        }
+    }
+}
+
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) static void cols_avx512vnni(const q8_job *j, int64_t n0, int64_t n1)
 {
     const kiln_nbits_q8_w *w = j->w;
     int64_t bs = w->block_size, rowb = j->nb * bs / 2, full = rowb / 64, ns = w->ns;
-    int32_t li[16];
-    for (int l = 0; l < 16; l++) li[l] = lane_block(l, bs);
-    const __m512i idx = _mm512_loadu_si512(li), m4 = _mm512_set1_epi8(15);
     uint8_t tail[NT][64];
     memset(tail, 0, sizeof tail);
     for (int64_t nt = n0; nt < n1; nt += NT) {
@@ -127,31 +174,10 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) static void cols_avx512vn
             row[r] = w->q + n * rowb, sc[r] = w->scale + n * ns;
             if (full < j->steps) memcpy(tail[r], row[r] + 64 * full, (size_t)(rowb - 64 * full));
         }
-        for (int64_t m = 0; m < j->M; m++) {
-            __m512 acc[NT];
-            for (int r = 0; r < NT; r++) acc[r] = _mm512_setzero_ps();
-            for (int64_t z = 0; z < j->steps; z++) {
-                const int8_t *a = j->qa + (m * j->steps + z) * 128;
-                __m512i alo = _mm512_loadu_si512(a), ahi = _mm512_loadu_si512(a + 64);
-                __m512 sa = _mm512_loadu_ps(j->sl + (m * j->steps + z) * 16);
-                int64_t base = z * 128 / bs;
-                for (int r = 0; r < NT; r++) {
-                    __m512i x = _mm512_loadu_si512(step_bytes(row[r], tail[r], z, full));
-                    __m512i lo = _mm512_and_si512(x, m4), hi = _mm512_and_si512(_mm512_srli_epi16(x, 4), m4);
-                    __m512i d = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, alo), hi, ahi);
-                    __m512 s = _mm512_permutexvar_ps(idx, _mm512_castps256_ps512(_mm256_loadu_ps(sc[r] + base)));
-                    acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(s, sa), acc[r]);
-                }
-            }
-            const float *cz = j->cz + m * ns;
-            for (int64_t r = 0; r < nn; r++) {
-                const float *off = w->off + (nt + r) * ns;
-                __m512 zt = _mm512_setzero_ps();
-                for (int64_t b = 0; b < ns; b += 16)
-                    zt = _mm512_fmadd_ps(_mm512_loadu_ps(off + b), _mm512_loadu_ps(cz + b), zt);
-                j->y[m * w->N + nt + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r], zt)) + (j->bias ? j->bias[nt + r] : 0.0f);
-            }
-        }
+        int64_t m = 0;
+        for (; m + 3 <= j->M; m += 3) block_avx512vnni(j, row, tail, sc, full, nt, nn, m, 3);
+        if (j->M - m == 2) block_avx512vnni(j, row, tail, sc, full, nt, nn, m, 2);
+        else if (j->M - m == 1) block_avx512vnni(j, row, tail, sc, full, nt, nn, m, 1);
     }
 }
 
@@ -216,6 +242,101 @@ __attribute__((target("avx2,fma"))) static void cols_avx2(const q8_job *j, int64
 }
 #endif
 
+/* One call's preparation of A: row m quantized into flat (element order), then laid out as
+ * q8_job's qa, sl and cz. */
+typedef struct prep_job {
+    const float *A;
+    int64_t K, bs, nb, steps, ns;
+    int8_t *flat, *qa;  /* [M, steps * 128] each */
+    float *sa, *sl, *cz; /* [M, ns], [M, steps, 16], [M, ns] */
+    kiln_nbits_q8_level level;
+} prep_job;
+
+/* Blocks of row a quantized into flat, their scales into sa and scale * sum into c. */
+static void quant_row_c(const prep_job *j, const float *a, int8_t *flat, float *sa, float *c)
+{
+    for (int64_t b = 0; b < j->nb; b++) {
+        int64_t len = j->K - b * j->bs < j->bs ? j->K - b * j->bs : j->bs;
+        sa[b] = kiln_nbits_quantize_a(a + b * j->bs, len, flat + b * j->bs);
+        int32_t sum = 0;
+        for (int64_t i = 0; i < len; i++) sum += flat[b * j->bs + i];
+        c[b] = sa[b] * (float)sum;
+    }
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+/* quant_row_c 16 floats at a time, bit for bit: the maximum is exact, the product one rounding,
+ * max/min with the bound second keep a NaN out as the comparisons do, and vcvtps2dq rounds half
+ * to even as the 1.5 * 2^23 trick does in the default rounding mode. */
+__attribute__((target("avx512f,avx512bw"))) static void quant_row_avx512(const prep_job *j, const float *a, int8_t *flat,
+                                                                         float *sa, float *c)
+{
+    for (int64_t b = 0; b < j->nb; b++) {
+        int64_t len = j->K - b * j->bs < j->bs ? j->K - b * j->bs : j->bs;
+        const float *x = a + b * j->bs;
+        __m512 mx = _mm512_setzero_ps();
+        for (int64_t i = 0; i < len; i += 16) {
+            __mmask16 k = len - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (len - i)) - 1);
+            mx = _mm512_max_ps(_mm512_abs_ps(_mm512_maskz_loadu_ps(k, x + i)), mx);
+        }
+        float amax = _mm512_reduce_max_ps(mx), inv = amax > 0 ? 127.0f / amax : 0.0f;
+        __m512 vinv = _mm512_set1_ps(inv), lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+        __m512i sum = _mm512_setzero_si512();
+        for (int64_t i = 0; i < len; i += 16) {
+            __mmask16 k = len - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (len - i)) - 1);
+            __m512 v = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), vinv), lo), hi);
+            __m512i q = _mm512_maskz_mov_epi32(k, _mm512_cvtps_epi32(v));
+            sum = _mm512_add_epi32(sum, q);
+            _mm512_mask_cvtepi32_storeu_epi8(flat + b * j->bs + i, k, q);
+        }
+        sa[b] = amax / 127.0f;
+        c[b] = sa[b] * (float)_mm512_reduce_add_epi32(sum);
+    }
+}
+
+/* 128 bytes of flat as 64 even then 64 odd elements: bytes split within 16-byte lanes, the
+ * halves gathered by 64-bit and 128-bit permutes. */
+__attribute__((target("avx512f,avx512bw"))) static void interleave_avx512(const int8_t *flat, int8_t *dst, int64_t steps)
+{
+    const __m512i eo = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+    const __m512i q = _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7);
+    for (int64_t z = 0; z < steps; z++) {
+        __m512i a = _mm512_permutexvar_epi64(q, _mm512_shuffle_epi8(_mm512_loadu_si512(flat + z * 128), eo));
+        __m512i b = _mm512_permutexvar_epi64(q, _mm512_shuffle_epi8(_mm512_loadu_si512(flat + z * 128 + 64), eo));
+        _mm512_storeu_si512(dst + z * 128, _mm512_shuffle_i64x2(a, b, 0x44));
+        _mm512_storeu_si512(dst + z * 128 + 64, _mm512_shuffle_i64x2(a, b, 0xee));
+    }
+}
+#endif
+
+static void prep_task(void *ctx, int64_t m0, int64_t m1)
+{
+    const prep_job *j = ctx;
+    int64_t steps = j->steps, ns = j->ns;
+    for (int64_t m = m0; m < m1; m++) {
+        int8_t *flat = j->flat + m * steps * 128, *dst = j->qa + m * steps * 128;
+        float *sa = j->sa + m * ns, *c = j->cz + m * ns;
+        memset(flat, 0, (size_t)(steps * 128));
+        for (int64_t b = 0; b < ns; b++) sa[b] = c[b] = 0;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+        if (j->level == KILN_NBITS_Q8_AVX512VNNI) {
+            quant_row_avx512(j, j->A + m * j->K, flat, sa, c);
+            interleave_avx512(flat, dst, steps);
+        } else
+#endif
+        {
+            quant_row_c(j, j->A + m * j->K, flat, sa, c);
+            for (int64_t z = 0; z < steps; z++)
+                for (int p = 0; p < 64; p++) {
+                    dst[z * 128 + p] = flat[z * 128 + 2 * p];
+                    dst[z * 128 + 64 + p] = flat[z * 128 + 2 * p + 1];
+                }
+        }
+        for (int64_t z = 0; z < steps; z++)
+            for (int l = 0; l < 16; l++) j->sl[(m * steps + z) * 16 + l] = sa[(z * 128 + 8 * l) / j->bs];
+    }
+}
+
 static void q8_task(void *ctx, int64_t t0, int64_t t1)
 {
     const q8_job *j = ctx;
@@ -237,32 +358,13 @@ kiln_status kiln_nbits_q8_gemm(kiln_nbits_q8_level level, struct kiln_threadpool
     if (!M) return KILN_OK;
     if (level == KILN_NBITS_Q8_AUTO) level = kiln_nbits_q8_level_detect();
     int64_t K = w->K, bs = w->block_size, nb = (K + bs - 1) / bs, steps = (nb * bs + 127) / 128, ns = w->ns;
-    size_t bytes = (size_t)(M * steps * 128) + (size_t)(M * steps * 16 + M * ns + ns) * sizeof(float) + (size_t)(steps * 128);
+    size_t bytes = (size_t)(2 * M * steps * 128) + (size_t)(M * steps * 16 + 2 * M * ns) * sizeof(float);
     float *fl = kiln_scratch_get(scratch, bytes);
     if (!fl) return KILN_ERR_NOMEM;
     float *sl = fl, *cz = sl + M * steps * 16, *sa = cz + M * ns;
-    int8_t *qa = (int8_t *)(sa + ns), *flat = qa + M * steps * 128;
-    for (int64_t m = 0; m < M; m++) {
-        memset(flat, 0, (size_t)(steps * 128));
-        for (int64_t b = 0; b < ns; b++) sa[b] = 0;
-        float *c = cz + m * ns;
-        for (int64_t b = 0; b < ns; b++) c[b] = 0;
-        for (int64_t b = 0; b < nb; b++) {
-            int64_t len = K - b * bs < bs ? K - b * bs : bs;
-            sa[b] = kiln_nbits_quantize_a(A + m * K + b * bs, len, flat + b * bs);
-            int32_t sum = 0;
-            for (int64_t i = 0; i < len; i++) sum += flat[b * bs + i];
-            c[b] = sa[b] * (float)sum;
-        }
-        int8_t *dst = qa + m * steps * 128;
-        for (int64_t z = 0; z < steps; z++)
-            for (int p = 0; p < 64; p++) {
-                dst[z * 128 + p] = flat[z * 128 + 2 * p];
-                dst[z * 128 + 64 + p] = flat[z * 128 + 2 * p + 1];
-            }
-        for (int64_t z = 0; z < steps; z++)
-            for (int l = 0; l < 16; l++) sl[(m * steps + z) * 16 + l] = sa[(z * 128 + 8 * l) / bs];
-    }
+    int8_t *qa = (int8_t *)(sa + M * ns), *flat = qa + M * steps * 128;
+    prep_job pj = {A, K, bs, nb, steps, ns, flat, qa, sa, sl, cz, level};
+    kiln_threadpool_parallel_for(M >= 8 ? pool : NULL, M, prep_task, &pj); /* a few rows: not worth a wake-up */
     q8_job j = {w, M, nb, steps, qa, sl, cz, bias, Y, level};
     kiln_threadpool_parallel_for(pool, (w->N + COLS_PER_TASK - 1) / COLS_PER_TASK, q8_task, &j);
     kiln_scratch_put(scratch, fl);

@@ -106,6 +106,36 @@ int main(void)
         one_case((kiln_nbits_q8_level)lv, pool, scratch, 0, 64, 5, 32, false);    /* no rows */
         printf("%s: %d cases\n", kiln_nbits_q8_level_name((kiln_nbits_q8_level)lv), cases_run - before);
     }
+    /* A's quantization bit for bit at every level: column n holds a single weight 1 (zero point
+     * 0, scale 1) at element n, so Y[m, n] is one exact product qa[n] * sa of its block */
+    for (int64_t bs = 16; bs <= 256; bs *= 2) {
+        int64_t K = 3 * bs + 7, M = 3, nb = (K + bs - 1) / bs, ns = kiln_nbits_q8_stride(K, bs);
+        uint8_t *q = calloc((size_t)(K * nb * bs / 2), 1);
+        float *scale = calloc((size_t)(K * ns), sizeof *scale), *off = calloc((size_t)(K * ns), sizeof *off);
+        float *A = malloc((size_t)(M * K) * sizeof *A), *Y = malloc((size_t)(M * K) * sizeof *Y), sa[64];
+        int8_t *qa = malloc((size_t)K);
+        for (int64_t n = 0; n < K; n++) {
+            q[(n * nb + n / bs) * (bs / 2) + (n % bs) / 2] = (uint8_t)(1 << (4 * (n & 1)));
+            for (int64_t b = 0; b < nb; b++) scale[n * ns + b] = 1.0f;
+        }
+        for (int64_t i = 0; i < M * K; i++) A[i] = unif(-3.0f, 3.0f) * (i % 5 ? 1.0f : 1e-3f);
+        kiln_nbits_q8_w w = {K, K, bs, q, scale, off, ns};
+        for (int lv = KILN_NBITS_Q8_BASELINE; lv < KILN_NBITS_Q8_LEVELS; lv++) {
+            if (!kiln_nbits_q8_level_supported((kiln_nbits_q8_level)lv)) continue;
+            CHECK(kiln_nbits_q8_gemm((kiln_nbits_q8_level)lv, pool, scratch, &w, M, A, NULL, Y) == KILN_OK);
+            bool same = true;
+            for (int64_t m = 0; m < M; m++) {
+                for (int64_t b = 0; b < nb; b++) {
+                    int64_t len = K - b * bs < bs ? K - b * bs : bs;
+                    sa[b] = kiln_nbits_quantize_a(A + m * K + b * bs, len, qa + b * bs);
+                }
+                for (int64_t n = 0; n < K; n++) same = same && Y[m * K + n] == (float)qa[n] * sa[n / bs];
+            }
+            if (!same) fprintf(stderr, "%s bs=%lld: quantized A differs\n", kiln_nbits_q8_level_name((kiln_nbits_q8_level)lv), (long long)bs);
+            CHECK(same);
+        }
+        free(q), free(scale), free(off), free(A), free(Y), free(qa);
+    }
     /* refused: a level beyond the enum, a scale stride below the minimum */
     {
         uint8_t q[16] = {0};
