@@ -31,7 +31,7 @@ enum { GEMV_MAX_M = 8, PANEL = 1024, ROWS_PER_TASK = 8 };
 /* The prepared weights: B as given (read in place), per block scale and -zero*scale. */
 typedef struct nbits_state {
     const uint8_t *q;   /* [N, n_blocks, blob], borrowed from the initializer */
-    float *scale, *off; /* [N, w.ns]: per block, zero past n_blocks */
+    float *scale, *off; /* [N, n_blocks] per block; off NULL on the int8 path without zero points */
     kiln_nbits_q8_w w;  /* the same weights for nbits_q8.c */
     bool q8;            /* A quantized to int8 per block (kiln_nbits_quantizes_a) */
     const kiln_value *b_init;
@@ -334,22 +334,23 @@ static kiln_kernel_fn select_nbits(kiln_node *n)
         !(zp->dtype == KILN_DTYPE_FLOAT32 && zp->numel == nb))
         return NULL;
     if (n->kernel_state) return nbits_run;
-    int64_t ns = kiln_nbits_q8_stride(p->K, p->block_size);
+    /* the int8 path without zero_points needs no offsets: every block's zero point is 2^(bits-1) */
+    int64_t ns = p->n_blocks;
+    bool q8 = kiln_nbits_quantizes_a(n, zp && zp->dtype != KILN_DTYPE_UINT8), offsets = !q8 || zp;
     nbits_state *st = calloc(1, sizeof *st);
-    float *buf = st ? calloc((size_t)(2 * p->N * ns), sizeof *buf) : NULL;
+    float *buf = st ? malloc((size_t)((offsets ? 2 : 1) * p->N * ns) * sizeof *buf) : NULL;
     if (!buf) {
         free(st);
         return NULL;
     }
-    st->q = B->data, st->b_init = B, st->scale = buf, st->off = buf + p->N * ns;
-    st->q8 = kiln_nbits_quantizes_a(n, zp && zp->dtype != KILN_DTYPE_UINT8);
-    st->w = (kiln_nbits_q8_w){p->K, p->N, p->block_size, st->q, st->scale, st->off, ns};
+    st->q = B->data, st->b_init = B, st->scale = buf, st->off = offsets ? buf + p->N * ns : NULL, st->q8 = q8;
+    st->w = (kiln_nbits_q8_w){p->K, p->N, p->block_size, st->q, st->scale, st->off, 1 << (p->bits - 1), ns};
     for (int64_t r = 0; r < p->N; r++)
         for (int64_t blk = 0; blk < p->n_blocks; blk++) {
             float s, z;
             kiln_nbits_block(p, S, zp, r, blk, &s, &z);
             st->scale[r * ns + blk] = s;
-            st->off[r * ns + blk] = -z * s;
+            if (offsets) st->off[r * ns + blk] = -z * s;
         }
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     __builtin_cpu_init();

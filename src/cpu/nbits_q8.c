@@ -6,8 +6,11 @@
  * elements (the 64 even elements, then the 64 odd ones), so two u8 x s8 dot products of 64 bytes
  * (vpdpbusd) sum a step into 16 int32 lanes of 8 consecutive elements each: a lane never straddles
  * a block (blocks are 16 or more). Each lane is then converted to float and multiplied by its
- * block's weight scale and A scale; the zero points enter once per row as sum over blocks of
- * (-z s) * (A scale * sum of A's quantized block). Integer sums are exact; only the order of
+ * block's weight scale and A scale. A zero point z common to all blocks (no zero_points input)
+ * starts each lane's integer sum at -z * (sum of the lane's 8 quantized A values), so the
+ * weights' (q - z) are exact and no offset array is read; per-block zero points enter once per
+ * row as sum over blocks of (-z s) * (A scale * sum of A's quantized block). Scale rows are read
+ * with their last step masked (no padding). Integer sums are exact; only the order of
  * the float sums differs between levels. Columns are spread over the pool, NT at a time per
  * task step so each step of A is loaded once for NT weight rows (with AVX-512, also each step of
  * the weights split once for up to 3 rows of A). */
@@ -49,19 +52,15 @@ const char *kiln_nbits_q8_level_name(kiln_nbits_q8_level level)
     return level >= 0 && level < KILN_NBITS_Q8_LEVELS ? names[level] : "?";
 }
 
-int64_t kiln_nbits_q8_stride(int64_t K, int64_t block_size)
-{
-    int64_t nb = (K + block_size - 1) / block_size;
-    return (nb + 8 + 15) / 16 * 16;
-}
-
 /* One call: A's rows quantized and laid out for the kernels. */
 typedef struct q8_job {
     const kiln_nbits_q8_w *w;
     int64_t M, nb, steps;   /* blocks per row, steps of 128 elements per row */
     const int8_t *qa;       /* [M, steps, 128]: per step the even elements, then the odd ones */
     const float *sl;        /* [M, steps, 16]: the A scale of each lane's block (0 past the blocks) */
-    const float *cz;        /* [M, ns]: A scale * sum of the quantized block (0 past the blocks) */
+    const int32_t *zi;      /* [M, steps, 16]: -zero * the lane's sum of quantized A (0 with off) */
+    const float *cz;        /* [M, nbz]: A scale * sum of the quantized block (0 past the blocks) */
+    int64_t nbz;            /* nb rounded up to 16 */
     const float *bias;      /* [N] or NULL */
     float *y;               /* [M, N] */
     kiln_nbits_q8_level level;
@@ -70,13 +69,16 @@ typedef struct q8_job {
 /* Scale offset of zmm lane l (elements 8l .. 8l + 7 of a step) from the step's first block. */
 static inline int lane_block(int l, int64_t bs) { return (int)(8 * l / bs); }
 
-/* sum over blocks of off[b] * cz[b], ns of them */
-static float zero_term(const float *off, const float *cz, int64_t ns)
+/* sum over the nb blocks of off[b] * cz[b]; 0 without offsets */
+static float zero_term(const float *off, const float *cz, int64_t nb)
 {
     float s = 0;
-    for (int64_t b = 0; b < ns; b++) s += off[b] * cz[b];
+    for (int64_t b = 0; off && b < nb; b++) s += off[b] * cz[b];
     return s;
 }
+
+/* Scales of step z's lanes start at block base; fewer than 8 are left in the row's last steps. */
+static inline int64_t scales_left(int64_t nb, int64_t base) { return nb - base < 8 ? nb - base : 8; }
 
 /* Weight row n's bytes of step z; the last partial step comes from a zero-padded copy. */
 static inline const uint8_t *step_bytes(const uint8_t *row, const uint8_t *tail, int64_t z, int64_t full)
@@ -97,14 +99,17 @@ static void cols_c(const q8_job *j, int64_t n0, int64_t n1)
             for (int64_t z = 0; z < j->steps; z++) {
                 const uint8_t *x = step_bytes(row, tail, z, full);
                 const int8_t *a = j->qa + (m * j->steps + z) * 128;
-                const float *s = w->scale + n * ns + z * 128 / bs, *sa = j->sl + (m * j->steps + z) * 16;
+                int64_t base = z * 128 / bs, left = scales_left(j->nb, base), e = (m * j->steps + z) * 16;
+                const float *s = w->scale + n * ns + base;
                 for (int l = 0; l < 16; l++) {
-                    int32_t d = 0;
+                    if (lane_block(l, bs) >= left) break; /* past the row's blocks */
+                    int32_t d = j->zi[e + l];
                     for (int b = 4 * l; b < 4 * l + 4; b++) d += (x[b] & 15) * a[b] + (x[b] >> 4) * a[64 + b];
-                    acc += (float)d * (s[lane_block(l, bs)] * sa[l]);
+                    acc += (float)d * (s[lane_block(l, bs)] * j->sl[e + l]);
                 }
             }
-            j->y[m * w->N + n] = acc + zero_term(w->off + n * ns, j->cz + m * ns, ns) + (j->bias ? j->bias[n] : 0.0f);
+            acc += zero_term(w->off ? w->off + n * ns : NULL, j->cz + m * j->nbz, j->nb);
+            j->y[m * w->N + n] = acc + (j->bias ? j->bias[n] : 0.0f);
         }
     }
 }
@@ -118,7 +123,7 @@ block_avx512vnni(const q8_job *j, const uint8_t *const *row, const uint8_t (*tai
                  int64_t full, int64_t nt, int64_t nn, int64_t m0, const int MR)
 {
     const kiln_nbits_q8_w *w = j->w;
-    int64_t bs = w->block_size, ns = w->ns, steps = j->steps;
+    int64_t bs = w->block_size, ns = w->ns, steps = j->steps, nb = j->nb;
     int32_t li[16];
     for (int l = 0; l < 16; l++) li[l] = lane_block(l, bs);
     const __m512i idx = _mm512_loadu_si512(li), m4 = _mm512_set1_epi8(15);
@@ -129,32 +134,36 @@ block_avx512vnni(const q8_job *j, const uint8_t *const *row, const uint8_t (*tai
         __m512i lo[NT], hi[NT];
         __m512 s[NT];
         int64_t base = z * 128 / bs;
+        __mmask16 km = (__mmask16)((1u << scales_left(nb, base)) - 1);
 #pragma GCC unroll 4
         for (int r = 0; r < NT; r++) {
             __m512i x = _mm512_loadu_si512(step_bytes(row[r], tail[r], z, full));
             lo[r] = _mm512_and_si512(x, m4), hi[r] = _mm512_and_si512(_mm512_srli_epi16(x, 4), m4);
-            s[r] = _mm512_permutexvar_ps(idx, _mm512_castps256_ps512(_mm256_loadu_ps(sc[r] + base)));
+            s[r] = _mm512_permutexvar_ps(idx, _mm512_maskz_loadu_ps(km, sc[r] + base));
         }
 #pragma GCC unroll 3
         for (int i = 0; i < MR; i++) {
             const int8_t *a = j->qa + ((m0 + i) * steps + z) * 128;
             __m512i alo = _mm512_loadu_si512(a), ahi = _mm512_loadu_si512(a + 64);
             __m512 sa = _mm512_loadu_ps(j->sl + ((m0 + i) * steps + z) * 16);
+            __m512i zi = _mm512_loadu_si512(j->zi + ((m0 + i) * steps + z) * 16);
 #pragma GCC unroll 4
             for (int r = 0; r < NT; r++) {
-                __m512i d = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[r], alo), hi[r], ahi);
+                __m512i d = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zi, lo[r], alo), hi[r], ahi);
                 acc[i][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(s[r], sa), acc[i][r]);
             }
         }
     }
     for (int i = 0; i < MR; i++) {
-        const float *cz = j->cz + (m0 + i) * ns;
+        const float *cz = j->cz + (m0 + i) * j->nbz;
         for (int r = 0; r < NT; r++) { /* a constant bound keeps acc in registers */
             if (r >= nn) break;
-            const float *off = w->off + (nt + r) * ns;
-            __m512 zt = _mm512_setzero_ps();
-            for (int64_t b = 0; b < ns; b += 16) zt = _mm512_fmadd_ps(_mm512_loadu_ps(off + b), _mm512_loadu_ps(cz + b), zt);
-            j->y[(m0 + i) * w->N + nt + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[i][r], zt)) + (j->bias ? j->bias[nt + r] : 0.0f);
+            __m512 t = acc[i][r];
+            for (int64_t b = 0; w->off && b < nb; b += 16) {
+                __mmask16 k = nb - b >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (nb - b)) - 1);
+                t = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, w->off + (nt + r) * ns + b), _mm512_loadu_ps(cz + b), t);
+            }
+            j->y[(m0 + i) * w->N + nt + r] = _mm512_reduce_add_ps(t) + (j->bias ? j->bias[nt + r] : 0.0f);
         }
     }
 }
@@ -193,7 +202,7 @@ __attribute__((target("avx2,fma"))) static float hsum256(__m256 v)
 __attribute__((target("avx2,fma"))) static void cols_avx2(const q8_job *j, int64_t n0, int64_t n1)
 {
     const kiln_nbits_q8_w *w = j->w;
-    int64_t bs = w->block_size, rowb = j->nb * bs / 2, full = rowb / 64, ns = w->ns;
+    int64_t bs = w->block_size, nb = j->nb, rowb = nb * bs / 2, full = rowb / 64, ns = w->ns;
     int32_t li[16];
     for (int l = 0; l < 16; l++) li[l] = lane_block(l, bs);
     const __m256i idx0 = _mm256_loadu_si256((const __m256i *)li), idx1 = _mm256_loadu_si256((const __m256i *)(li + 8));
@@ -215,27 +224,34 @@ __attribute__((target("avx2,fma"))) static void cols_avx2(const q8_job *j, int64
             for (int64_t z = 0; z < j->steps; z++) {
                 const int8_t *a = j->qa + (m * j->steps + z) * 128;
                 const float *sl = j->sl + (m * j->steps + z) * 16;
-                int64_t base = z * 128 / bs;
+                const int32_t *zi = j->zi + (m * j->steps + z) * 16;
+                int64_t base = z * 128 / bs, left = scales_left(nb, base);
+                float part[NT][8] = {{0}}; /* the row's last scales, zero-padded */
+                const float *sp[NT];
+                for (int r = 0; r < NT; r++) {
+                    sp[r] = sc[r] + base;
+                    if (left < 8) sp[r] = memcpy(part[r], sp[r], (size_t)left * sizeof(float));
+                }
                 for (int h = 0; h < 2; h++) {
                     __m256i alo = _mm256_loadu_si256((const __m256i *)(a + 32 * h));
                     __m256i ahi = _mm256_loadu_si256((const __m256i *)(a + 64 + 32 * h));
                     __m256 sa = _mm256_loadu_ps(sl + 8 * h);
+                    __m256i z0 = _mm256_loadu_si256((const __m256i *)(zi + 8 * h));
                     for (int r = 0; r < NT; r++) {
                         __m256i x = _mm256_loadu_si256((const __m256i *)(step_bytes(row[r], tail[r], z, full) + 32 * h));
                         __m256i lo = _mm256_and_si256(x, m4), hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), m4);
                         __m256i d = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(lo, alo), ones),
                                                      _mm256_madd_epi16(_mm256_maddubs_epi16(hi, ahi), ones));
-                        __m256 s = _mm256_permutevar8x32_ps(_mm256_loadu_ps(sc[r] + base), h ? idx1 : idx0);
+                        d = _mm256_add_epi32(d, z0);
+                        __m256 s = _mm256_permutevar8x32_ps(_mm256_loadu_ps(sp[r]), h ? idx1 : idx0);
                         acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_mul_ps(s, sa), acc[r]);
                     }
                 }
             }
-            const float *cz = j->cz + m * ns;
+            const float *cz = j->cz + m * j->nbz;
             for (int64_t r = 0; r < nn; r++) {
-                const float *off = w->off + (nt + r) * ns;
-                __m256 zt = _mm256_setzero_ps();
-                for (int64_t b = 0; b < ns; b += 8) zt = _mm256_fmadd_ps(_mm256_loadu_ps(off + b), _mm256_loadu_ps(cz + b), zt);
-                j->y[m * w->N + nt + r] = hsum256(_mm256_add_ps(acc[r], zt)) + (j->bias ? j->bias[nt + r] : 0.0f);
+                float t = hsum256(acc[r]) + zero_term(w->off ? w->off + (nt + r) * ns : NULL, cz, nb);
+                j->y[m * w->N + nt + r] = t + (j->bias ? j->bias[nt + r] : 0.0f);
             }
         }
     }
@@ -246,9 +262,11 @@ __attribute__((target("avx2,fma"))) static void cols_avx2(const q8_job *j, int64
  * q8_job's qa, sl and cz. */
 typedef struct prep_job {
     const float *A;
-    int64_t K, bs, nb, steps, ns;
+    int64_t K, bs, nb, steps, nbz;  /* nbz: nb rounded up to 16 */
     int8_t *flat, *qa;  /* [M, steps * 128] each */
-    float *sa, *sl, *cz; /* [M, ns], [M, steps, 16], [M, ns] */
+    float *sa, *sl, *cz; /* [M, nbz], [M, steps, 16], [M, nbz] */
+    int32_t *zi;        /* [M, steps, 16] */
+    int32_t zero;       /* the common zero point, or 0 with per-block offsets */
     kiln_nbits_q8_level level;
 } prep_job;
 
@@ -312,7 +330,7 @@ __attribute__((target("avx512f,avx512bw"))) static void interleave_avx512(const 
 static void prep_task(void *ctx, int64_t m0, int64_t m1)
 {
     const prep_job *j = ctx;
-    int64_t steps = j->steps, ns = j->ns;
+    int64_t steps = j->steps, ns = j->nbz;
     for (int64_t m = m0; m < m1; m++) {
         int8_t *flat = j->flat + m * steps * 128, *dst = j->qa + m * steps * 128;
         float *sa = j->sa + m * ns, *c = j->cz + m * ns;
@@ -333,7 +351,12 @@ static void prep_task(void *ctx, int64_t m0, int64_t m1)
                 }
         }
         for (int64_t z = 0; z < steps; z++)
-            for (int l = 0; l < 16; l++) j->sl[(m * steps + z) * 16 + l] = sa[(z * 128 + 8 * l) / j->bs];
+            for (int l = 0; l < 16; l++) {
+                int32_t sum = 0;
+                for (int e = 0; e < 8; e++) sum += flat[z * 128 + 8 * l + e];
+                j->sl[(m * steps + z) * 16 + l] = sa[(z * 128 + 8 * l) / j->bs];
+                j->zi[(m * steps + z) * 16 + l] = -j->zero * sum;
+            }
     }
 }
 
@@ -352,20 +375,22 @@ kiln_status kiln_nbits_q8_gemm(kiln_nbits_q8_level level, struct kiln_threadpool
                                const kiln_nbits_q8_w *w, int64_t M, const float *A, const float *bias, float *Y)
 {
     if (!w || M < 0 || w->K <= 0 || w->N <= 0 || w->block_size < 16 || w->block_size > 256 ||
-        (w->block_size & (w->block_size - 1)) || w->ns < kiln_nbits_q8_stride(w->K, w->block_size) || w->ns % 16 ||
-        !kiln_nbits_q8_level_supported(level) || (M && (!A || !Y || !w->q || !w->scale || !w->off)))
+        (w->block_size & (w->block_size - 1)) || w->ns < (w->K + w->block_size - 1) / w->block_size ||
+        (!w->off && (w->zero < 0 || w->zero > 15)) || !kiln_nbits_q8_level_supported(level) ||
+        (M && (!A || !Y || !w->q || !w->scale)))
         return KILN_ERR_INVALID_ARG;
     if (!M) return KILN_OK;
     if (level == KILN_NBITS_Q8_AUTO) level = kiln_nbits_q8_level_detect();
-    int64_t K = w->K, bs = w->block_size, nb = (K + bs - 1) / bs, steps = (nb * bs + 127) / 128, ns = w->ns;
-    size_t bytes = (size_t)(2 * M * steps * 128) + (size_t)(M * steps * 16 + 2 * M * ns) * sizeof(float);
+    int64_t K = w->K, bs = w->block_size, nb = (K + bs - 1) / bs, steps = (nb * bs + 127) / 128, nbz = (nb + 15) / 16 * 16;
+    size_t bytes = (size_t)(2 * M * steps * 128) + (size_t)(2 * M * steps * 16 + 2 * M * nbz) * sizeof(float);
     float *fl = kiln_scratch_get(scratch, bytes);
     if (!fl) return KILN_ERR_NOMEM;
-    float *sl = fl, *cz = sl + M * steps * 16, *sa = cz + M * ns;
-    int8_t *qa = (int8_t *)(sa + M * ns), *flat = qa + M * steps * 128;
-    prep_job pj = {A, K, bs, nb, steps, ns, flat, qa, sa, sl, cz, level};
+    float *sl = fl, *cz = sl + M * steps * 16, *sa = cz + M * nbz;
+    int32_t *zi = (int32_t *)(sa + M * nbz);
+    int8_t *qa = (int8_t *)(zi + M * steps * 16), *flat = qa + M * steps * 128;
+    prep_job pj = {A, K, bs, nb, steps, nbz, flat, qa, sa, sl, cz, zi, w->off ? 0 : w->zero, level};
     kiln_threadpool_parallel_for(M >= 8 ? pool : NULL, M, prep_task, &pj); /* a few rows: not worth a wake-up */
-    q8_job j = {w, M, nb, steps, qa, sl, cz, bias, Y, level};
+    q8_job j = {w, M, nb, steps, qa, sl, zi, cz, nbz, bias, Y, level};
     kiln_threadpool_parallel_for(pool, (w->N + COLS_PER_TASK - 1) / COLS_PER_TASK, q8_task, &j);
     kiln_scratch_put(scratch, fl);
     return KILN_OK;

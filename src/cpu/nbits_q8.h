@@ -26,21 +26,20 @@ kiln_nbits_q8_level kiln_nbits_q8_level_detect(void);
 bool kiln_nbits_q8_level_supported(kiln_nbits_q8_level level);
 const char *kiln_nbits_q8_level_name(kiln_nbits_q8_level level);
 
-/* The weights, borrowed: B as MatMulNBits stores it and per block a scale s and an offset -z*s. */
+/* The weights, borrowed: B as MatMulNBits stores it, per block a scale s, and the zero points
+ * z: per block as offsets -z*s, or one integer for every block. */
 typedef struct kiln_nbits_q8_w {
     int64_t K, N, block_size;   /* block_size: a power of 2 in [16, 256] */
     const uint8_t *q;           /* [N, ceil(K / block_size), block_size / 2] */
-    const float *scale, *off;   /* [N, ns] per block; zero from ceil(K / block_size) to ns */
-    int64_t ns;                 /* row stride of scale and off: at least ceil(K / block_size) + 8 */
+    const float *scale, *off;   /* [N, ns] per block; off NULL: every zero point is `zero` */
+    int32_t zero;               /* 0 to 15, with off NULL (8 where MatMulNBits has no zero_points) */
+    int64_t ns;                 /* row stride of scale and off: at least ceil(K / block_size) */
 } kiln_nbits_q8_w;
-
-/* The scale row stride kiln_nbits_q8_gemm needs for K and block_size. */
-int64_t kiln_nbits_q8_stride(int64_t K, int64_t block_size);
 
 /* Y [M, N] = quant8(A) [M, K] x W^T + bias (bias [N] or NULL), A quantized per block by
  * kiln_nbits_quantize_a; columns spread over pool (NULL: this thread). A's quantized rows live
  * in scratch during the call. Errors: KILN_ERR_INVALID_ARG (sizes, a stride below
- * kiln_nbits_q8_stride, a level this CPU lacks), KILN_ERR_NOMEM; Y is undefined after an error. */
+ * the blocks, a zero point outside 0..15, a level this CPU lacks), KILN_ERR_NOMEM; Y is undefined after an error. */
 kiln_status kiln_nbits_q8_gemm(kiln_nbits_q8_level level, struct kiln_threadpool *pool, struct kiln_scratch *scratch,
                                const kiln_nbits_q8_w *w, int64_t M, const float *A, const float *bias, float *Y);
 

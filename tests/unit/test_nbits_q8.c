@@ -31,9 +31,10 @@ static float unif(float lo, float hi) { return lo + (hi - lo) * (float)(rnd() >>
 static int cases_run;
 
 static void one_case(kiln_nbits_q8_level level, kiln_threadpool *pool, kiln_scratch *scratch, int64_t M, int64_t K,
-                     int64_t N, int64_t bs, bool bias_on)
+                     int64_t N, int64_t bs, bool bias_on, bool per_block_zp, int64_t pad)
 {
-    int64_t nb = (K + bs - 1) / bs, ns = kiln_nbits_q8_stride(K, bs), blob = bs / 2;
+    int64_t nb = (K + bs - 1) / bs, ns = nb + pad, blob = bs / 2;
+    int32_t zero = (int32_t)(rnd() % 16);
     uint8_t *q = malloc((size_t)(N * nb * blob));
     float *scale = calloc((size_t)(N * ns), sizeof *scale), *off = calloc((size_t)(N * ns), sizeof *off);
     float *A = malloc((size_t)(M * K) * sizeof *A), *bias = malloc((size_t)N * sizeof *bias);
@@ -48,7 +49,7 @@ static void one_case(kiln_nbits_q8_level level, kiln_threadpool *pool, kiln_scra
         }
     for (int64_t i = 0; i < M * K; i++) A[i] = unif(-2.0f, 2.0f);
     for (int64_t n = 0; n < N; n++) bias[n] = unif(-1.0f, 1.0f);
-    kiln_nbits_q8_w w = {K, N, bs, q, scale, off, ns};
+    kiln_nbits_q8_w w = {K, N, bs, q, scale, per_block_zp ? off : NULL, zero, ns};
     CHECK(kiln_nbits_q8_gemm(level, pool, scratch, &w, M, A, bias_on ? bias : NULL, Y) == KILN_OK);
     bool ok = true;
     for (int64_t m = 0; m < M && ok; m++) {
@@ -61,7 +62,7 @@ static void one_case(kiln_nbits_q8_level level, kiln_threadpool *pool, kiln_scra
             for (int64_t k = 0; k < K; k++) {
                 int64_t b = k / bs, in = k % bs;
                 int v = (q[(n * nb + b) * blob + in / 2] >> (4 * (in & 1))) & 15;
-                double s = scale[n * ns + b], z = -off[n * ns + b] / s;
+                double s = scale[n * ns + b], z = per_block_zp ? -off[n * ns + b] / s : zero;
                 double t = (double)sa[b] * s * ((double)v - z) * qa[k];
                 want += t, mag += fabs(t);
             }
@@ -99,17 +100,18 @@ int main(void)
                 for (int t = 0; t < 3; t++) {
                     unsigned f = (unsigned)rnd();
                     one_case((kiln_nbits_q8_level)lv, f & 1 ? pool : NULL, scratch, Ms[rnd() % 6], Ks[k], Ns[rnd() % 6],
-                             bs, f & 2);
+                             bs, f & 2, f & 4, f & 8 ? 3 : 0);
                 }
         }
-        one_case((kiln_nbits_q8_level)lv, pool, scratch, 1, 2048, 1000, 32, true); /* split over the pool */
-        one_case((kiln_nbits_q8_level)lv, pool, scratch, 0, 64, 5, 32, false);    /* no rows */
+        one_case((kiln_nbits_q8_level)lv, pool, scratch, 1, 2048, 1000, 32, true, true, 0); /* split over the pool */
+        one_case((kiln_nbits_q8_level)lv, pool, scratch, 7, 2048, 1000, 128, false, false, 0);
+        one_case((kiln_nbits_q8_level)lv, pool, scratch, 0, 64, 5, 32, false, true, 0); /* no rows */
         printf("%s: %d cases\n", kiln_nbits_q8_level_name((kiln_nbits_q8_level)lv), cases_run - before);
     }
     /* A's quantization bit for bit at every level: column n holds a single weight 1 (zero point
      * 0, scale 1) at element n, so Y[m, n] is one exact product qa[n] * sa of its block */
     for (int64_t bs = 16; bs <= 256; bs *= 2) {
-        int64_t K = 3 * bs + 7, M = 3, nb = (K + bs - 1) / bs, ns = kiln_nbits_q8_stride(K, bs);
+        int64_t K = 3 * bs + 7, M = 3, nb = (K + bs - 1) / bs, ns = nb;
         uint8_t *q = calloc((size_t)(K * nb * bs / 2), 1);
         float *scale = calloc((size_t)(K * ns), sizeof *scale), *off = calloc((size_t)(K * ns), sizeof *off);
         float *A = malloc((size_t)(M * K) * sizeof *A), *Y = malloc((size_t)(M * K) * sizeof *Y), sa[64];
@@ -119,7 +121,7 @@ int main(void)
             for (int64_t b = 0; b < nb; b++) scale[n * ns + b] = 1.0f;
         }
         for (int64_t i = 0; i < M * K; i++) A[i] = unif(-3.0f, 3.0f) * (i % 5 ? 1.0f : 1e-3f);
-        kiln_nbits_q8_w w = {K, K, bs, q, scale, off, ns};
+        kiln_nbits_q8_w w = {K, K, bs, q, scale, NULL, 0, ns};
         for (int lv = KILN_NBITS_Q8_BASELINE; lv < KILN_NBITS_Q8_LEVELS; lv++) {
             if (!kiln_nbits_q8_level_supported((kiln_nbits_q8_level)lv)) continue;
             CHECK(kiln_nbits_q8_gemm((kiln_nbits_q8_level)lv, pool, scratch, &w, M, A, NULL, Y) == KILN_OK);
@@ -136,14 +138,17 @@ int main(void)
         }
         free(q), free(scale), free(off), free(A), free(Y), free(qa);
     }
-    /* refused: a level beyond the enum, a scale stride below the minimum */
+    /* refused: a scale stride below the blocks, a zero point past 15, a level beyond the enum */
     {
-        uint8_t q[16] = {0};
-        float s[32] = {0}, a[32] = {0}, y[1];
-        kiln_nbits_q8_w w = {32, 1, 32, q, s, s, 1};
+        uint8_t q[32] = {0};
+        float s[32] = {0}, a[64] = {0}, y[1];
+        kiln_nbits_q8_w w = {64, 1, 32, q, s, s, 0, 1};
         CHECK(kiln_nbits_q8_gemm(KILN_NBITS_Q8_BASELINE, NULL, scratch, &w, 1, a, NULL, y) == KILN_ERR_INVALID_ARG);
-        w.ns = kiln_nbits_q8_stride(32, 32);
+        w.ns = 2, w.off = NULL, w.zero = 16;
+        CHECK(kiln_nbits_q8_gemm(KILN_NBITS_Q8_BASELINE, NULL, scratch, &w, 1, a, NULL, y) == KILN_ERR_INVALID_ARG);
+        w.zero = 8;
         CHECK(kiln_nbits_q8_gemm(KILN_NBITS_Q8_LEVELS, NULL, scratch, &w, 1, a, NULL, y) == KILN_ERR_INVALID_ARG);
+        CHECK(kiln_nbits_q8_gemm(KILN_NBITS_Q8_BASELINE, NULL, scratch, &w, 1, a, NULL, y) == KILN_OK);
     }
     kiln_scratch_free(scratch);
     kiln_threadpool_free(pool);
