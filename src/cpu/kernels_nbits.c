@@ -31,7 +31,7 @@ enum { GEMV_MAX_M = 8, PANEL = 1024, ROWS_PER_TASK = 8 };
 /* The prepared weights: B as given (read in place), per block scale and -zero*scale. */
 typedef struct nbits_state {
     const uint8_t *q;   /* [N, n_blocks, blob], borrowed from the initializer */
-    float *scale, *off; /* [N, n_blocks] per block; off NULL on the int8 path without zero points */
+    float *scale, *off; /* [N, n_blocks] per block; off NULL without zero points (all 2^(bits-1)) */
     kiln_nbits_q8_w w;  /* the same weights for nbits_q8.c */
     bool q8;            /* A quantized to int8 per block (kiln_nbits_quantizes_a) */
     const kiln_value *b_init;
@@ -44,6 +44,13 @@ static void state_free(void *p)
     if (!s) return;
     free(s->scale);
     free(s);
+}
+
+/* Block i's zero-point term per unit of sum(a): its offset, or -zrest * scale without offsets,
+ * where zrest is the part of the common zero point the caller did not take off q itself. */
+static inline float blk_off(const nbits_state *st, int64_t i, float zrest)
+{
+    return st->off ? st->off[i] : -zrest * st->scale[i];
 }
 
 /* One call: A rows padded to n_blocks * block_size (zeros past K) with per-block sums. */
@@ -66,6 +73,8 @@ __attribute__((target("avx512f,avx512bw"))) static void gemv_rows_avx512(const g
 {
     const kiln_nbits_params *p = j->p;
     int64_t nb = p->n_blocks, bs = p->block_size, row = nb * p->blob;
+    /* without offsets 4-bit weights take the common zero point off in their table */
+    float zq = !j->st->off && p->bits == 4 ? (float)j->st->w.zero : 0.0f, zrest = j->st->off ? 0.0f : (float)j->st->w.zero - zq;
     for (int64_t nt = n0; nt < n1; nt += NT) {
         int64_t nn = n1 - nt < NT ? n1 - nt : NT;
         for (int64_t m = 0; m < j->M; m++) {
@@ -84,7 +93,8 @@ __attribute__((target("avx512f,avx512bw"))) static void gemv_rows_avx512(const g
                      * nbits_run stored A in, in its low 4 bits; vpermps reads only those bits of
                      * an index, so a table of 0..15 as floats converts it (no mask, no cvt). */
                     const __m512i sh = _mm512_set_epi32(28, 28, 24, 24, 20, 20, 16, 16, 12, 12, 8, 8, 4, 4, 0, 0);
-                    const __m512 lut = _mm512_set_ps(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+                    const __m512 lut = _mm512_sub_ps(_mm512_set_ps(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                                     _mm512_set1_ps(zq)); /* q - z without offsets */
                     for (int64_t u = 0; u < bs; u += 16) {
                         __m512 av = _mm512_loadu_ps(a + u);
                         for (int r = 0; r < NT; r++) { /* rows past nn repeat row nn - 1 */
@@ -107,7 +117,7 @@ __attribute__((target("avx512f,avx512bw"))) static void gemv_rows_avx512(const g
                 for (int64_t r = 0; r < nn; r++) {
                     int64_t i = (nt + r) * j->st->w.ns + blk;
                     tot[r] = _mm512_fmadd_ps(acc[r], _mm512_set1_ps(j->st->scale[i]), tot[r]);
-                    zsum[r] += j->st->off[i] * asum[blk];
+                    if (j->st->off || zrest) zsum[r] += blk_off(j->st, i, zrest) * asum[blk];
                 }
             }
             for (int64_t r = 0; r < nn; r++)
@@ -160,7 +170,7 @@ __attribute__((target("avx2,fma"))) static void gemv_rows_avx2(const gemv_job *j
                 for (int64_t r = 0; r < nn; r++) {
                     int64_t i = (nt + r) * j->st->w.ns + blk;
                     tot[r] = _mm256_fmadd_ps(acc[r], _mm256_set1_ps(j->st->scale[i]), tot[r]);
-                    zsum[r] += j->st->off[i] * asum[blk];
+                    zsum[r] += blk_off(j->st, i, (float)j->st->w.zero) * asum[blk];
                 }
             }
             for (int64_t r = 0; r < nn; r++) {
@@ -191,8 +201,8 @@ static void gemv_rows_c(const gemv_job *j, int64_t n0, int64_t n1)
                 const float *a = j->a + m * j->Kp + blk * bs;
                 float acc = 0;
                 for (int64_t u = 0; u < bs; u++) acc += (float)q_at(q, u, (int)p->bits) * a[u];
-                const float *sc = j->st->scale + n * j->st->w.ns, *of = j->st->off + n * j->st->w.ns;
-                tot += acc * sc[blk] + of[blk] * j->asum[m * nb + blk];
+                int64_t i = n * j->st->w.ns + blk;
+                tot += acc * j->st->scale[i] + blk_off(j->st, i, (float)j->st->w.zero) * j->asum[m * nb + blk];
             }
             j->y[m * p->N + n] = tot + (j->bias ? j->bias[n] : 0.0f);
         }
@@ -224,10 +234,10 @@ __attribute__((target("avx2,fma"))) static void panel_row_avx2(const nbits_state
                                                               int64_t n, float *w)
 {
     const uint8_t *q = st->q + n * p->n_blocks * p->blob;
-    const float *sc = st->scale + n * st->w.ns, *of = st->off + n * st->w.ns;
     const __m128i m4 = _mm_set1_epi8(15);
     for (int64_t blk = 0; blk < p->n_blocks; blk++, q += p->blob, w += p->block_size) {
-        __m256 s = _mm256_set1_ps(sc[blk]), o = _mm256_set1_ps(of[blk]);
+        int64_t i = n * st->w.ns + blk;
+        __m256 s = _mm256_set1_ps(st->scale[i]), o = _mm256_set1_ps(blk_off(st, i, (float)st->w.zero));
         for (int64_t u = 0; u < p->block_size; u += 16) {
             __m128i b = _mm_loadl_epi64((const __m128i *)(q + u / 2));
             __m128i e = _mm_unpacklo_epi8(_mm_and_si128(b, m4), _mm_and_si128(_mm_srli_epi16(b, 4), m4));
@@ -254,7 +264,8 @@ static void panel_task(void *ctx, int64_t c0, int64_t c1)
 #endif
         const uint8_t *q = j->st->q + n * p->n_blocks * p->blob;
         for (int64_t blk = 0; blk < p->n_blocks; blk++) {
-            float s = j->st->scale[n * j->st->w.ns + blk], o = j->st->off[n * j->st->w.ns + blk];
+            int64_t i = n * j->st->w.ns + blk;
+            float s = j->st->scale[i], o = blk_off(j->st, i, (float)j->st->w.zero);
             for (int64_t u = 0; u < p->block_size; u++)
                 w[blk * p->block_size + u] = (float)q_at(q + blk * p->blob, u, (int)p->bits) * s + o;
         }
@@ -334,9 +345,9 @@ static kiln_kernel_fn select_nbits(kiln_node *n)
         !(zp->dtype == KILN_DTYPE_FLOAT32 && zp->numel == nb))
         return NULL;
     if (n->kernel_state) return nbits_run;
-    /* the int8 path without zero_points needs no offsets: every block's zero point is 2^(bits-1) */
+    /* without zero_points no offsets are kept: every block's zero point is 2^(bits-1) */
     int64_t ns = p->n_blocks;
-    bool q8 = kiln_nbits_quantizes_a(n, zp && zp->dtype != KILN_DTYPE_UINT8), offsets = !q8 || zp;
+    bool q8 = kiln_nbits_quantizes_a(n, zp && zp->dtype != KILN_DTYPE_UINT8), offsets = zp != NULL;
     nbits_state *st = calloc(1, sizeof *st);
     float *buf = st ? malloc((size_t)((offsets ? 2 : 1) * p->N * ns) * sizeof *buf) : NULL;
     if (!buf) {
