@@ -31,7 +31,9 @@ enum { GEMV_MAX_M = 8, PANEL = 1024, ROWS_PER_TASK = 8 };
 /* The prepared weights: B as given (read in place), per block scale and -zero*scale. */
 typedef struct nbits_state {
     const uint8_t *q;   /* [N, n_blocks, blob], borrowed from the initializer */
-    float *scale, *off; /* [N, n_blocks] per block; off NULL without zero points (all 2^(bits-1)) */
+    float *scale;       /* [N, n_blocks] per block */
+    float *off;         /* [N, n_blocks] -z * scale for float zero points, else NULL */
+    uint8_t *zq;        /* [N, n_blocks] uint8 zero points, else NULL; neither: all 2^(bits-1) */
     kiln_nbits_q8_w w;  /* the same weights for nbits_q8.c */
     bool q8;            /* A quantized to int8 per block (kiln_nbits_quantizes_a) */
     const kiln_value *b_init;
@@ -43,14 +45,16 @@ static void state_free(void *p)
     nbits_state *s = p;
     if (!s) return;
     free(s->scale);
+    free(s->off);
+    free(s->zq);
     free(s);
 }
 
-/* Block i's zero-point term per unit of sum(a): its offset, or -zrest * scale without offsets,
- * where zrest is the part of the common zero point the caller did not take off q itself. */
+/* Block i's zero-point term per unit of sum(a), -z * scale: z its own zero point, or without
+ * zero points zrest, the part of the common one the caller did not take off q itself. */
 static inline float blk_off(const nbits_state *st, int64_t i, float zrest)
 {
-    return st->off ? st->off[i] : -zrest * st->scale[i];
+    return st->off ? st->off[i] : -(st->zq ? (float)st->zq[i] : zrest) * st->scale[i];
 }
 
 /* One call: A rows padded to n_blocks * block_size (zeros past K) with per-block sums. */
@@ -74,7 +78,8 @@ __attribute__((target("avx512f,avx512bw"))) static void gemv_rows_avx512(const g
     const kiln_nbits_params *p = j->p;
     int64_t nb = p->n_blocks, bs = p->block_size, row = nb * p->blob;
     /* without offsets 4-bit weights take the common zero point off in their table */
-    float zq = !j->st->off && p->bits == 4 ? (float)j->st->w.zero : 0.0f, zrest = j->st->off ? 0.0f : (float)j->st->w.zero - zq;
+    bool common = !j->st->off && !j->st->zq;
+    float zq = common && p->bits == 4 ? (float)j->st->w.zero : 0.0f, zrest = (float)j->st->w.zero - zq;
     for (int64_t nt = n0; nt < n1; nt += NT) {
         int64_t nn = n1 - nt < NT ? n1 - nt : NT;
         for (int64_t m = 0; m < j->M; m++) {
@@ -117,7 +122,7 @@ __attribute__((target("avx512f,avx512bw"))) static void gemv_rows_avx512(const g
                 for (int64_t r = 0; r < nn; r++) {
                     int64_t i = (nt + r) * j->st->w.ns + blk;
                     tot[r] = _mm512_fmadd_ps(acc[r], _mm512_set1_ps(j->st->scale[i]), tot[r]);
-                    if (j->st->off || zrest) zsum[r] += blk_off(j->st, i, zrest) * asum[blk];
+                    if (!common || zrest) zsum[r] += blk_off(j->st, i, zrest) * asum[blk];
                 }
             }
             for (int64_t r = 0; r < nn; r++)
@@ -345,23 +350,27 @@ static kiln_kernel_fn select_nbits(kiln_node *n)
         !(zp->dtype == KILN_DTYPE_FLOAT32 && zp->numel == nb))
         return NULL;
     if (n->kernel_state) return nbits_run;
-    /* without zero_points no offsets are kept: every block's zero point is 2^(bits-1) */
+    /* zero points kept as given: a byte per block (uint8), -z * scale (float), or none */
     int64_t ns = p->n_blocks;
-    bool q8 = kiln_nbits_quantizes_a(n, zp && zp->dtype != KILN_DTYPE_UINT8), offsets = zp != NULL;
+    bool fzp = zp && zp->dtype != KILN_DTYPE_UINT8;
     nbits_state *st = calloc(1, sizeof *st);
-    float *buf = st ? malloc((size_t)((offsets ? 2 : 1) * p->N * ns) * sizeof *buf) : NULL;
-    if (!buf) {
-        free(st);
+    if (!st) return NULL;
+    st->scale = malloc((size_t)nb * sizeof *st->scale);
+    if (fzp) st->off = malloc((size_t)nb * sizeof *st->off);
+    else if (zp) st->zq = malloc((size_t)nb);
+    if (!st->scale || (fzp && !st->off) || (zp && !fzp && !st->zq)) {
+        state_free(st);
         return NULL;
     }
-    st->q = B->data, st->b_init = B, st->scale = buf, st->off = offsets ? buf + p->N * ns : NULL, st->q8 = q8;
-    st->w = (kiln_nbits_q8_w){p->K, p->N, p->block_size, st->q, st->scale, st->off, 1 << (p->bits - 1), ns};
+    st->q = B->data, st->b_init = B, st->q8 = kiln_nbits_quantizes_a(n, fzp);
+    st->w = (kiln_nbits_q8_w){p->K, p->N, p->block_size, st->q, st->scale, st->zq, 1 << (p->bits - 1), ns};
     for (int64_t r = 0; r < p->N; r++)
         for (int64_t blk = 0; blk < p->n_blocks; blk++) {
             float s, z;
             kiln_nbits_block(p, S, zp, r, blk, &s, &z);
             st->scale[r * ns + blk] = s;
-            if (offsets) st->off[r * ns + blk] = -z * s;
+            if (st->off) st->off[r * ns + blk] = -z * s;
+            if (st->zq) st->zq[r * ns + blk] = (uint8_t)z;
         }
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     __builtin_cpu_init();

@@ -8,8 +8,8 @@
  * a block (blocks are 16 or more). Each lane is then converted to float and multiplied by its
  * block's weight scale and A scale. A zero point z common to all blocks (no zero_points input)
  * starts each lane's integer sum at -z * (sum of the lane's 8 quantized A values), so the
- * weights' (q - z) are exact and no offset array is read; per-block zero points enter once per
- * row as sum over blocks of (-z s) * (A scale * sum of A's quantized block). Scale rows are read
+ * weights' (q - z) are exact and nothing more is read; per-block zero points (a byte each) enter
+ * once per row as sum over blocks of (-z s) * (A scale * sum of A's quantized block). Scale rows are read
  * with their last step masked (no padding). Integer sums are exact; only the order of
  * the float sums differs between levels. Columns are spread over the pool, NT at a time per
  * task step so each step of A is loaded once for NT weight rows (with AVX-512, also each step of
@@ -58,7 +58,7 @@ typedef struct q8_job {
     int64_t M, nb, steps;   /* blocks per row, steps of 128 elements per row */
     const int8_t *qa;       /* [M, steps, 128]: per step the even elements, then the odd ones */
     const float *sl;        /* [M, steps, 16]: the A scale of each lane's block (0 past the blocks) */
-    const int32_t *zi;      /* [M, steps, 16]: -zero * the lane's sum of quantized A (0 with off) */
+    const int32_t *zi;      /* [M, steps, 16]: -zero * the lane's sum of quantized A (0 with zp) */
     const float *cz;        /* [M, nbz]: A scale * sum of the quantized block (0 past the blocks) */
     int64_t nbz;            /* nb rounded up to 16 */
     const float *bias;      /* [N] or NULL */
@@ -69,11 +69,11 @@ typedef struct q8_job {
 /* Scale offset of zmm lane l (elements 8l .. 8l + 7 of a step) from the step's first block. */
 static inline int lane_block(int l, int64_t bs) { return (int)(8 * l / bs); }
 
-/* sum over the nb blocks of off[b] * cz[b]; 0 without offsets */
-static float zero_term(const float *off, const float *cz, int64_t nb)
+/* sum over the nb blocks of (-zp[b] * sc[b]) * cz[b]; 0 without zero points */
+static float zero_term(const uint8_t *zp, const float *sc, const float *cz, int64_t nb)
 {
     float s = 0;
-    for (int64_t b = 0; off && b < nb; b++) s += off[b] * cz[b];
+    for (int64_t b = 0; zp && b < nb; b++) s += -(float)zp[b] * sc[b] * cz[b];
     return s;
 }
 
@@ -108,7 +108,7 @@ static void cols_c(const q8_job *j, int64_t n0, int64_t n1)
                     acc += (float)d * (s[lane_block(l, bs)] * j->sl[e + l]);
                 }
             }
-            acc += zero_term(w->off ? w->off + n * ns : NULL, j->cz + m * j->nbz, j->nb);
+            acc += zero_term(w->zp ? w->zp + n * ns : NULL, w->scale + n * ns, j->cz + m * j->nbz, j->nb);
             j->y[m * w->N + n] = acc + (j->bias ? j->bias[n] : 0.0f);
         }
     }
@@ -159,9 +159,11 @@ block_avx512vnni(const q8_job *j, const uint8_t *const *row, const uint8_t (*tai
         for (int r = 0; r < NT; r++) { /* a constant bound keeps acc in registers */
             if (r >= nn) break;
             __m512 t = acc[i][r];
-            for (int64_t b = 0; w->off && b < nb; b += 16) {
+            for (int64_t b = 0; w->zp && b < nb; b += 16) { /* t -= (zp * s) * cz */
                 __mmask16 k = nb - b >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (nb - b)) - 1);
-                t = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, w->off + (nt + r) * ns + b), _mm512_loadu_ps(cz + b), t);
+                __m512 z = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm512_castsi512_si128(_mm512_maskz_loadu_epi8((__mmask64)k, w->zp + (nt + r) * ns + b))));
+                __m512 zs = _mm512_mul_ps(z, _mm512_maskz_loadu_ps(k, w->scale + (nt + r) * ns + b));
+                t = _mm512_fnmadd_ps(zs, _mm512_loadu_ps(cz + b), t);
             }
             j->y[(m0 + i) * w->N + nt + r] = _mm512_reduce_add_ps(t) + (j->bias ? j->bias[nt + r] : 0.0f);
         }
@@ -250,7 +252,7 @@ __attribute__((target("avx2,fma"))) static void cols_avx2(const q8_job *j, int64
             }
             const float *cz = j->cz + m * j->nbz;
             for (int64_t r = 0; r < nn; r++) {
-                float t = hsum256(acc[r]) + zero_term(w->off ? w->off + (nt + r) * ns : NULL, cz, nb);
+                float t = hsum256(acc[r]) + zero_term(w->zp ? w->zp + (nt + r) * ns : NULL, w->scale + (nt + r) * ns, cz, nb);
                 j->y[m * w->N + nt + r] = t + (j->bias ? j->bias[nt + r] : 0.0f);
             }
         }
@@ -376,7 +378,7 @@ kiln_status kiln_nbits_q8_gemm(kiln_nbits_q8_level level, struct kiln_threadpool
 {
     if (!w || M < 0 || w->K <= 0 || w->N <= 0 || w->block_size < 16 || w->block_size > 256 ||
         (w->block_size & (w->block_size - 1)) || w->ns < (w->K + w->block_size - 1) / w->block_size ||
-        (!w->off && (w->zero < 0 || w->zero > 15)) || !kiln_nbits_q8_level_supported(level) ||
+        (!w->zp && (w->zero < 0 || w->zero > 15)) || !kiln_nbits_q8_level_supported(level) ||
         (M && (!A || !Y || !w->q || !w->scale)))
         return KILN_ERR_INVALID_ARG;
     if (!M) return KILN_OK;
@@ -388,7 +390,7 @@ kiln_status kiln_nbits_q8_gemm(kiln_nbits_q8_level level, struct kiln_threadpool
     float *sl = fl, *cz = sl + M * steps * 16, *sa = cz + M * nbz;
     int32_t *zi = (int32_t *)(sa + M * nbz);
     int8_t *qa = (int8_t *)(zi + M * steps * 16), *flat = qa + M * steps * 128;
-    prep_job pj = {A, K, bs, nb, steps, nbz, flat, qa, sa, sl, cz, zi, w->off ? 0 : w->zero, level};
+    prep_job pj = {A, K, bs, nb, steps, nbz, flat, qa, sa, sl, cz, zi, w->zp ? 0 : w->zero, level};
     kiln_threadpool_parallel_for(M >= 8 ? pool : NULL, M, prep_task, &pj); /* a few rows: not worth a wake-up */
     q8_job j = {w, M, nb, steps, qa, sl, zi, cz, nbz, bias, Y, level};
     kiln_threadpool_parallel_for(pool, (w->N + COLS_PER_TASK - 1) / COLS_PER_TASK, q8_task, &j);

@@ -26,14 +26,15 @@ kiln_nbits_q8_level kiln_nbits_q8_level_detect(void);
 bool kiln_nbits_q8_level_supported(kiln_nbits_q8_level level);
 const char *kiln_nbits_q8_level_name(kiln_nbits_q8_level level);
 
-/* The weights, borrowed: B as MatMulNBits stores it, per block a scale s, and the zero points
- * z: per block as offsets -z*s, or one integer for every block. */
+/* The weights, borrowed: B as MatMulNBits stores it, per block a scale, and the zero points:
+ * one byte per block, or one integer for every block. */
 typedef struct kiln_nbits_q8_w {
     int64_t K, N, block_size;   /* block_size: a power of 2 in [16, 256] */
     const uint8_t *q;           /* [N, ceil(K / block_size), block_size / 2] */
-    const float *scale, *off;   /* [N, ns] per block; off NULL: every zero point is `zero` */
-    int32_t zero;               /* 0 to 15, with off NULL (8 where MatMulNBits has no zero_points) */
-    int64_t ns;                 /* row stride of scale and off: at least ceil(K / block_size) */
+    const float *scale;         /* [N, ns] per block */
+    const uint8_t *zp;          /* [N, ns] per block (0 to 15), or NULL: every zero point is `zero` */
+    int32_t zero;               /* 0 to 15, with zp NULL (8 where MatMulNBits has no zero_points) */
+    int64_t ns;                 /* row stride of scale and zp: at least ceil(K / block_size) */
 } kiln_nbits_q8_w;
 
 /* Y [M, N] = quant8(A) [M, K] x W^T + bias (bias [N] or NULL), A quantized per block by

@@ -36,7 +36,8 @@ static void one_case(kiln_nbits_q8_level level, kiln_threadpool *pool, kiln_scra
     int64_t nb = (K + bs - 1) / bs, ns = nb + pad, blob = bs / 2;
     int32_t zero = (int32_t)(rnd() % 16);
     uint8_t *q = malloc((size_t)(N * nb * blob));
-    float *scale = calloc((size_t)(N * ns), sizeof *scale), *off = calloc((size_t)(N * ns), sizeof *off);
+    float *scale = calloc((size_t)(N * ns), sizeof *scale);
+    uint8_t *zp = calloc((size_t)(N * ns), 1);
     float *A = malloc((size_t)(M * K) * sizeof *A), *bias = malloc((size_t)N * sizeof *bias);
     float *Y = malloc((size_t)(M * N) * sizeof *Y);
     int8_t *qa = malloc((size_t)K);
@@ -45,11 +46,11 @@ static void one_case(kiln_nbits_q8_level level, kiln_threadpool *pool, kiln_scra
     for (int64_t n = 0; n < N; n++)
         for (int64_t b = 0; b < nb; b++) {
             scale[n * ns + b] = unif(0.01f, 0.2f);
-            off[n * ns + b] = -(float)(rnd() % 16) * scale[n * ns + b];
+            zp[n * ns + b] = (uint8_t)(rnd() % 16);
         }
     for (int64_t i = 0; i < M * K; i++) A[i] = unif(-2.0f, 2.0f);
     for (int64_t n = 0; n < N; n++) bias[n] = unif(-1.0f, 1.0f);
-    kiln_nbits_q8_w w = {K, N, bs, q, scale, per_block_zp ? off : NULL, zero, ns};
+    kiln_nbits_q8_w w = {K, N, bs, q, scale, per_block_zp ? zp : NULL, zero, ns};
     CHECK(kiln_nbits_q8_gemm(level, pool, scratch, &w, M, A, bias_on ? bias : NULL, Y) == KILN_OK);
     bool ok = true;
     for (int64_t m = 0; m < M && ok; m++) {
@@ -62,7 +63,7 @@ static void one_case(kiln_nbits_q8_level level, kiln_threadpool *pool, kiln_scra
             for (int64_t k = 0; k < K; k++) {
                 int64_t b = k / bs, in = k % bs;
                 int v = (q[(n * nb + b) * blob + in / 2] >> (4 * (in & 1))) & 15;
-                double s = scale[n * ns + b], z = per_block_zp ? -off[n * ns + b] / s : zero;
+                double s = scale[n * ns + b], z = per_block_zp ? zp[n * ns + b] : zero;
                 double t = (double)sa[b] * s * ((double)v - z) * qa[k];
                 want += t, mag += fabs(t);
             }
@@ -77,7 +78,7 @@ static void one_case(kiln_nbits_q8_level level, kiln_threadpool *pool, kiln_scra
     }
     CHECK(ok);
     cases_run++;
-    free(q), free(scale), free(off), free(A), free(bias), free(Y), free(qa), free(sa);
+    free(q), free(scale), free(zp), free(A), free(bias), free(Y), free(qa), free(sa);
 }
 
 int main(void)
@@ -113,7 +114,7 @@ int main(void)
     for (int64_t bs = 16; bs <= 256; bs *= 2) {
         int64_t K = 3 * bs + 7, M = 3, nb = (K + bs - 1) / bs, ns = nb;
         uint8_t *q = calloc((size_t)(K * nb * bs / 2), 1);
-        float *scale = calloc((size_t)(K * ns), sizeof *scale), *off = calloc((size_t)(K * ns), sizeof *off);
+        float *scale = calloc((size_t)(K * ns), sizeof *scale);
         float *A = malloc((size_t)(M * K) * sizeof *A), *Y = malloc((size_t)(M * K) * sizeof *Y), sa[64];
         int8_t *qa = malloc((size_t)K);
         for (int64_t n = 0; n < K; n++) {
@@ -136,15 +137,15 @@ int main(void)
             if (!same) fprintf(stderr, "%s bs=%lld: quantized A differs\n", kiln_nbits_q8_level_name((kiln_nbits_q8_level)lv), (long long)bs);
             CHECK(same);
         }
-        free(q), free(scale), free(off), free(A), free(Y), free(qa);
+        free(q), free(scale), free(A), free(Y), free(qa);
     }
     /* refused: a scale stride below the blocks, a zero point past 15, a level beyond the enum */
     {
-        uint8_t q[32] = {0};
+        uint8_t q[32] = {0}, z[2] = {0};
         float s[32] = {0}, a[64] = {0}, y[1];
-        kiln_nbits_q8_w w = {64, 1, 32, q, s, s, 0, 1};
+        kiln_nbits_q8_w w = {64, 1, 32, q, s, z, 0, 1};
         CHECK(kiln_nbits_q8_gemm(KILN_NBITS_Q8_BASELINE, NULL, scratch, &w, 1, a, NULL, y) == KILN_ERR_INVALID_ARG);
-        w.ns = 2, w.off = NULL, w.zero = 16;
+        w.ns = 2, w.zp = NULL, w.zero = 16;
         CHECK(kiln_nbits_q8_gemm(KILN_NBITS_Q8_BASELINE, NULL, scratch, &w, 1, a, NULL, y) == KILN_ERR_INVALID_ARG);
         w.zero = 8;
         CHECK(kiln_nbits_q8_gemm(KILN_NBITS_Q8_LEVELS, NULL, scratch, &w, 1, a, NULL, y) == KILN_ERR_INVALID_ARG);
