@@ -8,12 +8,12 @@
  * a block (blocks are 16 or more). Each lane is then converted to float and multiplied by its
  * block's weight scale and A scale. A zero point z common to all blocks (no zero_points input)
  * starts each lane's integer sum at -z * (sum of the lane's 8 quantized A values), so the
- * weights' (q - z) are exact and nothing more is read; per-block zero points (a byte each) enter
- * once per row as sum over blocks of (-z s) * (A scale * sum of A's quantized block). Scale rows are read
- * with their last step masked (no padding). Integer sums are exact; only the order of
- * the float sums differs between levels. Columns are spread over the pool, NT at a time per
- * task step so each step of A is loaded once for NT weight rows (with AVX-512, also each step of
- * the weights split once for up to 3 rows of A). */
+ * weights' (q - z) are exact and nothing more is read; per-block zero points (a byte each)
+ * enter once per row as sum over blocks of (-z s) * (A scale * sum of A's quantized block).
+ * Scale rows are read with their last step masked (no padding). Integer sums are exact; only
+ * the order of the float sums differs between levels. Columns are spread over the pool, NT at a
+ * time per task step so each step of A is loaded once for NT weight rows (with AVX-512, also
+ * each step of the weights split once for up to 3 rows of A). */
 #include "cpu/nbits_q8.h"
 
 #include <string.h>
