@@ -26,7 +26,7 @@
 #include <immintrin.h>
 #endif
 
-enum { NT = 4, COLS_PER_TASK = 8 };
+enum { NT = 4, COLS_PER_TASK = 8, PF = 8 };
 
 kiln_nbits_q8_level kiln_nbits_q8_level_detect(void)
 {
@@ -120,13 +120,11 @@ static void cols_c(const q8_job *j, int64_t n0, int64_t n1)
  * registers). MR is a constant at every call. */
 static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vnni"))) void
 block_avx512vnni(const q8_job *j, const uint8_t *const *row, const uint8_t (*tail)[64], const float *const *sc,
-                 int64_t full, int64_t nt, int64_t nn, int64_t m0, const int MR)
+                 __m512i idx, int64_t full, int64_t nt, int64_t nn, int64_t m0, const int MR)
 {
     const kiln_nbits_q8_w *w = j->w;
     int64_t bs = w->block_size, ns = w->ns, steps = j->steps, nb = j->nb;
-    int32_t li[16];
-    for (int l = 0; l < 16; l++) li[l] = lane_block(l, bs);
-    const __m512i idx = _mm512_loadu_si512(li), m4 = _mm512_set1_epi8(15);
+    const __m512i m4 = _mm512_set1_epi8(15);
     __m512 acc[3][NT];
     for (int i = 0; i < MR; i++)
         for (int r = 0; r < NT; r++) acc[i][r] = _mm512_setzero_ps();
@@ -137,9 +135,11 @@ block_avx512vnni(const q8_job *j, const uint8_t *const *row, const uint8_t (*tai
         __mmask16 km = (__mmask16)((1u << scales_left(nb, base)) - 1);
 #pragma GCC unroll 4
         for (int r = 0; r < NT; r++) {
+            _mm_prefetch((const char *)(row[r] + 64 * (z + PF)), _MM_HINT_T0);
             __m512i x = _mm512_loadu_si512(step_bytes(row[r], tail[r], z, full));
             lo[r] = _mm512_and_si512(x, m4), hi[r] = _mm512_and_si512(_mm512_srli_epi16(x, 4), m4);
-            s[r] = _mm512_permutexvar_ps(idx, _mm512_maskz_loadu_ps(km, sc[r] + base));
+            /* a block of 128 or more spans the step: one scale for every lane */
+            s[r] = bs >= 128 ? _mm512_set1_ps(sc[r][base]) : _mm512_permutexvar_ps(idx, _mm512_maskz_loadu_ps(km, sc[r] + base));
         }
 #pragma GCC unroll 3
         for (int i = 0; i < MR; i++) {
@@ -174,6 +174,8 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) static void cols_avx512vn
 {
     const kiln_nbits_q8_w *w = j->w;
     int64_t bs = w->block_size, rowb = j->nb * bs / 2, full = rowb / 64, ns = w->ns;
+    const __m512i idx = _mm512_srlv_epi32(_mm512_setr_epi32(0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120),
+                                          _mm512_set1_epi32(__builtin_ctzll((unsigned long long)bs))); /* lane_block */
     uint8_t tail[NT][64];
     memset(tail, 0, sizeof tail);
     for (int64_t nt = n0; nt < n1; nt += NT) {
@@ -186,9 +188,9 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) static void cols_avx512vn
             if (full < j->steps) memcpy(tail[r], row[r] + 64 * full, (size_t)(rowb - 64 * full));
         }
         int64_t m = 0;
-        for (; m + 3 <= j->M; m += 3) block_avx512vnni(j, row, tail, sc, full, nt, nn, m, 3);
-        if (j->M - m == 2) block_avx512vnni(j, row, tail, sc, full, nt, nn, m, 2);
-        else if (j->M - m == 1) block_avx512vnni(j, row, tail, sc, full, nt, nn, m, 1);
+        for (; m + 3 <= j->M; m += 3) block_avx512vnni(j, row, tail, sc, idx, full, nt, nn, m, 3);
+        if (j->M - m == 2) block_avx512vnni(j, row, tail, sc, idx, full, nt, nn, m, 2);
+        else if (j->M - m == 1) block_avx512vnni(j, row, tail, sc, idx, full, nt, nn, m, 1);
     }
 }
 
