@@ -2,7 +2,7 @@
 """kiln bench-llm against onnxruntime-genai on one model folder, the two taking turns.
 
 usage: bench_llm.py DIR [DIR ...] [-l 128] [-g 128] [-r 3] [-w 1] [--rounds 5] [--threads 2]
-                    [--kiln build/kiln]
+                    [--kiln build/kiln [--kiln OTHER_BUILD/kiln ...]]
 
 Each round runs `kiln bench-llm -i DIR -l L -g G -r R -w W --json` in its own process, then
 onnxruntime-genai's generation loop in another (this script, --peer): a new og.Generator per warm-up
@@ -10,7 +10,8 @@ and timed iteration, the same prompt ids, max_length L + G, prompt time = append
 first generate_next_token (model_benchmark's time to first token), generation time = each later
 generate_next_token. Both run with the same intra-op thread count. The table shows, per folder,
 the median over the rounds of each side's tokens/s and of the per-round ratio kiln/ORT (above 1:
-kiln is faster). A benchmark: it prints figures and never fails on them.
+kiln is faster). Several --kiln builds (an A/B) each take their turn in every round and get rows
+of their own. A benchmark: it prints figures and never fails on them.
 """
 import argparse
 import json
@@ -70,35 +71,40 @@ def main():
     ap.add_argument("-w", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--kiln", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build", "kiln"))
+    ap.add_argument("--kiln", action="append", help="a kiln binary (default build/kiln); repeat for an A/B")
     ap.add_argument("--peer", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.peer:
         return peer(a)
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
+    kilns = a.kiln or [os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build", "kiln")]
     rows = []
+    med = statistics.median
     for d in a.dirs:
-        k = {"prompt": [], "generation": []}
+        k = [{"prompt": [], "generation": []} for _ in kilns]
         o = {"prompt": [], "generation": []}
         for _ in range(a.rounds):
-            kj = run_json([a.kiln, "bench-llm", "-i", d, "-l", str(a.l), "-g", str(a.g), "-r", str(a.r), "-w", str(a.w),
-                           "--threads", str(a.threads), "--json"], env)
+            kj = [run_json([kb, "bench-llm", "-i", d, "-l", str(a.l), "-g", str(a.g), "-r", str(a.r), "-w", str(a.w),
+                            "--threads", str(a.threads), "--json"], env) for kb in kilns]
             oj = run_json([sys.executable, os.path.abspath(__file__), d, "--peer", "-l", str(a.l), "-g", str(a.g),
                            "-r", str(a.r), "-w", str(a.w), "--threads", str(a.threads)], env)
-            for key in k:
-                k[key].append(kj[key]["tokens_per_s"])
+            for key in o:
                 o[key].append(oj[key]["tokens_per_s"])
-        med = statistics.median
-        rows.append((d, med(k["prompt"]), med(o["prompt"]), med([x / y for x, y in zip(k["prompt"], o["prompt"])]),
-                     med(k["generation"]), med(o["generation"]),
-                     med([x / y for x, y in zip(k["generation"], o["generation"])])))
-        print(f"# {d}: kiln prompt {k['prompt']}, ort {o['prompt']}; kiln gen {k['generation']}, ort {o['generation']}",
-              file=sys.stderr)
+                for i in range(len(kilns)):
+                    k[i][key].append(kj[i][key]["tokens_per_s"])
+        for i, kb in enumerate(kilns):
+            name = os.path.basename(os.path.normpath(d)) + (f" ({kb})" if len(kilns) > 1 else "")
+            rows.append((name, med(k[i]["prompt"]), med(o["prompt"]),
+                         med([x / y for x, y in zip(k[i]["prompt"], o["prompt"])]),
+                         med(k[i]["generation"]), med(o["generation"]),
+                         med([x / y for x, y in zip(k[i]["generation"], o["generation"])])))
+            print(f"# {name}: kiln prompt {k[i]['prompt']}, ort {o['prompt']}; kiln gen {k[i]['generation']}, "
+                  f"ort {o['generation']}", file=sys.stderr)
     print(f"-l {a.l} -g {a.g} -r {a.r} -w {a.w}, {a.threads} threads, median of {a.rounds} alternating rounds")
     print("| folder | prompt tok/s kiln / ORT-genai | kiln/ORT | generation tok/s kiln / ORT-genai | kiln/ORT |")
     print("|---|---|---|---|---|")
-    for d, kp, op, rp, kg, og_, rg in rows:
-        print(f"| {os.path.basename(os.path.normpath(d))} | {kp:.0f} / {op:.0f} | **{rp:.2f}** | {kg:.0f} / {og_:.0f} | **{rg:.2f}** |")
+    for name, kp, op, rp, kg, og_, rg in rows:
+        print(f"| {name} | {kp:.0f} / {op:.0f} | **{rp:.2f}** | {kg:.0f} / {og_:.0f} | **{rg:.2f}** |")
 
 
 if __name__ == "__main__":
