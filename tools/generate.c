@@ -82,7 +82,7 @@ int cmd_generate(int argc, char **argv)
     p.do_sample = 0;
     for (int i = 0; i < argc && !rc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int64_t x;
+        int64_t x = 0;
         if (!strcmp(a, "--json")) json = true;
         else if (!strcmp(a, "--greedy")) greedy = true;
         else if (!v && a[0] == '-') rc = cli_fail("generate: option '%s' needs a value", a);
@@ -203,7 +203,7 @@ static summary summarize(series *s)
 int cmd_bench_llm(int argc, char **argv)
 {
     const char *dir = NULL;
-    int64_t L = 16, G = 16, reps = 5, warm = 1, B = 1, x;
+    int64_t L = 16, G = 16, reps = 5, warm = 1, B = 1, x = 0;
     bool json = false;
     int rc = 0;
     kiln_generator_params p = kiln_generator_params_default();

@@ -1,8 +1,8 @@
 /* kernels_contrib_ew.c - CPU kernels of the com.microsoft element-wise and normalization operators
  * the transformer optimizer and ORT's offline files write (references in src/ops/contrib.c and
  * contrib_norm.c), float32: Gelu, BiasGelu, FastGelu (bias optional) on 4-lane erf/tanh Gelu
- * (vecmath.h), SkipLayerNormalization (with its optional mean, inv_std and sum outputs); rows
- * spread over the pool from 32K elements. */
+ * (vecmath.h), SkipLayerNormalization and SkipSimplifiedLayerNormalization (RMS, no mean; with
+ * their optional mean, inv_std and sum outputs); rows spread over the pool from 32K elements. */
 #include <math.h>
 #include <string.h>
 
@@ -60,13 +60,15 @@ static kiln_status gelu_run(kiln_run_ctx *c)
 
 static kiln_kernel_fn select_gelu(kiln_node *n) { return f32_in(n, 0) ? gelu_run : NULL; }
 
-/* ---- SkipLayerNormalization: Y = LN(X + skip + bias) * gamma + beta, per row of H ---- */
+/* ---- SkipLayerNormalization: Y = LN(X + skip + bias) * gamma + beta, per row of H; the
+ * simplified form: Y = (X + skip + bias) / rms * gamma (mean 0, no beta) ---- */
 
 typedef struct sln_job {
     const float *x, *s, *g, *b, *bias;
     float *y, *mean, *inv, *sum; /* [rows, H]; mean, inv [rows] and sum [rows, H] optional */
     int64_t h, s_rows;
     float eps;
+    bool center;                 /* false: the simplified form */
 } sln_job;
 
 static void sln_rows(void *ctx, int64_t r0, int64_t r1)
@@ -81,7 +83,7 @@ static void sln_rows(void *ctx, int64_t r0, int64_t r1)
             y[k] = x[k] + s[k] + (j->bias ? j->bias[k] : 0.0f);
             m += y[k];
         }
-        m /= (double)h;
+        m = j->center ? m / (double)h : 0;
         for (int64_t k = 0; k < h; k++) v += ((double)y[k] - m) * ((double)y[k] - m);
         float inv = (float)(1.0 / sqrt(v / (double)h + j->eps)), mf = (float)m;
         if (j->sum) memcpy(j->sum + r * h, y, (size_t)h * sizeof *y);
@@ -94,8 +96,11 @@ static void sln_rows(void *ctx, int64_t r0, int64_t r1)
 static kiln_status sln_run(kiln_run_ctx *c)
 {
     const kiln_node *n = kiln_run_node(c);
+    bool center = strcmp(n->op_type, "SkipSimplifiedLayerNormalization") != 0;
+    int bias_in = center ? 4 : 3; /* the simplified form has no beta */
     const kiln_value *X = kiln_run_in(c, 0), *S = kiln_run_in(c, 1), *G = kiln_run_in(c, 2);
-    const kiln_value *Bt = n->n_in > 3 ? kiln_run_in(c, 3) : NULL, *Bi = n->n_in > 4 ? kiln_run_in(c, 4) : NULL;
+    const kiln_value *Bt = center && n->n_in > 3 ? kiln_run_in(c, 3) : NULL;
+    const kiln_value *Bi = n->n_in > bias_in ? kiln_run_in(c, bias_in) : NULL;
     kiln_value *Y = kiln_run_out(c, 0), *Mean = kiln_run_out(c, 1), *Inv = kiln_run_out(c, 2), *Sum = kiln_run_out(c, 3);
     int64_t h = X->rank ? X->dims[X->rank - 1] : 0;
     if ((Mean && (Mean->dtype != KILN_DTYPE_FLOAT32 || Mean->numel * h != X->numel)) ||
@@ -109,7 +114,7 @@ static kiln_status sln_run(kiln_run_ctx *c)
         return n->op->run(c);
     sln_job j = {X->data, S->data, G->data, Bt ? Bt->data : NULL, Bi ? Bi->data : NULL, Y->data,
                  Mean ? Mean->data : NULL, Inv ? Inv->data : NULL, Sum ? Sum->data : NULL, h, S->numel / h,
-                 kiln_attr_float(n, "epsilon", 1e-12f)};
+                 kiln_attr_float(n, "epsilon", 1e-12f), center};
     kiln_threadpool_parallel_for(X->numel < (1 << 15) ? NULL : kiln_run_threadpool(c), X->numel / h, sln_rows, &j);
     return KILN_OK;
 }
@@ -122,5 +127,6 @@ static const kiln_cpu_kernel kernels[] = {
     {MS, "BiasGelu", select_gelu},
     {MS, "FastGelu", select_gelu},
     {MS, "SkipLayerNormalization", select_sln},
+    {MS, "SkipSimplifiedLayerNormalization", select_sln},
 };
 KILN_CPU_KERNEL_TABLE(kiln_cpu_kernels_contrib_ew, kernels);

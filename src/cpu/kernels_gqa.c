@@ -15,7 +15,7 @@
 
 typedef float v8f __attribute__((vector_size(32), aligned(4)));
 
-static inline float dot(const float *a, const float *b, int64_t n)
+static inline __attribute__((always_inline)) float dot(const float *a, const float *b, int64_t n)
 {
     v8f acc0 = {0}, acc1 = {0};
     int64_t i = 0;
@@ -31,7 +31,7 @@ static inline float dot(const float *a, const float *b, int64_t n)
     return s;
 }
 
-static inline void axpy(float *y, float a, const float *x, int64_t n)
+static inline __attribute__((always_inline)) void axpy(float *y, float a, const float *x, int64_t n)
 {
     int64_t i = 0;
     v8f av = {a, a, a, a, a, a, a, a};
@@ -61,9 +61,10 @@ typedef struct gqa_job {
     int64_t chunks;    /* tasks per (b, h) */
 } gqa_job;
 
-static void gqa_task(void *ctx, int64_t t0, int64_t t1)
+/* Tasks [t0, t1); inlined into gqa_task and, built for AVX2 and FMA, into gqa_task_avx2 (the
+ * 8-float vectors are two SSE halves otherwise). */
+static inline __attribute__((always_inline)) void gqa_tasks(const gqa_job *j, int64_t t0, int64_t t1)
 {
-    const gqa_job *j = ctx;
     const kiln_gqa_call *g = j->g;
     int64_t H = g->H, L = g->present_len, group = g->N / g->Nkv;
     for (int64_t t = t0; t < t1; t++) {
@@ -97,6 +98,18 @@ static void gqa_task(void *ctx, int64_t t0, int64_t t1)
         }
     }
 }
+
+static void gqa_task(void *ctx, int64_t t0, int64_t t1) { gqa_tasks(ctx, t0, t1); }
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("avx2,fma"))) static void gqa_task_avx2(void *ctx, int64_t t0, int64_t t1) { gqa_tasks(ctx, t0, t1); }
+
+static bool has_avx2(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+#endif
 
 static kiln_status gqa_run(kiln_run_ctx *c)
 {
@@ -146,7 +159,11 @@ static kiln_status gqa_run(kiln_run_ctx *c)
                     rotate(&g, qin + (b * S + s) * qs + h * H, buf + ((b * S + s) * N + h) * H, kiln_gqa_position(&g, b, s));
         j.q = buf, j.qs = N * H;
     }
-    kiln_threadpool_parallel_for(pool, bh * chunks, gqa_task, &j);
+    kiln_parallel_fn task = gqa_task;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (has_avx2()) task = gqa_task_avx2;
+#endif
+    kiln_threadpool_parallel_for(pool, bh * chunks, task, &j);
     kiln_scratch_put(scr, buf);
     return KILN_OK;
 }

@@ -1,14 +1,16 @@
 /* kernels_nbits.c - com.microsoft MatMulNBits on float32 A and scales with constant weights:
  * per block a scale s and an offset -z*s prepared once at compile time (n->kernel_state), so
- * that y[n] = sum over blocks of s * dot(q, a) + (-z s) * sum(a). Up to GEMV_MAX_M rows of A
- * run the dequantize-on-the-fly GEMV (quantized bytes read once for all rows, 16 weights per
- * step widened to float: AVX-512 or AVX2+FMA by the CPU, portable C otherwise), spread over N
- * on the thread pool; more rows dequantize panels of PANEL columns into [K, PANEL] float32 and
- * run the packed sgemm on them. g_idx, float16 and weights fed at run time run the reference.
- * Measured (scripts/bench_peer.py, K = N = 4096, M = 1, block 128, 2 threads, shared machine):
- * 0.56 ms against ONNX Runtime's 0.35-0.37 ms at accuracy_level 0 (1.5-1.6x); at level 4 ORT's
- * int8 kernel takes 0.08 ms. Tried and slower here: masks in place of shifts with A scaled by
- * 16^-k (cvtepu32, 0.80 ms), 8 rows of B per pass (0.91 ms), software prefetch (no change). */
+ * that y[n] = sum over blocks of s * dot(q, a) + (-z s) * sum(a). Where the node quantizes A to
+ * int8 (accuracy_level 4, kiln_nbits_quantizes_a) every M runs src/cpu/nbits_q8.c. Otherwise up
+ * to GEMV_MAX_M rows of A run the dequantize-on-the-fly GEMV (quantized bytes read once for all
+ * rows, 16 weights per step widened to float: AVX-512 or AVX2+FMA by the CPU, portable C
+ * otherwise), spread over N on the thread pool; more rows dequantize panels of PANEL rows of W
+ * into [PANEL, K] float32 (1024: a quarter of the parallel sections of 256, 128-token prompts
+ * 1.1-1.4x faster) and run the sgemm on them. g_idx, float16 and weights fed at run time run the
+ * reference. Measured (scripts/bench_peer.py, K = N = 4096, M = 1, block 128, 2 threads, shared
+ * machine): 0.56 ms against ONNX Runtime's 0.35-0.37 ms at accuracy_level 0 (1.5-1.6x). Tried
+ * and slower here: masks in place of shifts with A scaled by 16^-k (cvtepu32, 0.80 ms), 8 rows
+ * of B per pass (0.91 ms), software prefetch (no change). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,18 +19,23 @@
 #include "core/threadpool.h"
 #include "cpu/gemm.h"
 #include "cpu/kernels.h"
+#include "cpu/nbits_q8.h"
 #include "ops/llm.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
-enum { GEMV_MAX_M = 8, PANEL = 256, ROWS_PER_TASK = 8 };
+enum { GEMV_MAX_M = 8, PANEL = 1024, ROWS_PER_TASK = 8 };
 
 /* The prepared weights: B as given (read in place), per block scale and -zero*scale. */
 typedef struct nbits_state {
     const uint8_t *q;   /* [N, n_blocks, blob], borrowed from the initializer */
-    float *scale, *off; /* [N * n_blocks] */
+    float *scale;       /* [N, n_blocks] per block */
+    float *off;         /* [N, n_blocks] -z * scale for float zero points, else NULL */
+    uint8_t *zq;        /* [N, n_blocks] uint8 zero points, else NULL; neither: all 2^(bits-1) */
+    kiln_nbits_q8_w w;  /* the same weights for nbits_q8.c */
+    bool q8;            /* A quantized to int8 per block (kiln_nbits_quantizes_a) */
     const kiln_value *b_init;
     int level;          /* 2: AVX-512, 1: AVX2+FMA, 0: portable */
 } nbits_state;
@@ -38,7 +45,16 @@ static void state_free(void *p)
     nbits_state *s = p;
     if (!s) return;
     free(s->scale);
+    free(s->off);
+    free(s->zq);
     free(s);
+}
+
+/* Block i's zero-point term per unit of sum(a), -z * scale: z its own zero point, or without
+ * zero points zrest, the part of the common one the caller did not take off q itself. */
+static inline float blk_off(const nbits_state *st, int64_t i, float zrest)
+{
+    return st->off ? st->off[i] : -(st->zq ? (float)st->zq[i] : zrest) * st->scale[i];
 }
 
 /* One call: A rows padded to n_blocks * block_size (zeros past K) with per-block sums. */
@@ -61,6 +77,9 @@ __attribute__((target("avx512f,avx512bw"))) static void gemv_rows_avx512(const g
 {
     const kiln_nbits_params *p = j->p;
     int64_t nb = p->n_blocks, bs = p->block_size, row = nb * p->blob;
+    /* without offsets 4-bit weights take the common zero point off in their table */
+    bool common = !j->st->off && !j->st->zq;
+    float zq = common && p->bits == 4 ? (float)j->st->w.zero : 0.0f, zrest = (float)j->st->w.zero - zq;
     for (int64_t nt = n0; nt < n1; nt += NT) {
         int64_t nn = n1 - nt < NT ? n1 - nt : NT;
         for (int64_t m = 0; m < j->M; m++) {
@@ -76,15 +95,17 @@ __attribute__((target("avx512f,avx512bw"))) static void gemv_rows_avx512(const g
                 if (p->bits == 4) {
                     /* 8 bytes broadcast to the 16 lanes as 64-bit words, lane i shifted right by
                      * 4 * (i / 2) within dword i % 2: lane i holds element perm4(i), the order
-                     * nbits_run stored A in. No shuffle port on the way to float. */
+                     * nbits_run stored A in, in its low 4 bits; vpermps reads only those bits of
+                     * an index, so a table of 0..15 as floats converts it (no mask, no cvt). */
                     const __m512i sh = _mm512_set_epi32(28, 28, 24, 24, 20, 20, 16, 16, 12, 12, 8, 8, 4, 4, 0, 0);
-                    const __m512i m4 = _mm512_set1_epi32(15);
+                    const __m512 lut = _mm512_sub_ps(_mm512_set_ps(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                                     _mm512_set1_ps(zq)); /* q - z without offsets */
                     for (int64_t u = 0; u < bs; u += 16) {
                         __m512 av = _mm512_loadu_ps(a + u);
                         for (int r = 0; r < NT; r++) { /* rows past nn repeat row nn - 1 */
                             const uint8_t *qr = q + (r < nn ? r : nn - 1) * row + u / 2;
                             __m512i x = _mm512_set1_epi64(*(const int64_t *)qr);
-                            __m512 w = _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srlv_epi32(x, sh), m4));
+                            __m512 w = _mm512_permutexvar_ps(_mm512_srlv_epi32(x, sh), lut);
                             acc[r] = _mm512_fmadd_ps(w, av, acc[r]);
                         }
                     }
@@ -99,9 +120,9 @@ __attribute__((target("avx512f,avx512bw"))) static void gemv_rows_avx512(const g
                     }
                 }
                 for (int64_t r = 0; r < nn; r++) {
-                    int64_t i = (nt + r) * nb + blk;
+                    int64_t i = (nt + r) * j->st->w.ns + blk;
                     tot[r] = _mm512_fmadd_ps(acc[r], _mm512_set1_ps(j->st->scale[i]), tot[r]);
-                    zsum[r] += j->st->off[i] * asum[blk];
+                    if (!common || zrest) zsum[r] += blk_off(j->st, i, zrest) * asum[blk];
                 }
             }
             for (int64_t r = 0; r < nn; r++)
@@ -152,9 +173,9 @@ __attribute__((target("avx2,fma"))) static void gemv_rows_avx2(const gemv_job *j
                     }
                 }
                 for (int64_t r = 0; r < nn; r++) {
-                    int64_t i = (nt + r) * nb + blk;
+                    int64_t i = (nt + r) * j->st->w.ns + blk;
                     tot[r] = _mm256_fmadd_ps(acc[r], _mm256_set1_ps(j->st->scale[i]), tot[r]);
-                    zsum[r] += j->st->off[i] * asum[blk];
+                    zsum[r] += blk_off(j->st, i, (float)j->st->w.zero) * asum[blk];
                 }
             }
             for (int64_t r = 0; r < nn; r++) {
@@ -185,7 +206,8 @@ static void gemv_rows_c(const gemv_job *j, int64_t n0, int64_t n1)
                 const float *a = j->a + m * j->Kp + blk * bs;
                 float acc = 0;
                 for (int64_t u = 0; u < bs; u++) acc += (float)q_at(q, u, (int)p->bits) * a[u];
-                tot += acc * j->st->scale[n * nb + blk] + j->st->off[n * nb + blk] * j->asum[m * nb + blk];
+                int64_t i = n * j->st->w.ns + blk;
+                tot += acc * j->st->scale[i] + blk_off(j->st, i, (float)j->st->w.zero) * j->asum[m * nb + blk];
             }
             j->y[m * p->N + n] = tot + (j->bias ? j->bias[n] : 0.0f);
         }
@@ -202,13 +224,35 @@ static void gemv_task(void *ctx, int64_t t0, int64_t t1)
     gemv_rows_c(j, n0, n1);
 }
 
-/* A panel of dequantized weights: W^T columns [n0, n0 + PANEL) as [K, PANEL] */
+/* A panel of dequantized weights: rows [n0, n0 + cols) of W as [cols, Kp] (Kp = n_blocks * block) */
 typedef struct panel_job {
     const kiln_nbits_params *p;
     const nbits_state *st;
     float *w;
-    int64_t n0, cols;
+    int64_t n0, Kp;
 } panel_job;
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+/* 4-bit weights 16 at a time: 8 bytes split into nibbles, interleaved back into element order
+ * as bytes, widened to float, times the scale plus the offset. */
+__attribute__((target("avx2,fma"))) static void panel_row_avx2(const nbits_state *st, const kiln_nbits_params *p,
+                                                              int64_t n, float *w)
+{
+    const uint8_t *q = st->q + n * p->n_blocks * p->blob;
+    const __m128i m4 = _mm_set1_epi8(15);
+    for (int64_t blk = 0; blk < p->n_blocks; blk++, q += p->blob, w += p->block_size) {
+        int64_t i = n * st->w.ns + blk;
+        __m256 s = _mm256_set1_ps(st->scale[i]), o = _mm256_set1_ps(blk_off(st, i, (float)st->w.zero));
+        for (int64_t u = 0; u < p->block_size; u += 16) {
+            __m128i b = _mm_loadl_epi64((const __m128i *)(q + u / 2));
+            __m128i e = _mm_unpacklo_epi8(_mm_and_si128(b, m4), _mm_and_si128(_mm_srli_epi16(b, 4), m4));
+            __m256 lo = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(e)), hi = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(e, 8)));
+            _mm256_storeu_ps(w + u, _mm256_fmadd_ps(lo, s, o));
+            _mm256_storeu_ps(w + u + 8, _mm256_fmadd_ps(hi, s, o));
+        }
+    }
+}
+#endif
 
 static void panel_task(void *ctx, int64_t c0, int64_t c1)
 {
@@ -216,11 +260,19 @@ static void panel_task(void *ctx, int64_t c0, int64_t c1)
     const kiln_nbits_params *p = j->p;
     for (int64_t c = c0; c < c1; c++) {
         int64_t n = j->n0 + c;
+        float *w = j->w + c * j->Kp;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+        if (j->st->level >= 1 && p->bits == 4) {
+            panel_row_avx2(j->st, p, n, w);
+            continue;
+        }
+#endif
         const uint8_t *q = j->st->q + n * p->n_blocks * p->blob;
-        for (int64_t k = 0; k < p->K; k++) {
-            int64_t blk = k / p->block_size;
-            float s = j->st->scale[n * p->n_blocks + blk], o = j->st->off[n * p->n_blocks + blk];
-            j->w[k * j->cols + c] = (float)q_at(q + blk * p->blob, k % p->block_size, (int)p->bits) * s + o;
+        for (int64_t blk = 0; blk < p->n_blocks; blk++) {
+            int64_t i = n * j->st->w.ns + blk;
+            float s = j->st->scale[i], o = blk_off(j->st, i, (float)j->st->w.zero);
+            for (int64_t u = 0; u < p->block_size; u++)
+                w[blk * p->block_size + u] = (float)q_at(q + blk * p->blob, u, (int)p->bits) * s + o;
         }
     }
 }
@@ -238,17 +290,21 @@ static kiln_status nbits_run(kiln_run_ctx *c)
     if (!M) return KILN_OK;
     kiln_threadpool *pool = kiln_run_threadpool(c);
     struct kiln_scratch *scr = kiln_run_scratch(c);
+    if (st->q8) {
+        kiln_status rc = kiln_nbits_q8_gemm(KILN_NBITS_Q8_AUTO, pool, scr, &st->w, M, A->data, bias ? bias->data : NULL, Y->data);
+        return rc ? kiln_run_fail(c, rc, "int8 MatMulNBits failed (%s)", kiln_status_name(rc)) : KILN_OK;
+    }
     if (M > GEMV_MAX_M) {
-        float *w = kiln_scratch_get(scr, (size_t)(K * PANEL) * sizeof *w);
+        float *w = kiln_scratch_get(scr, (size_t)(Kp * PANEL) * sizeof *w);
         if (!w) return kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory");
         kiln_gemm_ctx g = {.pool = pool, .scratch = scr};
         kiln_status rc = KILN_OK;
         for (int64_t n0 = 0; n0 < N && !rc; n0 += PANEL) {
             int64_t cols = N - n0 < PANEL ? N - n0 : PANEL;
-            panel_job pj = {p, st, w, n0, cols};
+            panel_job pj = {p, st, w, n0, Kp};
             kiln_threadpool_parallel_for(pool, cols, panel_task, &pj);
             kiln_gemm_epilogue ep = {.bias = bias ? (const float *)bias->data + n0 : NULL};
-            rc = kiln_sgemm_ex(&g, false, false, M, cols, K, 1.0f, A->data, K, w, cols, 0.0f, (float *)Y->data + n0, N, &ep);
+            rc = kiln_sgemm_ex(&g, false, true, M, cols, K, 1.0f, A->data, K, w, Kp, 0.0f, (float *)Y->data + n0, N, &ep);
         }
         kiln_scratch_put(scr, w);
         return rc ? kiln_run_fail(c, rc, "sgemm failed (%s)", kiln_status_name(rc)) : KILN_OK;
@@ -294,19 +350,27 @@ static kiln_kernel_fn select_nbits(kiln_node *n)
         !(zp->dtype == KILN_DTYPE_FLOAT32 && zp->numel == nb))
         return NULL;
     if (n->kernel_state) return nbits_run;
+    /* zero points kept as given: a byte per block (uint8), -z * scale (float), or none */
+    int64_t ns = p->n_blocks;
+    bool fzp = zp && zp->dtype != KILN_DTYPE_UINT8;
     nbits_state *st = calloc(1, sizeof *st);
-    float *buf = st ? malloc((size_t)(2 * nb) * sizeof *buf) : NULL;
-    if (!buf) {
-        free(st);
+    if (!st) return NULL;
+    st->scale = malloc((size_t)nb * sizeof *st->scale);
+    if (fzp) st->off = malloc((size_t)nb * sizeof *st->off);
+    else if (zp) st->zq = malloc((size_t)nb);
+    if (!st->scale || (fzp && !st->off) || (zp && !fzp && !st->zq)) {
+        state_free(st);
         return NULL;
     }
-    st->q = B->data, st->b_init = B, st->scale = buf, st->off = buf + nb;
+    st->q = B->data, st->b_init = B, st->q8 = kiln_nbits_quantizes_a(n, fzp);
+    st->w = (kiln_nbits_q8_w){p->K, p->N, p->block_size, st->q, st->scale, st->zq, 1 << (p->bits - 1), ns};
     for (int64_t r = 0; r < p->N; r++)
         for (int64_t blk = 0; blk < p->n_blocks; blk++) {
             float s, z;
             kiln_nbits_block(p, S, zp, r, blk, &s, &z);
-            st->scale[r * p->n_blocks + blk] = s;
-            st->off[r * p->n_blocks + blk] = -z * s;
+            st->scale[r * ns + blk] = s;
+            if (st->off) st->off[r * ns + blk] = -z * s;
+            if (st->zq) st->zq[r * ns + blk] = (uint8_t)z;
         }
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     __builtin_cpu_init();

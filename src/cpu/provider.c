@@ -278,8 +278,8 @@ static kiln_status fused_matmul_run(kiln_run_ctx *c)
         !kiln_contrib_mm_resolve(n, A, B, &v, msg, sizeof msg))
         return kiln_cpu_reference(c); /* it reports the mismatch */
     if (!Y->numel) return KILN_OK;
-    bool ta, tb;
-    int64_t lda, ldb;
+    bool ta, tb = false; /* tb and ldb are unused when B is prepacked */
+    int64_t lda, ldb = 0;
     const kiln_gemm_packed_b *pb = B->rank == 2 && !kiln_attr_int(n, "transBatchB", 0) ? packed_for(c, B) : NULL;
     if (!sgemm_operand(v.M, v.K, v.a_rs, v.a_cs, &ta, &lda) ||
         (!pb && !sgemm_operand(v.K, v.N, v.b_rs, v.b_cs, &tb, &ldb)))

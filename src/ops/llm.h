@@ -70,6 +70,13 @@ kiln_status kiln_nbits_check(kiln_run_ctx *c, const kiln_nbits_params *p);
 /* Weight (n, k) dequantized: (q - zero point) * scale, block g_idx[k] or k / block_size. */
 float kiln_nbits_weight(const kiln_nbits_params *p, const kiln_value *B, const kiln_value *scales,
                         const kiln_value *zp, const kiln_value *gidx, int64_t n, int64_t k);
+/* Whether the node quantizes A to int8 per block (ONNX Runtime's CompInt8): accuracy_level 4 on
+ * constant 4-bit weights (ONNX Runtime prepacks only those) with uint8 (packed) or no zero points
+ * and no g_idx. Every other form computes in float, as ONNX Runtime's CPU kernel does. */
+bool kiln_nbits_quantizes_a(const kiln_node *n, bool float_zero_points);
+/* One block of A, a[n], quantized as accuracy_level 4 does: q[i] = round-half-even(a[i] * 127 / amax)
+ * in float, clamped to [-127, 127]; returns the scale amax / 127 (0 for a block of zeros). */
+float kiln_nbits_quantize_a(const float *a, int64_t n, int8_t *q);
 /* Scale and zero point (as a float) of block blk of row n. */
 void kiln_nbits_block(const kiln_nbits_params *p, const kiln_value *scales, const kiln_value *zp, int64_t n,
                       int64_t blk, float *scale, float *zero);

@@ -1,8 +1,10 @@
 /* llm_nbits.c - com.microsoft MatMulNBits: Y = A x dequant(B)^T + bias with B quantized to 4 or
  * 8 bits in blocks of block_size along K (per block a scale, and a zero point packed, unpacked
- * or the default 2^(bits-1); optional g_idx). Every accuracy_level computes in float (level 4
- * lets ONNX Runtime quantize A to int8, which kiln does not). The reference dequantizes the
- * whole weight and multiplies in double; the fast kernel is src/cpu/kernels_nbits.c. */
+ * or the default 2^(bits-1); optional g_idx). accuracy_level 4 on constant 4-bit weights (zero
+ * points packed or absent) quantizes A to int8 per block first, as ONNX Runtime's CPU kernel does (kiln_nbits_quantize_a); every other
+ * form computes in float. The reference dequantizes the whole weight and multiplies in double;
+ * the fast kernels are src/cpu/kernels_nbits.c and src/cpu/nbits_q8.c. */
+#include <math.h>
 #include <stdlib.h>
 
 #include "ops/llm.h"
@@ -78,6 +80,32 @@ kiln_status kiln_nbits_check(kiln_run_ctx *c, const kiln_nbits_params *p)
     return KILN_OK;
 }
 
+bool kiln_nbits_quantizes_a(const kiln_node *n, bool float_zero_points)
+{
+    const kiln_nbits_params *p = n->params;
+    bool has_gidx = n->n_in > NB_GIDX && n->in[NB_GIDX];
+    return p->accuracy_level == 4 && p->bits == 4 && !float_zero_points && !has_gidx && kiln_ir_constant(n->in[NB_B]);
+}
+
+float kiln_nbits_quantize_a(const float *a, int64_t n, int8_t *q)
+{
+    /* comparisons rather than fmaxf/fminf (library calls at -O2), with their NaN behaviour */
+    float amax = 0;
+    for (int64_t i = 0; i < n; i++) {
+        float t = fabsf(a[i]);
+        amax = t > amax ? t : amax;
+    }
+    float inv = amax > 0 ? 127.0f / amax : 0.0f;
+    /* adding and taking away 1.5 * 2^23 rounds half to even (|x| <= 127), as nearbyintf in the
+     * default rounding mode does, without a library call */
+    for (int64_t i = 0; i < n; i++) {
+        float v = a[i] * inv;
+        v = v >= -127.0f ? (v <= 127.0f ? v : 127.0f) : -127.0f;
+        q[i] = (int8_t)((v + 0x1.8p23f) - 0x1.8p23f);
+    }
+    return amax / 127.0f;
+}
+
 void kiln_nbits_block(const kiln_nbits_params *p, const kiln_value *scales, const kiln_value *zp, int64_t n,
                       int64_t blk, float *scale, float *zero)
 {
@@ -117,16 +145,26 @@ static kiln_status nbits_run(kiln_run_ctx *c)
     const kiln_value *zp = kiln_run_in(c, NB_ZP), *gi = kiln_run_in(c, NB_GIDX), *bias = kiln_run_in(c, NB_BIAS);
     kiln_value *Y = kiln_run_out(c, 0);
     int64_t K = p->K, N = p->N, M = A->numel / K;
-    float *w = malloc((size_t)(N * K) * sizeof *w);
+    float *w = malloc((size_t)(N * K + K) * sizeof *w + (size_t)p->block_size);
     if (!w) return kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory");
+    float *a = w + N * K; /* one row of A as the dot products see it */
+    int8_t *q = (int8_t *)(a + K);
+    bool quant = kiln_nbits_quantizes_a(kiln_run_node(c), zp && zp->dtype != KILN_DTYPE_UINT8);
     for (int64_t n = 0; n < N; n++)
         for (int64_t k = 0; k < K; k++) w[n * K + k] = kiln_nbits_weight(p, B, S, zp, gi, n, k);
-    for (int64_t m = 0; m < M; m++)
+    for (int64_t m = 0; m < M; m++) {
+        for (int64_t k = 0; k < K; k++) a[k] = (float)kiln_load_f64(A->dtype, A->data, m * K + k);
+        for (int64_t k0 = 0; quant && k0 < K; k0 += p->block_size) {
+            int64_t len = K - k0 < p->block_size ? K - k0 : p->block_size;
+            float sa = kiln_nbits_quantize_a(a + k0, len, q);
+            for (int64_t i = 0; i < len; i++) a[k0 + i] = (float)q[i] * sa;
+        }
         for (int64_t n = 0; n < N; n++) {
             double acc = bias ? kiln_load_f64(bias->dtype, bias->data, n) : 0.0;
-            for (int64_t k = 0; k < K; k++) acc += kiln_load_f64(A->dtype, A->data, m * K + k) * w[n * K + k];
+            for (int64_t k = 0; k < K; k++) acc += (double)a[k] * w[n * K + k];
             kiln_store_f64(Y->dtype, Y->data, m * N + n, acc);
         }
+    }
     free(w);
     return KILN_OK;
 }

@@ -3,7 +3,8 @@
 genai_config.json), for kiln's generator tests and `kiln bench-llm`.
 
 usage: make_llm.py OUT_DIR [--form onnx|gqa] [--layers N] [--hidden H] [--heads N] [--kv-heads N]
-                   [--vocab V] [--context C] [--max-length M] [--seed S] [--asymmetric] [--eos IDS]
+                   [--vocab V] [--context C] [--max-length M] [--seed S] [--asymmetric] [--block B]
+                   [--accuracy-level L] [--eos IDS]
 
 --form onnx (default): ONNX ops only - RMS norm written out, rotary written out from position ids
   computed in the graph (cumsum of attention_mask - 1), MatMul attention with an additive mask
@@ -12,7 +13,7 @@ usage: make_llm.py OUT_DIR [--form onnx|gqa] [--layers N] [--hidden H] [--heads 
 --form gqa: the graph onnxruntime-genai's model builder writes for `-e cpu` with int4 weights: the
   attention-mask subgraph (seqlens_k = ReduceSum(mask) - 1, total_sequence_length = mask.shape[1]),
   SimplifiedLayerNormalization / SkipSimplifiedLayerNormalization, packed QKV MatMulNBits (bits 4,
-  block 32, symmetric or --asymmetric zero points), GroupQueryAttention with do_rotary and cos/sin
+  block 32 or --block, symmetric or --asymmetric zero points), GroupQueryAttention with do_rotary and cos/sin
   caches over a past/present buffer of max_length (past_present_share_buffer true), SiLU MLP.
 """
 import argparse
@@ -183,7 +184,7 @@ def quant4(wt, block, asym):
 def build_gqa(a, w):
     H, KV, D, hid = a.heads, a.kv_heads, a.hidden // a.heads, a.hidden
     g = G()
-    block = 32
+    block = a.block
 
     def mmnb(x, wt, name):
         K, N = wt.shape
@@ -256,6 +257,7 @@ def main():
     ap.add_argument("--max-length", type=int, default=0)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--asymmetric", action="store_true")
+    ap.add_argument("--block", type=int, default=32, help="MatMulNBits block_size (--form gqa)")
     ap.add_argument("--accuracy-level", type=int, default=4,
                     help="MatMulNBits accuracy_level (4: the builder's CPU default, ORT quantizes A to int8 per block)")
     ap.add_argument("--eos", default="2,3", help="eos token ids, comma-separated")

@@ -213,7 +213,7 @@ def test_gqa(folder):
     g.close()
     want, _ = og_greedy(folder, PROMPTS[0], STEPS)
     got = kiln_greedy(folder, [PROMPTS[0]], STEPS)[0][0].tolist()
-    check("gqa form: greedy tokens equal onnxruntime-genai's", got == want, (got, want))
+    check(f"gqa form {os.path.basename(folder)}: greedy tokens equal onnxruntime-genai's", got == want, (got, want))
     return True
 
 
@@ -224,11 +224,13 @@ def main():
     work = sys.argv[1]
     os.makedirs(work, exist_ok=True)
     onnx_form = make(os.path.join(work, "llm_onnx"))
-    # accuracy_level 1: at the builder's default 4 ORT quantizes MatMulNBits' A to int8 per block,
-    # which kiln does not emulate (it computes every level in float32), so tokens would differ
-    # by design; at level 1 both compute in float32
+    # accuracy_level 1 (both compute in float32) and the builder's CPU default 4, where both
+    # quantize MatMulNBits' A to int8 per block (kiln as ONNX Runtime does), block 32 and 128
     gqa_forms = [make(os.path.join(work, "llm_gqa_sym"), "--form", "gqa", "--accuracy-level", "1"),
-                 make(os.path.join(work, "llm_gqa_asym"), "--form", "gqa", "--asymmetric", "--accuracy-level", "1")]
+                 make(os.path.join(work, "llm_gqa_asym"), "--form", "gqa", "--asymmetric", "--accuracy-level", "1"),
+                 make(os.path.join(work, "llm_gqa_sym_l4"), "--form", "gqa", "--accuracy-level", "4"),
+                 make(os.path.join(work, "llm_gqa_asym_l4"), "--form", "gqa", "--asymmetric", "--accuracy-level", "4",
+                      "--block", "128", "--hidden", "256")]
     soak = make(os.path.join(work, "llm_soak"), "--layers", "1", "--hidden", "32", "--heads", "2", "--kv-heads", "1",
                 "--vocab", "64", "--context", "10240", "--seed", "77", "--eos", "1000")
     ran_gqa = 0

@@ -11,8 +11,9 @@ zeros), in an optimised and a reference kiln session; the ONNX forms (RotaryEmbe
 RMSNormalization 23, Attention 23/24 with nonpad_kv_seqlen, TensorScatter 24) against onnx's
 ReferenceEvaluator where ONNX Runtime lacks them.
 
-MatMulNBits runs at accuracy_level 0 (fp32 arithmetic): level 4 lets ONNX Runtime quantize A to
-int8 per block, which kiln does not do (it computes every level in fp32).
+MatMulNBits runs at accuracy_level 0 (fp32 arithmetic) and at level 4, where kiln, as ONNX
+Runtime does, quantizes A to int8 per block for 4-bit weights with packed or no zero points (float
+zero points stay fp32 in both).
 
 usage: test_llm_ops.py   (libkiln.so from build/ or $KILN_LIB)
 """
@@ -287,6 +288,14 @@ def test_matmul_nbits():
                     compare(f"MatMulNBits bits={bits} bs={bs} K={K} N={N} zp={zp}", m, feeds, rtol=2e-4, atol=2e-4)
     m, feeds = nbits_case(shapes, 300, 33, 4, 32, zp="packed", const=False, bias=True)
     compare("MatMulNBits weights as inputs", m, feeds, rtol=2e-4, atol=2e-4)
+    # accuracy_level 4: A quantized to int8 per block, then exact integer dot products per block
+    for bs in (16, 32, 64, 128, 256):
+        for K, N in [(bs * 2, 24), (bs * 3 + 5, 17), (bs // 2 + 3, 9), (4096 + bs // 2, 41)]:
+            for zp in ("packed", "none", "float"):
+                m, feeds = nbits_case(shapes, K, N, 4, bs, zp=zp, bias=(K % 2 == 1), acc=4)
+                compare(f"MatMulNBits accuracy_level 4 bs={bs} K={K} N={N} zp={zp}", m, feeds, rtol=2e-4, atol=2e-4)
+    m, feeds = nbits_case(shapes, 300, 33, 4, 32, zp="packed", const=False, bias=True, acc=4)
+    compare("MatMulNBits accuracy_level 4 weights as inputs", m, feeds, rtol=2e-4, atol=2e-4)
     for zp in ("none", "float"):
         m, feeds = nbits_case(shapes, 256, 48, 4, 64, zp=zp, g_idx=True)
         compare(f"MatMulNBits g_idx zp={zp}", m, feeds, rtol=2e-4, atol=2e-4)

@@ -1,0 +1,401 @@
+/* nbits_q8.c - 4-bit MatMulNBits weights against A quantized to int8 per block (see nbits_q8.h).
+ *
+ * A byte of B holds elements 2i (low nibble) and 2i+1 (high nibble) of its block, so 64 bytes of
+ * a weight row are 128 elements: their low nibbles are the even elements, the high nibbles the odd
+ * ones. Each row of A is quantized once per call into the same order, 128 bytes per step of 128
+ * elements (the 64 even elements, then the 64 odd ones), so two u8 x s8 dot products of 64 bytes
+ * (vpdpbusd) sum a step into 16 int32 lanes of 8 consecutive elements each: a lane never straddles
+ * a block (blocks are 16 or more). Each lane is then converted to float and multiplied by its
+ * block's weight scale and A scale. A zero point z common to all blocks (no zero_points input)
+ * starts each lane's integer sum at -z * (sum of the lane's 8 quantized A values), so the
+ * weights' (q - z) are exact and nothing more is read; per-block zero points (a byte each)
+ * enter once per row as sum over blocks of (-z s) * (A scale * sum of A's quantized block).
+ * Scale rows are read with their last step masked (no padding). Integer sums are exact; only
+ * the order of the float sums differs between levels. Columns are spread over the pool, NT at a
+ * time per task step so each step of A is loaded once for NT weight rows (with AVX-512, also
+ * each step of the weights split once for up to 3 rows of A). */
+#include "cpu/nbits_q8.h"
+
+#include <string.h>
+
+#include "core/scratch.h"
+#include "core/threadpool.h"
+#include "ops/llm.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+enum { NT = 4, COLS_PER_TASK = 8, PF = 8 };
+
+kiln_nbits_q8_level kiln_nbits_q8_level_detect(void)
+{
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni"))
+        return KILN_NBITS_Q8_AVX512VNNI;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return KILN_NBITS_Q8_AVX2;
+#endif
+    return KILN_NBITS_Q8_BASELINE;
+}
+
+bool kiln_nbits_q8_level_supported(kiln_nbits_q8_level level)
+{
+    if (level == KILN_NBITS_Q8_AUTO || level == KILN_NBITS_Q8_BASELINE) return true;
+    if (level < 0 || level >= KILN_NBITS_Q8_LEVELS) return false;
+    return level <= kiln_nbits_q8_level_detect();
+}
+
+const char *kiln_nbits_q8_level_name(kiln_nbits_q8_level level)
+{
+    static const char *const names[] = {"auto", "baseline", "avx2", "avx512vnni"};
+    return level >= 0 && level < KILN_NBITS_Q8_LEVELS ? names[level] : "?";
+}
+
+/* One call: A's rows quantized and laid out for the kernels. */
+typedef struct q8_job {
+    const kiln_nbits_q8_w *w;
+    int64_t M, nb, steps;   /* blocks per row, steps of 128 elements per row */
+    const int8_t *qa;       /* [M, steps, 128]: per step the even elements, then the odd ones */
+    const float *sl;        /* [M, steps, 16]: the A scale of each lane's block (0 past the blocks) */
+    const int32_t *zi;      /* [M, steps, 16]: -zero * the lane's sum of quantized A (0 with zp) */
+    const float *cz;        /* [M, nbz]: A scale * sum of the quantized block (0 past the blocks) */
+    int64_t nbz;            /* nb rounded up to 16 */
+    const float *bias;      /* [N] or NULL */
+    float *y;               /* [M, N] */
+    kiln_nbits_q8_level level;
+} q8_job;
+
+/* Scale offset of zmm lane l (elements 8l .. 8l + 7 of a step) from the step's first block. */
+static inline int lane_block(int l, int64_t bs) { return (int)(8 * l / bs); }
+
+/* sum over the nb blocks of (-zp[b] * sc[b]) * cz[b]; 0 without zero points */
+static float zero_term(const uint8_t *zp, const float *sc, const float *cz, int64_t nb)
+{
+    float s = 0;
+    for (int64_t b = 0; zp && b < nb; b++) s += -(float)zp[b] * sc[b] * cz[b];
+    return s;
+}
+
+/* Scales of step z's lanes start at block base; fewer than 8 are left in the row's last steps. */
+static inline int64_t scales_left(int64_t nb, int64_t base) { return nb - base < 8 ? nb - base : 8; }
+
+/* Weight row n's bytes of step z; the last partial step comes from a zero-padded copy. */
+static inline const uint8_t *step_bytes(const uint8_t *row, const uint8_t *tail, int64_t z, int64_t full)
+{
+    return z < full ? row + 64 * z : tail;
+}
+
+static void cols_c(const q8_job *j, int64_t n0, int64_t n1)
+{
+    const kiln_nbits_q8_w *w = j->w;
+    int64_t bs = w->block_size, rowb = j->nb * bs / 2, full = rowb / 64, ns = w->ns;
+    uint8_t tail[64] = {0};
+    for (int64_t n = n0; n < n1; n++) {
+        const uint8_t *row = w->q + n * rowb;
+        if (full < j->steps) memcpy(tail, row + 64 * full, (size_t)(rowb - 64 * full));
+        for (int64_t m = 0; m < j->M; m++) {
+            float acc = 0;
+            for (int64_t z = 0; z < j->steps; z++) {
+                const uint8_t *x = step_bytes(row, tail, z, full);
+                const int8_t *a = j->qa + (m * j->steps + z) * 128;
+                int64_t base = z * 128 / bs, left = scales_left(j->nb, base), e = (m * j->steps + z) * 16;
+                const float *s = w->scale + n * ns + base;
+                for (int l = 0; l < 16; l++) {
+                    if (lane_block(l, bs) >= left) break; /* past the row's blocks */
+                    int32_t d = j->zi[e + l];
+                    for (int b = 4 * l; b < 4 * l + 4; b++) d += (x[b] & 15) * a[b] + (x[b] >> 4) * a[64 + b];
+                    acc += (float)d * (s[lane_block(l, bs)] * j->sl[e + l]);
+                }
+            }
+            acc += zero_term(w->zp ? w->zp + n * ns : NULL, w->scale + n * ns, j->cz + m * j->nbz, j->nb);
+            j->y[m * w->N + n] = acc + (j->bias ? j->bias[n] : 0.0f);
+        }
+    }
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+/* Rows [m0, m0 + MR) of A against the NT weight rows of one strip: each step's weights are
+ * split into nibbles and their scales gathered once for the MR rows (MR * NT accumulators stay in
+ * registers). MR is a constant at every call. */
+static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vnni"))) void
+block_avx512vnni(const q8_job *j, const uint8_t *const *row, const uint8_t (*tail)[64], const float *const *sc,
+                 __m512i idx, int64_t full, int64_t nt, int64_t nn, int64_t m0, const int MR)
+{
+    const kiln_nbits_q8_w *w = j->w;
+    int64_t bs = w->block_size, ns = w->ns, steps = j->steps, nb = j->nb;
+    const __m512i m4 = _mm512_set1_epi8(15);
+    __m512 acc[3][NT];
+    for (int i = 0; i < MR; i++)
+        for (int r = 0; r < NT; r++) acc[i][r] = _mm512_setzero_ps();
+    for (int64_t z = 0; z < steps; z++) {
+        __m512i lo[NT], hi[NT];
+        __m512 s[NT];
+        int64_t base = z * 128 / bs;
+        __mmask16 km = (__mmask16)((1u << scales_left(nb, base)) - 1);
+#pragma GCC unroll 4
+        for (int r = 0; r < NT; r++) {
+            _mm_prefetch((const char *)(row[r] + 64 * (z + PF)), _MM_HINT_T0);
+            __m512i x = _mm512_loadu_si512(step_bytes(row[r], tail[r], z, full));
+            lo[r] = _mm512_and_si512(x, m4), hi[r] = _mm512_and_si512(_mm512_srli_epi16(x, 4), m4);
+            /* a block of 128 or more spans the step: one scale for every lane */
+            s[r] = bs >= 128 ? _mm512_set1_ps(sc[r][base]) : _mm512_permutexvar_ps(idx, _mm512_maskz_loadu_ps(km, sc[r] + base));
+        }
+#pragma GCC unroll 3
+        for (int i = 0; i < MR; i++) {
+            const int8_t *a = j->qa + ((m0 + i) * steps + z) * 128;
+            __m512i alo = _mm512_loadu_si512(a), ahi = _mm512_loadu_si512(a + 64);
+            __m512 sa = _mm512_loadu_ps(j->sl + ((m0 + i) * steps + z) * 16);
+            __m512i zi = _mm512_loadu_si512(j->zi + ((m0 + i) * steps + z) * 16);
+#pragma GCC unroll 4
+            for (int r = 0; r < NT; r++) {
+                __m512i d = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zi, lo[r], alo), hi[r], ahi);
+                acc[i][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(s[r], sa), acc[i][r]);
+            }
+        }
+    }
+    for (int i = 0; i < MR; i++) {
+        const float *cz = j->cz + (m0 + i) * j->nbz;
+        for (int r = 0; r < NT; r++) { /* a constant bound keeps acc in registers */
+            if (r >= nn) break;
+            __m512 t = acc[i][r];
+            for (int64_t b = 0; w->zp && b < nb; b += 16) { /* t -= (zp * s) * cz */
+                __mmask16 k = nb - b >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (nb - b)) - 1);
+                __m512 z = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm512_castsi512_si128(_mm512_maskz_loadu_epi8((__mmask64)k, w->zp + (nt + r) * ns + b))));
+                __m512 zs = _mm512_mul_ps(z, _mm512_maskz_loadu_ps(k, w->scale + (nt + r) * ns + b));
+                t = _mm512_fnmadd_ps(zs, _mm512_loadu_ps(cz + b), t);
+            }
+            j->y[(m0 + i) * w->N + nt + r] = _mm512_reduce_add_ps(t) + (j->bias ? j->bias[nt + r] : 0.0f);
+        }
+    }
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static void cols_avx512vnni(const q8_job *j, int64_t n0, int64_t n1)
+{
+    const kiln_nbits_q8_w *w = j->w;
+    int64_t bs = w->block_size, rowb = j->nb * bs / 2, full = rowb / 64, ns = w->ns;
+    const __m512i idx = _mm512_srlv_epi32(_mm512_setr_epi32(0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120),
+                                          _mm512_set1_epi32(__builtin_ctzll((unsigned long long)bs))); /* lane_block */
+    uint8_t tail[NT][64];
+    memset(tail, 0, sizeof tail);
+    for (int64_t nt = n0; nt < n1; nt += NT) {
+        int64_t nn = n1 - nt < NT ? n1 - nt : NT;
+        const uint8_t *row[NT];
+        const float *sc[NT];
+        for (int r = 0; r < NT; r++) { /* rows past nn repeat row nn - 1 */
+            int64_t n = nt + (r < nn ? r : nn - 1);
+            row[r] = w->q + n * rowb, sc[r] = w->scale + n * ns;
+            if (full < j->steps) memcpy(tail[r], row[r] + 64 * full, (size_t)(rowb - 64 * full));
+        }
+        int64_t m = 0;
+        for (; m + 3 <= j->M; m += 3) block_avx512vnni(j, row, tail, sc, idx, full, nt, nn, m, 3);
+        if (j->M - m == 2) block_avx512vnni(j, row, tail, sc, idx, full, nt, nn, m, 2);
+        else if (j->M - m == 1) block_avx512vnni(j, row, tail, sc, idx, full, nt, nn, m, 1);
+    }
+}
+
+__attribute__((target("avx2,fma"))) static float hsum256(__m256 v)
+{
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps(h, h, 1)));
+}
+
+/* As cols_avx512vnni, a step as two halves of 32 bytes: vpmaddubsw (no saturation: 15 * 127 * 2
+ * fits int16) and vpmaddwd against ones sum 4 bytes into each int32 lane. */
+__attribute__((target("avx2,fma"))) static void cols_avx2(const q8_job *j, int64_t n0, int64_t n1)
+{
+    const kiln_nbits_q8_w *w = j->w;
+    int64_t bs = w->block_size, nb = j->nb, rowb = nb * bs / 2, full = rowb / 64, ns = w->ns;
+    int32_t li[16];
+    for (int l = 0; l < 16; l++) li[l] = lane_block(l, bs);
+    const __m256i idx0 = _mm256_loadu_si256((const __m256i *)li), idx1 = _mm256_loadu_si256((const __m256i *)(li + 8));
+    const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+    uint8_t tail[NT][64];
+    memset(tail, 0, sizeof tail);
+    for (int64_t nt = n0; nt < n1; nt += NT) {
+        int64_t nn = n1 - nt < NT ? n1 - nt : NT;
+        const uint8_t *row[NT];
+        const float *sc[NT];
+        for (int r = 0; r < NT; r++) {
+            int64_t n = nt + (r < nn ? r : nn - 1);
+            row[r] = w->q + n * rowb, sc[r] = w->scale + n * ns;
+            if (full < j->steps) memcpy(tail[r], row[r] + 64 * full, (size_t)(rowb - 64 * full));
+        }
+        for (int64_t m = 0; m < j->M; m++) {
+            __m256 acc[NT];
+            for (int r = 0; r < NT; r++) acc[r] = _mm256_setzero_ps();
+            for (int64_t z = 0; z < j->steps; z++) {
+                const int8_t *a = j->qa + (m * j->steps + z) * 128;
+                const float *sl = j->sl + (m * j->steps + z) * 16;
+                const int32_t *zi = j->zi + (m * j->steps + z) * 16;
+                int64_t base = z * 128 / bs, left = scales_left(nb, base);
+                float part[NT][8] = {{0}}; /* the row's last scales, zero-padded */
+                const float *sp[NT];
+                for (int r = 0; r < NT; r++) {
+                    sp[r] = sc[r] + base;
+                    if (left < 8) sp[r] = memcpy(part[r], sp[r], (size_t)left * sizeof(float));
+                }
+                for (int h = 0; h < 2; h++) {
+                    __m256i alo = _mm256_loadu_si256((const __m256i *)(a + 32 * h));
+                    __m256i ahi = _mm256_loadu_si256((const __m256i *)(a + 64 + 32 * h));
+                    __m256 sa = _mm256_loadu_ps(sl + 8 * h);
+                    __m256i z0 = _mm256_loadu_si256((const __m256i *)(zi + 8 * h));
+                    for (int r = 0; r < NT; r++) {
+                        __m256i x = _mm256_loadu_si256((const __m256i *)(step_bytes(row[r], tail[r], z, full) + 32 * h));
+                        __m256i lo = _mm256_and_si256(x, m4), hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), m4);
+                        __m256i d = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(lo, alo), ones),
+                                                     _mm256_madd_epi16(_mm256_maddubs_epi16(hi, ahi), ones));
+                        d = _mm256_add_epi32(d, z0);
+                        __m256 s = _mm256_permutevar8x32_ps(_mm256_loadu_ps(sp[r]), h ? idx1 : idx0);
+                        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_mul_ps(s, sa), acc[r]);
+                    }
+                }
+            }
+            const float *cz = j->cz + m * j->nbz;
+            for (int64_t r = 0; r < nn; r++) {
+                float t = hsum256(acc[r]) + zero_term(w->zp ? w->zp + (nt + r) * ns : NULL, w->scale + (nt + r) * ns, cz, nb);
+                j->y[m * w->N + nt + r] = t + (j->bias ? j->bias[nt + r] : 0.0f);
+            }
+        }
+    }
+}
+#endif
+
+/* One call's preparation of A: row m quantized into flat (element order), then laid out as
+ * q8_job's qa, sl and cz. */
+typedef struct prep_job {
+    const float *A;
+    int64_t K, bs, nb, steps, nbz;  /* nbz: nb rounded up to 16 */
+    int8_t *flat, *qa;  /* [M, steps * 128] each */
+    float *sa, *sl, *cz; /* [M, nbz], [M, steps, 16], [M, nbz] */
+    int32_t *zi;        /* [M, steps, 16] */
+    int32_t zero;       /* the common zero point, or 0 with per-block offsets */
+    kiln_nbits_q8_level level;
+} prep_job;
+
+/* Blocks of row a quantized into flat, their scales into sa and scale * sum into c. */
+static void quant_row_c(const prep_job *j, const float *a, int8_t *flat, float *sa, float *c)
+{
+    for (int64_t b = 0; b < j->nb; b++) {
+        int64_t len = j->K - b * j->bs < j->bs ? j->K - b * j->bs : j->bs;
+        sa[b] = kiln_nbits_quantize_a(a + b * j->bs, len, flat + b * j->bs);
+        int32_t sum = 0;
+        for (int64_t i = 0; i < len; i++) sum += flat[b * j->bs + i];
+        c[b] = sa[b] * (float)sum;
+    }
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+/* quant_row_c 16 floats at a time, bit for bit: the maximum is exact, the product one rounding,
+ * max/min with the bound second keep a NaN out as the comparisons do, and vcvtps2dq rounds half
+ * to even as the 1.5 * 2^23 trick does in the default rounding mode. */
+__attribute__((target("avx512f,avx512bw"))) static void quant_row_avx512(const prep_job *j, const float *a, int8_t *flat,
+                                                                         float *sa, float *c)
+{
+    for (int64_t b = 0; b < j->nb; b++) {
+        int64_t len = j->K - b * j->bs < j->bs ? j->K - b * j->bs : j->bs;
+        const float *x = a + b * j->bs;
+        __m512 mx = _mm512_setzero_ps();
+        for (int64_t i = 0; i < len; i += 16) {
+            __mmask16 k = len - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (len - i)) - 1);
+            mx = _mm512_max_ps(_mm512_abs_ps(_mm512_maskz_loadu_ps(k, x + i)), mx);
+        }
+        float amax = _mm512_reduce_max_ps(mx), inv = amax > 0 ? 127.0f / amax : 0.0f;
+        __m512 vinv = _mm512_set1_ps(inv), lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+        __m512i sum = _mm512_setzero_si512();
+        for (int64_t i = 0; i < len; i += 16) {
+            __mmask16 k = len - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (len - i)) - 1);
+            __m512 v = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), vinv), lo), hi);
+            __m512i q = _mm512_maskz_mov_epi32(k, _mm512_cvtps_epi32(v));
+            sum = _mm512_add_epi32(sum, q);
+            _mm512_mask_cvtepi32_storeu_epi8(flat + b * j->bs + i, k, q);
+        }
+        sa[b] = amax / 127.0f;
+        c[b] = sa[b] * (float)_mm512_reduce_add_epi32(sum);
+    }
+}
+
+/* 128 bytes of flat as 64 even then 64 odd elements: bytes split within 16-byte lanes, the
+ * halves gathered by 64-bit and 128-bit permutes. */
+__attribute__((target("avx512f,avx512bw"))) static void interleave_avx512(const int8_t *flat, int8_t *dst, int64_t steps)
+{
+    const __m512i eo = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+    const __m512i q = _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7);
+    for (int64_t z = 0; z < steps; z++) {
+        __m512i a = _mm512_permutexvar_epi64(q, _mm512_shuffle_epi8(_mm512_loadu_si512(flat + z * 128), eo));
+        __m512i b = _mm512_permutexvar_epi64(q, _mm512_shuffle_epi8(_mm512_loadu_si512(flat + z * 128 + 64), eo));
+        _mm512_storeu_si512(dst + z * 128, _mm512_shuffle_i64x2(a, b, 0x44));
+        _mm512_storeu_si512(dst + z * 128 + 64, _mm512_shuffle_i64x2(a, b, 0xee));
+    }
+}
+#endif
+
+static void prep_task(void *ctx, int64_t m0, int64_t m1)
+{
+    const prep_job *j = ctx;
+    int64_t steps = j->steps, ns = j->nbz;
+    for (int64_t m = m0; m < m1; m++) {
+        int8_t *flat = j->flat + m * steps * 128, *dst = j->qa + m * steps * 128;
+        float *sa = j->sa + m * ns, *c = j->cz + m * ns;
+        memset(flat, 0, (size_t)(steps * 128));
+        for (int64_t b = 0; b < ns; b++) sa[b] = c[b] = 0;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+        if (j->level == KILN_NBITS_Q8_AVX512VNNI) {
+            quant_row_avx512(j, j->A + m * j->K, flat, sa, c);
+            interleave_avx512(flat, dst, steps);
+        } else
+#endif
+        {
+            quant_row_c(j, j->A + m * j->K, flat, sa, c);
+            for (int64_t z = 0; z < steps; z++)
+                for (int p = 0; p < 64; p++) {
+                    dst[z * 128 + p] = flat[z * 128 + 2 * p];
+                    dst[z * 128 + 64 + p] = flat[z * 128 + 2 * p + 1];
+                }
+        }
+        for (int64_t z = 0; z < steps; z++)
+            for (int l = 0; l < 16; l++) {
+                int32_t sum = 0;
+                for (int e = 0; e < 8; e++) sum += flat[z * 128 + 8 * l + e];
+                j->sl[(m * steps + z) * 16 + l] = sa[(z * 128 + 8 * l) / j->bs];
+                j->zi[(m * steps + z) * 16 + l] = -j->zero * sum;
+            }
+    }
+}
+
+static void q8_task(void *ctx, int64_t t0, int64_t t1)
+{
+    const q8_job *j = ctx;
+    int64_t n0 = t0 * COLS_PER_TASK, n1 = t1 * COLS_PER_TASK < j->w->N ? t1 * COLS_PER_TASK : j->w->N;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (j->level == KILN_NBITS_Q8_AVX512VNNI) return cols_avx512vnni(j, n0, n1);
+    if (j->level == KILN_NBITS_Q8_AVX2) return cols_avx2(j, n0, n1);
+#endif
+    cols_c(j, n0, n1);
+}
+
+kiln_status kiln_nbits_q8_gemm(kiln_nbits_q8_level level, struct kiln_threadpool *pool, struct kiln_scratch *scratch,
+                               const kiln_nbits_q8_w *w, int64_t M, const float *A, const float *bias, float *Y)
+{
+    if (!w || M < 0 || w->K <= 0 || w->N <= 0 || w->block_size < 16 || w->block_size > 256 ||
+        (w->block_size & (w->block_size - 1)) || w->ns < (w->K + w->block_size - 1) / w->block_size ||
+        (!w->zp && (w->zero < 0 || w->zero > 15)) || !kiln_nbits_q8_level_supported(level) ||
+        (M && (!A || !Y || !w->q || !w->scale)))
+        return KILN_ERR_INVALID_ARG;
+    if (!M) return KILN_OK;
+    if (level == KILN_NBITS_Q8_AUTO) level = kiln_nbits_q8_level_detect();
+    int64_t K = w->K, bs = w->block_size, nb = (K + bs - 1) / bs, steps = (nb * bs + 127) / 128, nbz = (nb + 15) / 16 * 16;
+    size_t bytes = (size_t)(2 * M * steps * 128) + (size_t)(2 * M * steps * 16 + 2 * M * nbz) * sizeof(float);
+    float *fl = kiln_scratch_get(scratch, bytes);
+    if (!fl) return KILN_ERR_NOMEM;
+    float *sl = fl, *cz = sl + M * steps * 16, *sa = cz + M * nbz;
+    int32_t *zi = (int32_t *)(sa + M * nbz);
+    int8_t *qa = (int8_t *)(zi + M * steps * 16), *flat = qa + M * steps * 128;
+    prep_job pj = {A, K, bs, nb, steps, nbz, flat, qa, sa, sl, cz, zi, w->zp ? 0 : w->zero, level};
+    kiln_threadpool_parallel_for(M >= 8 ? pool : NULL, M, prep_task, &pj); /* a few rows: not worth a wake-up */
+    q8_job j = {w, M, nb, steps, qa, sl, zi, cz, nbz, bias, Y, level};
+    kiln_threadpool_parallel_for(pool, (w->N + COLS_PER_TASK - 1) / COLS_PER_TASK, q8_task, &j);
+    kiln_scratch_put(scratch, fl);
+    return KILN_OK;
+}
