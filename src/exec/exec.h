@@ -69,7 +69,8 @@ void kiln_session_device_free(kiln_session *s, void *p);
 
 /* Graph output j's value x (on the device or the host; borrowed) as the caller gets it, in
  * *out: in device memory when env->out_device[j], else on the host; in env->out_bind[j]'s
- * memory when that lies there and x fits it (a view of it), else a new caller-owned tensor. */
+ * memory when that lies there and x fits it (a view of it), else a new caller-owned tensor; a
+ * view of env->out_bind[j] when a kernel wrote x there already (device binds). */
 kiln_status kiln_output_place(const kiln_run_env *env, int j, const kiln_value *x, kiln_value **out, kiln_err *err);
 
 /* Runs graph g. inputs[i] is bound to g->inputs[i] (NULL: use its initializer). On success

@@ -505,6 +505,9 @@ kiln_status kiln_output_place(const kiln_run_env *env, int j, const kiln_value *
     bool fits = b && b->kind == KILN_VALUE_TENSOR && b->on_device == to_dev && b->dtype == x->dtype &&
                 x->nbytes <= b->nbytes && b->data && x->nbytes;
     void *dst = fits ? b->data : NULL;
+    /* a kernel wrote it into the caller's device memory already: a view of it */
+    if (b && b->kind == KILN_VALUE_TENSOR && b->on_device && x->on_device && b->data && b->data == x->data)
+        return d->tensor(env->dev_run, x->dtype, x->rank, x->dims, x->data, out, err);
     if (to_dev) return dst ? d->to_device(env->dev_run, NULL, x, dst, out, err) : d->output(env->dev_run, x, out, err);
     if (x->on_device) return d->to_host(env->dev_run, x, dst, out, err);
     if (!dst) return kiln_value_copy(x, out, err);
@@ -577,13 +580,6 @@ static kiln_status exec_frame(kiln_frame *f_, const kiln_value *const *inputs, k
             if (dev->capturing && dev->capturing(env->dev_run)) {
                 /* recording: a device view, downloaded after each launch */
                 st = dev->capture_output(env->dev_run, x, &outputs[j], err);
-                if (st) goto out;
-                continue;
-            }
-            const kiln_value *b = out_bound(&f, v);
-            if (b && b->on_device && b->data == x->data) {
-                /* written into the caller's device memory: a view of it */
-                st = dev->tensor(env->dev_run, x->dtype, x->rank, x->dims, x->data, &outputs[j], err);
                 if (st) goto out;
                 continue;
             }
