@@ -156,10 +156,11 @@ static kiln_status run_copy(const kiln_node *n, kiln_frame *f, kiln_err *err)
     }
     void *dst = arena_slot(f, y->id, device, x->nbytes);
     kiln_value *out;
-    /* already there: a host input (the caller's memory, live for the run), or a device input
-     * in this copy's own slot (in place); a device input elsewhere is copied into the slot,
-     * which stays live as long as the readers need it */
-    if (x->on_device == device && (!device || x->data == dst)) {
+    /* already there: an input in the caller's memory (host or device, live for the run; a
+     * recorded run's key holds the device address, see session.c), a view: readers never write
+     * their inputs, and a node that works in place gets this copy's slot, not the caller's
+     * buffer */
+    if (x->on_device == device) {
         KILN_TRY(kiln_value_view(x->dtype, x->rank, x->dims, x->data, &out, err));
         out->on_device = x->on_device;
     } else {
@@ -578,8 +579,12 @@ static kiln_status exec_frame(kiln_frame *f_, const kiln_value *const *inputs, k
             const kiln_value *x = f.vals[v->id];
             const kiln_provider_i *dev = env->dev;
             if (dev->capturing && dev->capturing(env->dev_run)) {
-                /* recording: a device view, downloaded after each launch */
-                st = dev->capture_output(env->dev_run, x, &outputs[j], err);
+                /* recording: a device view, placed after each launch; the caller's device
+                 * storage a kernel wrote (its address is in the recording's key) as it is */
+                const kiln_value *b = env->out_bind ? env->out_bind[j] : NULL;
+                st = b && b->on_device && b->data && b->data == x->data
+                         ? dev->tensor(env->dev_run, x->dtype, x->rank, x->dims, x->data, &outputs[j], err)
+                         : dev->capture_output(env->dev_run, x, &outputs[j], err);
                 if (st) goto out;
                 continue;
             }

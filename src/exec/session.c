@@ -391,10 +391,11 @@ static kiln_status check_constraints(const kiln_model *m, const int64_t *syms, c
     return KILN_OK;
 }
 
-/* A device run by its recording (kiln_provider_i.capture_mode): uploads the inputs into their
- * arena slots, then records the run (KILN_CAPTURE_RECORD) and launches it, or launches the
- * recording (KILN_CAPTURE_REPLAY); downloads the outputs into out[]. *done is false when the
- * capture did not give a recording: the caller runs plainly. */
+/* A device run by its recording (kiln_provider_i.capture_mode): uploads the host inputs into
+ * their arena slots (device inputs are read where they are: their addresses are in the key),
+ * then records the run (KILN_CAPTURE_RECORD) and launches it, or launches the recording
+ * (KILN_CAPTURE_REPLAY); places the outputs into out[]. *done is false when the capture did not
+ * give a recording: the caller runs plainly. */
 static kiln_status run_recorded(kiln_session *s, kiln_capture_mode mode, const kiln_run_env *env,
                                 const int64_t *key, int n_key, const kiln_value **bound, kiln_value **out,
                                 bool *done, kiln_err *err)
@@ -410,7 +411,7 @@ static kiln_status run_recorded(kiln_session *s, kiln_capture_mode mode, const k
     for (int i = 0; i < g->n_inputs && !st; i++) {
         const kiln_ir_value *v = g->inputs[i];
         in[i] = bound[i];
-        if (!bound[i]) continue;
+        if (!bound[i] || bound[i]->on_device) continue;
         if (bound[i]->kind != KILN_VALUE_TENSOR || mem->offset[v->id] == SIZE_MAX || bound[i]->nbytes > mem->size[v->id])
             goto out; /* not recordable after all: run plainly */
         st = d->to_device(r, NULL, bound[i], mem->device_base + mem->offset[v->id], &dev[i], err);
@@ -551,8 +552,10 @@ static kiln_status session_run(kiln_session *s, int n_in, const char *const *in_
     int n_syms = kiln_dimtab_sym_count(s->model->dims);
     const kiln_value **bound = calloc((size_t)g->n_inputs + 1, sizeof *bound);
     /* the symbols' values, then (the GPU's recording key) whether each input with a default
-     * initializer was fed: a recording uploads either the fed value or the default */
-    int64_t *syms = malloc(((size_t)n_syms + (size_t)g->n_inputs + 1) * sizeof *syms);
+     * initializer was fed (a recording uploads either the fed value or the default), and the
+     * addresses of the device memory it reads and writes in place: (index, address) of each
+     * device input and each output bound to the caller's device memory */
+    int64_t *syms = malloc(((size_t)n_syms + 3 * (size_t)g->n_inputs + 2 * (size_t)g->n_outputs + 1) * sizeof *syms);
     const char **sym_src = calloc((size_t)n_syms + 1, sizeof *sym_src);
     int *out_idx = calloc((size_t)n_out + 1, sizeof *out_idx);
     kiln_value **all_out = calloc((size_t)g->n_outputs + 1, sizeof *all_out);
@@ -602,6 +605,10 @@ static kiln_status session_run(kiln_session *s, int n_in, const char *const *in_
         } else if (!bound[k]) {
             st = kiln_errf(&err, KILN_ERR_INVALID_ARG, "input '%s' is required but was not given", g->inputs[k]->name);
             goto out;
+        }
+        if (bound[k] && bound[k]->on_device) {
+            syms[n_key++] = k;
+            syms[n_key++] = (int64_t)(intptr_t)bound[k]->data;
         }
     }
     for (int j = 0; j < n_out; j++) {
@@ -656,9 +663,12 @@ static kiln_status session_run(kiln_session *s, int n_in, const char *const *in_
         env.dev_run = dev_run;
     }
     t_exec = now_ns();
-    bool dev_bind = false; /* outputs written into the caller's device memory: a recording would not */
-    for (int j = 0; bind && j < n_out; j++) dev_bind |= bind[j] && bind[j]->on_device;
-    bool done = false, recordable = d && d->capture_mode && !observer && !s->fault_node && !dev_bind;
+    for (int k = 0; all_bind && k < g->n_outputs; k++)
+        if (all_bind[k] && all_bind[k]->on_device) {
+            syms[n_key++] = g->n_inputs + k;
+            syms[n_key++] = (int64_t)(intptr_t)all_bind[k]->data;
+        }
+    bool done = false, recordable = d && d->capture_mode && !observer && !s->fault_node;
     kiln_capture_mode mode = recordable ? d->capture_mode(dev_run, syms, n_key) : KILN_CAPTURE_OFF;
     if (mode != KILN_CAPTURE_OFF) st = run_recorded(s, mode, &env, syms, n_key, bound, all_out, &done, &err);
     if (!st && !done) {

@@ -30,6 +30,11 @@ struct kiln_generator {
     int64_t V;                   /* vocab, known after the prompt */
     size_t kv_elem;              /* bytes of one cache element */
     bool on_device;              /* the cache is device memory of the session's device */
+    /* decode steps' attention mask is max_length wide (ones, then zeros), as onnxruntime-genai
+     * feeds it for CUDA graphs: a shared cache on the device, where every decode step then has
+     * the same shapes and replays one recording (seqlens_k, computed from the mask on the
+     * device, carries the length); prompts keep their own width (a first prompt) */
+    bool static_mask;
     int64_t past;                /* positions in the cache (the same for every row) */
     int64_t gen;                 /* generated tokens per row */
     int64_t prompt_max;          /* longest prompt */
@@ -293,6 +298,7 @@ kiln_status kiln_generator_create(const char *model_dir, const kiln_generator_pa
     }
     if ((st = check_session(g))) return st;
     g->on_device = kiln_session_on_device(g->s);
+    g->static_mask = g->on_device && g->cfg.share_buffer;
     return alloc_state(g);
 }
 
@@ -302,6 +308,9 @@ static bool is_eos(const kiln_generator *g, int64_t t)
         if (g->cfg.eos[k] == t) return true;
     return false;
 }
+
+/* The attention mask's width for a step of S new positions per row (see static_mask). */
+static int64_t mask_width(const kiln_generator *g, int64_t S) { return g->static_mask && S == 1 ? g->T : g->past + S; }
 
 /* Runs the model on S new positions per row (ids[] and the masks set by the caller), writing
  * the presents into the cache; leaves the last real position's logits of each row in logits. */
@@ -313,7 +322,7 @@ static kiln_status run_step(kiln_generator *g, int64_t S)
     if (width > g->T)
         return fail(g, KILN_ERR_INVALID_ARG, "step of %lld tokens after %lld would pass max_length %lld",
                     (long long)S, (long long)g->past, (long long)g->T);
-    int64_t d_ids[2] = {B, S}, d_mask[2] = {B, width};
+    int64_t d_ids[2] = {B, S}, d_mask[2] = {B, mask_width(g, S)};
     set_view(g->in_vals[0], g->ids, 2, d_ids, sizeof(int64_t));
     if (g->in_mask) set_view(g->in_vals[1], g->mask, 2, d_mask, sizeof(int64_t));
     if (g->in_pos) set_view(g->in_vals[1 + g->in_mask], g->pos, 2, d_ids, sizeof(int64_t));
@@ -401,12 +410,12 @@ out:
  * caches (GroupQueryAttention: seqlens_k = sum(mask) - 1) get each row's ones first. */
 static void fill_masks(kiln_generator *g, int64_t S, const int64_t *valid_new)
 {
-    int64_t width = g->past + S;
+    int64_t width = mask_width(g, S);
     for (int b = 0; b < g->B; b++) {
         int64_t *h = g->mask_hist + (size_t)b * (size_t)g->T;
         for (int64_t t = 0; t < S; t++) h[g->past + t] = t < valid_new[b];
         int64_t ones = 0;
-        for (int64_t t = 0; t < width; t++) ones += h[t];
+        for (int64_t t = 0; t < g->past + S; t++) ones += h[t];
         int64_t *m = g->mask + (size_t)b * (size_t)width;
         for (int64_t t = 0; t < width; t++) m[t] = g->cfg.share_buffer ? t < ones : h[t];
         /* position ids: the count of real tokens before each new one */

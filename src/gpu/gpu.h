@@ -38,6 +38,10 @@ typedef struct kiln_gpu_op {
      * always. */
     bool (*supports)(const kiln_node *n, char *why, size_t size);
     kiln_status (*run)(kiln_run_ctx *c);
+    /* Inputs of the entry's host_inputs that this kernel reads in device memory instead
+     * (KILN_OP_IN bits): per-row data such as GroupQueryAttention's seqlens_k, which a
+     * recorded run must read on the device on every replay. */
+    unsigned device_inputs;
 } kiln_gpu_op;
 
 typedef struct kiln_gpu_op_table {
@@ -58,6 +62,10 @@ kiln_status kiln_gpu_blas(kiln_run_ctx *c, void **handle);
 /* Device scratch of at least `bytes` (256-byte aligned) for this kernel call; valid until
  * the kernel returns (the next kernel may reuse it: it is stream ordered). */
 kiln_status kiln_gpu_workspace(kiln_run_ctx *c, size_t bytes, void **p);
+/* The run's check word (device int32, zero when the run starts) and this node's code for it:
+ * a kernel that finds an input it reads on the device out of range (per-row lengths, positions)
+ * skips that work and atomicCAS(word, 0, code)s; the run then fails naming the node. */
+kiln_status kiln_gpu_check_word(kiln_run_ctx *c, int32_t **word, int32_t *code);
 /* Copies `bytes` of host memory src to device memory dst (workspace) in stream order, through
  * the run's pinned staging (while a run is recorded: pinned memory the recording keeps), so src
  * may change as soon as this returns: for host inputs whose contents a kernel reads on the

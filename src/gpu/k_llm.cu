@@ -261,6 +261,18 @@ __device__ __forceinline__ int64_t gqa_past_rows(const kiln_gpu_gqa &a, int64_t 
     return !a.has_past || a.first_prompt ? 0 : (int64_t)a.seqlens[b] + 1 - a.S;
 }
 
+/* Whether batch row b's seqlens_k fits the buffers and new row s's rotary position the caches
+ * (what kiln_gqa_prepare checks on the host when seqlens_k is there); reports when not. */
+__device__ __forceinline__ bool gqa_row_ok(const kiln_gpu_gqa &a, int64_t b, int64_t s)
+{
+    int64_t sl = a.seqlens[b], rows = gqa_past_rows(a, b), p = a.rd ? gqa_pos(a, b, s) : 0;
+    bool ok = sl >= 0 && sl < a.L && (a.first_prompt || sl + 1 >= a.S) && rows >= 0 &&
+              (!a.has_past || rows <= a.past_len) && rows + a.S <= a.L && p >= 0 && (!a.rd || p < a.rot_rows) &&
+              (!a.bias || sl + 1 <= a.bias_s);
+    if (!ok && a.bad) atomicCAS(a.bad, 0, a.bad_code);
+    return ok;
+}
+
 /* Element d of new row s of KV head h: K rotated (rounded to T, as the reference stores it) or V. */
 template <typename T>
 __device__ __forceinline__ T gqa_new_kv(const kiln_gpu_gqa &a, bool key, int64_t b, int64_t s, int64_t h, int64_t d)
@@ -280,7 +292,11 @@ __global__ void gqa_present_kernel(kiln_gpu_gqa a)
         int64_t d = e % a.H, t = (e / a.H) % a.L, bh = e / (a.H * a.L), h = bh % a.Nkv, b = bh / a.Nkv;
         int64_t rows = gqa_past_rows(a, b);
         T kv, vv;
-        if (t < rows) {
+        bool ok = true;
+        for (int64_t s = 0; s < a.S && ok; s++) ok = gqa_row_ok(a, b, s);
+        if (!ok) {
+            kv = vv = kiln_from_f<T>(0.0f);
+        } else if (t < rows) {
             int64_t at = (bh * a.past_len + t) * a.H + d;
             kv = ((const T *)a.past_k)[at];
             vv = ((const T *)a.past_v)[at];
@@ -302,6 +318,7 @@ __global__ void gqa_append_kernel(kiln_gpu_gqa a)
     KILN_GRID_LOOP(e, a.B * a.Nkv * a.S * a.H)
     {
         int64_t d = e % a.H, s = (e / a.H) % a.S, bh = e / (a.H * a.S), h = bh % a.Nkv, b = bh / a.Nkv;
+        if (!gqa_row_ok(a, b, s)) continue;
         int64_t at = (bh * a.L + gqa_past_rows(a, b) + s) * a.H + d;
         ((T *)a.kc)[at] = gqa_new_kv<T>(a, true, b, s, h, d);
         ((T *)a.vc)[at] = gqa_new_kv<T>(a, false, b, s, h, d);
@@ -325,6 +342,11 @@ __global__ void gqa_attn_kernel(kiln_gpu_gqa a)
     const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int64_t H = a.H, hk = h / (a.N / a.Nkv);
     const T *qr = qkv_row<T>(a, b, i, h);
+    T *y = (T *)a.y + ((b * a.S + i) * a.N + h) * a.H;
+    if (!gqa_row_ok(a, b, i)) {
+        for (int64_t d = threadIdx.x; d < a.H; d += BLOCK) y[d] = kiln_from_f<T>(0.0f);
+        return;
+    }
     int64_t p = a.rd ? gqa_pos(a, b, i) : 0, half = a.rd / 2;
     for (int64_t d = threadIdx.x; d < H; d += BLOCK) {
         float v = a.rd ? kiln_to_f<T>(kiln_from_f<T>(rotate_at<T>(qr, d, a.rd, a.interleaved, (const T *)a.cos + p * half,
@@ -377,7 +399,6 @@ __global__ void gqa_attn_kernel(kiln_gpu_gqa a)
         if (d < H) wacc[w][d] = acc[k];
     }
     __syncthreads();
-    T *y = (T *)a.y + ((b * a.S + i) * a.N + h) * H;
     for (int64_t d = threadIdx.x; d < H; d += BLOCK) {
         float M = -INFINITY;
         for (int k = 0; k < WARPS; k++)

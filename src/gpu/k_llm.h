@@ -64,11 +64,17 @@ typedef struct kiln_gpu_gqa {
     int dtype;
     const void *q, *k, *v, *past_k, *past_v;
     void *kc, *vc, *y;
-    const int32_t *seqlens;
+    const int32_t *seqlens; /* device memory, as pos */
     const int64_t *pos;
     const void *cos, *sin, *bias, *sink;
     int64_t bias_b, bias_h, bias_s;
     int64_t B, S, N, Nkv, H, past_len, L, rd, window;
+    int64_t rot_rows;       /* rows of cos and sin */
+    /* the run's check word (kiln_gpu_check_word) and this node's code: a batch row whose
+     * seqlens_k or positions are out of range is skipped (zeros out) and reported; NULL when
+     * the host checked them */
+    int32_t *bad;
+    int32_t bad_code;
     float scale, softcap;
     bool packed, first_prompt, has_past, shared, interleaved, smooth;
 } kiln_gpu_gqa;

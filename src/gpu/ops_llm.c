@@ -161,14 +161,23 @@ static kiln_status gqa_run(kiln_run_ctx *c)
     size_t pos_bytes = g.pos ? (size_t)(g.B * g.S) * sizeof(int64_t) : 0;
     unsigned char *ws;
     KILN_TRY(kiln_gpu_workspace(c, at_pos + pos_bytes, (void **)&ws));
-    KILN_TRY(kiln_gpu_upload(c, ws + at_sl, g.seqlens, (size_t)g.B * sizeof(int32_t)));
-    if (g.pos && g.rd) KILN_TRY(kiln_gpu_upload(c, ws + at_pos, g.pos->data, pos_bytes));
+    const int32_t *seqlens = (const int32_t *)(ws + at_sl);
+    const int64_t *pos = g.pos && g.rd ? (const int64_t *)(ws + at_pos) : NULL;
+    int32_t *bad = NULL, code = 0;
+    if (g.rows_on_device) { /* read there, checked by the kernels */
+        seqlens = g.seqlens;
+        pos = g.pos && g.rd ? g.pos->data : NULL;
+        KILN_TRY(kiln_gpu_check_word(c, &bad, &code));
+    } else {
+        KILN_TRY(kiln_gpu_upload(c, ws + at_sl, g.seqlens, (size_t)g.B * sizeof(int32_t)));
+        if (pos) KILN_TRY(kiln_gpu_upload(c, ws + at_pos, g.pos->data, pos_bytes));
+    }
     kiln_gpu_gqa a = {
         .dtype = g.q->dtype, .q = g.q->data, .k = g.packed ? NULL : g.k->data, .v = g.packed ? NULL : g.v->data,
         .past_k = g.past_k ? g.past_k->data : NULL, .past_v = g.past_v ? g.past_v->data : NULL,
         .kc = g.present_k ? g.present_k->data : ws + at_k, .vc = g.present_v ? g.present_v->data : ws + at_v,
-        .y = g.y->data, .seqlens = (const int32_t *)(ws + at_sl),
-        .pos = g.pos && g.rd ? (const int64_t *)(ws + at_pos) : NULL,
+        .y = g.y->data, .seqlens = seqlens, .pos = pos, .bad = bad, .bad_code = code,
+        .rot_rows = g.rd ? g.cos->dims[0] : 0,
         .cos = g.rd ? g.cos->data : NULL, .sin = g.rd ? g.sin->data : NULL, .bias = g.bias ? g.bias->data : NULL,
         .sink = g.sink ? g.sink->data : NULL, .bias_b = g.bias_b, .bias_h = g.bias_h, .bias_s = g.bias_s,
         .B = g.B, .S = g.S, .N = g.N, .Nkv = g.Nkv, .H = g.H, .past_len = g.past_len, .L = L, .rd = g.rd,
@@ -298,7 +307,7 @@ static kiln_status skip_sln_run(kiln_run_ctx *c)
 
 static const kiln_gpu_op ops[] = {
     {MS, "MatMulNBits", nbits_supports, nbits_run},
-    {MS, "GroupQueryAttention", gqa_supports, gqa_run},
+    {MS, "GroupQueryAttention", gqa_supports, gqa_run, KILN_OP_IN(GQA_SEQLENS) | KILN_OP_IN(GQA_POS)},
     {MS, "RotaryEmbedding", rotary_supports, rotary_run},
     {"", "SimplifiedLayerNormalization", sln_supports, sln_run},
     {MS, "SimplifiedLayerNormalization", sln_supports, sln_run},

@@ -28,7 +28,7 @@ static kiln_kernel_fn gpu_select(kiln_provider *p, kiln_node *n, unsigned *host_
 {
     (void)p;
     const kiln_gpu_op *o = kiln_gpu_op_find(n->op);
-    *host_inputs = o ? n->op->host_inputs : 0;
+    *host_inputs = o ? n->op->host_inputs & ~o->device_inputs : 0;
     return o ? o->run : NULL;
 }
 

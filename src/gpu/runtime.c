@@ -34,6 +34,7 @@ typedef struct gpu_graph {
     int n_out;
     kiln_value **out;      /* device views of the outputs */
     int64_t nodes_gpu, nodes_cpu; /* node runs the recording stands for */
+    bool checks;           /* a kernel of the recording writes the run's check word */
     uint64_t used;         /* LRU tick */
     held_buf *held;        /* what the recording keeps (see held_alloc) */
     int n_held;
@@ -53,6 +54,10 @@ struct kiln_provider_run {
     /* counters of the current run, added to the session's at its end */
     int64_t mallocs, to_device, to_host, nodes_gpu, nodes_cpu;
     gpuError_t error;      /* first device error of the run */
+    /* the check word (kiln_gpu_check_word): device int32, 0 or the code of the first node whose
+     * kernel found its device-side input out of range; read back at the run's end when used */
+    int32_t *check, *check_host;
+    bool check_used;
     bool capturing, unrecordable;
     char why[192];         /* the first reason the run cannot be recorded */
     held_buf *held;        /* memory of the capture in progress */
@@ -211,6 +216,8 @@ static void run_free(kiln_gpu_run *r)
     gpuFree(r->arena);
     gpuFree(r->workspace);
     if (r->pinned) gpuFreeHost(r->pinned);
+    gpuFree(r->check);
+    if (r->check_host) gpuFreeHost(r->check_host);
     if (r->stream) gpuStreamDestroy(r->stream);
     free(r);
 }
@@ -325,7 +332,7 @@ kiln_status kiln_gpu_run_begin(kiln_gpu_session *gs, size_t arena_bytes, kiln_gp
     r->mallocs = r->to_device = r->to_host = r->nodes_gpu = r->nodes_cpu = r->captured = r->replayed = 0;
     r->pinned_used = 0;
     r->error = gpuSuccess;
-    r->capturing = r->unrecordable = false;
+    r->capturing = r->unrecordable = r->check_used = false;
     e = grow(r, (void **)&r->arena, &r->arena_size, align_up(arena_bytes));
     if (e != gpuSuccess) {
         kiln_gpu_run_end(gs, r, NULL);
@@ -339,9 +346,18 @@ kiln_status kiln_gpu_run_begin(kiln_gpu_session *gs, size_t arena_bytes, kiln_gp
 kiln_status kiln_gpu_run_end(kiln_gpu_session *gs, kiln_gpu_run *r, kiln_err *err)
 {
     if (!r) return KILN_OK;
-    gpuError_t e = gpuStreamSynchronize(r->stream);
+    gpuError_t e = r->check_used ? gpuMemcpyAsync(r->check_host, r->check, sizeof *r->check, gpuMemcpyDeviceToHost,
+                                                   r->stream)
+                                 : gpuSuccess;
+    gpuError_t es = gpuStreamSynchronize(r->stream);
+    if (e == gpuSuccess) e = es;
     if (e == gpuSuccess) e = r->error;
     if (e == gpuSuccess) e = gpuGetLastError();
+    int32_t bad = e == gpuSuccess && r->check_used ? *r->check_host : 0;
+    if (bad) { /* cleared for the next run */
+        e = gpuMemsetAsync(r->check, 0, sizeof *r->check, r->stream);
+        if (e == gpuSuccess) e = gpuStreamSynchronize(r->stream);
+    }
     pthread_mutex_lock(&gs->lock);
     gs->mallocs += r->mallocs;
     gs->to_device += r->to_device;
@@ -354,7 +370,33 @@ kiln_status kiln_gpu_run_end(kiln_gpu_session *gs, kiln_gpu_run *r, kiln_err *er
     r->next = gs->free_runs;
     gs->free_runs = r;
     pthread_mutex_unlock(&gs->lock);
-    return e != gpuSuccess ? rt_fail(err, e, "the run") : KILN_OK;
+    if (e != gpuSuccess) return rt_fail(err, e, "the run");
+    if (bad) {
+        const kiln_node *n = bad > 0 && bad <= gs->g->n_nodes ? gs->g->nodes[bad - 1] : NULL;
+        return kiln_errf(err, KILN_ERR_SHAPE, "node '%s' (%s): seqlens_k or position_ids (read on the device) out of "
+                         "range for the KV cache or the rotary caches", n ? n->name : "?", n ? n->op_type : "?");
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln_gpu_check_word(kiln_run_ctx *c, int32_t **word, int32_t *code)
+{
+    kiln_gpu_run *r = c->dev;
+    if (!r->check) {
+        if (r->capturing) return kiln_run_fail(c, KILN_ERR_RUNTIME, "GPU: no check word while recording");
+        gpuError_t e = gpuMalloc((void **)&r->check, sizeof *r->check);
+        if (e == gpuSuccess) e = gpuMemsetAsync(r->check, 0, sizeof *r->check, r->stream);
+        if (e == gpuSuccess) e = gpuHostAlloc((void **)&r->check_host, sizeof *r->check_host);
+        if (e != gpuSuccess) {
+            gpuFree(r->check);
+            r->check = NULL;
+            return kiln_gpu_check(c, e, "allocating the check word");
+        }
+    }
+    r->check_used = true;
+    *word = r->check;
+    *code = c->node->index + 1;
+    return KILN_OK;
 }
 
 unsigned char *kiln_gpu_run_arena(kiln_gpu_run *r) { return r->arena; }
@@ -818,6 +860,7 @@ kiln_status kiln_gpu_capture_end(kiln_gpu_run *r, const int64_t *key, int n, boo
         g->n_out = j + 1;
     }
     g->exec = exec;
+    g->checks = r->check_used;
     g->nodes_gpu = r->nodes_gpu;
     g->nodes_cpu = r->nodes_cpu;
     r->captured++;
@@ -833,6 +876,7 @@ kiln_status kiln_gpu_replay(kiln_gpu_run *r, const int64_t *key, int n, int *n_o
     gpuError_t e = gpuGraphLaunch(g->exec, r->stream);
     if (e != gpuSuccess) return rt_fail(err, e, "launching the recorded graph");
     r->replayed++;
+    r->check_used |= g->checks;
     r->nodes_gpu += g->nodes_gpu;
     r->nodes_cpu += g->nodes_cpu;
     *n_out = g->n_out;

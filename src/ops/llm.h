@@ -36,12 +36,17 @@ typedef struct kiln_gqa_call {
     float scale, softcap;
     const kiln_value *q, *k, *v, *past_k, *past_v, *cos, *sin, *pos, *bias, *sink;
     const int32_t *seqlens;
+    /* seqlens_k (and position_ids, when given) are in device memory (a device kernel that reads
+     * them there): the checks of their contents are that kernel's, and the helpers below that
+     * read them are not for such a call */
+    bool rows_on_device;
     kiln_value *y, *present_k, *present_v;
     int64_t bias_b, bias_h, bias_s; /* element strides of attention_bias (0 where broadcast) */
 } kiln_gqa_call;
 
 /* Reads and validates a call's inputs and outputs (shapes, dtypes, seqlens_k and position ids
- * against the buffers); fails naming the node on anything out of range. */
+ * against the buffers, unless they are in device memory: rows_on_device); fails naming the node
+ * on anything out of range. */
 kiln_status kiln_gqa_prepare(kiln_run_ctx *c, kiln_gqa_call *g);
 /* Rows of past_key copied to present before the new ones, i.e. where the new rows go. */
 static inline int64_t kiln_gqa_past_rows(const kiln_gqa_call *g, int64_t b)

@@ -133,6 +133,7 @@ kiln_status kiln_gqa_prepare(kiln_run_ctx *c, kiln_gqa_call *g)
     if (tot->dtype != KILN_DTYPE_INT32 || tot->numel != 1 || tot->rank > 1)
         return kiln_run_fail(c, KILN_ERR_SHAPE, "total_sequence_length must be an int32 scalar");
     g->seqlens = sl->data;
+    g->rows_on_device = sl->on_device;
     g->total = ((const int32_t *)tot->data)[0];
     if (g->total < 1) return kiln_run_fail(c, KILN_ERR_SHAPE, "total_sequence_length %lld < 1", (long long)g->total);
     g->present_len = g->total > g->past_len ? g->total : g->past_len;
@@ -146,7 +147,7 @@ kiln_status kiln_gqa_prepare(kiln_run_ctx *c, kiln_gqa_call *g)
                              (long long)pres[1], (long long)pres[2], (long long)pres[3]);
     g->shared = g->past_k && g->present_k && g->present_v && g->past_k->data == g->present_k->data &&
                 g->past_v->data == g->present_v->data;
-    for (int64_t b = 0; b < g->B; b++) {
+    for (int64_t b = 0; b < g->B && !g->rows_on_device; b++) {
         int64_t s = g->seqlens[b];
         if (s < 0 || s >= g->present_len)
             return kiln_run_fail(c, KILN_ERR_SHAPE, "seqlens_k[%lld] = %lld is out of range [0, %lld)", (long long)b,
@@ -178,8 +179,10 @@ kiln_status kiln_gqa_prepare(kiln_run_ctx *c, kiln_gqa_call *g)
             if (g->pos->dtype != KILN_DTYPE_INT64 || !dims_are(g->pos, 2, pd))
                 return kiln_run_fail(c, KILN_ERR_SHAPE, "position_ids must be int64 [%lld, %lld]", (long long)g->B,
                                      (long long)g->S);
+            if (g->pos->on_device != g->rows_on_device)
+                return kiln_run_fail(c, KILN_ERR_RUNTIME, "internal: seqlens_k and position_ids on different sides");
         }
-        for (int64_t b = 0; b < g->B; b++)
+        for (int64_t b = 0; b < g->B && !g->rows_on_device; b++)
             for (int64_t s = 0; s < g->S; s++) {
                 int64_t ps = kiln_gqa_position(g, b, s);
                 if (ps < 0 || ps >= g->cos->dims[0])
@@ -191,7 +194,7 @@ kiln_status kiln_gqa_prepare(kiln_run_ctx *c, kiln_gqa_call *g)
     if (g->bias) {
         const kiln_value *ab = g->bias;
         int64_t need = 0;
-        for (int64_t b = 0; b < g->B; b++) need = g->seqlens[b] + 1 > need ? g->seqlens[b] + 1 : need;
+        for (int64_t b = 0; b < g->B && !g->rows_on_device; b++) need = g->seqlens[b] + 1 > need ? g->seqlens[b] + 1 : need;
         if (ab->dtype != dt || ab->rank != 4 || (ab->dims[0] != 1 && ab->dims[0] != g->B) ||
             (ab->dims[1] != 1 && ab->dims[1] != g->N) || ab->dims[2] != g->S || ab->dims[3] < need)
             return kiln_run_fail(c, KILN_ERR_SHAPE, "attention_bias must be %s [%lld|1, %lld|1, %lld, >= %lld]",

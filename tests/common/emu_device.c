@@ -255,6 +255,22 @@ static kiln_status emu_clone(kiln_provider *p, const kiln_value *x, kiln_value *
     return copy_tensor(x, true, NULL, out, err);
 }
 
+/* Zeroed device memory: zero bytes, scrambled. */
+static kiln_status emu_mem_alloc(kiln_provider *p, size_t bytes, void **out, kiln_err *err)
+{
+    (void)p;
+    *out = malloc(bytes);
+    if (!*out) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
+    memset(*out, EMU_KEY, bytes);
+    return KILN_OK;
+}
+
+static void emu_mem_free(kiln_provider *p, void *ptr)
+{
+    (void)p;
+    free(ptr);
+}
+
 const kiln_provider_i emu_device = {
     .api_version = KILN_PROVIDER_API,
     .name = "emu",
@@ -274,4 +290,6 @@ const kiln_provider_i emu_device = {
     .to_host = emu_to_host,
     .output = emu_output,
     .clone = emu_clone,
+    .mem_alloc = emu_mem_alloc,
+    .mem_free = emu_mem_free,
 };

@@ -180,6 +180,19 @@ def test_gqa():
                 feeds.append(lo.gqa_feeds(N=N, Nkv=Nkv, H=H, dt=dt, **f))
             rtol, atol = TOL[dt]
             compare(f"GQA {label} {np.dtype(dt).name}", m, feeds, rtol, atol * 5)
+    # on the GPU seqlens_k is read on the device: a bad row fails the run naming the node (the
+    # kernels' check word), and the session runs the next good feed right
+    m = lo.gqa_model(4, 2, 8, past=True)
+    s = kiln.Session(m.SerializeToString(), provider=PROVIDER)
+    ref = kiln.Session(m.SerializeToString(), unoptimized=True, provider="cpu")
+    good = lo.gqa_feeds(N=4, Nkv=2, H=8, B=2, S=1, seqlens=[8, 5], total=9, past_len=11)
+    for sl in ([8, 11], [-1, 5], [8, 0]):
+        try:
+            s.run(lo.gqa_feeds(N=4, Nkv=2, H=8, B=2, S=1, seqlens=sl, total=9, past_len=11))
+            check(f"GQA seqlens_k {sl}: refused", False, "it ran")
+        except kiln.KilnError as e:
+            check(f"GQA seqlens_k {sl}: refused naming the node", "GroupQueryAttention" in str(e) and "range" in str(e), str(e))
+        close(f"GQA good feed after seqlens_k {sl}", s.run(good), ref.run(good), 2e-4, 1e-3)
     m = lo.gqa_model(6, 3, 8, past=False)
     compare("GQA no past", m, [lo.gqa_feeds(2, 5, 6, 3, 8, [4, 3], 5), lo.gqa_feeds(1, 1, 6, 3, 8, [0], 1)], 2e-4, 1e-3)
     m = lo.gqa_model(2, 1, 264)
@@ -341,6 +354,10 @@ def test_generation(folder, label, gqa):
                       f"device_mallocs {early} after 2 steps, {st.device_mallocs} after {STEPS}")
                 check(f"{name}: nodes on the GPU", st.nodes_gpu > 0 and st.node_runs_gpu > 0,
                       f"nodes_gpu {st.nodes_gpu}, nodes_cpu {st.nodes_cpu}")
+                # a decode step is one CUDA graph: recorded once (the second step), replayed after
+                check(f"{name}: decode steps replay one recording", st.graphs_captured <= 2 and
+                      st.graphs_replayed >= STEPS - 3, f"captured {st.graphs_captured}, replayed "
+                      f"{st.graphs_replayed} of {STEPS} steps; note: {st.graphs_note!r}")
 
 
 def test_max_length(folder):
