@@ -320,6 +320,10 @@ typedef struct kiln_session_stats {
      * which cost copies and time: a warning. Shape arithmetic and ops that read only shapes
      * are on the CPU by design and not counted. */
     int nodes_fallback;
+    /* KILN_PROVIDER_CUDA: the most device memory the session held at once: its constants, run
+     * arenas and workspaces, and what kiln_generator's KV cache took (transient tensors of the
+     * device's memory pool are not counted). 0 on the CPU. */
+    int64_t device_bytes_peak;
 } kiln_session_stats;
 
 /* Copies the session's counters into *out. Thread-safe. */

@@ -236,6 +236,7 @@ int cmd_bench_llm(int argc, char **argv)
     int64_t *tokens = malloc((size_t)(B * L) * sizeof *tokens), *lens = malloc((size_t)B * sizeof *lens);
     series prompt = {0}, gen = {0}, sample = {0}, e2e = {0};
     kiln_session_stats last = {0}; /* the last generator's session */
+    int64_t dev_peak = 0;          /* the most device memory one generator's session held */
     if (!tokens || !lens) {
         rc = cli_fail("out of memory");
         goto out;
@@ -263,7 +264,8 @@ int cmd_bench_llm(int argc, char **argv)
             if (!rc && timed && series_add(&gen, now_us() - a)) rc = cli_fail("out of memory");
         }
         if (!rc && timed && series_add(&e2e, (now_us() - t0) / 1e3)) rc = cli_fail("out of memory");
-        if (!rc) kiln_generator_session_stats(g, &last);
+        if (!rc && !kiln_generator_session_stats(g, &last) && last.device_bytes_peak > dev_peak)
+            dev_peak = last.device_bytes_peak;
         kiln_generator_free(g);
         if (!json && now_us() - last_progress > 5e6) {
             fprintf(stderr, "bench-llm: iteration %" PRId64 " of %" PRId64 " (%.0f s)\n", it + 1, warm + reps,
@@ -282,10 +284,11 @@ int cmd_bench_llm(int argc, char **argv)
                "\"generation\": {\"avg_us\": %.3f, \"p50_us\": %.3f, \"stddev_us\": %.3f, \"n\": %d, \"tokens_per_s\": %.3f}, "
                "\"sampling\": {\"avg_us\": %.3f, \"p50_us\": %.3f, \"stddev_us\": %.3f, \"n\": %d}, "
                "\"e2e\": {\"avg_ms\": %.3f, \"p50_ms\": %.3f, \"stddev_ms\": %.3f, \"n\": %d}, "
-               "\"peak_rss_bytes\": %ld, \"peak_device_bytes\": null, \"graphs_captured\": %" PRId64
+               "\"peak_rss_bytes\": %ld, \"peak_device_bytes\": %" PRId64 ", \"graphs_captured\": %" PRId64
                ", \"graphs_replayed\": %" PRId64 "}\n",
                B, L, G, reps, warm, sp.avg, sp.p50, sp.sd, sp.n, p_tps, sg.avg, sg.p50, sg.sd, sg.n, g_tps, ss.avg,
-               ss.p50, ss.sd, ss.n, se.avg, se.p50, se.sd, se.n, peak, last.graphs_captured, last.graphs_replayed);
+               ss.p50, ss.sd, ss.n, se.avg, se.p50, se.sd, se.n, peak, dev_peak, last.graphs_captured,
+               last.graphs_replayed);
     } else {
         printf("Batch size: %" PRId64 ", prompt tokens: %" PRId64 ", tokens to generate: %" PRId64 "\n", B, L, G);
         printf("Prompt processing (time to first token):\n\tavg (us):       %.3f\n\tavg (tokens/s): %.3f\n"
@@ -299,6 +302,7 @@ int cmd_bench_llm(int argc, char **argv)
         printf("E2E generation (entire generation loop):\n\tavg (ms):       %.3f\n\tp50 (ms):       %.3f\n"
                "\tstddev (ms):    %.3f\n\tn:              %d\n", se.avg, se.p50, se.sd, se.n);
         printf("Peak working set size (bytes): %ld\n", peak);
+        if (p.provider == KILN_PROVIDER_CUDA) printf("Peak device memory of the session (bytes): %" PRId64 "\n", dev_peak);
         if (p.provider == KILN_PROVIDER_CUDA)
             printf("CUDA graphs (last generator): %" PRId64 " recorded, %" PRId64 " replayed%s%s\n", last.graphs_captured,
                    last.graphs_replayed, last.graphs_note[0] ? "; last unrecorded run: " : "", last.graphs_note);

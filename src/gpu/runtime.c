@@ -80,7 +80,25 @@ struct kiln_provider {
     char why[192];         /* the last run's reason it could not be recorded */
     kiln_gpu_run *free_runs, *all_runs;
     int64_t mallocs, to_device, to_host, node_runs_gpu, node_runs_cpu, captured, replayed;
+    /* device memory the session holds (constants, run arenas and workspaces, mem_alloc's
+     * blocks; not the transient pool tensors) and its peak; under lock */
+    int64_t dev_bytes, dev_peak;
+    struct mem_block *blocks; /* mem_alloc's, with their sizes */
 };
+
+typedef struct mem_block {
+    void *p;
+    size_t n;
+    struct mem_block *next;
+} mem_block;
+
+static void dev_bytes_add(kiln_gpu_session *gs, int64_t n)
+{
+    pthread_mutex_lock(&gs->lock);
+    gs->dev_bytes += n;
+    if (gs->dev_bytes > gs->dev_peak) gs->dev_peak = gs->dev_bytes;
+    pthread_mutex_unlock(&gs->lock);
+}
 
 static size_t align_up(size_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
 
@@ -117,6 +135,7 @@ static kiln_status upload_constants(kiln_gpu_session *gs, kiln_err *err)
     if (total) {
         gpuError_t e = gpuMalloc(&gs->weights, total);
         if (e != gpuSuccess) st = rt_fail(err, e, "allocating the constants");
+        else dev_bytes_add(gs, (int64_t)total);
     }
     for (int id = 0; id < g->n_values && !st; id++) {
         if (!at[id]) continue;
@@ -211,6 +230,7 @@ static void run_free(kiln_gpu_run *r)
     for (int i = 0; i < GRAPHS_PER_RUN; i++) graph_clear(&r->graphs[i]);
     held_free(&r->held, &r->n_held);
     if (r->stream) gpuStreamSynchronize(r->stream);
+    dev_bytes_add(r->gs, -(int64_t)(r->arena_size + r->workspace_size + (r->blas_ws ? BLAS_WORKSPACE : 0)));
     if (r->blas) gpublasDestroy(r->blas);
     gpuFree(r->blas_ws);
     gpuFree(r->arena);
@@ -234,6 +254,11 @@ void kiln_gpu_session_free(kiln_gpu_session *gs)
         for (int id = 0; id < gs->g->n_values; id++) kiln_value_free(gs->weight[id]);
     free(gs->weight);
     gpuFree(gs->weights);
+    for (mem_block *b = gs->blocks, *nx; b; b = nx) { /* not given back by the caller */
+        nx = b->next;
+        gpuFree(b->p);
+        free(b);
+    }
     pthread_mutex_destroy(&gs->lock);
     free(gs);
 }
@@ -250,6 +275,7 @@ void kiln_gpu_session_stats(kiln_gpu_session *gs, kiln_session_stats *st)
     st->copies_to_host = gs->to_host;
     st->graphs_captured = gs->captured;
     st->graphs_replayed = gs->replayed;
+    st->device_bytes_peak = gs->dev_peak;
     snprintf(st->graphs_note, sizeof st->graphs_note, "%s", gs->why);
     pthread_mutex_unlock(&gs->lock);
 }
@@ -278,8 +304,12 @@ static kiln_status blas_ready(kiln_gpu_run *r, kiln_err *err)
     if (r->blas) return KILN_OK;
     if (r->capturing) return kiln_errf(err, KILN_ERR_RUNTIME, "GPU: no BLAS handle while recording");
     KILN_TRY(kiln_gpu_blas_open(err));
-    gpuError_t e = r->blas_ws ? gpuSuccess : gpuMalloc(&r->blas_ws, BLAS_WORKSPACE);
-    if (e != gpuSuccess) return rt_fail(err, e, "allocating the BLAS workspace");
+    gpuError_t e = gpuSuccess;
+    if (!r->blas_ws) {
+        e = gpuMalloc(&r->blas_ws, BLAS_WORKSPACE);
+        if (e != gpuSuccess) return rt_fail(err, e, "allocating the BLAS workspace");
+        dev_bytes_add(r->gs, BLAS_WORKSPACE);
+    }
     if (gpublasCreate(&r->blas) != GPUBLAS_STATUS_SUCCESS) {
         r->blas = NULL;
         return kiln_errf(err, KILN_ERR_RUNTIME, "GPU: cannot create a BLAS handle");
@@ -303,12 +333,14 @@ static gpuError_t grow(kiln_gpu_run *r, void **buf, size_t *size, size_t need)
     if (r->capturing) return gpuErrorNotPermitted; /* a recorded run allocates nothing */
     graphs_invalidate(r);
     if (*buf) gpuFreeAsync(*buf, r->stream);
+    dev_bytes_add(r->gs, -(int64_t)*size);
     *buf = NULL;
     *size = 0;
     size_t room = need + need / 4 > need ? align_up(need + need / 4) : need;
     gpuError_t e = gpuMallocAsync(buf, room, r->stream);
     if (e != gpuSuccess) return e;
     *size = room;
+    dev_bytes_add(r->gs, (int64_t)room);
     r->mallocs++;
     return gpuSuccess;
 }
@@ -615,10 +647,17 @@ kiln_status kiln_gpu_mem_alloc(kiln_gpu_session *gs, size_t bytes, void **out, k
         return kiln_errf(err, KILN_ERR_NOMEM, "GPU: cannot allocate %zu bytes: %s", bytes, gpuGetErrorString(e));
     e = gpuMemsetAsync(p, 0, bytes, 0);
     if (e == gpuSuccess) e = gpuStreamSynchronize(0);
-    if (e != gpuSuccess) {
+    mem_block *b = e == gpuSuccess ? malloc(sizeof *b) : NULL;
+    if (!b) {
         gpuFree(p);
-        return rt_fail(err, e, "zeroing device memory");
+        return e != gpuSuccess ? rt_fail(err, e, "zeroing device memory") : kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
     }
+    *b = (mem_block){p, bytes, NULL};
+    pthread_mutex_lock(&gs->lock);
+    b->next = gs->blocks;
+    gs->blocks = b;
+    pthread_mutex_unlock(&gs->lock);
+    dev_bytes_add(gs, (int64_t)bytes);
     *out = p;
     return KILN_OK;
 }
@@ -628,6 +667,18 @@ void kiln_gpu_mem_free(kiln_gpu_session *gs, void *p)
     if (!p) return;
     gpuSetDevice(gs->device);
     gpuFree(p);
+    size_t n = 0;
+    pthread_mutex_lock(&gs->lock);
+    for (mem_block **b = &gs->blocks; *b; b = &(*b)->next)
+        if ((*b)->p == p) {
+            mem_block *f = *b;
+            n = f->n;
+            *b = f->next;
+            free(f);
+            break;
+        }
+    pthread_mutex_unlock(&gs->lock);
+    dev_bytes_add(gs, -(int64_t)n);
 }
 
 kiln_status kiln_gpu_to_host(kiln_gpu_run *r, const kiln_value *dev, void *dst, kiln_value **out, kiln_err *err)
