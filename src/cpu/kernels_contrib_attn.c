@@ -40,7 +40,7 @@ static kiln_status mask_prepare(kiln_run_ctx *c, const kiln_value *mask, bool ca
     /* bias + mask, [B, N, S, T] */
     float *f = m + nm;
     const float *x = ab->data;
-    int64_t bb = ab->dims[0] != 1 ? N * S * T : 0, bn = ab->dims[1] != 1 ? S * T : 0;
+    int64_t bb = ab->dims[0] != 1 ? ab->dims[1] * S * T : 0, bn = ab->dims[1] != 1 ? S * T : 0;
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < N; h++)
             for (int64_t s = 0; s < S; s++) {

@@ -14,6 +14,7 @@
 #include "gpu/gpu.h"
 #include "gpu/k_blas.h"
 #include "gpu/kshape.h"
+#include "gpu/ops_core.h"
 #include "ir/graph.h"
 
 /* BLAS element type of a kiln dtype; false for the dtypes this family does not take. */
@@ -233,6 +234,47 @@ static kiln_status matmul_run(kiln_run_ctx *c)
     return mm_exec(c, A->dtype, A->data, B->data, Y->data, &d, &pl, 1.0f, 0.0f);
 }
 
+/* Y = alpha A B + beta Y over broadcast batches (ops_core.h). */
+kiln_status kiln_gpu_matmul_run(kiln_run_ctx *c, const kiln_gpu_mm *m, bool *done)
+{
+    *done = false;
+    if (m->yb < 0 || m->yb > KILN_MAX_RANK) return KILN_OK;
+    mm_desc d;
+    memset(&d, 0, sizeof d);
+    d.M = m->M, d.N = m->N, d.K = m->K;
+    d.a_m = m->a_m, d.a_k = m->a_k, d.b_k = m->b_k, d.b_n = m->b_n, d.y_m = m->N, d.y_n = 1;
+    int64_t ynum = m->M * m->N;
+    for (int i = 0; i < m->yb; i++) ynum *= m->ydims[i];
+    if (ynum == 0) {
+        *done = true;
+        return KILN_OK;
+    }
+    if (d.K == 0) {
+        if (m->beta != 0.0f && m->beta != 1.0f) return KILN_OK;
+        *done = true;
+        if (m->beta == 1.0f) return KILN_OK;
+        return kiln_gpu_check(c, gpuMemsetAsync(m->Y, 0, (size_t)ynum * kiln_dtype_size(m->dtype), kiln_gpu_stream(c)),
+                              "memset");
+    }
+    int64_t od[KILN_MAX_RANK], st[3][KILN_MAX_RANK], sy = m->M * m->N;
+    for (int i = m->yb - 1; i >= 0; i--) {
+        od[i] = m->ydims[i];
+        st[0][i] = m->ydims[i] == 1 ? 0 : m->a_bs[i];
+        st[1][i] = m->ydims[i] == 1 ? 0 : m->b_bs[i];
+        st[2][i] = sy;
+        sy *= m->ydims[i];
+    }
+    matmul_batches(m->yb, od, st, &d);
+    /* B shared by a contiguous batch of A: one taller product [batch * M, K] @ [K, N] */
+    if (d.n_outer == 0 && d.batch > 1 && d.b_b == 0 && d.a_k == 1 && d.a_m == d.K && d.a_b == d.M * d.K &&
+        d.y_b == d.M * d.N && d.batch * d.M <= INT_MAX)
+        d.M *= d.batch, d.batch = 1, d.a_b = d.y_b = 0;
+    mm_plan pl;
+    if (!mm_plan_of(&d, &pl)) return KILN_OK;
+    *done = true;
+    return mm_exec(c, m->dtype, m->A, m->B, m->Y, &d, &pl, m->alpha, m->beta);
+}
+
 /* ---- Gemm: Y = alpha * A' B' + beta * C, C broadcast to [M, N] ---- */
 
 static bool gemm_supports(const kiln_node *n, char *why, size_t size)
@@ -240,13 +282,18 @@ static bool gemm_supports(const kiln_node *n, char *why, size_t size)
     return float_input(n, 0, why, size) && float_input(n, 1, why, size) && float_input(n, 2, why, size);
 }
 
-static kiln_status gemm_run(kiln_run_ctx *c)
+kiln_status kiln_gpu_gemm_core(kiln_run_ctx *c, bool *done)
 {
     const kiln_node *n = kiln_run_node(c);
     const kiln_value *A = kiln_run_in(c, 0), *B = kiln_run_in(c, 1), *C = kiln_run_in(c, 2);
     kiln_value *Y = kiln_run_out(c, 0);
-    if (!Y->numel) return KILN_OK;
-    if (A->rank != 2 || B->rank != 2 || Y->rank != 2 || (C && C->rank > 2)) return kiln_gpu_fallback(c);
+    *done = false;
+    if (!Y || !B) return KILN_OK;
+    if (!Y->numel) {
+        *done = true;
+        return KILN_OK;
+    }
+    if (A->rank != 2 || B->rank != 2 || Y->rank != 2 || (C && C->rank > 2)) return KILN_OK;
     bool ta = kiln_attr_int(n, "transA", 0) != 0, tb = kiln_attr_int(n, "transB", 0) != 0;
     float alpha = kiln_attr_float(n, "alpha", 1), beta = kiln_attr_float(n, "beta", 1);
     bool with_c = C && C->numel > 0 && beta != 0;
@@ -262,16 +309,25 @@ static kiln_status gemm_run(kiln_run_ctx *c)
     if (with_c) kiln_gpu_shape_broadcast(&cs, 2, Y->dims, C->rank, C->dims);
     gpuStream_t s = kiln_gpu_stream(c);
     if (d.K == 0) {
+        *done = true;
         if (!with_c) return zero_out(c, Y);
         return kiln_gpu_check(c, kiln_gpu_blas_bcast_scale(Y->dtype, C->data, cs, beta, Y->data, s),
                               "blas_bcast_scale");
     }
     mm_plan pl;
-    if (!mm_plan_of(&d, &pl)) return kiln_gpu_fallback(c);
+    if (!mm_plan_of(&d, &pl)) return KILN_OK;
+    *done = true;
     if (with_c)
         KILN_TRY(kiln_gpu_check(c, kiln_gpu_blas_bcast_scale(Y->dtype, C->data, cs, 1.0f, Y->data, s),
                                 "blas_bcast_scale"));
     return mm_exec(c, A->dtype, A->data, B->data, Y->data, &d, &pl, alpha, with_c ? beta : 0.0f);
+}
+
+static kiln_status gemm_run(kiln_run_ctx *c)
+{
+    bool done;
+    KILN_TRY(kiln_gpu_gemm_core(c, &done));
+    return done ? KILN_OK : kiln_gpu_fallback(c);
 }
 
 /* ---- Einsum of two operands that is one batched matrix product ---- */

@@ -11,6 +11,7 @@
 #include "gpu/blas.h"
 #include "gpu/gpu.h"
 #include "gpu/k_cnn.h"
+#include "gpu/ops_core.h"
 #include "ops/image_internal.h"
 #include "ops/resize.h"
 #include "ops/nn_internal.h"
@@ -139,8 +140,9 @@ static bool conv_supports(const kiln_node *n, char *why, size_t size)
     return true;
 }
 
-static kiln_status conv_run(kiln_run_ctx *c)
+kiln_status kiln_gpu_conv_core(kiln_run_ctx *c, bool *done)
 {
+    *done = false;
     const kiln_node *node = kiln_run_node(c);
     const kiln_value *X = kiln_run_in(c, 0), *W = kiln_run_in(c, 1), *B = kiln_run_in(c, 2);
     kiln_value *Y = kiln_run_out(c, 0);
@@ -149,12 +151,13 @@ static kiln_status conv_run(kiln_run_ctx *c)
     char msg[160];
     int64_t od[KILN_MAX_RANK];
     if (!Y || nsp < 1 || nsp > KILN_GPU_CNN_MAX_SP || W->rank != X->rank || !kiln_nn_geom_parse(node, nsp, &g, msg, sizeof msg))
-        return kiln_gpu_fallback(c);
+        return KILN_OK;
     memcpy(g.kernel, W->dims + 2, (size_t)nsp * sizeof(int64_t));
-    if (!kiln_nn_geom_resolve(&g, X->dims + 2, od)) return kiln_gpu_fallback(c);
+    if (!kiln_nn_geom_resolve(&g, X->dims + 2, od)) return KILN_OK;
     int64_t group = kiln_attr_int(node, "group", 1);
     int64_t N = X->dims[0], C = X->dims[1], M = W->dims[0], Cg = W->dims[1];
-    if (group < 1 || C != Cg * group || M % group || (B && B->numel != M)) return kiln_gpu_fallback(c);
+    if (group < 1 || C != Cg * group || M % group || (B && B->numel != M)) return KILN_OK;
+    *done = true;
     if (Y->numel == 0) return KILN_OK;
     kiln_gpu_window w = make_window(&g, X->dims + 2, od);
     gpuStream_t s = kiln_gpu_stream(c);
@@ -199,6 +202,13 @@ static kiln_status conv_run(kiln_run_ctx *c)
                                   B != NULL));
     }
     return KILN_OK;
+}
+
+static kiln_status conv_run(kiln_run_ctx *c)
+{
+    bool done;
+    KILN_TRY(kiln_gpu_conv_core(c, &done));
+    return done ? KILN_OK : kiln_gpu_fallback(c);
 }
 
 /* ---- ConvTranspose ---- */

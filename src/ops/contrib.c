@@ -4,6 +4,7 @@
  * contrib_matmul.c; QuantizeLinear/DequantizeLinear share the ONNX kernels (cast_quant.c).
  * Element-wise math runs in double, stored in the input's float type. */
 #include <math.h>
+#include <stdio.h>
 
 #include "ops/cast_internal.h"
 #include "ops/contrib_internal.h"
@@ -52,16 +53,31 @@ static double quick_gelu(double x, double alpha)
     return x / (1.0 + exp(-alpha * x));
 }
 
+kiln_status kiln_contrib_bias_check(const kiln_value *X, const kiln_value *b, bool need_bias, int64_t *last, char *msg,
+                                    int size)
+{
+    if (need_bias && !b) {
+        snprintf(msg, (size_t)size, "needs input B (the bias)");
+        return KILN_ERR_MODEL;
+    }
+    *last = X->rank ? X->dims[X->rank - 1] : 1;
+    if (b && (b->rank != 1 || b->dims[0] != *last)) {
+        snprintf(msg, (size_t)size, "bias has %lld elements (rank %d), X's last dim is %lld", (long long)b->numel, b->rank,
+                 (long long)*last);
+        return KILN_ERR_SHAPE;
+    }
+    return KILN_OK;
+}
+
 /* Y = f(X + bias) with bias (input 1, optional unless `need_bias`) along X's last dim. */
 static kiln_status unary_bias_run(kiln_run_ctx *c, unary_fn f, double alpha, bool need_bias)
 {
     const kiln_value *X = kiln_run_in(c, 0), *b = kiln_run_in(c, 1);
     kiln_value *Y = kiln_run_out(c, 0);
-    if (need_bias && !b) return kiln_run_fail(c, KILN_ERR_MODEL, "needs input B (the bias)");
-    int64_t last = X->rank ? X->dims[X->rank - 1] : 1;
-    if (b && (b->rank != 1 || b->dims[0] != last))
-        return kiln_run_fail(c, KILN_ERR_SHAPE, "bias has %lld elements (rank %d), X's last dim is %lld",
-                             (long long)b->numel, b->rank, (long long)last);
+    int64_t last;
+    char msg[160];
+    kiln_status st = kiln_contrib_bias_check(X, b, need_bias, &last, msg, sizeof msg);
+    if (st) return kiln_run_fail(c, st, "%s", msg);
     for (int64_t i = 0; i < X->numel; i++) {
         double x = kiln_load_f64(X->dtype, X->data, i);
         /* the sum is held in X's type, as ONNX Runtime adds before it activates */
@@ -95,15 +111,29 @@ kiln_status kiln_contrib_bias_add_infer(kiln_infer_ctx *c)
     return kiln_infer_same_as_input(c, 0, 0);
 }
 
+kiln_status kiln_contrib_bias_add_check(const kiln_value *X, const kiln_value *b, const kiln_value *S, char *msg, int size)
+{
+    if (!b || !S) {
+        snprintf(msg, (size_t)size, "needs inputs X, bias and skip");
+        return KILN_ERR_MODEL;
+    }
+    bool ok = X->rank == 3 && b->rank == 1 && S->rank == 3 && b->dims[0] == X->dims[2];
+    for (int i = 0; ok && i < 3; i++) ok = S->dims[i] == X->dims[i];
+    if (!ok) {
+        snprintf(msg, (size_t)size, "X (rank %d), bias (rank %d) and skip (rank %d) are not [N, S, C], [C], [N, S, C]",
+                 X->rank, b->rank, S->rank);
+        return KILN_ERR_SHAPE;
+    }
+    return KILN_OK;
+}
+
 kiln_status kiln_contrib_bias_add_run(kiln_run_ctx *c)
 {
     const kiln_value *X = kiln_run_in(c, 0), *b = kiln_run_in(c, 1), *S = kiln_run_in(c, 2);
     kiln_value *Y = kiln_run_out(c, 0);
-    bool ok = X->rank == 3 && b->rank == 1 && S->rank == 3 && b->dims[0] == X->dims[2];
-    for (int i = 0; ok && i < 3; i++) ok = S->dims[i] == X->dims[i];
-    if (!ok)
-        return kiln_run_fail(c, KILN_ERR_SHAPE, "X (rank %d), bias (rank %d) and skip (rank %d) are not [N, S, C], [C], [N, S, C]",
-                             X->rank, b->rank, S->rank);
+    char msg[160];
+    kiln_status st = kiln_contrib_bias_add_check(X, b, S, msg, sizeof msg);
+    if (st) return kiln_run_fail(c, st, "%s", msg);
     int64_t C = X->dims[2];
     for (int64_t i = 0; i < X->numel; i++)
         kiln_store_f64(Y->dtype, Y->data, i,

@@ -97,7 +97,7 @@ static kiln_status attn_core_run(kiln_run_ctx *c, const attn_core *a, kiln_value
     double *p = malloc((size_t)(a->T ? a->T : 1) * sizeof *p);
     if (!p) return kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory");
     const kiln_value *bias = a->bias;
-    int64_t bb = bias && bias->dims[0] != 1 ? a->N * a->S * a->T : 0, bn = bias && bias->dims[1] != 1 ? a->S * a->T : 0;
+    int64_t bb = bias && bias->dims[0] != 1 ? bias->dims[1] * a->S * a->T : 0, bn = bias && bias->dims[1] != 1 ? a->S * a->T : 0;
     for (int64_t b = 0; b < a->B; b++)
         for (int64_t n = 0; n < a->N; n++) {
             const double *q = a->q + (b * a->N + n) * a->S * a->H, *k = a->k + (b * a->N + n) * a->T * a->H;
@@ -139,7 +139,7 @@ static bool attn_bias_ok(const kiln_value *ab, int64_t B, int64_t N, int64_t S, 
                    ab->dims[2] == S && ab->dims[3] == T && is_float(ab->dtype));
 }
 
-static double scale_of(const kiln_node *n, int64_t H)
+double kiln_contrib_attn_scale(const kiln_node *n, int64_t H)
 {
     float s = kiln_attr_float(n, "scale", 0.0f);
     return s == 0.0f ? 1.0 / sqrt((double)(float)H) : (double)s;
@@ -150,7 +150,8 @@ static double scale_of(const kiln_node *n, int64_t H)
  * [2, B, N, P, H], attention_bias? [B|1, N|1, S, P + S], past_sequence_length? ->
  * output [B, S, Dv], present? [2, B, N, P + S, H]. */
 
-enum { A_X, A_W, A_BIAS, A_MASK, A_PAST, A_ABIAS, A_PASTLEN };
+enum { A_X = KILN_ATTN_X, A_W = KILN_ATTN_W, A_BIAS = KILN_ATTN_BIAS, A_MASK = KILN_ATTN_MASK, A_PAST = KILN_ATTN_PAST,
+       A_ABIAS = KILN_ATTN_ABIAS };
 
 /* Dq, Dk, Dv from qkv_hidden_sizes or a third of the weights' columns each. */
 static bool attn_sizes(const kiln_node *n, int64_t cols, int64_t *dq, int64_t *dk, int64_t *dv)
@@ -202,36 +203,62 @@ static kiln_status contrib_attention_infer(kiln_infer_ctx *c)
     return kiln_infer_set_out(c, 1, x->dtype, 5, pd);
 }
 
+kiln_status kiln_contrib_attention_check(const kiln_node *n, const kiln_value *X, const kiln_value *W,
+                                         const kiln_value *bias, const kiln_value *mask, const kiln_value *past,
+                                         const kiln_value *ab, kiln_contrib_attention_dims *d, char *msg, int size)
+{
+    memset(d, 0, sizeof *d);
+    int64_t N = kiln_attr_int(n, "num_heads", 0), Dq, Dk, Dv;
+    if (X->rank != 3 || !W || W->rank != 2 || W->dims[0] != X->dims[2]) {
+        snprintf(msg, (size_t)size, "input must be [B, S, Hin] and weights [Hin, 3 * hidden] (ranks %d, %d)", X->rank,
+                 W ? W->rank : -1);
+        return KILN_ERR_SHAPE;
+    }
+    if (N <= 0 || !attn_sizes(n, W->dims[1], &Dq, &Dk, &Dv) || Dq + Dk + Dv != W->dims[1] || Dq % N || Dv % N) {
+        snprintf(msg, (size_t)size, "weights' %lld columns do not split into Q, K, V of num_heads %lld heads",
+                 (long long)W->dims[1], (long long)N);
+        return KILN_ERR_SHAPE;
+    }
+    int64_t B = X->dims[0], S = X->dims[1], D = W->dims[1], H = Dq / N, Hv = Dv / N;
+    if (bias && (bias->rank != 1 || bias->dims[0] != D)) {
+        snprintf(msg, (size_t)size, "bias must be [%lld]", (long long)D);
+        return KILN_ERR_SHAPE;
+    }
+    int64_t P = 0;
+    if (past) {
+        if (past->rank != 5 || past->dims[0] != 2 || past->dims[1] != B || past->dims[2] != N || past->dims[4] != H || H != Hv) {
+            snprintf(msg, (size_t)size, "past must be [2, %lld, %lld, past, %lld] (and Q, K, V of one head size)",
+                     (long long)B, (long long)N, (long long)H);
+            return KILN_ERR_SHAPE;
+        }
+        P = past->dims[3];
+    }
+    int64_t T = P + S;
+    if (!kiln_contrib_attn_mask_ok(mask, B, S, P, T, msg, size)) return KILN_ERR_SHAPE;
+    if (!attn_bias_ok(ab, B, N, S, T)) {
+        snprintf(msg, (size_t)size, "attention_bias must be [%lld or 1, %lld or 1, %lld, %lld]", (long long)B,
+                 (long long)N, (long long)S, (long long)T);
+        return KILN_ERR_SHAPE;
+    }
+    *d = (kiln_contrib_attention_dims){.B = B, .S = S, .Hin = X->dims[2], .D = D, .Dq = Dq, .Dk = Dk, .Dv = Dv, .N = N,
+                                       .H = H, .Hv = Hv, .P = P, .T = T,
+                                       .causal = kiln_attr_int(n, "unidirectional", 0) && S > 1};
+    return KILN_OK;
+}
+
 static kiln_status contrib_attention_run(kiln_run_ctx *c)
 {
     const kiln_node *n = kiln_run_node(c);
     const kiln_value *X = kiln_run_in(c, A_X), *W = kiln_run_in(c, A_W), *bias = kiln_run_in(c, A_BIAS),
                      *mask = kiln_run_in(c, A_MASK), *past = kiln_run_in(c, A_PAST), *ab = kiln_run_in(c, A_ABIAS);
     kiln_value *Y = kiln_run_out(c, 0), *present = kiln_run_out(c, 1);
-    int64_t N = kiln_attr_int(n, "num_heads", 0), Dq, Dk, Dv;
-    if (X->rank != 3 || !W || W->rank != 2 || W->dims[0] != X->dims[2])
-        return kiln_run_fail(c, KILN_ERR_SHAPE, "input must be [B, S, Hin] and weights [Hin, 3 * hidden] (ranks %d, %d)", X->rank,
-                             W ? W->rank : -1);
-    if (N <= 0 || !attn_sizes(n, W->dims[1], &Dq, &Dk, &Dv) || Dq + Dk + Dv != W->dims[1] || Dq % N || Dv % N)
-        return kiln_run_fail(c, KILN_ERR_SHAPE, "weights' %lld columns do not split into Q, K, V of num_heads %lld heads",
-                             (long long)W->dims[1], (long long)N);
-    int64_t B = X->dims[0], S = X->dims[1], Hin = X->dims[2], D = W->dims[1], H = Dq / N, Hv = Dv / N;
-    if (bias && (bias->rank != 1 || bias->dims[0] != D))
-        return kiln_run_fail(c, KILN_ERR_SHAPE, "bias must be [%lld]", (long long)D);
-    int64_t P = 0;
-    if (past) {
-        if (past->rank != 5 || past->dims[0] != 2 || past->dims[1] != B || past->dims[2] != N || past->dims[4] != H || H != Hv)
-            return kiln_run_fail(c, KILN_ERR_SHAPE, "past must be [2, %lld, %lld, past, %lld] (and Q, K, V of one head size)",
-                                 (long long)B, (long long)N, (long long)H);
-        P = past->dims[3];
-    }
-    int64_t T = P + S;
+    kiln_contrib_attention_dims ad;
     char msg[256];
-    if (!kiln_contrib_attn_mask_ok(mask, B, S, P, T, msg, sizeof msg)) return kiln_run_fail(c, KILN_ERR_SHAPE, "%s", msg);
-    if (!attn_bias_ok(ab, B, N, S, T))
-        return kiln_run_fail(c, KILN_ERR_SHAPE, "attention_bias must be [%lld or 1, %lld or 1, %lld, %lld]", (long long)B,
-                             (long long)N, (long long)S, (long long)T);
-    bool causal = kiln_attr_int(n, "unidirectional", 0) && S > 1;
+    kiln_status chk = kiln_contrib_attention_check(n, X, W, bias, mask, past, ab, &ad, msg, sizeof msg);
+    if (chk) return kiln_run_fail(c, chk, "%s", msg);
+    int64_t B = ad.B, S = ad.S, Hin = ad.Hin, D = ad.D, Dq = ad.Dq, Dk = ad.Dk, N = ad.N, H = ad.H, Hv = ad.Hv, P = ad.P,
+            T = ad.T;
+    bool causal = ad.causal;
     size_t nq = (size_t)(B * N * S * H), nk = (size_t)(B * N * T * H), nv = (size_t)(B * N * T * Hv);
     double *q = malloc((nq + nk + nv + 1) * sizeof *q);
     float *m = mask || causal ? malloc((size_t)(B * S * T + 1) * sizeof *m) : NULL;
@@ -265,7 +292,7 @@ static kiln_status contrib_attention_run(kiln_run_ctx *c)
             kiln_store_f64(present->dtype, present->data, (int64_t)(nk + i), v[i]);
         }
     if (m) kiln_contrib_attn_mask_fill(mask, causal, B, S, P, T, kiln_attr_float(n, "mask_filter_value", -10000.0f), m);
-    attn_core a = {q, k, v, m, kiln_contrib_attn_mask_per_row(mask, causal), ab, B, N, S, T, H, Hv, scale_of(n, H)};
+    attn_core a = {q, k, v, m, kiln_contrib_attn_mask_per_row(mask, causal), ab, B, N, S, T, H, Hv, kiln_contrib_attn_scale(n, H)};
     st = attn_core_run(c, &a, Y, NULL);
 out:
     free(q);
@@ -279,15 +306,15 @@ out:
  * attention_bias?, past_key? [B, N, P, H], past_value? [B, N, P, Hv] -> output [B, S, Dv],
  * present_key? [B, N, P + L, H], present_value? [B, N, P + L, Hv], qk? [B, N, S, P + L]. */
 
-enum { M_Q, M_K, M_V, M_BIAS, M_MASK, M_ABIAS, M_PK, M_PV, M_PASTLEN, M_CACHE };
-
-/* The layout of MultiHeadAttention's inputs. */
-typedef enum mha_form { MHA_QKV, MHA_PACKED_QKV, MHA_PACKED_KV, MHA_KV_BNSH } mha_form;
-
-typedef struct mha_dims {
-    mha_form form;
-    int64_t B, S, L, N, H, Hv;
-} mha_dims;
+enum {
+    M_Q = KILN_MHA_Q, M_K = KILN_MHA_K, M_V = KILN_MHA_V, M_BIAS = KILN_MHA_BIAS, M_MASK = KILN_MHA_MASK,
+    M_ABIAS = KILN_MHA_ABIAS, M_PK = KILN_MHA_PK, M_PV = KILN_MHA_PV, M_CACHE = KILN_MHA_CACHE
+};
+#define MHA_QKV KILN_MHA_QKV
+#define MHA_PACKED_QKV KILN_MHA_PACKED_QKV
+#define MHA_PACKED_KV KILN_MHA_PACKED_KV
+#define MHA_KV_BNSH KILN_MHA_KV_BNSH
+typedef kiln_contrib_mha_dims mha_dims;
 
 static kiln_status contrib_mha_infer(kiln_infer_ctx *c)
 {
@@ -356,14 +383,13 @@ static double mha_load(const mha_dims *m, int which, const kiln_value *x, const 
     return kiln_round_to(x->dtype, y);
 }
 
-static kiln_status contrib_mha_run(kiln_run_ctx *c)
+kiln_status kiln_contrib_mha_check(const kiln_node *n, const kiln_value *const *in, kiln_contrib_mha_dims *d, char *msg,
+                                   int size)
 {
-    const kiln_node *n = kiln_run_node(c);
-    const kiln_value *Q = kiln_run_in(c, M_Q), *K = kiln_run_in(c, M_K), *V = kiln_run_in(c, M_V), *bias = kiln_run_in(c, M_BIAS),
-                     *mask = kiln_run_in(c, M_MASK), *ab = kiln_run_in(c, M_ABIAS), *pk = kiln_run_in(c, M_PK),
-                     *pv = kiln_run_in(c, M_PV);
-    kiln_value *Y = kiln_run_out(c, 0), *PK = kiln_run_out(c, 1), *PV = kiln_run_out(c, 2), *QK = kiln_run_out(c, 3);
-    mha_dims m = {.N = kiln_attr_int(n, "num_heads", 0), .B = Q->dims[0], .S = Q->rank >= 2 ? Q->dims[1] : 0};
+    const kiln_value *Q = in[M_Q], *K = in[M_K], *V = in[M_V], *bias = in[M_BIAS], *mask = in[M_MASK], *ab = in[M_ABIAS],
+                     *pk = in[M_PK], *pv = in[M_PV];
+    mha_dims m = {.N = kiln_attr_int(n, "num_heads", 0), .B = Q->rank >= 1 ? Q->dims[0] : 0,
+                  .S = Q->rank >= 2 ? Q->dims[1] : 0};
     int64_t N = m.N;
     bool ok = N > 0;
     if (ok && Q->rank == 5) {
@@ -387,32 +413,70 @@ static kiln_status contrib_mha_run(kiln_run_ctx *c)
     } else {
         ok = false;
     }
-    if (!ok)
-        return kiln_run_fail(c, KILN_ERR_SHAPE,
-                             "query (rank %d), key (rank %d) and value (rank %d) fit none of [B, S, D] + [B, L, D] + [B, L, Dv], "
-                             "packed QKV [B, S, %lld, 3, H], packed KV [B, L, %lld, 2, H] or key/value [B, %lld, L, H]",
-                             Q->rank, K ? K->rank : -1, V ? V->rank : -1, (long long)N, (long long)N, (long long)N);
+    if (!ok) {
+        snprintf(msg, (size_t)size,
+                 "query (rank %d), key (rank %d) and value (rank %d) fit none of [B, S, D] + [B, L, D] + [B, L, Dv], "
+                 "packed QKV [B, S, %lld, 3, H], packed KV [B, L, %lld, 2, H] or key/value [B, %lld, L, H]",
+                 Q->rank, K ? K->rank : -1, V ? V->rank : -1, (long long)N, (long long)N, (long long)N);
+        return KILN_ERR_SHAPE;
+    }
     int64_t B = m.B, S = m.S, L = m.L, H = m.H, Hv = m.Hv;
-    if (K && K->dtype != Q->dtype) return kiln_run_fail(c, KILN_ERR_MODEL, "key and query dtypes differ");
-    if (bias && (bias->rank != 1 || bias->dims[0] != N * (2 * H + Hv)))
-        return kiln_run_fail(c, KILN_ERR_SHAPE, "bias must be [%lld]", (long long)(N * (2 * H + Hv)));
-    if ((pk == NULL) != (pv == NULL)) return kiln_run_fail(c, KILN_ERR_MODEL, "past_key and past_value come together");
+    if (K && K->dtype != Q->dtype) {
+        snprintf(msg, (size_t)size, "key and query dtypes differ");
+        return KILN_ERR_MODEL;
+    }
+    if (bias && (bias->rank != 1 || bias->dims[0] != N * (2 * H + Hv))) {
+        snprintf(msg, (size_t)size, "bias must be [%lld]", (long long)(N * (2 * H + Hv)));
+        return KILN_ERR_SHAPE;
+    }
+    if ((pk == NULL) != (pv == NULL)) {
+        snprintf(msg, (size_t)size, "past_key and past_value come together");
+        return KILN_ERR_MODEL;
+    }
     int64_t P = 0;
     if (pk) {
-        if (m.form == MHA_KV_BNSH) return kiln_run_fail(c, KILN_ERR_MODEL, "past_key with key/value in [B, N, L, H] is not defined");
+        if (m.form == MHA_KV_BNSH) {
+            snprintf(msg, (size_t)size, "past_key with key/value in [B, N, L, H] is not defined");
+            return KILN_ERR_MODEL;
+        }
         if (pk->rank != 4 || pv->rank != 4 || pk->dims[0] != B || pk->dims[1] != N || pk->dims[3] != H || pv->dims[0] != B ||
-            pv->dims[1] != N || pv->dims[2] != pk->dims[2] || pv->dims[3] != Hv)
-            return kiln_run_fail(c, KILN_ERR_SHAPE, "past_key/past_value must be [%lld, %lld, P, %lld] / [%lld, %lld, P, %lld]",
-                                 (long long)B, (long long)N, (long long)H, (long long)B, (long long)N, (long long)Hv);
+            pv->dims[1] != N || pv->dims[2] != pk->dims[2] || pv->dims[3] != Hv) {
+            snprintf(msg, (size_t)size, "past_key/past_value must be [%lld, %lld, P, %lld] / [%lld, %lld, P, %lld]",
+                     (long long)B, (long long)N, (long long)H, (long long)B, (long long)N, (long long)Hv);
+            return KILN_ERR_SHAPE;
+        }
         P = pk->dims[2];
     }
     int64_t T = P + L;
-    char msg[256];
-    if (!kiln_contrib_attn_mask_ok(mask, B, S, P, T, msg, sizeof msg)) return kiln_run_fail(c, KILN_ERR_SHAPE, "key_padding_%s", msg);
-    if (!attn_bias_ok(ab, B, N, S, T))
-        return kiln_run_fail(c, KILN_ERR_SHAPE, "attention_bias must be [%lld or 1, %lld or 1, %lld, %lld]", (long long)B,
-                             (long long)N, (long long)S, (long long)T);
-    bool causal = kiln_attr_int(n, "unidirectional", 0) && S > 1;
+    /* the mask's message after "key_padding_" */
+    if (size > 12 && !kiln_contrib_attn_mask_ok(mask, B, S, P, T, msg + 12, size - 12)) {
+        memcpy(msg, "key_padding_", 12);
+        return KILN_ERR_SHAPE;
+    }
+    if (!attn_bias_ok(ab, B, N, S, T)) {
+        snprintf(msg, (size_t)size, "attention_bias must be [%lld or 1, %lld or 1, %lld, %lld]", (long long)B,
+                 (long long)N, (long long)S, (long long)T);
+        return KILN_ERR_SHAPE;
+    }
+    m.P = P, m.T = T, m.causal = kiln_attr_int(n, "unidirectional", 0) && S > 1;
+    *d = m;
+    return KILN_OK;
+}
+
+static kiln_status contrib_mha_run(kiln_run_ctx *c)
+{
+    const kiln_node *n = kiln_run_node(c);
+    const kiln_value *in[M_CACHE + 1];
+    for (int i = 0; i <= M_CACHE; i++) in[i] = kiln_run_in(c, i);
+    const kiln_value *Q = in[M_Q], *K = in[M_K], *V = in[M_V], *bias = in[M_BIAS], *mask = in[M_MASK], *ab = in[M_ABIAS],
+                     *pk = in[M_PK], *pv = in[M_PV];
+    kiln_value *Y = kiln_run_out(c, 0), *PK = kiln_run_out(c, 1), *PV = kiln_run_out(c, 2), *QK = kiln_run_out(c, 3);
+    mha_dims m;
+    char msg[280];
+    kiln_status chk = kiln_contrib_mha_check(n, in, &m, msg, sizeof msg);
+    if (chk) return kiln_run_fail(c, chk, "%s", msg);
+    int64_t B = m.B, S = m.S, N = m.N, H = m.H, Hv = m.Hv, P = m.P, T = m.T;
+    bool causal = m.causal;
     size_t nq = (size_t)(B * N * S * H), nk = (size_t)(B * N * T * H), nv = (size_t)(B * N * T * Hv);
     double *q = malloc((nq + nk + nv + 1) * sizeof *q);
     float *mk = mask || causal ? malloc((size_t)(B * S * T + 1) * sizeof *mk) : NULL;
@@ -440,7 +504,7 @@ static kiln_status contrib_mha_run(kiln_run_ctx *c)
     for (size_t i = 0; PK && i < nk; i++) kiln_store_f64(PK->dtype, PK->data, (int64_t)i, k[i]);
     for (size_t i = 0; PV && i < nv; i++) kiln_store_f64(PV->dtype, PV->data, (int64_t)i, v[i]);
     if (mk) kiln_contrib_attn_mask_fill(mask, causal, B, S, P, T, kiln_attr_float(n, "mask_filter_value", -10000.0f), mk);
-    attn_core a = {q, k, v, mk, kiln_contrib_attn_mask_per_row(mask, causal), ab, B, N, S, T, H, Hv, scale_of(n, H)};
+    attn_core a = {q, k, v, mk, kiln_contrib_attn_mask_per_row(mask, causal), ab, B, N, S, T, H, Hv, kiln_contrib_attn_scale(n, H)};
     st = attn_core_run(c, &a, Y, QK);
 out:
     free(q);

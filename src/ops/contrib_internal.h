@@ -63,6 +63,30 @@ static inline double kiln_contrib_act_eval(const kiln_contrib_act *a, double x)
     return x;
 }
 
+/* ---- run-time checks the reference kernels make, shared with the GPU kernels (src/gpu/
+ * ops_contrib.c) so both refuse alike: each returns KILN_OK, or the error code with a message in
+ * msg (size bytes) that the reference reports ---- */
+
+/* Gelu family: the optional bias b (input 1; required when need_bias) is 1-D of X's last dim,
+ * *last. */
+kiln_status kiln_contrib_bias_check(const kiln_value *X, const kiln_value *b, bool need_bias, int64_t *last, char *msg,
+                                    int size);
+/* BiasAdd: X and skip [N, S, C], bias [C]. */
+kiln_status kiln_contrib_bias_add_check(const kiln_value *X, const kiln_value *b, const kiln_value *S, char *msg, int size);
+/* SkipLayerNormalization (beta present or not) and the simplified form (beta NULL): input X [.., h]
+ * of rank 2 or 3, gamma, beta and bias [h] (*h), skip X's shape or its last dims ([S, h], [1, S,
+ * h]). */
+kiln_status kiln_contrib_skip_check(const kiln_value *X, const kiln_value *S, const kiln_value *G, const kiln_value *beta,
+                                    const kiln_value *bias, int64_t *h, char *msg, int size);
+
+/* EmbedLayerNormalization's inputs (and their indices). */
+enum { KILN_EMBED_IDS, KILN_EMBED_SEG, KILN_EMBED_WORD, KILN_EMBED_POS, KILN_EMBED_SEGEMB, KILN_EMBED_GAMMA,
+       KILN_EMBED_BETA, KILN_EMBED_MASK, KILN_EMBED_POSIDS, KILN_EMBED_N_IN };
+/* EmbedLayerNormalization: in[KILN_EMBED_*] (NULL when absent). input_ids [B, S], segment_ids
+ * and mask [B, S], position_ids [B, S] or [1, S], embeddings 2-D of one hidden size H, gamma and
+ * beta [H]. The ids' values are not checked here (the reference checks each). */
+kiln_status kiln_contrib_embed_check(const kiln_value *const *in, char *msg, int size);
+
 /* contrib.c: activations and element-wise ops */
 kiln_status kiln_contrib_gelu_infer(kiln_infer_ctx *c);
 kiln_status kiln_contrib_gelu_run(kiln_run_ctx *c);

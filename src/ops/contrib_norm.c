@@ -4,6 +4,7 @@
  * mask's per-row count of ones). Statistics in double; epsilon defaults to 1e-12 as in ONNX
  * Runtime. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "ops/contrib_internal.h"
@@ -66,25 +67,41 @@ static kiln_status skip_infer(kiln_infer_ctx *c, int beta_in, int bias_in)
     return kiln_infer_set_out(c, 2, u, x->rank, dims);
 }
 
+kiln_status kiln_contrib_skip_check(const kiln_value *X, const kiln_value *S, const kiln_value *G, const kiln_value *beta,
+                                    const kiln_value *bias, int64_t *h, char *msg, int size)
+{
+    if (X->rank != 2 && X->rank != 3) {
+        snprintf(msg, (size_t)size, "input must be 2-D or 3-D, has rank %d", X->rank);
+        return KILN_ERR_SHAPE;
+    }
+    *h = X->dims[X->rank - 1];
+    if (!G || !vec_ok(G, *h) || !vec_ok(beta, *h) || !vec_ok(bias, *h)) {
+        snprintf(msg, (size_t)size, "gamma, beta and bias must be 1-D of the hidden size %lld", (long long)*h);
+        return KILN_ERR_SHAPE;
+    }
+    bool skip_ok = S && S->rank >= 2 && S->rank <= X->rank;
+    for (int k = 0; skip_ok && k < S->rank; k++) {
+        int64_t d = S->dims[S->rank - 1 - k], want = X->dims[X->rank - 1 - k];
+        skip_ok = d == want || (k == 2 && d == 1);
+    }
+    if (!skip_ok) {
+        snprintf(msg, (size_t)size, "skip (rank %d, %lld elements) is neither input's shape nor its [S, H]",
+                 S ? S->rank : -1, S ? (long long)S->numel : 0LL);
+        return KILN_ERR_SHAPE;
+    }
+    return KILN_OK;
+}
+
 static kiln_status skip_run(kiln_run_ctx *c, int beta_in, int bias_in, bool center)
 {
     const kiln_value *X = kiln_run_in(c, 0), *S = kiln_run_in(c, 1), *G = kiln_run_in(c, 2);
     const kiln_value *beta = beta_in >= 0 ? kiln_run_in(c, beta_in) : NULL, *bias = kiln_run_in(c, bias_in);
     kiln_value *Y = kiln_run_out(c, 0), *Mean = kiln_run_out(c, 1), *Inv = kiln_run_out(c, 2),
                *Sum = kiln_run_out(c, 3);
-    if (X->rank != 2 && X->rank != 3)
-        return kiln_run_fail(c, KILN_ERR_SHAPE, "input must be 2-D or 3-D, has rank %d", X->rank);
-    int64_t h = X->dims[X->rank - 1];
-    if (!G || !vec_ok(G, h) || !vec_ok(beta, h) || !vec_ok(bias, h))
-        return kiln_run_fail(c, KILN_ERR_SHAPE, "gamma, beta and bias must be 1-D of the hidden size %lld", (long long)h);
-    bool skip_ok = S->rank >= 2 && S->rank <= X->rank;
-    for (int k = 0; skip_ok && k < S->rank; k++) {
-        int64_t d = S->dims[S->rank - 1 - k], want = X->dims[X->rank - 1 - k];
-        skip_ok = d == want || (k == 2 && d == 1);
-    }
-    if (!skip_ok)
-        return kiln_run_fail(c, KILN_ERR_SHAPE, "skip (rank %d, %lld elements) is neither input's shape nor its [S, H]",
-                             S->rank, (long long)S->numel);
+    int64_t h;
+    char msg[160];
+    kiln_status st = kiln_contrib_skip_check(X, S, G, beta, bias, &h, msg, sizeof msg);
+    if (st) return kiln_run_fail(c, st, "%s", msg);
     double eps = kiln_attr_float(kiln_run_node(c), "epsilon", EPS_DEFAULT);
     double *row = malloc((size_t)(h > 0 ? h : 1) * sizeof *row);
     if (!row) return kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory");
@@ -124,7 +141,11 @@ kiln_status kiln_contrib_skip_sln_run(kiln_run_ctx *c) { return skip_run(c, -1, 
  * [P, H], segment_embedding? [G, H], gamma [H], beta [H], mask? [B, S], position_ids? [B, S]
  * or [1, S]; outputs: output [B, S, H], mask_index? [B] int32, embedding_sum? [B, S, H]. */
 
-enum { E_IDS, E_SEG, E_WORD, E_POS, E_SEGEMB, E_GAMMA, E_BETA, E_MASK, E_POSIDS };
+enum {
+    E_IDS = KILN_EMBED_IDS, E_SEG = KILN_EMBED_SEG, E_WORD = KILN_EMBED_WORD, E_POS = KILN_EMBED_POS,
+    E_SEGEMB = KILN_EMBED_SEGEMB, E_GAMMA = KILN_EMBED_GAMMA, E_BETA = KILN_EMBED_BETA, E_MASK = KILN_EMBED_MASK,
+    E_POSIDS = KILN_EMBED_POSIDS
+};
 
 kiln_status kiln_contrib_embed_ln_infer(kiln_infer_ctx *c)
 {
@@ -162,23 +183,47 @@ static bool bs_shaped(const kiln_value *v, int64_t B, int64_t S, bool one_batch)
     return v->rank == 2 && v->dims[1] == S && (v->dims[0] == B || (one_batch && v->dims[0] == 1));
 }
 
+kiln_status kiln_contrib_embed_check(const kiln_value *const *in, char *msg, int size)
+{
+    const kiln_value *ids = in[E_IDS], *seg = in[E_SEG], *we = in[E_WORD], *pe = in[E_POS], *se = in[E_SEGEMB],
+                     *g = in[E_GAMMA], *beta = in[E_BETA], *mask = in[E_MASK], *pos = in[E_POSIDS];
+    if (!ids || !we || !pe || !g || !beta) {
+        snprintf(msg, (size_t)size, "needs input_ids, word_embedding, position_embedding, gamma and beta");
+        return KILN_ERR_MODEL;
+    }
+    if (ids->rank != 2 || we->rank != 2 || pe->rank != 2 || (se && se->rank != 2)) {
+        snprintf(msg, (size_t)size, "input_ids and the embeddings must be 2-D");
+        return KILN_ERR_SHAPE;
+    }
+    int64_t B = ids->dims[0], S = ids->dims[1], H = we->dims[1];
+    if (pe->dims[1] != H || (se && se->dims[1] != H) || !vec_ok(g, H) || !vec_ok(beta, H)) {
+        snprintf(msg, (size_t)size, "embeddings, gamma and beta must share the hidden size %lld", (long long)H);
+        return KILN_ERR_SHAPE;
+    }
+    if ((seg && !bs_shaped(seg, B, S, false)) || (mask && !bs_shaped(mask, B, S, false)) ||
+        (pos && !bs_shaped(pos, B, S, true))) {
+        snprintf(msg, (size_t)size, "segment_ids, mask and position_ids must be [%lld, %lld] (position_ids also [1, %lld])",
+                 (long long)B, (long long)S, (long long)S);
+        return KILN_ERR_SHAPE;
+    }
+    if ((seg == NULL) != (se == NULL)) {
+        snprintf(msg, (size_t)size, "segment_ids and segment_embedding come together");
+        return KILN_ERR_MODEL;
+    }
+    return KILN_OK;
+}
+
 kiln_status kiln_contrib_embed_ln_run(kiln_run_ctx *c)
 {
-    const kiln_value *ids = kiln_run_in(c, E_IDS), *seg = kiln_run_in(c, E_SEG), *we = kiln_run_in(c, E_WORD),
-                     *pe = kiln_run_in(c, E_POS), *se = kiln_run_in(c, E_SEGEMB), *g = kiln_run_in(c, E_GAMMA),
-                     *beta = kiln_run_in(c, E_BETA), *mask = kiln_run_in(c, E_MASK), *pos = kiln_run_in(c, E_POSIDS);
+    const kiln_value *in[KILN_EMBED_N_IN];
+    for (int i = 0; i < KILN_EMBED_N_IN; i++) in[i] = kiln_run_in(c, i);
+    const kiln_value *ids = in[E_IDS], *seg = in[E_SEG], *we = in[E_WORD], *pe = in[E_POS], *se = in[E_SEGEMB],
+                     *g = in[E_GAMMA], *beta = in[E_BETA], *mask = in[E_MASK], *pos = in[E_POSIDS];
     kiln_value *Y = kiln_run_out(c, 0), *MI = kiln_run_out(c, 1), *Sum = kiln_run_out(c, 2);
-    if (ids->rank != 2 || we->rank != 2 || pe->rank != 2 || (se && se->rank != 2))
-        return kiln_run_fail(c, KILN_ERR_SHAPE, "input_ids and the embeddings must be 2-D");
+    char msg[192];
+    kiln_status chk = kiln_contrib_embed_check(in, msg, sizeof msg);
+    if (chk) return kiln_run_fail(c, chk, "%s", msg);
     int64_t B = ids->dims[0], S = ids->dims[1], H = we->dims[1];
-    if (pe->dims[1] != H || (se && se->dims[1] != H) || !vec_ok(g, H) || !vec_ok(beta, H))
-        return kiln_run_fail(c, KILN_ERR_SHAPE, "embeddings, gamma and beta must share the hidden size %lld", (long long)H);
-    if ((seg && !bs_shaped(seg, B, S, false)) || (mask && !bs_shaped(mask, B, S, false)) ||
-        (pos && !bs_shaped(pos, B, S, true)))
-        return kiln_run_fail(c, KILN_ERR_SHAPE, "segment_ids, mask and position_ids must be [%lld, %lld] (position_ids also [1, %lld])",
-                             (long long)B, (long long)S, (long long)S);
-    if ((seg == NULL) != (se == NULL))
-        return kiln_run_fail(c, KILN_ERR_MODEL, "segment_ids and segment_embedding come together");
     double eps = kiln_attr_float(kiln_run_node(c), "epsilon", EPS_DEFAULT);
     double *row = malloc((size_t)(H > 0 ? H : 1) * sizeof *row);
     if (!row) return kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory");

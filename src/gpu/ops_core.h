@@ -1,0 +1,38 @@
+/* ops_core.h - the base computations one GPU family lends another: the fused com.microsoft
+ * operators (ops_contrib.c) compute their MatMul, Gemm and Conv as ops_blas.c and ops_cnn.c do,
+ * then their own epilogue. Each takes the run context of the node being run and reports through
+ * *done whether it covered the call; when it did not (false, KILN_OK), it has queued nothing and
+ * the caller hands the node to its reference kernel (kiln_gpu_fallback). */
+#ifndef KILN_GPU_OPS_CORE_H
+#define KILN_GPU_OPS_CORE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gpu/gpu.h"
+
+/* Y = alpha * A @ B + beta * Y over broadcast batches, on cuBLAS. Y is contiguous [ydims..., M,
+ * N]; A's element (m, k) of batch index i is at sum_j i_j * a_bs[j] + m * a_m + k * a_k, B's
+ * (k, n) likewise with b_bs, b_k, b_n (a stride 0: broadcast). dtype float32, float16 or
+ * bfloat16 for A, B and Y. */
+typedef struct kiln_gpu_mm {
+    kiln_dtype dtype;
+    const void *A, *B;
+    void *Y;
+    int64_t M, N, K;
+    int64_t a_m, a_k, b_k, b_n;
+    int yb;                       /* batch rank, <= KILN_MAX_RANK */
+    const int64_t *ydims, *a_bs, *b_bs; /* [yb] each */
+    float alpha, beta;
+} kiln_gpu_mm;
+
+kiln_status kiln_gpu_matmul_run(kiln_run_ctx *c, const kiln_gpu_mm *m, bool *done);
+
+/* Gemm (inputs A, B, C; attributes alpha, beta, transA, transB) of the running node into its
+ * output 0. */
+kiln_status kiln_gpu_gemm_core(kiln_run_ctx *c, bool *done);
+
+/* Conv (inputs X, W, B; Conv's attributes) of the running node into its output 0. */
+kiln_status kiln_gpu_conv_core(kiln_run_ctx *c, bool *done);
+
+#endif
