@@ -8,7 +8,7 @@
 # usage: bash scripts/bench_llm_gpu.sh [WORK_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-KILN=${KILN:-.gpu/kiln}
+KILN=${KILN:-.gpu/kiln} # test_gpu.sh exports its own, with the library path set
 export LD_LIBRARY_PATH="$(dirname "$KILN"):/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 work=${1:-$(mktemp -d)}
 dir=$work/llm_8x2048

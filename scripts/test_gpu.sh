@@ -15,10 +15,11 @@
 #   e  compute-sanitizer memcheck: the layout-case model and the encoder through `kiln run`, and
 #      10,000 decode steps of a tiny builder-style GQA model through `kiln generate`
 #   f  scripts/bench_gpu.py: benchmarks against PyTorch (figures; passes when it completes)
+#   g  scripts/bench_llm_gpu.sh: kiln bench-llm on the CUDA provider (figures, as f)
 # A section that exits 0 after printing a line starting with SKIP counts as skipped.
 #
 # usage: bash scripts/test_gpu.sh
-#   KILN_GPU_SECTIONS="a b c d e f"  the sections to run (default all)
+#   KILN_GPU_SECTIONS="a b c d e f g"  the sections to run (default all)
 #   KILN_GPU_KERNEL_TESTS="llm python"  section a's files to run (test_gpu_NAME.py; default all)
 #   KILN_GPU_DIR       where kiln, libkiln.so and tests/conformance are (default .gpu if there,
 #                      else build-gpu)
@@ -32,7 +33,7 @@
 #                      section with under 20 s left is not started (counted as failed)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-SECTIONS=${KILN_GPU_SECTIONS:-a b c d e f}
+SECTIONS=${KILN_GPU_SECTIONS:-a b c d e f g}
 LOGS=${OUT:-/tmp/kiln-gpu-logs}
 mkdir -p "$LOGS"
 WORK=$(mktemp -d /tmp/kiln-gpu.XXXXXX)
@@ -231,6 +232,9 @@ want e && section e "compute-sanitizer memcheck (kiln run, kiln generate --provi
 # shellcheck disable=SC2086
 want f && section f "benchmarks: scripts/bench_gpu.py (figures, not a test)" 330 \
     python3 scripts/bench_gpu.py --kiln-lib "$KILN_LIB" --md "$LOGS/bench_gpu.md" ${KILN_BENCH_ARGS:-}
+
+want g && section g "LLM benchmark: scripts/bench_llm_gpu.sh (figures, not a test)" 300 \
+    bash scripts/bench_llm_gpu.sh "$WORK"
 
 rm -rf "$WORK"
 echo
