@@ -186,9 +186,9 @@ def test_gqa():
     s = kiln.Session(m.SerializeToString(), provider=PROVIDER)
     ref = kiln.Session(m.SerializeToString(), unoptimized=True, provider="cpu")
     good = lo.gqa_feeds(N=4, Nkv=2, H=8, B=2, S=1, seqlens=[8, 5], total=9, past_len=11)
-    for sl in ([8, 11], [-1, 5], [8, 0]):
+    for S, sl in ((1, [8, 11]), (1, [-1, 5]), (2, [8, 0])):  # past the buffer, negative, shorter than the new rows
         try:
-            s.run(lo.gqa_feeds(N=4, Nkv=2, H=8, B=2, S=1, seqlens=sl, total=9, past_len=11))
+            s.run(lo.gqa_feeds(N=4, Nkv=2, H=8, B=2, S=S, seqlens=sl, total=9, past_len=11))
             check(f"GQA seqlens_k {sl}: refused", False, "it ran")
         except kiln.KilnError as e:
             check(f"GQA seqlens_k {sl}: refused naming the node", "GroupQueryAttention" in str(e) and "range" in str(e), str(e))
