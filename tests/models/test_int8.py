@@ -51,9 +51,9 @@ def q8(dt, *shape):
 
 
 def ort_session(blob):
-    so = ort_int8.session_options(model=blob)
+    so = ort.SessionOptions()
     so.intra_op_num_threads = 2
-    return ort.InferenceSession(blob, so, providers=["CPUExecutionProvider"])
+    return ort_int8.expected_session(blob, so)
 
 
 def compare(name, blob, feeds_list, exact=True, rtol=1e-5):

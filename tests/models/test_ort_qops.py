@@ -53,10 +53,10 @@ def vi(name, dt, dims):
 def compare(name, blob, feeds, exact, rtol=1e-4, ort_threads=2, ref_steps=0):
     """ref_steps: integer steps the reference session may differ by (its requantization multiplies
     in double, as ONNX's reference does, where MLAS multiplies in float32)."""
-    so = ort_int8.session_options(model=blob)
+    so = ort.SessionOptions()
     so.intra_op_num_threads = ort_threads
     ref_blob, (ref_feeds,) = ort_int8.exact_form(blob, [feeds])
-    want = ort.InferenceSession(ref_blob, so, providers=["CPUExecutionProvider"]).run(None, ref_feeds)
+    want = ort_int8.expected_session(ref_blob, so).run(None, ref_feeds)
     for label, opts in (("kiln", {"num_threads": 2}), ("kiln-reference", {"unoptimized": True})):
         try:
             got = kiln.Session(blob, **opts).run(feeds)
