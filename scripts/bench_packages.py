@@ -124,12 +124,31 @@ def compare(name, got, want):
 
 # ---- one process per (package, runtime) ----
 
-def worker(name, runtime, calls, out_path):
+def exact_int8_ort():
+    """Makes every onnxruntime.InferenceSession this process creates the exact ORT of
+    tests/common/ort_int8.py (uint8 x int8 products exact where this CPU's ORT saturates them);
+    returns the line saying which ORT that is."""
+    sys.path.insert(0, os.path.join(ROOT, "tests", "common"))
+    import onnxruntime
+    import ort_int8
+    line = ort_int8.mode()  # probes through the unpatched ORT
+    init = onnxruntime.InferenceSession.__init__
+
+    def exact_init(self, path_or_bytes, sess_options=None, *a, **kw):
+        model, _ = ort_int8.exact_form(path_or_bytes)
+        init(self, model, ort_int8.session_options(sess_options, model), *a, **kw)
+    onnxruntime.InferenceSession.__init__ = exact_init
+    return line
+
+
+def worker(name, runtime, calls, out_path, exact_int8=False):
     """Runs in a fresh process: installs kiln as onnxruntime (runtime 'kiln') before the package
     is imported, runs the pipeline once for its output, then `calls` more times for the timing.
-    Writes {output, median_ms, kiln_runs} to out_path; kiln_runs counts the runs of the kiln
-    sessions the package created (the proof that kiln ran: None under ORT)."""
+    Writes {output, median_ms, kiln_runs, ort_mode} to out_path; kiln_runs counts the runs of the
+    kiln sessions the package created (the proof that kiln ran: None under ORT). exact_int8 (ORT
+    only): ORT's int8 products exact on any CPU (exact_int8_ort), its mode line in ort_mode."""
     sessions = []
+    ort_mode = None
     if runtime == "kiln":
         import kiln
         ort = kiln.install_as_onnxruntime()
@@ -144,6 +163,8 @@ def worker(name, runtime, calls, out_path):
     else:
         import onnxruntime
         assert "kiln" not in onnxruntime.__file__
+        if exact_int8:
+            ort_mode = exact_int8_ort()
     import warnings
     warnings.simplefilter("ignore")  # the packages' ignored ORT options: listed by --warnings
     call = pipeline(name)
@@ -156,17 +177,17 @@ def worker(name, runtime, calls, out_path):
     runs = sum(s.stats()["runs"] for s in sessions) if runtime == "kiln" else None
     with open(out_path, "wb") as f:
         pickle.dump({"output": out, "median_ms": statistics.median(times) if times else None,
-                     "kiln_runs": runs, "kiln_sessions": len(sessions)}, f)
+                     "kiln_runs": runs, "kiln_sessions": len(sessions), "ort_mode": ort_mode}, f)
 
 
-def run_in_fresh_process(name, runtime, calls, tmpdir):
+def run_in_fresh_process(name, runtime, calls, tmpdir, exact_int8=False):
     out_path = os.path.join(tmpdir, f"{name}-{runtime}.pkl")
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "python"), os.path.dirname(os.path.abspath(__file__))] +
                                         ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     if not env.get("KILN_LIB") and os.path.exists(os.path.join(ROOT, "build", "libkiln.so")):
         env["KILN_LIB"] = os.path.join(ROOT, "build", "libkiln.so")
-    code = f"import bench_packages as b; b.worker({name!r}, {runtime!r}, {calls}, {out_path!r})"
+    code = f"import bench_packages as b; b.worker({name!r}, {runtime!r}, {calls}, {out_path!r}, {exact_int8!r})"
     p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     if p.returncode:
         raise RuntimeError(f"{name} on {runtime} failed:\n{p.stdout[-3000:]}{p.stderr[-3000:]}")

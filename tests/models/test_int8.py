@@ -6,6 +6,10 @@ per-tensor and per-column zero points, weights constant (packed at compile time)
 outputs must equal ORT's bit for bit; float outputs within float32 rounding of the epilogue. Each
 model also runs in kiln's reference (unoptimized) session, which must agree the same way.
 
+ORT is the exact one of tests/common/ort_int8.py: as it is where its uint8 x int8 products are exact
+(VNNI), computing them as uint8 x uint8 where they saturate (AVX2 without VNNI); the first line
+printed says which.
+
 usage: test_int8.py   (libkiln.so from build/ or $KILN_LIB)
 """
 import json
@@ -22,6 +26,7 @@ from onnx import TensorProto, helper, numpy_helper
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 from checks import check, summary  # noqa: E402
 import kiln  # noqa: E402
+import ort_int8  # noqa: E402
 
 rng = np.random.default_rng(8)
 SIZES = [1, 3, 17, 63, 130]
@@ -48,19 +53,20 @@ def q8(dt, *shape):
 def ort_session(blob):
     so = ort.SessionOptions()
     so.intra_op_num_threads = 2
-    return ort.InferenceSession(blob, so, providers=["CPUExecutionProvider"])
+    return ort_int8.expected_session(blob, so)
 
 
 def compare(name, blob, feeds_list, exact=True, rtol=1e-5):
+    ref_blob, ref_feeds = ort_int8.exact_form(blob, feeds_list)
     try:
-        ref = ort_session(blob)
+        ref = ort_session(ref_blob)
     except Exception as e:  # an ORT build without this combination: nothing to compare with
         print(f"skip {name}: ONNX Runtime refuses it ({str(e).splitlines()[0][:120]})")
         return
     fast, slow = kiln.Session(blob, num_threads=2), kiln.Session(blob, unoptimized=True)
-    for feeds in feeds_list:
+    for feeds, ref_f in zip(feeds_list, ref_feeds):
         shapes = " ".join(f"{k}={v.shape}" for k, v in feeds.items())
-        want = ref.run(None, feeds)
+        want = ref.run(None, ref_f)
         for label, sess in (("kiln", fast), ("kiln-reference", slow)):
             try:
                 got = sess.run(feeds)
@@ -581,6 +587,7 @@ def test_quantize_linear_maxpool8():
 
 
 if __name__ == "__main__":
+    ort_int8.announce()
     test_matmul_integer()
     test_dynamic_quantize_linear()
     test_dequantize_linear()

@@ -14,7 +14,11 @@ Runtime (CPU):
 Every form: `kiln info` lists no unsupported operator, and kiln's outputs equal ORT's at each
 feed of the family. Float forms: rtol 1e-3 (atol 1e-4 of the output's largest magnitude).
 Quantized forms: kiln's difference from ORT on the form, in max and in rms, no larger than ORT's
-own quantization error (the form against the float model); integer outputs equal. The TTS model
+own quantization error (the form against the float model); integer outputs equal. ORT running a
+form is the exact one of tests/common/ort_int8.py: as it is where its uint8 x int8 products are
+exact (VNNI), computing them as uint8 x uint8 where they saturate (AVX2 without VNNI: there ORT's
+quantized forms would carry its saturation error, which kiln does not make); the first line
+printed says which. The TTS model
 runs its token lengths 16, 16, 10, 55, 5 in one session that compiles once. A form that cannot be
 made, loaded or run counts as a failure.
 
@@ -35,17 +39,22 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from checks import check, summary  # noqa: E402
 import kiln  # noqa: E402
 import ort_families  # noqa: E402
+import ort_int8  # noqa: E402
 
 FORMS = ["float", "qd_s8", "qd_u8", "qs_qdq", "qs_qop", "optimizer", "opt_qd_s8", "opt_qd_u8", "ort_ext", "ort_all"]
 QUANT = {"qd_s8", "qd_u8", "qs_qdq", "qs_qop", "opt_qd_s8", "opt_qd_u8"}
 
 
-def ort_session(path, level=ort.GraphOptimizationLevel.ORT_ENABLE_ALL, save=None):
+def ort_session(path, level=ort.GraphOptimizationLevel.ORT_ENABLE_ALL, save=None, expected=False):
+    """expected: the session whose outputs kiln's are checked against (exact int8 products on
+    every CPU); else one that writes a form."""
     so = ort.SessionOptions()
     so.intra_op_num_threads = 2
     so.graph_optimization_level = level
     if save:
         so.optimized_model_filepath = save
+    if expected:
+        return ort_int8.expected_session(path, so)
     return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
 
 
@@ -105,7 +114,7 @@ def run_form(fam, form, path, float_sess, cli, results):
         if not ok:
             results[(fam.name, form)] = "unsupported"
             return
-    ref = ort_session(path)
+    ref = ort_session(path, expected=True)
     try:
         sess = kiln.Session(path, num_threads=2)
     except kiln.KilnError as e:
@@ -161,6 +170,7 @@ def main():
     ap.add_argument("--forms")
     ap.add_argument("--keep")
     a = ap.parse_args()
+    ort_int8.announce()
     results = {}
     fams = [b() for b in ort_families.FAMILIES]
     if a.only:
@@ -172,7 +182,7 @@ def main():
         for fam in fams:
             src = os.path.join(d, f"{fam.name}.onnx")
             onnx.save(fam.model, src)
-            float_sess = ort_session(src)
+            float_sess = ort_session(src, expected=True)
             for form in forms:
                 try:
                     path = make_form(fam, form, src, d)

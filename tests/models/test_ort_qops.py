@@ -11,6 +11,10 @@ DynamicQuantizeLSTM is compared with a one-thread ORT: with more threads ORT spl
 quantizes each share of the hidden state on its own (its numbers then depend on the thread count);
 kiln quantizes the whole batch's state per step, as ORT's one-thread run does.
 
+ORT is the exact one of tests/common/ort_int8.py: as it is where its uint8 x int8 products are exact
+(VNNI), computing them as uint8 x uint8 where they saturate (AVX2 without VNNI); the first line
+printed says which.
+
 usage: test_ort_qops.py   (libkiln.so from build/ or $KILN_LIB)
 """
 import os
@@ -23,6 +27,7 @@ from onnx import TensorProto, helper, numpy_helper
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 from checks import check, summary  # noqa: E402
 import kiln  # noqa: E402
+import ort_int8  # noqa: E402
 
 rng = np.random.default_rng(30)
 TP = {np.uint8: TensorProto.UINT8, np.int8: TensorProto.INT8, np.float32: TensorProto.FLOAT, np.int32: TensorProto.INT32,
@@ -50,7 +55,8 @@ def compare(name, blob, feeds, exact, rtol=1e-4, ort_threads=2, ref_steps=0):
     in double, as ONNX's reference does, where MLAS multiplies in float32)."""
     so = ort.SessionOptions()
     so.intra_op_num_threads = ort_threads
-    want = ort.InferenceSession(blob, so, providers=["CPUExecutionProvider"]).run(None, feeds)
+    ref_blob, (ref_feeds,) = ort_int8.exact_form(blob, [feeds])
+    want = ort_int8.expected_session(ref_blob, so).run(None, ref_feeds)
     for label, opts in (("kiln", {"num_threads": 2}), ("kiln-reference", {"unoptimized": True})):
         try:
             got = kiln.Session(blob, **opts).run(feeds)
@@ -389,6 +395,7 @@ def kiln_block16_machine():
 
 
 if __name__ == "__main__":
+    ort_int8.announce()
     for t in [test_qgemm, test_qsoftmax, test_qavgpool, test_dqlstm, test_qattention, test_qembed, test_nchwc_block8, test_errors, test_std_kernels, test_qlinear_matmul_batched]:
         t()
     sys.exit(summary())
