@@ -2,7 +2,8 @@
 # bench_llm_gpu.sh - kiln bench-llm on the CUDA provider (a benchmark: figures, never a verdict).
 # Makes a builder-style random-weight folder (tests/models/make_llm.py --form gqa: 8 layers,
 # hidden 2048, 16/4 heads, vocab 32000, int4 block 32, context 1024) and runs
-# `kiln bench-llm -l 128 -g 128 -r 3 -w 1 --provider cuda` on it, then the same at batch 4.
+# `kiln bench-llm -l 128 -g 128 -r 3 -w 1 --provider cuda` on it, then the same at batch 4, then
+# scripts/profile_llm_step.py (one decode step through `kiln bench --profile`).
 # Run on the GPU machine after scripts/gpu_bundle.sh here (carry .gpu), or with KILN=path.
 #
 # usage: bash scripts/bench_llm_gpu.sh [WORK_DIR]
@@ -19,3 +20,5 @@ for b in 1 4; do
     echo "== kiln bench-llm -i llm_8x2048 -l 128 -g 128 -r 3 -w 1 -b $b --provider cuda"
     "$KILN" bench-llm -i "$dir" -l 128 -g 128 -r 3 -w 1 -b "$b" --provider cuda
 done
+# where one decode step's time goes (kiln bench --profile: per op type and node)
+python3 scripts/profile_llm_step.py "$dir" --position 200 --kiln "$KILN" --provider cuda
