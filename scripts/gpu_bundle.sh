@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # gpu_bundle.sh - builds the CUDA provider here (build-gpu/, Release, all targets) and gathers
 # what a GPU machine without protobuf-c and json-c needs into the ignored folder .gpu/: the kiln
-# CLI, libkiln.so, libprotobuf-c.so.1 and libjson-c.so.5, and tests.tar.xz with the conformance runner and the
-# other test binaries (scripts/test_gpu.sh unpacks it; by hand:
+# CLI, libkiln.so, libprotobuf-c.so.1 and libjson-c.so.5, and tests.tar.xz with the conformance runner
+# (scripts/test_gpu.sh unpacks it; by hand:
 # `tar -xJf .gpu/tests.tar.xz -C .gpu`). Then, on the device: carry [".gpu"] and run
 # `bash scripts/test_gpu.sh`.
 #
@@ -35,16 +35,15 @@ add() {
 }
 add "$build/kiln" kiln
 add "$build/libkiln.so" libkiln.so
-protobuf_c=$(ldconfig -p | awk '/libprotobuf-c\.so\.1 .*x86-64/ {print $NF; exit}')
+# (|| true: awk's early exit can end ldconfig with SIGPIPE, which pipefail would make fatal)
+protobuf_c=$(ldconfig -p | awk '/libprotobuf-c\.so\.1 .*x86-64/ {print $NF; exit}' || true)
 add "${protobuf_c:-/usr/lib/x86_64-linux-gnu/libprotobuf-c.so.1}" libprotobuf-c.so.1
-json_c=$(ldconfig -p | awk '/libjson-c\.so\.5 .*x86-64/ {print $NF; exit}')
+json_c=$(ldconfig -p | awk '/libjson-c\.so\.5 .*x86-64/ {print $NF; exit}' || true)
 add "${json_c:-/usr/lib/x86_64-linux-gnu/libjson-c.so.5}" libjson-c.so.5
-# the conformance runner and every other test binary (executables directly under
-# build-gpu/tests), xz-compressed: each links the whole library with its GPU code (~14 MB
-# apiece, ~2 MB compressed); scripts/test_gpu.sh unpacks them into .gpu/tests/
-for t in "$build"/tests/*; do
-    if [[ -f $t && -x $t ]] && head -c 4 "$t" | grep -q ELF; then add "$t" "tests/$(basename "$t")"; fi
-done
+# the conformance runner (scripts/test_gpu.sh section d; the only test binary the GPU suite
+# runs), xz-compressed: it links the whole library with its GPU code; scripts/test_gpu.sh
+# unpacks it into .gpu/tests/
+add "$build/tests/conformance" tests/conformance
 [[ -f $bundle/tests/conformance ]] || { echo "gpu_bundle: no conformance runner" >&2; exit 1; }
 tar -C "$bundle" -cf - tests | xz -T0 -6 >"$bundle/tests.tar.xz"
 rm -rf "$bundle/tests"
