@@ -414,3 +414,61 @@ extern "C" gpuError_t kiln_gpu_quant_qgemm_out(gpuStream_t s, const int32_t *acc
                                                                      ydt, y);
     return gpuGetLastError();
 }
+
+/* ---- convolutions ---- */
+
+__global__ void qim2col_kernel(const uint8_t *x, uint8_t *col, int64_t total, int64_t C, kiln_gpu_qwindow w, int pad_dt,
+                               const void *pad_value)
+{
+    uint8_t pv = pad_value ? (uint8_t)load_q8(pad_dt, pad_value, 0) : 0;
+    int64_t ksz = w.k[0] * w.k[1] * w.k[2], osz = w.out[0] * w.out[1] * w.out[2], isz = w.in[0] * w.in[1] * w.in[2];
+    KILN_GRID_LOOP(e, total) {
+        int64_t o = e % osz, r = e / osz, kp = r % ksz, nc = r / ksz; /* nc: image * C + channel */
+        int64_t o2 = o % w.out[2], o1 = (o / w.out[2]) % w.out[1], o0 = o / (w.out[2] * w.out[1]);
+        int64_t q2 = kp % w.k[2], q1 = (kp / w.k[2]) % w.k[1], q0 = kp / (w.k[2] * w.k[1]);
+        int64_t p0 = o0 * w.stride[0] - w.pad[0] + q0 * w.dil[0], p1 = o1 * w.stride[1] - w.pad[1] + q1 * w.dil[1],
+                p2 = o2 * w.stride[2] - w.pad[2] + q2 * w.dil[2];
+        bool in = p0 >= 0 && p0 < w.in[0] && p1 >= 0 && p1 < w.in[1] && p2 >= 0 && p2 < w.in[2];
+        col[e] = in ? x[nc * isz + (p0 * w.in[1] + p1) * w.in[2] + p2] : pv;
+    }
+}
+
+extern "C" gpuError_t kiln_gpu_quant_im2col(gpuStream_t s, const void *x, void *col, int64_t nb, int64_t C,
+                                            kiln_gpu_qwindow w, const void *pad_value, int pad_dt)
+{
+    if (w.nsp < 1 || w.nsp > 3) return bad_value();
+    for (int i = w.nsp; i < 3; i++) w.in[i] = w.out[i] = w.k[i] = w.stride[i] = w.dil[i] = 1, w.pad[i] = 0;
+    int64_t total = nb * C * w.k[0] * w.k[1] * w.k[2] * w.out[0] * w.out[1] * w.out[2];
+    if (total <= 0) return gpuSuccess;
+    qim2col_kernel<<<kiln_gpu_blocks(total, THREADS), THREADS, 0, s>>>((const uint8_t *)x, (uint8_t *)col, total, C, w,
+                                                                       pad_dt, pad_value);
+    return gpuGetLastError();
+}
+
+__global__ void requant_conv_kernel(const int32_t *acc, const int32_t *B, int ydt, void *y, const void *yzp, int64_t n,
+                                    int64_t M, int64_t plane, int sdt, const void *xs, const void *ws, int64_t ws_len,
+                                    const void *ys, double lo, double hi)
+{
+    double xsv = (double)load_f(sdt, xs, 0), ysv = (double)load_f(sdt, ys, 0), zp = yzp ? (double)load_i(ydt, yzp, 0) : 0.0;
+    KILN_GRID_LOOP(i, n) {
+        int64_t m = (i / plane) % M;
+        int64_t v = (int64_t)acc[i] + (B ? (int64_t)B[m] : 0);
+        double r = round_to(sdt, round_to(sdt, xsv * (double)load_f(sdt, ws, ws_len == 1 ? 0 : m)) / ysv);
+        double p = sdt == KILN_DTYPE_FLOAT32 ? (double)__fmul_rn((float)v, (float)r) : (double)v * r;
+        double q = nearbyint(p) + zp;
+        if (isnan(q)) q = 0;
+        store_i(ydt, y, i, (int32_t)(q < lo ? lo : q > hi ? hi : q));
+    }
+}
+
+extern "C" gpuError_t kiln_gpu_quant_requant_conv(gpuStream_t s, const int32_t *acc, const int32_t *B, int ydt, void *y,
+                                                  const void *yzp, int64_t n, int64_t M, int64_t plane, int sdt,
+                                                  const void *xs, const void *ws, int64_t ws_len, const void *ys)
+{
+    double lo, hi;
+    if (!int_range(ydt, &lo, &hi) || !is_float_dt(sdt) || M <= 0 || plane <= 0) return bad_value();
+    if (n <= 0) return gpuSuccess;
+    requant_conv_kernel<<<kiln_gpu_blocks(n, THREADS), THREADS, 0, s>>>(acc, B, ydt, y, yzp, n, M, plane, sdt, xs, ws,
+                                                                        ws_len, ys, lo, hi);
+    return gpuGetLastError();
+}

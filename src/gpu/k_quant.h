@@ -98,6 +98,25 @@ gpuError_t kiln_gpu_quant_qgemm_out(gpuStream_t s, const int32_t *acc, const int
                                     int64_t N, float alpha, const float *as, const float *bs, int64_t bs_len,
                                     const float *ys, const void *yzp, int ydt, void *y);
 
+/* im2col of 8-bit x [nb, G * Cg, in...] (nsp 1 to 3 spatial dims) into col [nb, G, Cg * ksz, osz]
+ * (ksz kernel offsets row-major, osz output positions): col = x at o * stride - pad + q *
+ * dilation, or pad_value (the zero point of x: the product then adds nothing) outside. */
+typedef struct kiln_gpu_qwindow {
+    int nsp;
+    int64_t in[3], out[3], k[3], stride[3], pad[3], dil[3];
+} kiln_gpu_qwindow;
+
+gpuError_t kiln_gpu_quant_im2col(gpuStream_t s, const void *x, void *col, int64_t nb, int64_t C, kiln_gpu_qwindow w,
+                                 const void *pad_value, int pad_dt);
+
+/* QLinearConv's epilogue over acc [N, M, plane] (int32): v = acc + B[m] (int32, NULL: 0) exact,
+ * r = r(r(xs[0] * ws[m or 0]) / ys[0]) in the scales' dtype sdt; y (ydt uint8/int8) =
+ * saturate(nearbyint(v * r) + yzp[0] (NULL: 0)), the product in float32 for float32 scales (as the
+ * reference and ONNX Runtime), in double otherwise. */
+gpuError_t kiln_gpu_quant_requant_conv(gpuStream_t s, const int32_t *acc, const int32_t *B, int ydt, void *y,
+                                       const void *yzp, int64_t n, int64_t M, int64_t plane, int sdt, const void *xs,
+                                       const void *ws, int64_t ws_len, const void *ys);
+
 #ifdef __cplusplus
 }
 #endif

@@ -16,6 +16,7 @@
 #include "core/dtype.h"
 #include "gpu/gpu.h"
 #include "gpu/k_quant.h"
+#include "ops/nn_internal.h"
 #include "ops/quant_internal.h"
 
 #define MS "com.microsoft"
@@ -358,6 +359,127 @@ static kiln_status qgemm_run(kiln_run_ctx *c)
     return kiln_gpu_check(c, e, "QGemm epilogue");
 }
 
+/* ---- ConvInteger, QLinearConv: im2col (padding with x's zero point), then the integer product
+ * per (image, group) ---- */
+
+/* The reference's run-time geometry (ops/nn_internal.h) and the GEMM of W [M, Cg * ksz] (per
+ * group) with the columns; false for what the kernels do not take (the reference reports the
+ * errors). */
+typedef struct qconv {
+    kiln_gpu_qwindow w;
+    int64_t N, C, M, G, Cg, K, osz;
+} qconv;
+
+static bool qconv_setup(const kiln_node *n, const kiln_value *X, const kiln_value *W, const kiln_value *Y, qconv *q)
+{
+    int nsp = X->rank - 2;
+    kiln_nn_geom g;
+    char msg[160];
+    int64_t od[KILN_MAX_RANK];
+    if (nsp < 1 || nsp > 3 || W->rank != X->rank || Y->rank != X->rank || !kiln_nn_geom_parse(n, nsp, &g, msg, sizeof msg))
+        return false;
+    memcpy(g.kernel, W->dims + 2, (size_t)nsp * sizeof(int64_t));
+    if (!kiln_nn_geom_resolve(&g, X->dims + 2, od)) return false;
+    memset(q, 0, sizeof *q);
+    q->G = kiln_attr_int(n, "group", 1);
+    q->N = X->dims[0], q->C = X->dims[1], q->M = W->dims[0], q->Cg = W->dims[1];
+    if (q->G < 1 || q->C != q->G * q->Cg || q->M % q->G || Y->dims[0] != q->N || Y->dims[1] != q->M) return false;
+    q->w.nsp = nsp;
+    q->K = q->Cg, q->osz = 1;
+    for (int i = 0; i < nsp; i++) {
+        if (Y->dims[2 + i] != od[i]) return false;
+        q->w.in[i] = X->dims[2 + i], q->w.out[i] = od[i], q->w.k[i] = g.kernel[i], q->w.stride[i] = g.strides[i];
+        q->w.pad[i] = g.pads[i], q->w.dil[i] = g.dilations[i];
+        q->K *= g.kernel[i], q->osz *= od[i];
+    }
+    return q->K <= QMM_EXACT_K;
+}
+
+/* Y or acc [N, M, osz] (int32) = conv of X and W with their zero points. */
+static kiln_status qconv_product(kiln_run_ctx *c, const qconv *q, const kiln_value *X, const kiln_value *xzp,
+                                 const kiln_value *W, const kiln_value *wzp, int32_t *y, unsigned char *col)
+{
+    gpuStream_t s = kiln_gpu_stream(c);
+    KILN_TRY(kiln_gpu_check(c, kiln_gpu_quant_im2col(s, X->data, col, q->N, q->C, q->w, data_of(xzp), X->dtype),
+                            "quantized conv im2col"));
+    int64_t Mg = q->M / q->G;
+    kiln_gpu_qmm m = {
+        .a_dt = W->dtype, .b_dt = X->dtype, .A = W->data, .B = col, .y = y, .M = Mg, .N = q->osz, .K = q->K,
+        .a_m = q->K, .a_k = 1, .b_k = q->osz, .b_n = 1, .yb = 2, .ydims = {q->N, q->G}, .a_bs = {0, Mg * q->K},
+        .b_bs = {q->G * q->K * q->osz, q->K * q->osz}, .a_mat = Mg * q->K, .b_mat = q->K * q->osz,
+    };
+    /* row i of group g (batch (n, g)) takes w_zero_point[g * Mg + i]; every column x_zero_point,
+     * which the padding holds too, so that padded taps add nothing */
+    qmm_zero_points(&m, wzp, xzp);
+    return qmm_launch(c, &m, "quantized conv");
+}
+
+static bool conv_rank_ok(const kiln_node *n, char *why, size_t size)
+{
+    const kiln_type *x = in_type(n, 0);
+    if (x && x->rank >= 0 && (x->rank < 3 || x->rank > 5)) return refuse(why, size, "rank %d (1 to 3 spatial dims)", x->rank);
+    return true;
+}
+
+/* ConvInteger: x, w, x_zero_point?, w_zero_point? -> y int32 */
+static bool conv_int_supports(const kiln_node *n, char *why, size_t size)
+{
+    return input_is(n, 0, true, q8, why, size) && input_is(n, 1, true, q8, why, size) &&
+           input_is(n, 2, false, q8, why, size) && input_is(n, 3, false, q8, why, size) && output_is(n, i32, why, size) &&
+           conv_rank_ok(n, why, size);
+}
+
+static kiln_status conv_int_run(kiln_run_ctx *c)
+{
+    const kiln_value *X = kiln_run_in(c, 0), *W = kiln_run_in(c, 1), *xzp = kiln_run_in(c, 2), *wzp = kiln_run_in(c, 3);
+    kiln_value *Y = kiln_run_out(c, 0);
+    qconv q;
+    if (!Y || !W || Y->dtype != KILN_DTYPE_INT32 || !dtype_in(X->dtype, q8) || !dtype_in(W->dtype, q8) ||
+        (xzp && xzp->dtype != X->dtype) || (wzp && wzp->dtype != W->dtype) || !kiln_nn_param_ok(xzp, 1) ||
+        !qconv_setup(kiln_run_node(c), X, W, Y, &q) || !kiln_nn_param_ok(wzp, q.M))
+        return kiln_gpu_fallback(c);
+    if (!Y->numel) return KILN_OK;
+    unsigned char *col;
+    KILN_TRY(kiln_gpu_workspace(c, (size_t)(q.N * q.C * (q.K / q.Cg) * q.osz), (void **)&col));
+    return qconv_product(c, &q, X, xzp, W, wzp, Y->data, col);
+}
+
+/* QLinearConv: x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B? -> y */
+static bool qlconv_supports(const kiln_node *n, char *why, size_t size)
+{
+    return input_is(n, 0, true, q8, why, size) && input_is(n, 3, true, q8, why, size) &&
+           input_is(n, 1, true, floats, why, size) && input_is(n, 4, true, floats, why, size) &&
+           input_is(n, 6, true, floats, why, size) && input_is(n, 2, false, q8, why, size) &&
+           input_is(n, 5, false, q8, why, size) && input_is(n, 7, false, q8, why, size) &&
+           input_is(n, 8, false, i32, why, size) && output_is(n, q8, why, size) && conv_rank_ok(n, why, size);
+}
+
+static kiln_status qlconv_run(kiln_run_ctx *c)
+{
+    const kiln_value *X = kiln_run_in(c, 0), *xs = kiln_run_in(c, 1), *xzp = kiln_run_in(c, 2), *W = kiln_run_in(c, 3),
+                     *ws = kiln_run_in(c, 4), *wzp = kiln_run_in(c, 5), *ys = kiln_run_in(c, 6), *yzp = kiln_run_in(c, 7),
+                     *B = kiln_run_n_in(c) > 8 ? kiln_run_in(c, 8) : NULL;
+    kiln_value *Y = kiln_run_out(c, 0);
+    qconv q;
+    if (!Y || !W || !xs || !ws || !ys || !dtype_in(Y->dtype, q8) || (yzp && yzp->dtype != Y->dtype) ||
+        !dtype_in(X->dtype, q8) || !dtype_in(W->dtype, q8) || (xzp && xzp->dtype != X->dtype) ||
+        (wzp && wzp->dtype != W->dtype) || !dtype_in(xs->dtype, floats) || ws->dtype != xs->dtype ||
+        ys->dtype != xs->dtype || !kiln_nn_param_ok(xzp, 1) || !kiln_nn_param_ok(xs, 1) || !kiln_nn_param_ok(ys, 1) ||
+        !kiln_nn_param_ok(yzp, 1) || !xs->numel || !ys->numel || !ws->numel || !qconv_setup(kiln_run_node(c), X, W, Y, &q) ||
+        !kiln_nn_param_ok(wzp, q.M) || !kiln_nn_param_ok(ws, q.M) ||
+        (B && (B->dtype != KILN_DTYPE_INT32 || B->numel != q.M)))
+        return kiln_gpu_fallback(c);
+    if (!Y->numel) return KILN_OK;
+    size_t at_col = ws_align((size_t)Y->numel * 4);
+    unsigned char *wsp;
+    KILN_TRY(kiln_gpu_workspace(c, at_col + (size_t)(q.N * q.C * (q.K / q.Cg) * q.osz), (void **)&wsp));
+    KILN_TRY(qconv_product(c, &q, X, xzp, W, wzp, (int32_t *)wsp, wsp + at_col));
+    gpuError_t e = kiln_gpu_quant_requant_conv(kiln_gpu_stream(c), (const int32_t *)wsp, B ? B->data : NULL, Y->dtype,
+                                               Y->data, data_of(yzp), Y->numel, q.M, q.osz, xs->dtype, xs->data, ws->data,
+                                               ws->numel, ys->data);
+    return kiln_gpu_check(c, e, "QLinearConv epilogue");
+}
+
 /* ---- the table ---- */
 
 static const kiln_gpu_op ops[] = {
@@ -371,6 +493,8 @@ static const kiln_gpu_op ops[] = {
     {MS, "DynamicQuantizeMatMul", dqmm_supports, dqmm_run},
     {"", "QLinearMatMul", qlmm_supports, qlmm_run},
     {MS, "QGemm", qgemm_supports, qgemm_run},
+    {"", "ConvInteger", conv_int_supports, conv_int_run},
+    {"", "QLinearConv", qlconv_supports, qlconv_run},
 };
 
 const kiln_gpu_op_table kiln_gpu_ops_quant = {ops, sizeof ops / sizeof ops[0]};
