@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "gpu/kshape.h"
 #include "gpu/rt.h"
 
 #ifdef __cplusplus
@@ -116,6 +117,16 @@ gpuError_t kiln_gpu_quant_im2col(gpuStream_t s, const void *x, void *col, int64_
 gpuError_t kiln_gpu_quant_requant_conv(gpuStream_t s, const int32_t *acc, const int32_t *B, int ydt, void *y,
                                        const void *yzp, int64_t n, int64_t M, int64_t plane, int sdt, const void *xs,
                                        const void *ws, int64_t ws_len, const void *ys);
+
+/* QLinearAdd (mul false) / QLinearMul: c[i] = the reference's float32 formula on a[..], b[..]
+ * read through broadcast shapes sa, sb (the output's dims, operand strides), dtype dt (uint8 or
+ * int8) for all three; the scales (float32 [1]) and zero points (dt [1], NULL: 0) on the
+ * device. swap: A is the scalar operand and B not (ONNX Runtime then exchanges them);
+ * scalar: one operand is a scalar. */
+gpuError_t kiln_gpu_quant_qlinear_binary(gpuStream_t s, bool mul, int dt, const void *a, kiln_gpu_shape sa, const void *b,
+                                         kiln_gpu_shape sb, void *c, int64_t n, const float *a_scale, const void *a_zp,
+                                         const float *b_scale, const void *b_zp, const float *c_scale, const void *c_zp,
+                                         bool swap, bool scalar);
 
 #ifdef __cplusplus
 }

@@ -5,8 +5,10 @@
  * DynamicQuantizeLinear (the min/max reduction and the scale and zero point on the device),
  * MatMulInteger, com.microsoft MatMulIntegerToFloat and DynamicQuantizeMatMul, QLinearMatMul and
  * com.microsoft QGemm (uint8/int8 operands, every zero point and scale form the reference takes,
- * numpy batching): an exact int32 product, then the reference's epilogue in its own float
- * operations. 4-bit, 2-bit and 8-bit float quantized types are refused (they run on the CPU).
+ * numpy batching), ConvInteger and QLinearConv (1 to 3 spatial dims, groups: im2col padded
+ * with x's zero point): an exact int32 product, then the reference's epilogue in its own float
+ * operations; com.microsoft QLinearAdd and QLinearMul (broadcasting) in ONNX Runtime's float32
+ * formulas. 4-bit, 2-bit and 8-bit float quantized types are refused (they run on the CPU).
  * The run-time rules are the reference's own (ops/quant_internal.h): a case it would refuse goes
  * to it (kiln_gpu_fallback), which reports it. Kernels in k_quant.cu. */
 #include <stdarg.h>
@@ -16,6 +18,7 @@
 #include "core/dtype.h"
 #include "gpu/gpu.h"
 #include "gpu/k_quant.h"
+#include "gpu/kshape.h"
 #include "ops/nn_internal.h"
 #include "ops/quant_internal.h"
 
@@ -480,6 +483,36 @@ static kiln_status qlconv_run(kiln_run_ctx *c)
     return kiln_gpu_check(c, e, "QLinearConv epilogue");
 }
 
+/* ---- QLinearAdd, QLinearMul: A, A_scale, A_zp?, B, B_scale, B_zp?, C_scale, C_zp? -> C ---- */
+
+static bool qbinary_supports(const kiln_node *n, char *why, size_t size)
+{
+    return input_is(n, 0, true, q8, why, size) && input_is(n, 3, true, q8, why, size) &&
+           input_is(n, 1, true, f32, why, size) && input_is(n, 4, true, f32, why, size) &&
+           input_is(n, 6, true, f32, why, size) && output_is(n, q8, why, size);
+}
+
+static kiln_status qbinary_run(kiln_run_ctx *c)
+{
+    const kiln_value *in[8];
+    for (int i = 0; i < 8; i++) in[i] = i < kiln_run_n_in(c) ? kiln_run_in(c, i) : NULL;
+    const kiln_value *A = in[0], *B = in[3];
+    kiln_value *C = kiln_run_out(c, 0);
+    kiln_dtype dt = A->dtype;
+    if (!C || !B || B->dtype != dt || C->dtype != dt || !kiln_contrib_q8_params_ok(in[1], in[2], dt) ||
+        !kiln_contrib_q8_params_ok(in[4], in[5], dt) || !kiln_contrib_q8_params_ok(in[6], in[7], dt) ||
+        C->rank > KILN_GPU_MAX_RANK)
+        return kiln_gpu_fallback(c);
+    kiln_gpu_shape sa, sb;
+    kiln_gpu_shape_broadcast(&sa, C->rank, C->dims, A->rank, A->dims);
+    kiln_gpu_shape_broadcast(&sb, C->rank, C->dims, B->rank, B->dims);
+    bool swap = A->numel == 1 && B->numel != 1, scalar = swap || B->numel == 1;
+    gpuError_t e = kiln_gpu_quant_qlinear_binary(kiln_gpu_stream(c), !strcmp(kiln_run_node(c)->op_type, "QLinearMul"), dt,
+                                                 A->data, sa, B->data, sb, C->data, C->numel, in[1]->data, data_of(in[2]),
+                                                 in[4]->data, data_of(in[5]), in[6]->data, data_of(in[7]), swap, scalar);
+    return kiln_gpu_check(c, e, kiln_run_node(c)->op_type);
+}
+
 /* ---- the table ---- */
 
 static const kiln_gpu_op ops[] = {
@@ -495,6 +528,8 @@ static const kiln_gpu_op ops[] = {
     {MS, "QGemm", qgemm_supports, qgemm_run},
     {"", "ConvInteger", conv_int_supports, conv_int_run},
     {"", "QLinearConv", qlconv_supports, qlconv_run},
+    {MS, "QLinearAdd", qbinary_supports, qbinary_run},
+    {MS, "QLinearMul", qbinary_supports, qbinary_run},
 };
 
 const kiln_gpu_op_table kiln_gpu_ops_quant = {ops, sizeof ops / sizeof ops[0]};

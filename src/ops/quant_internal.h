@@ -51,4 +51,8 @@ typedef struct kiln_qgemm_args {
 bool kiln_contrib_qgemm_check(const kiln_node *n, const kiln_value *const *in, const kiln_value *Y, bool read_scalars,
                               kiln_qgemm_args *a, char *msg, size_t size);
 
+/* The com.microsoft QLinear element-wise operators: whether scale s is a float32 scalar and zero
+ * point z (NULL: absent) a scalar of 8-bit dtype dt, as the reference (contrib_qlinear.c) takes them. */
+bool kiln_contrib_q8_params_ok(const kiln_value *s, const kiln_value *z, kiln_dtype dt);
+
 #endif

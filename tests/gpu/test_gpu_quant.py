@@ -14,7 +14,9 @@ zero points, broadcast batches, 1-D operands), com.microsoft MatMulIntegerToFloa
 per-column scales and zero points) and DynamicQuantizeMatMul, QLinearMatMul (per-tensor and
 per-row / per-column scales) and com.microsoft QGemm (transposes, alpha, every C form, float and
 8-bit outputs), ConvInteger and QLinearConv (1-D, 2-D and 3-D; groups, depthwise, strides, pads,
-dilations, auto_pad; per-channel weight zero points and scales; bias). Each one-node model checks that its node is placed on the GPU and that the
+dilations, auto_pad; per-channel weight zero points and scales; bias), com.microsoft QLinearAdd
+and QLinearMul (broadcasting, scalar operands on either side, zero points absent or present,
+saturating scales). Each one-node model checks that its node is placed on the GPU and that the
 session has no node falling back to the CPU (nodes_fallback 0); 4-bit and 8-bit-float cases check
 the refusal (on the CPU).
 
@@ -26,7 +28,7 @@ provider (float outputs close); the nodes not on the GPU are listed.
 usage: KILN_LIB=<build>/libkiln.so test_gpu_quant.py   (prints SKIP without a GPU)
   KILN_GPU_TEST_PROVIDER=cpu  puts the "GPU" sessions on the CPU: checks the test itself (model
                               building, quantizing, feeds) on a machine without a GPU
-  KILN_GPU_QUANT_TESTS="qdq dyn mm conv model" picks parts
+  KILN_GPU_QUANT_TESTS="qdq dyn mm conv ew model" picks parts
 """
 import os
 import sys
@@ -43,10 +45,11 @@ from checks import check, summary  # noqa: E402
 import kiln  # noqa: E402
 
 PROVIDER = os.environ.get("KILN_GPU_TEST_PROVIDER", "cuda")
-PARTS = os.environ.get("KILN_GPU_QUANT_TESTS", "qdq dyn mm conv model").split()
+PARTS = os.environ.get("KILN_GPU_QUANT_TESTS", "qdq dyn mm conv ew model").split()
 MS = "com.microsoft"
 QUANT_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "MatMulIntegerToFloat",
-             "DynamicQuantizeMatMul", "QLinearMatMul", "QGemm", "ConvInteger", "QLinearConv"}
+             "DynamicQuantizeMatMul", "QLinearMatMul", "QGemm", "ConvInteger", "QLinearConv",
+             "QLinearAdd", "QLinearMul"}
 ELEM = {np.float32: TensorProto.FLOAT, np.float16: TensorProto.FLOAT16, np.uint8: TensorProto.UINT8,
         np.int8: TensorProto.INT8, np.uint16: TensorProto.UINT16, np.int16: TensorProto.INT16,
         np.int32: TensorProto.INT32, np.int64: TensorProto.INT64}
@@ -467,6 +470,28 @@ def test_qlinear_conv():
     compare("QLinearConv several shapes", m, [{"x": rand_int(np.uint8, n, 3, h, w)} for n, h, w in ((1, 5, 5), (4, 16, 9))])
 
 
+# ---------------------------------------------------------------- QLinear element-wise
+
+def test_qlinear_binary():
+    shapes = [((2, 3, 5), (2, 3, 5)), ((4, 1, 7), (3, 1)), ((), (6, 9)), ((5, 8), ()), ((1,), (1,)), ((2, 64, 33), (33,))]
+    for op in ("QLinearAdd", "QLinearMul"):
+        for dt in (np.uint8, np.int8):
+            for with_zp in (True, False):
+                for cs in (0.05, 0.003):  # 0.003: most results saturate
+                    for ash, bsh in shapes:
+                        names = ["A", "as", "azp" if with_zp else "", "B", "bs", "bzp" if with_zp else "", "cs",
+                                 "czp" if with_zp else ""]
+                        while names[-1] == "":
+                            names.pop()
+                        inits = [init("as", np.float32(0.07)), init("bs", np.float32(0.021)), init("cs", np.float32(cs))]
+                        if with_zp:
+                            inits += [init("azp", rand_int(dt)), init("bzp", rand_int(dt)), init("czp", rand_int(dt))]
+                        m = model([helper.make_node(op, names, ["C"], domain=MS)],
+                                  [vi("A", dt, list(ash)), vi("B", dt, list(bsh))], [vi("C", dt, None)], inits)
+                        compare(f"{op} {dname(dt)} zp {with_zp} C_scale {cs} {ash}+{bsh}", m,
+                                [{"A": rand_int(dt, *ash), "B": rand_int(dt, *bsh)}])
+
+
 # ---------------------------------------------------------------- whole quantized models
 
 def conv_net():
@@ -588,6 +613,8 @@ def main():
     if "conv" in PARTS:
         test_conv_integer()
         test_qlinear_conv()
+    if "ew" in PARTS:
+        test_qlinear_binary()
     if "model" in PARTS:
         test_models()
     return summary()
