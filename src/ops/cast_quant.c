@@ -5,21 +5,14 @@
 #include <string.h>
 
 #include "ops/cast_internal.h"
+#include "ops/quant_internal.h"
 #include "ops/util.h"
 
-/* How scale (and zero point) elements map onto x: x viewed as [outer, D, inner] around the
- * axis; the parameter of x[o, a, r] is at 0 (per tensor), a (per axis) or
- * (o * ceil(D / block) + a / block) * inner + r (blocked). */
-typedef struct qmap {
-    enum { Q_TENSOR, Q_AXIS, Q_BLOCKED } kind;
-    int64_t D, inner, block;
-} qmap;
-
-static int64_t qmap_index(const qmap *m, int64_t i)
+int64_t kiln_qmap_index(const kiln_qmap *m, int64_t i)
 {
-    if (m->kind == Q_TENSOR) return 0;
+    if (m->kind == KILN_QMAP_TENSOR) return 0;
     int64_t a = (i / m->inner) % m->D;
-    if (m->kind == Q_AXIS) return a;
+    if (m->kind == KILN_QMAP_AXIS) return a;
     int64_t o = i / (m->inner * m->D), r = i % m->inner;
     int64_t nb = (m->D + m->block - 1) / m->block;
     return (o * nb + a / m->block) * m->inner + r;
@@ -68,17 +61,17 @@ static kiln_status check_params(kiln_infer_ctx *c, const char *scale_name)
     return KILN_OK;
 }
 
-static void qmap_of(const kiln_node *n, const kiln_value *x, const kiln_value *s, qmap *m)
+void kiln_qmap_of(const kiln_node *n, const kiln_value *x, const kiln_value *s, kiln_qmap *m)
 {
     int64_t block = kiln_attr_int(n, "block_size", 0);
-    m->kind = block == 0 && s->numel == 1 ? Q_TENSOR : block == 0 ? Q_AXIS : Q_BLOCKED;
+    m->kind = block == 0 && s->numel == 1 ? KILN_QMAP_TENSOR : block == 0 ? KILN_QMAP_AXIS : KILN_QMAP_BLOCKED;
     m->block = block;
     int axis = 0;
     kiln_axis_norm(kiln_attr_int(n, "axis", 1), x->rank, &axis);
     m->D = x->rank ? x->dims[axis] : 1;
     m->inner = 1;
     for (int k = axis + 1; k < x->rank; k++) m->inner *= x->dims[k];
-    if (m->D == 0 || m->inner == 0) m->kind = Q_TENSOR; /* x is empty: nothing is read */
+    if (m->D == 0 || m->inner == 0) m->kind = KILN_QMAP_TENSOR; /* x is empty: nothing is read */
 }
 
 /* v rounded to the precision of float type dt, as if computed in that type */
@@ -89,7 +82,7 @@ static double round_to(kiln_dtype dt, double v)
     return kiln_load_f64(dt, &tmp, 0);
 }
 
-static bool quant_int_range(kiln_dtype dt, int64_t *lo, int64_t *hi)
+bool kiln_quant_int_range(kiln_dtype dt, int64_t *lo, int64_t *hi)
 {
     switch (dt) {
     case KILN_DTYPE_UINT8: *lo = 0, *hi = 255; return true;
@@ -122,7 +115,7 @@ kiln_status kiln_cast_quantize_infer(kiln_infer_ctx *c)
         return kiln_infer_fail(c, KILN_ERR_MODEL, "output_dtype %s differs from y_zero_point type %s",
                                kiln_dtype_name(attr), kiln_dtype_name(zp->dtype));
     int64_t lo, hi;
-    if (dt && !quant_int_range(dt, &lo, &hi) && !quant_float_target(dt))
+    if (dt && !kiln_quant_int_range(dt, &lo, &hi) && !quant_float_target(dt))
         return kiln_infer_fail(c, KILN_ERR_MODEL, "%s is not a quantized type", kiln_dtype_name(dt));
     kiln_dtype prec = (kiln_dtype)kiln_attr_int(n, "precision", 0);
     if (prec && !kiln_dtype_is_float(prec))
@@ -135,15 +128,15 @@ kiln_status kiln_cast_quantize_run(kiln_run_ctx *c)
     const kiln_node *n = kiln_run_node(c);
     const kiln_value *x = kiln_run_in(c, 0), *s = kiln_run_in(c, 1), *zp = kiln_run_in(c, 2);
     kiln_value *y = kiln_run_out(c, 0);
-    qmap m;
-    qmap_of(n, x, s, &m);
+    kiln_qmap m;
+    kiln_qmap_of(n, x, s, &m);
     bool saturate = kiln_attr_int(n, "saturate", 1) != 0;
     kiln_dtype prec = (kiln_dtype)kiln_attr_int(n, "precision", 0);
     if (!prec) prec = s->dtype;
     int64_t lo = 0, hi = 0;
-    bool int_target = quant_int_range(y->dtype, &lo, &hi);
+    bool int_target = kiln_quant_int_range(y->dtype, &lo, &hi);
     for (int64_t i = 0; i < x->numel; i++) {
-        int64_t p = qmap_index(&m, i);
+        int64_t p = kiln_qmap_index(&m, i);
         double q = round_to(prec, round_to(prec, kiln_load_f64(x->dtype, x->data, i)) /
                                       round_to(prec, kiln_load_f64(s->dtype, s->data, p)));
         if (int_target) {
@@ -179,12 +172,12 @@ kiln_status kiln_cast_dequantize_run(kiln_run_ctx *c)
 {
     const kiln_value *x = kiln_run_in(c, 0), *s = kiln_run_in(c, 1), *zp = kiln_run_in(c, 2);
     kiln_value *y = kiln_run_out(c, 0);
-    qmap m;
-    qmap_of(kiln_run_node(c), x, s, &m);
+    kiln_qmap m;
+    kiln_qmap_of(kiln_run_node(c), x, s, &m);
     /* float8 zero points are zero by definition; float4 ones are ignored like ONNX's reference */
     bool use_zp = zp && !kiln_dtype_is_float(x->dtype);
     for (int64_t i = 0; i < x->numel; i++) {
-        int64_t p = qmap_index(&m, i);
+        int64_t p = kiln_qmap_index(&m, i);
         double d = kiln_load_f64(x->dtype, x->data, i);
         if (use_zp) d = (double)(kiln_load_i64(x->dtype, x->data, i) - kiln_load_i64(zp->dtype, zp->data, p));
         kiln_store_f64(y->dtype, y->data, i, d * kiln_load_f64(s->dtype, s->data, p));

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "ops/contrib_internal.h"
+#include "ops/quant_internal.h"
 #include "ops/semantics.h"
 #include "ops/util.h"
 
@@ -52,6 +53,13 @@ static bool qparams(const kiln_value *s, const kiln_value *z, kiln_dtype dt, flo
     *scale = *(const float *)s->data;
     *zp = z ? q8_load(dt, z->data, 0) : 0;
     return true;
+}
+
+bool kiln_contrib_q8_params_ok(const kiln_value *s, const kiln_value *z, kiln_dtype dt)
+{
+    float scale;
+    int zp;
+    return is_q8(dt) && qparams(s, z, dt, &scale, &zp);
 }
 
 static kiln_status qparams_fail(kiln_run_ctx *c, const char *what, kiln_dtype dt)

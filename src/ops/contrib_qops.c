@@ -6,11 +6,13 @@
  * to even, plus zp) with scale = alpha * a_scale * b_scale[col] / y_scale. */
 #include <float.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ops/nn_internal.h"
 #include "ops/op.h"
+#include "ops/quant_internal.h"
 #include "ops/util.h"
 
 static bool is_q8(kiln_dtype dt) { return dt == KILN_DTYPE_UINT8 || dt == KILN_DTYPE_INT8; }
@@ -80,31 +82,57 @@ static kiln_status qgemm_infer(kiln_infer_ctx *c)
     return kiln_infer_set_out(c, 0, dt, 2, dims);
 }
 
-static kiln_status qgemm_run(kiln_run_ctx *c)
+bool kiln_contrib_qgemm_check(const kiln_node *n, const kiln_value *const *in, const kiln_value *Y, bool read_scalars,
+                              kiln_qgemm_args *g, char *msg, size_t size)
 {
-    const kiln_node *n = kiln_run_node(c);
-    const kiln_value *A = kiln_run_in(c, 0), *B = kiln_run_in(c, 3), *bs = kiln_run_in(c, 4), *bz = kiln_run_in(c, 5);
-    const kiln_value *C = kiln_run_in(c, 6), *ys = kiln_run_in(c, 7), *yzv = kiln_run_in(c, 8);
-    kiln_value *Y = kiln_run_out(c, 0);
-    int ta = kiln_attr_int(n, "transA", 0) != 0, tb = kiln_attr_int(n, "transB", 0) != 0;
-    float alpha = kiln_attr_float(n, "alpha", 1.0f), as, ysv = 1.0f;
-    int az, yz = 0, lo = 0, hi = 0;
-    if (!scalar_f32(kiln_run_in(c, 1), &as) || !scalar_q8(kiln_run_in(c, 2), A->dtype, &az))
-        return kiln_run_fail(c, KILN_ERR_SHAPE, "a_scale must be a float32 scalar and a_zero_point a scalar of A's type");
-    int64_t M = A->dims[ta ? 1 : 0], K = A->dims[ta ? 0 : 1], N = B->dims[tb ? 0 : 1];
-    if (B->dims[tb ? 1 : 0] != K) return kiln_run_fail(c, KILN_ERR_SHAPE, "A's K %lld vs B's %lld", (long long)K, (long long)B->dims[tb ? 1 : 0]);
+    const kiln_value *A = in[0], *as = in[1], *az = in[2], *B = in[3], *bs = in[4], *bz = in[5], *C = in[6], *ys = in[7],
+                     *yzv = in[8];
+    memset(g, 0, sizeof *g);
+    g->ta = kiln_attr_int(n, "transA", 0) != 0, g->tb = kiln_attr_int(n, "transB", 0) != 0;
+    g->alpha = kiln_attr_float(n, "alpha", 1.0f), g->y_scale = 1.0f;
+    bool ok = as && as->dtype == KILN_DTYPE_FLOAT32 && as->numel == 1 && (!az || (az->dtype == A->dtype && az->numel == 1));
+    if (ok && read_scalars) {
+        scalar_f32(as, &g->a_scale);
+        scalar_q8(az, A->dtype, &g->a_zp);
+    }
+    if (!ok)
+        return snprintf(msg, size, "a_scale must be a float32 scalar and a_zero_point a scalar of A's type"), false;
+    int64_t M = A->dims[g->ta ? 1 : 0], K = A->dims[g->ta ? 0 : 1], N = B->dims[g->tb ? 0 : 1];
+    g->M = M, g->N = N, g->K = K;
+    if (B->dims[g->tb ? 1 : 0] != K)
+        return snprintf(msg, size, "A's K %lld vs B's %lld", (long long)K, (long long)B->dims[g->tb ? 1 : 0]), false;
     if (bs->dtype != KILN_DTYPE_FLOAT32 || (bs->numel != 1 && bs->numel != N) || bz->dtype != B->dtype ||
         bz->numel != bs->numel)
-        return kiln_run_fail(c, KILN_ERR_SHAPE, "b_scale and b_zero_point must both hold 1 or N = %lld values", (long long)N);
+        return snprintf(msg, size, "b_scale and b_zero_point must both hold 1 or N = %lld values", (long long)N), false;
     if (C && (C->dtype != KILN_DTYPE_INT32 ||
               !(C->numel == 1 || C->numel == N * M || (C->numel == N && C->dims[C->rank - 1] == N) ||
                 (C->numel == M && C->rank == 2 && C->dims[1] == 1))))
-        return kiln_run_fail(c, KILN_ERR_SHAPE, "C must be int32 broadcastable to [%lld, %lld]", (long long)M, (long long)N);
+        return snprintf(msg, size, "C must be int32 broadcastable to [%lld, %lld]", (long long)M, (long long)N), false;
     if (ys) {
-        if (!scalar_f32(ys, &ysv) || !scalar_q8(yzv, yzv ? yzv->dtype : A->dtype, &yz) || !is_q8(yzv->dtype))
-            return kiln_run_fail(c, KILN_ERR_SHAPE, "y_scale must be a float32 scalar and y_zero_point an 8-bit scalar");
-        q8_range(Y->dtype, &lo, &hi);
+        if (ys->dtype != KILN_DTYPE_FLOAT32 || ys->numel != 1 || !yzv || !is_q8(yzv->dtype) || yzv->numel != 1)
+            return snprintf(msg, size, "y_scale must be a float32 scalar and y_zero_point an 8-bit scalar"), false;
+        if (read_scalars) {
+            scalar_f32(ys, &g->y_scale);
+            scalar_q8(yzv, yzv->dtype, &g->y_zp);
+        }
+        q8_range(Y->dtype, &g->lo, &g->hi);
     }
+    return true;
+}
+
+static kiln_status qgemm_run(kiln_run_ctx *c)
+{
+    const kiln_node *n = kiln_run_node(c);
+    const kiln_value *in[9];
+    for (int i = 0; i < 9; i++) in[i] = kiln_run_in(c, i);
+    const kiln_value *A = in[0], *B = in[3], *bs = in[4], *bz = in[5], *C = in[6], *ys = in[7];
+    kiln_value *Y = kiln_run_out(c, 0);
+    kiln_qgemm_args g;
+    char msg[160];
+    if (!kiln_contrib_qgemm_check(n, in, Y, true, &g, msg, sizeof msg)) return kiln_run_fail(c, KILN_ERR_SHAPE, "%s", msg);
+    int ta = g.ta, tb = g.tb, az = g.a_zp, yz = g.y_zp, lo = g.lo, hi = g.hi;
+    int64_t M = g.M, K = g.K, N = g.N;
+    float alpha = g.alpha, as = g.a_scale, ysv = g.y_scale;
     for (int64_t i = 0; i < M; i++)
         for (int64_t j = 0; j < N; j++) {
             int32_t acc = 0;

@@ -3,12 +3,14 @@
  * and DynamicQuantizeMatMul (float A quantized to uint8 on the fly, then the same). Schema,
  * inference and reference kernels (exact int64 products, then ORT's float32 epilogue order). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ops/contrib_quant.h"
 #include "ops/nn_internal.h"
 #include "ops/op.h"
+#include "ops/quant_internal.h"
 #include "ops/semantics.h"
 #include "ops/util.h"
 
@@ -47,21 +49,30 @@ static kiln_status dqmm_infer(kiln_infer_ctx *c)
     return kiln_nn_matmul_shape(c, 0, 1, KILN_DTYPE_FLOAT32);
 }
 
-/* The checked per-column parameters of B [.., K, N]: b_scale (float32), b_zero_point and bias
- * (float32) each absent, one value or N values. */
-static kiln_status check_b_params(kiln_run_ctx *c, const kiln_value *B, const kiln_value *bs, const kiln_value *bzp,
-                                  const kiln_value *bias)
+bool kiln_contrib_qmm_b_params_ok(const kiln_value *B, const kiln_value *bs, const kiln_value *bzp,
+                                  const kiln_value *bias, char *msg, size_t size)
 {
     int64_t N = B->rank >= 2 ? B->dims[B->rank - 1] : 1;
     if (!bs || bs->dtype != KILN_DTYPE_FLOAT32 || (bs->numel != 1 && bs->numel != N))
-        return kiln_run_fail(c, KILN_ERR_SHAPE, "b_scale must be float32 with 1 or %lld elements", (long long)N);
+        return snprintf(msg, size, "b_scale must be float32 with 1 or %lld elements", (long long)N), false;
     if (bzp && (bzp->dtype != B->dtype || (bzp->numel != 1 && bzp->numel != N)))
-        return kiln_run_fail(c, KILN_ERR_SHAPE, "b_zero_point must be %s with 1 or %lld elements",
-                             kiln_dtype_name(B->dtype), (long long)N);
+        return snprintf(msg, size, "b_zero_point must be %s with 1 or %lld elements", kiln_dtype_name(B->dtype),
+                        (long long)N),
+               false;
     if (bias && (bias->dtype != KILN_DTYPE_FLOAT32 || bias->numel != N))
-        return kiln_run_fail(c, KILN_ERR_SHAPE, "bias must be float32 [%lld], has %lld elements", (long long)N,
-                             (long long)bias->numel);
-    return KILN_OK;
+        return snprintf(msg, size, "bias must be float32 [%lld], has %lld elements", (long long)N,
+                        (long long)bias->numel),
+               false;
+    return true;
+}
+
+/* The checked per-column parameters of B [.., K, N] (kiln_contrib_qmm_b_params_ok). */
+static kiln_status check_b_params(kiln_run_ctx *c, const kiln_value *B, const kiln_value *bs, const kiln_value *bzp,
+                                  const kiln_value *bias)
+{
+    char msg[160];
+    if (kiln_contrib_qmm_b_params_ok(B, bs, bzp, bias, msg, sizeof msg)) return KILN_OK;
+    return kiln_run_fail(c, KILN_ERR_SHAPE, "%s", msg);
 }
 
 /* Y = float((A - azp) @ (B - bzp)) * (a_scale * b_scale[j]) + bias[j], numpy matmul batching;

@@ -5,6 +5,7 @@
 
 #include "ops/nn_internal.h"
 #include "ops/op.h"
+#include "ops/quant_internal.h"
 #include "ops/semantics.h"
 #include "ops/util.h"
 
@@ -124,17 +125,25 @@ static void *load_minus_zp(const kiln_value *v, const kiln_value *zp, bool a_sid
     return p;
 }
 
-/* Checks the element count of a per-row (A side) or per-column (B side) parameter: 1, one
- * per row/column, or one per row/column of every batch. */
-static kiln_status check_param(kiln_run_ctx *c, const kiln_value *p, const kiln_value *X, bool a_side,
-                               const char *what)
+bool kiln_nn_mm_param_ok(const kiln_value *p, const kiln_value *X, bool a_side)
 {
-    if (!p || p->numel == 1) return KILN_OK;
+    if (!p || p->numel == 1) return true;
     int r = X->rank;
     int64_t rows = r >= 2 ? X->dims[r - 2] : (a_side ? 1 : X->dims[0]),
             cols = r >= 2 ? X->dims[r - 1] : (a_side ? X->dims[0] : 1);
     int64_t batches = rows * cols != 0 ? X->numel / (rows * cols) : 0, len = a_side ? rows : cols;
-    if (p->numel == len || p->numel == batches * len) return KILN_OK;
+    return p->numel == len || p->numel == batches * len;
+}
+
+/* Fails the run when per-row / per-column parameter p does not fit X (kiln_nn_mm_param_ok). */
+static kiln_status check_param(kiln_run_ctx *c, const kiln_value *p, const kiln_value *X, bool a_side,
+                               const char *what)
+{
+    if (kiln_nn_mm_param_ok(p, X, a_side)) return KILN_OK;
+    int r = X->rank;
+    int64_t rows = r >= 2 ? X->dims[r - 2] : (a_side ? 1 : X->dims[0]),
+            cols = r >= 2 ? X->dims[r - 1] : (a_side ? X->dims[0] : 1);
+    int64_t batches = rows * cols != 0 ? X->numel / (rows * cols) : 0, len = a_side ? rows : cols;
     return kiln_run_fail(c, KILN_ERR_SHAPE, "%s has %lld elements, expected 1, %lld or %lld", what,
                          (long long)p->numel, (long long)len, (long long)(batches * len));
 }
