@@ -20,5 +20,13 @@ for b in 1 4; do
     echo "== kiln bench-llm -i llm_8x2048 -l 128 -g 128 -r 3 -w 1 -b $b --provider cuda"
     "$KILN" bench-llm -i "$dir" -l 128 -g 128 -r 3 -w 1 -b "$b" --provider cuda
 done
-# where one decode step's time goes (kiln bench --profile: per op type and node)
-python3 scripts/profile_llm_step.py "$dir" --position 200 --kiln "$KILN" --provider cuda
+# where the GPU time goes: Nsight Systems' kernel summary of a short generation, when nsys is
+# there; else one decode step through kiln bench --profile (host-fed KV cache: its copies and
+# the per-node synchronisation of an observer make that a coarse view)
+if command -v nsys >/dev/null; then
+    nsys profile --stats=false -o "$work/llm" --force-overwrite true \
+        "$KILN" bench-llm -i "$dir" -l 128 -g 64 -r 1 -w 1 --provider cuda >/dev/null 2>&1 &&
+        nsys stats --report cuda_gpu_kern_sum --format csv "$work/llm.nsys-rep" 2>/dev/null | head -25
+else
+    python3 scripts/profile_llm_step.py "$dir" --position 200 --kiln "$KILN" --provider cuda
+fi

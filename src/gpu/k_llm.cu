@@ -1,7 +1,7 @@
-/* k_llm.cu - the llm family's GPU kernels. MatMulNBits: a warp per output column; with 4 bits
- * each lane takes whole quantization blocks (one wide load, one scale), else the column's
- * packed weights as 32-bit words (neighbouring lanes, neighbouring words); dequantized and
- * multiplied with up to 8 rows of A, fp32 partial sums per K split; larger M
+/* k_llm.cu - the llm family's GPU kernels. MatMulNBits: a warp per output column reads the
+ * column's packed weights as 32-bit words (neighbouring lanes, neighbouring words; 4 bits in
+ * power-of-two blocks: shifts, and A read 16 bytes at a time), dequantizes and multiplies them
+ * with up to 8 rows of A, fp32 partial sums per K split; larger M
  * dequantizes the weight for cuBLAS. GroupQueryAttention: one thread per K/V element writes the
  * present cache, then one block per (query row, head, batch row) attends: its warps take the
  * keys in turn with an online softmax (fp32) and combine through shared memory. The RMS
@@ -118,59 +118,50 @@ __device__ __forceinline__ void load8(const T *p, bool vec, float *o)
     }
 }
 
-/* 4 bits, block size BS (16 to 256): grid (ceil(N / WARPS), splits); warp w of block x takes
- * column n = x * WARPS + w, and its lanes the quantization blocks [sp * per, (sp + 1) * per) of
- * it in turn: a lane loads a whole block's packed weights (BS / 2 bytes, 8- or 16-byte loads:
- * neighbouring lanes, neighbouring blocks), its scale and zero point once, and multiplies it
- * with up to 8 rows of A. K past the last full block is read element by element. */
-template <typename T, int BS>
-__global__ void nbits_gemv4_kernel(kiln_gpu_nbits a, int per, float *part)
+/* 4 bits, power-of-two block size 2^bs_shift (16 to 256): grid (ceil(N / WARPS), splits); warp
+ * w of block x takes column n = x * WARPS + w, and its lanes the 32-bit words [sp * per, (sp +
+ * 1) * per) of the packed row in turn. Rows hold blocks back to back, so word i is k = 8 i to
+ * 8 i + 7 of block 8 i >> bs_shift: a warp reads 128 contiguous bytes of weights and 32 * 8
+ * contiguous elements of each row of A (16-byte loads), and the lanes of one block load the
+ * same scale and zero point. K past the last full word is read element by element. */
+template <typename T>
+__global__ void nbits_gemv4_kernel(kiln_gpu_nbits a, int bs_shift, int64_t per, float *part)
 {
     const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int64_t n = (int64_t)blockIdx.x * WARPS + w;
     if (n >= a.N) return; /* the whole warp */
     const T *A = (const T *)a.A;
-    const uint8_t *row = a.B + n * a.n_blocks * (BS / 2);
-    const int begin = blockIdx.y * per, nb = (int)a.n_blocks;
-    const int end = begin + per < nb ? begin + per : nb;
+    const int64_t words = a.n_blocks * a.blob / 4;
+    const uint32_t *row = (const uint32_t *)(a.B + n * a.n_blocks * a.blob);
+    const int64_t begin = (int64_t)blockIdx.y * per;
+    const int64_t end = begin + per < words ? begin + per : words;
     const bool vec = (a.K & 7) == 0 && ((uintptr_t)A & 15) == 0;
     float acc[KILN_GPU_NBITS_GEMV_MAX_M];
 #pragma unroll
     for (int m = 0; m < KILN_GPU_NBITS_GEMV_MAX_M; m++) acc[m] = 0.0f;
-    for (int blk = begin + lane; blk < end; blk += 32) {
-        uint32_t q[BS / 8];
-        if (BS == 16) {
-            uint2 u = *(const uint2 *)(row + (int64_t)blk * 8);
-            q[0] = u.x, q[1] = u.y;
-        } else {
-#pragma unroll
-            for (int v = 0; v < BS / 32; v++) {
-                uint4 u = ((const uint4 *)(row + (int64_t)blk * (BS / 2)))[v];
-                q[4 * v] = u.x, q[4 * v + 1] = u.y, q[4 * v + 2] = u.z, q[4 * v + 3] = u.w;
-            }
-        }
+#pragma unroll 2
+    for (int64_t wi = begin + lane; wi < end; wi += 32) {
+        const uint32_t q = row[wi];
+        const int64_t k0 = wi * 8;
         float sc, zr;
-        nbits_block(a, n, blk, &sc, &zr);
-        const int64_t k0 = (int64_t)blk * BS;
-        const bool full = k0 + BS <= a.K;
+        nbits_block(a, n, k0 >> bs_shift, &sc, &zr);
+        float wv[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) wv[j] = ((float)((q >> (4 * j)) & 15u) - zr) * sc;
+        const bool full = k0 + 8 <= a.K;
 #pragma unroll
         for (int m = 0; m < KILN_GPU_NBITS_GEMV_MAX_M; m++) {
             if (m >= a.M) break;
             const T *Am = A + m * a.K + k0;
-            float dot = 0.0f;
+            float av[8];
+            if (full) {
+                load8<T>(Am, vec, av);
+            } else {
 #pragma unroll
-            for (int g = 0; g < BS / 8; g++) {
-                float av[8];
-                if (full) {
-                    load8<T>(Am + 8 * g, vec, av);
-                } else {
-#pragma unroll
-                    for (int j = 0; j < 8; j++) av[j] = k0 + 8 * g + j < a.K ? kiln_to_f<T>(Am[8 * g + j]) : 0.0f;
-                }
-#pragma unroll
-                for (int j = 0; j < 8; j++) dot += av[j] * ((float)((q[g] >> (4 * j)) & 15u) - zr);
+                for (int j = 0; j < 8; j++) av[j] = k0 + j < a.K ? kiln_to_f<T>(Am[j]) : 0.0f;
             }
-            acc[m] += dot * sc;
+#pragma unroll
+            for (int j = 0; j < 8; j++) acc[m] += av[j] * wv[j];
         }
     }
 #pragma unroll
@@ -230,39 +221,21 @@ extern "C" int kiln_gpu_nbits_splits(const kiln_gpu_nbits *a, int sm_count)
     return splits < 1 ? 1 : (int)splits;
 }
 
-template <typename T>
-static bool gemv4_launch(gpuStream_t s, const kiln_gpu_nbits *a, int splits, float *part)
-{
-    int per = (int)((a->n_blocks + splits - 1) / splits);
-    dim3 grid(kiln_gpu_blocks(a->N, WARPS), (unsigned)splits);
-    switch (a->block_size) {
-    case 16: nbits_gemv4_kernel<T, 16><<<grid, BLOCK, 0, s>>>(*a, per, part); return true;
-    case 32: nbits_gemv4_kernel<T, 32><<<grid, BLOCK, 0, s>>>(*a, per, part); return true;
-    case 64: nbits_gemv4_kernel<T, 64><<<grid, BLOCK, 0, s>>>(*a, per, part); return true;
-    case 128: nbits_gemv4_kernel<T, 128><<<grid, BLOCK, 0, s>>>(*a, per, part); return true;
-    case 256: nbits_gemv4_kernel<T, 256><<<grid, BLOCK, 0, s>>>(*a, per, part); return true;
-    default: return false;
-    }
-}
-
 extern "C" gpuError_t kiln_gpu_nbits_gemv(gpuStream_t s, const kiln_gpu_nbits *a, int splits, float *part)
 {
     if (a->M <= 0 || a->N <= 0) return gpuSuccess;
     int64_t words = a->n_blocks * a->blob / 4, per = (words + splits - 1) / splits;
     dim3 grid(kiln_gpu_blocks(a->N, WARPS), (unsigned)splits);
-    /* 4 bits in whole 8- or 16-byte blocks (16-byte aligned rows): the block kernel */
-    bool blocks = a->bits == 4 && a->blob == a->block_size / 2 && ((uintptr_t)a->B & 15) == 0 && a->n_blocks <= INT32_MAX;
-    bool done = false;
-    if (blocks && a->dtype == KILN_DTYPE_FLOAT32) done = gemv4_launch<float>(s, a, splits, part);
-    else if (blocks && a->dtype == KILN_DTYPE_FLOAT16) done = gemv4_launch<kiln_gpu_half>(s, a, splits, part);
-    if (done) {
-    } else if (a->dtype == KILN_DTYPE_FLOAT32) {
-        nbits_gemv_kernel<float><<<grid, BLOCK, 0, s>>>(*a, per, part);
-    } else if (a->dtype == KILN_DTYPE_FLOAT16) {
-        nbits_gemv_kernel<kiln_gpu_half><<<grid, BLOCK, 0, s>>>(*a, per, part);
-    } else {
-        return bad_dtype();
-    }
+    /* 4 bits, blocks of a power of two: the word kernel with shifts */
+    int shift = 0;
+    while (shift < 9 && ((int64_t)1 << shift) < a->block_size) shift++;
+    bool pow2 = a->bits == 4 && a->blob == a->block_size / 2 && ((int64_t)1 << shift) == a->block_size && shift >= 4;
+    if (pow2 && a->dtype == KILN_DTYPE_FLOAT32) nbits_gemv4_kernel<float><<<grid, BLOCK, 0, s>>>(*a, shift, per, part);
+    else if (pow2 && a->dtype == KILN_DTYPE_FLOAT16)
+        nbits_gemv4_kernel<kiln_gpu_half><<<grid, BLOCK, 0, s>>>(*a, shift, per, part);
+    else if (a->dtype == KILN_DTYPE_FLOAT32) nbits_gemv_kernel<float><<<grid, BLOCK, 0, s>>>(*a, per, part);
+    else if (a->dtype == KILN_DTYPE_FLOAT16) nbits_gemv_kernel<kiln_gpu_half><<<grid, BLOCK, 0, s>>>(*a, per, part);
+    else return bad_dtype();
     gpuError_t e = gpuGetLastError();
     if (e != gpuSuccess) return e;
     unsigned nb = kiln_gpu_blocks(a->M * a->N, BLOCK);
