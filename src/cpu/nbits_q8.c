@@ -205,8 +205,24 @@ __attribute__((target("avx2,fma"))) static float hsum256(__m256 v)
     return _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps(h, h, 1)));
 }
 
+/* zero_term 8 blocks at a time (the sum in another order) */
+__attribute__((target("avx2,fma"))) static float zero_term_avx2(const uint8_t *zp, const float *sc, const float *cz, int64_t nb)
+{
+    if (!zp) return 0;
+    __m256 t = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (; b + 8 <= nb; b += 8) {
+        __m256 z = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(zp + b))));
+        t = _mm256_fnmadd_ps(_mm256_mul_ps(z, _mm256_loadu_ps(sc + b)), _mm256_loadu_ps(cz + b), t);
+    }
+    return hsum256(t) + zero_term(zp + b, sc + b, cz + b, nb - b);
+}
+
 /* As cols_avx512vnni, a step as two halves of 32 bytes: vpmaddubsw (no saturation: 15 * 127 * 2
- * fits int16) and vpmaddwd against ones sum 4 bytes into each int32 lane. */
+ * fits int16), the even and odd nibbles' pairs added in int16 (4 products: fits), vpmaddwd
+ * against ones sums them into int32 lanes of 8 elements. Blocks of 128 or more span the step:
+ * both halves are added in int16 too (8 products) and take one scale (no gather); smaller
+ * blocks gather their lanes' scales with a masked load (no copy of a row's last scales). */
 __attribute__((target("avx2,fma"))) static void cols_avx2(const q8_job *j, int64_t n0, int64_t n1)
 {
     const kiln_nbits_q8_w *w = j->w;
@@ -214,7 +230,8 @@ __attribute__((target("avx2,fma"))) static void cols_avx2(const q8_job *j, int64
     int32_t li[16];
     for (int l = 0; l < 16; l++) li[l] = lane_block(l, bs);
     const __m256i idx0 = _mm256_loadu_si256((const __m256i *)li), idx1 = _mm256_loadu_si256((const __m256i *)(li + 8));
-    const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+    const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1), iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const bool wide = bs >= 128;
     uint8_t tail[NT][64];
     memset(tail, 0, sizeof tail);
     for (int64_t nt = n0; nt < n1; nt += NT) {
@@ -233,32 +250,37 @@ __attribute__((target("avx2,fma"))) static void cols_avx2(const q8_job *j, int64
                 const int8_t *a = j->qa + (m * j->steps + z) * 128;
                 const float *sl = j->sl + (m * j->steps + z) * 16;
                 const int32_t *zi = j->zi + (m * j->steps + z) * 16;
-                int64_t base = z * 128 / bs, left = scales_left(nb, base);
-                float part[NT][8] = {{0}}; /* the row's last scales, zero-padded */
-                const float *sp[NT];
+                int64_t base = z * 128 / bs;
+                const __m256i al0 = _mm256_loadu_si256((const __m256i *)a), al1 = _mm256_loadu_si256((const __m256i *)(a + 32));
+                const __m256i ah0 = _mm256_loadu_si256((const __m256i *)(a + 64)), ah1 = _mm256_loadu_si256((const __m256i *)(a + 96));
+                const __m256 sa0 = _mm256_loadu_ps(sl), sa1 = _mm256_loadu_ps(sl + 8);
+                const __m256i z0 = _mm256_loadu_si256((const __m256i *)zi), z1 = _mm256_loadu_si256((const __m256i *)(zi + 8));
+                const __m256i km = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)scales_left(nb, base)), iota);
+#pragma GCC unroll 4
                 for (int r = 0; r < NT; r++) {
-                    sp[r] = sc[r] + base;
-                    if (left < 8) sp[r] = memcpy(part[r], sp[r], (size_t)left * sizeof(float));
-                }
-                for (int h = 0; h < 2; h++) {
-                    __m256i alo = _mm256_loadu_si256((const __m256i *)(a + 32 * h));
-                    __m256i ahi = _mm256_loadu_si256((const __m256i *)(a + 64 + 32 * h));
-                    __m256 sa = _mm256_loadu_ps(sl + 8 * h);
-                    __m256i z0 = _mm256_loadu_si256((const __m256i *)(zi + 8 * h));
-                    for (int r = 0; r < NT; r++) {
-                        __m256i x = _mm256_loadu_si256((const __m256i *)(step_bytes(row[r], tail[r], z, full) + 32 * h));
-                        __m256i lo = _mm256_and_si256(x, m4), hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), m4);
-                        __m256i d = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(lo, alo), ones),
-                                                     _mm256_madd_epi16(_mm256_maddubs_epi16(hi, ahi), ones));
-                        d = _mm256_add_epi32(d, z0);
-                        __m256 s = _mm256_permutevar8x32_ps(_mm256_loadu_ps(sp[r]), h ? idx1 : idx0);
-                        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_mul_ps(s, sa), acc[r]);
+                    const uint8_t *x = step_bytes(row[r], tail[r], z, full);
+                    _mm_prefetch((const char *)(row[r] + 64 * (z + PF)), _MM_HINT_T0);
+                    __m256i x0 = _mm256_loadu_si256((const __m256i *)x), x1 = _mm256_loadu_si256((const __m256i *)(x + 32));
+                    __m256i p0 = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(x0, m4), al0),
+                                                  _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(x0, 4), m4), ah0));
+                    __m256i p1 = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(x1, m4), al1),
+                                                  _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(x1, 4), m4), ah1));
+                    if (wide) {
+                        __m256i d = _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(p0, p1), ones), _mm256_add_epi32(z0, z1));
+                        __m256 s = _mm256_mul_ps(_mm256_set1_ps(sc[r][base]), sa0);
+                        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), s, acc[r]);
+                    } else {
+                        __m256 sv = _mm256_maskload_ps(sc[r] + base, km);
+                        __m256i d0 = _mm256_add_epi32(_mm256_madd_epi16(p0, ones), z0);
+                        __m256i d1 = _mm256_add_epi32(_mm256_madd_epi16(p1, ones), z1);
+                        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d0), _mm256_mul_ps(_mm256_permutevar8x32_ps(sv, idx0), sa0), acc[r]);
+                        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d1), _mm256_mul_ps(_mm256_permutevar8x32_ps(sv, idx1), sa1), acc[r]);
                     }
                 }
             }
             const float *cz = j->cz + m * j->nbz;
             for (int64_t r = 0; r < nn; r++) {
-                float t = hsum256(acc[r]) + zero_term(w->zp ? w->zp + (nt + r) * ns : NULL, w->scale + (nt + r) * ns, cz, nb);
+                float t = hsum256(acc[r]) + zero_term_avx2(w->zp ? w->zp + (nt + r) * ns : NULL, w->scale + (nt + r) * ns, cz, nb);
                 j->y[m * w->N + nt + r] = t + (j->bias ? j->bias[nt + r] : 0.0f);
             }
         }
