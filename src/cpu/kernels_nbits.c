@@ -241,37 +241,50 @@ static inline float w_at(const nbits_state *st, const kiln_nbits_params *p, int6
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-/* 8 weight rows x 8 elements (one block: blocks are 16 or more, k0 a multiple of 8) widened,
- * scaled and transposed into 8 rows of k of the micro-panel (row stride w floats). */
-__attribute__((target("avx2,fma"))) static void wt_8x8_avx2(const nbits_state *st, const kiln_nbits_params *p,
-                                                           int64_t n0, int64_t k0, float *d, int w)
+/* 8 weight rows, elements [k0, k0 + kc8) (k0 and kc8 multiples of 8: a group of 8 never
+ * straddles a block, blocks being 16 or more), widened, scaled and transposed 8x8 at a time
+ * into rows of k of the micro-panel (row stride w floats); each block's 8 scales and offsets
+ * are read once. */
+__attribute__((target("avx2,fma"))) static void wt_8rows_avx2(const nbits_state *st, const kiln_nbits_params *p,
+                                                             int64_t n0, int64_t k0, int64_t kc8, float *d, int w)
 {
     const __m256i sh = _mm256_set_epi32(28, 24, 20, 16, 12, 8, 4, 0), m4 = _mm256_set1_epi32(15);
-    int64_t blk = k0 / p->block_size, u = k0 % p->block_size;
-    __m256 r[8];
-    for (int c = 0; c < 8; c++) {
-        int64_t n = n0 + c, i = n * st->w.ns + blk;
-        int32_t b4;
-        memcpy(&b4, st->q + (n * p->n_blocks + blk) * p->blob + u / 2, 4);
-        __m256 x = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(b4), sh), m4));
-        r[c] = _mm256_fmadd_ps(x, _mm256_set1_ps(st->scale[i]), _mm256_set1_ps(blk_off(st, i, (float)st->w.zero)));
+    int64_t bs = p->block_size, rowb = p->n_blocks * p->blob;
+    const uint8_t *q0 = st->q + n0 * rowb;
+    for (int64_t k = 0; k < kc8;) {
+        int64_t blk = (k0 + k) / bs, end = (blk + 1) * bs - k0 < kc8 ? (blk + 1) * bs - k0 : kc8;
+        float sv[8], ov[8];
+        for (int c = 0; c < 8; c++) {
+            int64_t i = (n0 + c) * st->w.ns + blk;
+            sv[c] = st->scale[i], ov[c] = blk_off(st, i, (float)st->w.zero);
+        }
+        for (; k < end; k += 8, d += 8 * w) {
+            const uint8_t *q = q0 + (k0 + k) / 2;
+            __m256 r[8];
+            for (int c = 0; c < 8; c++) {
+                int32_t b4;
+                memcpy(&b4, q + c * rowb, 4);
+                __m256 x = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(b4), sh), m4));
+                r[c] = _mm256_fmadd_ps(x, _mm256_set1_ps(sv[c]), _mm256_set1_ps(ov[c]));
+            }
+            __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+            __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+            __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+            __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+            __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee);
+            __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee);
+            __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee);
+            __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
+            _mm256_storeu_ps(d + 0 * w, _mm256_permute2f128_ps(u0, u4, 0x20));
+            _mm256_storeu_ps(d + 1 * w, _mm256_permute2f128_ps(u1, u5, 0x20));
+            _mm256_storeu_ps(d + 2 * w, _mm256_permute2f128_ps(u2, u6, 0x20));
+            _mm256_storeu_ps(d + 3 * w, _mm256_permute2f128_ps(u3, u7, 0x20));
+            _mm256_storeu_ps(d + 4 * w, _mm256_permute2f128_ps(u0, u4, 0x31));
+            _mm256_storeu_ps(d + 5 * w, _mm256_permute2f128_ps(u1, u5, 0x31));
+            _mm256_storeu_ps(d + 6 * w, _mm256_permute2f128_ps(u2, u6, 0x31));
+            _mm256_storeu_ps(d + 7 * w, _mm256_permute2f128_ps(u3, u7, 0x31));
+        }
     }
-    __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-    __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-    __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-    __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee);
-    __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee);
-    __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee);
-    __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
-    _mm256_storeu_ps(d + 0 * w, _mm256_permute2f128_ps(u0, u4, 0x20));
-    _mm256_storeu_ps(d + 1 * w, _mm256_permute2f128_ps(u1, u5, 0x20));
-    _mm256_storeu_ps(d + 2 * w, _mm256_permute2f128_ps(u2, u6, 0x20));
-    _mm256_storeu_ps(d + 3 * w, _mm256_permute2f128_ps(u3, u7, 0x20));
-    _mm256_storeu_ps(d + 4 * w, _mm256_permute2f128_ps(u0, u4, 0x31));
-    _mm256_storeu_ps(d + 5 * w, _mm256_permute2f128_ps(u1, u5, 0x31));
-    _mm256_storeu_ps(d + 6 * w, _mm256_permute2f128_ps(u2, u6, 0x31));
-    _mm256_storeu_ps(d + 7 * w, _mm256_permute2f128_ps(u3, u7, 0x31));
 }
 #endif
 
@@ -285,9 +298,8 @@ static void wt_pack_b(void *ctx, float *dst, int64_t p0, int64_t kc, int64_t j0,
         int64_t k = 0, c = 0;
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
         if (st->level >= 1 && p->bits == 4 && p0 % 8 == 0) {
-            for (; c + 8 <= cols; c += 8)
-                for (k = 0; k + 8 <= kc; k += 8) wt_8x8_avx2(st, p, j0 + c0 + c, p0 + k, dst + k * w + c, w);
             k = kc - kc % 8;
+            for (; c + 8 <= cols; c += 8) wt_8rows_avx2(st, p, j0 + c0 + c, p0, k, dst + c, w);
         }
 #endif
         for (int64_t cc = 0; cc < w; cc++) /* what the 8x8 tiles left: the last rows of k, the last columns */
