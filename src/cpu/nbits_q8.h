@@ -1,7 +1,8 @@
 /* nbits_q8.h - MatMulNBits' 4-bit weights against A quantized to int8 per block (accuracy_level
  * 4, ONNX Runtime's CompInt8): exact integer dot products per block, then per block the float
  * scales of A and of the weights. The weights are read in MatMulNBits' own layout (nothing is
- * repacked); the instruction-set level is the CPU's best or forced (tests, benchmarks). */
+ * repacked at load; from 4 rows of A each call unpacks panels of them into scratch for its GEMM);
+ * the instruction-set level is the CPU's best or forced (tests, benchmarks). */
 #ifndef KILN_CPU_NBITS_Q8_H
 #define KILN_CPU_NBITS_Q8_H
 

@@ -87,7 +87,7 @@ int main(void)
     CHECK(kiln_threadpool_create(2, &pool) == KILN_OK);
     kiln_scratch *scratch = kiln_scratch_create();
     printf("detected level: %s\n", kiln_nbits_q8_level_name(kiln_nbits_q8_level_detect()));
-    static const int64_t Ms[] = {1, 2, 3, 5, 9, 40}, Ns[] = {1, 3, 7, 9, 17, 33};
+    static const int64_t Ms[] = {1, 2, 3, 5, 9, 40, 130}, Ns[] = {1, 3, 7, 9, 17, 33};
     for (int lv = KILN_NBITS_Q8_BASELINE; lv < KILN_NBITS_Q8_LEVELS; lv++) {
         if (!kiln_nbits_q8_level_supported((kiln_nbits_q8_level)lv)) {
             printf("skipping %s: this CPU lacks it\n", kiln_nbits_q8_level_name((kiln_nbits_q8_level)lv));
@@ -100,7 +100,7 @@ int main(void)
             for (int k = 0; k < 6; k++)
                 for (int t = 0; t < 3; t++) {
                     unsigned f = (unsigned)rnd();
-                    one_case((kiln_nbits_q8_level)lv, f & 1 ? pool : NULL, scratch, Ms[rnd() % 6], Ks[k], Ns[rnd() % 6],
+                    one_case((kiln_nbits_q8_level)lv, f & 1 ? pool : NULL, scratch, Ms[rnd() % 7], Ks[k], Ns[rnd() % 6],
                              bs, f & 2, f & 4, f & 8 ? 3 : 0);
                 }
         }
@@ -108,6 +108,41 @@ int main(void)
         one_case((kiln_nbits_q8_level)lv, pool, scratch, 7, 2048, 1000, 128, false, false, 0);
         one_case((kiln_nbits_q8_level)lv, pool, scratch, 0, 64, 5, 32, false, true, 0); /* no rows */
         printf("%s: %d cases\n", kiln_nbits_q8_level_name((kiln_nbits_q8_level)lv), cases_run - before);
+    }
+    /* the blocked GEMM (4 rows or more) gives the same bits at every level: its integer sums are
+     * exact and its float operations the same, in the same order */
+    {
+        static const int64_t gM[] = {4, 5, 7, 8, 13, 130}, gK[] = {16 * 7 + 3, 200, 1000, 2048 + 17}, gN[] = {1, 15, 17, 33, 51};
+        int compared = 0;
+        for (int t = 0; t < 24; t++) {
+            int64_t M = gM[rnd() % 6], K = gK[rnd() % 4], N = gN[rnd() % 5], bs = (int64_t)16 << (rnd() % 5);
+            bool per_block = rnd() & 1, has_bias = rnd() & 1;
+            int64_t nb = (K + bs - 1) / bs, ns = nb + (int64_t)(rnd() % 3), blob = bs / 2;
+            uint8_t *q = malloc((size_t)(N * nb * blob)), *zp = malloc((size_t)(N * ns));
+            float *scale = malloc((size_t)(N * ns) * sizeof *scale), *A = malloc((size_t)(M * K) * sizeof *A);
+            float *bias = malloc((size_t)N * sizeof *bias), *Y0 = malloc((size_t)(M * N) * sizeof *Y0);
+            float *Y1 = malloc((size_t)(M * N) * sizeof *Y1);
+            for (int64_t i = 0; i < N * nb * blob; i++) q[i] = (uint8_t)(rnd() >> 32);
+            for (int64_t i = 0; i < N * ns; i++) scale[i] = unif(0.01f, 0.2f), zp[i] = (uint8_t)(rnd() % 16);
+            for (int64_t i = 0; i < M * K; i++) A[i] = unif(-2.0f, 2.0f);
+            for (int64_t n = 0; n < N; n++) bias[n] = unif(-1.0f, 1.0f);
+            kiln_nbits_q8_w w = {K, N, bs, q, scale, per_block ? zp : NULL, (int32_t)(rnd() % 16), ns};
+            CHECK(kiln_nbits_q8_gemm(KILN_NBITS_Q8_BASELINE, NULL, scratch, &w, M, A, has_bias ? bias : NULL, Y0) == KILN_OK);
+            for (int lv = KILN_NBITS_Q8_BASELINE + 1; lv < KILN_NBITS_Q8_LEVELS; lv++) {
+                if (!kiln_nbits_q8_level_supported((kiln_nbits_q8_level)lv)) continue;
+                CHECK(kiln_nbits_q8_gemm((kiln_nbits_q8_level)lv, t & 1 ? pool : NULL, scratch, &w, M, A,
+                                         has_bias ? bias : NULL, Y1) == KILN_OK);
+                bool same = memcmp(Y0, Y1, (size_t)(M * N) * sizeof *Y0) == 0;
+                if (!same)
+                    fprintf(stderr, "%s M=%lld K=%lld N=%lld bs=%lld: the blocked GEMM differs from baseline\n",
+                            kiln_nbits_q8_level_name((kiln_nbits_q8_level)lv), (long long)M, (long long)K, (long long)N,
+                            (long long)bs);
+                CHECK(same);
+                compared++;
+            }
+            free(q), free(zp), free(scale), free(A), free(bias), free(Y0), free(Y1);
+        }
+        printf("blocked GEMM: %d comparisons with baseline, bit for bit\n", compared);
     }
     /* A's quantization bit for bit at every level: column n holds a single weight 1 (zero point
      * 0, scale 1) at element n, so Y[m, n] is one exact product qa[n] * sa of its block */
