@@ -20,6 +20,22 @@ for b in 1 4; do
     echo "== kiln bench-llm -i llm_8x2048 -l 128 -g 128 -r 3 -w 1 -b $b --provider cuda"
     "$KILN" bench-llm -i "$dir" -l 128 -g 128 -r 3 -w 1 -b "$b" --provider cuda
 done
+# KILN_LLM_8B=1: an 8B-shaped folder as well (Llama-3.1-8B dims: 32 layers, hidden 4096, 32/8
+# heads, MLP 14336, vocab 128256; int4 block 128 with zero points, float16; random packed
+# weights, ~4 GB in model.onnx.data): decode at -l 128 -g 128 and prefill at 1024 and 4096 tokens
+if [[ -n ${KILN_LLM_8B:-} ]]; then
+    big=$work/llm_8b
+    [[ -f $big/genai_config.json ]] ||
+        python3 tests/models/make_llm.py "$big" --form gqa --layers 32 --hidden 4096 --heads 32 --kv-heads 8 \
+            --intermediate 14336 --vocab 128256 --block 128 --asymmetric --dtype fp16 --random-weights \
+            --external-data --accuracy-level 1 --context 8192 >/dev/null
+    for lg in "128 128" "1024 8" "4096 8"; do
+        set -- $lg
+        echo "== kiln bench-llm -i llm_8b -l $1 -g $2 -r 2 -w 1 --provider cuda"
+        "$KILN" bench-llm -i "$big" -l "$1" -g "$2" -r 2 -w 1 --provider cuda |
+            grep -E "tokens/s|avg \(us\)|Peak|CUDA graphs"
+    done
+fi
 # where the GPU time goes: Nsight Systems' kernel summary of a short generation, when nsys is
 # there; else one decode step through kiln bench --profile (host-fed KV cache: its copies and
 # the per-node synchronisation of an observer make that a coarse view)

@@ -58,7 +58,8 @@ struct kiln_generator {
     int64_t *ones;               /* [B] all 1: a decode step's new positions per row */
     bool *eos;                   /* [B] */
     float *logits;               /* [B * V] the last position's logits */
-    float *step_logits;          /* [B * V] storage for decode steps' logits output */
+    kiln_dtype logit_dtype;      /* the model's logits: float32, float16 or bfloat16 */
+    void *step_logits;           /* [B * V] of logit_dtype: storage for decode steps' logits output */
     int *idx;                    /* [V] sampling scratch */
     double *prob;                /* [V] */
     uint64_t rng;
@@ -190,9 +191,11 @@ static kiln_status check_session(kiln_generator *g)
     for (int j = 0; j < g->n_out; j++) {
         if (find_io(g->s, true, g->out_names[j], &io) < 0)
             return fail(g, KILN_ERR_MODEL, "the model has no output '%s' (named by genai_config.json)", g->out_names[j]);
-        if (j == 0 && (io.kind != KILN_VALUE_TENSOR || io.dtype != KILN_DTYPE_FLOAT32))
-            return fail(g, KILN_ERR_UNSUPPORTED, "output '%s' is %s: kiln's generator reads float32 logits", io.name,
-                        kiln_dtype_name(io.dtype));
+        if (j == 0 && (io.kind != KILN_VALUE_TENSOR || (io.dtype != KILN_DTYPE_FLOAT32 && io.dtype != KILN_DTYPE_FLOAT16 &&
+                                                         io.dtype != KILN_DTYPE_BFLOAT16)))
+            return fail(g, KILN_ERR_UNSUPPORTED, "output '%s' is %s: kiln's generator reads float32, float16 or bfloat16 "
+                        "logits", io.name, kiln_dtype_name(io.dtype));
+        if (j == 0) g->logit_dtype = io.dtype;
         if (j > 0) KILN_TRY(check_kv_io(g, &io, "present output"));
     }
     return KILN_OK;
@@ -337,8 +340,8 @@ static kiln_status run_step(kiln_generator *g, int64_t S)
     kiln_value *logit_bind = NULL;
     if (g->step_logits && S == 1) {
         int64_t d[3] = {B, 1, g->V};
-        if (kiln_value_wrap_tensor(KILN_DTYPE_FLOAT32, 3, d, g->step_logits, (size_t)B * (size_t)g->V * sizeof(float),
-                                   &logit_bind))
+        if (kiln_value_wrap_tensor(g->logit_dtype, 3, d, g->step_logits,
+                                   (size_t)B * (size_t)g->V * kiln_dtype_size(g->logit_dtype), &logit_bind))
             return fail(g, KILN_ERR_NOMEM, "out of memory");
     }
     g->bind[0] = logit_bind;
@@ -362,7 +365,7 @@ static kiln_status run_step(kiln_generator *g, int64_t S)
         g->V = V;
         size_t n = (size_t)B * (size_t)V;
         g->logits = malloc(n * sizeof *g->logits);
-        g->step_logits = malloc(n * sizeof *g->step_logits);
+        g->step_logits = malloc(n * kiln_dtype_size(g->logit_dtype));
         g->idx = malloc((size_t)V * sizeof *g->idx);
         g->prob = malloc((size_t)V * sizeof *g->prob);
         if (!g->logits || !g->step_logits || !g->idx || !g->prob) {
@@ -370,10 +373,17 @@ static kiln_status run_step(kiln_generator *g, int64_t S)
             goto out;
         }
     }
-    for (int b = 0; b < B; b++) {
+    for (int b = 0; b < B; b++) { /* the row's last real position, as float */
         int64_t at = S == 1 ? 0 : g->plen[b] - 1;
-        memcpy(g->logits + (size_t)b * (size_t)V, (const float *)lg->data + ((size_t)b * (size_t)S + (size_t)at) * (size_t)V,
-               (size_t)V * sizeof(float));
+        size_t from = ((size_t)b * (size_t)S + (size_t)at) * (size_t)V;
+        float *to = g->logits + (size_t)b * (size_t)V;
+        if (lg->dtype == KILN_DTYPE_FLOAT32) {
+            memcpy(to, (const float *)lg->data + from, (size_t)V * sizeof(float));
+        } else {
+            const uint16_t *h = (const uint16_t *)lg->data + from;
+            for (int64_t v = 0; v < V; v++)
+                to[v] = lg->dtype == KILN_DTYPE_FLOAT16 ? kiln_f16_to_f32(h[v]) : kiln_bf16_to_f32(h[v]);
+        }
     }
     /* the presents: [B, kv, width, hd] (unshared) or the whole buffer (shared), in place */
     for (int j = 1; j < g->n_out; j++) {

@@ -4,7 +4,8 @@ genai_config.json), for kiln's generator tests and `kiln bench-llm`.
 
 usage: make_llm.py OUT_DIR [--form onnx|gqa] [--layers N] [--hidden H] [--heads N] [--kv-heads N]
                    [--vocab V] [--context C] [--max-length M] [--seed S] [--asymmetric] [--block B]
-                   [--accuracy-level L] [--eos IDS]
+                   [--accuracy-level L] [--eos IDS] [--intermediate I] [--dtype fp32|fp16]
+                   [--random-weights] [--external-data]
 
 --form onnx (default): ONNX ops only - RMS norm written out, rotary written out from position ids
   computed in the graph (cumsum of attention_mask - 1), MatMul attention with an additive mask
@@ -14,7 +15,10 @@ usage: make_llm.py OUT_DIR [--form onnx|gqa] [--layers N] [--hidden H] [--heads 
   attention-mask subgraph (seqlens_k = ReduceSum(mask) - 1, total_sequence_length = mask.shape[1]),
   SimplifiedLayerNormalization / SkipSimplifiedLayerNormalization, packed QKV MatMulNBits (bits 4,
   block 32 or --block, symmetric or --asymmetric zero points), GroupQueryAttention with do_rotary and cos/sin
-  caches over a past/present buffer of max_length (past_present_share_buffer true), SiLU MLP.
+  caches over a past/present buffer of max_length (past_present_share_buffer true), SiLU MLP;
+  --dtype fp16 makes activations, scales, norms, caches and logits float16 (the builder's
+  `-e cuda -p int4` io dtype), --random-weights draws the packed weights directly (an 8B-shaped
+  model in seconds: no float weights) and --external-data writes them to model.onnx.data.
 """
 import argparse
 import json
@@ -52,7 +56,7 @@ def rope_cache(context, head):
 
 def weights(a, rng):
     H, KV, D, hid = a.heads, a.kv_heads, a.hidden // a.heads, a.hidden
-    inter = a.hidden * 2
+    inter = a.intermediate
     s = lambda *shape: (rng.standard_normal(shape) * (1.0 / np.sqrt(shape[0]))).astype(np.float32)
     w = {"embed": (rng.standard_normal((a.vocab, hid)) * 0.5).astype(np.float32),
          "lm_head": s(hid, a.vocab) * 2.0, "norm": (1 + 0.1 * rng.standard_normal(hid)).astype(np.float32)}
@@ -181,41 +185,60 @@ def quant4(wt, block, asym):
     return packed, sc.reshape(-1), zpk
 
 
+def random4(K, N, block, asym, rng):
+    """quant4's outputs drawn directly (--random-weights): packed nibbles, scales about what
+    quant4 gives a weight of std 1/sqrt(K), zero points 8 or random; no float weight made."""
+    nb = (K + block - 1) // block
+    packed = rng.integers(0, 256, (N, nb, block // 2), dtype=np.uint8)
+    sc = (rng.uniform(0.5, 1.5, N * nb) * (2.5 / 7.0 / np.sqrt(K))).astype(np.float32)
+    zpk = rng.integers(0, 256, N * ((nb + 1) // 2), dtype=np.uint8) if asym else None
+    return packed, sc, zpk
+
+
 def build_gqa(a, w):
     H, KV, D, hid = a.heads, a.kv_heads, a.hidden // a.heads, a.hidden
     g = G()
     block = a.block
+    fdt = np.float16 if a.dtype == "fp16" else np.float32
+    rng = np.random.default_rng(a.seed + 1)
 
     def mmnb(x, wt, name):
-        K, N = wt.shape
-        packed, sc, zp = quant4(wt, block, a.asymmetric)
-        ins = [x, g.init(f"{name}.weight_Q4", packed), g.init(f"{name}.weight_scales", sc)]
+        K, N = wt if isinstance(wt, tuple) else wt.shape
+        packed, sc, zp = random4(K, N, block, a.asymmetric, rng) if isinstance(wt, tuple) else quant4(wt, block, a.asymmetric)
+        ins = [x, g.init(f"{name}.weight_Q4", packed), g.init(f"{name}.weight_scales", sc.astype(fdt))]
         if zp is not None:
             ins.append(g.init(f"{name}.weight_zp", zp))
         return g.op("MatMulNBits", ins, domain="com.microsoft", name=f"{name}/MatMulNBits",
                     K=K, N=N, bits=4, block_size=block, accuracy_level=a.accuracy_level)
     cos, sin = rope_cache(a.context, D)
-    g.init("cos_cache", cos)
-    g.init("sin_cache", sin)
+    g.init("cos_cache", cos.astype(fdt))
+    g.init("sin_cache", sin.astype(fdt))
+
+    def vec(name, n, ref):  # a norm's weight: ref() from the float weights, or drawn
+        return g.init(name, (ref() if w else 1 + 0.1 * rng.standard_normal(n)).astype(fdt))
+
+    def mat(l, key, K, N):  # a layer's float weight [K, N], or its shape (--random-weights)
+        return (K, N) if not w else w[l][key]
     # the builder's attention-mask subgraph
     rs = g.op("ReduceSum", ["attention_mask", g.const("one_axis", [1])], keepdims=0, name="/model/attn_mask_reformat/attn_mask_subgraph/ReduceSum")
     seqlens = g.op("Cast", [g.op("Sub", [rs, g.const("one64", np.int64(1))])], to=TensorProto.INT32,
                    name="/model/attn_mask_reformat/attn_mask_subgraph/Sub/Cast")
     total = g.op("Cast", [g.op("Gather", [g.op("Shape", ["attention_mask"]), g.const("one_idx", np.int64(1))], axis=0)],
                  to=TensorProto.INT32, name="/model/attn_mask_reformat/attn_mask_subgraph/Gather/Cast")
-    x = g.op("Gather", [g.init("model.embed_tokens.weight", w["embed"]), "input_ids"], axis=0)
+    embed = w["embed"] if w else rng.standard_normal((a.vocab, hid), dtype=np.float32) * 0.5
+    x = g.op("Gather", [g.init("model.embed_tokens.weight", embed.astype(fdt)), "input_ids"], axis=0)
     residual = None
     for l in range(a.layers):
         p = f"/model/layers.{l}"
         if residual is None:
-            h = g.op("SimplifiedLayerNormalization", [x, g.init(f"model.layers.{l}.input_layernorm.weight", w[l]["ln1"])],
+            h = g.op("SimplifiedLayerNormalization", [x, vec(f"model.layers.{l}.input_layernorm.weight", hid, lambda: w[l]["ln1"])],
                      name=f"{p}/input_layernorm/LayerNorm", axis=-1, epsilon=1e-5, stash_type=1)
             residual = x
         else:
             h, _, _, residual = g.op("SkipSimplifiedLayerNormalization",
-                                     [x, residual, g.init(f"model.layers.{l}.input_layernorm.weight", w[l]["ln1"])], 4,
+                                     [x, residual, vec(f"model.layers.{l}.input_layernorm.weight", hid, lambda: w[l]["ln1"])], 4,
                                      domain="com.microsoft", name=f"{p}/input_layernorm/SkipLayerNorm", epsilon=1e-5)
-        qkv_w = np.concatenate([w[l]["q"], w[l]["k"], w[l]["v"]], axis=1)
+        qkv_w = np.concatenate([w[l]["q"], w[l]["k"], w[l]["v"]], axis=1) if w else (hid, (H + 2 * KV) * D)
         qkv = mmnb(h, qkv_w, f"model.layers.{l}.attn.qkv_proj")
         pk, pv = f"present.{l}.key", f"present.{l}.value"
         g.nodes.append(helper.make_node(
@@ -224,22 +247,21 @@ def build_gqa(a, w):
             [f"{p}/attn/GQA/out", pk, pv], name=f"{p}/attn/GroupQueryAttention", domain="com.microsoft",
             num_heads=H, kv_num_heads=KV, scale=float(1.0 / np.sqrt(D)), do_rotary=1, rotary_interleaved=0,
             local_window_size=-1, softcap=0.0))
-        o = mmnb(f"{p}/attn/GQA/out", w[l]["o"], f"model.layers.{l}.attn.o_proj")
+        o = mmnb(f"{p}/attn/GQA/out", mat(l, "o", H * D, hid), f"model.layers.{l}.attn.o_proj")
         h, _, _, residual = g.op("SkipSimplifiedLayerNormalization",
-                                 [o, residual, g.init(f"model.layers.{l}.post_attention_layernorm.weight", w[l]["ln2"])], 4,
+                                 [o, residual, vec(f"model.layers.{l}.post_attention_layernorm.weight", hid, lambda: w[l]["ln2"])], 4,
                                  domain="com.microsoft", name=f"{p}/post_attention_layernorm/SkipLayerNorm", epsilon=1e-5)
-        gate = mmnb(h, w[l]["gate"], f"model.layers.{l}.mlp.gate_proj")
-        up = mmnb(h, w[l]["up"], f"model.layers.{l}.mlp.up_proj")
+        gate = mmnb(h, mat(l, "gate", hid, a.intermediate), f"model.layers.{l}.mlp.gate_proj")
+        up = mmnb(h, mat(l, "up", hid, a.intermediate), f"model.layers.{l}.mlp.up_proj")
         act = g.op("Mul", [g.op("Mul", [gate, g.op("Sigmoid", [gate])]), up])
-        x = mmnb(act, w[l]["down"], f"model.layers.{l}.mlp.down_proj")
-    h = g.op("SkipSimplifiedLayerNormalization", [x, residual, g.init("model.norm.weight", w["norm"])], 1,
+        x = mmnb(act, mat(l, "down", a.intermediate, hid), f"model.layers.{l}.mlp.down_proj")
+    h = g.op("SkipSimplifiedLayerNormalization", [x, residual, vec("model.norm.weight", hid, lambda: w["norm"])], 1,
              domain="com.microsoft", name="/model/norm/SkipLayerNorm", epsilon=1e-5)
-    g.nodes.append(helper.make_node("MatMulNBits", [h] + [g.inits[-1].name] * 0 +
-                                    [g.init("lm_head.MatMul.weight_Q4", quant4(w["lm_head"], block, a.asymmetric)[0]),
-                                     g.init("lm_head.MatMul.weight_scales", quant4(w["lm_head"], block, a.asymmetric)[1])] +
-                                    ([g.init("lm_head.MatMul.weight_zp", quant4(w["lm_head"], block, a.asymmetric)[2])]
-                                     if a.asymmetric else []),
-                                    ["logits"], name="/lm_head/MatMulNBits", domain="com.microsoft",
+    packed, sc, zp = quant4(w["lm_head"], block, a.asymmetric) if w else random4(hid, a.vocab, block, a.asymmetric, rng)
+    ins = [h, g.init("lm_head.MatMul.weight_Q4", packed), g.init("lm_head.MatMul.weight_scales", sc.astype(fdt))]
+    if zp is not None:
+        ins.append(g.init("lm_head.MatMul.weight_zp", zp))
+    g.nodes.append(helper.make_node("MatMulNBits", ins, ["logits"], name="/lm_head/MatMulNBits", domain="com.microsoft",
                                     K=hid, N=a.vocab, bits=4, block_size=block, accuracy_level=a.accuracy_level))
     return g, [helper.make_opsetid("com.microsoft", 1)], 21
 
@@ -261,29 +283,40 @@ def main():
     ap.add_argument("--accuracy-level", type=int, default=4,
                     help="MatMulNBits accuracy_level (4: the builder's CPU default, ORT quantizes A to int8 per block)")
     ap.add_argument("--eos", default="2,3", help="eos token ids, comma-separated")
+    ap.add_argument("--intermediate", type=int, default=0, help="MLP width (default 2 * hidden)")
+    ap.add_argument("--dtype", choices=["fp32", "fp16"], default="fp32",
+                    help="activations, scales, norms, caches and logits (--form gqa)")
+    ap.add_argument("--random-weights", action="store_true",
+                    help="--form gqa: packed int4 weights drawn directly, no float weights (large shapes)")
+    ap.add_argument("--external-data", action="store_true", help="weights in model.onnx.data (models over 2 GB)")
     a = ap.parse_args()
+    a.intermediate = a.intermediate or 2 * a.hidden
+    if a.form != "gqa" and (a.dtype != "fp32" or a.random_weights):
+        ap.error("--dtype fp16 and --random-weights are for --form gqa")
     rng = np.random.default_rng(a.seed)
-    w = weights(a, rng)
+    w = None if a.random_weights else weights(a, rng)
     g, extra_opsets, opset = (build_gqa if a.form == "gqa" else build_onnx)(a, w)
     D = a.hidden // a.heads
     share = a.form == "gqa"
     seq = "max_length" if share else "past_sequence_length"
     tot = "max_length" if share else "total_sequence_length"
+    fty = TensorProto.FLOAT16 if a.dtype == "fp16" else TensorProto.FLOAT
     ins = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch_size", "sequence_length"]),
            helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch_size", "total_sequence_length"])]
-    outs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch_size", "sequence_length", a.vocab])]
+    outs = [helper.make_tensor_value_info("logits", fty, ["batch_size", "sequence_length", a.vocab])]
     for l in range(a.layers):
         for kind in ("key", "value"):
-            ins.append(helper.make_tensor_value_info(f"past_key_values.{l}.{kind}", TensorProto.FLOAT,
+            ins.append(helper.make_tensor_value_info(f"past_key_values.{l}.{kind}", fty,
                                                      ["batch_size", a.kv_heads, seq, D]))
-            outs.append(helper.make_tensor_value_info(f"present.{l}.{kind}", TensorProto.FLOAT,
+            outs.append(helper.make_tensor_value_info(f"present.{l}.{kind}", fty,
                                                       ["batch_size", a.kv_heads, tot, D]))
     graph = helper.make_graph(g.nodes, "llm", ins, outs, g.inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)] + extra_opsets,
                               producer_name="kiln make_llm.py")
     model.ir_version = 10
     os.makedirs(a.out_dir, exist_ok=True)
-    onnx.save(model, os.path.join(a.out_dir, "model.onnx"))
+    onnx.save(model, os.path.join(a.out_dir, "model.onnx"), save_as_external_data=a.external_data,
+              location="model.onnx.data")
     max_length = a.max_length or a.context
     cfg = {
         "model": {

@@ -225,12 +225,17 @@ def main():
     os.makedirs(work, exist_ok=True)
     onnx_form = make(os.path.join(work, "llm_onnx"))
     # accuracy_level 1 (both compute in float32) and the builder's CPU default 4, where both
-    # quantize MatMulNBits' A to int8 per block (kiln as ONNX Runtime does), block 32 and 128
+    # quantize MatMulNBits' A to int8 per block (kiln as ONNX Runtime does), block 32 and 128;
+    # float16
     gqa_forms = [make(os.path.join(work, "llm_gqa_sym"), "--form", "gqa", "--accuracy-level", "1"),
                  make(os.path.join(work, "llm_gqa_asym"), "--form", "gqa", "--asymmetric", "--accuracy-level", "1"),
                  make(os.path.join(work, "llm_gqa_sym_l4"), "--form", "gqa", "--accuracy-level", "4"),
                  make(os.path.join(work, "llm_gqa_asym_l4"), "--form", "gqa", "--asymmetric", "--accuracy-level", "4",
-                      "--block", "128", "--hidden", "256")]
+                      "--block", "128", "--hidden", "256"),
+                 # float16 activations, caches and logits (the builder's CUDA io dtype), weights in
+                 # model.onnx.data
+                 make(os.path.join(work, "llm_gqa_fp16"), "--form", "gqa", "--dtype", "fp16", "--random-weights",
+                      "--asymmetric", "--accuracy-level", "1", "--external-data", "--intermediate", "160")]
     soak = make(os.path.join(work, "llm_soak"), "--layers", "1", "--hidden", "32", "--heads", "2", "--kv-heads", "1",
                 "--vocab", "64", "--context", "10240", "--seed", "77", "--eos", "1000")
     ran_gqa = 0
