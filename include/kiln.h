@@ -499,7 +499,8 @@ kiln_status kiln_generator_generate_next(kiln_generator *g);
  * borrowed ([batch]; valid until the next call on g), *n (may be NULL) receives the batch. */
 kiln_status kiln_generator_get_next_tokens(const kiln_generator *g, const int64_t **tokens, int *n);
 /* The logits of each sequence's last position, the ones the next choice is made from:
- * *logits is borrowed, [batch, vocab] float32, valid until the next call on g. */
+ * *logits is borrowed, [batch, vocab] float32 (a model's float16 or bfloat16 logits converted),
+ * valid until the next call on g. */
 kiln_status kiln_generator_get_logits(const kiln_generator *g, const float **logits, int64_t *vocab);
 /* Sequence b so far (prompt then generated ids, pads after an eos included): borrowed,
  * *len ids; NULL when b is out of range. */
