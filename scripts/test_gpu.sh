@@ -233,7 +233,7 @@ want e && section e "compute-sanitizer memcheck (kiln run, kiln generate --provi
 want f && section f "benchmarks: scripts/bench_gpu.py (figures, not a test)" 330 \
     python3 scripts/bench_gpu.py --kiln-lib "$KILN_LIB" --md "$LOGS/bench_gpu.md" ${KILN_BENCH_ARGS:-}
 
-want g && section g "LLM benchmark: scripts/bench_llm_gpu.sh (figures, not a test)" 300 \
+want g && section g "LLM benchmark: scripts/bench_llm_gpu.sh (figures, not a test)" 540 \
     bash scripts/bench_llm_gpu.sh "$WORK"
 
 rm -rf "$WORK"
