@@ -521,3 +521,202 @@ extern "C" gpuError_t kiln_gpu_quant_qlinear_binary(gpuStream_t s, bool mul, int
                                                                           b_scale, b_zp, c_scale, c_zp, swap, scalar);
     return gpuGetLastError();
 }
+
+/* ---- QLinearSigmoid, QLinearLeakyRelu: a 256-entry table ---- */
+
+/* Bytes of code v of an 8-bit dtype less its low end, and back: the top bit flipped for int8. */
+__global__ void lut_kernel(const uint8_t *table, const uint8_t *x, uint8_t *y, int64_t n, uint8_t flip)
+{
+    __shared__ uint8_t t[256];
+    t[threadIdx.x] = table[threadIdx.x];
+    __syncthreads();
+    KILN_GRID_LOOP(i, n) y[i] = t[x[i] ^ flip] ^ flip;
+}
+
+extern "C" gpuError_t kiln_gpu_quant_lut(gpuStream_t s, int dt, const uint8_t *table, const void *x, void *y, int64_t n)
+{
+    if (dt != KILN_DTYPE_UINT8 && dt != KILN_DTYPE_INT8) return bad_value();
+    if (n <= 0) return gpuSuccess;
+    lut_kernel<<<kiln_gpu_blocks(n, THREADS), THREADS, 0, s>>>(table, (const uint8_t *)x, (uint8_t *)y, n,
+                                                               dt == KILN_DTYPE_INT8 ? 0x80 : 0);
+    return gpuGetLastError();
+}
+
+/* ---- QLinearConcat ---- */
+
+/* MLAS's quantize of x with scale and zero point (contrib_qlinear.c's quantize): x / scale, then
+ * the requantize. */
+__device__ __forceinline__ int32_t mlas_quantize(float x, float scale, int32_t zp, int32_t lo, int32_t hi)
+{
+    return mlas_requant(__fdiv_rn(x, scale), zp, lo, hi);
+}
+
+__global__ void qconcat_kernel(int dt, const void *x, int64_t n, int64_t len, void *y, int64_t y_row, int64_t at,
+                               const float *xs, const void *xz, const float *ys, const void *yz)
+{
+    int32_t zx = xz ? load_q8(dt, xz, 0) : 0, zy = yz ? load_q8(dt, yz, 0) : 0;
+    int32_t lo = dt == KILN_DTYPE_INT8 ? -128 : 0, hi = dt == KILN_DTYPE_INT8 ? 127 : 255;
+    float sx = xs[0], sy = ys[0];
+    bool same = sx == sy && zx == zy;
+    KILN_GRID_LOOP(i, n) {
+        int64_t o = i / len, r = i - o * len, yi = o * y_row + at + r;
+        if (same) ((uint8_t *)y)[yi] = ((const uint8_t *)x)[i];
+        else store_i(dt, y, yi, mlas_quantize(__fmul_rn((float)(load_q8(dt, x, i) - zx), sx), sy, zy, lo, hi));
+    }
+}
+
+extern "C" gpuError_t kiln_gpu_quant_qconcat(gpuStream_t s, int dt, const void *x, int64_t outer, int64_t len, void *y,
+                                             int64_t y_row, int64_t at, const float *xs, const void *xz, const float *ys,
+                                             const void *yz)
+{
+    if (dt != KILN_DTYPE_UINT8 && dt != KILN_DTYPE_INT8) return bad_value();
+    int64_t n = outer * len;
+    if (n <= 0) return gpuSuccess;
+    qconcat_kernel<<<kiln_gpu_blocks(n, THREADS), THREADS, 0, s>>>(dt, x, n, len, y, y_row, at, xs, xz, ys, yz);
+    return gpuGetLastError();
+}
+
+/* ---- QLinearGlobalAveragePool: 32 threads per output, an exact int64 sum ---- */
+
+#define GAP_LANES 32
+
+__global__ __launch_bounds__(THREADS) void qgap_kernel(int dt, const void *x, void *y, int64_t N, int64_t C, int64_t img,
+                                                       bool last, const float *xs, const void *xz, const float *ys,
+                                                       const void *yz)
+{
+    __shared__ long long part[THREADS];
+    int lane = threadIdx.x % GAP_LANES, group = threadIdx.x / GAP_LANES, groups = THREADS / GAP_LANES;
+    int32_t zx = xz ? load_q8(dt, xz, 0) : 0, zy = yz ? load_q8(dt, yz, 0) : 0;
+    int32_t lo = dt == KILN_DTYPE_INT8 ? -128 : 0, hi = dt == KILN_DTYPE_INT8 ? 127 : 255;
+    float scale = __fdiv_rn(xs[0], __fmul_rn(ys[0], (float)img));
+    int64_t outs = N * C;
+    for (int64_t base = (int64_t)blockIdx.x * groups; base < outs; base += (int64_t)gridDim.x * groups) {
+        int64_t e = base + group; /* (b, ch) */
+        long long acc = 0;
+        if (e < outs) {
+            int64_t b = e / C, ch = e % C;
+            for (int64_t p = lane; p < img; p += GAP_LANES)
+                acc += load_q8(dt, x, last ? (b * img + p) * C + ch : e * img + p);
+        }
+        part[threadIdx.x] = acc;
+        __syncthreads();
+        for (int h = GAP_LANES / 2; h > 0; h >>= 1) {
+            if (lane < h) part[threadIdx.x] += part[threadIdx.x + h];
+            __syncthreads();
+        }
+        if (lane == 0 && e < outs) {
+            long long sum = part[threadIdx.x] - (long long)zx * img;
+            float v = __fmul_rn((float)(int32_t)sum, scale);
+            store_i(dt, y, e, mlas_quantize(v, 1.0f, zy, lo, hi));
+        }
+        __syncthreads();
+    }
+}
+
+extern "C" gpuError_t kiln_gpu_quant_qgap(gpuStream_t s, int dt, const void *x, void *y, int64_t N, int64_t C, int64_t img,
+                                          bool channels_last, const float *xs, const void *xz, const float *ys,
+                                          const void *yz)
+{
+    if (dt != KILN_DTYPE_UINT8 && dt != KILN_DTYPE_INT8) return bad_value();
+    if (N * C <= 0) return gpuSuccess;
+    qgap_kernel<<<kiln_gpu_blocks(N * C, THREADS / GAP_LANES), THREADS, 0, s>>>(dt, x, y, N, C, img, channels_last, xs, xz,
+                                                                                ys, yz);
+    return gpuGetLastError();
+}
+
+/* ---- QLinearAveragePool: a thread per output, the window summed in the reference's order ---- */
+
+__global__ void qavgpool_kernel(int dt, const void *x, void *y, kiln_gpu_qpool g, const float *xs, const void *xz,
+                                const float *ys, const void *yz)
+{
+    int32_t zx = xz ? load_q8(dt, xz, 0) : 0, zy = yz ? load_q8(dt, yz, 0) : 0;
+    int32_t lo = dt == KILN_DTYPE_INT8 ? -128 : 0, hi = dt == KILN_DTYPE_INT8 ? 127 : 255;
+    float sx = xs[0], sy = ys[0];
+    int64_t C = g.C, ipix = g.in[0] * g.in[1] * g.in[2], opix = g.out[0] * g.out[1] * g.out[2];
+    KILN_GRID_LOOP(e, g.N * C * opix) {
+        /* e: the output's own index, [N, C, opix] or [N, opix, C] */
+        int64_t b, ch, o;
+        if (g.channels_last) ch = e % C, o = (e / C) % opix, b = e / (C * opix);
+        else o = e % opix, ch = (e / opix) % C, b = e / (C * opix);
+        int64_t od[3] = {o / (g.out[1] * g.out[2]), (o / g.out[2]) % g.out[1], o % g.out[2]}, wlo[3], whi[3];
+        int64_t cnt = 1;
+        for (int i = 0; i < 3; i++) {
+            int64_t s0 = od[i] * g.s[i] - g.pb[i], e0 = s0 + g.k[i];
+            int64_t e_pad = e0 < g.in[i] + g.pe[i] ? e0 : g.in[i] + g.pe[i];
+            wlo[i] = s0 < 0 ? 0 : s0;
+            whi[i] = e0 < g.in[i] ? e0 : g.in[i];
+            cnt *= g.count_include_pad ? e_pad - s0 : whi[i] - wlo[i];
+        }
+        float sum = 0.0f;
+        for (int64_t p0 = wlo[0]; p0 < whi[0]; p0++)
+            for (int64_t p1 = wlo[1]; p1 < whi[1]; p1++)
+                for (int64_t p2 = wlo[2]; p2 < whi[2]; p2++) {
+                    int64_t pix = (p0 * g.in[1] + p1) * g.in[2] + p2;
+                    int64_t xi = g.channels_last ? (b * ipix + pix) * C + ch : (b * C + ch) * ipix + pix;
+                    sum = __fadd_rn(sum, __fmul_rn((float)(load_q8(dt, x, xi) - zx), sx));
+                }
+        float avg = cnt > 0 ? __fdiv_rn(sum, (float)cnt) : 0.0f;
+        store_i(dt, y, e, mlas_quantize(avg, sy, zy, lo, hi));
+    }
+}
+
+extern "C" gpuError_t kiln_gpu_quant_qavgpool(gpuStream_t s, int dt, const void *x, void *y, kiln_gpu_qpool g,
+                                              const float *xs, const void *xz, const float *ys, const void *yz)
+{
+    if (dt != KILN_DTYPE_UINT8 && dt != KILN_DTYPE_INT8) return bad_value();
+    int64_t n = g.N * g.C * g.out[0] * g.out[1] * g.out[2];
+    if (n <= 0) return gpuSuccess;
+    qavgpool_kernel<<<kiln_gpu_blocks(n, THREADS), THREADS, 0, s>>>(dt, x, y, g, xs, xz, ys, yz);
+    return gpuGetLastError();
+}
+
+/* ---- QLinearSoftmax: a thread per row ---- */
+
+/* x86's conversion of float v to int32 (cvttss2si, what the reference's (int32_t) compiles to):
+ * the integer indefinite 0x80000000 for NaN and values out of range. v is integral here. */
+__device__ __forceinline__ int32_t x86_f2i(float v)
+{
+    return v >= -2147483648.0f && v < 2147483648.0f ? (int32_t)v : INT32_MIN;
+}
+
+__global__ void qsoftmax_kernel(int dt, const uint8_t *x, uint8_t *y, const float *table, int64_t outer, int64_t d,
+                                int64_t inner, float yscale, int yz)
+{
+    __shared__ float t[256];
+    t[threadIdx.x] = table[threadIdx.x];
+    __syncthreads();
+    bool sg = dt == KILN_DTYPE_INT8;
+    int32_t lo = sg ? -128 : 0, hi = sg ? 127 : 255;
+    KILN_GRID_LOOP(row, outer * inner) {
+        int64_t base = (row / inner) * d * inner + row % inner;
+        int32_t xmax = -1000;
+        for (int64_t k = 0; k < d; k++) {
+            int32_t v = load_q8(dt, x, base + k * inner);
+            xmax = v > xmax ? v : xmax;
+        }
+        int32_t adj = sg ? 127 - xmax : 255 - xmax;
+        float sum = 0.0f;
+        for (int64_t k = 0; k < d; k++) sum = __fadd_rn(sum, t[(uint8_t)(load_q8(dt, x, base + k * inner) + adj)]);
+        if (sum == 0.0f) continue; /* as the reference, which never meets it (the maximum's entry is >= 1) */
+        for (int64_t k = 0; k < d; k++) {
+            float vt = t[(uint8_t)(load_q8(dt, x, base + k * inner) + adj)];
+            float prod = __fmul_rn(vt, yscale);
+            float qf = isinf(prod) ? __double2float_rn(__ddiv_rn(__dmul_rn((double)vt, (double)yscale), (double)sum))
+                                   : __fdiv_rn(prod, sum);
+            /* the reference's int32 sum wraps as x86's add */
+            int32_t vq = (int32_t)((uint32_t)x86_f2i(rintf(qf)) + (uint32_t)yz);
+            store_i(dt, y, base + k * inner, vq > hi ? hi : vq < lo ? lo : vq);
+        }
+    }
+}
+
+extern "C" gpuError_t kiln_gpu_quant_qsoftmax(gpuStream_t s, int dt, const void *x, void *y, const float *table,
+                                              int64_t outer, int64_t d, int64_t inner, float yscale, int yz)
+{
+    if (dt != KILN_DTYPE_UINT8 && dt != KILN_DTYPE_INT8) return bad_value();
+    int64_t rows = outer * inner;
+    if (rows <= 0 || d <= 0) return gpuSuccess;
+    qsoftmax_kernel<<<kiln_gpu_blocks(rows, THREADS), THREADS, 0, s>>>(dt, (const uint8_t *)x, (uint8_t *)y, table, outer, d,
+                                                                       inner, yscale, yz);
+    return gpuGetLastError();
+}

@@ -4,7 +4,7 @@
  * point computed on the device in the reference's float32 operations), an exact integer matrix
  * product of 8-bit operands with zero points (int32 accumulators, wrapping like the reference's
  * int32 outputs), the epilogues of MatMulIntegerToFloat, QLinearMatMul and QGemm, and the
- * element-wise com.microsoft QLinear operators. Plain C types; dtypes are kiln_dtype codes;
+ * element-wise, pooling and softmax com.microsoft QLinear operators. Plain C types; dtypes are kiln_dtype codes;
  * pointers are device pointers. Every launcher queues its work on stream s, returns
  * gpuGetLastError() (or an invalid-value error for a dtype it does not take) and launches
  * nothing for empty work. Float steps use the reference's operations in its order, without
@@ -127,6 +127,44 @@ gpuError_t kiln_gpu_quant_qlinear_binary(gpuStream_t s, bool mul, int dt, const 
                                          kiln_gpu_shape sb, void *c, int64_t n, const float *a_scale, const void *a_zp,
                                          const float *b_scale, const void *b_zp, const float *c_scale, const void *c_zp,
                                          bool swap, bool scalar);
+
+/* QLinearSigmoid / QLinearLeakyRelu: y[i] = table[x[i] - lo] + lo over n codes of dtype dt (uint8
+ * or int8, lo its low end); table: 256 bytes (kiln_contrib_q8_unary_table's) on the device. */
+gpuError_t kiln_gpu_quant_lut(gpuStream_t s, int dt, const uint8_t *table, const void *x, void *y, int64_t n);
+
+/* QLinearConcat's share of one input x [outer, len] (dtype dt, uint8 or int8): row o goes to y +
+ * o * y_row + at. A copy when xs[0] == ys[0] and the zero points are equal (the reference's test),
+ * else MLAS's quantize of (float)(x - xz) * xs with ys and yz (the reference's identity table).
+ * Scales float32 [1], zero points dt [1] (NULL: 0), on the device. */
+gpuError_t kiln_gpu_quant_qconcat(gpuStream_t s, int dt, const void *x, int64_t outer, int64_t len, void *y, int64_t y_row,
+                                  int64_t at, const float *xs, const void *xz, const float *ys, const void *yz);
+
+/* QLinearGlobalAveragePool over x [N, C, img] (channels_last: [N, img, C]), dtype dt: y[n, c] =
+ * quantize((float)(int32)(sum - xz * img) * (xs / (ys * img)), yz), the sum exact (int64). Scales
+ * float32 [1], zero points dt [1] (NULL: 0), on the device. */
+gpuError_t kiln_gpu_quant_qgap(gpuStream_t s, int dt, const void *x, void *y, int64_t N, int64_t C, int64_t img,
+                               bool channels_last, const float *xs, const void *xz, const float *ys, const void *yz);
+
+/* QLinearAveragePool's geometry: ops/quant_internal.h's kiln_qpool_geom. */
+typedef struct kiln_gpu_qpool {
+    int64_t N, C;
+    bool channels_last, count_include_pad;
+    int64_t k[3], s[3], pb[3], pe[3], in[3], out[3];
+} kiln_gpu_qpool;
+
+/* QLinearAveragePool: per output, the float32 sum of (float)(x - xz) * xs over the window in the
+ * reference's order, divided by the count, then MLAS's quantize with ys and yz. dt uint8 or int8;
+ * scales float32 [1], zero points dt [1] (NULL: 0), on the device. */
+gpuError_t kiln_gpu_quant_qavgpool(gpuStream_t s, int dt, const void *x, void *y, kiln_gpu_qpool g, const float *xs,
+                                   const void *xz, const float *ys, const void *yz);
+
+/* QLinearSoftmax over rows of d codes `inner` apart (outer * inner rows; ops/quant_internal.h's
+ * kiln_qsoftmax_args), dtype dt: a thread per row sums table[code] in the reference's order, then
+ * y = saturate(nearbyint(table[code] * yscale / sum) + yz) as the reference's float32 steps (the
+ * double quotient where the product overflows, x86's conversion of out-of-range values). table:
+ * 256 floats on the device. */
+gpuError_t kiln_gpu_quant_qsoftmax(gpuStream_t s, int dt, const void *x, void *y, const float *table, int64_t outer,
+                                   int64_t d, int64_t inner, float yscale, int yz);
 
 #ifdef __cplusplus
 }

@@ -357,8 +357,42 @@ static bool attention_supports(const kiln_node *n, char *why, size_t size)
     return true;
 }
 
-/* input [B, S, Hin] @ weights [Hin, D] + bias into QKV [B, S, D] (workspace), K and V (with the
- * past rows) into present's halves or workspace, then the core. */
+size_t kiln_gpu_attention_kv_bytes(const kiln_contrib_attention_dims *d, kiln_dtype dt, bool present)
+{
+    size_t es = kiln_dtype_size(dt);
+    if (present) return 0;
+    return ws_align((size_t)(d->B * d->N * d->T * d->H) * es) + ws_align((size_t)(d->B * d->N * d->T * d->Hv) * es);
+}
+
+bool kiln_gpu_attention_fits(const kiln_contrib_attention_dims *d) { return attn_fits(d->H, d->T); }
+
+kiln_status kiln_gpu_attention_core(kiln_run_ctx *c, const kiln_contrib_attention_dims *d, kiln_dtype dt, const void *qkv,
+                                    void *kv_ws, const kiln_value *mask, const kiln_value *past, const kiln_value *ab,
+                                    kiln_value *Y, kiln_value *present)
+{
+    const kiln_node *n = kiln_run_node(c);
+    gpuStream_t s = kiln_gpu_stream(c);
+    size_t es = kiln_dtype_size(dt), nk = (size_t)(d->B * d->N * d->T * d->H);
+    unsigned char *kd = present ? present->data : kv_ws;
+    unsigned char *vd = present ? (unsigned char *)present->data + nk * es : (unsigned char *)kv_ws + ws_align(nk * es);
+    const unsigned char *pk = past ? past->data : NULL, *pv = past ? pk + (size_t)(d->B * d->N * d->P * d->H) * es : NULL;
+    const unsigned char *q = qkv;
+    kiln_gpu_attn_view qv = {q, d->S * d->D, d->H, d->D, NULL};
+    kiln_gpu_attn_view kv = {q + (size_t)d->Dq * es, d->S * d->D, d->H, d->D, NULL};
+    kiln_gpu_attn_view vv = {q + (size_t)(d->Dq + d->Dk) * es, d->S * d->D, d->Hv, d->D, NULL};
+    KILN_TRY(kiln_gpu_check(c, kiln_gpu_contrib_kv(s, dt, kd, pk, kv, d->B, d->N, d->P, d->S, d->H), "Attention K"));
+    KILN_TRY(kiln_gpu_check(c, kiln_gpu_contrib_kv(s, dt, vd, pv, vv, d->B, d->N, d->P, d->S, d->Hv), "Attention V"));
+    kiln_gpu_attn a = {
+        .dtype = dt, .q = qv, .k = kd, .v = vd, .y = Y->data, .B = d->B, .N = d->N, .S = d->S, .T = d->T, .P = d->P,
+        .H = d->H, .Hv = d->Hv, .scale = (float)kiln_contrib_attn_scale(n, d->H),
+        .filter = kiln_attr_float(n, "mask_filter_value", -10000.0f), .causal = d->causal,
+    };
+    attn_masks(&a, mask, ab);
+    return kiln_gpu_check(c, kiln_gpu_contrib_attn(s, &a), n->op_type);
+}
+
+/* input [B, S, Hin] @ weights [Hin, D] + bias into QKV [B, S, D] (workspace), then the core (K
+ * and V with the past rows into present's halves or workspace). */
 static kiln_status attention_run(kiln_run_ctx *c)
 {
     const kiln_node *n = kiln_run_node(c);
@@ -373,11 +407,9 @@ static kiln_status attention_run(kiln_run_ctx *c)
         !dtype_in(X->dtype, f32_f16) || !all_dtype(X->dtype, 7, vs) || !attn_fits(d.H, d.T))
         return kiln_gpu_fallback(c);
     size_t es = kiln_dtype_size(X->dtype);
-    size_t nqkv = (size_t)(d.B * d.S * d.D), nk = (size_t)(d.B * d.N * d.T * d.H), nv = (size_t)(d.B * d.N * d.T * d.Hv);
-    size_t at_k = ws_align(nqkv * es), at_v = at_k + (present ? 0 : ws_align(nk * es)),
-           total = at_v + (present ? 0 : ws_align(nv * es));
+    size_t at_kv = ws_align((size_t)(d.B * d.S * d.D) * es);
     unsigned char *ws;
-    KILN_TRY(kiln_gpu_workspace(c, total, (void **)&ws));
+    KILN_TRY(kiln_gpu_workspace(c, at_kv + kiln_gpu_attention_kv_bytes(&d, X->dtype, present), (void **)&ws));
     gpuStream_t s = kiln_gpu_stream(c);
     int64_t rows = d.B * d.S;
     if (bias) {
@@ -391,20 +423,7 @@ static kiln_status attention_run(kiln_run_ctx *c)
     bool done;
     KILN_TRY(kiln_gpu_matmul_run(c, &m, &done));
     if (!done) return kiln_gpu_fallback(c);
-    unsigned char *kd = present ? present->data : ws + at_k, *vd = present ? (unsigned char *)present->data + nk * es : ws + at_v;
-    const unsigned char *pk = past ? past->data : NULL, *pv = past ? pk + (size_t)(d.B * d.N * d.P * d.H) * es : NULL;
-    kiln_gpu_attn_view qv = {ws, d.S * d.D, d.H, d.D, NULL};
-    kiln_gpu_attn_view kv = {ws + (size_t)d.Dq * es, d.S * d.D, d.H, d.D, NULL};
-    kiln_gpu_attn_view vv = {ws + (size_t)(d.Dq + d.Dk) * es, d.S * d.D, d.Hv, d.D, NULL};
-    KILN_TRY(kiln_gpu_check(c, kiln_gpu_contrib_kv(s, X->dtype, kd, pk, kv, d.B, d.N, d.P, d.S, d.H), "Attention K"));
-    KILN_TRY(kiln_gpu_check(c, kiln_gpu_contrib_kv(s, X->dtype, vd, pv, vv, d.B, d.N, d.P, d.S, d.Hv), "Attention V"));
-    kiln_gpu_attn a = {
-        .dtype = X->dtype, .q = qv, .k = kd, .v = vd, .y = Y->data, .B = d.B, .N = d.N, .S = d.S, .T = d.T, .P = d.P,
-        .H = d.H, .Hv = d.Hv, .scale = (float)kiln_contrib_attn_scale(n, d.H),
-        .filter = kiln_attr_float(n, "mask_filter_value", -10000.0f), .causal = d.causal,
-    };
-    attn_masks(&a, mask, ab);
-    return kiln_gpu_check(c, kiln_gpu_contrib_attn(s, &a), "Attention");
+    return kiln_gpu_attention_core(c, &d, X->dtype, ws, ws + at_kv, mask, past, ab, Y, present);
 }
 
 static bool mha_supports(const kiln_node *n, char *why, size_t size)

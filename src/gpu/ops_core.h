@@ -2,7 +2,8 @@
  * operators (ops_contrib.c) compute their MatMul, Gemm and Conv as ops_blas.c and ops_cnn.c do,
  * then their own epilogue. Each takes the run context of the node being run and reports through
  * *done whether it covered the call; when it did not (false, KILN_OK), it has queued nothing and
- * the caller hands the node to its reference kernel (kiln_gpu_fallback). */
+ * the caller hands the node to its reference kernel (kiln_gpu_fallback). QAttention (ops_quant.c)
+ * runs com.microsoft Attention's core (ops_contrib.c) after its integer projection. */
 #ifndef KILN_GPU_OPS_CORE_H
 #define KILN_GPU_OPS_CORE_H
 
@@ -10,6 +11,7 @@
 #include <stdint.h>
 
 #include "gpu/gpu.h"
+#include "ops/contrib_attn.h"
 
 /* Y = alpha * A @ B + beta * Y over broadcast batches, on cuBLAS. Y is contiguous [ydims..., M,
  * N]; A's element (m, k) of batch index i is at sum_j i_j * a_bs[j] + m * a_m + k * a_k, B's
@@ -34,5 +36,17 @@ kiln_status kiln_gpu_gemm_core(kiln_run_ctx *c, bool *done);
 
 /* Conv (inputs X, W, B; Conv's attributes) of the running node into its output 0. */
 kiln_status kiln_gpu_conv_core(kiln_run_ctx *c, bool *done);
+
+/* com.microsoft Attention after its projection, for the running node (its attributes: scale,
+ * mask_filter_value; d from kiln_contrib_attention_check): qkv [B, S, D] (dtype dt, float32 or
+ * float16, device), K and V (past rows first) into present's halves, or into kv_ws
+ * (kiln_gpu_attention_kv_bytes of workspace) without present, then softmax(Q K^T) V into Y.
+ * mask (int32), past and ab (attention_bias) NULL when absent. Covers what
+ * kiln_gpu_attention_fits says. */
+size_t kiln_gpu_attention_kv_bytes(const kiln_contrib_attention_dims *d, kiln_dtype dt, bool present);
+bool kiln_gpu_attention_fits(const kiln_contrib_attention_dims *d);
+kiln_status kiln_gpu_attention_core(kiln_run_ctx *c, const kiln_contrib_attention_dims *d, kiln_dtype dt, const void *qkv,
+                                    void *kv_ws, const kiln_value *mask, const kiln_value *past, const kiln_value *ab,
+                                    kiln_value *Y, kiln_value *present);
 
 #endif

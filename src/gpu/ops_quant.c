@@ -8,7 +8,13 @@
  * numpy batching), ConvInteger and QLinearConv (1 to 3 spatial dims, groups: im2col padded
  * with x's zero point): an exact int32 product, then the reference's epilogue in its own float
  * operations; com.microsoft QLinearAdd and QLinearMul (broadcasting) in ONNX Runtime's float32
- * formulas. 4-bit, 2-bit and 8-bit float quantized types are refused (they run on the CPU).
+ * formulas; QLinearSigmoid, QLinearLeakyRelu and QLinearSoftmax through the reference's own
+ * tables (built on the host from the scales, which the registry hands over in host memory, and
+ * uploaded); QLinearConcat, QLinearGlobalAveragePool and QLinearAveragePool (NCHW and
+ * channels_last) in the reference's float32 steps; QAttention (the integer projection, then
+ * com.microsoft Attention's core, ops_core.h). 4-bit, 2-bit and 8-bit float quantized types are
+ * refused (they run on the CPU), and so is DynamicQuantizeLSTM (the provider has no LSTM: its
+ * sequential recurrence stays on the CPU, with the reason in supports).
  * The run-time rules are the reference's own (ops/quant_internal.h): a case it would refuse goes
  * to it (kiln_gpu_fallback), which reports it. Kernels in k_quant.cu. */
 #include <stdarg.h>
@@ -19,8 +25,10 @@
 #include "gpu/gpu.h"
 #include "gpu/k_quant.h"
 #include "gpu/kshape.h"
+#include "gpu/ops_core.h"
 #include "ops/nn_internal.h"
 #include "ops/quant_internal.h"
+#include "ops/util.h"
 
 #define MS "com.microsoft"
 
@@ -513,6 +521,224 @@ static kiln_status qbinary_run(kiln_run_ctx *c)
     return kiln_gpu_check(c, e, kiln_run_node(c)->op_type);
 }
 
+/* ---- QLinearSigmoid, QLinearLeakyRelu: X, X_scale, X_zp?, Y_scale, Y_zp? -> Y, the reference's
+ * 256-entry table built on the host (its scales are host inputs) and uploaded ---- */
+
+static bool q8_unary_supports(const kiln_node *n, char *why, size_t size)
+{
+    return input_is(n, 0, true, q8, why, size) && input_is(n, 1, true, f32, why, size) &&
+           input_is(n, 3, true, f32, why, size) && output_is(n, q8, why, size);
+}
+
+static kiln_status q8_lut_run(kiln_run_ctx *c)
+{
+    const kiln_value *X = kiln_run_in(c, 0);
+    kiln_value *Y = kiln_run_out(c, 0);
+    uint8_t table[256];
+    if (!Y || Y->dtype != X->dtype || Y->numel != X->numel ||
+        !kiln_contrib_q8_unary_table(kiln_run_node(c), X->dtype, kiln_run_in(c, 1), kiln_run_in(c, 2), kiln_run_in(c, 3),
+                                     kiln_run_in(c, 4), table))
+        return kiln_gpu_fallback(c);
+    if (!X->numel) return KILN_OK;
+    void *t;
+    KILN_TRY(kiln_gpu_workspace(c, sizeof table, &t));
+    KILN_TRY(kiln_gpu_upload(c, t, table, sizeof table));
+    gpuError_t e = kiln_gpu_quant_lut(kiln_gpu_stream(c), X->dtype, t, X->data, Y->data, X->numel);
+    return kiln_gpu_check(c, e, kiln_run_node(c)->op_type);
+}
+
+/* ---- QLinearConcat: Y_scale, Y_zp, then (X, X_scale, X_zp) per input -> Y; each input copied
+ * or requantized on the device (its scales stay there) ---- */
+
+static bool qconcat_supports(const kiln_node *n, char *why, size_t size)
+{
+    if (n->n_in < 5 || (n->n_in - 2) % 3) return refuse(why, size, "%d inputs", n->n_in);
+    if (!input_is(n, 0, true, f32, why, size) || !output_is(n, q8, why, size)) return false;
+    for (int i = 2; i < n->n_in; i += 3)
+        if (!input_is(n, i, true, q8, why, size) || !input_is(n, i + 1, true, f32, why, size)) return false;
+    return true;
+}
+
+static kiln_status qconcat_run(kiln_run_ctx *c)
+{
+    int n = kiln_run_n_in(c), ax;
+    kiln_value *Y = kiln_run_out(c, 0);
+    if (!Y || !kiln_contrib_q8_params_ok(kiln_run_in(c, 0), kiln_run_in(c, 1), Y->dtype) ||
+        !kiln_axis_norm(kiln_attr_int(kiln_run_node(c), "axis", 0), Y->rank, &ax))
+        return kiln_gpu_fallback(c);
+    int64_t outer = 1, inner = 1, total = 0;
+    for (int k = 0; k < ax; k++) outer *= Y->dims[k];
+    for (int k = ax + 1; k < Y->rank; k++) inner *= Y->dims[k];
+    for (int i = 2; i < n; i += 3) {
+        const kiln_value *X = kiln_run_in(c, i);
+        if (!X || X->dtype != Y->dtype || X->rank != Y->rank ||
+            !kiln_contrib_q8_params_ok(kiln_run_in(c, i + 1), kiln_run_in(c, i + 2), Y->dtype))
+            return kiln_gpu_fallback(c);
+        for (int k = 0; k < Y->rank; k++)
+            if (k != ax && X->dims[k] != Y->dims[k]) return kiln_gpu_fallback(c);
+        total += X->dims[ax];
+    }
+    if (total != Y->dims[ax]) return kiln_gpu_fallback(c);
+    gpuStream_t s = kiln_gpu_stream(c);
+    int64_t at = 0;
+    for (int i = 2; i < n; i += 3) {
+        const kiln_value *X = kiln_run_in(c, i);
+        int64_t len = X->dims[ax] * inner;
+        KILN_TRY(kiln_gpu_check(c,
+                                kiln_gpu_quant_qconcat(s, Y->dtype, X->data, outer, len, Y->data, Y->dims[ax] * inner, at,
+                                                       kiln_run_in(c, i + 1)->data, data_of(kiln_run_in(c, i + 2)),
+                                                       kiln_run_in(c, 0)->data, data_of(kiln_run_in(c, 1))),
+                                "QLinearConcat"));
+        at += len;
+    }
+    return KILN_OK;
+}
+
+/* ---- QLinearGlobalAveragePool, QLinearAveragePool: X, x_scale, x_zp?, y_scale, y_zp? -> Y ---- */
+
+static bool qpool_supports(const kiln_node *n, char *why, size_t size)
+{
+    if (!input_is(n, 0, true, q8, why, size) || !input_is(n, 1, true, f32, why, size) ||
+        !input_is(n, 3, true, f32, why, size) || !output_is(n, q8, why, size))
+        return false;
+    const kiln_type *x = in_type(n, 0);
+    if (!strcmp(n->op_type, "QLinearAveragePool") && x->rank >= 0 && (x->rank < 3 || x->rank > 5))
+        return refuse(why, size, "rank %d (1 to 3 spatial dims)", x->rank);
+    return true;
+}
+
+/* The parameters of X and Y (inputs 1..4) as the reference takes them. */
+static bool qpool_params_ok(kiln_run_ctx *c, const kiln_value *X, const kiln_value *Y)
+{
+    return Y && Y->dtype == X->dtype && kiln_contrib_q8_params_ok(kiln_run_in(c, 1), kiln_run_in(c, 2), X->dtype) &&
+           kiln_contrib_q8_params_ok(kiln_run_in(c, 3), kiln_run_in(c, 4), X->dtype);
+}
+
+static kiln_status qgap_run(kiln_run_ctx *c)
+{
+    const kiln_value *X = kiln_run_in(c, 0);
+    kiln_value *Y = kiln_run_out(c, 0);
+    if (!qpool_params_ok(c, X, Y) || X->rank < 3) return kiln_gpu_fallback(c);
+    bool last = kiln_attr_int(kiln_run_node(c), "channels_last", 0) != 0;
+    int64_t N = X->dims[0], C = last ? X->dims[X->rank - 1] : X->dims[1], img = 1;
+    for (int k = last ? 1 : 2; k < (last ? X->rank - 1 : X->rank); k++) img *= X->dims[k];
+    if (!img || Y->numel != N * C) return kiln_gpu_fallback(c);
+    gpuError_t e = kiln_gpu_quant_qgap(kiln_gpu_stream(c), X->dtype, X->data, Y->data, N, C, img, last,
+                                       kiln_run_in(c, 1)->data, data_of(kiln_run_in(c, 2)), kiln_run_in(c, 3)->data,
+                                       data_of(kiln_run_in(c, 4)));
+    return kiln_gpu_check(c, e, "QLinearGlobalAveragePool");
+}
+
+static kiln_status qavgpool_run(kiln_run_ctx *c)
+{
+    const kiln_value *X = kiln_run_in(c, 0);
+    kiln_value *Y = kiln_run_out(c, 0);
+    kiln_qpool_geom g;
+    char msg[160];
+    if (!qpool_params_ok(c, X, Y) || kiln_contrib_qavgpool_geom(kiln_run_node(c), X, Y, &g, msg, sizeof msg))
+        return kiln_gpu_fallback(c);
+    kiln_gpu_qpool p = {.N = g.N, .C = g.C, .channels_last = g.channels_last, .count_include_pad = g.count_include_pad};
+    memcpy(p.k, g.k, sizeof p.k), memcpy(p.s, g.s, sizeof p.s), memcpy(p.pb, g.pb, sizeof p.pb);
+    memcpy(p.pe, g.pe, sizeof p.pe), memcpy(p.in, g.in, sizeof p.in), memcpy(p.out, g.out, sizeof p.out);
+    if (Y->numel != p.N * p.C * p.out[0] * p.out[1] * p.out[2]) return kiln_gpu_fallback(c);
+    gpuError_t e = kiln_gpu_quant_qavgpool(kiln_gpu_stream(c), X->dtype, X->data, Y->data, p, kiln_run_in(c, 1)->data,
+                                           data_of(kiln_run_in(c, 2)), kiln_run_in(c, 3)->data, data_of(kiln_run_in(c, 4)));
+    return kiln_gpu_check(c, e, "QLinearAveragePool");
+}
+
+/* ---- QLinearSoftmax: X, X_scale, X_zp?, Y_scale, Y_zp? -> Y; the reference's exp table built on
+ * the host (its scales are host inputs) and uploaded ---- */
+
+static bool qsoftmax_supports(const kiln_node *n, char *why, size_t size)
+{
+    return input_is(n, 0, true, q8, why, size) && input_is(n, 1, true, f32, why, size) &&
+           input_is(n, 3, true, f32, why, size) && output_is(n, q8, why, size);
+}
+
+static kiln_status qsoftmax_run(kiln_run_ctx *c)
+{
+    const kiln_value *X = kiln_run_in(c, 0);
+    kiln_value *Y = kiln_run_out(c, 0);
+    kiln_qsoftmax_args a;
+    char msg[160];
+    if (!Y || Y->dtype != X->dtype || Y->numel != X->numel ||
+        kiln_contrib_qsoftmax_prepare(kiln_run_node(c), X, kiln_run_in(c, 1), kiln_run_in(c, 3), kiln_run_in(c, 4), &a, msg,
+                                      sizeof msg))
+        return kiln_gpu_fallback(c);
+    if (!X->numel) return KILN_OK;
+    void *t;
+    KILN_TRY(kiln_gpu_workspace(c, sizeof a.table, &t));
+    KILN_TRY(kiln_gpu_upload(c, t, a.table, sizeof a.table));
+    gpuError_t e = kiln_gpu_quant_qsoftmax(kiln_gpu_stream(c), X->dtype, X->data, Y->data, t, a.outer, a.d, a.inner,
+                                           a.yscale, a.yz);
+    return kiln_gpu_check(c, e, "QLinearSoftmax");
+}
+
+/* ---- QAttention: input, weight, bias, input_scale, weight_scale, mask_index?, input_zero_point?,
+ * weight_zero_point?, past? -> output, present?: the exact integer product of input and weight
+ * less their zero points, scaled by input_scale * weight_scale[j] plus bias (MatMulIntegerToFloat's
+ * epilogue), then com.microsoft Attention's core in float32 ---- */
+
+enum { QA_X, QA_W, QA_BIAS, QA_XS, QA_WS, QA_MASK, QA_XZ, QA_WZ, QA_PAST };
+
+static bool qattn_supports(const kiln_node *n, char *why, size_t size)
+{
+    return input_is(n, QA_X, true, q8, why, size) && input_is(n, QA_W, true, q8, why, size) &&
+           input_is(n, QA_BIAS, true, f32, why, size) && input_is(n, QA_XS, true, f32, why, size) &&
+           input_is(n, QA_WS, true, f32, why, size) && input_is(n, QA_MASK, false, i32, why, size) &&
+           input_is(n, QA_XZ, false, q8, why, size) && input_is(n, QA_WZ, false, q8, why, size) &&
+           input_is(n, QA_PAST, false, f32, why, size);
+}
+
+static kiln_status qattn_run(kiln_run_ctx *c)
+{
+    const kiln_node *n = kiln_run_node(c);
+    const kiln_value *X = kiln_run_in(c, QA_X), *W = kiln_run_in(c, QA_W), *bias = kiln_run_in(c, QA_BIAS),
+                     *xs = kiln_run_in(c, QA_XS), *ws = kiln_run_in(c, QA_WS), *mask = kiln_run_in(c, QA_MASK),
+                     *xz = kiln_run_in(c, QA_XZ), *wz = kiln_run_in(c, QA_WZ), *past = kiln_run_in(c, QA_PAST);
+    kiln_value *Y = kiln_run_out(c, 0), *present = kiln_run_out(c, 1);
+    kiln_contrib_attention_dims d;
+    char msg[256];
+    /* the reference's checks: dequantize's (input_scale and input_zero_point scalars, the weight's
+     * 1 or 3 D per column), then Attention's on the dequantized shapes */
+    if (!Y || !W || !bias || !dtype_in(X->dtype, q8) || !dtype_in(W->dtype, q8) || xs->dtype != KILN_DTYPE_FLOAT32 ||
+        xs->numel != 1 || (xz && (xz->dtype != X->dtype || xz->numel != 1)) || W->rank != 2 ||
+        !kiln_contrib_qmm_b_params_ok(W, ws, wz, bias, msg, sizeof msg) || Y->dtype != KILN_DTYPE_FLOAT32 ||
+        (mask && mask->dtype != KILN_DTYPE_INT32) || (past && past->dtype != KILN_DTYPE_FLOAT32) ||
+        (present && present->dtype != KILN_DTYPE_FLOAT32) ||
+        kiln_contrib_attention_check(n, X, W, bias, mask, past, NULL, &d, msg, sizeof msg) ||
+        !kiln_gpu_attention_fits(&d) || d.Hin > QMM_EXACT_K)
+        return kiln_gpu_fallback(c);
+    if (!Y->numel && !(present && present->numel)) return KILN_OK;
+    int64_t rows = d.B * d.S;
+    size_t at_qkv = ws_align((size_t)(rows * d.D) * 4), at_kv = at_qkv + ws_align((size_t)(rows * d.D) * 4);
+    unsigned char *wsp;
+    KILN_TRY(kiln_gpu_workspace(c, at_kv + kiln_gpu_attention_kv_bytes(&d, KILN_DTYPE_FLOAT32, present), (void **)&wsp));
+    kiln_gpu_qmm m = {
+        .a_dt = X->dtype, .b_dt = W->dtype, .A = X->data, .B = W->data, .y = (int32_t *)wsp, .M = rows, .N = d.D,
+        .K = d.Hin, .a_m = d.Hin, .a_k = 1, .b_k = d.D, .b_n = 1,
+    };
+    qmm_zero_points(&m, xz, wz);
+    if (rows) {
+        KILN_TRY(qmm_launch(c, &m, "QAttention"));
+        KILN_TRY(kiln_gpu_check(c,
+                                kiln_gpu_quant_to_float(kiln_gpu_stream(c), (const int32_t *)wsp, (float *)(wsp + at_qkv),
+                                                        rows, d.D, xs->data, ws->data, ws->numel, bias->data),
+                                "QAttention dequantize"));
+    }
+    return kiln_gpu_attention_core(c, &d, KILN_DTYPE_FLOAT32, wsp + at_qkv, wsp + at_kv, mask, past, NULL, Y, present);
+}
+
+/* ---- DynamicQuantizeLSTM: refused ---- */
+
+static bool dqlstm_supports(const kiln_node *n, char *why, size_t size)
+{
+    return refuse(why, size, "no GPU LSTM (ONNX LSTM has none either): the recurrence, each step's hidden state "
+                             "quantized into an integer GEMM, runs on the CPU");
+}
+
+static kiln_status dqlstm_run(kiln_run_ctx *c) { return kiln_gpu_fallback(c); }
+
 /* ---- the table ---- */
 
 static const kiln_gpu_op ops[] = {
@@ -530,6 +756,14 @@ static const kiln_gpu_op ops[] = {
     {"", "QLinearConv", qlconv_supports, qlconv_run},
     {MS, "QLinearAdd", qbinary_supports, qbinary_run},
     {MS, "QLinearMul", qbinary_supports, qbinary_run},
+    {MS, "QLinearSigmoid", q8_unary_supports, q8_lut_run},
+    {MS, "QLinearLeakyRelu", q8_unary_supports, q8_lut_run},
+    {MS, "QLinearConcat", qconcat_supports, qconcat_run},
+    {MS, "QLinearGlobalAveragePool", qpool_supports, qgap_run},
+    {MS, "QLinearAveragePool", qpool_supports, qavgpool_run},
+    {MS, "QLinearSoftmax", qsoftmax_supports, qsoftmax_run},
+    {MS, "QAttention", qattn_supports, qattn_run},
+    {MS, "DynamicQuantizeLSTM", dqlstm_supports, dqlstm_run},
 };
 
 const kiln_gpu_op_table kiln_gpu_ops_quant = {ops, sizeof ops / sizeof ops[0]};

@@ -46,10 +46,15 @@ static int quantize(float x, float scale, int zp, int lo, int hi)
 }
 
 /* A scale (float32 scalar) and an optional zero point (scalar of dtype dt) */
-static bool qparams(const kiln_value *s, const kiln_value *z, kiln_dtype dt, float *scale, int *zp)
+static bool qparams_ok(const kiln_value *s, const kiln_value *z, kiln_dtype dt)
 {
     if (!s || s->dtype != KILN_DTYPE_FLOAT32 || s->numel != 1) return false;
-    if (z && (z->dtype != dt || z->numel != 1)) return false;
+    return !z || (z->dtype == dt && z->numel == 1);
+}
+
+static bool qparams(const kiln_value *s, const kiln_value *z, kiln_dtype dt, float *scale, int *zp)
+{
+    if (!qparams_ok(s, z, dt)) return false;
     *scale = *(const float *)s->data;
     *zp = z ? q8_load(dt, z->data, 0) : 0;
     return true;
@@ -57,9 +62,12 @@ static bool qparams(const kiln_value *s, const kiln_value *z, kiln_dtype dt, flo
 
 bool kiln_contrib_q8_params_ok(const kiln_value *s, const kiln_value *z, kiln_dtype dt)
 {
-    float scale;
-    int zp;
-    return is_q8(dt) && qparams(s, z, dt, &scale, &zp);
+    return is_q8(dt) && qparams_ok(s, z, dt);
+}
+
+bool kiln_contrib_q8_params(const kiln_value *s, const kiln_value *z, kiln_dtype dt, float *scale, int *zp)
+{
+    return is_q8(dt) && qparams(s, z, dt, scale, zp);
 }
 
 static kiln_status qparams_fail(kiln_run_ctx *c, const char *what, kiln_dtype dt)
@@ -190,25 +198,30 @@ static void lut_apply(const uint8_t table[256], kiln_dtype dt, const void *x, vo
     for (int64_t i = 0; i < n; i++) q8_store(dt, y, i, table[q8_load(dt, x, i) - lo] + lo);
 }
 
-static kiln_status lut_run(kiln_run_ctx *c, lut_fn f, float alpha)
+bool kiln_contrib_q8_unary_table(const kiln_node *n, kiln_dtype dt, const kiln_value *xs, const kiln_value *xz,
+                                 const kiln_value *ys, const kiln_value *yz, uint8_t table[256])
+{
+    float xsv, ysv;
+    int xzv, yzv;
+    if (!is_q8(dt) || !qparams(xs, xz, dt, &xsv, &xzv) || !qparams(ys, yz, dt, &ysv, &yzv)) return false;
+    if (!strcmp(n->op_type, "QLinearLeakyRelu")) lut_build(table, dt, xsv, xzv, ysv, yzv, lut_leaky, kiln_attr_float(n, "alpha", 0.01f));
+    else lut_build(table, dt, xsv, xzv, ysv, yzv, lut_sigmoid, 0.0f);
+    return true;
+}
+
+/* QLinearSigmoid, QLinearLeakyRelu */
+static kiln_status lut_run(kiln_run_ctx *c)
 {
     const kiln_value *X = kiln_run_in(c, 0);
     kiln_value *Y = kiln_run_out(c, 0);
-    float xs, ys;
-    int xz, yz;
     if (!is_q8(X->dtype)) return kiln_run_fail(c, KILN_ERR_MODEL, "X must be uint8 or int8");
-    if (!qparams(kiln_run_in(c, 1), kiln_run_in(c, 2), X->dtype, &xs, &xz)) return qparams_fail(c, "X", X->dtype);
-    if (!qparams(kiln_run_in(c, 3), kiln_run_in(c, 4), X->dtype, &ys, &yz)) return qparams_fail(c, "Y", X->dtype);
+    if (!qparams_ok(kiln_run_in(c, 1), kiln_run_in(c, 2), X->dtype)) return qparams_fail(c, "X", X->dtype);
+    if (!qparams_ok(kiln_run_in(c, 3), kiln_run_in(c, 4), X->dtype)) return qparams_fail(c, "Y", X->dtype);
     uint8_t table[256];
-    lut_build(table, X->dtype, xs, xz, ys, yz, f, alpha);
+    kiln_contrib_q8_unary_table(kiln_run_node(c), X->dtype, kiln_run_in(c, 1), kiln_run_in(c, 2), kiln_run_in(c, 3),
+                                kiln_run_in(c, 4), table);
     lut_apply(table, X->dtype, X->data, Y->data, X->numel);
     return KILN_OK;
-}
-
-static kiln_status qsigmoid_run(kiln_run_ctx *c) { return lut_run(c, lut_sigmoid, 0.0f); }
-static kiln_status qleaky_run(kiln_run_ctx *c)
-{
-    return lut_run(c, lut_leaky, kiln_attr_float(kiln_run_node(c), "alpha", 0.01f));
 }
 
 /* ---- QLinearConcat: Y_scale, Y_zp, then (X, X_scale, X_zp) per input -> Y ---- */
@@ -320,11 +333,13 @@ static kiln_status qgap_run(kiln_run_ctx *c)
 }
 
 #define MS "com.microsoft"
+#define UNARY_HOST (KILN_OP_IN(1) | KILN_OP_IN(2) | KILN_OP_IN(3) | KILN_OP_IN(4))
 static const kiln_op_def defs[] = {
     {MS, "QLinearAdd", 1, binary_infer, qadd_run},
     {MS, "QLinearMul", 1, binary_infer, qmul_run},
-    {MS, "QLinearSigmoid", 1, unary_infer, qsigmoid_run},
-    {MS, "QLinearLeakyRelu", 1, unary_infer, qleaky_run},
+    /* the scales and zero points on the host: a device provider builds the table there */
+    {MS, "QLinearSigmoid", 1, unary_infer, lut_run, 0, UNARY_HOST},
+    {MS, "QLinearLeakyRelu", 1, unary_infer, lut_run, 0, UNARY_HOST},
     {MS, "QLinearConcat", 1, qconcat_infer, qconcat_run},
     {MS, "QLinearGlobalAveragePool", 1, qgap_infer, qgap_run},
 };

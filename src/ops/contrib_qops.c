@@ -6,6 +6,7 @@
  * to even, plus zp) with scale = alpha * a_scale * b_scale[col] / y_scale. */
 #include <float.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -181,33 +182,50 @@ static void softmax_table(float *t, float xs, int64_t d, bool is_signed)
     for (int i = 0; i < 256; i++) t[(uint8_t)(is_signed ? i - 128 : i)] = (float)exp(((double)i - 255 + shift) * (double)xs);
 }
 
+kiln_status kiln_contrib_qsoftmax_prepare(const kiln_node *n, const kiln_value *X, const kiln_value *xsv,
+                                          const kiln_value *ysv, const kiln_value *yzv, kiln_qsoftmax_args *a, char *msg,
+                                          size_t size)
+{
+    kiln_dtype dt = X->dtype;
+    float xs, ys;
+    int ax;
+    memset(a, 0, offsetof(kiln_qsoftmax_args, table));
+    if (!is_q8(dt)) return snprintf(msg, size, "X must be uint8 or int8"), KILN_ERR_MODEL;
+    if (!scalar_f32(xsv, &xs) || !scalar_f32(ysv, &ys) || !scalar_q8(yzv, dt, &a->yz))
+        return snprintf(msg, size, "scales must be float32 scalars and Y_zero_point a scalar of X's type"), KILN_ERR_SHAPE;
+    int64_t opset = kiln_attr_int(n, "opset", 13);
+    if (!kiln_axis_norm(kiln_attr_int(n, "axis", opset < 13 ? 1 : -1), X->rank, &ax))
+        return snprintf(msg, size, "axis out of range for rank %d", X->rank), KILN_ERR_MODEL;
+    /* opset < 13: rows are everything from axis on; 13: the axis alone (rows strided by inner) */
+    a->outer = a->d = a->inner = 1;
+    for (int k = 0; k < ax; k++) a->outer *= X->dims[k];
+    if (opset < 13) {
+        for (int k = ax; k < X->rank; k++) a->d *= X->dims[k];
+    } else {
+        a->d = X->dims[ax];
+        for (int k = ax + 1; k < X->rank; k++) a->inner *= X->dims[k];
+    }
+    a->yscale = floorf(1.0f / ys);
+    if (X->numel) softmax_table(a->table, xs, a->d, dt == KILN_DTYPE_INT8);
+    return KILN_OK;
+}
+
 static kiln_status qsoftmax_run(kiln_run_ctx *c)
 {
-    const kiln_node *n = kiln_run_node(c);
     const kiln_value *X = kiln_run_in(c, 0);
     kiln_value *Y = kiln_run_out(c, 0);
     kiln_dtype dt = X->dtype;
-    float xs, ysv;
-    int yz, ax;
-    if (!is_q8(dt)) return kiln_run_fail(c, KILN_ERR_MODEL, "X must be uint8 or int8");
-    if (!scalar_f32(kiln_run_in(c, 1), &xs) || !scalar_f32(kiln_run_in(c, 3), &ysv) || !scalar_q8(kiln_run_in(c, 4), dt, &yz))
-        return kiln_run_fail(c, KILN_ERR_SHAPE, "scales must be float32 scalars and Y_zero_point a scalar of X's type");
-    int64_t opset = kiln_attr_int(n, "opset", 13);
-    if (!kiln_axis_norm(kiln_attr_int(n, "axis", opset < 13 ? 1 : -1), X->rank, &ax))
-        return kiln_run_fail(c, KILN_ERR_MODEL, "axis out of range for rank %d", X->rank);
+    kiln_qsoftmax_args a;
+    char msg[160];
+    kiln_status st = kiln_contrib_qsoftmax_prepare(kiln_run_node(c), X, kiln_run_in(c, 1), kiln_run_in(c, 3), kiln_run_in(c, 4),
+                                                   &a, msg, sizeof msg);
+    if (st) return kiln_run_fail(c, st, "%s", msg);
     if (!X->numel) return KILN_OK;
-    /* opset < 13: rows are everything from axis on; 13: the axis alone (rows strided by inner) */
-    int64_t outer = 1, d = 1, inner = 1;
-    for (int k = 0; k < ax; k++) outer *= X->dims[k];
-    if (opset < 13) {
-        for (int k = ax; k < X->rank; k++) d *= X->dims[k];
-    } else {
-        d = X->dims[ax];
-        for (int k = ax + 1; k < X->rank; k++) inner *= X->dims[k];
-    }
+    int64_t outer = a.outer, d = a.d, inner = a.inner;
+    int yz = a.yz;
     bool sg = dt == KILN_DTYPE_INT8;
-    float table[256], yscale = floorf(1.0f / ysv);
-    softmax_table(table, xs, d, sg);
+    float yscale = a.yscale;
+    const float *table = a.table;
     const uint8_t *x = X->data;
     uint8_t *y = Y->data;
     for (int64_t o = 0; o < outer; o++)
@@ -222,7 +240,9 @@ static kiln_status qsoftmax_run(kiln_run_ctx *c)
             int adj = sg ? 127 - xmax : 255 - xmax;
             float sum = 0.0f;
             for (int64_t k = 0; k < d; k++) sum += table[(uint8_t)(q8_load(dt, x, base + k * inner) + adj)];
-            if (sum == 0.0f) return KILN_OK; /* ORT leaves the rest of its block unwritten; kiln's output stays as allocated */
+            /* ORT leaves the rest of its block unwritten; kiln's output stays as allocated. Not reached: the
+             * row's maximum indexes an entry >= 1, so the sum is at least 1 or NaN */
+            if (sum == 0.0f) return KILN_OK;
             for (int64_t k = 0; k < d; k++) {
                 float vt = table[(uint8_t)(q8_load(dt, x, base + k * inner) + adj)];
                 /* float32 as ORT; a one-element row's product overflows float, where ORT's build
@@ -262,6 +282,29 @@ static kiln_status qavgpool_infer(kiln_infer_ctx *c)
     return kiln_infer_set_out(c, 0, x->dtype, x->rank, dims);
 }
 
+kiln_status kiln_contrib_qavgpool_geom(const kiln_node *n, const kiln_value *X, const kiln_value *Y,
+                                       kiln_qpool_geom *g, char *msg, size_t size)
+{
+    memset(g, 0, sizeof *g);
+    g->channels_last = kiln_attr_int(n, "channels_last", 0) != 0;
+    g->count_include_pad = kiln_attr_int(n, "count_include_pad", 0) != 0;
+    int sp0 = g->channels_last ? 1 : 2;
+    kiln_nn_geom gm;
+    int64_t in[KILN_MAX_RANK], out[KILN_MAX_RANK];
+    if (!kiln_nn_pool_geom(n, &gm, msg, (int)size)) return KILN_ERR_MODEL;
+    if (gm.nsp != X->rank - 2 || gm.nsp > 3) return snprintf(msg, size, "X's rank does not match kernel_shape"), KILN_ERR_SHAPE;
+    for (int i = 0; i < gm.nsp; i++) in[i] = X->dims[sp0 + i];
+    if (!kiln_nn_geom_resolve(&gm, in, out)) return snprintf(msg, size, "a window does not fit the padded input"), KILN_ERR_SHAPE;
+    for (int i = 0; i < 3; i++) {
+        bool on = i < gm.nsp;
+        g->k[i] = on ? gm.kernel[i] : 1, g->s[i] = on ? gm.strides[i] : 1, g->in[i] = on ? in[i] : 1;
+        g->out[i] = on ? out[i] : 1, g->pb[i] = on ? gm.pads[i] : 0, g->pe[i] = on ? gm.pads[gm.nsp + i] : 0;
+        if (on && Y->dims[sp0 + i] != out[i]) return snprintf(msg, size, "output spatial dim %d mismatch", i), KILN_ERR_SHAPE;
+    }
+    g->N = X->dims[0], g->C = g->channels_last ? X->dims[X->rank - 1] : X->dims[1];
+    return KILN_OK;
+}
+
 static kiln_status qavgpool_run(kiln_run_ctx *c)
 {
     const kiln_node *n = kiln_run_node(c);
@@ -275,25 +318,12 @@ static kiln_status qavgpool_run(kiln_run_ctx *c)
         !scalar_f32(kiln_run_in(c, 3), &ysv) || !scalar_q8(kiln_run_in(c, 4), dt, &yz))
         return kiln_run_fail(c, KILN_ERR_SHAPE, "scales must be float32 scalars and zero points scalars of X's type");
     q8_range(dt, &lo, &hi);
-    bool last = kiln_attr_int(n, "channels_last", 0) != 0, incl = kiln_attr_int(n, "count_include_pad", 0) != 0;
-    int sp0 = last ? 1 : 2;
-    kiln_nn_geom gm;
+    kiln_qpool_geom g;
     char why[160];
-    int64_t in[KILN_MAX_RANK], out[KILN_MAX_RANK];
-    if (!kiln_nn_pool_geom(n, &gm, why, sizeof why)) return kiln_run_fail(c, KILN_ERR_MODEL, "%s", why);
-    if (gm.nsp != X->rank - 2 || gm.nsp > 3) return kiln_run_fail(c, KILN_ERR_SHAPE, "X's rank does not match kernel_shape");
-    for (int i = 0; i < gm.nsp; i++) in[i] = X->dims[sp0 + i];
-    if (!kiln_nn_geom_resolve(&gm, in, out)) return kiln_run_fail(c, KILN_ERR_SHAPE, "a window does not fit the padded input");
-    struct {
-        int64_t k[3], s[3], pb[3], pe[3], in[3], out[3];
-    } g;
-    for (int i = 0; i < 3; i++) {
-        bool on = i < gm.nsp;
-        g.k[i] = on ? gm.kernel[i] : 1, g.s[i] = on ? gm.strides[i] : 1, g.in[i] = on ? in[i] : 1;
-        g.out[i] = on ? out[i] : 1, g.pb[i] = on ? gm.pads[i] : 0, g.pe[i] = on ? gm.pads[gm.nsp + i] : 0;
-        if (on && Y->dims[sp0 + i] != out[i]) return kiln_run_fail(c, KILN_ERR_SHAPE, "output spatial dim %d mismatch", i);
-    }
-    int64_t N = X->dims[0], C = last ? X->dims[X->rank - 1] : X->dims[1];
+    kiln_status st = kiln_contrib_qavgpool_geom(n, X, Y, &g, why, sizeof why);
+    if (st) return kiln_run_fail(c, st, "%s", why);
+    bool last = g.channels_last, incl = g.count_include_pad;
+    int64_t N = g.N, C = g.C;
     int64_t ipix = g.in[0] * g.in[1] * g.in[2], opix = g.out[0] * g.out[1] * g.out[2];
     for (int64_t b = 0; b < N; b++)
         for (int64_t ch = 0; ch < C; ch++)
@@ -325,7 +355,8 @@ static kiln_status qavgpool_run(kiln_run_ctx *c)
 #define MS "com.microsoft"
 static const kiln_op_def defs[] = {
     {MS, "QGemm", 1, qgemm_infer, qgemm_run},
-    {MS, "QLinearSoftmax", 1, qsoftmax_infer, qsoftmax_run},
+    /* the scales and Y's zero point on the host: a device provider builds the table there */
+    {MS, "QLinearSoftmax", 1, qsoftmax_infer, qsoftmax_run, 0, KILN_OP_IN(1) | KILN_OP_IN(3) | KILN_OP_IN(4)},
     {MS, "QLinearAveragePool", 1, qavgpool_infer, qavgpool_run},
 };
 

@@ -1,5 +1,5 @@
 /* quant_internal.h - the quantized operators' parameter rules that the references (cast_quant.c,
- * nn_matmul.c, contrib_quant.c, contrib_qops.c) share with the GPU provider's kernels
+ * nn_matmul.c, contrib_quant.c, contrib_qlinear.c, contrib_qops.c) share with the GPU provider's kernels
  * (gpu/ops_quant.c): one definition of how a scale maps onto its tensor and of what a run
  * accepts, so that a GPU kernel takes exactly the cases the reference takes. */
 #ifndef KILN_OPS_QUANT_INTERNAL_H
@@ -54,5 +54,44 @@ bool kiln_contrib_qgemm_check(const kiln_node *n, const kiln_value *const *in, c
 /* The com.microsoft QLinear element-wise operators: whether scale s is a float32 scalar and zero
  * point z (NULL: absent) a scalar of 8-bit dtype dt, as the reference (contrib_qlinear.c) takes them. */
 bool kiln_contrib_q8_params_ok(const kiln_value *s, const kiln_value *z, kiln_dtype dt);
+/* The same check that also reads the scale and zero point (0 when z is absent) in host memory. */
+bool kiln_contrib_q8_params(const kiln_value *s, const kiln_value *z, kiln_dtype dt, float *scale, int *zp);
+
+/* QLinearSigmoid and QLinearLeakyRelu (by n's op type; alpha from n): the reference's lookup
+ * table of X's 8-bit dtype dt, table[v - lo] = the output code less lo for input code v, built
+ * from the scales and zero points xs, xz?, ys, yz? (host memory; NULL where absent). False (the
+ * table untouched) when the reference refuses the parameters. */
+bool kiln_contrib_q8_unary_table(const kiln_node *n, kiln_dtype dt, const kiln_value *xs, const kiln_value *xz,
+                                 const kiln_value *ys, const kiln_value *yz, uint8_t table[256]);
+
+/* QLinearSoftmax's checked arguments: rows of d codes, `inner` apart, outer * inner of them (row
+ * (o, r) starts at o * d * inner + r); the output is saturate(nearbyint(table[code] * yscale /
+ * sum) + yz) with the row's codes shifted so that its maximum indexes the table's largest entry. */
+typedef struct kiln_qsoftmax_args {
+    int64_t outer, d, inner;
+    float yscale; /* floor(1 / Y_scale) */
+    int yz;
+    float table[256]; /* exp of the codes, indexed by the code's byte */
+} kiln_qsoftmax_args;
+
+/* Checks QLinearSoftmax's run-time inputs X, X_scale, Y_scale, Y_zero_point? (the scales and zero
+ * point in host memory) as the reference does and fills *a (the table only when X is not empty):
+ * KILN_OK, or the reference's error code with the reason in msg. */
+kiln_status kiln_contrib_qsoftmax_prepare(const kiln_node *n, const kiln_value *X, const kiln_value *xs,
+                                          const kiln_value *ys, const kiln_value *yz, kiln_qsoftmax_args *a, char *msg,
+                                          size_t size);
+
+/* QLinearAveragePool's run-time geometry for X and Y (1 to 3 spatial dims, padded to 3 with
+ * unit dims): window k, stride s, pads pb (begin) and pe (end), spatial dims in and out. */
+typedef struct kiln_qpool_geom {
+    int64_t N, C;
+    bool channels_last, count_include_pad;
+    int64_t k[3], s[3], pb[3], pe[3], in[3], out[3];
+} kiln_qpool_geom;
+
+/* Reads QLinearAveragePool node n's geometry for X and checks Y's dims as the reference does:
+ * KILN_OK, or the reference's error code with the reason in msg. */
+kiln_status kiln_contrib_qavgpool_geom(const kiln_node *n, const kiln_value *X, const kiln_value *Y,
+                                       kiln_qpool_geom *g, char *msg, size_t size);
 
 #endif

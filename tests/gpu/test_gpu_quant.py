@@ -16,7 +16,13 @@ per-row / per-column scales) and com.microsoft QGemm (transposes, alpha, every C
 8-bit outputs), ConvInteger and QLinearConv (1-D, 2-D and 3-D; groups, depthwise, strides, pads,
 dilations, auto_pad; per-channel weight zero points and scales; bias), com.microsoft QLinearAdd
 and QLinearMul (broadcasting, scalar operands on either side, zero points absent or present,
-saturating scales). Each one-node model checks that its node is placed on the GPU and that the
+saturating scales), com.microsoft QLinearSigmoid and QLinearLeakyRelu (every code of both types),
+QLinearConcat (axes, inputs copied and requantized, absent zero points), QLinearGlobalAveragePool
+and QLinearAveragePool (NCHW and channels_last; 1-D to 3-D windows, strides, pads,
+count_include_pad, ceil_mode), QLinearSoftmax (opset 1 and 13 rows, one-element rows, saturating
+Y scales), QAttention (uint8 x int8 and uint8, per-column weight scales and zero points, every
+mask_index form, unidirectional, past and present; float output at float32 tolerance);
+DynamicQuantizeLSTM's refusal (on the CPU). Each one-node model checks that its node is placed on the GPU and that the
 session has no node falling back to the CPU (nodes_fallback 0); 4-bit and 8-bit-float cases check
 the refusal (on the CPU).
 
@@ -28,7 +34,7 @@ provider (float outputs close); the nodes not on the GPU are listed.
 usage: KILN_LIB=<build>/libkiln.so test_gpu_quant.py   (prints SKIP without a GPU)
   KILN_GPU_TEST_PROVIDER=cpu  puts the "GPU" sessions on the CPU: checks the test itself (model
                               building, quantizing, feeds) on a machine without a GPU
-  KILN_GPU_QUANT_TESTS="qdq dyn mm conv ew model" picks parts
+  KILN_GPU_QUANT_TESTS="qdq dyn mm conv ew pool attn model" picks parts
 """
 import os
 import sys
@@ -45,11 +51,12 @@ from checks import check, summary  # noqa: E402
 import kiln  # noqa: E402
 
 PROVIDER = os.environ.get("KILN_GPU_TEST_PROVIDER", "cuda")
-PARTS = os.environ.get("KILN_GPU_QUANT_TESTS", "qdq dyn mm conv ew model").split()
+PARTS = os.environ.get("KILN_GPU_QUANT_TESTS", "qdq dyn mm conv ew pool attn model").split()
 MS = "com.microsoft"
 QUANT_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "MatMulIntegerToFloat",
              "DynamicQuantizeMatMul", "QLinearMatMul", "QGemm", "ConvInteger", "QLinearConv",
-             "QLinearAdd", "QLinearMul"}
+             "QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearConcat",
+             "QLinearGlobalAveragePool", "QLinearAveragePool", "QLinearSoftmax", "QAttention", "DynamicQuantizeLSTM"}
 ELEM = {np.float32: TensorProto.FLOAT, np.float16: TensorProto.FLOAT16, np.uint8: TensorProto.UINT8,
         np.int8: TensorProto.INT8, np.uint16: TensorProto.UINT16, np.int16: TensorProto.INT16,
         np.int32: TensorProto.INT32, np.int64: TensorProto.INT64}
@@ -492,6 +499,175 @@ def test_qlinear_binary():
                                 [{"A": rand_int(dt, *ash), "B": rand_int(dt, *bsh)}])
 
 
+def q8_params(dt, with_zp, names):
+    """Scale and (with_zp) zero point initializers for prefixes names, and their input names."""
+    ins, inits = [], []
+    for nm, sc in names:
+        ins += [nm + "s", nm + "z" if with_zp else ""]
+        inits.append(init(nm + "s", np.float32(sc)))
+        if with_zp:
+            inits.append(init(nm + "z", rand_int(dt, lo=RANGE[dt][0] // 2, hi=RANGE[dt][1] // 2)))
+    while ins[-1] == "":
+        ins.pop()
+    return ins, inits
+
+
+def every_code(dt, shape):
+    """Random codes of dt with every one of the 256 codes in the first 256 elements."""
+    a = rand_int(dt, *shape).reshape(-1)
+    lo = RANGE[dt][0]
+    k = min(256, a.size)
+    a[:k] = (np.arange(256)[:k] + lo).astype(dt)
+    return a.reshape(shape)
+
+
+def test_qlinear_unary():
+    for op, attrs in (("QLinearSigmoid", {}), ("QLinearLeakyRelu", {"alpha": 0.13})):
+        for dt in (np.uint8, np.int8):
+            for with_zp in (True, False):
+                for xs, ys in ((0.05, 0.004), (0.1, 0.0007), (0.02, 0.05)):  # 0.0007: most results saturate
+                    ins, inits = q8_params(dt, with_zp, [("x", xs), ("y", ys)])
+                    m = model([helper.make_node(op, ["X"] + ins, ["Y"], domain=MS, **attrs)],
+                              [vi("X", dt, ["n", "c", 7])], [vi("Y", dt, None)], inits)
+                    compare(f"{op} {dname(dt)} zp {with_zp} scales {xs} {ys}", m,
+                            [{"X": every_code(dt, sh)} for sh in ((1, 37, 7), (3, 5, 7), (2, 1001, 7))])
+
+
+def test_qlinear_concat():
+    cases = [([(2, 3, 5), (2, 4, 5)], 1), ([(1, 7), (3, 7), (2, 7)], 0), ([(2, 3, 5), (2, 3, 1), (2, 3, 9)], -1),
+             ([(4, 1, 33), (4, 2, 33)], 1), ([(3,), (5,)], 0)]
+    for dt in (np.uint8, np.int8):
+        for with_zp in (True, False):
+            for shapes, axis in cases:
+                # the first input shares Y's parameters (copied), the others are requantized
+                ys = 0.05
+                yz = rand_int(dt, lo=-20 if dt == np.int8 else 100, hi=20 if dt == np.int8 else 140)
+                ins, inits = ["ys", "yz" if with_zp else ""], [init("ys", np.float32(ys))]
+                if with_zp:
+                    inits.append(init("yz", yz))
+                inputs, feeds = [], {}
+                for k, sh in enumerate(shapes):
+                    sc = ys if k == 0 else [0.2, 0.011, 0.08][k % 3]  # 0.2: saturates
+                    ins += [f"x{k}", f"s{k}", f"z{k}" if with_zp else ""]
+                    inits.append(init(f"s{k}", np.float32(sc)))
+                    if with_zp:
+                        inits.append(init(f"z{k}", yz if k == 0 else rand_int(dt)))
+                    inputs.append(vi(f"x{k}", dt, list(sh)))
+                    feeds[f"x{k}"] = rand_int(dt, *sh)
+                m = model([helper.make_node("QLinearConcat", ins, ["Y"], domain=MS, axis=axis)], inputs,
+                          [vi("Y", dt, None)], inits)
+                compare(f"QLinearConcat {dname(dt)} zp {with_zp} {shapes} axis {axis}", m, [feeds])
+
+
+def test_qlinear_global_pool():
+    for dt in (np.uint8, np.int8):
+        for with_zp in (True, False):
+            for last in (0, 1):
+                for shape in ((2, 5, 7, 7), (1, 3, 1, 1), (3, 17, 4, 9), (2, 4, 33), (1, 6, 3, 4, 5), (2, 8, 40, 40)):
+                    ins, inits = q8_params(dt, with_zp, [("x", 0.05), ("y", 0.02)])
+                    m = model([helper.make_node("QLinearGlobalAveragePool", ["X"] + ins, ["Y"], domain=MS,
+                                                channels_last=last)], [vi("X", dt, list(shape))], [vi("Y", dt, None)], inits)
+                    compare(f"QLinearGlobalAveragePool {dname(dt)} zp {with_zp} channels_last {last} {shape}", m,
+                            [{"X": rand_int(dt, *shape)}])
+    # one session, several batch sizes and images
+    ins, inits = q8_params(np.uint8, True, [("x", 0.03), ("y", 0.004)])  # 0.004: saturates
+    m = model([helper.make_node("QLinearGlobalAveragePool", ["X"] + ins, ["Y"], domain=MS)],
+              [vi("X", np.uint8, ["n", 6, "h", "w"])], [vi("Y", np.uint8, None)], inits)
+    compare("QLinearGlobalAveragePool several shapes", m,
+            [{"X": rand_int(np.uint8, n, 6, h, w)} for n, h, w in ((1, 1, 1), (4, 13, 9), (2, 64, 64))])
+
+
+def test_qlinear_avgpool():
+    cases = [((1, 3, 8, 8), {"kernel_shape": [2, 2], "strides": [2, 2]}),
+             ((2, 5, 9, 11), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+             ((2, 5, 9, 11), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "count_include_pad": 1}),
+             ((1, 4, 7, 10), {"kernel_shape": [3, 2], "strides": [2, 3], "pads": [1, 0, 1, 1], "ceil_mode": 1}),
+             ((3, 2, 17), {"kernel_shape": [4], "strides": [3], "pads": [2, 1]}),
+             ((1, 2, 5, 6, 7), {"kernel_shape": [2, 3, 2], "pads": [1, 0, 1, 0, 1, 1]}),
+             ((2, 3, 10, 9), {"kernel_shape": [3, 3], "auto_pad": "SAME_UPPER"})]
+    for dt in (np.uint8, np.int8):
+        for with_zp in (True, False):
+            for last in (0, 1):
+                for shape, attrs in cases:
+                    if last:  # the same geometry on [N, spatial..., C]
+                        shape = (shape[0],) + shape[2:] + (shape[1],)
+                    ins, inits = q8_params(dt, with_zp, [("x", 0.04), ("y", 0.03 if with_zp else 0.007)])
+                    m = model([helper.make_node("QLinearAveragePool", ["X"] + ins, ["Y"], domain=MS, channels_last=last,
+                                                **attrs)], [vi("X", dt, list(shape))], [vi("Y", dt, None)], inits)
+                    compare(f"QLinearAveragePool {dname(dt)} zp {with_zp} channels_last {last} {shape} {attrs}", m,
+                            [{"X": rand_int(dt, *shape)}])
+
+
+def test_qlinear_softmax():
+    cases = [((2, 3, 5), -1, 13), ((1, 4, 1, 1), -1, 13), ((2, 4, 7, 7), 3, 13), ((3, 6), 1, 12), ((2, 5, 3), 1, 13),
+             ((2, 3, 4), 1, 12), ((1, 2, 9, 37), -1, 13), ((4, 1), -1, 13), ((3, 300), 1, 1), ((2, 3, 129), 2, 13)]
+    for dt in (np.uint8, np.int8):
+        for shape, axis, opset in cases:
+            for xs, ys, zp in ((0.05, 1 / 256, None), (0.3, 1 / 255, None), (0.01, 0.004, None), (0.1, 1 / 300, 20)):
+                yz = np.array(zp if zp is not None else (0 if dt == np.uint8 else -128), dt)  # 1/300, 20: saturates
+                node = helper.make_node("QLinearSoftmax", ["X", "xs", "xz", "ys", "yz"], ["Y"], domain=MS, axis=axis,
+                                        opset=opset)
+                inits = [init("xs", np.float32(xs)), init("xz", rand_int(dt)), init("ys", np.float32(ys)), init("yz", yz)]
+                m = model([node], [vi("X", dt, list(shape))], [vi("Y", dt, None)], inits)
+                compare(f"QLinearSoftmax {dname(dt)} {shape} axis {axis} opset {opset} xs {xs} ys {ys:.4g}", m,
+                        [{"X": rand_int(dt, *shape)}])
+    # one session, several shapes
+    node = helper.make_node("QLinearSoftmax", ["X", "xs", "", "ys", "yz"], ["Y"], domain=MS, axis=-1, opset=13)
+    inits = [init("xs", np.float32(0.08)), init("ys", np.float32(1 / 256)), init("yz", np.uint8(0))]
+    m = model([node], [vi("X", np.uint8, ["b", "s", "t"])], [vi("Y", np.uint8, None)], inits)
+    compare("QLinearSoftmax several shapes", m, [{"X": rand_int(np.uint8, b, s, t)} for b, s, t in ((1, 1, 1), (2, 7, 64), (3, 33, 1000))])
+
+
+# ---------------------------------------------------------------- QAttention
+
+def test_qattention():
+    cases = [(1, 5, 16, 2, None, 0, 0), (2, 7, 32, 4, "1d", 0, 0), (3, 1, 16, 4, "2b", 0, 0), (2, 6, 24, 3, "2d", 1, 0),
+             (2, 5, 32, 2, "3d", 0, 0), (2, 3, 16, 2, None, 0, 4), (1, 9, 64, 4, "1d", 1, 0), (4, 33, 48, 6, "2d", 0, 0)]
+    for xdt, wdt in ((np.uint8, np.int8), (np.uint8, np.uint8)):
+        for per_col in (False, True):
+            for B, S, Hin, N, mask, uni, P in cases:
+                D = Hin
+                wsh = (3 * D,) if per_col else ()
+                wz = rand_int(wdt, *wsh) if wdt == np.uint8 else rand_int(wdt, *wsh, lo=-3, hi=3)
+                inits = [init("W", rand_int(wdt, Hin, 3 * D)), init("bias", rand(3 * D, scale=0.1)),
+                         init("xs", np.float32(0.02)), init("ws", rng.uniform(0.003, 0.01, wsh).astype(np.float32)),
+                         init("xz", rand_int(xdt)), init("wz", wz)]
+                feeds = {"X": rand_int(xdt, B, S, Hin)}
+                inputs = [vi("X", xdt, [B, S, Hin])]
+                ins = ["X", "W", "bias", "xs", "ws", "", "xz", "wz"]
+                T = P + S
+                if mask:
+                    ins[5] = "mask"
+                    mv = {"1d": lambda: rng.integers(1, T + 1, B),
+                          "2b": lambda: np.concatenate([rng.integers(1, T + 1, B), rng.integers(0, 1, B)]),
+                          "2d": lambda: (rng.random((B, T)) < 0.8).astype(np.int64) | np.eye(1, T, 0, dtype=np.int64),
+                          "3d": lambda: (rng.random((B, S, T)) < 0.8).astype(np.int64) | np.eye(1, T, 0, dtype=np.int64)}[mask]()
+                    feeds["mask"] = np.asarray(mv).astype(np.int32)
+                    inputs.append(vi("mask", np.int32, list(feeds["mask"].shape)))
+                outs = [vi("Y", np.float32, None)]
+                if P:
+                    ins.append("past")
+                    feeds["past"] = rand(2, B, N, P, D // N)
+                    inputs.append(vi("past", np.float32, [2, B, N, P, D // N]))
+                    outs.append(vi("present", np.float32, None))
+                node = helper.make_node("QAttention", ins, ["Y"] + (["present"] if P else []), domain=MS, num_heads=N,
+                                        unidirectional=uni)
+                m = model([node], inputs, outs, inits)
+                compare(f"QAttention {dname(xdt)}x{dname(wdt)} per_col {per_col} B{B} S{S} H{Hin} heads{N} mask {mask} "
+                        f"uni {uni} past {P}", m, [feeds], rtol=1e-4, atol=1e-5)
+
+
+def test_dqlstm_refused():
+    S, B, I, H = 5, 2, 6, 4
+    G = 4 * H
+    inits = [init("W", rand_int(np.int8, 1, I, G)), init("R", rand_int(np.int8, 1, H, G)), init("ws", scales(1)),
+             init("wz", np.zeros(1, np.int8)), init("rs", scales(1)), init("rz", np.zeros(1, np.int8))]
+    node = helper.make_node("DynamicQuantizeLSTM", ["X", "W", "R", "", "", "", "", "", "ws", "wz", "rs", "rz"], ["Y"],
+                            domain=MS, hidden_size=H)
+    m = model([node], [vi("X", np.float32, [S, B, I])], [vi("Y", np.float32, None)], inits)
+    compare("DynamicQuantizeLSTM (refused)", m, [{"X": rand(S, B, I)}], on_gpu=False, rtol=1e-5)
+
+
 # ---------------------------------------------------------------- whole quantized models
 
 def conv_net():
@@ -615,6 +791,15 @@ def main():
         test_qlinear_conv()
     if "ew" in PARTS:
         test_qlinear_binary()
+        test_qlinear_unary()
+        test_qlinear_concat()
+    if "pool" in PARTS:
+        test_qlinear_global_pool()
+        test_qlinear_avgpool()
+        test_qlinear_softmax()
+    if "attn" in PARTS:
+        test_qattention()
+        test_dqlstm_refused()
     if "model" in PARTS:
         test_models()
     return summary()
