@@ -118,66 +118,50 @@ __device__ __forceinline__ void load8(const T *p, bool vec, float *o)
     }
 }
 
-/* One 32-bit word q of 4-bit weights (k = k0 to k0 + 7 of column n) times up to 8 rows of A,
- * into acc. */
-template <typename T>
-__device__ __forceinline__ void gemv4_word(const kiln_gpu_nbits &a, uint32_t q, int64_t k0, int64_t n, int bs_shift,
-                                           bool vec, float *acc)
-{
-    const T *A = (const T *)a.A;
-    float sc, zr;
-    nbits_block(a, n, k0 >> bs_shift, &sc, &zr);
-    float wv[8];
-#pragma unroll
-    for (int j = 0; j < 8; j++) wv[j] = ((float)((q >> (4 * j)) & 15u) - zr) * sc;
-    const bool full = k0 + 8 <= a.K;
-#pragma unroll
-    for (int m = 0; m < KILN_GPU_NBITS_GEMV_MAX_M; m++) {
-        if (m >= a.M) break;
-        const T *Am = A + m * a.K + k0;
-        float av[8];
-        if (full) {
-            load8<T>(Am, vec, av);
-        } else {
-#pragma unroll
-            for (int j = 0; j < 8; j++) av[j] = k0 + j < a.K ? kiln_to_f<T>(Am[j]) : 0.0f;
-        }
-#pragma unroll
-        for (int j = 0; j < 8; j++) acc[m] += av[j] * wv[j];
-    }
-}
-
 /* 4 bits, power-of-two block size 2^bs_shift (16 to 256): grid (ceil(N / WARPS), splits); warp
- * w of block x takes column n = x * WARPS + w, and its lanes the units [sp * per, (sp + 1) *
- * per) of the packed row in turn: 16-byte runs of 4 words (QUAD: rows a multiple of 16 bytes)
- * or single 32-bit words. Rows hold blocks back to back, so word i is k = 8 i to 8 i + 7 of
- * block 8 i >> bs_shift: a warp reads 512 (128) contiguous bytes of weights and contiguous
- * elements of each row of A (16-byte loads), and the lanes of one block load the same scale
- * and zero point. K past the last full word is read element by element. */
-template <typename T, bool QUAD>
+ * w of block x takes column n = x * WARPS + w, and its lanes the 32-bit words [sp * per, (sp +
+ * 1) * per) of the packed row in turn. Rows hold blocks back to back, so word i is k = 8 i to
+ * 8 i + 7 of block 8 i >> bs_shift: a warp reads 128 contiguous bytes of weights and 32 * 8
+ * contiguous elements of each row of A (16-byte loads), and the lanes of one block load the
+ * same scale and zero point. K past the last full word is read element by element. */
+template <typename T>
 __global__ void nbits_gemv4_kernel(kiln_gpu_nbits a, int bs_shift, int64_t per, float *part)
 {
     const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int64_t n = (int64_t)blockIdx.x * WARPS + w;
     if (n >= a.N) return; /* the whole warp */
-    const int64_t units = a.n_blocks * a.blob / (QUAD ? 16 : 4);
-    const unsigned char *row = a.B + n * a.n_blocks * a.blob;
+    const T *A = (const T *)a.A;
+    const int64_t words = a.n_blocks * a.blob / 4;
+    const uint32_t *row = (const uint32_t *)(a.B + n * a.n_blocks * a.blob);
     const int64_t begin = (int64_t)blockIdx.y * per;
-    const int64_t end = begin + per < units ? begin + per : units;
-    const bool vec = (a.K & 7) == 0 && ((uintptr_t)a.A & 15) == 0;
+    const int64_t end = begin + per < words ? begin + per : words;
+    const bool vec = (a.K & 7) == 0 && ((uintptr_t)A & 15) == 0;
     float acc[KILN_GPU_NBITS_GEMV_MAX_M];
 #pragma unroll
     for (int m = 0; m < KILN_GPU_NBITS_GEMV_MAX_M; m++) acc[m] = 0.0f;
 #pragma unroll 2
-    for (int64_t u = begin + lane; u < end; u += 32) {
-        if (QUAD) {
-            const uint4 q = ((const uint4 *)row)[u];
-            gemv4_word<T>(a, q.x, u * 32, n, bs_shift, vec, acc);
-            gemv4_word<T>(a, q.y, u * 32 + 8, n, bs_shift, vec, acc);
-            gemv4_word<T>(a, q.z, u * 32 + 16, n, bs_shift, vec, acc);
-            gemv4_word<T>(a, q.w, u * 32 + 24, n, bs_shift, vec, acc);
-        } else {
-            gemv4_word<T>(a, ((const uint32_t *)row)[u], u * 8, n, bs_shift, vec, acc);
+    for (int64_t wi = begin + lane; wi < end; wi += 32) {
+        const uint32_t q = row[wi];
+        const int64_t k0 = wi * 8;
+        float sc, zr;
+        nbits_block(a, n, k0 >> bs_shift, &sc, &zr);
+        float wv[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) wv[j] = ((float)((q >> (4 * j)) & 15u) - zr) * sc;
+        const bool full = k0 + 8 <= a.K;
+#pragma unroll
+        for (int m = 0; m < KILN_GPU_NBITS_GEMV_MAX_M; m++) {
+            if (m >= a.M) break;
+            const T *Am = A + m * a.K + k0;
+            float av[8];
+            if (full) {
+                load8<T>(Am, vec, av);
+            } else {
+#pragma unroll
+                for (int j = 0; j < 8; j++) av[j] = k0 + j < a.K ? kiln_to_f<T>(Am[j]) : 0.0f;
+            }
+#pragma unroll
+            for (int j = 0; j < 8; j++) acc[m] += av[j] * wv[j];
         }
     }
 #pragma unroll
@@ -246,17 +230,9 @@ extern "C" gpuError_t kiln_gpu_nbits_gemv(gpuStream_t s, const kiln_gpu_nbits *a
     int shift = 0;
     while (shift < 9 && ((int64_t)1 << shift) < a->block_size) shift++;
     bool pow2 = a->bits == 4 && a->blob == a->block_size / 2 && ((int64_t)1 << shift) == a->block_size && shift >= 4;
-    /* 16-byte runs when every row is a multiple of 16 bytes on a 16-byte aligned base */
-    bool quad = (a->n_blocks * a->blob) % 16 == 0 && ((uintptr_t)a->B & 15) == 0;
-    int64_t per4 = (words / 4 + splits - 1) / splits;
-    if (pow2 && quad && a->dtype == KILN_DTYPE_FLOAT32)
-        nbits_gemv4_kernel<float, true><<<grid, BLOCK, 0, s>>>(*a, shift, per4, part);
-    else if (pow2 && quad && a->dtype == KILN_DTYPE_FLOAT16)
-        nbits_gemv4_kernel<kiln_gpu_half, true><<<grid, BLOCK, 0, s>>>(*a, shift, per4, part);
-    else if (pow2 && a->dtype == KILN_DTYPE_FLOAT32)
-        nbits_gemv4_kernel<float, false><<<grid, BLOCK, 0, s>>>(*a, shift, per, part);
+    if (pow2 && a->dtype == KILN_DTYPE_FLOAT32) nbits_gemv4_kernel<float><<<grid, BLOCK, 0, s>>>(*a, shift, per, part);
     else if (pow2 && a->dtype == KILN_DTYPE_FLOAT16)
-        nbits_gemv4_kernel<kiln_gpu_half, false><<<grid, BLOCK, 0, s>>>(*a, shift, per, part);
+        nbits_gemv4_kernel<kiln_gpu_half><<<grid, BLOCK, 0, s>>>(*a, shift, per, part);
     else if (a->dtype == KILN_DTYPE_FLOAT32) nbits_gemv_kernel<float><<<grid, BLOCK, 0, s>>>(*a, per, part);
     else if (a->dtype == KILN_DTYPE_FLOAT16) nbits_gemv_kernel<kiln_gpu_half><<<grid, BLOCK, 0, s>>>(*a, per, part);
     else return bad_dtype();
