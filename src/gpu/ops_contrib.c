@@ -16,6 +16,7 @@
 
 #include "core/dtype.h"
 #include "gpu/gpu.h"
+#include "gpu/support.h"
 #include "gpu/k_blas.h"
 #include "gpu/k_contrib.h"
 #include "gpu/kshape.h"
@@ -25,58 +26,24 @@
 
 #define MS "com.microsoft"
 
-static bool refuse(char *why, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static bool refuse(char *why, size_t size, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, size, fmt, ap);
-    va_end(ap);
-    return false;
-}
-
-static const kiln_type *in_type(const kiln_node *n, int i)
-{
-    return i < n->n_in && n->in[i] ? &n->in[i]->type : NULL;
-}
-
 static const kiln_dtype f32_f16[] = {KILN_DTYPE_FLOAT32, KILN_DTYPE_FLOAT16, KILN_DTYPE_UNDEFINED};
 static const kiln_dtype floats[] = {KILN_DTYPE_FLOAT32, KILN_DTYPE_FLOAT16, KILN_DTYPE_BFLOAT16, KILN_DTYPE_UNDEFINED};
 static const kiln_dtype ints[] = {KILN_DTYPE_INT32, KILN_DTYPE_INT64, KILN_DTYPE_UNDEFINED};
 static const kiln_dtype i32[] = {KILN_DTYPE_INT32, KILN_DTYPE_UNDEFINED};
 
-static bool dtype_in(kiln_dtype dt, const kiln_dtype *ok)
-{
-    for (int k = 0; ok[k] != KILN_DTYPE_UNDEFINED; k++)
-        if (dt == ok[k]) return true;
-    return false;
-}
-
-/* Input i (when present, or when required) is a tensor of one of the dtypes in ok; else says why.
- * An unknown dtype passes (checked again at run time). */
-static bool input_is(const kiln_node *n, int i, bool required, const kiln_dtype *ok, char *why, size_t size)
-{
-    const kiln_type *t = in_type(n, i);
-    if (!t) return required ? refuse(why, size, "input %d is missing", i) : true;
-    if (t->kind != KILN_VALUE_TENSOR) return refuse(why, size, "input %d is not a tensor", i);
-    if (t->dtype == KILN_DTYPE_UNDEFINED || dtype_in(t->dtype, ok)) return true;
-    return refuse(why, size, "input %d dtype %s", i, kiln_dtype_name(t->dtype));
-}
-
 /* Input i, when present, has input `ref`'s dtype. */
 static bool same_as(const kiln_node *n, int i, int ref, char *why, size_t size)
 {
-    const kiln_type *t = in_type(n, i), *x = in_type(n, ref);
+    const kiln_type *t = kiln_gpu_in_type(n, i), *x = kiln_gpu_in_type(n, ref);
     if (!t || !x || t->dtype == x->dtype) return true;
-    return refuse(why, size, "input %d dtype %s differs from input %d's %s", i, kiln_dtype_name(t->dtype), ref,
+    return kiln_gpu_refuse(why, size, "input %d dtype %s differs from input %d's %s", i, kiln_dtype_name(t->dtype), ref,
                   kiln_dtype_name(x->dtype));
 }
 
 /* Inputs first..last (those present) are input first's float dtype (one of ok). */
 static bool floats_alike(const kiln_node *n, int first, int last, const kiln_dtype *ok, char *why, size_t size)
 {
-    if (!input_is(n, first, true, ok, why, size)) return false;
+    if (!kiln_gpu_input_is(n, first, true, ok, why, size)) return false;
     for (int i = first + 1; i <= last; i++)
         if (!same_as(n, i, first, why, size)) return false;
     return true;
@@ -111,7 +78,7 @@ static kiln_status gelu_run(kiln_run_ctx *c)
     int64_t last;
     char msg[160];
     const kiln_value *vs[] = {X, b, Y};
-    if (kiln_contrib_bias_check(X, b, need_bias, &last, msg, sizeof msg) || !Y || !dtype_in(X->dtype, f32_f16) ||
+    if (kiln_contrib_bias_check(X, b, need_bias, &last, msg, sizeof msg) || !Y || !kiln_gpu_dtype_in(X->dtype, f32_f16) ||
         !all_dtype(X->dtype, 3, vs) || Y->numel != X->numel)
         return kiln_gpu_fallback(c);
     int kind = quick ? KILN_GPU_GELU_QUICK : !strcmp(n->op_type, "FastGelu") ? KILN_GPU_GELU_TANH : KILN_GPU_GELU_ERF;
@@ -133,7 +100,7 @@ static kiln_status bias_add_run(kiln_run_ctx *c)
     kiln_value *Y = kiln_run_out(c, 0);
     char msg[160];
     const kiln_value *vs[] = {X, b, S, Y};
-    if (kiln_contrib_bias_add_check(X, b, S, msg, sizeof msg) || !Y || !dtype_in(X->dtype, f32_f16) ||
+    if (kiln_contrib_bias_add_check(X, b, S, msg, sizeof msg) || !Y || !kiln_gpu_dtype_in(X->dtype, f32_f16) ||
         !all_dtype(X->dtype, 4, vs))
         return kiln_gpu_fallback(c);
     gpuError_t e = kiln_gpu_contrib_bias_add(kiln_gpu_stream(c), X->dtype, X->data, b->data, S->data, Y->data, X->numel,
@@ -157,7 +124,7 @@ static kiln_status skip_ln_run(kiln_run_ctx *c)
     int64_t h;
     char msg[160];
     const kiln_value *vs[] = {X, S, G, beta, bias, Y, Sum};
-    if (kiln_contrib_skip_check(X, S, G, beta, bias, &h, msg, sizeof msg) || !Y || !dtype_in(X->dtype, f32_f16) ||
+    if (kiln_contrib_skip_check(X, S, G, beta, bias, &h, msg, sizeof msg) || !Y || !kiln_gpu_dtype_in(X->dtype, f32_f16) ||
         !all_dtype(X->dtype, 7, vs) || (Mean && Mean->dtype != KILN_DTYPE_FLOAT32) ||
         (Inv && Inv->dtype != KILN_DTYPE_FLOAT32) || (X->numel && !S->numel))
         return kiln_gpu_fallback(c);
@@ -173,9 +140,9 @@ static kiln_status skip_ln_run(kiln_run_ctx *c)
 
 static bool embed_ln_supports(const kiln_node *n, char *why, size_t size)
 {
-    if (!input_is(n, KILN_EMBED_IDS, true, ints, why, size) || !input_is(n, KILN_EMBED_SEG, false, ints, why, size) ||
-        !input_is(n, KILN_EMBED_MASK, false, ints, why, size) || !input_is(n, KILN_EMBED_POSIDS, false, ints, why, size) ||
-        !input_is(n, KILN_EMBED_WORD, true, f32_f16, why, size))
+    if (!kiln_gpu_input_is(n, KILN_EMBED_IDS, true, ints, why, size) || !kiln_gpu_input_is(n, KILN_EMBED_SEG, false, ints, why, size) ||
+        !kiln_gpu_input_is(n, KILN_EMBED_MASK, false, ints, why, size) || !kiln_gpu_input_is(n, KILN_EMBED_POSIDS, false, ints, why, size) ||
+        !kiln_gpu_input_is(n, KILN_EMBED_WORD, true, f32_f16, why, size))
         return false;
     static const int tables[] = {KILN_EMBED_POS, KILN_EMBED_SEGEMB, KILN_EMBED_GAMMA, KILN_EMBED_BETA};
     for (size_t k = 0; k < sizeof tables / sizeof tables[0]; k++)
@@ -194,9 +161,9 @@ static kiln_status embed_ln_run(kiln_run_ctx *c)
                      *pe = in[KILN_EMBED_POS], *se = in[KILN_EMBED_SEGEMB], *mask = in[KILN_EMBED_MASK],
                      *pos = in[KILN_EMBED_POSIDS];
     const kiln_value *tabs[] = {we, pe, se, in[KILN_EMBED_GAMMA], in[KILN_EMBED_BETA], Y, Sum};
-    if (!dtype_in(we->dtype, f32_f16) || !all_dtype(we->dtype, 7, tabs) || !dtype_in(ids->dtype, ints) ||
-        (seg && !dtype_in(seg->dtype, ints)) || (pos && !dtype_in(pos->dtype, ints)) ||
-        (mask && !dtype_in(mask->dtype, ints)) || (MI && MI->dtype != KILN_DTYPE_INT32))
+    if (!kiln_gpu_dtype_in(we->dtype, f32_f16) || !all_dtype(we->dtype, 7, tabs) || !kiln_gpu_dtype_in(ids->dtype, ints) ||
+        (seg && !kiln_gpu_dtype_in(seg->dtype, ints)) || (pos && !kiln_gpu_dtype_in(pos->dtype, ints)) ||
+        (mask && !kiln_gpu_dtype_in(mask->dtype, ints)) || (MI && MI->dtype != KILN_DTYPE_INT32))
         return kiln_gpu_fallback(c);
     gpuStream_t s = kiln_gpu_stream(c);
     kiln_gpu_embed a = {
@@ -228,7 +195,7 @@ static kiln_status fused_matmul_run(kiln_run_ctx *c)
     kiln_value *Y = kiln_run_out(c, 0);
     kiln_contrib_mm_view v;
     char msg[160];
-    if (!Y || !B || !kiln_contrib_mm_resolve(n, A, B, &v, msg, sizeof msg) || !dtype_in(A->dtype, floats) ||
+    if (!Y || !B || !kiln_contrib_mm_resolve(n, A, B, &v, msg, sizeof msg) || !kiln_gpu_dtype_in(A->dtype, floats) ||
         B->dtype != A->dtype || Y->dtype != A->dtype)
         return kiln_gpu_fallback(c);
     kiln_gpu_mm m = {
@@ -276,7 +243,7 @@ static bool fused_gemm_supports(const kiln_node *n, char *why, size_t size)
 {
     kiln_contrib_act a;
     char msg[160];
-    if (!kiln_contrib_act_parse(n, false, &a, msg, sizeof msg)) return refuse(why, size, "%s", msg);
+    if (!kiln_contrib_act_parse(n, false, &a, msg, sizeof msg)) return kiln_gpu_refuse(why, size, "%s", msg);
     return floats_alike(n, 0, 2, floats, why, size);
 }
 
@@ -287,7 +254,7 @@ static kiln_status fused_gemm_run(kiln_run_ctx *c)
     const kiln_value *A = kiln_run_in(c, 0), *B = kiln_run_in(c, 1), *C = kiln_run_in(c, 2);
     kiln_value *Y = kiln_run_out(c, 0);
     const kiln_value *vs[] = {A, B, C, Y};
-    if (!kiln_contrib_act_parse(kiln_run_node(c), false, &a, msg, sizeof msg) || !Y || !dtype_in(A->dtype, floats) ||
+    if (!kiln_contrib_act_parse(kiln_run_node(c), false, &a, msg, sizeof msg) || !Y || !kiln_gpu_dtype_in(A->dtype, floats) ||
         !all_dtype(A->dtype, 4, vs))
         return kiln_gpu_fallback(c);
     bool done;
@@ -300,10 +267,10 @@ static bool fused_conv_supports(const kiln_node *n, char *why, size_t size)
 {
     kiln_contrib_act a;
     char msg[160];
-    if (!kiln_contrib_act_parse(n, true, &a, msg, sizeof msg)) return refuse(why, size, "%s", msg);
+    if (!kiln_contrib_act_parse(n, true, &a, msg, sizeof msg)) return kiln_gpu_refuse(why, size, "%s", msg);
     if (!floats_alike(n, 0, 3, floats, why, size)) return false;
-    const kiln_type *x = in_type(n, 0);
-    if (x->rank >= 0 && (x->rank < 3 || x->rank > 5)) return refuse(why, size, "rank %d (1 to 3 spatial dims)", x->rank);
+    const kiln_type *x = kiln_gpu_in_type(n, 0);
+    if (x->rank >= 0 && (x->rank < 3 || x->rank > 5)) return kiln_gpu_refuse(why, size, "rank %d (1 to 3 spatial dims)", x->rank);
     return true;
 }
 
@@ -314,7 +281,7 @@ static kiln_status fused_conv_run(kiln_run_ctx *c)
     const kiln_value *X = kiln_run_in(c, 0), *W = kiln_run_in(c, 1), *B = kiln_run_in(c, 2), *Z = kiln_run_in(c, 3);
     kiln_value *Y = kiln_run_out(c, 0);
     const kiln_value *vs[] = {X, W, B, Z, Y};
-    if (!kiln_contrib_act_parse(kiln_run_node(c), true, &a, msg, sizeof msg) || !Y || !W || !dtype_in(X->dtype, floats) ||
+    if (!kiln_contrib_act_parse(kiln_run_node(c), true, &a, msg, sizeof msg) || !Y || !W || !kiln_gpu_dtype_in(X->dtype, floats) ||
         !all_dtype(X->dtype, 5, vs))
         return kiln_gpu_fallback(c);
     bool same = !Z || Z->rank == Y->rank;
@@ -352,7 +319,7 @@ static bool attention_supports(const kiln_node *n, char *why, size_t size)
 {
     if (!floats_alike(n, KILN_ATTN_X, KILN_ATTN_BIAS, f32_f16, why, size) ||
         !same_as(n, KILN_ATTN_PAST, KILN_ATTN_X, why, size) || !same_as(n, KILN_ATTN_ABIAS, KILN_ATTN_X, why, size) ||
-        !input_is(n, KILN_ATTN_MASK, false, i32, why, size))
+        !kiln_gpu_input_is(n, KILN_ATTN_MASK, false, i32, why, size))
         return false;
     return true;
 }
@@ -404,7 +371,7 @@ static kiln_status attention_run(kiln_run_ctx *c)
     char msg[256];
     const kiln_value *vs[] = {X, W, bias, past, ab, Y, present};
     if (kiln_contrib_attention_check(n, X, W, bias, mask, past, ab, &d, msg, sizeof msg) || !Y ||
-        !dtype_in(X->dtype, f32_f16) || !all_dtype(X->dtype, 7, vs) || !attn_fits(d.H, d.T))
+        !kiln_gpu_dtype_in(X->dtype, f32_f16) || !all_dtype(X->dtype, 7, vs) || !attn_fits(d.H, d.T))
         return kiln_gpu_fallback(c);
     size_t es = kiln_dtype_size(X->dtype);
     size_t at_kv = ws_align((size_t)(d.B * d.S * d.D) * es);
@@ -428,7 +395,7 @@ static kiln_status attention_run(kiln_run_ctx *c)
 
 static bool mha_supports(const kiln_node *n, char *why, size_t size)
 {
-    if (!input_is(n, KILN_MHA_Q, true, f32_f16, why, size) || !input_is(n, KILN_MHA_MASK, false, i32, why, size))
+    if (!kiln_gpu_input_is(n, KILN_MHA_Q, true, f32_f16, why, size) || !kiln_gpu_input_is(n, KILN_MHA_MASK, false, i32, why, size))
         return false;
     static const int alike[] = {KILN_MHA_K, KILN_MHA_V, KILN_MHA_BIAS, KILN_MHA_ABIAS, KILN_MHA_PK, KILN_MHA_PV};
     for (size_t k = 0; k < sizeof alike / sizeof alike[0]; k++)
@@ -449,7 +416,7 @@ static kiln_status mha_run(kiln_run_ctx *c)
     const kiln_value *Q = in[KILN_MHA_Q], *K = in[KILN_MHA_K], *V = in[KILN_MHA_V], *bias = in[KILN_MHA_BIAS],
                      *pk = in[KILN_MHA_PK], *pv = in[KILN_MHA_PV];
     const kiln_value *vs[] = {Q, K, V, bias, in[KILN_MHA_ABIAS], pk, pv, Y, PK, PV, QK};
-    if (in[KILN_MHA_CACHE] || kiln_contrib_mha_check(n, in, &d, msg, sizeof msg) || !Y || !dtype_in(Q->dtype, f32_f16) ||
+    if (in[KILN_MHA_CACHE] || kiln_contrib_mha_check(n, in, &d, msg, sizeof msg) || !Y || !kiln_gpu_dtype_in(Q->dtype, f32_f16) ||
         !all_dtype(Q->dtype, 11, vs) || !attn_fits(d.H, d.T))
         return kiln_gpu_fallback(c);
     int64_t B = d.B, S = d.S, L = d.L, N = d.N, H = d.H, Hv = d.Hv;

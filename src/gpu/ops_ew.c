@@ -10,24 +10,12 @@
 
 #include "core/dtype.h"
 #include "gpu/gpu.h"
+#include "gpu/support.h"
 #include "gpu/k_ew.h"
 #include "ops/semantics.h"
 
 /* Most operands of one element-wise kernel (Where's condition, X and Y). */
 #define EW_MAX_OPS 3
-
-static bool refuse(char *why, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static bool refuse(char *why, size_t size, const char *fmt, ...)
-{
-    if (why && size) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(why, size, fmt, ap);
-        va_end(ap);
-    }
-    return false;
-}
 
 static bool is_float(kiln_dtype dt)
 {
@@ -161,11 +149,11 @@ static bool unary_supports(const kiln_node *n, char *why, size_t size)
 {
     const ew_unary_def *d = unary_find(n->op_type);
     kiln_dtype dt = in_dtype(n, 0);
-    if (!d) return refuse(why, size, "no GPU kernel");
-    if (dt && !unary_dtype_ok(d, dt)) return refuse(why, size, "dtype %s", kiln_dtype_name(dt));
+    if (!d) return kiln_gpu_refuse(why, size, "no GPU kernel");
+    if (dt && !unary_dtype_ok(d, dt)) return kiln_gpu_refuse(why, size, "dtype %s", kiln_dtype_name(dt));
     if (d->op == KILN_EW_GELU) {
         const char *approx = kiln_attr_string(n, "approximate", "none");
-        if (strcmp(approx, "none") && strcmp(approx, "tanh")) return refuse(why, size, "approximate '%s'", approx);
+        if (strcmp(approx, "none") && strcmp(approx, "tanh")) return kiln_gpu_refuse(why, size, "approximate '%s'", approx);
     }
     return true;
 }
@@ -201,7 +189,7 @@ static kiln_status unary_run(kiln_run_ctx *c)
 static bool isnan_supports(const kiln_node *n, char *why, size_t size)
 {
     kiln_dtype dt = in_dtype(n, 0);
-    if (dt && !is_float(dt)) return refuse(why, size, "dtype %s", kiln_dtype_name(dt));
+    if (dt && !is_float(dt)) return kiln_gpu_refuse(why, size, "dtype %s", kiln_dtype_name(dt));
     return true;
 }
 
@@ -225,7 +213,7 @@ static kiln_status isnan_run(kiln_run_ctx *c)
 static bool not_supports(const kiln_node *n, char *why, size_t size)
 {
     kiln_dtype dt = in_dtype(n, 0);
-    if (dt && dt != KILN_DTYPE_BOOL) return refuse(why, size, "dtype %s", kiln_dtype_name(dt));
+    if (dt && dt != KILN_DTYPE_BOOL) return kiln_gpu_refuse(why, size, "dtype %s", kiln_dtype_name(dt));
     return true;
 }
 
@@ -244,7 +232,7 @@ static kiln_status not_run(kiln_run_ctx *c)
 static bool clip_supports(const kiln_node *n, char *why, size_t size)
 {
     kiln_dtype dt = in_dtype(n, 0);
-    if (dt && !is_float(dt) && !(is_int(dt) && n->opset >= 11)) return refuse(why, size, "dtype %s", kiln_dtype_name(dt));
+    if (dt && !is_float(dt) && !(is_int(dt) && n->opset >= 11)) return kiln_gpu_refuse(why, size, "dtype %s", kiln_dtype_name(dt));
     return true;
 }
 
@@ -323,12 +311,12 @@ static kiln_gpu_ew_binary binary_code(const kiln_node *n, const ew_binary_def *d
 static bool binary_supports(const kiln_node *n, char *why, size_t size)
 {
     const ew_binary_def *d = binary_find(n->op_type);
-    if (!d) return refuse(why, size, "no GPU kernel");
+    if (!d) return kiln_gpu_refuse(why, size, "no GPU kernel");
     int64_t fmod_attr = kiln_attr_int(n, "fmod", 0);
-    if (d->op == KILN_EW_MOD && fmod_attr != 0 && fmod_attr != 1) return refuse(why, size, "fmod %lld", (long long)fmod_attr);
+    if (d->op == KILN_EW_MOD && fmod_attr != 0 && fmod_attr != 1) return kiln_gpu_refuse(why, size, "fmod %lld", (long long)fmod_attr);
     kiln_dtype ta = in_dtype(n, 0), tb = in_dtype(n, 1);
     if (!binary_dtypes_ok(d->op, ta, tb))
-        return refuse(why, size, "dtypes %s, %s", kiln_dtype_name(ta), kiln_dtype_name(tb));
+        return kiln_gpu_refuse(why, size, "dtypes %s, %s", kiln_dtype_name(ta), kiln_dtype_name(tb));
     return true;
 }
 
@@ -357,7 +345,7 @@ static bool variadic_supports(const kiln_node *n, char *why, size_t size)
     bool mean = !strcmp(n->op_type, "Mean");
     for (int i = 0; i < n->n_in; i++) {
         kiln_dtype dt = in_dtype(n, i);
-        if (dt && !(is_float(dt) || (!mean && is_int(dt)))) return refuse(why, size, "dtype %s", kiln_dtype_name(dt));
+        if (dt && !(is_float(dt) || (!mean && is_int(dt)))) return kiln_gpu_refuse(why, size, "dtype %s", kiln_dtype_name(dt));
     }
     return true;
 }
@@ -423,8 +411,8 @@ static bool where_elem_ok(kiln_dtype dt)
 static bool where_supports(const kiln_node *n, char *why, size_t size)
 {
     kiln_dtype tc = in_dtype(n, 0), tx = in_dtype(n, 1);
-    if (tc && tc != KILN_DTYPE_BOOL) return refuse(why, size, "condition dtype %s", kiln_dtype_name(tc));
-    if (tx && !where_elem_ok(tx)) return refuse(why, size, "dtype %s", kiln_dtype_name(tx));
+    if (tc && tc != KILN_DTYPE_BOOL) return kiln_gpu_refuse(why, size, "condition dtype %s", kiln_dtype_name(tc));
+    if (tx && !where_elem_ok(tx)) return kiln_gpu_refuse(why, size, "dtype %s", kiln_dtype_name(tx));
     return true;
 }
 
@@ -460,8 +448,8 @@ static bool cast_dtype_ok(kiln_dtype dt)
 static bool cast_supports(const kiln_node *n, char *why, size_t size)
 {
     kiln_dtype from = in_dtype(n, 0), to = n->n_out > 0 && n->out[0] ? n->out[0]->type.dtype : KILN_DTYPE_UNDEFINED;
-    if (from && !cast_dtype_ok(from)) return refuse(why, size, "from %s", kiln_dtype_name(from));
-    if (to && !cast_dtype_ok(to)) return refuse(why, size, "to %s", kiln_dtype_name(to));
+    if (from && !cast_dtype_ok(from)) return kiln_gpu_refuse(why, size, "from %s", kiln_dtype_name(from));
+    if (to && !cast_dtype_ok(to)) return kiln_gpu_refuse(why, size, "to %s", kiln_dtype_name(to));
     return true;
 }
 
@@ -485,8 +473,8 @@ static kiln_status cast_run(kiln_run_ctx *c)
 static bool identity_supports(const kiln_node *n, char *why, size_t size)
 {
     const kiln_ir_value *x = n->n_in > 0 ? n->in[0] : NULL;
-    if (!x || x->type.kind != KILN_VALUE_TENSOR) return refuse(why, size, "not a tensor");
-    if (x->type.dtype == KILN_DTYPE_STRING) return refuse(why, size, "dtype string");
+    if (!x || x->type.kind != KILN_VALUE_TENSOR) return kiln_gpu_refuse(why, size, "not a tensor");
+    if (x->type.dtype == KILN_DTYPE_STRING) return kiln_gpu_refuse(why, size, "dtype string");
     return true;
 }
 

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "gpu/gpu.h"
+#include "gpu/support.h"
 #include "gpu/k_layout.h"
 #include "ops/semantics.h"
 #include "ops/util.h"
@@ -36,15 +37,10 @@ static int move_size(kiln_dtype dt)
     return s == 1 || s == 2 || s == 4 || s == 8 ? (int)s : 0;
 }
 
-static const kiln_type *in_type(const kiln_node *n, int i)
-{
-    return i < n->n_in && n->in[i] ? &n->in[i]->type : NULL;
-}
-
 /* Input i is a tensor whose dtype the byte-moving kernels take. */
 static bool movable_input(const kiln_node *n, int i, char *why, size_t size)
 {
-    const kiln_type *t = in_type(n, i);
+    const kiln_type *t = kiln_gpu_in_type(n, i);
     if (!t || t->kind != KILN_VALUE_TENSOR) {
         snprintf(why, size, "input %d is not a tensor", i);
         return false;
@@ -59,7 +55,7 @@ static bool movable_input(const kiln_node *n, int i, char *why, size_t size)
 /* Input i is int32 or int64 (indices). */
 static bool index_input(const kiln_node *n, int i, char *why, size_t size)
 {
-    const kiln_type *t = in_type(n, i);
+    const kiln_type *t = kiln_gpu_in_type(n, i);
     if (!t || (t->dtype != KILN_DTYPE_INT32 && t->dtype != KILN_DTYPE_INT64)) {
         snprintf(why, size, "indices dtype %s", t ? kiln_dtype_name(t->dtype) : "(absent)");
         return false;
@@ -172,7 +168,7 @@ static kiln_status reshape_run(kiln_run_ctx *c)
 
 static bool supports_reshape(const kiln_node *n, char *why, size_t size)
 {
-    const kiln_type *t = in_type(n, 0);
+    const kiln_type *t = kiln_gpu_in_type(n, 0);
     if (!t || t->kind != KILN_VALUE_TENSOR || t->dtype == KILN_DTYPE_STRING || t->dtype == KILN_DTYPE_UNDEFINED) {
         snprintf(why, size, "dtype %s", t ? kiln_dtype_name(t->dtype) : "(absent)");
         return false;
@@ -607,7 +603,7 @@ static bool range_dtype(kiln_dtype dt)
 
 static bool supports_range(const kiln_node *n, char *why, size_t size)
 {
-    const kiln_type *t = in_type(n, 0);
+    const kiln_type *t = kiln_gpu_in_type(n, 0);
     if (!t || !range_dtype(t->dtype)) {
         snprintf(why, size, "dtype %s", t ? kiln_dtype_name(t->dtype) : "(absent)");
         return false;
@@ -647,7 +643,7 @@ static kiln_status trilu_run(kiln_run_ctx *c)
 
 static bool supports_onehot(const kiln_node *n, char *why, size_t size)
 {
-    const kiln_type *ind = in_type(n, 0);
+    const kiln_type *ind = kiln_gpu_in_type(n, 0);
     if (!ind || (ind->dtype != KILN_DTYPE_INT32 && ind->dtype != KILN_DTYPE_INT64 &&
                  ind->dtype != KILN_DTYPE_FLOAT32)) {
         snprintf(why, size, "indices dtype %s", ind ? kiln_dtype_name(ind->dtype) : "(absent)");

@@ -14,22 +14,18 @@
 #include "core/dtype.h"
 #include "gpu/blas.h"
 #include "gpu/gpu.h"
+#include "gpu/support.h"
 #include "gpu/k_llm.h"
 #include "ops/llm.h"
 #include "ops/util.h"
 
 #define MS "com.microsoft"
 
-static const kiln_type *in_type(const kiln_node *n, int i)
-{
-    return i < n->n_in && n->in[i] ? &n->in[i]->type : NULL;
-}
-
 /* Input i (when present, or when required) is a tensor of one of the dtypes in ok (ending in
  * UNDEFINED); else says why. */
 static bool input_is(const kiln_node *n, int i, bool required, const kiln_dtype *ok, char *why, size_t size)
 {
-    const kiln_type *t = in_type(n, i);
+    const kiln_type *t = kiln_gpu_in_type(n, i);
     if (!t) {
         if (required) snprintf(why, size, "input %d is missing", i);
         return !required;
@@ -50,7 +46,7 @@ static const kiln_dtype floats[] = {KILN_DTYPE_FLOAT32, KILN_DTYPE_FLOAT16, KILN
 /* Input i, when present, has input 0's dtype. */
 static bool same_as_x(const kiln_node *n, int i, char *why, size_t size)
 {
-    const kiln_type *t = in_type(n, i), *x = in_type(n, 0);
+    const kiln_type *t = kiln_gpu_in_type(n, i), *x = kiln_gpu_in_type(n, 0);
     if (!t || !x || t->dtype == x->dtype) return true;
     snprintf(why, size, "input %d dtype %s differs from input 0's %s", i, kiln_dtype_name(t->dtype),
              kiln_dtype_name(x->dtype));
@@ -65,11 +61,11 @@ static bool nbits_supports(const kiln_node *n, char *why, size_t size)
     if (!input_is(n, NB_A, true, f32_f16, why, size) || !input_is(n, NB_B, true, u8, why, size) ||
         !input_is(n, NB_SCALES, true, f32_f16, why, size) || !same_as_x(n, NB_BIAS, why, size))
         return false;
-    if (in_type(n, NB_GIDX)) {
+    if (kiln_gpu_in_type(n, NB_GIDX)) {
         snprintf(why, size, "g_idx");
         return false;
     }
-    const kiln_type *z = in_type(n, NB_ZP), *s = in_type(n, NB_SCALES);
+    const kiln_type *z = kiln_gpu_in_type(n, NB_ZP), *s = kiln_gpu_in_type(n, NB_SCALES);
     if (z && z->dtype != KILN_DTYPE_UINT8 && z->dtype != s->dtype) {
         snprintf(why, size, "zero_points dtype %s", kiln_dtype_name(z->dtype));
         return false;
@@ -125,9 +121,9 @@ static bool gqa_supports(const kiln_node *n, char *why, size_t size)
 {
     if (!input_is(n, GQA_Q, true, f32_f16, why, size)) return false;
     const kiln_gqa_params *p = n->params;
-    const kiln_type *q = in_type(n, GQA_Q);
+    const kiln_type *q = kiln_gpu_in_type(n, GQA_Q);
     if (p && q->rank == 3 && kiln_dim_is_const(q->dims[2])) {
-        int64_t heads = in_type(n, GQA_K) ? p->num_heads : p->num_heads + 2 * p->kv_num_heads;
+        int64_t heads = kiln_gpu_in_type(n, GQA_K) ? p->num_heads : p->num_heads + 2 * p->kv_num_heads;
         if (heads > 0 && q->dims[2].c / heads > KILN_GPU_GQA_MAX_HEAD) {
             snprintf(why, size, "head size %lld > %d", (long long)(q->dims[2].c / heads), KILN_GPU_GQA_MAX_HEAD);
             return false;

@@ -23,6 +23,7 @@
 
 #include "core/dtype.h"
 #include "gpu/gpu.h"
+#include "gpu/support.h"
 #include "gpu/k_quant.h"
 #include "gpu/kshape.h"
 #include "gpu/ops_core.h"
@@ -31,17 +32,6 @@
 #include "ops/util.h"
 
 #define MS "com.microsoft"
-
-static bool refuse(char *why, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static bool refuse(char *why, size_t size, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, size, fmt, ap);
-    va_end(ap);
-    return false;
-}
 
 static const kiln_dtype floats[] = {KILN_DTYPE_FLOAT32, KILN_DTYPE_FLOAT16, KILN_DTYPE_BFLOAT16, KILN_DTYPE_UNDEFINED};
 static const kiln_dtype f32[] = {KILN_DTYPE_FLOAT32, KILN_DTYPE_UNDEFINED};
@@ -52,36 +42,13 @@ static const kiln_dtype q16_i32[] = {KILN_DTYPE_UINT8, KILN_DTYPE_INT8,  KILN_DT
                                      KILN_DTYPE_INT16, KILN_DTYPE_INT32, KILN_DTYPE_UNDEFINED};
 static const kiln_dtype i32[] = {KILN_DTYPE_INT32, KILN_DTYPE_UNDEFINED};
 
-static bool dtype_in(kiln_dtype dt, const kiln_dtype *ok)
-{
-    for (int k = 0; ok[k] != KILN_DTYPE_UNDEFINED; k++)
-        if (dt == ok[k]) return true;
-    return false;
-}
-
-static const kiln_type *in_type(const kiln_node *n, int i)
-{
-    return i < n->n_in && n->in[i] ? &n->in[i]->type : NULL;
-}
-
-/* Input i (when present, or when required) is a tensor of one of the dtypes in ok; else says why.
- * An unknown dtype passes (checked again at run time). */
-static bool input_is(const kiln_node *n, int i, bool required, const kiln_dtype *ok, char *why, size_t size)
-{
-    const kiln_type *t = in_type(n, i);
-    if (!t) return required ? refuse(why, size, "input %d is missing", i) : true;
-    if (t->kind != KILN_VALUE_TENSOR) return refuse(why, size, "input %d is not a tensor", i);
-    if (t->dtype == KILN_DTYPE_UNDEFINED || dtype_in(t->dtype, ok)) return true;
-    return refuse(why, size, "input %d dtype %s", i, kiln_dtype_name(t->dtype));
-}
-
 /* Output 0 is of one of the dtypes in ok. */
 static bool output_is(const kiln_node *n, const kiln_dtype *ok, char *why, size_t size)
 {
-    if (n->n_out < 1 || !n->out[0]) return refuse(why, size, "no output");
+    if (n->n_out < 1 || !n->out[0]) return kiln_gpu_refuse(why, size, "no output");
     kiln_dtype dt = n->out[0]->type.dtype;
-    if (dt == KILN_DTYPE_UNDEFINED || dtype_in(dt, ok)) return true;
-    return refuse(why, size, "output dtype %s", kiln_dtype_name(dt));
+    if (dt == KILN_DTYPE_UNDEFINED || kiln_gpu_dtype_in(dt, ok)) return true;
+    return kiln_gpu_refuse(why, size, "output dtype %s", kiln_dtype_name(dt));
 }
 
 static const void *data_of(const kiln_value *v) { return v ? v->data : NULL; }
@@ -102,10 +69,10 @@ static kiln_gpu_qmap gpu_qmap(const kiln_node *n, const kiln_value *x, const kil
 
 static bool quantize_supports(const kiln_node *n, char *why, size_t size)
 {
-    if (!input_is(n, 0, true, floats, why, size) || !input_is(n, 1, true, floats, why, size)) return false;
+    if (!kiln_gpu_input_is(n, 0, true, floats, why, size) || !kiln_gpu_input_is(n, 1, true, floats, why, size)) return false;
     if (!output_is(n, q16, why, size)) return false;
     kiln_dtype prec = (kiln_dtype)kiln_attr_int(n, "precision", 0);
-    if (prec && !dtype_in(prec, floats)) return refuse(why, size, "precision %s", kiln_dtype_name(prec));
+    if (prec && !kiln_gpu_dtype_in(prec, floats)) return kiln_gpu_refuse(why, size, "precision %s", kiln_dtype_name(prec));
     return true;
 }
 
@@ -116,8 +83,8 @@ static kiln_status quantize_run(kiln_run_ctx *c)
     kiln_value *y = kiln_run_out(c, 0);
     kiln_dtype prec = (kiln_dtype)kiln_attr_int(n, "precision", 0);
     if (!prec) prec = s->dtype;
-    if (!y || !dtype_in(x->dtype, floats) || !dtype_in(s->dtype, floats) || !dtype_in(y->dtype, q16) ||
-        !dtype_in(prec, floats) || (zp && zp->dtype != y->dtype) || y->numel != x->numel)
+    if (!y || !kiln_gpu_dtype_in(x->dtype, floats) || !kiln_gpu_dtype_in(s->dtype, floats) || !kiln_gpu_dtype_in(y->dtype, q16) ||
+        !kiln_gpu_dtype_in(prec, floats) || (zp && zp->dtype != y->dtype) || y->numel != x->numel)
         return kiln_gpu_fallback(c);
     gpuError_t e = kiln_gpu_quant_quantize(kiln_gpu_stream(c), x->dtype, x->data, s->dtype, s->data, data_of(zp), y->dtype,
                                            y->data, x->numel, gpu_qmap(n, x, s), prec);
@@ -128,7 +95,7 @@ static kiln_status quantize_run(kiln_run_ctx *c)
 
 static bool dequantize_supports(const kiln_node *n, char *why, size_t size)
 {
-    if (!input_is(n, 0, true, q16_i32, why, size) || !input_is(n, 1, true, floats, why, size)) return false;
+    if (!kiln_gpu_input_is(n, 0, true, q16_i32, why, size) || !kiln_gpu_input_is(n, 1, true, floats, why, size)) return false;
     return output_is(n, floats, why, size);
 }
 
@@ -137,7 +104,7 @@ static kiln_status dequantize_run(kiln_run_ctx *c)
     const kiln_node *n = kiln_run_node(c);
     const kiln_value *x = kiln_run_in(c, 0), *s = kiln_run_in(c, 1), *zp = kiln_run_in(c, 2);
     kiln_value *y = kiln_run_out(c, 0);
-    if (!y || !dtype_in(x->dtype, q16_i32) || !dtype_in(s->dtype, floats) || !dtype_in(y->dtype, floats) ||
+    if (!y || !kiln_gpu_dtype_in(x->dtype, q16_i32) || !kiln_gpu_dtype_in(s->dtype, floats) || !kiln_gpu_dtype_in(y->dtype, floats) ||
         (zp && zp->dtype != x->dtype) || y->numel != x->numel)
         return kiln_gpu_fallback(c);
     gpuError_t e = kiln_gpu_quant_dequantize(kiln_gpu_stream(c), x->dtype, x->data, data_of(zp), s->dtype, s->data,
@@ -149,7 +116,7 @@ static kiln_status dequantize_run(kiln_run_ctx *c)
 
 static bool dynquant_supports(const kiln_node *n, char *why, size_t size)
 {
-    return input_is(n, 0, true, f32, why, size);
+    return kiln_gpu_input_is(n, 0, true, f32, why, size);
 }
 
 static kiln_status dynquant_run(kiln_run_ctx *c)
@@ -210,8 +177,8 @@ static kiln_status qmm_launch(kiln_run_ctx *c, const kiln_gpu_qmm *m, const char
 /* MatMulInteger: A, B, a_zero_point?, b_zero_point? -> Y int32 */
 static bool mmi_supports(const kiln_node *n, char *why, size_t size)
 {
-    return input_is(n, 0, true, q8, why, size) && input_is(n, 1, true, q8, why, size) &&
-           input_is(n, 2, false, q8, why, size) && input_is(n, 3, false, q8, why, size) && output_is(n, i32, why, size);
+    return kiln_gpu_input_is(n, 0, true, q8, why, size) && kiln_gpu_input_is(n, 1, true, q8, why, size) &&
+           kiln_gpu_input_is(n, 2, false, q8, why, size) && kiln_gpu_input_is(n, 3, false, q8, why, size) && output_is(n, i32, why, size);
 }
 
 static kiln_status mmi_run(kiln_run_ctx *c)
@@ -219,8 +186,8 @@ static kiln_status mmi_run(kiln_run_ctx *c)
     const kiln_value *A = kiln_run_in(c, 0), *B = kiln_run_in(c, 1), *azp = kiln_run_in(c, 2), *bzp = kiln_run_in(c, 3);
     kiln_value *Y = kiln_run_out(c, 0);
     kiln_gpu_qmm m;
-    if (!Y || Y->dtype != KILN_DTYPE_INT32 || !dtype_in(A->dtype, q8) || !dtype_in(B->dtype, q8) ||
-        (azp && !dtype_in(azp->dtype, q8)) || (bzp && !dtype_in(bzp->dtype, q8)) || !kiln_nn_mm_param_ok(azp, A, true) ||
+    if (!Y || Y->dtype != KILN_DTYPE_INT32 || !kiln_gpu_dtype_in(A->dtype, q8) || !kiln_gpu_dtype_in(B->dtype, q8) ||
+        (azp && !kiln_gpu_dtype_in(azp->dtype, q8)) || (bzp && !kiln_gpu_dtype_in(bzp->dtype, q8)) || !kiln_nn_mm_param_ok(azp, A, true) ||
         !kiln_nn_mm_param_ok(bzp, B, false) || !qmm_setup(A, B, Y, Y->data, &m))
         return kiln_gpu_fallback(c);
     qmm_zero_points(&m, azp, bzp);
@@ -230,10 +197,10 @@ static kiln_status mmi_run(kiln_run_ctx *c)
 /* MatMulIntegerToFloat: A, B, a_scale, b_scale, a_zero_point?, b_zero_point?, bias? -> Y float32 */
 static bool mmf_supports(const kiln_node *n, char *why, size_t size)
 {
-    return input_is(n, 0, true, q8, why, size) && input_is(n, 1, true, q8, why, size) &&
-           input_is(n, 2, true, f32, why, size) && input_is(n, 3, true, f32, why, size) &&
-           input_is(n, 4, false, q8, why, size) && input_is(n, 5, false, q8, why, size) &&
-           input_is(n, 6, false, f32, why, size);
+    return kiln_gpu_input_is(n, 0, true, q8, why, size) && kiln_gpu_input_is(n, 1, true, q8, why, size) &&
+           kiln_gpu_input_is(n, 2, true, f32, why, size) && kiln_gpu_input_is(n, 3, true, f32, why, size) &&
+           kiln_gpu_input_is(n, 4, false, q8, why, size) && kiln_gpu_input_is(n, 5, false, q8, why, size) &&
+           kiln_gpu_input_is(n, 6, false, f32, why, size);
 }
 
 static kiln_status mmf_run(kiln_run_ctx *c)
@@ -243,7 +210,7 @@ static kiln_status mmf_run(kiln_run_ctx *c)
     kiln_value *Y = kiln_run_out(c, 0);
     char msg[160];
     kiln_gpu_qmm m;
-    if (!Y || Y->dtype != KILN_DTYPE_FLOAT32 || !dtype_in(A->dtype, q8) || !dtype_in(B->dtype, q8) ||
+    if (!Y || Y->dtype != KILN_DTYPE_FLOAT32 || !kiln_gpu_dtype_in(A->dtype, q8) || !kiln_gpu_dtype_in(B->dtype, q8) ||
         as->dtype != KILN_DTYPE_FLOAT32 || as->numel != 1 || (azp && (azp->numel != 1 || azp->dtype != A->dtype)) ||
         !kiln_contrib_qmm_b_params_ok(B, bs, bzp, bias, msg, sizeof msg))
         return kiln_gpu_fallback(c);
@@ -261,9 +228,9 @@ static kiln_status mmf_run(kiln_run_ctx *c)
 /* DynamicQuantizeMatMul: A float32, B, b_scale, b_zero_point?, bias? -> Y float32 */
 static bool dqmm_supports(const kiln_node *n, char *why, size_t size)
 {
-    return input_is(n, 0, true, f32, why, size) && input_is(n, 1, true, q8, why, size) &&
-           input_is(n, 2, true, f32, why, size) && input_is(n, 3, false, q8, why, size) &&
-           input_is(n, 4, false, f32, why, size);
+    return kiln_gpu_input_is(n, 0, true, f32, why, size) && kiln_gpu_input_is(n, 1, true, q8, why, size) &&
+           kiln_gpu_input_is(n, 2, true, f32, why, size) && kiln_gpu_input_is(n, 3, false, q8, why, size) &&
+           kiln_gpu_input_is(n, 4, false, f32, why, size);
 }
 
 static kiln_status dqmm_run(kiln_run_ctx *c)
@@ -273,7 +240,7 @@ static kiln_status dqmm_run(kiln_run_ctx *c)
     kiln_value *Y = kiln_run_out(c, 0);
     char msg[160];
     kiln_gpu_qmm m;
-    if (!Y || Y->dtype != KILN_DTYPE_FLOAT32 || A->dtype != KILN_DTYPE_FLOAT32 || !dtype_in(B->dtype, q8) ||
+    if (!Y || Y->dtype != KILN_DTYPE_FLOAT32 || A->dtype != KILN_DTYPE_FLOAT32 || !kiln_gpu_dtype_in(B->dtype, q8) ||
         !kiln_contrib_qmm_b_params_ok(B, bs, bzp, bias, msg, sizeof msg))
         return kiln_gpu_fallback(c);
     if (!Y->numel) return KILN_OK;
@@ -304,10 +271,10 @@ static kiln_status dqmm_run(kiln_run_ctx *c)
 /* QLinearMatMul: a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point -> y */
 static bool qlmm_supports(const kiln_node *n, char *why, size_t size)
 {
-    if (!input_is(n, 0, true, q8, why, size) || !input_is(n, 3, true, q8, why, size) ||
-        !input_is(n, 1, true, floats, why, size) || !input_is(n, 4, true, floats, why, size) ||
-        !input_is(n, 6, true, floats, why, size) || !input_is(n, 2, false, q8, why, size) ||
-        !input_is(n, 5, false, q8, why, size) || !input_is(n, 7, true, q8, why, size))
+    if (!kiln_gpu_input_is(n, 0, true, q8, why, size) || !kiln_gpu_input_is(n, 3, true, q8, why, size) ||
+        !kiln_gpu_input_is(n, 1, true, floats, why, size) || !kiln_gpu_input_is(n, 4, true, floats, why, size) ||
+        !kiln_gpu_input_is(n, 6, true, floats, why, size) || !kiln_gpu_input_is(n, 2, false, q8, why, size) ||
+        !kiln_gpu_input_is(n, 5, false, q8, why, size) || !kiln_gpu_input_is(n, 7, true, q8, why, size))
         return false;
     return output_is(n, q8, why, size);
 }
@@ -318,10 +285,10 @@ static kiln_status qlmm_run(kiln_run_ctx *c)
                      *bs = kiln_run_in(c, 4), *bzp = kiln_run_in(c, 5), *ys = kiln_run_in(c, 6), *yzp = kiln_run_in(c, 7);
     kiln_value *Y = kiln_run_out(c, 0);
     kiln_gpu_qmm m;
-    if (!Y || !as || !bs || !ys || !yzp || ys->numel != 1 || yzp->numel != 1 || !dtype_in(Y->dtype, q8) ||
-        yzp->dtype != Y->dtype || !dtype_in(A->dtype, q8) || !dtype_in(B->dtype, q8) || !dtype_in(as->dtype, floats) ||
+    if (!Y || !as || !bs || !ys || !yzp || ys->numel != 1 || yzp->numel != 1 || !kiln_gpu_dtype_in(Y->dtype, q8) ||
+        yzp->dtype != Y->dtype || !kiln_gpu_dtype_in(A->dtype, q8) || !kiln_gpu_dtype_in(B->dtype, q8) || !kiln_gpu_dtype_in(as->dtype, floats) ||
         bs->dtype != as->dtype || ys->dtype != as->dtype || !as->numel || !bs->numel ||
-        (azp && !dtype_in(azp->dtype, q8)) || (bzp && !dtype_in(bzp->dtype, q8)) || !kiln_nn_mm_param_ok(as, A, true) ||
+        (azp && !kiln_gpu_dtype_in(azp->dtype, q8)) || (bzp && !kiln_gpu_dtype_in(bzp->dtype, q8)) || !kiln_nn_mm_param_ok(as, A, true) ||
         !kiln_nn_mm_param_ok(bs, B, false) || !kiln_nn_mm_param_ok(azp, A, true) || !kiln_nn_mm_param_ok(bzp, B, false))
         return kiln_gpu_fallback(c);
     if (!Y->numel) return KILN_OK;
@@ -339,8 +306,8 @@ static kiln_status qlmm_run(kiln_run_ctx *c)
 static bool qgemm_supports(const kiln_node *n, char *why, size_t size)
 {
     static const kiln_dtype outs[] = {KILN_DTYPE_FLOAT32, KILN_DTYPE_UINT8, KILN_DTYPE_INT8, KILN_DTYPE_UNDEFINED};
-    return input_is(n, 0, true, q8, why, size) && input_is(n, 3, true, q8, why, size) &&
-           input_is(n, 6, false, i32, why, size) && output_is(n, outs, why, size);
+    return kiln_gpu_input_is(n, 0, true, q8, why, size) && kiln_gpu_input_is(n, 3, true, q8, why, size) &&
+           kiln_gpu_input_is(n, 6, false, i32, why, size) && output_is(n, outs, why, size);
 }
 
 static kiln_status qgemm_run(kiln_run_ctx *c)
@@ -351,7 +318,7 @@ static kiln_status qgemm_run(kiln_run_ctx *c)
     kiln_value *Y = kiln_run_out(c, 0);
     kiln_qgemm_args g;
     char msg[160];
-    if (!Y || !A || !B || !in[1] || !in[4] || !in[5] || !dtype_in(A->dtype, q8) || !dtype_in(B->dtype, q8) ||
+    if (!Y || !A || !B || !in[1] || !in[4] || !in[5] || !kiln_gpu_dtype_in(A->dtype, q8) || !kiln_gpu_dtype_in(B->dtype, q8) ||
         A->rank != 2 || B->rank != 2 || !kiln_contrib_qgemm_check(kiln_run_node(c), in, Y, false, &g, msg, sizeof msg) ||
         Y->numel != g.M * g.N || Y->dtype != (ys ? in[8]->dtype : KILN_DTYPE_FLOAT32))
         return kiln_gpu_fallback(c);
@@ -427,16 +394,16 @@ static kiln_status qconv_product(kiln_run_ctx *c, const qconv *q, const kiln_val
 
 static bool conv_rank_ok(const kiln_node *n, char *why, size_t size)
 {
-    const kiln_type *x = in_type(n, 0);
-    if (x && x->rank >= 0 && (x->rank < 3 || x->rank > 5)) return refuse(why, size, "rank %d (1 to 3 spatial dims)", x->rank);
+    const kiln_type *x = kiln_gpu_in_type(n, 0);
+    if (x && x->rank >= 0 && (x->rank < 3 || x->rank > 5)) return kiln_gpu_refuse(why, size, "rank %d (1 to 3 spatial dims)", x->rank);
     return true;
 }
 
 /* ConvInteger: x, w, x_zero_point?, w_zero_point? -> y int32 */
 static bool conv_int_supports(const kiln_node *n, char *why, size_t size)
 {
-    return input_is(n, 0, true, q8, why, size) && input_is(n, 1, true, q8, why, size) &&
-           input_is(n, 2, false, q8, why, size) && input_is(n, 3, false, q8, why, size) && output_is(n, i32, why, size) &&
+    return kiln_gpu_input_is(n, 0, true, q8, why, size) && kiln_gpu_input_is(n, 1, true, q8, why, size) &&
+           kiln_gpu_input_is(n, 2, false, q8, why, size) && kiln_gpu_input_is(n, 3, false, q8, why, size) && output_is(n, i32, why, size) &&
            conv_rank_ok(n, why, size);
 }
 
@@ -445,7 +412,7 @@ static kiln_status conv_int_run(kiln_run_ctx *c)
     const kiln_value *X = kiln_run_in(c, 0), *W = kiln_run_in(c, 1), *xzp = kiln_run_in(c, 2), *wzp = kiln_run_in(c, 3);
     kiln_value *Y = kiln_run_out(c, 0);
     qconv q;
-    if (!Y || !W || Y->dtype != KILN_DTYPE_INT32 || !dtype_in(X->dtype, q8) || !dtype_in(W->dtype, q8) ||
+    if (!Y || !W || Y->dtype != KILN_DTYPE_INT32 || !kiln_gpu_dtype_in(X->dtype, q8) || !kiln_gpu_dtype_in(W->dtype, q8) ||
         (xzp && xzp->dtype != X->dtype) || (wzp && wzp->dtype != W->dtype) || !kiln_nn_param_ok(xzp, 1) ||
         !qconv_setup(kiln_run_node(c), X, W, Y, &q) || !kiln_nn_param_ok(wzp, q.M))
         return kiln_gpu_fallback(c);
@@ -458,11 +425,11 @@ static kiln_status conv_int_run(kiln_run_ctx *c)
 /* QLinearConv: x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B? -> y */
 static bool qlconv_supports(const kiln_node *n, char *why, size_t size)
 {
-    return input_is(n, 0, true, q8, why, size) && input_is(n, 3, true, q8, why, size) &&
-           input_is(n, 1, true, floats, why, size) && input_is(n, 4, true, floats, why, size) &&
-           input_is(n, 6, true, floats, why, size) && input_is(n, 2, false, q8, why, size) &&
-           input_is(n, 5, false, q8, why, size) && input_is(n, 7, false, q8, why, size) &&
-           input_is(n, 8, false, i32, why, size) && output_is(n, q8, why, size) && conv_rank_ok(n, why, size);
+    return kiln_gpu_input_is(n, 0, true, q8, why, size) && kiln_gpu_input_is(n, 3, true, q8, why, size) &&
+           kiln_gpu_input_is(n, 1, true, floats, why, size) && kiln_gpu_input_is(n, 4, true, floats, why, size) &&
+           kiln_gpu_input_is(n, 6, true, floats, why, size) && kiln_gpu_input_is(n, 2, false, q8, why, size) &&
+           kiln_gpu_input_is(n, 5, false, q8, why, size) && kiln_gpu_input_is(n, 7, false, q8, why, size) &&
+           kiln_gpu_input_is(n, 8, false, i32, why, size) && output_is(n, q8, why, size) && conv_rank_ok(n, why, size);
 }
 
 static kiln_status qlconv_run(kiln_run_ctx *c)
@@ -472,9 +439,9 @@ static kiln_status qlconv_run(kiln_run_ctx *c)
                      *B = kiln_run_n_in(c) > 8 ? kiln_run_in(c, 8) : NULL;
     kiln_value *Y = kiln_run_out(c, 0);
     qconv q;
-    if (!Y || !W || !xs || !ws || !ys || !dtype_in(Y->dtype, q8) || (yzp && yzp->dtype != Y->dtype) ||
-        !dtype_in(X->dtype, q8) || !dtype_in(W->dtype, q8) || (xzp && xzp->dtype != X->dtype) ||
-        (wzp && wzp->dtype != W->dtype) || !dtype_in(xs->dtype, floats) || ws->dtype != xs->dtype ||
+    if (!Y || !W || !xs || !ws || !ys || !kiln_gpu_dtype_in(Y->dtype, q8) || (yzp && yzp->dtype != Y->dtype) ||
+        !kiln_gpu_dtype_in(X->dtype, q8) || !kiln_gpu_dtype_in(W->dtype, q8) || (xzp && xzp->dtype != X->dtype) ||
+        (wzp && wzp->dtype != W->dtype) || !kiln_gpu_dtype_in(xs->dtype, floats) || ws->dtype != xs->dtype ||
         ys->dtype != xs->dtype || !kiln_nn_param_ok(xzp, 1) || !kiln_nn_param_ok(xs, 1) || !kiln_nn_param_ok(ys, 1) ||
         !kiln_nn_param_ok(yzp, 1) || !xs->numel || !ys->numel || !ws->numel || !qconv_setup(kiln_run_node(c), X, W, Y, &q) ||
         !kiln_nn_param_ok(wzp, q.M) || !kiln_nn_param_ok(ws, q.M) ||
@@ -495,9 +462,9 @@ static kiln_status qlconv_run(kiln_run_ctx *c)
 
 static bool qbinary_supports(const kiln_node *n, char *why, size_t size)
 {
-    return input_is(n, 0, true, q8, why, size) && input_is(n, 3, true, q8, why, size) &&
-           input_is(n, 1, true, f32, why, size) && input_is(n, 4, true, f32, why, size) &&
-           input_is(n, 6, true, f32, why, size) && output_is(n, q8, why, size);
+    return kiln_gpu_input_is(n, 0, true, q8, why, size) && kiln_gpu_input_is(n, 3, true, q8, why, size) &&
+           kiln_gpu_input_is(n, 1, true, f32, why, size) && kiln_gpu_input_is(n, 4, true, f32, why, size) &&
+           kiln_gpu_input_is(n, 6, true, f32, why, size) && output_is(n, q8, why, size);
 }
 
 static kiln_status qbinary_run(kiln_run_ctx *c)
@@ -526,8 +493,8 @@ static kiln_status qbinary_run(kiln_run_ctx *c)
 
 static bool q8_unary_supports(const kiln_node *n, char *why, size_t size)
 {
-    return input_is(n, 0, true, q8, why, size) && input_is(n, 1, true, f32, why, size) &&
-           input_is(n, 3, true, f32, why, size) && output_is(n, q8, why, size);
+    return kiln_gpu_input_is(n, 0, true, q8, why, size) && kiln_gpu_input_is(n, 1, true, f32, why, size) &&
+           kiln_gpu_input_is(n, 3, true, f32, why, size) && output_is(n, q8, why, size);
 }
 
 static kiln_status q8_lut_run(kiln_run_ctx *c)
@@ -552,10 +519,10 @@ static kiln_status q8_lut_run(kiln_run_ctx *c)
 
 static bool qconcat_supports(const kiln_node *n, char *why, size_t size)
 {
-    if (n->n_in < 5 || (n->n_in - 2) % 3) return refuse(why, size, "%d inputs", n->n_in);
-    if (!input_is(n, 0, true, f32, why, size) || !output_is(n, q8, why, size)) return false;
+    if (n->n_in < 5 || (n->n_in - 2) % 3) return kiln_gpu_refuse(why, size, "%d inputs", n->n_in);
+    if (!kiln_gpu_input_is(n, 0, true, f32, why, size) || !output_is(n, q8, why, size)) return false;
     for (int i = 2; i < n->n_in; i += 3)
-        if (!input_is(n, i, true, q8, why, size) || !input_is(n, i + 1, true, f32, why, size)) return false;
+        if (!kiln_gpu_input_is(n, i, true, q8, why, size) || !kiln_gpu_input_is(n, i + 1, true, f32, why, size)) return false;
     return true;
 }
 
@@ -598,12 +565,12 @@ static kiln_status qconcat_run(kiln_run_ctx *c)
 
 static bool qpool_supports(const kiln_node *n, char *why, size_t size)
 {
-    if (!input_is(n, 0, true, q8, why, size) || !input_is(n, 1, true, f32, why, size) ||
-        !input_is(n, 3, true, f32, why, size) || !output_is(n, q8, why, size))
+    if (!kiln_gpu_input_is(n, 0, true, q8, why, size) || !kiln_gpu_input_is(n, 1, true, f32, why, size) ||
+        !kiln_gpu_input_is(n, 3, true, f32, why, size) || !output_is(n, q8, why, size))
         return false;
-    const kiln_type *x = in_type(n, 0);
+    const kiln_type *x = kiln_gpu_in_type(n, 0);
     if (!strcmp(n->op_type, "QLinearAveragePool") && x->rank >= 0 && (x->rank < 3 || x->rank > 5))
-        return refuse(why, size, "rank %d (1 to 3 spatial dims)", x->rank);
+        return kiln_gpu_refuse(why, size, "rank %d (1 to 3 spatial dims)", x->rank);
     return true;
 }
 
@@ -651,8 +618,8 @@ static kiln_status qavgpool_run(kiln_run_ctx *c)
 
 static bool qsoftmax_supports(const kiln_node *n, char *why, size_t size)
 {
-    return input_is(n, 0, true, q8, why, size) && input_is(n, 1, true, f32, why, size) &&
-           input_is(n, 3, true, f32, why, size) && output_is(n, q8, why, size);
+    return kiln_gpu_input_is(n, 0, true, q8, why, size) && kiln_gpu_input_is(n, 1, true, f32, why, size) &&
+           kiln_gpu_input_is(n, 3, true, f32, why, size) && output_is(n, q8, why, size);
 }
 
 static kiln_status qsoftmax_run(kiln_run_ctx *c)
@@ -683,11 +650,11 @@ enum { QA_X, QA_W, QA_BIAS, QA_XS, QA_WS, QA_MASK, QA_XZ, QA_WZ, QA_PAST };
 
 static bool qattn_supports(const kiln_node *n, char *why, size_t size)
 {
-    return input_is(n, QA_X, true, q8, why, size) && input_is(n, QA_W, true, q8, why, size) &&
-           input_is(n, QA_BIAS, true, f32, why, size) && input_is(n, QA_XS, true, f32, why, size) &&
-           input_is(n, QA_WS, true, f32, why, size) && input_is(n, QA_MASK, false, i32, why, size) &&
-           input_is(n, QA_XZ, false, q8, why, size) && input_is(n, QA_WZ, false, q8, why, size) &&
-           input_is(n, QA_PAST, false, f32, why, size);
+    return kiln_gpu_input_is(n, QA_X, true, q8, why, size) && kiln_gpu_input_is(n, QA_W, true, q8, why, size) &&
+           kiln_gpu_input_is(n, QA_BIAS, true, f32, why, size) && kiln_gpu_input_is(n, QA_XS, true, f32, why, size) &&
+           kiln_gpu_input_is(n, QA_WS, true, f32, why, size) && kiln_gpu_input_is(n, QA_MASK, false, i32, why, size) &&
+           kiln_gpu_input_is(n, QA_XZ, false, q8, why, size) && kiln_gpu_input_is(n, QA_WZ, false, q8, why, size) &&
+           kiln_gpu_input_is(n, QA_PAST, false, f32, why, size);
 }
 
 static kiln_status qattn_run(kiln_run_ctx *c)
@@ -701,7 +668,7 @@ static kiln_status qattn_run(kiln_run_ctx *c)
     char msg[256];
     /* the reference's checks: dequantize's (input_scale and input_zero_point scalars, the weight's
      * 1 or 3 D per column), then Attention's on the dequantized shapes */
-    if (!Y || !W || !bias || !dtype_in(X->dtype, q8) || !dtype_in(W->dtype, q8) || xs->dtype != KILN_DTYPE_FLOAT32 ||
+    if (!Y || !W || !bias || !kiln_gpu_dtype_in(X->dtype, q8) || !kiln_gpu_dtype_in(W->dtype, q8) || xs->dtype != KILN_DTYPE_FLOAT32 ||
         xs->numel != 1 || (xz && (xz->dtype != X->dtype || xz->numel != 1)) || W->rank != 2 ||
         !kiln_contrib_qmm_b_params_ok(W, ws, wz, bias, msg, sizeof msg) || Y->dtype != KILN_DTYPE_FLOAT32 ||
         (mask && mask->dtype != KILN_DTYPE_INT32) || (past && past->dtype != KILN_DTYPE_FLOAT32) ||
@@ -733,7 +700,7 @@ static kiln_status qattn_run(kiln_run_ctx *c)
 
 static bool dqlstm_supports(const kiln_node *n, char *why, size_t size)
 {
-    return refuse(why, size, "no GPU LSTM (ONNX LSTM has none either): the recurrence, each step's hidden state "
+    return kiln_gpu_refuse(why, size, "no GPU LSTM (ONNX LSTM has none either): the recurrence, each step's hidden state "
                              "quantized into an integer GEMM, runs on the CPU");
 }
 

@@ -9,16 +9,12 @@
 
 #include "core/dtype.h"
 #include "gpu/gpu.h"
+#include "gpu/support.h"
 #include "gpu/k_reduce.h"
 #include "ops/semantics.h"
 #include "ops/util.h"
 
 /* ---- shared helpers ---- */
-
-static const kiln_type *in_type(const kiln_node *n, int i)
-{
-    return i < n->n_in && n->in[i] ? &n->in[i]->type : NULL;
-}
 
 static bool is_float_dt(kiln_dtype dt)
 {
@@ -30,7 +26,7 @@ static bool is_index_dt(kiln_dtype dt) { return dt == KILN_DTYPE_INT32 || dt == 
 /* Input i is a tensor of a floating dtype (or, with ints, int32/int64); else says why. */
 static bool input_dtype_ok(const kiln_node *n, int i, bool ints, char *why, size_t size)
 {
-    const kiln_type *t = in_type(n, i);
+    const kiln_type *t = kiln_gpu_in_type(n, i);
     if (!t || t->kind != KILN_VALUE_TENSOR) {
         snprintf(why, size, "input %d is not a tensor", i);
         return false;
@@ -43,7 +39,7 @@ static bool input_dtype_ok(const kiln_node *n, int i, bool ints, char *why, size
 /* Input i, when present, has input 0's dtype (the kernel reads it as X's type). */
 static bool same_dtype_as_x(const kiln_node *n, int i, char *why, size_t size)
 {
-    const kiln_type *t = in_type(n, i), *x = in_type(n, 0);
+    const kiln_type *t = kiln_gpu_in_type(n, i), *x = kiln_gpu_in_type(n, 0);
     if (!t || !x || t->dtype == x->dtype) return true;
     snprintf(why, size, "input %d dtype %s differs from X's %s", i, kiln_dtype_name(t->dtype),
              kiln_dtype_name(x->dtype));
@@ -52,7 +48,7 @@ static bool same_dtype_as_x(const kiln_node *n, int i, char *why, size_t size)
 
 static bool rank_ok(const kiln_node *n, char *why, size_t size)
 {
-    const kiln_type *x = in_type(n, 0);
+    const kiln_type *x = kiln_gpu_in_type(n, 0);
     if (x && x->rank > KILN_GPU_MAX_RANK) {
         snprintf(why, size, "rank %d > %d", x->rank, KILN_GPU_MAX_RANK);
         return false;
@@ -201,7 +197,7 @@ static kiln_status softmax_run(kiln_run_ctx *c)
  * half-precision models write, or the reverse). */
 static bool norm_params_ok(const kiln_node *n, bool with_bias, char *why, size_t size)
 {
-    const kiln_type *sc = in_type(n, 1), *b = with_bias ? in_type(n, 2) : NULL;
+    const kiln_type *sc = kiln_gpu_in_type(n, 1), *b = with_bias ? kiln_gpu_in_type(n, 2) : NULL;
     if (!sc) return true;
     if (!input_dtype_ok(n, 1, false, why, size) || (b && !input_dtype_ok(n, 2, false, why, size))) return false;
     if (b && b->dtype != sc->dtype) {
