@@ -750,7 +750,9 @@ kiln_status kiln_nbits_q8_gemm(kiln_nbits_q8_level level, struct kiln_threadpool
     prep_job pj = {A, K, bs, nb, steps, nbz, flat, qa, sa, sl, cz, zi, w->zp ? 0 : w->zero, level};
     kiln_threadpool_parallel_for(M >= 8 ? pool : NULL, M, prep_task, &pj); /* a few rows: not worth a wake-up */
     q8_job j = {w, M, nb, steps, qa, sl, zi, cz, nbz, bias, Y, level};
-    kiln_threadpool_parallel_for(pool, (w->N + COLS_PER_TASK - 1) / COLS_PER_TASK, q8_task, &j);
+    /* a small product (a toy model's decode step) runs here: waking a worker costs more */
+    bool small = (double)M * (double)w->N * (double)K < KILN_NBITS_MIN_PARALLEL_MACS;
+    kiln_threadpool_parallel_for(small ? NULL : pool, (w->N + COLS_PER_TASK - 1) / COLS_PER_TASK, q8_task, &j);
     kiln_scratch_put(scratch, fl);
     return KILN_OK;
 }
