@@ -27,13 +27,18 @@ enum {
     PIECES_PER_SHARE = 16, /* a share is taken this many indices at a time, for load balance */
 };
 /* A thread waiting for a loop to start (a worker) or to end (its caller) spins for up to SPIN_NS,
- * looking at the clock every PAUSES_PER_LOOK pauses, before it sleeps on a condition variable:
- * waking a sleeping thread costs tens of microseconds on a virtual machine, more than the serial
- * stretches between a model's loops (a row-wise op, a reshape) and the imbalance at a loop's
- * end. Two threads, against 27 us of spinning (median of runs in alternating processes): the
- * conv/upsample net at 256x256 0.81, the TTS-like encoder at 512 tokens 0.89 (p90 0.65),
- * MobileNetV2 at 224x224 0.99; waiting 50 us for the workers at a loop's end, 0.94 for the encoder. */
-enum { SPIN_NS = 1000 * 1000, PAUSES_PER_LOOK = 64 };
+ * looking at the clock every PAUSES_PER_LOOK pauses, before it sleeps on a condition variable.
+ * The spin is short: on a shared machine (more runnable threads than cores) a spinning thread
+ * spends the fair share of CPU time that the pool's other thread needs, and waits there are
+ * long (the thread waited for was preempted), so the spin rarely pays. Spinning 1 ms, as this
+ * pool did, against 5 us, 2 threads on 2 vCPUs at load 4-5 (kiln bench-llm decode, medians of 8
+ * alternating runs): 1.8x slower on a 4-layer 512-wide int4 model (181 against 430 tokens/s),
+ * 1.3x on an 8-layer 2048-wide one, 4x on a 64-wide toy; spinning 0 (straight to sleep) and
+ * 20 us read within the noise of 5 us. 5 us still catches a loop posted right after the last
+ * (a quantization pass, then its GEMV) without a wake-up. Earlier, on a quieter machine, a 1 ms
+ * spin took 0.81 of 27 us's time on a conv/upsample net at 256x256 and 0.89 on a TTS-like
+ * encoder: a long spin helps where the cores are the pool's alone. */
+enum { SPIN_NS = 5 * 1000, PAUSES_PER_LOOK = 64 };
 
 /* One thread's share of a loop: the indices [next, end), taken from the front. */
 typedef struct share {

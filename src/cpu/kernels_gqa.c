@@ -163,7 +163,9 @@ static kiln_status gqa_run(kiln_run_ctx *c)
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     if (has_avx2()) task = gqa_task_avx2;
 #endif
-    kiln_threadpool_parallel_for(pool, bh * chunks, task, &j);
+    /* a decode step over a short cache (a few thousand multiply-adds a head) runs here */
+    double macs = (double)bh * (double)S * (double)g.total * (double)(2 * H);
+    kiln_threadpool_parallel_for(macs < (double)(1 << 18) ? NULL : pool, bh * chunks, task, &j);
     kiln_scratch_put(scr, buf);
     return KILN_OK;
 }

@@ -377,7 +377,8 @@ static kiln_status nbits_run(kiln_run_ctx *c)
         }
     }
     gemv_job j = {p, st, a, asum, bias ? bias->data : NULL, Y->data, M, Kp};
-    kiln_threadpool_parallel_for(pool, (N + ROWS_PER_TASK - 1) / ROWS_PER_TASK, gemv_task, &j);
+    bool small = (double)M * (double)N * (double)K < KILN_NBITS_MIN_PARALLEL_MACS; /* see nbits_q8.h */
+    kiln_threadpool_parallel_for(small ? NULL : pool, (N + ROWS_PER_TASK - 1) / ROWS_PER_TASK, gemv_task, &j);
     kiln_scratch_put(scr, a);
     return KILN_OK;
 }

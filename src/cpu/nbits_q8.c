@@ -223,7 +223,8 @@ __attribute__((target("avx2,fma"))) static float zero_term_avx2(const uint8_t *z
  * against ones sums them into int32 lanes of 8 elements. Blocks of 128 or more span the step:
  * both halves are added in int16 too (8 products) and take one scale (no gather); smaller
  * blocks gather their lanes' scales with a masked load (no copy of a row's last scales). */
-__attribute__((target("avx2,fma"))) static void cols_avx2(const q8_job *j, int64_t n0, int64_t n1)
+static inline __attribute__((always_inline, target("avx2,fma"))) void cols_avx2_body(const q8_job *j, int64_t n0, int64_t n1,
+                                                                                   const bool wide, const bool common)
 {
     const kiln_nbits_q8_w *w = j->w;
     int64_t bs = w->block_size, nb = j->nb, rowb = nb * bs / 2, full = rowb / 64, ns = w->ns;
@@ -231,7 +232,6 @@ __attribute__((target("avx2,fma"))) static void cols_avx2(const q8_job *j, int64
     for (int l = 0; l < 16; l++) li[l] = lane_block(l, bs);
     const __m256i idx0 = _mm256_loadu_si256((const __m256i *)li), idx1 = _mm256_loadu_si256((const __m256i *)(li + 8));
     const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1), iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    const bool wide = bs >= 128;
     uint8_t tail[NT][64];
     memset(tail, 0, sizeof tail);
     for (int64_t nt = n0; nt < n1; nt += NT) {
@@ -254,7 +254,9 @@ __attribute__((target("avx2,fma"))) static void cols_avx2(const q8_job *j, int64
                 const __m256i al0 = _mm256_loadu_si256((const __m256i *)a), al1 = _mm256_loadu_si256((const __m256i *)(a + 32));
                 const __m256i ah0 = _mm256_loadu_si256((const __m256i *)(a + 64)), ah1 = _mm256_loadu_si256((const __m256i *)(a + 96));
                 const __m256 sa0 = _mm256_loadu_ps(sl), sa1 = _mm256_loadu_ps(sl + 8);
-                const __m256i z0 = _mm256_loadu_si256((const __m256i *)zi), z1 = _mm256_loadu_si256((const __m256i *)(zi + 8));
+                /* the common zero point's terms; with per-block zero points zi is 0 and not read */
+                const __m256i z0 = common ? _mm256_loadu_si256((const __m256i *)zi) : _mm256_setzero_si256();
+                const __m256i z1 = common ? _mm256_loadu_si256((const __m256i *)(zi + 8)) : _mm256_setzero_si256();
                 const __m256i km = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)scales_left(nb, base)), iota);
 #pragma GCC unroll 4
                 for (int r = 0; r < NT; r++) {
@@ -266,13 +268,14 @@ __attribute__((target("avx2,fma"))) static void cols_avx2(const q8_job *j, int64
                     __m256i p1 = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(x1, m4), al1),
                                                   _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(x1, 4), m4), ah1));
                     if (wide) {
-                        __m256i d = _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(p0, p1), ones), _mm256_add_epi32(z0, z1));
+                        __m256i d = _mm256_madd_epi16(_mm256_add_epi16(p0, p1), ones);
+                        if (common) d = _mm256_add_epi32(d, _mm256_add_epi32(z0, z1));
                         __m256 s = _mm256_mul_ps(_mm256_set1_ps(sc[r][base]), sa0);
                         acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), s, acc[r]);
                     } else {
                         __m256 sv = _mm256_maskload_ps(sc[r] + base, km);
-                        __m256i d0 = _mm256_add_epi32(_mm256_madd_epi16(p0, ones), z0);
-                        __m256i d1 = _mm256_add_epi32(_mm256_madd_epi16(p1, ones), z1);
+                        __m256i d0 = _mm256_madd_epi16(p0, ones), d1 = _mm256_madd_epi16(p1, ones);
+                        if (common) d0 = _mm256_add_epi32(d0, z0), d1 = _mm256_add_epi32(d1, z1);
                         acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d0), _mm256_mul_ps(_mm256_permutevar8x32_ps(sv, idx0), sa0), acc[r]);
                         acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d1), _mm256_mul_ps(_mm256_permutevar8x32_ps(sv, idx1), sa1), acc[r]);
                     }
@@ -285,6 +288,17 @@ __attribute__((target("avx2,fma"))) static void cols_avx2(const q8_job *j, int64
             }
         }
     }
+}
+
+/* cols_avx2_body with the block width and the kind of zero point fixed at compile time (fewer
+ * live registers: the accumulators stay out of the stack). */
+__attribute__((target("avx2,fma"))) static void cols_avx2(const q8_job *j, int64_t n0, int64_t n1)
+{
+    bool wide = j->w->block_size >= 128, common = !j->w->zp;
+    if (wide && common) cols_avx2_body(j, n0, n1, true, true);
+    else if (wide) cols_avx2_body(j, n0, n1, true, false);
+    else if (common) cols_avx2_body(j, n0, n1, false, true);
+    else cols_avx2_body(j, n0, n1, false, false);
 }
 #endif
 
@@ -750,7 +764,9 @@ kiln_status kiln_nbits_q8_gemm(kiln_nbits_q8_level level, struct kiln_threadpool
     prep_job pj = {A, K, bs, nb, steps, nbz, flat, qa, sa, sl, cz, zi, w->zp ? 0 : w->zero, level};
     kiln_threadpool_parallel_for(M >= 8 ? pool : NULL, M, prep_task, &pj); /* a few rows: not worth a wake-up */
     q8_job j = {w, M, nb, steps, qa, sl, zi, cz, nbz, bias, Y, level};
-    kiln_threadpool_parallel_for(pool, (w->N + COLS_PER_TASK - 1) / COLS_PER_TASK, q8_task, &j);
+    /* a small product (a toy model's decode step) runs here: waking a worker costs more */
+    bool small = (double)M * (double)w->N * (double)K < KILN_NBITS_MIN_PARALLEL_MACS;
+    kiln_threadpool_parallel_for(small ? NULL : pool, (w->N + COLS_PER_TASK - 1) / COLS_PER_TASK, q8_task, &j);
     kiln_scratch_put(scratch, fl);
     return KILN_OK;
 }

@@ -22,6 +22,10 @@ typedef enum kiln_nbits_q8_level {
     KILN_NBITS_Q8_LEVELS
 } kiln_nbits_q8_level;
 
+/* Below this many multiply-adds (M * N * K) a GEMV runs on the calling thread: a worker's
+ * wake-up and the hand-back cost more than the work (tens of microseconds on a virtual machine). */
+#define KILN_NBITS_MIN_PARALLEL_MACS ((double)(1 << 18))
+
 kiln_nbits_q8_level kiln_nbits_q8_level_detect(void);
 /* Whether this CPU can run the level (AUTO and BASELINE: always). */
 bool kiln_nbits_q8_level_supported(kiln_nbits_q8_level level);
