@@ -26,19 +26,18 @@ enum {
     MAX_THREADS = 1024,
     PIECES_PER_SHARE = 16, /* a share is taken this many indices at a time, for load balance */
 };
-/* A thread waiting for a loop to start (a worker) or to end (its caller) spins for up to SPIN_NS,
- * looking at the clock every PAUSES_PER_LOOK pauses, before it sleeps on a condition variable.
- * The spin is short: on a shared machine (more runnable threads than cores) a spinning thread
- * spends the fair share of CPU time that the pool's other thread needs, and waits there are
- * long (the thread waited for was preempted), so the spin rarely pays. Spinning 1 ms, as this
- * pool did, against 5 us, 2 threads on 2 vCPUs at load 4-5 (kiln bench-llm decode, medians of 8
- * alternating runs): 1.8x slower on a 4-layer 512-wide int4 model (181 against 430 tokens/s),
- * 1.3x on an 8-layer 2048-wide one, 4x on a 64-wide toy; spinning 0 (straight to sleep) and
- * 20 us read within the noise of 5 us. 5 us still catches a loop posted right after the last
- * (a quantization pass, then its GEMV) without a wake-up. Earlier, on a quieter machine, a 1 ms
- * spin took 0.81 of 27 us's time on a conv/upsample net at 256x256 and 0.89 on a TTS-like
- * encoder: a long spin helps where the cores are the pool's alone. */
-enum { SPIN_NS = 5 * 1000, PAUSES_PER_LOOK = 64 };
+/* A thread waiting for a loop to start (a worker) or to end (its caller) spins before it sleeps
+ * on a condition variable, looking at the clock every PAUSES_PER_LOOK pauses, for up to the
+ * pool's current spin budget, which adapts between SPIN_MIN_NS and SPIN_MAX_NS: halved after a
+ * spin that ended in sleep, doubled after one that saw the change. Where the cores are the
+ * pool's alone, waits are short and the budget stays long: waking a sleeping thread costs tens of
+ * microseconds on a virtual machine, more than the serial stretches between a model's loops
+ * (1 ms against 27 us of spinning, 2 threads: the conv/upsample net at 256x256 0.81, the
+ * TTS-like encoder at 512 tokens 0.89). On a shared machine (more runnable threads than cores)
+ * the thread waited for was preempted, the spin fails and a long one spends the CPU time that
+ * thread needs: 1 ms against 5 us, 2 threads on 2 vCPUs at load 4-5, kiln bench-llm decode: 1.8x
+ * slower on a 4-layer 512-wide int4 model, 4x on a 64-wide toy. */
+enum { SPIN_MIN_NS = 5 * 1000, SPIN_MAX_NS = 1000 * 1000, PAUSES_PER_LOOK = 64 };
 
 /* One thread's share of a loop: the indices [next, end), taken from the front. */
 typedef struct share {
@@ -66,6 +65,7 @@ struct kiln_threadpool {
      * never waits for a worker that was not scheduled in time, only for those inside. */
     atomic_uint_fast64_t state;
     atomic_bool stop;
+    atomic_int_fast64_t spin_ns; /* the spin budget (SPIN_MIN_NS to SPIN_MAX_NS; see above) */
 };
 
 #define STATE_OPEN ((uint_fast64_t)1 << 32)
@@ -82,21 +82,29 @@ static int64_t now_ns(void)
     return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
-/* Spins while the state masked by mask is (equal) or is not (!equal) value, for at most SPIN_NS;
- * returns the state last read. */
-static uint_fast64_t spin(const atomic_uint_fast64_t *state, uint_fast64_t mask, uint_fast64_t value, bool equal)
+/* Spins while the state masked by mask is (equal) or is not (!equal) value, for at most the
+ * pool's spin budget, which it then adapts; returns the state last read. */
+static uint_fast64_t spin(kiln_threadpool *p, uint_fast64_t mask, uint_fast64_t value, bool equal)
 {
-    uint_fast64_t s = atomic_load_explicit(state, memory_order_acquire);
+    uint_fast64_t s = atomic_load_explicit(&p->state, memory_order_acquire);
+    int64_t budget = atomic_load_explicit(&p->spin_ns, memory_order_relaxed);
     for (int64_t deadline = 0; ((s & mask) == value) == equal;) {
         for (int i = 0; i < PAUSES_PER_LOOK && ((s & mask) == value) == equal; i++) {
             cpu_relax();
-            s = atomic_load_explicit(state, memory_order_acquire);
+            s = atomic_load_explicit(&p->state, memory_order_acquire);
         }
         if (((s & mask) == value) != equal) break;
         int64_t t = now_ns();
-        if (!deadline) deadline = t + SPIN_NS;
-        else if (t >= deadline) break;
+        if (!deadline) {
+            deadline = t + budget;
+        } else if (t >= deadline) {
+            atomic_store_explicit(&p->spin_ns, budget / 2 > SPIN_MIN_NS ? budget / 2 : SPIN_MIN_NS,
+                                  memory_order_relaxed);
+            return s;
+        }
     }
+    if (budget < SPIN_MAX_NS)
+        atomic_store_explicit(&p->spin_ns, budget * 2 < SPIN_MAX_NS ? budget * 2 : SPIN_MAX_NS, memory_order_relaxed);
     return s;
 }
 
@@ -132,7 +140,7 @@ static void *worker_main(void *arg)
     kiln_threadpool *p = arg;
     uint_fast64_t seen = 0; /* generation last handled */
     for (;;) {
-        uint_fast64_t s = spin(&p->state, ~(uint_fast64_t)0 << GEN_SHIFT, seen << GEN_SHIFT, true);
+        uint_fast64_t s = spin(p, ~(uint_fast64_t)0 << GEN_SHIFT, seen << GEN_SHIFT, true);
         if (s >> GEN_SHIFT == seen) {
             pthread_mutex_lock(&p->lock);
             while ((s = atomic_load_explicit(&p->state, memory_order_acquire)) >> GEN_SHIFT == seen)
@@ -190,6 +198,7 @@ kiln_status kiln_threadpool_create(int n_threads, kiln_threadpool **out)
     for (int i = 0; i < n_threads; i++) atomic_init(&p->shares[i].next, 0), p->shares[i].end = 0;
     atomic_init(&p->state, 0);
     atomic_init(&p->stop, false);
+    atomic_init(&p->spin_ns, SPIN_MAX_NS);
     for (int i = 0; i < n_threads - 1; i++) {
         if (pthread_create(&p->workers[i], NULL, worker_main, p) != 0) {
             kiln_threadpool_free(p);
@@ -296,7 +305,7 @@ void kiln_threadpool_parallel_for(kiln_threadpool *pool, int64_t n, kiln_paralle
     run_shares(p, 0);
     /* every index is taken: close the loop to latecomers, then wait for those inside */
     uint_fast64_t s = atomic_fetch_and_explicit(&p->state, ~STATE_OPEN, memory_order_acq_rel) & ~STATE_OPEN;
-    if ((s & STATE_COUNT) != 0) s = spin(&p->state, STATE_COUNT, 0, false);
+    if ((s & STATE_COUNT) != 0) s = spin(p, STATE_COUNT, 0, false);
     if ((s & STATE_COUNT) != 0) {
         pthread_mutex_lock(&p->lock);
         while ((atomic_load_explicit(&p->state, memory_order_acquire) & STATE_COUNT) != 0)
