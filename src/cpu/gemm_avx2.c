@@ -12,29 +12,10 @@
 #pragma GCC target("avx2,fma")
 #endif
 
+#include "cpu/avx2_util.h"
 #include "cpu/gemm_internal.h"
 
 enum { MR = 6, NR = 16 };
-
-/* In-register transpose: r[i] holds row i of an 8x8 block on entry, column i on return. */
-static inline void transpose8(__m256 r[8])
-{
-    __m256 t[8], u[8];
-    for (int i = 0; i < 4; i++) {
-        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    for (int i = 0; i < 2; i++) {
-        u[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
-        u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
-        u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
-        u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
-    }
-    for (int j = 0; j < 4; j++) {
-        r[j] = _mm256_permute2f128_ps(u[j], u[4 + j], 0x20);
-        r[4 + j] = _mm256_permute2f128_ps(u[j], u[4 + j], 0x31);
-    }
-}
 
 /* An int mask vector selecting the first n (0..8) lanes. */
 static inline __m256i lanes(int64_t n)
@@ -54,7 +35,7 @@ static inline void transpose_block(float *dst, int64_t ld, __m256i store, const 
         r[i] = i < count ? _mm256_maskload_ps(src + i * lds, kmask) : _mm256_setzero_ps();
         if (alpha != 1.0f) r[i] = _mm256_mul_ps(r[i], va);
     }
-    transpose8(r);
+    kiln_transpose8(r);
     for (int q = 0; q < kcount; q++) _mm256_maskstore_ps(dst + q * ld, store, r[q]);
 }
 

@@ -28,6 +28,8 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+
+#include "cpu/avx2_util.h"
 #endif
 
 enum { NT = 4, COLS_PER_TASK = 8, PF = 8 };
@@ -509,27 +511,11 @@ __attribute__((target("avx2,fma"))) static void gm_pack_avx2(const gm_job *j, in
                 r[c] = _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
             }
             /* 8x8 transpose of 32-bit groups: out[t] = group t of columns 0..7 */
-            __m256 t0 = _mm256_unpacklo_ps(_mm256_castsi256_ps(r[0]), _mm256_castsi256_ps(r[1]));
-            __m256 t1 = _mm256_unpackhi_ps(_mm256_castsi256_ps(r[0]), _mm256_castsi256_ps(r[1]));
-            __m256 t2 = _mm256_unpacklo_ps(_mm256_castsi256_ps(r[2]), _mm256_castsi256_ps(r[3]));
-            __m256 t3 = _mm256_unpackhi_ps(_mm256_castsi256_ps(r[2]), _mm256_castsi256_ps(r[3]));
-            __m256 t4 = _mm256_unpacklo_ps(_mm256_castsi256_ps(r[4]), _mm256_castsi256_ps(r[5]));
-            __m256 t5 = _mm256_unpackhi_ps(_mm256_castsi256_ps(r[4]), _mm256_castsi256_ps(r[5]));
-            __m256 t6 = _mm256_unpacklo_ps(_mm256_castsi256_ps(r[6]), _mm256_castsi256_ps(r[7]));
-            __m256 t7 = _mm256_unpackhi_ps(_mm256_castsi256_ps(r[6]), _mm256_castsi256_ps(r[7]));
-            __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee);
-            __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee);
-            __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee);
-            __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
+            __m256 g[8];
+            for (int c = 0; c < 8; c++) g[c] = _mm256_castsi256_ps(r[c]);
+            kiln_transpose8(g);
             float *d = (float *)(pn->q + (k / 4) * NR * 4) + h;
-            _mm256_storeu_ps(d + 0 * NR, _mm256_permute2f128_ps(u0, u4, 0x20));
-            _mm256_storeu_ps(d + 1 * NR, _mm256_permute2f128_ps(u1, u5, 0x20));
-            _mm256_storeu_ps(d + 2 * NR, _mm256_permute2f128_ps(u2, u6, 0x20));
-            _mm256_storeu_ps(d + 3 * NR, _mm256_permute2f128_ps(u3, u7, 0x20));
-            _mm256_storeu_ps(d + 4 * NR, _mm256_permute2f128_ps(u0, u4, 0x31));
-            _mm256_storeu_ps(d + 5 * NR, _mm256_permute2f128_ps(u1, u5, 0x31));
-            _mm256_storeu_ps(d + 6 * NR, _mm256_permute2f128_ps(u2, u6, 0x31));
-            _mm256_storeu_ps(d + 7 * NR, _mm256_permute2f128_ps(u3, u7, 0x31));
+            for (int t = 0; t < 8; t++) _mm256_storeu_ps(d + t * NR, g[t]);
         }
         for (; k < j->kp; k += 2) /* a last block of 16 */
             for (int c = 0; c < 8; c++) {
