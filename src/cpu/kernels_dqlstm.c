@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/dynquant.h"
 #include "cpu/kernels.h"
 #include "cpu/lstm_gates.h"
 #include "cpu/qgemm.h"
@@ -67,14 +68,14 @@ static void scale_out(const int32_t *acc, int64_t M, int64_t G, float as, const 
 static kiln_status qmul(const kiln_qgemm_ctx *ctx, const float *A, int64_t M, int64_t K, const kiln_qgemm_packed_b *pb,
                         const int32_t *bz, int64_t G, uint8_t *qa, int32_t *acc, float *as)
 {
-    float mn = 0.0f, mx = 0.0f;
+    float mn, mx;
     int32_t az;
-    for (int64_t i = 0; i < M * K; i++) {
-        mn = fminf(mn, A[i]);
-        mx = fmaxf(mx, A[i]);
+    if (!kiln_cpu_range_f32(ctx->pool, A, M * K, &mn, &mx)) { /* the reference's range skips NaN */
+        mn = mx = 0.0f;
+        for (int64_t i = 0; i < M * K; i++) mn = fminf(mn, A[i]), mx = fmaxf(mx, A[i]);
     }
     kiln_dynquant_params(mn, mx, as, &az);
-    for (int64_t i = 0; i < M * K; i++) qa[i] = kiln_dynquant_one(A[i], *as, az);
+    kiln_cpu_quantize_u8(ctx->pool, A, M * K, *as, az, qa);
     kiln_qgemm_args a = {.M = M, .N = G, .K = K, .A = qa, .lda = K, .a_signed = false, .a_zp = az, .pb = pb,
                          .b_zp = bz, .n_bzp = G, .C = acc, .ldc = G};
     return kiln_qgemm(ctx, &a);

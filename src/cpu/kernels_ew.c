@@ -1,6 +1,7 @@
 /* kernels_ew.c - float32 element-wise kernels: Add/Sub/Mul/Div over equal shapes, a scalar
- * operand, an operand repeated along the leading dims ([.., K] with [K]) or one value per
- * row ([R, K] with [R, 1]); the unary activations. 4-lane vector loops, parallel in chunks of
+ * operand, an operand repeated along the leading dims ([.., K] with [K]), one value per
+ * row ([R, K] with [R, 1]) or any other broadcast (both operands smaller than Y, as
+ * [B, S, 1, H] + [B, 1, S, H]), row by row; the unary activations. 4-lane vector loops, parallel in chunks of
  * KILN_CPU_CHUNK elements. Output 0 may be input 0's buffer: every loop loads element i
  * before it stores element i, and nothing else reads it afterwards. */
 #include <math.h>
@@ -69,7 +70,11 @@ typedef enum bin_form {
     FORM_SCALAR, /* small: one value */
     FORM_TRAIL,  /* small: `inner` values, Y's trailing dims, repeated along the leading ones */
     FORM_ROW,    /* small: one value per row of `inner` elements (Y's leading dims, then 1s) */
+    FORM_GENERAL, /* any broadcast (neither operand need be full): rows of `inner` elements of Y,
+                   * each operand either a row of its own or one value repeated along it */
 } bin_form;
+
+enum { BIN_MAX_RANK = 8 }; /* of the general form, after merging dims */
 
 typedef struct bin_job {
     bin_op op;
@@ -78,7 +83,70 @@ typedef struct bin_job {
     const float *a, *b;  /* A and B */
     float *y;            /* [numel] */
     int64_t numel, inner;
+    /* FORM_GENERAL: Y's merged dims (the last is `inner`) and each operand's element strides */
+    int rank;
+    int64_t dims[BIN_MAX_RANK], sa[BIN_MAX_RANK], sb[BIN_MAX_RANK];
+    int64_t rows, rows_per_chunk; /* numel / inner; rows per parallel chunk */
 } bin_job;
+
+/* rows [r0, r1) of the general form: each row's operand offsets from its index, then the row as
+ * vector op vector, vector op value or value op vector */
+static void bin_general(const bin_job *j, int64_t r0, int64_t r1)
+{
+    int last = j->rank - 1;
+    int64_t L = j->inner;
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t oa = 0, ob = 0, q = r;
+        for (int d = last - 1; d >= 0; d--) {
+            int64_t i = q % j->dims[d];
+            q /= j->dims[d];
+            oa += i * j->sa[d], ob += i * j->sb[d];
+        }
+        const float *a = j->a + oa, *b = j->b + ob;
+        float *y = j->y + r * L;
+        if (j->sa[last] && j->sb[last]) bin_vv[j->op](a, b, y, L);
+        else if (j->sb[last]) bin_sv[j->op](a[0], b, y, L);
+        else if (j->sa[last]) bin_vs[j->op](a, b[0], y, L);
+        else {
+            bin_vs[j->op](a, b[0], y, 1);
+            for (int64_t k = 1; k < L; k++) y[k] = y[0];
+        }
+    }
+}
+
+/* Sets j up for the general form: Y's dims with 1s dropped and neighbours merged where both
+ * operands step through them alike; false when more than BIN_MAX_RANK dims remain. */
+static bool bin_general_setup(bin_job *j, const kiln_value *A, const kiln_value *B, const kiln_value *Y)
+{
+    int64_t sa = 1, sb = 1; /* the operands' element strides at the current dim, innermost first */
+    int n = 0;
+    int64_t dims[BIN_MAX_RANK], as[BIN_MAX_RANK], bs[BIN_MAX_RANK]; /* innermost first */
+    for (int k = Y->rank - 1; k >= 0; k--) {
+        int64_t d = Y->dims[k];
+        if (d == 1) continue;
+        int ka = k - (Y->rank - A->rank), kb = k - (Y->rank - B->rank);
+        int64_t da = ka >= 0 ? A->dims[ka] : 1, db = kb >= 0 ? B->dims[kb] : 1;
+        int64_t xa = da == 1 ? 0 : sa, xb = db == 1 ? 0 : sb;
+        /* merge into the dim inside when both operands continue it (stride = inner stride * inner dim) */
+        if (n && (as[n - 1] ? xa == as[n - 1] * dims[n - 1] : xa == 0) &&
+            (bs[n - 1] ? xb == bs[n - 1] * dims[n - 1] : xb == 0))
+            dims[n - 1] *= d;
+        else {
+            if (n == BIN_MAX_RANK) return false;
+            dims[n] = d, as[n] = xa, bs[n] = xb, n++;
+        }
+        sa *= da, sb *= db;
+    }
+    if (!n) dims[0] = 1, as[0] = bs[0] = 0, n = 1;
+    j->rank = n;
+    for (int d = 0; d < n; d++) {
+        j->dims[d] = dims[n - 1 - d];
+        j->sa[d] = as[n - 1 - d];
+        j->sb[d] = bs[n - 1 - d];
+    }
+    j->inner = j->dims[n - 1];
+    return true;
+}
 
 static void bin_chunks(void *ctx, int64_t begin, int64_t end)
 {
@@ -108,6 +176,12 @@ static void bin_chunks(void *ctx, int64_t begin, int64_t end)
             else bin_vs[j->op](full + i, small[r], j->y + i, len);
             i += len;
         }
+        break;
+    case FORM_GENERAL: {
+        int64_t r1 = end * j->rows_per_chunk < j->rows ? end * j->rows_per_chunk : j->rows;
+        bin_general(j, begin * j->rows_per_chunk, r1);
+        break;
+    }
         break;
     }
 }
@@ -153,13 +227,21 @@ static kiln_status bin_run(kiln_run_ctx *c, bin_op op)
     /* run-time inference has checked that A and B broadcast to Y: an operand with Y's element
      * count has Y's layout */
     bin_job j = {.op = op, .a = A->data, .b = B->data, .y = Y->data, .numel = Y->numel, .inner = 1};
-    if (A->numel == Y->numel && B->numel == Y->numel) j.form = FORM_SAME;
-    else if (A->numel == Y->numel) {
-        if (!bin_classify(B, Y, &j.form, &j.inner)) return kiln_cpu_reference(c);
-    } else if (B->numel == Y->numel) {
-        j.small_a = true;
-        if (!bin_classify(A, Y, &j.form, &j.inner)) return kiln_cpu_reference(c);
-    } else return kiln_cpu_reference(c);
+    bool classified;
+    if (A->numel == Y->numel && B->numel == Y->numel) j.form = FORM_SAME, classified = true;
+    else if (A->numel == Y->numel) classified = bin_classify(B, Y, &j.form, &j.inner);
+    else if (B->numel == Y->numel) j.small_a = true, classified = bin_classify(A, Y, &j.form, &j.inner);
+    else classified = false;
+    if (!classified) {
+        j.form = FORM_GENERAL, j.small_a = false;
+        if (!bin_general_setup(&j, A, B, Y)) return kiln_cpu_reference(c);
+        /* rows in chunks of about KILN_CPU_CHUNK elements */
+        j.rows = Y->numel / j.inner;
+        j.rows_per_chunk = KILN_CPU_CHUNK / j.inner > 1 ? KILN_CPU_CHUNK / j.inner : 1;
+        kiln_threadpool_parallel_for(kiln_run_threadpool(c), (j.rows + j.rows_per_chunk - 1) / j.rows_per_chunk,
+                                     bin_chunks, &j);
+        return KILN_OK;
+    }
     kiln_threadpool_parallel_for(kiln_run_threadpool(c), (Y->numel + KILN_CPU_CHUNK - 1) / KILN_CPU_CHUNK,
                                  bin_chunks, &j);
     return KILN_OK;
@@ -202,11 +284,6 @@ typedef void (*unary_fn)(const float *x, float *y, int64_t n);
 
 /* Relu keeps NaN as the reference (x < 0 ? 0 : x) does */
 DEF_UNARY_V4(relu_f32, (v4f)((v4i)v & ~(v < v4_splat(0.0f))))
-DEF_UNARY_V4(exp_f32, v4_exp(v))
-DEF_UNARY_V4(sigmoid_f32, v4_sigmoid(v))
-DEF_UNARY_V4(tanh_f32, v4_tanh(v))
-DEF_UNARY_V4(gelu_tanh_f32, v4_gelu_tanh(v))
-DEF_UNARY_V4(erf_f32, v4_erf(v))
 DEF_UNARY_SCALAR(sqrt_f32, sqrtf(v))
 
 DEF_UNARY_V4(gelu_v4, v4_gelu(v))
@@ -334,13 +411,13 @@ static kiln_status unary_run(kiln_run_ctx *c, unary_fn f)
 }
 
 static kiln_status relu_run(kiln_run_ctx *c) { return unary_run(c, relu_f32); }
-static kiln_status exp_run(kiln_run_ctx *c) { return unary_run(c, exp_f32); }
-static kiln_status sigmoid_run(kiln_run_ctx *c) { return unary_run(c, sigmoid_f32); }
-static kiln_status tanh_run(kiln_run_ctx *c) { return unary_run(c, tanh_f32); }
+static kiln_status exp_run(kiln_run_ctx *c) { return unary_run(c, kiln_vec_exp); }
+static kiln_status sigmoid_run(kiln_run_ctx *c) { return unary_run(c, kiln_vec_sigmoid); }
+static kiln_status tanh_run(kiln_run_ctx *c) { return unary_run(c, kiln_vec_tanh); }
 static kiln_status sqrt_run(kiln_run_ctx *c) { return unary_run(c, sqrt_f32); }
-static kiln_status erf_run(kiln_run_ctx *c) { return unary_run(c, erf_f32); }
+static kiln_status erf_run(kiln_run_ctx *c) { return unary_run(c, kiln_vec_erf); }
 static kiln_status gelu_run(kiln_run_ctx *c) { return unary_run(c, gelu_erf_f32); }
-static kiln_status gelu_tanh_run(kiln_run_ctx *c) { return unary_run(c, gelu_tanh_f32); }
+static kiln_status gelu_tanh_run(kiln_run_ctx *c) { return unary_run(c, kiln_vec_gelu_tanh); }
 
 static bool ew_f32(const kiln_node *n)
 {

@@ -7,16 +7,13 @@
 #include <string.h>
 
 #include "core/scratch.h"
+#include "cpu/dynquant.h"
 #include "cpu/kernels.h"
 #include "cpu/qgemm.h"
 #include "ops/contrib_quant.h"
 #include "ops/nn_internal.h"
 #include "ops/util.h"
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-#define HAVE_X86 1
-#endif
 
 static bool is_8bit(kiln_dtype dt) { return dt == KILN_DTYPE_UINT8 || dt == KILN_DTYPE_INT8; }
 
@@ -30,89 +27,18 @@ static bool ir_8bit(const kiln_ir_value *v)
     return ir_is(v, KILN_DTYPE_UINT8) || ir_is(v, KILN_DTYPE_INT8);
 }
 
-/* ---- DynamicQuantizeLinear's two passes, vectorised where the CPU has AVX-512 ---- */
-
-#if HAVE_X86
-__attribute__((target("avx512f"))) static void minmax_avx512(const float *x, int64_t n, float *mn, float *mx)
-{
-    __m512 lo = _mm512_setzero_ps(), hi = lo;
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m512 v = _mm512_loadu_ps(x + i);
-        lo = _mm512_min_ps(lo, v);
-        hi = _mm512_max_ps(hi, v);
-    }
-    if (i < n) {
-        __m512 v = _mm512_maskz_loadu_ps((__mmask16)((1u << (n - i)) - 1), x + i); /* zeros: in range already */
-        lo = _mm512_min_ps(lo, v);
-        hi = _mm512_max_ps(hi, v);
-    }
-    *mn = _mm512_reduce_min_ps(lo);
-    *mx = _mm512_reduce_max_ps(hi);
-}
-
-/* y = saturate(rint(x / scale) + zp) as uint8, division (not a reciprocal) as the reference */
-__attribute__((target("avx512f"))) static void quantize_avx512(const float *x, int64_t n, float scale, int32_t zp,
-                                                               uint8_t *y)
-{
-    __m512 vs = _mm512_set1_ps(scale), vz = _mm512_set1_ps((float)zp), v0 = _mm512_setzero_ps(),
-           v255 = _mm512_set1_ps(255.0f);
-    int64_t i = 0;
-    for (; i < n; i += 16) {
-        __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
-        __m512 v = _mm512_div_ps(_mm512_maskz_loadu_ps(m, x + i), vs);
-        v = _mm512_add_ps(_mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), vz);
-        v = _mm512_min_ps(_mm512_max_ps(v, v0), v255);
-        _mm512_mask_cvtepi32_storeu_epi8(y + i, m, _mm512_cvtps_epi32(v));
-    }
-}
-#endif
-
-static void minmax(const float *x, int64_t n, float *mn, float *mx)
-{
-#if HAVE_X86
-    if (__builtin_cpu_supports("avx512f")) {
-        minmax_avx512(x, n, mn, mx);
-        return;
-    }
-#endif
-    float lo = 0.0f, hi = 0.0f;
-    for (int64_t i = 0; i < n; i++) {
-        lo = fminf(lo, x[i]);
-        hi = fmaxf(hi, x[i]);
-    }
-    *mn = lo, *mx = hi;
-}
-
-static void quantize(const float *x, int64_t n, float scale, int32_t zp, uint8_t *y)
-{
-#if HAVE_X86
-    if (__builtin_cpu_supports("avx512f")) {
-        quantize_avx512(x, n, scale, zp, y);
-        return;
-    }
-#endif
-    for (int64_t i = 0; i < n; i++) y[i] = kiln_dynquant_one(x[i], scale, zp);
-}
-
-static bool has_nan(const float *x, int64_t n)
-{
-    int64_t bad = 0;
-    for (int64_t i = 0; i < n; i++) bad |= x[i] != x[i];
-    return bad != 0;
-}
-
 static kiln_status dynquant_run(kiln_run_ctx *c)
 {
     const kiln_value *X = kiln_run_in(c, 0);
     kiln_value *Y = kiln_run_out(c, 0), *ys = kiln_run_out(c, 1), *yzp = kiln_run_out(c, 2);
-    if (!Y || X->dtype != KILN_DTYPE_FLOAT32 || has_nan(X->data, X->numel)) return kiln_cpu_reference(c);
     float mn, mx;
-    minmax(X->data, X->numel, &mn, &mx);
+    kiln_threadpool *pool = kiln_run_threadpool(c);
+    if (!Y || X->dtype != KILN_DTYPE_FLOAT32 || !kiln_cpu_range_f32(pool, X->data, X->numel, &mn, &mx))
+        return kiln_cpu_reference(c);
     /* the reference's formula (cast_quant.c), step by step */
     float scale = (mx == mn ? 1.0f : mx - mn) / 255.0f;
     float zp = rintf(fminf(255.0f, fmaxf(0.0f, 0.0f - mn / scale)));
-    quantize(X->data, X->numel, scale, (int32_t)zp, Y->data);
+    kiln_cpu_quantize_u8(pool, X->data, X->numel, scale, (int32_t)zp, Y->data);
     if (ys) ((float *)ys->data)[0] = scale;
     if (yzp) ((uint8_t *)yzp->data)[0] = (uint8_t)zp;
     return KILN_OK;
@@ -263,10 +189,11 @@ static kiln_status dynamic_quantize_matmul_run(kiln_run_ctx *c)
 {
     const kiln_value *A = kiln_run_in(c, 0), *B = kiln_run_in(c, 1);
     kiln_value *Y = kiln_run_out(c, 0);
-    if (!Y || A->dtype != KILN_DTYPE_FLOAT32 || has_nan(A->data, A->numel)) return kiln_cpu_reference(c);
     float mn, mx, scale;
     int32_t zp;
-    minmax(A->data, A->numel, &mn, &mx);
+    kiln_threadpool *pool = kiln_run_threadpool(c);
+    if (!Y || A->dtype != KILN_DTYPE_FLOAT32 || !kiln_cpu_range_f32(pool, A->data, A->numel, &mn, &mx))
+        return kiln_cpu_reference(c);
     kiln_dynquant_params(mn, mx, &scale, &zp);
     kiln_scratch *s = kiln_run_scratch(c);
     uint8_t *a = kiln_scratch_get(s, (size_t)A->numel + 1);
@@ -279,7 +206,7 @@ static kiln_status dynamic_quantize_matmul_run(kiln_run_ctx *c)
         kiln_scratch_put(s, a);
         return kiln_cpu_reference(c);
     }
-    quantize(A->data, A->numel, scale, zp, a);
+    kiln_cpu_quantize_u8(pool, A->data, A->numel, scale, zp, a);
     t.as = scale;
     kiln_status st = qmm_run(c, &q, Y->data, to_float_tile, &t);
     kiln_scratch_put(s, a);

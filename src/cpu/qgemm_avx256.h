@@ -1,7 +1,9 @@
 /* qgemm_avx256.h - what the two 256-bit int8 GEMM micro-kernels (qgemm_avx2.c, qgemm_avxvnni.c)
- * share: the 4-byte broadcast of A and the zero-point correction and store of a 6x16 int32
- * tile. Included by those files only, after their target pragmas, so these compile for the
- * instruction set of each. */
+ * share: the 4-byte broadcast of A, the 6x16 tile's sums and the zero-point correction and store
+ * of the tile. Both pack a depth group as 4 bytes of A and 64 bytes of B (16 columns of 4 bytes:
+ * 4 depths of bytes or 2 of int16). Included by those files only, after their target pragmas and
+ * a definition of QGEMM_MAC(c, a, b) (c += the group's products of the broadcast a and b, per
+ * 32-bit lane), so these compile for the instruction set of each. */
 #ifndef KILN_CPU_QGEMM_AVX256_H
 #define KILN_CPU_QGEMM_AVX256_H
 
@@ -15,6 +17,60 @@ static inline __m256i qgemm_bcast4(const uint8_t *p)
     int32_t v;
     memcpy(&v, p, 4);
     return _mm256_set1_epi32(v);
+}
+
+/* acc[r] = the sums of row r < R (R <= 6, a constant once inlined) over `groups` depth groups:
+ * rows past mr are not computed, so a GEMV does one row's work. One or two rows split the
+ * groups between two accumulator sets, so that more than two chains are in flight. */
+static inline __attribute__((always_inline)) void qgemm_sums_6x16(const int R, int64_t groups, const uint8_t *a,
+                                                                  int64_t as, const uint8_t *b, __m256i acc[6][2])
+{
+    const int split = R <= 2 ? 2 : 1;
+    __m256i c[2][6][2];
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++) c[0][r][0] = c[0][r][1] = c[1][r][0] = c[1][r][1] = _mm256_setzero_si256();
+    int64_t g = 0;
+    for (; g + split <= groups; g += split)
+#pragma GCC unroll 2
+        for (int s = 0; s < split; s++) {
+            const uint8_t *bg = b + (g + s) * 64;
+            __m256i b0 = _mm256_loadu_si256((const __m256i *)bg), b1 = _mm256_loadu_si256((const __m256i *)(bg + 32));
+#pragma GCC unroll 6
+            for (int r = 0; r < R; r++) {
+                __m256i v = qgemm_bcast4(a + r * as + (g + s) * 4);
+                QGEMM_MAC(c[s][r][0], v, b0);
+                QGEMM_MAC(c[s][r][1], v, b1);
+            }
+        }
+    for (; g < groups; g++) {
+        const uint8_t *bg = b + g * 64;
+        __m256i b0 = _mm256_loadu_si256((const __m256i *)bg), b1 = _mm256_loadu_si256((const __m256i *)(bg + 32));
+#pragma GCC unroll 6
+        for (int r = 0; r < R; r++) {
+            __m256i v = qgemm_bcast4(a + r * as + g * 4);
+            QGEMM_MAC(c[0][r][0], v, b0);
+            QGEMM_MAC(c[0][r][1], v, b1);
+        }
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++) {
+        acc[r][0] = split == 2 ? _mm256_add_epi32(c[0][r][0], c[1][r][0]) : c[0][r][0];
+        acc[r][1] = split == 2 ? _mm256_add_epi32(c[0][r][1], c[1][r][1]) : c[0][r][1];
+    }
+}
+
+/* The sums of the tile's mr rows (qgemm_sums_6x16 with R a constant) */
+static inline __attribute__((always_inline)) void qgemm_rows_6x16(int mr, int64_t groups, const uint8_t *a,
+                                                                  int64_t as, const uint8_t *b, __m256i acc[6][2])
+{
+    switch (mr) {
+    case 1: qgemm_sums_6x16(1, groups, a, as, b, acc); break;
+    case 2: qgemm_sums_6x16(2, groups, a, as, b, acc); break;
+    case 3: qgemm_sums_6x16(3, groups, a, as, b, acc); break;
+    case 4: qgemm_sums_6x16(4, groups, a, as, b, acc); break;
+    case 5: qgemm_sums_6x16(5, groups, a, as, b, acc); break;
+    default: qgemm_sums_6x16(6, groups, a, as, b, acc); break;
+    }
 }
 
 /* C[r][0..nr) = acc[r] - zb * rs[r] - za * cs for r < mr: the tile's sums corrected for the

@@ -24,30 +24,63 @@ static inline __m512i bcast4(const uint8_t *p)
     return _mm512_set1_epi32(v);
 }
 
+/* The sums of R rows (R <= MR, a constant once inlined): rows past mr are not computed, so a
+ * GEMV does one row's work. One or two rows split the depth groups between two accumulator
+ * sets, so that more than two vpdpbusd chains are in flight. */
+static inline __attribute__((always_inline)) void sums(const int R, int64_t groups, const uint8_t *a, int64_t as,
+                                                       const int8_t *b, __m512i acc[MR][2])
+{
+    const int split = R <= 2 ? 2 : 1;
+    __m512i c[2][MR][2];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+        c[0][r][0] = c[0][r][1] = c[1][r][0] = c[1][r][1] = _mm512_setzero_si512();
+    int64_t g = 0;
+    for (; g + split <= groups; g += split)
+#pragma GCC unroll 2
+        for (int s = 0; s < split; s++) {
+            const int8_t *bg = b + (g + s) * NR * KG;
+            __m512i b0 = _mm512_loadu_si512(bg), b1 = _mm512_loadu_si512(bg + 64);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) {
+                __m512i v = bcast4(a + r * as + (g + s) * KG);
+                c[s][r][0] = _mm512_dpbusd_epi32(c[s][r][0], v, b0);
+                c[s][r][1] = _mm512_dpbusd_epi32(c[s][r][1], v, b1);
+            }
+        }
+    for (; g < groups; g++) {
+        const int8_t *bg = b + g * NR * KG;
+        __m512i b0 = _mm512_loadu_si512(bg), b1 = _mm512_loadu_si512(bg + 64);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            __m512i v = bcast4(a + r * as + g * KG);
+            c[0][r][0] = _mm512_dpbusd_epi32(c[0][r][0], v, b0);
+            c[0][r][1] = _mm512_dpbusd_epi32(c[0][r][1], v, b1);
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) {
+        acc[r][0] = split == 2 ? _mm512_add_epi32(c[0][r][0], c[1][r][0]) : c[0][r][0];
+        acc[r][1] = split == 2 ? _mm512_add_epi32(c[0][r][1], c[1][r][1]) : c[0][r][1];
+    }
+}
+
 static void kernel(int64_t groups, const void *a_, int64_t as, const void *b_, int32_t *C, int64_t ldc, int mr,
                    int nr, const int32_t *rs, const int32_t *zb, const int32_t *cs, int32_t za)
 {
     const uint8_t *a = a_;
     const int8_t *b = b_;
-    __m512i c00 = _mm512_setzero_si512(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00,
-            c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
-    const uint8_t *a0 = a, *a1 = a + as, *a2 = a + 2 * as, *a3 = a + 3 * as, *a4 = a + 4 * as, *a5 = a + 5 * as,
-                  *a6 = a + 6 * as, *a7 = a + 7 * as;
-    for (int64_t g = 0; g < groups; g++, b += NR * KG) {
-        __m512i b0 = _mm512_loadu_si512(b), b1 = _mm512_loadu_si512(b + 64);
-        int64_t o = g * KG;
-        __m512i v;
-        v = bcast4(a0 + o), c00 = _mm512_dpbusd_epi32(c00, v, b0), c01 = _mm512_dpbusd_epi32(c01, v, b1);
-        v = bcast4(a1 + o), c10 = _mm512_dpbusd_epi32(c10, v, b0), c11 = _mm512_dpbusd_epi32(c11, v, b1);
-        v = bcast4(a2 + o), c20 = _mm512_dpbusd_epi32(c20, v, b0), c21 = _mm512_dpbusd_epi32(c21, v, b1);
-        v = bcast4(a3 + o), c30 = _mm512_dpbusd_epi32(c30, v, b0), c31 = _mm512_dpbusd_epi32(c31, v, b1);
-        v = bcast4(a4 + o), c40 = _mm512_dpbusd_epi32(c40, v, b0), c41 = _mm512_dpbusd_epi32(c41, v, b1);
-        v = bcast4(a5 + o), c50 = _mm512_dpbusd_epi32(c50, v, b0), c51 = _mm512_dpbusd_epi32(c51, v, b1);
-        v = bcast4(a6 + o), c60 = _mm512_dpbusd_epi32(c60, v, b0), c61 = _mm512_dpbusd_epi32(c61, v, b1);
-        v = bcast4(a7 + o), c70 = _mm512_dpbusd_epi32(c70, v, b0), c71 = _mm512_dpbusd_epi32(c71, v, b1);
+    __m512i acc[MR][2];
+    switch (mr) {
+    case 1: sums(1, groups, a, as, b, acc); break;
+    case 2: sums(2, groups, a, as, b, acc); break;
+    case 3: sums(3, groups, a, as, b, acc); break;
+    case 4: sums(4, groups, a, as, b, acc); break;
+    case 5: sums(5, groups, a, as, b, acc); break;
+    case 6: sums(6, groups, a, as, b, acc); break;
+    case 7: sums(7, groups, a, as, b, acc); break;
+    default: sums(8, groups, a, as, b, acc); break;
     }
-    __m512i acc[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31},
-                          {c40, c41}, {c50, c51}, {c60, c61}, {c70, c71}};
     __m512i zb0 = _mm512_loadu_si512(zb), zb1 = _mm512_loadu_si512(zb + 16);
     __m512i vza = _mm512_set1_epi32(za);
     __m512i t0 = _mm512_mullo_epi32(vza, _mm512_loadu_si512(cs)), t1 = _mm512_mullo_epi32(vza, _mm512_loadu_si512(cs + 16));

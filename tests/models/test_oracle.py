@@ -174,8 +174,8 @@ def out(name="Y"):
     return helper.make_tensor_value_info(name, TensorProto.FLOAT, None)
 
 
-# (A shape, B shape) by broadcast form; the fast kernels take the first five groups, the
-# reference (through the fallback) the rest
+# (A shape, B shape) by broadcast form: the fast kernels take every group but the last, whose
+# shapes both kernels refuse
 BINARY_CASES = [
     # same shape, incl. zero-size and sizes that cross the 4096-element parallel chunks
     ((), ()), ((1,), (1,)), ((0,), (0,)), ((7,), (7,)), ((3, 5), (3, 5)), ((2, 3, 17), (2, 3, 17)),
@@ -188,9 +188,12 @@ BINARY_CASES = [
     # one value per row
     ((2, 3, 5), (2, 3, 1)), ((2, 3, 5), (2, 1, 1)), ((2, 3, 1), (2, 3, 5)), ((64, 999), (64, 1)),
     ((3, 4, 5, 6), (3, 4, 1, 1)),
-    # unsupported forms: the reference kernel runs
+    # any other broadcast: row by row, neither operand full (additive attention's
+    # [B, S, 1, H] + [B, 1, S, H]), rows of one repeated value, many dims
     ((2, 3, 5), (3, 1)), ((2, 1, 5), (1, 3, 1)), ((2, 3, 5), (1, 3, 1)), ((4, 1), (1, 5)), ((3, 1, 5), (3, 4, 1)),
-    ((1, 5), (4, 1)), ((2, 1, 4), (1, 3, 4)),
+    ((1, 5), (4, 1)), ((2, 1, 4), (1, 3, 4)), ((1, 40, 1, 512), (1, 1, 40, 512)), ((2, 7, 1, 33), (2, 1, 9, 33)),
+    ((3, 1, 1), (1, 4, 1)), ((2, 1, 3, 1, 2, 1, 2, 1, 3), (1, 2, 1, 2, 1, 2, 1, 2, 1)),
+    ((5, 1, 4097), (1, 2, 1)),
     # incompatible: both refuse
     ((3, 4), (5,)), ((2, 3), (3, 2)),
 ]

@@ -1,0 +1,222 @@
+/* dynquant.c - dynamic uint8 quantization's range and quantization passes (dynquant.h). */
+#include "cpu/dynquant.h"
+
+#include <math.h>
+
+#include "cpu/gemm.h"
+#include "ops/contrib_quant.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define HAVE_X86 1
+#endif
+
+enum {
+    CHUNK = 1 << 15,   /* values per parallel chunk */
+    MAX_CHUNKS = 256,  /* range partials kept on the stack; larger inputs take longer chunks */
+};
+
+typedef enum level { LEVEL_C, LEVEL_AVX2, LEVEL_AVX512 } level;
+
+static level detect(void)
+{
+    static int cached = -1; /* benign race: every thread computes the same value */
+    int l = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (l < 0) {
+        kiln_gemm_level g = kiln_gemm_level_detect();
+        l = g == KILN_GEMM_LEVEL_AVX512 ? LEVEL_AVX512 : g == KILN_GEMM_LEVEL_AVX2 ? LEVEL_AVX2 : LEVEL_C;
+        __atomic_store_n(&cached, l, __ATOMIC_RELAXED);
+    }
+    return (level)l;
+}
+
+/* ---- range: lo/hi start at 0; *nan set when some value is NaN ---- */
+
+static void range_c(const float *x, int64_t n, float *lo, float *hi, bool *nan)
+{
+    float a = *lo, b = *hi;
+    bool bad = false;
+    for (int64_t i = 0; i < n; i++) {
+        float v = x[i];
+        bad |= v != v;
+        a = v < a ? v : a;
+        b = v > b ? v : b;
+    }
+    *lo = a, *hi = b, *nan = bad;
+}
+
+#if HAVE_X86
+__attribute__((target("avx2"))) static void range_avx2(const float *x, int64_t n, float *lo, float *hi, bool *nan)
+{
+    __m256 a = _mm256_setzero_ps(), b = a, a1 = a, b1 = a, bad = a;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 v = _mm256_loadu_ps(x + i), w = _mm256_loadu_ps(x + i + 8);
+        bad = _mm256_or_ps(bad, _mm256_or_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q), _mm256_cmp_ps(w, w, _CMP_UNORD_Q)));
+        a = _mm256_min_ps(a, v), b = _mm256_max_ps(b, v);
+        a1 = _mm256_min_ps(a1, w), b1 = _mm256_max_ps(b1, w);
+    }
+    float la[8], lb[8];
+    _mm256_storeu_ps(la, _mm256_min_ps(a, a1));
+    _mm256_storeu_ps(lb, _mm256_max_ps(b, b1));
+    float ra = 0.0f, rb = 0.0f;
+    bool tail_bad;
+    range_c(x + i, n - i, &ra, &rb, &tail_bad);
+    for (int k = 0; k < 8; k++) ra = la[k] < ra ? la[k] : ra, rb = lb[k] > rb ? lb[k] : rb;
+    *lo = ra, *hi = rb, *nan = tail_bad || _mm256_movemask_ps(bad);
+}
+
+__attribute__((target("avx512f"))) static void range_avx512(const float *x, int64_t n, float *lo, float *hi,
+                                                            bool *nan)
+{
+    __m512 a = _mm512_setzero_ps(), b = a, a1 = a, b1 = a;
+    __mmask16 bad = 0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m512 v = _mm512_loadu_ps(x + i), w = _mm512_loadu_ps(x + i + 16);
+        bad |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(w, w, _CMP_UNORD_Q);
+        a = _mm512_min_ps(a, v), b = _mm512_max_ps(b, v);
+        a1 = _mm512_min_ps(a1, w), b1 = _mm512_max_ps(b1, w);
+    }
+    for (; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        __m512 v = _mm512_maskz_loadu_ps(m, x + i); /* zeros: in range already */
+        bad |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+        a = _mm512_min_ps(a, v), b = _mm512_max_ps(b, v);
+    }
+    *lo = _mm512_reduce_min_ps(_mm512_min_ps(a, a1));
+    *hi = _mm512_reduce_max_ps(_mm512_max_ps(b, b1));
+    *nan = bad != 0;
+}
+#endif
+
+static void range_one(const float *x, int64_t n, float *lo, float *hi, bool *nan)
+{
+    *lo = *hi = 0.0f;
+#if HAVE_X86
+    switch (detect()) {
+    case LEVEL_AVX512: range_avx512(x, n, lo, hi, nan); return;
+    case LEVEL_AVX2: range_avx2(x, n, lo, hi, nan); return;
+    default: break;
+    }
+#endif
+    range_c(x, n, lo, hi, nan);
+}
+
+typedef struct range_job {
+    const float *x;
+    int64_t n, chunk;
+    float lo[MAX_CHUNKS], hi[MAX_CHUNKS];
+    bool nan[MAX_CHUNKS];
+} range_job;
+
+static void range_chunks(void *ctx, int64_t begin, int64_t end)
+{
+    range_job *j = ctx;
+    for (int64_t c = begin; c < end; c++) {
+        int64_t i = c * j->chunk, m = j->n - i < j->chunk ? j->n - i : j->chunk;
+        range_one(j->x + i, m, &j->lo[c], &j->hi[c], &j->nan[c]);
+    }
+}
+
+bool kiln_cpu_range_f32(kiln_threadpool *pool, const float *x, int64_t n, float *mn, float *mx)
+{
+    bool nan = false;
+    if (n <= CHUNK || kiln_threadpool_size(pool) < 2) {
+        range_one(x, n, mn, mx, &nan);
+        return !nan;
+    }
+    range_job j = {.x = x, .n = n, .chunk = CHUNK};
+    if ((n + j.chunk - 1) / j.chunk > MAX_CHUNKS) j.chunk = (n + MAX_CHUNKS - 1) / MAX_CHUNKS;
+    int64_t chunks = (n + j.chunk - 1) / j.chunk;
+    kiln_threadpool_parallel_for(pool, chunks, range_chunks, &j);
+    float lo = 0.0f, hi = 0.0f;
+    for (int64_t c = 0; c < chunks; c++) {
+        nan |= j.nan[c];
+        lo = j.lo[c] < lo ? j.lo[c] : lo;
+        hi = j.hi[c] > hi ? j.hi[c] : hi;
+    }
+    *mn = lo, *mx = hi;
+    return !nan;
+}
+
+/* ---- quantization: rint(x / scale) + zp, saturated; a division, as the reference ---- */
+
+static void quantize_c(const float *x, int64_t n, float scale, int32_t zp, uint8_t *y)
+{
+    for (int64_t i = 0; i < n; i++) y[i] = kiln_dynquant_one(x[i], scale, zp);
+}
+
+#if HAVE_X86
+__attribute__((target("avx2"))) static void quantize_avx2(const float *x, int64_t n, float scale, int32_t zp,
+                                                          uint8_t *y)
+{
+    const __m256 vs = _mm256_set1_ps(scale), vz = _mm256_set1_ps((float)zp), v0 = _mm256_setzero_ps(),
+                 v255 = _mm256_set1_ps(255.0f);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256i q[4];
+        for (int k = 0; k < 4; k++) {
+            __m256 v = _mm256_div_ps(_mm256_loadu_ps(x + i + 8 * k), vs);
+            v = _mm256_add_ps(_mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), vz);
+            q[k] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(v, v0), v255));
+        }
+        /* in-lane packs interleave the 128-bit halves; the permutation restores the order */
+        __m256i w = _mm256_packus_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+        _mm256_storeu_si256((__m256i *)(y + i), _mm256_permutevar8x32_epi32(w, order));
+    }
+    quantize_c(x + i, n - i, scale, zp, y + i);
+}
+
+__attribute__((target("avx512f"))) static void quantize_avx512(const float *x, int64_t n, float scale, int32_t zp,
+                                                               uint8_t *y)
+{
+    const __m512 vs = _mm512_set1_ps(scale), vz = _mm512_set1_ps((float)zp), v0 = _mm512_setzero_ps(),
+                 v255 = _mm512_set1_ps(255.0f);
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        __m512 v = _mm512_div_ps(_mm512_maskz_loadu_ps(m, x + i), vs);
+        v = _mm512_add_ps(_mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), vz);
+        v = _mm512_min_ps(_mm512_max_ps(v, v0), v255);
+        _mm512_mask_cvtepi32_storeu_epi8(y + i, m, _mm512_cvtps_epi32(v));
+    }
+}
+#endif
+
+static void quantize_one(const float *x, int64_t n, float scale, int32_t zp, uint8_t *y)
+{
+#if HAVE_X86
+    switch (detect()) {
+    case LEVEL_AVX512: quantize_avx512(x, n, scale, zp, y); return;
+    case LEVEL_AVX2: quantize_avx2(x, n, scale, zp, y); return;
+    default: break;
+    }
+#endif
+    quantize_c(x, n, scale, zp, y);
+}
+
+typedef struct quant_job {
+    const float *x;
+    int64_t n;
+    float scale;
+    int32_t zp;
+    uint8_t *y;
+} quant_job;
+
+static void quant_chunks(void *ctx, int64_t begin, int64_t end)
+{
+    const quant_job *j = ctx;
+    int64_t i = begin * CHUNK, e = end * CHUNK < j->n ? end * CHUNK : j->n;
+    quantize_one(j->x + i, e - i, j->scale, j->zp, j->y + i);
+}
+
+void kiln_cpu_quantize_u8(kiln_threadpool *pool, const float *x, int64_t n, float scale, int32_t zp, uint8_t *y)
+{
+    if (n <= CHUNK || kiln_threadpool_size(pool) < 2) {
+        quantize_one(x, n, scale, zp, y);
+        return;
+    }
+    quant_job j = {x, n, scale, zp, y};
+    kiln_threadpool_parallel_for(pool, (n + CHUNK - 1) / CHUNK, quant_chunks, &j);
+}

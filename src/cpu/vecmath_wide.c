@@ -1,0 +1,125 @@
+/* vecmath_wide.c - vecmath.h's array functions: vecmath_body.h compiled for 16 lanes under
+ * AVX-512F, 8 under AVX2 + FMA and 4 (vecmath.h's own) otherwise, chosen once at run time. */
+#include <stdint.h>
+#include <string.h>
+
+#include "cpu/gemm.h"
+#include "cpu/vecmath.h"
+
+/* y[i] = F(x[i]) over whole vectors of L lanes, the tail through one zero-padded vector */
+#define DEF_ARRAY(NAME, P, VT, L, F)                                                                         \
+    static void NAME(const float *x, float *y, int64_t n)                                                    \
+    {                                                                                                        \
+        int64_t i = 0;                                                                                       \
+        for (; i + L <= n; i += L) P##_store(y + i, F(P##_load(x + i)));                                     \
+        if (i < n) {                                                                                         \
+            float t[L] = {0};                                                                                \
+            memcpy(t, x + i, (size_t)(n - i) * sizeof *t);                                                   \
+            P##_store(t, F(P##_load(t)));                                                                    \
+            memcpy(y + i, t, (size_t)(n - i) * sizeof *t);                                                   \
+        }                                                                                                    \
+    }
+
+#define DEF_ARRAYS(P, VT, L)                                                                                 \
+    DEF_ARRAY(P##_exp_array, P, VT, L, P##_exp)                                                              \
+    DEF_ARRAY(P##_sigmoid_array, P, VT, L, P##_sigmoid)                                                      \
+    DEF_ARRAY(P##_tanh_array, P, VT, L, P##_tanh)                                                            \
+    DEF_ARRAY(P##_erf_array, P, VT, L, P##_erf)                                                              \
+    DEF_ARRAY(P##_gelu_tanh_array, P, VT, L, P##_gelu_tanh)
+
+DEF_ARRAYS(v4, v4f, 4)
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define HAVE_WIDE 1
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+#endif
+typedef float v8f __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+typedef uint32_t v8u __attribute__((vector_size(32)));
+#define VF v8f
+#define VI v8i
+#define VU v8u
+#define VM_LANES 8
+#define VM(name) v8_##name
+#include "cpu/vecmath_body.h"
+#undef VF
+#undef VI
+#undef VU
+#undef VM_LANES
+#undef VM
+DEF_ARRAYS(v8, v8f, 8)
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+#endif
+typedef float v16f __attribute__((vector_size(64)));
+typedef int32_t v16i __attribute__((vector_size(64)));
+typedef uint32_t v16u __attribute__((vector_size(64)));
+#define VF v16f
+#define VI v16i
+#define VU v16u
+#define VM_LANES 16
+#define VM(name) v16_##name
+#include "cpu/vecmath_body.h"
+#undef VF
+#undef VI
+#undef VU
+#undef VM_LANES
+#undef VM
+DEF_ARRAYS(v16, v16f, 16)
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+#endif
+
+typedef void (*array_fn)(const float *x, float *y, int64_t n);
+
+/* 0: 4 lanes, 1: AVX2, 2: AVX-512; benign race, every thread computes the same value */
+static int width(void)
+{
+    static int cached = -1;
+    int w = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (w < 0) {
+        kiln_gemm_level g = kiln_gemm_level_detect();
+        w = g == KILN_GEMM_LEVEL_AVX512 ? 2 : g == KILN_GEMM_LEVEL_AVX2 ? 1 : 0;
+        __atomic_store_n(&cached, w, __ATOMIC_RELAXED);
+    }
+    return w;
+}
+
+#ifdef HAVE_WIDE
+#define DISPATCH(NAME)                                                                                       \
+    void kiln_vec_##NAME(const float *x, float *y, int64_t n)                                                \
+    {                                                                                                        \
+        static const array_fn fns[3] = {v4_##NAME##_array, v8_##NAME##_array, v16_##NAME##_array};          \
+        fns[width()](x, y, n);                                                                               \
+    }
+#else
+#define DISPATCH(NAME)                                                                                       \
+    void kiln_vec_##NAME(const float *x, float *y, int64_t n)                                                \
+    {                                                                                                        \
+        (void)width;                                                                                         \
+        v4_##NAME##_array(x, y, n);                                                                          \
+    }
+#endif
+
+DISPATCH(exp)
+DISPATCH(sigmoid)
+DISPATCH(tanh)
+DISPATCH(erf)
+DISPATCH(gelu_tanh)
