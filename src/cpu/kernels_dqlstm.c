@@ -1,9 +1,9 @@
 /* kernels_dqlstm.c - the CPU kernel of com.microsoft DynamicQuantizeLSTM (reference: src/ops/rnn.c
  * has the semantics): constant W and R packed once per direction for the int8 GEMM (qgemm.h),
  * the whole sequence's input projection as one GEMM, then per step the hidden state quantized and
- * multiplied by R, the gates in float32. The same float steps as the reference, so both give the
- * same numbers. Sequence lengths, peepholes, clip, input_forget and non-default activations take
- * the reference kernel. */
+ * multiplied by R (the reference's integer products, exactly), the gates in float32 with vector
+ * sigmoid and tanh; a bidirectional node's two recurrences on two threads. Sequence lengths,
+ * peepholes, clip, input_forget and non-default activations take the reference kernel. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +12,7 @@
 #include "cpu/kernels.h"
 #include "cpu/lstm_gates.h"
 #include "cpu/qgemm.h"
+#include "core/scratch.h"
 #include "ops/contrib_quant.h"
 
 enum { IN_X, IN_W, IN_R, IN_B, IN_LENS, IN_H0, IN_C0, IN_P, IN_WS, IN_WZ, IN_RS, IN_RZ };
@@ -81,6 +82,64 @@ static kiln_status qmul(const kiln_qgemm_ctx *ctx, const float *A, int64_t M, in
     return kiln_qgemm(ctx, &a);
 }
 
+/* One direction's recurrence over the sequence, its input projection gx [S * Bn, G] done. */
+typedef struct dqlstm_job {
+    const dqlstm_state *s;
+    kiln_scratch *scratch;
+    kiln_threadpool *step_pool; /* for a step's GEMM: one direction's large steps only */
+    const float *gx[2];          /* per direction [S * Bn, G] */
+    const kiln_value *B, *H0, *C0;
+    kiln_value *Y, *Yh, *Yc;
+    int64_t S, Bn;
+    bool reverse_only;
+    kiln_status st[2];
+} dqlstm_job;
+
+static kiln_status dqlstm_direction(const dqlstm_job *j, int d)
+{
+    const dqlstm_state *s = j->s;
+    const dqlstm_dir *dd = &s->d[d];
+    int dirs = s->dirs;
+    int64_t S = j->S, Bn = j->Bn, Hs = s->H, G = 4 * Hs;
+    bool rev = j->reverse_only || d == 1;
+    /* gh [Bn, G], acc [Bn, G], h, c [Bn, H], bias [G], tmp [G]; qa [Bn * H] bytes */
+    size_t floats = (size_t)(Bn * G * 2 + Bn * Hs * 2 + 2 * G);
+    float *work = kiln_scratch_get(j->scratch, floats * sizeof(float) + (size_t)(Bn * Hs) + 64);
+    if (!work) return KILN_ERR_NOMEM;
+    float *gh = work, *h = gh + Bn * G, *cs = h + Bn * Hs, *bias = cs + Bn * Hs, *tmp = bias + G;
+    int32_t *acc = (int32_t *)(tmp + G);
+    uint8_t *qa = (uint8_t *)(acc + Bn * G);
+    kiln_qgemm_ctx ctx = {.pool = j->step_pool, .scratch = j->scratch};
+    const float *bw = j->B ? (const float *)j->B->data + d * 2 * G : NULL;
+    for (int64_t k = 0; k < G; k++) bias[k] = bw ? bw[k] + bw[G + k] : 0.0f;
+    for (int64_t i = 0; i < Bn * Hs; i++) {
+        h[i] = j->H0 ? ((const float *)j->H0->data)[d * Bn * Hs + i] : 0.0f;
+        cs[i] = j->C0 ? ((const float *)j->C0->data)[d * Bn * Hs + i] : 0.0f;
+    }
+    kiln_status st = KILN_OK;
+    for (int64_t step = 0; step < S && !st; step++) {
+        int64_t t = rev ? S - 1 - step : step;
+        float as;
+        if ((st = qmul(&ctx, h, Bn, Hs, dd->r, dd->rz, G, qa, acc, &as))) break;
+        scale_out(acc, Bn, G, as, dd->rs, gh);
+        for (int64_t b = 0; b < Bn; b++) {
+            float *hb = h + b * Hs, *cb = cs + b * Hs;
+            kiln_lstm_gates(j->gx[d] + (t * Bn + b) * G, gh + b * G, bias, cb, hb, Hs, tmp);
+            if (j->Y) memcpy((float *)j->Y->data + ((t * dirs + d) * Bn + b) * Hs, hb, (size_t)Hs * sizeof(float));
+        }
+    }
+    if (!st && j->Yh) memcpy((float *)j->Yh->data + d * Bn * Hs, h, (size_t)(Bn * Hs) * sizeof(float));
+    if (!st && j->Yc) memcpy((float *)j->Yc->data + d * Bn * Hs, cs, (size_t)(Bn * Hs) * sizeof(float));
+    kiln_scratch_put(j->scratch, work);
+    return st;
+}
+
+static void dqlstm_directions(void *ctx, int64_t begin, int64_t end)
+{
+    dqlstm_job *j = ctx;
+    for (int64_t d = begin; d < end; d++) j->st[d] = dqlstm_direction(j, (int)d);
+}
+
 static kiln_status dqlstm_run(kiln_run_ctx *c)
 {
     const kiln_node *n = kiln_run_node(c);
@@ -90,7 +149,6 @@ static kiln_status dqlstm_run(kiln_run_ctx *c)
     if (kiln_run_in(c, IN_LENS) || kiln_run_in(c, IN_P) || X->dtype != KILN_DTYPE_FLOAT32 || X->rank != 3 ||
         X->dims[2] != s->I)
         return n->op->run(c);
-    kiln_value *Y = kiln_run_out(c, 0), *Yh = kiln_run_out(c, 1), *Yc = kiln_run_out(c, 2);
     int dirs = s->dirs;
     int64_t S = X->dims[0], Bn = X->dims[1], I = s->I, Hs = s->H, G = 4 * Hs;
     if ((Bv && (Bv->dtype != KILN_DTYPE_FLOAT32 || Bv->numel != dirs * 2 * G)) ||
@@ -98,59 +156,36 @@ static kiln_status dqlstm_run(kiln_run_ctx *c)
         (C0 && (C0->dtype != KILN_DTYPE_FLOAT32 || C0->numel != dirs * Bn * Hs)))
         return kiln_run_fail(c, KILN_ERR_SHAPE, "B must be float32 [%d, %lld], initial_h/c [%d, %lld, %lld]", dirs,
                              (long long)(2 * G), dirs, (long long)Bn, (long long)Hs);
-    bool reverse_only = !strcmp(kiln_attr_string(n, "direction", "forward"), "reverse");
-    kiln_qgemm_ctx ctx = {.pool = kiln_run_threadpool(c), .scratch = kiln_run_scratch(c)};
-    /* a small step's GEMM runs on this thread: waking the pool costs more than it saves */
-    kiln_qgemm_ctx step_ctx = {.pool = Bn * G * Hs < (1 << 18) ? NULL : ctx.pool, .scratch = ctx.scratch};
-    int64_t rows = S * Bn, qn = rows * I > Bn * Hs ? rows * I : Bn * Hs;
-    float *gx = malloc((size_t)(rows * G + 1) * sizeof *gx), *gh = malloc((size_t)(Bn * G + 1) * sizeof *gh);
-    int32_t *acc = malloc((size_t)(rows * G + 1) * sizeof *acc);
-    float *h = malloc((size_t)(Bn * Hs + 1) * sizeof *h), *cs = malloc((size_t)(Bn * Hs + 1) * sizeof *cs);
-    float *bias = malloc((size_t)(G + 1) * sizeof *bias);
-    uint8_t *qa = malloc((size_t)qn + 1);
+    dqlstm_job j = {.s = s, .scratch = kiln_run_scratch(c), .B = Bv, .H0 = H0, .C0 = C0, .Y = kiln_run_out(c, 0),
+                    .Yh = kiln_run_out(c, 1), .Yc = kiln_run_out(c, 2), .S = S, .Bn = Bn,
+                    .reverse_only = !strcmp(kiln_attr_string(n, "direction", "forward"), "reverse")};
+    kiln_qgemm_ctx ctx = {.pool = kiln_run_threadpool(c), .scratch = j.scratch};
+    int64_t rows = S * Bn;
+    /* two directions run in parallel, each step on its thread; one direction's step GEMM takes
+     * the pool when it is large enough to pay for waking it */
+    j.step_pool = dirs == 1 && Bn * G * Hs >= (1 << 18) ? ctx.pool : NULL;
+    /* the input projections, each one GEMM over the whole sequence */
+    float *gx = kiln_scratch_get(j.scratch, (size_t)(dirs * rows * G + 1) * sizeof *gx);
+    int32_t *acc = kiln_scratch_get(j.scratch, (size_t)(rows * G + 1) * sizeof *acc);
+    uint8_t *qa = kiln_scratch_get(j.scratch, (size_t)(rows * I + 1));
     kiln_status st = KILN_OK;
-    if (!gx || !gh || !acc || !h || !cs || !bias || !qa) {
-        st = kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory");
-        goto out;
-    }
-    const float *x = X->data;
-    for (int d = 0; d < dirs; d++) {
-        const dqlstm_dir *dd = &s->d[d];
-        bool rev = reverse_only || d == 1;
+    if (!gx || !acc || !qa) st = kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory");
+    for (int d = 0; d < dirs && !st; d++) {
         float as;
-        if ((st = qmul(&ctx, x, rows, I, dd->w, dd->wz, G, qa, acc, &as))) goto fail;
-        scale_out(acc, rows, G, as, dd->ws, gx);
-        const float *bw = Bv ? (const float *)Bv->data + d * 2 * G : NULL;
-        for (int64_t j = 0; j < G; j++) bias[j] = bw ? bw[j] + bw[G + j] : 0.0f;
-        for (int64_t i = 0; i < Bn * Hs; i++) {
-            h[i] = H0 ? ((const float *)H0->data)[d * Bn * Hs + i] : 0.0f;
-            cs[i] = C0 ? ((const float *)C0->data)[d * Bn * Hs + i] : 0.0f;
-        }
-        for (int64_t step = 0; step < S; step++) {
-            int64_t t = rev ? S - 1 - step : step;
-            if ((st = qmul(&step_ctx, h, Bn, Hs, dd->r, dd->rz, G, qa, acc, &as))) goto fail;
-            scale_out(acc, Bn, G, as, dd->rs, gh);
-            for (int64_t b = 0; b < Bn; b++) {
-                const float *gxt = gx + (t * Bn + b) * G, *ght = gh + b * G;
-                float *hb = h + b * Hs, *cb = cs + b * Hs;
-                kiln_lstm_gates(gxt, ght, bias, cb, hb, Hs);
-                if (Y) memcpy((float *)Y->data + ((t * dirs + d) * Bn + b) * Hs, hb, (size_t)Hs * sizeof(float));
-            }
-        }
-        if (Yh) memcpy((float *)Yh->data + d * Bn * Hs, h, (size_t)(Bn * Hs) * sizeof(float));
-        if (Yc) memcpy((float *)Yc->data + d * Bn * Hs, cs, (size_t)(Bn * Hs) * sizeof(float));
+        j.gx[d] = gx + d * rows * G;
+        if ((st = qmul(&ctx, X->data, rows, I, s->d[d].w, s->d[d].wz, G, qa, acc, &as)))
+            st = kiln_run_fail(c, st, "int8 GEMM failed");
+        else scale_out(acc, rows, G, as, s->d[d].ws, gx + d * rows * G);
     }
-    goto out;
-fail:
-    st = kiln_run_fail(c, st, "int8 GEMM failed");
-out:
-    free(gx);
-    free(gh);
-    free(acc);
-    free(h);
-    free(cs);
-    free(bias);
-    free(qa);
+    if (!st) {
+        /* the recurrences: a bidirectional LSTM's two directions on two threads */
+        kiln_threadpool_parallel_for(ctx.pool, dirs, dqlstm_directions, &j);
+        for (int d = 0; d < dirs && !st; d++)
+            if (j.st[d]) st = kiln_run_fail(c, j.st[d], "direction %d: out of memory or int8 GEMM failed", d);
+    }
+    kiln_scratch_put(j.scratch, gx);
+    kiln_scratch_put(j.scratch, acc);
+    kiln_scratch_put(j.scratch, qa);
     return st;
 }
 

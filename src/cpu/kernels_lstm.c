@@ -1,12 +1,13 @@
 /* kernels_lstm.c - the CPU kernel of ONNX LSTM in float32 (the reference, src/ops/rnn.c, has the
  * semantics): constant W and R packed once per direction for the sgemm, the whole sequence's
  * input projection as one GEMM with the summed biases as its epilogue, then per step H R^T and
- * the gates. Layout 0 and 1, initial states; sequence_lens, peepholes, clip, input_forget and
+ * the gates; a bidirectional node's two recurrences on two threads. Layout 0 and 1, initial states; sequence_lens, peepholes, clip, input_forget and
  * non-default activations take the reference kernel. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/scratch.h"
 #include "cpu/gemm.h"
 #include "cpu/kernels.h"
 #include "cpu/lstm_gates.h"
@@ -28,6 +29,65 @@ static void state_free(void *p)
     free(s);
 }
 
+/* One direction's recurrence, its input projection gx [S * Bn, G] (biases included) done. */
+typedef struct lstm_job {
+    const lstm_state *s;
+    kiln_scratch *scratch;
+    kiln_threadpool *step_pool; /* for a step's GEMM: one direction's large steps only */
+    const float *gx[2];
+    const kiln_value *H0, *C0;
+    kiln_value *Y, *Yh, *Yc;
+    int64_t S, Bn, layout;
+    bool reverse_only;
+    kiln_status st[2];
+} lstm_job;
+
+static kiln_status lstm_direction(const lstm_job *j, int d)
+{
+    const lstm_state *s = j->s;
+    int dirs = s->dirs;
+    int64_t S = j->S, Bn = j->Bn, Hs = s->H, G = 4 * Hs, layout = j->layout;
+    bool rev = j->reverse_only || d == 1;
+    /* gh [Bn, G], h, c [Bn, H], tmp [G] */
+    float *gh = kiln_scratch_get(j->scratch, (size_t)(Bn * G + 2 * Bn * Hs + G + 1) * sizeof(float));
+    if (!gh) return KILN_ERR_NOMEM;
+    float *h = gh + Bn * G, *cs = h + Bn * Hs, *tmp = cs + Bn * Hs;
+    kiln_gemm_ctx ctx = {.pool = j->step_pool, .scratch = j->scratch};
+    for (int64_t b = 0; b < Bn; b++)
+        for (int64_t k = 0; k < Hs; k++) {
+            int64_t hi = layout ? (b * dirs + d) * Hs + k : (d * Bn + b) * Hs + k;
+            h[b * Hs + k] = j->H0 ? ((const float *)j->H0->data)[hi] : 0.0f;
+            cs[b * Hs + k] = j->C0 ? ((const float *)j->C0->data)[hi] : 0.0f;
+        }
+    kiln_status st = KILN_OK;
+    for (int64_t step = 0; step < S && !st; step++) {
+        int64_t t = rev ? S - 1 - step : step;
+        if (Bn && (st = kiln_sgemm_packed(&ctx, false, Bn, 1.0f, h, Hs, s->r[d], 0.0f, gh, G, NULL))) break;
+        for (int64_t b = 0; b < Bn; b++) {
+            float *hb = h + b * Hs, *cb = cs + b * Hs;
+            kiln_lstm_gates(j->gx[d] + (t * Bn + b) * G, gh + b * G, NULL, cb, hb, Hs, tmp);
+            if (j->Y) {
+                int64_t yi = layout ? ((b * S + t) * dirs + d) * Hs : ((t * dirs + d) * Bn + b) * Hs;
+                memcpy((float *)j->Y->data + yi, hb, (size_t)Hs * sizeof(float));
+            }
+        }
+    }
+    for (int64_t b = 0; b < Bn && !st; b++)
+        for (int64_t k = 0; k < Hs; k++) {
+            int64_t hi = layout ? (b * dirs + d) * Hs + k : (d * Bn + b) * Hs + k;
+            if (j->Yh) ((float *)j->Yh->data)[hi] = h[b * Hs + k];
+            if (j->Yc) ((float *)j->Yc->data)[hi] = cs[b * Hs + k];
+        }
+    kiln_scratch_put(j->scratch, gh);
+    return st;
+}
+
+static void lstm_directions(void *ctx, int64_t begin, int64_t end)
+{
+    lstm_job *j = ctx;
+    for (int64_t d = begin; d < end; d++) j->st[d] = lstm_direction(j, (int)d);
+}
+
 static kiln_status lstm_run(kiln_run_ctx *c)
 {
     const kiln_node *n = kiln_run_node(c);
@@ -36,29 +96,27 @@ static kiln_status lstm_run(kiln_run_ctx *c)
     int64_t layout = kiln_attr_int(n, "layout", 0);
     if (kiln_run_in(c, 4) || kiln_run_in(c, 7) || X->dtype != KILN_DTYPE_FLOAT32 || X->rank != 3 || X->dims[2] != s->I)
         return n->op->run(c);
-    kiln_value *Y = kiln_run_out(c, 0), *Yh = kiln_run_out(c, 1), *Yc = kiln_run_out(c, 2);
     int dirs = s->dirs;
     int64_t S = X->dims[layout ? 1 : 0], Bn = X->dims[layout ? 0 : 1], I = s->I, Hs = s->H, G = 4 * Hs;
     if ((Bv && (Bv->dtype != KILN_DTYPE_FLOAT32 || Bv->numel != dirs * 2 * G)) ||
         (H0 && (H0->dtype != KILN_DTYPE_FLOAT32 || H0->numel != dirs * Bn * Hs)) ||
         (C0 && (C0->dtype != KILN_DTYPE_FLOAT32 || C0->numel != dirs * Bn * Hs)))
         return n->op->run(c);
-    bool reverse_only = !strcmp(kiln_attr_string(n, "direction", "forward"), "reverse");
-    kiln_gemm_ctx ctx = {.pool = kiln_run_threadpool(c), .scratch = kiln_run_scratch(c)};
-    /* a small step's GEMM runs on this thread: waking the pool costs more than it saves */
-    kiln_gemm_ctx step_ctx = {.pool = Bn * G * Hs < (1 << 18) ? NULL : ctx.pool, .scratch = ctx.scratch};
+    lstm_job j = {.s = s, .scratch = kiln_run_scratch(c), .H0 = H0, .C0 = C0, .Y = kiln_run_out(c, 0),
+                  .Yh = kiln_run_out(c, 1), .Yc = kiln_run_out(c, 2), .S = S, .Bn = Bn, .layout = layout,
+                  .reverse_only = !strcmp(kiln_attr_string(n, "direction", "forward"), "reverse")};
+    kiln_gemm_ctx ctx = {.pool = kiln_run_threadpool(c), .scratch = j.scratch};
     int64_t rows = S * Bn;
-    float *gx = malloc((size_t)(rows * G + 1) * sizeof *gx), *gh = malloc((size_t)(Bn * G + 1) * sizeof *gh);
-    float *h = malloc((size_t)(Bn * Hs + 1) * sizeof *h), *cs = malloc((size_t)(Bn * Hs + 1) * sizeof *cs);
-    float *bias = malloc((size_t)(G + 1) * sizeof *bias), *xt = NULL;
+    /* two directions run in parallel, each step on its thread; one direction's step GEMM takes
+     * the pool when it is large enough to pay for waking it */
+    j.step_pool = dirs == 1 && Bn * G * Hs >= (1 << 18) ? ctx.pool : NULL;
+    float *gx = kiln_scratch_get(j.scratch, (size_t)(dirs * rows * G + G + 1) * sizeof *gx), *xt = NULL;
     kiln_status st = KILN_OK;
-    if (!gx || !gh || !h || !cs || !bias) {
-        st = kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory");
-        goto out;
-    }
+    if (!gx) return kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory");
+    float *bias = gx + dirs * rows * G;
     const float *x = X->data;
     if (layout) { /* [B, S, I] -> [S, B, I] */
-        if (!(xt = malloc((size_t)(rows * I + 1) * sizeof *xt))) {
+        if (!(xt = kiln_scratch_get(j.scratch, (size_t)(rows * I + 1) * sizeof *xt))) {
             st = kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory");
             goto out;
         }
@@ -66,48 +124,24 @@ static kiln_status lstm_run(kiln_run_ctx *c)
             for (int64_t t = 0; t < S; t++) memcpy(xt + (t * Bn + b) * I, x + (b * S + t) * I, (size_t)I * sizeof *xt);
         x = xt;
     }
+    /* the input projections, each one GEMM over the whole sequence with the summed biases */
     for (int d = 0; d < dirs; d++) {
-        bool rev = reverse_only || d == 1;
         const float *bw = Bv ? (const float *)Bv->data + d * 2 * G : NULL;
-        for (int64_t j = 0; j < G; j++) bias[j] = bw ? bw[j] + bw[G + j] : 0.0f;
+        for (int64_t k = 0; k < G; k++) bias[k] = bw ? bw[k] + bw[G + k] : 0.0f;
         kiln_gemm_epilogue ep = {.bias = bias};
-        if (rows && (st = kiln_sgemm_packed(&ctx, false, rows, 1.0f, x, I, s->w[d], 0.0f, gx, G, &ep))) goto fail;
-        for (int64_t b = 0; b < Bn; b++)
-            for (int64_t k = 0; k < Hs; k++) {
-                int64_t hi = layout ? (b * dirs + d) * Hs + k : (d * Bn + b) * Hs + k;
-                h[b * Hs + k] = H0 ? ((const float *)H0->data)[hi] : 0.0f;
-                cs[b * Hs + k] = C0 ? ((const float *)C0->data)[hi] : 0.0f;
-            }
-        for (int64_t step = 0; step < S; step++) {
-            int64_t t = rev ? S - 1 - step : step;
-            if (Bn && (st = kiln_sgemm_packed(&step_ctx, false, Bn, 1.0f, h, Hs, s->r[d], 0.0f, gh, G, NULL))) goto fail;
-            for (int64_t b = 0; b < Bn; b++) {
-                const float *gxt = gx + (t * Bn + b) * G, *ght = gh + b * G;
-                float *hb = h + b * Hs, *cb = cs + b * Hs;
-                kiln_lstm_gates(gxt, ght, NULL, cb, hb, Hs);
-                if (Y) {
-                    int64_t yi = layout ? ((b * S + t) * dirs + d) * Hs : ((t * dirs + d) * Bn + b) * Hs;
-                    memcpy((float *)Y->data + yi, hb, (size_t)Hs * sizeof(float));
-                }
-            }
+        j.gx[d] = gx + d * rows * G;
+        if (rows && (st = kiln_sgemm_packed(&ctx, false, rows, 1.0f, x, I, s->w[d], 0.0f, gx + d * rows * G, G, &ep))) {
+            st = kiln_run_fail(c, st, "sgemm failed");
+            goto out;
         }
-        for (int64_t b = 0; b < Bn; b++)
-            for (int64_t k = 0; k < Hs; k++) {
-                int64_t hi = layout ? (b * dirs + d) * Hs + k : (d * Bn + b) * Hs + k;
-                if (Yh) ((float *)Yh->data)[hi] = h[b * Hs + k];
-                if (Yc) ((float *)Yc->data)[hi] = cs[b * Hs + k];
-            }
     }
-    goto out;
-fail:
-    st = kiln_run_fail(c, st, "sgemm failed");
+    /* the recurrences: a bidirectional LSTM's two directions on two threads */
+    kiln_threadpool_parallel_for(ctx.pool, dirs, lstm_directions, &j);
+    for (int d = 0; d < dirs && !st; d++)
+        if (j.st[d]) st = kiln_run_fail(c, j.st[d], "direction %d: out of memory or sgemm failed", d);
 out:
-    free(gx);
-    free(gh);
-    free(h);
-    free(cs);
-    free(bias);
-    free(xt);
+    kiln_scratch_put(j.scratch, gx);
+    kiln_scratch_put(j.scratch, xt);
     return st;
 }
 

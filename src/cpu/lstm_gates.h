@@ -1,38 +1,25 @@
 /* lstm_gates.h - one LSTM step's gates for one batch row, shared by the float and the
  * dynamically quantized LSTM kernels (kernels_lstm.c, kernels_dqlstm.c): with pre = gx + gh
- * (+ bias) over the gate blocks i, o, f, c of H values each, c = f c + i tanh(pre_c), h = o tanh(c),
- * sigmoid and tanh over 4-lane vectors (vecmath.h). */
+ * (+ bias) over the gate blocks i, o, f, c of H values each, c = f c + i tanh(pre_c), h = o tanh(c);
+ * sigmoid and tanh as vecmath.h's array functions (16 or 8 lanes where the CPU has them). */
 #ifndef KILN_CPU_LSTM_GATES_H
 #define KILN_CPU_LSTM_GATES_H
 
-#include <math.h>
 #include <stdint.h>
 
 #include "cpu/vecmath.h"
 
-/* gx, gh [4H]; bias [4H] or NULL; c, h [H] updated in place */
-static inline void kiln_lstm_gates(const float *gx, const float *gh, const float *bias, float *c, float *h, int64_t H)
+/* gx, gh [4H]; bias [4H] or NULL; c, h [H] updated in place; tmp [4H] floats of scratch */
+static inline void kiln_lstm_gates(const float *gx, const float *gh, const float *bias, float *c, float *h, int64_t H,
+                                   float *tmp)
 {
-    int64_t k = 0;
-    for (; k + 4 <= H; k += 4) {
-        v4f p[4];
-        for (int q = 0; q < 4; q++) {
-            p[q] = v4_load(gx + q * H + k) + v4_load(gh + q * H + k);
-            if (bias) p[q] += v4_load(bias + q * H + k);
-        }
-        v4f ig = v4_sigmoid(p[0]), og = v4_sigmoid(p[1]), fg = v4_sigmoid(p[2]), cg = v4_tanh(p[3]);
-        v4f cn = fg * v4_load(c + k) + ig * cg;
-        v4_store(c + k, cn);
-        v4_store(h + k, og * v4_tanh(cn));
-    }
-    for (; k < H; k++) {
-        float p[4];
-        for (int q = 0; q < 4; q++) p[q] = gx[q * H + k] + gh[q * H + k] + (bias ? bias[q * H + k] : 0.0f);
-        float ig = 1.0f / (1.0f + expf(-p[0])), og = 1.0f / (1.0f + expf(-p[1])), fg = 1.0f / (1.0f + expf(-p[2]));
-        float cn = fg * c[k] + ig * tanhf(p[3]);
-        c[k] = cn;
-        h[k] = og * tanhf(cn);
-    }
+    for (int64_t k = 0; k < 4 * H; k++) tmp[k] = gx[k] + gh[k] + (bias ? bias[k] : 0.0f);
+    kiln_vec_sigmoid(tmp, tmp, 3 * H); /* i, o, f */
+    kiln_vec_tanh(tmp + 3 * H, tmp + 3 * H, H);
+    const float *ig = tmp, *og = tmp + H, *fg = tmp + 2 * H, *cg = tmp + 3 * H;
+    for (int64_t k = 0; k < H; k++) c[k] = fg[k] * c[k] + ig[k] * cg[k];
+    kiln_vec_tanh(c, h, H);
+    for (int64_t k = 0; k < H; k++) h[k] *= og[k];
 }
 
 #endif
