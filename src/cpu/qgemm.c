@@ -232,6 +232,67 @@ void kiln_qgemm_packed_b_shape(const kiln_qgemm_packed_b *pb, int64_t *K, int64_
     if (b_signed) *b_signed = pb->b_signed;
 }
 
+/* ---- narrow B: each column against A's rows (kernel->dot) ---- */
+
+enum { DOT_MAX_N = 4, DOT_ROWS = 64 /* rows per parallel chunk */ };
+
+typedef struct dot_job {
+    const kiln_qgemm_kernel *k;
+    const kiln_qgemm_args *args;
+    const int16_t *cols; /* [N][K]: column minus its zero point */
+    int32_t za;
+} dot_job;
+
+static void dot_chunks(void *ctx, int64_t begin, int64_t end)
+{
+    const dot_job *j = ctx;
+    const kiln_qgemm_args *g = j->args;
+    const uint8_t *A = g->A;
+    for (int64_t ch = begin; ch < end; ch++) {
+        int64_t i0 = ch * DOT_ROWS, m = min64(DOT_ROWS, g->M - i0);
+        for (int64_t c = 0; c < g->N; c++)
+            j->k->dot(j->cols + c * g->K, g->K, A + i0 * g->lda, g->lda, g->a_signed, j->za, m, g->C + i0 * g->ldc + c,
+                      g->ldc);
+        if (g->tile) g->tile(g->tile_ctx, g->C + i0 * g->ldc, g->ldc, i0, m, 0, g->N);
+    }
+}
+
+/* C for N <= DOT_MAX_N; false when the zero points are outside the bytes' range (the tiles run). */
+static bool narrow(const kiln_qgemm_kernel *k, kiln_threadpool *pool, kiln_scratch *scratch, const kiln_qgemm_args *g,
+                   kiln_status *st)
+{
+    int64_t N = g->N, K = g->K;
+    if (g->a_zp < -128 || g->a_zp > 255) return false;
+    for (int64_t c = 0; c < (g->b_zp ? g->n_bzp : 0); c++)
+        if (g->b_zp[c] < -128 || g->b_zp[c] > 255) return false;
+    int16_t *cols = kiln_scratch_get(scratch, (size_t)(N * K + 1) * sizeof *cols);
+    if (!cols) {
+        *st = KILN_ERR_NOMEM;
+        return true;
+    }
+    const kiln_qgemm_packed_b *pb = g->pb;
+    const uint8_t *B = g->B;
+    for (int64_t c = 0; c < N; c++) {
+        int32_t zb = g->b_zp ? g->b_zp[g->n_bzp == 1 ? 0 : c] : 0;
+        for (int64_t kk = 0; kk < K; kk++) {
+            int32_t v;
+            if (pb) { /* the stored value is B shifted to signed (qgemm_internal.h) */
+                const uint8_t *panel = pb->data + (c / k->nr) * pb->panel_bytes;
+                int64_t e = ((kk / k->kg) * k->nr + c % k->nr) * k->kg + kk % k->kg;
+                v = k->esize == 1 ? ((const int8_t *)panel)[e] : ((const int16_t *)panel)[e];
+                if (!pb->b_signed) v += 128;
+            } else v = g->b_signed ? (int8_t)B[kk * g->ldb + c] : B[kk * g->ldb + c];
+            cols[c * K + kk] = (int16_t)(v - zb);
+        }
+    }
+    dot_job j = {.k = k, .args = g, .cols = cols, .za = g->a_zp};
+    if ((double)g->M * (double)K * (double)N < (double)(1 << 20)) pool = NULL;
+    kiln_threadpool_parallel_for(pool, (g->M + DOT_ROWS - 1) / DOT_ROWS, dot_chunks, &j);
+    kiln_scratch_put(scratch, cols);
+    *st = KILN_OK;
+    return true;
+}
+
 /* One call, shared by the threads that run its tiles. */
 typedef struct qjob {
     const kiln_qgemm_kernel *k;
@@ -319,6 +380,8 @@ kiln_status kiln_qgemm(const kiln_qgemm_ctx *ctx, const kiln_qgemm_args *a)
     kiln_scratch *scratch = ctx ? ctx->scratch : NULL;
     /* under about 1M multiply-adds (a few microseconds on one core) the pool costs more than it saves */
     if ((double)M * (double)N * (double)K < (double)(1 << 20)) pool = NULL;
+    kiln_status narrow_st;
+    if (N <= DOT_MAX_N && narrow(k, ctx ? ctx->pool : NULL, scratch, &g, &narrow_st)) return narrow_st;
     int threads = kiln_threadpool_size(pool);
 
     qjob j = {.k = k, .args = &g};

@@ -95,7 +95,8 @@ static void kernel(int64_t groups, const void *a_, int64_t as, const void *b_, i
     }
 }
 
-const kiln_qgemm_kernel kiln_qgemm_kernel_avx512vnni = {.mr = MR, .nr = NR, .kg = KG, .esize = 1, .kernel = kernel};
+const kiln_qgemm_kernel kiln_qgemm_kernel_avx512vnni = {.mr = MR, .nr = NR, .kg = KG, .esize = 1, .kernel = kernel,
+    .dot = kiln_qgemm_dot_avx2 /* both have AVX2 */};
 
 #if defined(__clang__)
 #pragma clang attribute pop

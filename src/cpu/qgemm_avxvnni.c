@@ -28,7 +28,8 @@ static void kernel(int64_t groups, const void *a, int64_t as, const void *b, int
     qgemm_store_6x16(acc, mr, nr, rs, zb, cs, za, C, ldc);
 }
 
-const kiln_qgemm_kernel kiln_qgemm_kernel_avxvnni = {.mr = MR, .nr = NR, .kg = KG, .esize = 1, .kernel = kernel};
+const kiln_qgemm_kernel kiln_qgemm_kernel_avxvnni = {.mr = MR, .nr = NR, .kg = KG, .esize = 1, .kernel = kernel,
+    .dot = kiln_qgemm_dot_avx2 /* both have AVX2 */};
 
 #if defined(__clang__)
 #pragma clang attribute pop

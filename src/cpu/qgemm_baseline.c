@@ -26,4 +26,16 @@ static void kernel(int64_t groups, const void *a_, int64_t as, const void *b_, i
             C[r * ldc + j] = (int32_t)(acc[r][j] - (uint32_t)zb[j] * (uint32_t)rs[r] - (uint32_t)za * (uint32_t)cs[j]);
 }
 
-const kiln_qgemm_kernel kiln_qgemm_kernel_baseline = {.mr = MR, .nr = NR, .kg = KG, .esize = 1, .kernel = kernel};
+void kiln_qgemm_dot_baseline(const int16_t *b, int64_t K, const uint8_t *a, int64_t lda, bool a_signed, int32_t za,
+                             int64_t m, int32_t *C, int64_t ldc)
+{
+    for (int64_t i = 0; i < m; i++) {
+        const uint8_t *ar = a + i * lda;
+        uint32_t s = 0;
+        for (int64_t k = 0; k < K; k++) s += (uint32_t)(((a_signed ? (int32_t)(int8_t)ar[k] : ar[k]) - za) * b[k]);
+        C[i * ldc] = (int32_t)s;
+    }
+}
+
+const kiln_qgemm_kernel kiln_qgemm_kernel_baseline = {
+    .mr = MR, .nr = NR, .kg = KG, .esize = 1, .kernel = kernel, .dot = kiln_qgemm_dot_baseline};

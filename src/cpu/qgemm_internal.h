@@ -8,6 +8,7 @@
 #ifndef KILN_CPU_QGEMM_INTERNAL_H
 #define KILN_CPU_QGEMM_INTERNAL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 typedef struct kiln_qgemm_kernel {
@@ -19,7 +20,19 @@ typedef struct kiln_qgemm_kernel {
      * `groups` depth groups. rs has MR entries, zb and cs NR. */
     void (*kernel)(int64_t groups, const void *a, int64_t a_stride, const void *b, int32_t *C, int64_t ldc,
                    int mr, int nr, const int32_t *rs, const int32_t *zb, const int32_t *cs, int32_t za);
+    /* The narrow-B path (a few columns, where a tile would compute mostly padding): C[i * ldc] =
+     * sum_k (a[i][k] - za) * b[k] (wrapping int32) for i < m, with A's rows lda bytes apart
+     * (signed or unsigned bytes), za in [-128, 255] and b one column minus its zero point. */
+    void (*dot)(const int16_t *b, int64_t K, const uint8_t *a, int64_t lda, bool a_signed, int32_t za, int64_t m,
+                int32_t *C, int64_t ldc);
 } kiln_qgemm_kernel;
+
+void kiln_qgemm_dot_baseline(const int16_t *b, int64_t K, const uint8_t *a, int64_t lda, bool a_signed, int32_t za,
+                             int64_t m, int32_t *C, int64_t ldc);
+#if defined(__x86_64__)
+void kiln_qgemm_dot_avx2(const int16_t *b, int64_t K, const uint8_t *a, int64_t lda, bool a_signed, int32_t za,
+                         int64_t m, int32_t *C, int64_t ldc);
+#endif
 
 extern const kiln_qgemm_kernel kiln_qgemm_kernel_baseline;
 #if defined(__x86_64__)
