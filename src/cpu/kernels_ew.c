@@ -1,7 +1,8 @@
 /* kernels_ew.c - float32 element-wise kernels: Add/Sub/Mul/Div over equal shapes, a scalar
  * operand, an operand repeated along the leading dims ([.., K] with [K]), one value per
  * row ([R, K] with [R, 1]) or any other broadcast (both operands smaller than Y, as
- * [B, S, 1, H] + [B, 1, S, H]), row by row; the unary activations. 4-lane vector loops, parallel in chunks of
+ * [B, S, 1, H] + [B, 1, S, H]), row by row; the unary activations (HardSwish through the Conv
+ * epilogue's loop). 4-lane vector loops, parallel in chunks of
  * KILN_CPU_CHUNK elements. Output 0 may be input 0's buffer: every loop loads element i
  * before it stores element i, and nothing else reads it afterwards. */
 #include <math.h>
@@ -410,7 +411,16 @@ static kiln_status unary_run(kiln_run_ctx *c, unary_fn f)
     return KILN_OK;
 }
 
+/* HardSwish as the Conv epilogue's activation loop computes it, in place on a copy */
+static void hard_swish_f32(const float *x, float *y, int64_t n)
+{
+    static const kiln_act act = {.kind = KILN_ACT_HARD_SWISH};
+    if (x != y) memcpy(y, x, (size_t)n * sizeof *y);
+    kiln_cpu_act_apply(&act, y, n, 0.0f);
+}
+
 static kiln_status relu_run(kiln_run_ctx *c) { return unary_run(c, relu_f32); }
+static kiln_status hard_swish_run(kiln_run_ctx *c) { return unary_run(c, hard_swish_f32); }
 static kiln_status exp_run(kiln_run_ctx *c) { return unary_run(c, kiln_vec_exp); }
 static kiln_status sigmoid_run(kiln_run_ctx *c) { return unary_run(c, kiln_vec_sigmoid); }
 static kiln_status tanh_run(kiln_run_ctx *c) { return unary_run(c, kiln_vec_tanh); }
@@ -440,6 +450,7 @@ SELECT(sigmoid, ew_unary, sigmoid_run)
 SELECT(tanh, ew_unary, tanh_run)
 SELECT(sqrt, ew_unary, sqrt_run)
 SELECT(erf, ew_unary, erf_run)
+SELECT(hard_swish, ew_unary, hard_swish_run)
 #undef SELECT
 
 static kiln_kernel_fn select_gelu(kiln_node *n)
@@ -453,6 +464,6 @@ static const kiln_cpu_kernel kernels[] = {
     {"", "Add", select_add},         {"", "Sub", select_sub},   {"", "Mul", select_mul},
     {"", "Div", select_div},         {"", "Relu", select_relu}, {"", "Exp", select_exp},
     {"", "Sigmoid", select_sigmoid}, {"", "Tanh", select_tanh}, {"", "Sqrt", select_sqrt},
-    {"", "Erf", select_erf},         {"", "Gelu", select_gelu},
+    {"", "Erf", select_erf},         {"", "Gelu", select_gelu}, {"", "HardSwish", select_hard_swish},
 };
 KILN_CPU_KERNEL_TABLE(kiln_cpu_kernels_ew, kernels);

@@ -1,5 +1,8 @@
 /* fold_conv_bn.c - Conv followed by BatchNormalization (inference) becomes one Conv:
- * W'[m] = W[m] * s[m] and B'[m] = (B[m] - mean[m]) * s[m] + beta[m], s = scale / sqrt(var + eps). */
+ * W'[m] = W[m] * s[m] and B'[m] = (B[m] - mean[m]) * s[m] + beta[m], s = scale / sqrt(var + eps);
+ * and Conv followed by Mul, Div, Add or Sub with a constant per output channel (one value, or
+ * [M, 1, ..] broadcast over the rest, as paddle2onnx writes a learnt affine) likewise:
+ * W'[m] = W[m] * c[m], B'[m] = B[m] * c[m] (Div: by 1 / c[m]) or B'[m] = B[m] + c[m] (Sub: - c[m]). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -70,6 +73,78 @@ static kiln_status fold(kiln_graph *g, kiln_node *conv, kiln_node *bn, bool *don
     return KILN_OK;
 }
 
+/* The constant float32 operand of binary node n that broadcasts per output channel of the Conv
+ * output y (rank R, M channels) without widening y: its value for channel m at c[m * step]
+ * (step 0: one value). NULL when the other operand is not y or none fits. */
+static const float *channel_const(const kiln_node *n, const kiln_ir_value *y, int R, int64_t M, int64_t *step,
+                                  bool *y_first)
+{
+    if (n->n_in != 2 || (n->in[0] != y && n->in[1] != y) || n->in[0] == n->in[1]) return NULL;
+    *y_first = n->in[0] == y;
+    const kiln_ir_value *cv = n->in[*y_first ? 1 : 0];
+    const kiln_value *t = kiln_ir_constant(cv);
+    if (!t || cv->producer || t->kind != KILN_VALUE_TENSOR || t->dtype != KILN_DTYPE_FLOAT32 || t->rank > R)
+        return NULL;
+    int ci = 1 - (R - t->rank); /* the channel axis in t, aligned right */
+    for (int i = 0; i < t->rank; i++)
+        if (t->dims[i] != 1 && (i != ci || t->dims[i] != M)) return NULL;
+    *step = t->numel == 1 ? 0 : 1;
+    return t->data;
+}
+
+/* Folds Mul/Div/Add/Sub node n, reading Conv conv's output by a per-channel constant, into conv. */
+static kiln_status fold_affine(kiln_graph *g, kiln_node *conv, kiln_node *n, bool *done, kiln_err *err)
+{
+    *done = false;
+    const kiln_ir_value *wv = conv->in[1];
+    const kiln_value *W = kiln_ir_constant(wv);
+    if (!W || wv->producer || W->kind != KILN_VALUE_TENSOR || W->dtype != KILN_DTYPE_FLOAT32 || W->rank < 3 ||
+        !W->dims[0])
+        return KILN_OK;
+    int64_t M = W->dims[0], per = W->numel / M, step;
+    bool y_first;
+    const float *c = channel_const(n, conv->out[0], W->rank, M, &step, &y_first);
+    const float *bias = conv->n_in > 2 && conv->in[2] ? param(conv, 2, M) : NULL;
+    bool mul = !strcmp(n->op_type, "Mul"), div = !strcmp(n->op_type, "Div"), sub = !strcmp(n->op_type, "Sub");
+    /* c / y and c - y are not affine in the Conv's weights the same way */
+    if (!c || (conv->n_in > 2 && conv->in[2] && !bias) || ((div || sub) && !y_first)) return KILN_OK;
+    kiln_value *W2 = NULL, *B2;
+    if ((mul || div) && kiln_tensor_new(KILN_DTYPE_FLOAT32, W->rank, W->dims, &W2, err)) return err->code;
+    if (kiln_tensor_new(KILN_DTYPE_FLOAT32, 1, &M, &B2, err)) {
+        kiln_value_free(W2);
+        return err->code;
+    }
+    for (int64_t m = 0; m < M; m++) {
+        float k = c[m * step], b = bias ? bias[m] : 0.0f;
+        if (mul || div) {
+            for (int64_t i = 0; i < per; i++) {
+                float w = ((const float *)W->data)[m * per + i];
+                ((float *)W2->data)[m * per + i] = div ? w / k : w * k;
+            }
+            ((float *)B2->data)[m] = div ? b / k : b * k;
+        } else ((float *)B2->data)[m] = sub ? b - k : b + k;
+    }
+    char name[512];
+    kiln_ir_value *wn = conv->in[1];
+    if (W2) {
+        snprintf(name, sizeof name, "%s/%s_folded_W", conv->name, n->op_type);
+        if (!(wn = constant(g, name, W2, err))) {
+            kiln_value_free(B2);
+            return err->code;
+        }
+    }
+    snprintf(name, sizeof name, "%s/%s_folded_B", conv->name, n->op_type);
+    kiln_ir_value *bnv = constant(g, name, B2, err);
+    if (!bnv) return err->code;
+    kiln_ir_value *in[3] = {conv->in[0], wn, bnv};
+    KILN_TRY(kiln_node_set_inputs(conv, 3, in, err));
+    kiln_ir_value *y = n->out[0];
+    kiln_node_unlink(n);
+    kiln_node_set_output(conv, 0, y);
+    *done = true;
+    return KILN_OK;
+}
+
 kiln_status kiln_pass_fold_conv_bn(kiln_graph *g, int *folded, kiln_err *err)
 {
     *folded = 0;
@@ -83,6 +158,16 @@ kiln_status kiln_pass_fold_conv_bn(kiln_graph *g, int *folded, kiln_err *err)
             if (conv && conv->graph == g && !strcmp(conv->op_type, "Conv") && !*conv->domain && conv->n_out == 1 &&
                 conv->out[0] == bn->in[0] && conv->n_in >= 2 && kiln_ir_value_only_reader(bn->in[0]) == bn)
                 KILN_TRY(fold(g, conv, bn, &done, err));
+        } else if (!*bn->domain && bn->n_out == 1 && bn->out[0] && bn->n_in == 2 &&
+                   (!strcmp(bn->op_type, "Mul") || !strcmp(bn->op_type, "Div") || !strcmp(bn->op_type, "Add") ||
+                    !strcmp(bn->op_type, "Sub"))) {
+            for (int side = 0; side < 2 && !done; side++) {
+                kiln_ir_value *y = bn->in[side];
+                kiln_node *conv = y ? y->producer : NULL;
+                if (conv && conv->graph == g && !strcmp(conv->op_type, "Conv") && !*conv->domain && conv->n_out == 1 &&
+                    conv->out[0] == y && conv->n_in >= 2 && !y->is_output && kiln_ir_value_only_reader(y) == bn)
+                    KILN_TRY(fold_affine(g, conv, bn, &done, err));
+            }
         }
         if (done) {
             (*folded)++;

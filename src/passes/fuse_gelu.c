@@ -1,10 +1,12 @@
 /* fuse_gelu.c - Gelu written out as element-wise ops (as PyTorch exports it) becomes one ONNX
- * Gelu node (opset 20), which the CPU provider runs in one pass over memory:
+ * Gelu node (opset 20), and HardSwish written out (as paddle2onnx exports it) one HardSwish node
+ * (opset 14), which the CPU provider runs in one pass over memory or in a Conv's epilogue:
  *
  *   exact:  x * 0.5 * (1 + Erf(x / sqrt 2))            (Div by sqrt 2 or Mul by 1 / sqrt 2)
  *   tanh:   x * 0.5 * (1 + Tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))   (x^3: Pow(x, 3), x*x*x)
+ *   HardSwish: x * Clip(x + 3, 0, 6) / 6                (Div by 6 or Mul by 1 / 6)
  *
- * with the products x * 0.5 * s (s the 1 + ... term) in any association and operand order.
+ * with the Gelu products x * 0.5 * s (s the 1 + ... term) in any association and operand order.
  * Constants are float32 scalars checked to a relative 1e-4; x and every intermediate are float32
  * and the intermediates have no other reader. CPU sessions only. */
 #include <math.h>
@@ -156,28 +158,82 @@ static kiln_status fuse(kiln_graph *g, kiln_node *e, bool tanh_form, bool *done,
     return KILN_OK;
 }
 
+/* The two bounds of Clip node c when both are float32 constants (inputs from opset 11, else
+ * attributes); false otherwise. */
+static bool clip_bounds(const kiln_node *c, double *lo, double *hi)
+{
+    if (c->opset < 11) {
+        *lo = kiln_attr_float(c, "min", -INFINITY), *hi = kiln_attr_float(c, "max", INFINITY);
+        return true;
+    }
+    for (int i = 1; i < 3; i++) {
+        const kiln_ir_value *v = c->n_in > i ? c->in[i] : NULL;
+        const kiln_value *t = v ? kiln_ir_constant(v) : NULL;
+        if (!t || v->producer || t->kind != KILN_VALUE_TENSOR || t->dtype != KILN_DTYPE_FLOAT32 || t->numel != 1)
+            return false;
+        *(i == 1 ? lo : hi) = *(const float *)t->data;
+    }
+    return true;
+}
+
+/* HardSwish written out: Div(Mul(x, Clip(Add(x, 3), 0, 6)), 6) (paddle2onnx's form; Mul either
+ * order, Mul by 1/6 for the Div). Tries the pattern around Clip node c; on a match rewrites the
+ * node producing the result into HardSwish and sets *done. */
+static kiln_status fuse_hardswish(kiln_graph *g, kiln_node *c, bool *done, kiln_err *err)
+{
+    *done = false;
+    double lo = 0.0, hi = 0.0;
+    if (c->n_out != 1 || !c->in[0] || !c->out[0] || !clip_bounds(c, &lo, &hi) || lo != 0.0 || hi != 6.0 ||
+        !single_use(g, c->in[0]))
+        return KILN_OK;
+    kiln_node *add = producer(g, c->in[0], "Add");
+    if (!add || add->n_in != 2) return KILN_OK;
+    int r = c->in[0]->type.rank;
+    kiln_ir_value *x = is_const(add->in[1], 3.0, r) ? add->in[0] : is_const(add->in[0], 3.0, r) ? add->in[1] : NULL;
+    if (!kiln_ir_is_f32(x) || x->type.rank != r || r < 0) return KILN_OK;
+    kiln_node *m = only_reader(g, c->out[0], "Mul");
+    if (!m || other(m, c->out[0]) != x) return KILN_OK;
+    kiln_node *target = only_reader(g, m->out[0], "Div");
+    if (target ? !is_const(target->in[1], 6.0, r) || target->in[0] != m->out[0]
+               : !mul_by(target = only_reader(g, m->out[0], "Mul"), 1.0 / 6.0, r))
+        return KILN_OK;
+    if (!kiln_ir_is_f32(target->out[0]) || target->out[0]->type.rank != r || !kiln_op_lookup("", "HardSwish", 14))
+        return KILN_OK;
+    KILN_TRY(kiln_node_set_inputs(target, 1, &x, err));
+    target->op_type = "HardSwish";
+    target->domain = "";
+    target->opset = 14;
+    target->attrs = NULL;
+    target->n_attrs = 0;
+    KILN_TRY(kiln_node_bind(target, err));
+    *done = true;
+    return KILN_OK;
+}
+
 kiln_status kiln_pass_fuse_gelu(kiln_graph *g, int *fused, kiln_err *err)
 {
     *fused = 0;
     bool any = false;
     for (int k = 0; k < g->n_nodes && !any; k++)
-        any = !*g->nodes[k]->domain && (!strcmp(g->nodes[k]->op_type, "Erf") || !strcmp(g->nodes[k]->op_type, "Tanh"));
+        any = !*g->nodes[k]->domain && (!strcmp(g->nodes[k]->op_type, "Erf") || !strcmp(g->nodes[k]->op_type, "Tanh") ||
+                                        !strcmp(g->nodes[k]->op_type, "Clip"));
     if (!any) return KILN_OK;
     bool *candidate = kiln_arena_calloc(&g->model->arena, (size_t)g->n_nodes + 1, sizeof *candidate);
     if (!candidate) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
     int n0 = g->n_nodes;
     for (int k = 0; k < n0; k++) {
         kiln_node *n = g->nodes[k];
-        static const char *const pure[] = {"Mul", "Div", "Add", "Erf", "Tanh", "Pow"};
+        static const char *const pure[] = {"Mul", "Div", "Add", "Erf", "Tanh", "Pow", "Clip"};
         for (size_t i = 0; i < sizeof pure / sizeof *pure; i++)
             candidate[k] = candidate[k] || (!*n->domain && !strcmp(n->op_type, pure[i]));
     }
     for (int k = 0; k < n0; k++) {
         kiln_node *n = g->nodes[k];
-        bool erf = !strcmp(n->op_type, "Erf"), tanh_form = !strcmp(n->op_type, "Tanh");
-        if (*n->domain || (!erf && !tanh_form)) continue;
+        bool erf = !strcmp(n->op_type, "Erf"), tanh_form = !strcmp(n->op_type, "Tanh"), clip = !strcmp(n->op_type, "Clip");
+        if (*n->domain || (!erf && !tanh_form && !clip)) continue;
         bool done;
-        KILN_TRY(fuse(g, n, tanh_form, &done, err));
+        if (clip) KILN_TRY(fuse_hardswish(g, n, &done, err));
+        else KILN_TRY(fuse(g, n, tanh_form, &done, err));
         *fused += done;
     }
     if (!*fused) return KILN_OK;

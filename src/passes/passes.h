@@ -16,8 +16,9 @@
 kiln_status kiln_pass_fold_constants(kiln_graph *g, int *folded, kiln_err *err);
 
 /* Folds an inference-mode BatchNormalization that is the only reader of a Conv's output, with
- * constant float32 weights and statistics, into that Conv's weights and bias; the Conv then
- * produces the BatchNormalization's output. *folded receives the count. */
+ * constant float32 weights and statistics, into that Conv's weights and bias, and likewise a Mul,
+ * Div, Add or Sub of the Conv's output by a constant per output channel; the Conv then produces
+ * the folded node's output. *folded receives the count. */
 kiln_status kiln_pass_fold_conv_bn(kiln_graph *g, int *folded, kiln_err *err);
 
 /* Fuses an activation (Relu, Clip with constant bounds, Sigmoid, HardSigmoid, HardSwish,
@@ -43,7 +44,8 @@ kiln_status kiln_pass_fuse_attention(kiln_graph *g, int *fused, kiln_err *err);
 
 /* Gelu written out as x * 0.5 * (1 + Erf(x / sqrt 2)), or with the tanh approximation, in any
  * association (float32, constants to a relative 1e-4, intermediates read by nothing else)
- * becomes one Gelu node (opset 20) (fuse_gelu.c). CPU sessions only. *fused receives the count. */
+ * becomes one Gelu node (opset 20), and x * Clip(x + 3, 0, 6) / 6 one HardSwish (opset 14)
+ * (fuse_gelu.c). CPU sessions only. *fused receives the count. */
 kiln_status kiln_pass_fuse_gelu(kiln_graph *g, int *fused, kiln_err *err);
 
 /* A float32 constant bias [N] added to the output of a MatMul by constant weights [K, N] (the

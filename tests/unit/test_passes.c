@@ -215,6 +215,69 @@ static void test_fold_conv_bn(void)
     free(b.buf);
 }
 
+/* Conv -> Mul(scalar) -> Add([1, M, 1, 1]) -> Div(scalar): paddle2onnx's learnt affine after a
+ * Conv (Mul with the constant first) folds into the Conv; Sub(c, Conv) (not y - c) stays. */
+static void test_fold_conv_affine(void)
+{
+    mg_model *m = mg_new(13);
+    int64_t x[4] = {1, 4, 6, 6}, w[4] = {8, 4, 3, 3}, c[4] = {1, 8, 1, 1};
+    mg_input(m, "X", FLOAT, 4, x, NULL);
+    init(m, "W", 4, w);
+    init(m, "B", 1, (int64_t[]){8});
+    init(m, "shift", 4, c);
+    scalar(m, "k", 1.7f);
+    scalar(m, "d", -2.5f);
+    mg_node(m, "Conv", "", (const char *[]){"X", "W", "B", NULL}, (const char *[]){"C", NULL});
+    mg_node(m, "Mul", "", (const char *[]){"k", "C", NULL}, (const char *[]){"m", NULL});
+    mg_node(m, "Add", "", (const char *[]){"m", "shift", NULL}, (const char *[]){"a", NULL});
+    mg_node(m, "Div", "", (const char *[]){"a", "d", NULL}, (const char *[]){"q", NULL});
+    mg_node(m, "Sub", "", (const char *[]){"k", "q", NULL}, (const char *[]){"Y", NULL});
+    mg_output(m, "Y");
+    built b = finish(m);
+    kiln_model *md = load(&b);
+    CHECK(md && run_pass(md, &P_CONV_BN) == 3);
+    if (md) {
+        const kiln_graph *g = md->graph;
+        CHECK(g->n_nodes == 2 && count_op(g, "", "Conv") == 1 && count_op(g, "", "Sub") == 1);
+        const kiln_node *conv = g->nodes[0];
+        CHECK(conv->n_in == 3 && conv->in[2]->init && !strcmp(conv->out[0]->name, "q"));
+    }
+    kiln_model_free(md);
+    int ranks[] = {4};
+    int64_t dims[][4] = {{1, 4, 6, 6}};
+    CHECK(session_diff(&b, 1, X_ONLY, ranks, dims) <= 1e-4);
+    free(b.buf);
+}
+
+/* x * Clip(x + 3, 0, 6) / 6 -> HardSwish(x) */
+static void test_fuse_hardswish(void)
+{
+    mg_model *m = mg_new(13);
+    int64_t x[2] = {3, 7};
+    mg_input(m, "X", FLOAT, 2, x, NULL);
+    scalar(m, "three", 3.0f);
+    scalar(m, "zero", 0.0f);
+    scalar(m, "six", 6.0f);
+    mg_node(m, "Add", "", (const char *[]){"X", "three", NULL}, (const char *[]){"a", NULL});
+    mg_node(m, "Clip", "", (const char *[]){"a", "zero", "six", NULL}, (const char *[]){"c", NULL});
+    mg_node(m, "Mul", "", (const char *[]){"c", "X", NULL}, (const char *[]){"p", NULL});
+    mg_node(m, "Div", "", (const char *[]){"p", "six", NULL}, (const char *[]){"Y", NULL});
+    mg_output(m, "Y");
+    built b = finish(m);
+    kiln_model *md = load(&b);
+    CHECK(md && run_pass(md, &P_GELU) == 1);
+    if (md) {
+        kiln_node *h = find_op(md->graph, "", "HardSwish");
+        CHECK(md->graph->n_nodes == 1 && h && h->n_in == 1 && !strcmp(h->in[0]->name, "X") && h->op);
+        CHECK(h && !strcmp(h->out[0]->name, "Y"));
+    }
+    kiln_model_free(md);
+    int ranks[] = {2};
+    int64_t dims[][4] = {{3, 7}};
+    CHECK(session_diff(&b, 1, X_ONLY, ranks, dims) <= 1e-5);
+    free(b.buf);
+}
+
 /* Conv(X, W, B) -> Add(R) -> act: the ResNet block tail; act NULL for none. */
 static built conv_add_act(const char *act, bool extra_reader)
 {
@@ -538,6 +601,8 @@ int main(void)
 {
     test_fold_constants();
     test_fold_conv_bn();
+    test_fold_conv_affine();
+    test_fuse_hardswish();
     test_fuse_residual();
     test_fuse_activation_conv();
     test_adopt_ms_fused_conv();
