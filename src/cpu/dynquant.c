@@ -142,81 +142,78 @@ bool kiln_cpu_range_f32(kiln_threadpool *pool, const float *x, int64_t n, float 
 
 /* ---- quantization: rint(x / scale) + zp, saturated; a division, as the reference ---- */
 
-static void quantize_c(const float *x, int64_t n, float scale, int32_t zp, uint8_t *y)
-{
-    for (int64_t i = 0; i < n; i++) y[i] = kiln_dynquant_one(x[i], scale, zp);
-}
-
-#if HAVE_X86
-__attribute__((target("avx2"))) static void quantize_avx2(const float *x, int64_t n, float scale, int32_t zp,
-                                                          uint8_t *y)
-{
-    const __m256 vs = _mm256_set1_ps(scale), vz = _mm256_set1_ps((float)zp), v0 = _mm256_setzero_ps(),
-                 v255 = _mm256_set1_ps(255.0f);
-    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        __m256i q[4];
-        for (int k = 0; k < 4; k++) {
-            __m256 v = _mm256_div_ps(_mm256_loadu_ps(x + i + 8 * k), vs);
-            v = _mm256_add_ps(_mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), vz);
-            q[k] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(v, v0), v255));
-        }
-        /* in-lane packs interleave the 128-bit halves; the permutation restores the order */
-        __m256i w = _mm256_packus_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
-        _mm256_storeu_si256((__m256i *)(y + i), _mm256_permutevar8x32_epi32(w, order));
-    }
-    quantize_c(x + i, n - i, scale, zp, y + i);
-}
-
-__attribute__((target("avx512f"))) static void quantize_avx512(const float *x, int64_t n, float scale, int32_t zp,
-                                                               uint8_t *y)
-{
-    const __m512 vs = _mm512_set1_ps(scale), vz = _mm512_set1_ps((float)zp), v0 = _mm512_setzero_ps(),
-                 v255 = _mm512_set1_ps(255.0f);
-    for (int64_t i = 0; i < n; i += 16) {
-        __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
-        __m512 v = _mm512_div_ps(_mm512_maskz_loadu_ps(m, x + i), vs);
-        v = _mm512_add_ps(_mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), vz);
-        v = _mm512_min_ps(_mm512_max_ps(v, v0), v255);
-        _mm512_mask_cvtepi32_storeu_epi8(y + i, m, _mm512_cvtps_epi32(v));
-    }
-}
-#endif
-
-static void quantize_one(const float *x, int64_t n, float scale, int32_t zp, uint8_t *y)
-{
-#if HAVE_X86
-    switch (detect()) {
-    case LEVEL_AVX512: quantize_avx512(x, n, scale, zp, y); return;
-    case LEVEL_AVX2: quantize_avx2(x, n, scale, zp, y); return;
-    default: break;
-    }
-#endif
-    quantize_c(x, n, scale, zp, y);
-}
-
 typedef struct quant_job {
     const float *x;
     int64_t n;
-    float scale;
-    int32_t zp;
+    float scale, zp, lo, hi; /* lo, hi: the output range */
+    bool y_signed;
     uint8_t *y;
 } quant_job;
+
+static void quantize_c(const quant_job *j, int64_t i0, int64_t i1)
+{
+    for (int64_t i = i0; i < i1; i++) {
+        float q = rintf(j->x[i] / j->scale) + j->zp;
+        q = fminf(j->hi, fmaxf(j->lo, q));
+        j->y[i] = j->y_signed ? (uint8_t)(int8_t)q : (uint8_t)q;
+    }
+}
+
+#if HAVE_X86
+__attribute__((target("avx2"))) static void quantize_avx2(const quant_job *j, int64_t i0, int64_t i1)
+{
+    const __m256 vs = _mm256_set1_ps(j->scale), vz = _mm256_set1_ps(j->zp), vlo = _mm256_set1_ps(j->lo),
+                 vhi = _mm256_set1_ps(j->hi);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    int64_t i = i0;
+    for (; i + 32 <= i1; i += 32) {
+        __m256i q[4];
+        for (int k = 0; k < 4; k++) {
+            __m256 v = _mm256_div_ps(_mm256_loadu_ps(j->x + i + 8 * k), vs);
+            v = _mm256_add_ps(_mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), vz);
+            q[k] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(v, vlo), vhi));
+        }
+        /* in range already, so the saturating packs are exact; in-lane packs interleave the
+         * 128-bit halves and the permutation restores the order */
+        __m256i w16a = _mm256_packs_epi32(q[0], q[1]), w16b = _mm256_packs_epi32(q[2], q[3]);
+        __m256i w = j->y_signed ? _mm256_packs_epi16(w16a, w16b) : _mm256_packus_epi16(w16a, w16b);
+        _mm256_storeu_si256((__m256i *)(j->y + i), _mm256_permutevar8x32_epi32(w, order));
+    }
+    quantize_c(j, i, i1);
+}
+
+__attribute__((target("avx512f"))) static void quantize_avx512(const quant_job *j, int64_t i0, int64_t i1)
+{
+    const __m512 vs = _mm512_set1_ps(j->scale), vz = _mm512_set1_ps(j->zp), vlo = _mm512_set1_ps(j->lo),
+                 vhi = _mm512_set1_ps(j->hi);
+    for (int64_t i = i0; i < i1; i += 16) {
+        __mmask16 m = i1 - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (i1 - i)) - 1);
+        __m512 v = _mm512_div_ps(_mm512_maskz_loadu_ps(m, j->x + i), vs);
+        v = _mm512_add_ps(_mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), vz);
+        v = _mm512_min_ps(_mm512_max_ps(v, vlo), vhi);
+        _mm512_mask_cvtepi32_storeu_epi8(j->y + i, m, _mm512_cvtps_epi32(v));
+    }
+}
+#endif
 
 static void quant_chunks(void *ctx, int64_t begin, int64_t end)
 {
     const quant_job *j = ctx;
-    int64_t i = begin * CHUNK, e = end * CHUNK < j->n ? end * CHUNK : j->n;
-    quantize_one(j->x + i, e - i, j->scale, j->zp, j->y + i);
+    int64_t i0 = begin * CHUNK, i1 = end * CHUNK < j->n ? end * CHUNK : j->n;
+#if HAVE_X86
+    switch (detect()) {
+    case LEVEL_AVX512: quantize_avx512(j, i0, i1); return;
+    case LEVEL_AVX2: quantize_avx2(j, i0, i1); return;
+    default: break;
+    }
+#endif
+    quantize_c(j, i0, i1);
 }
 
-void kiln_cpu_quantize_u8(kiln_threadpool *pool, const float *x, int64_t n, float scale, int32_t zp, uint8_t *y)
+void kiln_cpu_quantize(kiln_threadpool *pool, const float *x, int64_t n, float scale, int32_t zp, bool y_signed,
+                       void *y)
 {
-    if (n <= CHUNK || kiln_threadpool_size(pool) < 2) {
-        quantize_one(x, n, scale, zp, y);
-        return;
-    }
-    quant_job j = {x, n, scale, zp, y};
-    kiln_threadpool_parallel_for(pool, (n + CHUNK - 1) / CHUNK, quant_chunks, &j);
+    quant_job j = {.x = x, .n = n, .scale = scale, .zp = (float)zp, .lo = y_signed ? -128.0f : 0.0f,
+                   .hi = y_signed ? 127.0f : 255.0f, .y_signed = y_signed, .y = y};
+    kiln_threadpool_parallel_for(n <= CHUNK ? NULL : pool, (n + CHUNK - 1) / CHUNK, quant_chunks, &j);
 }

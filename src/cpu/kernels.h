@@ -49,6 +49,13 @@ extern const kiln_cpu_kernel_table kiln_cpu_kernels_ew, kiln_cpu_kernels_norm, k
 /* Elements per parallel chunk of a streaming loop. */
 #define KILN_CPU_CHUNK 4096
 
+/* On a function whose loops are written for the auto-vectoriser, which -O2 leaves off under GCC. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define KILN_VECTORIZE __attribute__((optimize("O3")))
+#else
+#define KILN_VECTORIZE
+#endif
+
 /* softmax(scale Q K^T + mask) V in float32 over strided views, as the Attention kernel runs it
  * (kernels_attn.c): element (b, h, i, 0) of Q at q + b*q_b + h*q_h + i*q_s, d contiguous; K and V
  * likewise by kv head h / (Hq / Hkv); Y likewise; mask NULL or additive, row (b, h, i) at

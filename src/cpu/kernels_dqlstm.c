@@ -76,7 +76,7 @@ static kiln_status qmul(const kiln_qgemm_ctx *ctx, const float *A, int64_t M, in
         for (int64_t i = 0; i < M * K; i++) mn = fminf(mn, A[i]), mx = fmaxf(mx, A[i]);
     }
     kiln_dynquant_params(mn, mx, as, &az);
-    kiln_cpu_quantize_u8(ctx->pool, A, M * K, *as, az, qa);
+    kiln_cpu_quantize(ctx->pool, A, M * K, *as, az, false, qa);
     kiln_qgemm_args a = {.M = M, .N = G, .K = K, .A = qa, .lda = K, .a_signed = false, .a_zp = az, .pb = pb,
                          .b_zp = bz, .n_bzp = G, .C = acc, .ldc = G};
     return kiln_qgemm(ctx, &a);

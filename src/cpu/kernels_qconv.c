@@ -27,13 +27,6 @@
 #define HAVE_X86 1
 #endif
 
-/* The byte loops below are written for the auto-vectoriser, which -O2 leaves off under GCC. */
-#if defined(__GNUC__) && !defined(__clang__)
-#define VECTORIZE __attribute__((optimize("O3")))
-#else
-#define VECTORIZE
-#endif
-
 enum {
     CHUNK_A_BYTES = 1 << 20, /* im2col rows built per GEMM call, about */
     EP_ROWS = 64,            /* rows of a tile requantized at once before the transposed store */
@@ -226,7 +219,7 @@ static void im2col_rows(void *ctx, int64_t begin, int64_t end)
 
 /* Rows [begin, end) of the transpose of the [K, P] planes at x (from pixel p0): a [rows, K]. The
  * im2col of a pointwise convolution, and the NHWC copy (xt) the others' im2col reads. */
-VECTORIZE static void transpose_rows(void *ctx, int64_t begin, int64_t end)
+KILN_VECTORIZE static void transpose_rows(void *ctx, int64_t begin, int64_t end)
 {
     const im2col_job *j = ctx;
     int64_t P = j->q->H * j->q->W, K = j->K;
@@ -271,7 +264,7 @@ static void tap_range(const qgeom *q, int64_t kx, int64_t *lo, int64_t *hi)
             for (int64_t o = a; o < b; o++) acc[o - o0] += ((int32_t)xs[o * q->sw + base] - j->xzp) * w;               \
     } while (0)
 
-VECTORIZE static void direct_planes(void *ctx, int64_t begin, int64_t end)
+KILN_VECTORIZE static void direct_planes(void *ctx, int64_t begin, int64_t end)
 {
     const direct_job *j = ctx;
     const qgeom *q = j->q;

@@ -1,68 +1,24 @@
 /* kernels_qdq.c - what QDQ graphs run besides the int8 GEMM once fuse_qdq.c has rewritten them:
  * per-tensor QuantizeLinear of float32 into uint8 / int8 (ORT's order: x / scale, rounded half to
- * even, plus the zero point, saturated; vectorised where the CPU has AVX-512) and 2-D MaxPool on
+ * even, plus the zero point, saturated: dynquant.h's pass) and 2-D MaxPool on
  * 8-bit values (no Indices). Every case not covered runs the reference. */
 #include <math.h>
 #include <string.h>
 
 #include "core/threadpool.h"
+#include "cpu/dynquant.h"
 #include "cpu/kernels.h"
 #include "ops/nn_internal.h"
 #include "ops/util.h"
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-#define HAVE_X86 1
-#endif
-
-/* The byte loops below are written for the auto-vectoriser, which -O2 leaves off under GCC. */
-#if defined(__GNUC__) && !defined(__clang__)
-#define VECTORIZE __attribute__((optimize("O3")))
-#else
-#define VECTORIZE
-#endif
-
-enum { QCHUNK = 1 << 14 }; /* elements per piece of the threaded loop */
-
 static bool is_8bit(kiln_dtype dt) { return dt == KILN_DTYPE_UINT8 || dt == KILN_DTYPE_INT8; }
 
-typedef struct quant_job {
-    const float *x;
-    uint8_t *y;
-    int64_t n;
-    float scale, zp, lo, hi; /* lo, hi: the output range */
-} quant_job;
-
-#if HAVE_X86
-__attribute__((target("avx512f"))) static void quant_avx512(const quant_job *j, int64_t i0, int64_t i1)
+/* Whether some x is NaN (QuantizeLinear's NaN rule is the reference's) */
+KILN_VECTORIZE static bool has_nan(const float *x, int64_t n)
 {
-    __m512 vs = _mm512_set1_ps(j->scale), vz = _mm512_set1_ps(j->zp), vlo = _mm512_set1_ps(j->lo),
-           vhi = _mm512_set1_ps(j->hi);
-    for (int64_t i = i0; i < i1; i += 16) {
-        __mmask16 m = i1 - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (i1 - i)) - 1);
-        __m512 v = _mm512_div_ps(_mm512_maskz_loadu_ps(m, j->x + i), vs);
-        v = _mm512_add_ps(_mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), vz);
-        v = _mm512_min_ps(_mm512_max_ps(v, vlo), vhi);
-        _mm512_mask_cvtepi32_storeu_epi8(j->y + i, m, _mm512_cvtps_epi32(v));
-    }
-}
-#endif
-
-static void quant_range(void *ctx, int64_t begin, int64_t end)
-{
-    const quant_job *j = ctx;
-    int64_t i0 = begin * QCHUNK, i1 = end * QCHUNK < j->n ? end * QCHUNK : j->n;
-#if HAVE_X86
-    if (__builtin_cpu_supports("avx512f")) {
-        quant_avx512(j, i0, i1);
-        return;
-    }
-#endif
-    for (int64_t i = i0; i < i1; i++) {
-        float v = rintf(j->x[i] / j->scale) + j->zp;
-        v = fminf(fmaxf(v, j->lo), j->hi);
-        j->y[i] = (uint8_t)(int32_t)v;
-    }
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++) bad |= x[i] != x[i];
+    return bad;
 }
 
 static kiln_status quantize_run(kiln_run_ctx *c)
@@ -73,15 +29,10 @@ static kiln_status quantize_run(kiln_run_ctx *c)
         s->numel != 1 || !zp || zp->numel != 1 || zp->dtype != Y->dtype || X->numel != Y->numel ||
         kiln_attr_int(kiln_run_node(c), "saturate", 1) != 1)
         return kiln_cpu_reference(c);
-    quant_job j = {.x = X->data, .y = Y->data, .n = X->numel, .scale = ((const float *)s->data)[0],
-                   .zp = (float)kiln_load_i64(zp->dtype, zp->data, 0), .lo = Y->dtype == KILN_DTYPE_INT8 ? -128.0f : 0.0f,
-                   .hi = Y->dtype == KILN_DTYPE_INT8 ? 127.0f : 255.0f};
-    if (!(j.scale > 0.0f) || isinf(j.scale)) return kiln_cpu_reference(c);
-    int64_t bad = 0;
-    for (int64_t i = 0; i < j.n; i++) bad |= j.x[i] != j.x[i]; /* NaN: the reference's rule */
-    if (bad) return kiln_cpu_reference(c);
-    kiln_threadpool_parallel_for(j.n > 4 * QCHUNK ? kiln_run_threadpool(c) : NULL, (j.n + QCHUNK - 1) / QCHUNK,
-                                 quant_range, &j);
+    float scale = ((const float *)s->data)[0];
+    if (!(scale > 0.0f) || isinf(scale) || has_nan(X->data, X->numel)) return kiln_cpu_reference(c);
+    kiln_cpu_quantize(kiln_run_threadpool(c), X->data, X->numel, scale, (int32_t)kiln_load_i64(zp->dtype, zp->data, 0),
+                      Y->dtype == KILN_DTYPE_INT8, Y->data);
     return KILN_OK;
 }
 
@@ -95,7 +46,7 @@ typedef struct pool_job {
     int64_t H, W, oh, ow;
 } pool_job;
 
-VECTORIZE static void pool_planes(void *ctx, int64_t begin, int64_t end)
+KILN_VECTORIZE static void pool_planes(void *ctx, int64_t begin, int64_t end)
 {
     const pool_job *j = ctx;
     const kiln_nn_geom *g = j->g;

@@ -38,7 +38,7 @@ static kiln_status dynquant_run(kiln_run_ctx *c)
     /* the reference's formula (cast_quant.c), step by step */
     float scale = (mx == mn ? 1.0f : mx - mn) / 255.0f;
     float zp = rintf(fminf(255.0f, fmaxf(0.0f, 0.0f - mn / scale)));
-    kiln_cpu_quantize_u8(pool, X->data, X->numel, scale, (int32_t)zp, Y->data);
+    kiln_cpu_quantize(pool, X->data, X->numel, scale, (int32_t)zp, false, Y->data);
     if (ys) ((float *)ys->data)[0] = scale;
     if (yzp) ((uint8_t *)yzp->data)[0] = (uint8_t)zp;
     return KILN_OK;
@@ -206,7 +206,7 @@ static kiln_status dynamic_quantize_matmul_run(kiln_run_ctx *c)
         kiln_scratch_put(s, a);
         return kiln_cpu_reference(c);
     }
-    kiln_cpu_quantize_u8(pool, A->data, A->numel, scale, zp, a);
+    kiln_cpu_quantize(pool, A->data, A->numel, scale, zp, false, a);
     t.as = scale;
     kiln_status st = qmm_run(c, &q, Y->data, to_float_tile, &t);
     kiln_scratch_put(s, a);
@@ -285,6 +285,32 @@ static kiln_status cast_i32_f32_run(kiln_run_ctx *c)
 
 /* DequantizeLinear of 8-bit x with one scale (float32) and zero point: y = (x - zp) * scale in
  * float32, which is the reference's double product rounded once (both are exact before it). */
+typedef struct dequant_job {
+    const void *x;
+    float *y;
+    int64_t n;
+    int32_t zp;
+    float scale;
+    bool x_signed;
+} dequant_job;
+
+enum { DQ_CHUNK = 1 << 15 };
+
+KILN_VECTORIZE static void dequant_chunks(void *ctx, int64_t begin, int64_t end)
+{
+    const dequant_job *j = ctx;
+    int64_t i0 = begin * DQ_CHUNK, i1 = end * DQ_CHUNK < j->n ? end * DQ_CHUNK : j->n;
+    float *y = j->y, scale = j->scale;
+    int32_t z = j->zp;
+    if (j->x_signed) {
+        const int8_t *x = j->x;
+        for (int64_t i = i0; i < i1; i++) y[i] = (float)((int32_t)x[i] - z) * scale;
+    } else {
+        const uint8_t *x = j->x;
+        for (int64_t i = i0; i < i1; i++) y[i] = (float)((int32_t)x[i] - z) * scale;
+    }
+}
+
 static kiln_status dequant_run(kiln_run_ctx *c)
 {
     const kiln_value *X = kiln_run_in(c, 0), *s = kiln_run_in(c, 1), *zp = kiln_run_in(c, 2);
@@ -293,15 +319,10 @@ static kiln_status dequant_run(kiln_run_ctx *c)
     if (!Y || !is_8bit(X->dtype) || Y->dtype != KILN_DTYPE_FLOAT32 || !s || s->dtype != KILN_DTYPE_FLOAT32 ||
         s->numel != 1 || !scalar_zp(zp, X->dtype, &z) || X->numel != Y->numel)
         return kiln_cpu_reference(c);
-    float scale = ((const float *)s->data)[0];
-    float *y = Y->data;
-    if (X->dtype == KILN_DTYPE_UINT8) {
-        const uint8_t *x = X->data;
-        for (int64_t i = 0; i < X->numel; i++) y[i] = (float)((int32_t)x[i] - z) * scale;
-    } else {
-        const int8_t *x = X->data;
-        for (int64_t i = 0; i < X->numel; i++) y[i] = (float)((int32_t)x[i] - z) * scale;
-    }
+    dequant_job j = {.x = X->data, .y = Y->data, .n = X->numel, .zp = z, .scale = ((const float *)s->data)[0],
+                     .x_signed = X->dtype == KILN_DTYPE_INT8};
+    kiln_threadpool_parallel_for(j.n <= DQ_CHUNK ? NULL : kiln_run_threadpool(c), (j.n + DQ_CHUNK - 1) / DQ_CHUNK,
+                                 dequant_chunks, &j);
     return KILN_OK;
 }
 
