@@ -8,8 +8,9 @@
  * and the tile epilogue writes C transposed into Y (NCHW): int32 for ConvInteger; for QLinearConv
  * the bias added to the int32 sum, then ORT's requantization (multiplier x_scale * w_scale[m] /
  * y_scale in float32, float(sum) times it, clamped to the output range less y's zero point,
- * rounded half to even, plus the zero point). Depthwise-like groups (one input channel each) run
- * a direct loop instead. A fed W, 3-D and larger convolutions and malformed parameters run the
+ * rounded half to even, plus the zero point). Depthwise convolutions (group = C = M) run the
+ * float depthwise kernel on exact integer values, other groups of one input channel a direct
+ * loop. A fed W, 3-D and larger convolutions and malformed parameters run the
  * reference, which reports what is wrong. */
 #include <math.h>
 #include <stdlib.h>
@@ -100,9 +101,13 @@ typedef struct qconv_out {
 
 static inline float clampf(float v, float lo, float hi) { return v < lo ? lo : v > hi ? hi : v; }
 
+/* rint of the clamped product by adding and taking away 1.5 * 2^23 (round half to even, as rintf,
+ * for |v| < 2^22: the range is at most 2 * 255 wide), which needs no SSE4.1 or libm call */
 static inline uint8_t requant_one(int32_t acc, float mult, float lo, float hi, int32_t zp)
 {
-    return (uint8_t)(int32_t)(rintf(clampf((float)acc * mult, lo, hi)) + (float)zp);
+    const float magic = 12582912.0f; /* IEEE rules keep the compiler from folding the two away */
+    float v = clampf((float)acc * mult, lo, hi);
+    return (uint8_t)(int32_t)((v + magic) - magic + (float)zp);
 }
 
 /* t[i][j] = requant(c[i][j] + bias[j]) for i < m, j < n (t's row stride n). */
@@ -134,6 +139,20 @@ __attribute__((target("avx512f"))) static void requant_rows_avx512(const int32_t
             __m512 f = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(v), vm), vlo), vhi);
             _mm512_mask_cvtepi32_storeu_epi8(t + i * n + j, k, _mm512_add_epi32(_mm512_cvtps_epi32(f), vz));
         }
+    }
+}
+
+/* requant_plane's loop with AVX-512, the same float32 operations as requant_one */
+__attribute__((target("avx512f"))) static void requant_plane_avx512(const float *yf, int64_t n, uint32_t bias, float mult,
+                                                                    float lo, float hi, int32_t zp, uint8_t *y)
+{
+    __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi), vm = _mm512_set1_ps(mult);
+    __m512i vz = _mm512_set1_epi32(zp), vb = _mm512_set1_epi32((int32_t)bias);
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        __m512i v = _mm512_add_epi32(_mm512_cvttps_epi32(_mm512_maskz_loadu_ps(k, yf + i)), vb);
+        __m512 f = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(v), vm), vlo), vhi);
+        _mm512_mask_cvtepi32_storeu_epi8(y + i, k, _mm512_add_epi32(_mm512_cvtps_epi32(f), vz));
     }
 }
 #endif
@@ -319,8 +338,10 @@ static bool scalar_zp(const kiln_value *zp, kiln_dtype dt, int32_t *v)
 
 static bool scalar_f32(const kiln_value *v) { return v && v->dtype == KILN_DTYPE_FLOAT32 && v->numel == 1; }
 
-/* X, W and attributes as a qgeom; false when the fast path does not cover them. */
-static bool geometry(const kiln_node *n, const kiln_value *X, const kiln_value *W, const kiln_value *Y, qgeom *q)
+/* X, W and attributes as a qgeom (and the resolved kiln_nn_geom g); false when the fast path
+ * does not cover them. */
+static bool geometry(const kiln_node *n, const kiln_value *X, const kiln_value *W, const kiln_value *Y, qgeom *q,
+                     kiln_nn_geom *gp)
 {
     if (X->rank != W->rank || (X->rank != 3 && X->rank != 4) || !Y || Y->rank != X->rank) return false;
     int nsp = X->rank - 2;
@@ -330,6 +351,7 @@ static bool geometry(const kiln_node *n, const kiln_value *X, const kiln_value *
     memcpy(g.kernel, W->dims + 2, (size_t)nsp * sizeof(int64_t));
     int64_t od[KILN_MAX_RANK];
     if (!kiln_nn_geom_resolve(&g, X->dims + 2, od)) return false;
+    *gp = g;
     memset(q, 0, sizeof *q);
     q->N = X->dims[0], q->C = X->dims[1], q->M = W->dims[0];
     q->group = kiln_attr_int(n, "group", 1);
@@ -347,6 +369,90 @@ static bool geometry(const kiln_node *n, const kiln_value *X, const kiln_value *
     return true;
 }
 
+/* Depthwise in float32, exactly: with a = x - x_zp and b = w - w_zp (each of magnitude below
+ * 256), every partial sum of at most 64 products is an integer below 2^24, so the float kernel
+ * (kiln_cpu_conv_depthwise) computes the int32 sums the int8 definition asks for, bit for bit;
+ * then the bias and the requantization (or the int32 store) per plane. */
+typedef struct dwf_job {
+    const qgeom *q;
+    const uint8_t *x;
+    bool x_signed;
+    int32_t xzp;
+    float *xf;           /* [N * C, H * W] */
+    const float *yf;     /* [N * M, P] */
+    const qconv_out *o;
+} dwf_job;
+
+KILN_VECTORIZE static void dwf_in(void *ctx, int64_t begin, int64_t end)
+{
+    const dwf_job *j = ctx;
+    int64_t hw = j->q->H * j->q->W;
+    for (int64_t i = begin * hw; i < end * hw; i++)
+        j->xf[i] = (float)((j->x_signed ? (int32_t)(int8_t)j->x[i] : (int32_t)j->x[i]) - j->xzp);
+}
+
+/* y[i] = requant_one((int32) yf[i] + bias, mult, lo, hi, zp) for i < n (yf integral) */
+static void requant_plane(const float *yf, int64_t n, uint32_t bias, float mult, float lo, float hi, int32_t zp,
+                          uint8_t *y)
+{
+    int64_t i = 0;
+#if HAVE_X86
+    if (__builtin_cpu_supports("avx512f")) {
+        requant_plane_avx512(yf, n, bias, mult, lo, hi, zp, y);
+        return;
+    }
+#endif
+    for (; i < n; i++) y[i] = requant_one((int32_t)((uint32_t)(int32_t)yf[i] + bias), mult, lo, hi, zp);
+}
+
+KILN_VECTORIZE static void dwf_out(void *ctx, int64_t begin, int64_t end)
+{
+    const dwf_job *j = ctx;
+    const qconv_out *o = j->o;
+    int64_t P = j->q->oh * j->q->ow;
+    float lo = (float)(o->lo - o->yzp), hi = (float)(o->hi - o->yzp);
+    for (int64_t t = begin; t < end; t++) {
+        int64_t m = t % j->q->M;
+        const float *yf = j->yf + t * P;
+        if (!o->qlinear) {
+            for (int64_t i = 0; i < P; i++) o->y32[t * P + i] = (int32_t)yf[i];
+            continue;
+        }
+        requant_plane(yf, P, o->bias ? (uint32_t)o->bias[m] : 0, o->mult[m], lo, hi, o->yzp, o->y8 + t * P);
+    }
+}
+
+static kiln_status depthwise_float(kiln_run_ctx *c, const qgeom *q, const kiln_nn_geom *g, const kiln_value *X,
+                                   const kiln_value *W, int32_t xz, const int32_t *wz, const qconv_out *o_in)
+{
+    kiln_scratch *scr = kiln_run_scratch(c);
+    int64_t kk = q->kh * q->kw, P = q->oh * q->ow, planes = q->N * q->C;
+    float *xf = kiln_scratch_get(scr, (size_t)(planes * q->H * q->W + 1) * sizeof(float));
+    float *yf = kiln_scratch_get(scr, (size_t)(planes * P + 1) * sizeof(float));
+    float *wf = kiln_scratch_get(scr, (size_t)(q->C * kk + 1) * sizeof(float));
+    kiln_status rc = KILN_OK;
+    if (!xf || !yf || !wf) {
+        rc = kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory for a depthwise convolution");
+        goto out;
+    }
+    bool ws = W->dtype == KILN_DTYPE_INT8;
+    for (int64_t m = 0; m < q->C; m++)
+        for (int64_t i = 0; i < kk; i++) wf[m * kk + i] = (float)(ld8(W->data, m * kk + i, ws) - wz[m]);
+    qconv_out o = *o_in;
+    o.y32 = kiln_run_out(c, 0)->data, o.y8 = kiln_run_out(c, 0)->data;
+    dwf_job j = {.q = q, .x = X->data, .x_signed = X->dtype == KILN_DTYPE_INT8, .xzp = xz, .xf = xf, .yf = yf, .o = &o};
+    kiln_threadpool *pool = planes * q->H * q->W < (1 << 15) ? NULL : kiln_run_threadpool(c);
+    kiln_threadpool_parallel_for(pool, planes, dwf_in, &j);
+    static const kiln_act none = {.kind = KILN_ACT_NONE};
+    if ((rc = kiln_cpu_conv_depthwise(c, g, xf, wf, NULL, &none, yf, q->N, q->C, q->H, q->W, q->oh, q->ow))) goto out;
+    kiln_threadpool_parallel_for(planes * P < (1 << 15) ? NULL : kiln_run_threadpool(c), planes, dwf_out, &j);
+out:
+    kiln_scratch_put(scr, xf);
+    kiln_scratch_put(scr, yf);
+    kiln_scratch_put(scr, wf);
+    return rc;
+}
+
 static kiln_status qconv_run(kiln_run_ctx *c, bool qlinear)
 {
     const kiln_node *nd = kiln_run_node(c);
@@ -355,8 +461,9 @@ static kiln_status qconv_run(kiln_run_ctx *c, bool qlinear)
     const kiln_value *xzp = kiln_run_in(c, 2), *wzp = kiln_run_in(c, qlinear ? 5 : 3);
     kiln_value *Y = kiln_run_out(c, 0);
     qgeom q;
+    kiln_nn_geom geom;
     int32_t xz, yz = 0;
-    if (!Y || !is_8bit(X->dtype) || !is_8bit(W->dtype) || !geometry(nd, X, W, Y, &q) ||
+    if (!Y || !is_8bit(X->dtype) || !is_8bit(W->dtype) || !geometry(nd, X, W, Y, &q, &geom) ||
         !scalar_zp(xzp, X->dtype, &xz) || (wzp && (wzp->dtype != W->dtype || (wzp->numel != 1 && wzp->numel != q.M))))
         return kiln_cpu_reference(c);
     const kiln_value *xs = NULL, *ws = NULL, *ys = NULL, *B = NULL;
@@ -391,6 +498,10 @@ static kiln_status qconv_run(kiln_run_ctx *c, bool qlinear)
                    .lo = Y->dtype == KILN_DTYPE_INT8 ? -128 : 0, .hi = Y->dtype == KILN_DTYPE_INT8 ? 127 : 255};
     kiln_threadpool *pool = kiln_run_threadpool(c);
     kiln_status rc = KILN_OK;
+    if (direct && q.group == q.C && q.M == q.C && X->rank == 4) {
+        rc = depthwise_float(c, &q, &geom, X, W, xz, wz, &o);
+        goto done;
+    }
     if (direct) {
         direct_job j = {.q = &q, .x = X->data, .w = W->data, .x_signed = X->dtype == KILN_DTYPE_INT8,
                         .w_signed = W->dtype == KILN_DTYPE_INT8, .xzp = xz, .wzp = wz, .o = o};
@@ -450,7 +561,7 @@ static kiln_status qconv_run(kiln_run_ctx *c, bool qlinear)
     }
 done:
     kiln_scratch_put(scr, wz);
-    return KILN_OK;
+    return rc;
 }
 
 static kiln_status conv_integer_run(kiln_run_ctx *c) { return qconv_run(c, false); }
