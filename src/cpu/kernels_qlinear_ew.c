@@ -2,7 +2,8 @@
  * src/ops/contrib_qlinear.c, has ORT's float steps) for the shapes quantize_static writes: B the
  * shape of A, a scalar, or A's trailing dims (a bias), and A a scalar against a full B. The same
  * float32 operations in the same order as the reference, so the same integers; the per-operand
- * terms come from 256-entry tables, rows spread over the pool from 64K elements. Other broadcasts
+ * terms from 256-entry tables (computed again, never fused, on AVX-512), rows spread over the pool
+ * from 64K elements. Other broadcasts
  * take the reference kernel. */
 #include <math.h>
 #include <string.h>
@@ -32,30 +33,95 @@ typedef struct qew_job {
     int64_t n, bn;
     bool mul, is_signed, scalar;
     int lo, hi, za, zb, zc;
-    float rmul, t_const;
-    float ta[256], tb[256]; /* per-code terms, indexed by the byte */
+    float rmul, t_const, rac, rbc, fixed;
+    float ta[256], tb[256]; /* per-code terms, indexed by the byte: fixed + code * rac, code * rbc */
+    int64_t row;            /* elements per parallel piece: B's count when it cycles */
+    bool avx512;
 } qew_job;
 
 static inline int code(bool sg, uint8_t byte) { return sg ? (int8_t)byte : byte; }
 
-static void qew_range(void *ctx, int64_t i0, int64_t i1)
+/* round half to even by adding and taking away 1.5 * 2^23, after clamping to one past the output
+ * range (which keeps |v| < 2^22 and the final clamp's result): no libm lrintf call */
+static inline int round_clamped(float v, int lo, int hi)
 {
-    const qew_job *j = ctx;
+    const float magic = 12582912.0f;
+    v = v < (float)(lo - 1) ? (float)(lo - 1) : v > (float)(hi + 1) ? (float)(hi + 1) : v;
+    int q = (int)((v + magic) - magic);
+    return q < lo ? lo : q > hi ? hi : q;
+}
+
+/* c[i] for i in [0, n) from a[i] and b[i] (b[0] when bs is 0) */
+static void qew_span(const qew_job *j, const uint8_t *a, const uint8_t *b, int bs, uint8_t *c, int64_t n)
+{
     float a_lo = (float)(j->lo - j->zc), a_hi = (float)(j->hi - j->zc);
-    for (int64_t i = i0; i < i1; i++) {
-        uint8_t ab = j->a[i], bb = j->b[j->bn == 1 ? 0 : i % j->bn];
-        long q;
+    for (int64_t i = 0; i < n; i++) {
+        uint8_t ab = a[i], bb = b[bs * i];
+        int r;
         if (j->mul) {
             float v = (float)(code(j->is_signed, ab) - j->za) * (float)(code(j->is_signed, bb) - j->zb) * j->rmul;
             v = v < a_lo ? a_lo : v;
             v = v > a_hi ? a_hi : v;
-            q = lrintf(v) + j->zc;
+            r = round_clamped(v, j->lo - j->zc, j->hi - j->zc) + j->zc;
         } else {
-            float v = j->scalar ? j->t_const + j->ta[ab] : j->ta[ab] + j->tb[bb];
-            q = lrintf(v);
+            r = round_clamped(j->scalar ? j->t_const + j->ta[ab] : j->ta[ab] + j->tb[bb], j->lo, j->hi);
         }
-        int r = q < j->lo ? j->lo : q > j->hi ? j->hi : (int)q;
-        j->c[i] = (uint8_t)(j->is_signed ? (uint8_t)(int8_t)r : (uint8_t)r);
+        c[i] = (uint8_t)(j->is_signed ? (uint8_t)(int8_t)r : (uint8_t)r);
+    }
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define HAVE_X86 1
+/* qew_span with AVX-512: the same float32 operations (multiplies and adds, never fused) */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void qew_span_avx512(const qew_job *j, const uint8_t *a, const uint8_t *b,
+                                                               int bs, uint8_t *c, int64_t n)
+{
+    const __m512 a_lo = _mm512_set1_ps((float)(j->lo - j->zc)), a_hi = _mm512_set1_ps((float)(j->hi - j->zc));
+    const __m512i lo = _mm512_set1_epi32(j->lo), hi = _mm512_set1_epi32(j->hi), zc = _mm512_set1_epi32(j->zc);
+    const __m512i za = _mm512_set1_epi32(j->za), zb = _mm512_set1_epi32(j->zb);
+    const __m512 rmul = _mm512_set1_ps(j->rmul), rac = _mm512_set1_ps(j->rac), rbc = _mm512_set1_ps(j->rbc);
+    const __m512 fixed = _mm512_set1_ps(j->fixed), tconst = _mm512_set1_ps(j->t_const);
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        __m128i ab = _mm_maskz_loadu_epi8(k, a + i);
+        __m128i bb = bs ? _mm_maskz_loadu_epi8(k, b + i) : _mm_set1_epi8((char)b[0]);
+        __m512i ai = j->is_signed ? _mm512_cvtepi8_epi32(ab) : _mm512_cvtepu8_epi32(ab);
+        __m512i bi = j->is_signed ? _mm512_cvtepi8_epi32(bb) : _mm512_cvtepu8_epi32(bb);
+        __m512i q;
+        if (j->mul) {
+            __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(ai, za)), _mm512_cvtepi32_ps(_mm512_sub_epi32(bi, zb)));
+            v = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(v, rmul), a_lo), a_hi);
+            q = _mm512_add_epi32(_mm512_cvtps_epi32(v), zc);
+        } else {
+            __m512 ta = _mm512_mul_ps(_mm512_cvtepi32_ps(ai), rac);
+            __m512 v = j->scalar ? _mm512_add_ps(tconst, ta)
+                                 : _mm512_add_ps(_mm512_add_ps(fixed, ta), _mm512_mul_ps(_mm512_cvtepi32_ps(bi), rbc));
+            /* clamped to one past the range first: cvtps2dq of a huge value would wrap */
+            v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps((float)(j->lo - 1))), _mm512_set1_ps((float)(j->hi + 1)));
+            q = _mm512_cvtps_epi32(v);
+        }
+        q = _mm512_min_epi32(_mm512_max_epi32(q, lo), hi);
+        _mm512_mask_cvtepi32_storeu_epi8(c + i, k, q);
+    }
+}
+#endif
+
+static void qew_range(void *ctx, int64_t r0, int64_t r1)
+{
+    const qew_job *j = ctx;
+    /* rows of bn elements when B cycles, else chunks of ROW elements against B's own */
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i = r * j->row, n = j->n - i < j->row ? j->n - i : j->row;
+        const uint8_t *b = j->bn == 1 ? j->b : j->bn == j->n ? j->b + i : j->b;
+        int bs = j->bn == 1 ? 0 : 1;
+#if HAVE_X86
+        if (j->avx512) {
+            qew_span_avx512(j, j->a + i, b, bs, j->c + i, n);
+            continue;
+        }
+#endif
+        qew_span(j, j->a + i, b, bs, j->c + i, n);
     }
 }
 
@@ -107,7 +173,14 @@ static kiln_status qew_run(kiln_run_ctx *c)
         j->tb[byte] = v * rbc;
     }
     if (j->scalar) j->t_const = fixed + (float)code(j->is_signed, j->b[0]) * rbc;
-    kiln_threadpool_parallel_for(C->numel < (1 << 16) ? NULL : kiln_run_threadpool(c), C->numel, qew_range, j);
+    j->rac = rac, j->rbc = rbc, j->fixed = fixed;
+    j->row = j->bn == 1 || j->bn == j->n ? 4096 : j->bn;
+#if HAVE_X86
+    j->avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                __builtin_cpu_supports("avx512vl");
+#endif
+    kiln_threadpool_parallel_for(C->numel < (1 << 16) ? NULL : kiln_run_threadpool(c), (j->n + j->row - 1) / j->row,
+                                 qew_range, j);
     return KILN_OK;
 }
 
