@@ -49,6 +49,22 @@ extern const kiln_cpu_kernel_table kiln_cpu_kernels_ew, kiln_cpu_kernels_norm, k
 /* Elements per parallel chunk of a streaming loop. */
 #define KILN_CPU_CHUNK 4096
 
+/* rint(v) (round half to even) for |v| < 2^22, by adding and taking away 1.5 * 2^23: no SSE4.1 or
+ * libm call, so requantization loops stay inline (IEEE rules keep the compiler from folding the
+ * two away). */
+static inline float kiln_rint_small(float v)
+{
+    const float magic = 12582912.0f;
+    return (v + magic) - magic;
+}
+
+/* min(max(v, lo), hi) as fminf(fmaxf(v, lo), hi) computes it (NaN gives lo), inline */
+static inline float kiln_clampf(float v, float lo, float hi)
+{
+    v = v > lo ? v : lo;
+    return v < hi ? v : hi;
+}
+
 /* On a function whose loops are written for the auto-vectoriser, which -O2 leaves off under GCC. */
 #if defined(__GNUC__) && !defined(__clang__)
 #define KILN_VECTORIZE __attribute__((optimize("O3")))

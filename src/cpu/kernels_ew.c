@@ -8,6 +8,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "cpu/bcast.h"
 #include "cpu/gemm.h"
 #include "cpu/kernels.h"
 #include "core/threadpool.h"
@@ -71,11 +72,8 @@ typedef enum bin_form {
     FORM_SCALAR, /* small: one value */
     FORM_TRAIL,  /* small: `inner` values, Y's trailing dims, repeated along the leading ones */
     FORM_ROW,    /* small: one value per row of `inner` elements (Y's leading dims, then 1s) */
-    FORM_GENERAL, /* any broadcast (neither operand need be full): rows of `inner` elements of Y,
-                   * each operand either a row of its own or one value repeated along it */
+    FORM_GENERAL, /* any broadcast (neither operand need be full): Y's rows (bcast.h) */
 } bin_form;
-
-enum { BIN_MAX_RANK = 8 }; /* of the general form, after merging dims */
 
 typedef struct bin_job {
     bin_op op;
@@ -84,69 +82,29 @@ typedef struct bin_job {
     const float *a, *b;  /* A and B */
     float *y;            /* [numel] */
     int64_t numel, inner;
-    /* FORM_GENERAL: Y's merged dims (the last is `inner`) and each operand's element strides */
-    int rank;
-    int64_t dims[BIN_MAX_RANK], sa[BIN_MAX_RANK], sb[BIN_MAX_RANK];
-    int64_t rows, rows_per_chunk; /* numel / inner; rows per parallel chunk */
+    kiln_bcast_rows bc;          /* FORM_GENERAL's rows */
+    int64_t rows_per_chunk; /* FORM_GENERAL: rows per parallel chunk */
 } bin_job;
 
-/* rows [r0, r1) of the general form: each row's operand offsets from its index, then the row as
- * vector op vector, vector op value or value op vector */
+/* rows [r0, r1) of the general form, each as vector op vector, vector op value or value op vector */
 static void bin_general(const bin_job *j, int64_t r0, int64_t r1)
 {
-    int last = j->rank - 1;
-    int64_t L = j->inner;
+    const kiln_bcast_rows *bc = &j->bc;
+    int last = bc->rank - 1;
+    int64_t L = bc->inner;
     for (int64_t r = r0; r < r1; r++) {
-        int64_t oa = 0, ob = 0, q = r;
-        for (int d = last - 1; d >= 0; d--) {
-            int64_t i = q % j->dims[d];
-            q /= j->dims[d];
-            oa += i * j->sa[d], ob += i * j->sb[d];
-        }
+        int64_t oa, ob;
+        kiln_bcast_rows_at(bc, r, &oa, &ob);
         const float *a = j->a + oa, *b = j->b + ob;
         float *y = j->y + r * L;
-        if (j->sa[last] && j->sb[last]) bin_vv[j->op](a, b, y, L);
-        else if (j->sb[last]) bin_sv[j->op](a[0], b, y, L);
-        else if (j->sa[last]) bin_vs[j->op](a, b[0], y, L);
+        if (bc->sa[last] && bc->sb[last]) bin_vv[j->op](a, b, y, L);
+        else if (bc->sb[last]) bin_sv[j->op](a[0], b, y, L);
+        else if (bc->sa[last]) bin_vs[j->op](a, b[0], y, L);
         else {
             bin_vs[j->op](a, b[0], y, 1);
             for (int64_t k = 1; k < L; k++) y[k] = y[0];
         }
     }
-}
-
-/* Sets j up for the general form: Y's dims with 1s dropped and neighbours merged where both
- * operands step through them alike; false when more than BIN_MAX_RANK dims remain. */
-static bool bin_general_setup(bin_job *j, const kiln_value *A, const kiln_value *B, const kiln_value *Y)
-{
-    int64_t sa = 1, sb = 1; /* the operands' element strides at the current dim, innermost first */
-    int n = 0;
-    int64_t dims[BIN_MAX_RANK], as[BIN_MAX_RANK], bs[BIN_MAX_RANK]; /* innermost first */
-    for (int k = Y->rank - 1; k >= 0; k--) {
-        int64_t d = Y->dims[k];
-        if (d == 1) continue;
-        int ka = k - (Y->rank - A->rank), kb = k - (Y->rank - B->rank);
-        int64_t da = ka >= 0 ? A->dims[ka] : 1, db = kb >= 0 ? B->dims[kb] : 1;
-        int64_t xa = da == 1 ? 0 : sa, xb = db == 1 ? 0 : sb;
-        /* merge into the dim inside when both operands continue it (stride = inner stride * inner dim) */
-        if (n && (as[n - 1] ? xa == as[n - 1] * dims[n - 1] : xa == 0) &&
-            (bs[n - 1] ? xb == bs[n - 1] * dims[n - 1] : xb == 0))
-            dims[n - 1] *= d;
-        else {
-            if (n == BIN_MAX_RANK) return false;
-            dims[n] = d, as[n] = xa, bs[n] = xb, n++;
-        }
-        sa *= da, sb *= db;
-    }
-    if (!n) dims[0] = 1, as[0] = bs[0] = 0, n = 1;
-    j->rank = n;
-    for (int d = 0; d < n; d++) {
-        j->dims[d] = dims[n - 1 - d];
-        j->sa[d] = as[n - 1 - d];
-        j->sb[d] = bs[n - 1 - d];
-    }
-    j->inner = j->dims[n - 1];
-    return true;
 }
 
 static void bin_chunks(void *ctx, int64_t begin, int64_t end)
@@ -179,7 +137,7 @@ static void bin_chunks(void *ctx, int64_t begin, int64_t end)
         }
         break;
     case FORM_GENERAL: {
-        int64_t r1 = end * j->rows_per_chunk < j->rows ? end * j->rows_per_chunk : j->rows;
+        int64_t r1 = end * j->rows_per_chunk < j->bc.rows ? end * j->rows_per_chunk : j->bc.rows;
         bin_general(j, begin * j->rows_per_chunk, r1);
         break;
     }
@@ -235,11 +193,10 @@ static kiln_status bin_run(kiln_run_ctx *c, bin_op op)
     else classified = false;
     if (!classified) {
         j.form = FORM_GENERAL, j.small_a = false;
-        if (!bin_general_setup(&j, A, B, Y)) return kiln_cpu_reference(c);
+        if (!kiln_bcast_rows_setup(&j.bc, A, B, Y)) return kiln_cpu_reference(c);
         /* rows in chunks of about KILN_CPU_CHUNK elements */
-        j.rows = Y->numel / j.inner;
-        j.rows_per_chunk = KILN_CPU_CHUNK / j.inner > 1 ? KILN_CPU_CHUNK / j.inner : 1;
-        kiln_threadpool_parallel_for(kiln_run_threadpool(c), (j.rows + j.rows_per_chunk - 1) / j.rows_per_chunk,
+        j.rows_per_chunk = KILN_CPU_CHUNK / j.bc.inner > 1 ? KILN_CPU_CHUNK / j.bc.inner : 1;
+        kiln_threadpool_parallel_for(kiln_run_threadpool(c), (j.bc.rows + j.rows_per_chunk - 1) / j.rows_per_chunk,
                                      bin_chunks, &j);
         return KILN_OK;
     }

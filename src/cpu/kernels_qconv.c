@@ -99,15 +99,10 @@ typedef struct qconv_out {
     int32_t yzp, lo, hi;
 } qconv_out;
 
-static inline float clampf(float v, float lo, float hi) { return v < lo ? lo : v > hi ? hi : v; }
 
-/* rint of the clamped product by adding and taking away 1.5 * 2^23 (round half to even, as rintf,
- * for |v| < 2^22: the range is at most 2 * 255 wide), which needs no SSE4.1 or libm call */
 static inline uint8_t requant_one(int32_t acc, float mult, float lo, float hi, int32_t zp)
 {
-    const float magic = 12582912.0f; /* IEEE rules keep the compiler from folding the two away */
-    float v = clampf((float)acc * mult, lo, hi);
-    return (uint8_t)(int32_t)((v + magic) - magic + (float)zp);
+    return (uint8_t)(int32_t)(kiln_rint_small(kiln_clampf((float)acc * mult, lo, hi)) + (float)zp);
 }
 
 /* t[i][j] = requant(c[i][j] + bias[j]) for i < m, j < n (t's row stride n). */

@@ -1,14 +1,14 @@
 /* kernels_qlinear_ew.c - CPU kernels of com.microsoft QLinearAdd and QLinearMul (the reference,
- * src/ops/contrib_qlinear.c, has ORT's float steps) for the shapes quantize_static writes: B the
- * shape of A, a scalar, or A's trailing dims (a bias), and A a scalar against a full B. The same
+ * src/ops/contrib_qlinear.c, has ORT's float steps): B the shape of A, a scalar, or A's trailing
+ * dims (a bias), A a scalar against a full B, and any other broadcast row by row (bcast.h). The same
  * float32 operations in the same order as the reference, so the same integers; the per-operand
  * terms from 256-entry tables (computed again, never fused, on AVX-512), rows spread over the pool
- * from 64K elements. Other broadcasts
- * take the reference kernel. */
+ * from 64K elements. */
 #include <math.h>
 #include <string.h>
 
 #include "core/threadpool.h"
+#include "cpu/bcast.h"
 #include "cpu/kernels.h"
 
 static bool is_q8(kiln_dtype dt) { return dt == KILN_DTYPE_UINT8 || dt == KILN_DTYPE_INT8; }
@@ -36,27 +36,28 @@ typedef struct qew_job {
     float rmul, t_const, rac, rbc, fixed;
     float ta[256], tb[256]; /* per-code terms, indexed by the byte: fixed + code * rac, code * rbc */
     int64_t row;            /* elements per parallel piece: B's count when it cycles */
+    bool general;           /* any other broadcast: C's rows (bc) */
+    kiln_bcast_rows bc;
     bool avx512;
 } qew_job;
 
 static inline int code(bool sg, uint8_t byte) { return sg ? (int8_t)byte : byte; }
 
-/* round half to even by adding and taking away 1.5 * 2^23, after clamping to one past the output
- * range (which keeps |v| < 2^22 and the final clamp's result): no libm lrintf call */
+/* lrintf(v) clamped to [lo, hi]: v clamped to one past the range first (which keeps |v| < 2^22
+ * and the final clamp's result) */
 static inline int round_clamped(float v, int lo, int hi)
 {
-    const float magic = 12582912.0f;
     v = v < (float)(lo - 1) ? (float)(lo - 1) : v > (float)(hi + 1) ? (float)(hi + 1) : v;
-    int q = (int)((v + magic) - magic);
+    int q = (int)kiln_rint_small(v);
     return q < lo ? lo : q > hi ? hi : q;
 }
 
-/* c[i] for i in [0, n) from a[i] and b[i] (b[0] when bs is 0) */
-static void qew_span(const qew_job *j, const uint8_t *a, const uint8_t *b, int bs, uint8_t *c, int64_t n)
+/* c[i] for i in [0, n) from a[as * i] and b[bs * i] (strides 0 or 1) */
+static void qew_span(const qew_job *j, const uint8_t *a, int as, const uint8_t *b, int bs, uint8_t *c, int64_t n)
 {
     float a_lo = (float)(j->lo - j->zc), a_hi = (float)(j->hi - j->zc);
     for (int64_t i = 0; i < n; i++) {
-        uint8_t ab = a[i], bb = b[bs * i];
+        uint8_t ab = a[as * i], bb = b[bs * i];
         int r;
         if (j->mul) {
             float v = (float)(code(j->is_signed, ab) - j->za) * (float)(code(j->is_signed, bb) - j->zb) * j->rmul;
@@ -74,8 +75,9 @@ static void qew_span(const qew_job *j, const uint8_t *a, const uint8_t *b, int b
 #include <immintrin.h>
 #define HAVE_X86 1
 /* qew_span with AVX-512: the same float32 operations (multiplies and adds, never fused) */
-__attribute__((target("avx512f,avx512bw,avx512vl"))) static void qew_span_avx512(const qew_job *j, const uint8_t *a, const uint8_t *b,
-                                                               int bs, uint8_t *c, int64_t n)
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void qew_span_avx512(const qew_job *j, const uint8_t *a,
+                                                                                 int as, const uint8_t *b, int bs,
+                                                                                 uint8_t *c, int64_t n)
 {
     const __m512 a_lo = _mm512_set1_ps((float)(j->lo - j->zc)), a_hi = _mm512_set1_ps((float)(j->hi - j->zc));
     const __m512i lo = _mm512_set1_epi32(j->lo), hi = _mm512_set1_epi32(j->hi), zc = _mm512_set1_epi32(j->zc);
@@ -84,7 +86,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static void qew_span_avx512
     const __m512 fixed = _mm512_set1_ps(j->fixed), tconst = _mm512_set1_ps(j->t_const);
     for (int64_t i = 0; i < n; i += 16) {
         __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
-        __m128i ab = _mm_maskz_loadu_epi8(k, a + i);
+        __m128i ab = as ? _mm_maskz_loadu_epi8(k, a + i) : _mm_set1_epi8((char)a[0]);
         __m128i bb = bs ? _mm_maskz_loadu_epi8(k, b + i) : _mm_set1_epi8((char)b[0]);
         __m512i ai = j->is_signed ? _mm512_cvtepi8_epi32(ab) : _mm512_cvtepu8_epi32(ab);
         __m512i bi = j->is_signed ? _mm512_cvtepi8_epi32(bb) : _mm512_cvtepu8_epi32(bb);
@@ -110,18 +112,27 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static void qew_span_avx512
 static void qew_range(void *ctx, int64_t r0, int64_t r1)
 {
     const qew_job *j = ctx;
-    /* rows of bn elements when B cycles, else chunks of ROW elements against B's own */
+    int last = j->bc.rank - 1;
     for (int64_t r = r0; r < r1; r++) {
-        int64_t i = r * j->row, n = j->n - i < j->row ? j->n - i : j->row;
-        const uint8_t *b = j->bn == 1 ? j->b : j->bn == j->n ? j->b + i : j->b;
-        int bs = j->bn == 1 ? 0 : 1;
+        const uint8_t *a, *b;
+        int as = 1, bs;
+        int64_t i, n;
+        if (j->general) { /* C's rows, each operand a row of its own or one value */
+            int64_t oa, ob;
+            kiln_bcast_rows_at(&j->bc, r, &oa, &ob);
+            i = r * j->bc.inner, n = j->bc.inner;
+            a = j->a + oa, b = j->b + ob, as = j->bc.sa[last] != 0, bs = j->bc.sb[last] != 0;
+        } else { /* rows of bn elements when B cycles, else chunks of `row` elements against B's own */
+            i = r * j->row, n = j->n - i < j->row ? j->n - i : j->row;
+            a = j->a + i, b = j->bn == 1 ? j->b : j->bn == j->n ? j->b + i : j->b, bs = j->bn == 1 ? 0 : 1;
+        }
 #if HAVE_X86
         if (j->avx512) {
-            qew_span_avx512(j, j->a + i, b, bs, j->c + i, n);
+            qew_span_avx512(j, a, as, b, bs, j->c + i, n);
             continue;
         }
 #endif
-        qew_span(j, j->a + i, b, bs, j->c + i, n);
+        qew_span(j, a, as, b, bs, j->c + i, n);
     }
 }
 
@@ -147,12 +158,14 @@ static kiln_status qew_run(kiln_run_ctx *c)
     if (!B || B->dtype != dt || !is_q8(dt) || !qparams(kiln_run_in(c, 1), kiln_run_in(c, 2), dt, &sa, &za) ||
         !qparams(kiln_run_in(c, 4), kiln_run_in(c, 5), dt, &sb, &zb) || !qparams(kiln_run_in(c, 6), kiln_run_in(c, 7), dt, &sc, &zc))
         return n->op->run(c);
+    if (!C->numel) return KILN_OK;
     bool swap = A->numel == 1 && B->numel != 1;
     const kiln_value *full = swap ? B : A, *other = swap ? A : B;
-    if (full->numel != C->numel || !(other->numel == 1 || other->numel == C->numel || trailing(other, C)) || !C->numel)
-        return C->numel ? n->op->run(c) : KILN_OK;
     qew_job job, *j = &job; /* 2 KB of tables: on the stack */
     memset(j, 0, sizeof *j);
+    j->general = full->numel != C->numel || !(other->numel == 1 || other->numel == C->numel || trailing(other, C));
+    if (j->general && (A->numel == 1 || B->numel == 1 || !kiln_bcast_rows_setup(&j->bc, A, B, C)))
+        return n->op->run(c);
     j->a = full->data, j->b = other->data, j->c = C->data, j->n = C->numel, j->bn = other->numel;
     j->mul = !strcmp(n->op_type, "QLinearMul"), j->is_signed = dt == KILN_DTYPE_INT8;
     j->lo = j->is_signed ? -128 : 0, j->hi = j->is_signed ? 127 : 255, j->zc = zc;
@@ -179,8 +192,8 @@ static kiln_status qew_run(kiln_run_ctx *c)
     j->avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                 __builtin_cpu_supports("avx512vl");
 #endif
-    kiln_threadpool_parallel_for(C->numel < (1 << 16) ? NULL : kiln_run_threadpool(c), (j->n + j->row - 1) / j->row,
-                                 qew_range, j);
+    int64_t pieces = j->general ? j->bc.rows : (j->n + j->row - 1) / j->row;
+    kiln_threadpool_parallel_for(C->numel < (1 << 16) ? NULL : kiln_run_threadpool(c), pieces, qew_range, j);
     return KILN_OK;
 }
 

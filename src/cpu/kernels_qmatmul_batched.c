@@ -71,8 +71,7 @@ static kiln_status qmmb_run(kiln_run_ctx *c)
             uint8_t *out = y + (t * M + i) * N;
             for (int64_t j = 0; j < N; j++) {
                 float v = (float)acc[j] * mult;
-                v = fminf(fmaxf(v, lo), hi);
-                out[j] = (uint8_t)(int32_t)(rintf(v) + (float)zy);
+                out[j] = (uint8_t)(int32_t)(kiln_rint_small(kiln_clampf(v, lo, hi)) + (float)zy);
             }
         }
     }

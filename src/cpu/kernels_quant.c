@@ -234,8 +234,7 @@ static void requant_tile(void *ctx, int32_t *c, int64_t ldc, int64_t i0, int64_t
         for (int64_t j = 0; j < n; j++) {
             float mult = r->as * r->bs[r->bs_per_col ? j0 + j : 0] / r->ys;
             float v = (float)row[j] * mult;
-            v = fminf(fmaxf(v, lo), hi);
-            out[j] = (uint8_t)(int32_t)(rintf(v) + (float)r->yzp);
+            out[j] = (uint8_t)(int32_t)(kiln_rint_small(kiln_clampf(v, lo, hi)) + (float)r->yzp);
         }
     }
 }

@@ -70,7 +70,8 @@ def scale_zp(dt, tag, with_zp=True):
 
 
 def test_binary():
-    shapes = [((2, 3, 5), (2, 3, 5)), ((4, 17), (17,)), ((3, 1, 7), (1, 6, 1)), ((1,), (5, 33)), ((2, 9, 64), ())]
+    shapes = [((2, 3, 5), (2, 3, 5)), ((4, 17), (17,)), ((3, 1, 7), (1, 6, 1)), ((1,), (5, 33)), ((2, 9, 64), ()),
+              ((3, 4, 16, 37), (3, 1, 1, 37)), ((2, 1, 33), (2, 5, 1)), ((3, 4, 5), (4, 1))]  # any broadcast, row by row
     for op in ("QLinearAdd", "QLinearMul"):
         for dt in (np.uint8, np.int8):
             for with_zp in (True,):  # ORT's type inference refuses absent A/B zero points
