@@ -270,7 +270,7 @@ static kiln_status qlinear_matmul_run(kiln_run_ctx *c)
 
 /* Cast int32 -> float32, what follows each MatMulInteger in a dynamically quantized model
  * (round to nearest, as the reference's conversion). */
-static kiln_status cast_i32_f32_run(kiln_run_ctx *c)
+KILN_VECTORIZE static kiln_status cast_i32_f32_run(kiln_run_ctx *c)
 {
     const kiln_value *X = kiln_run_in(c, 0);
     kiln_value *Y = kiln_run_out(c, 0);
