@@ -86,6 +86,14 @@ static float zero_term(const uint8_t *zp, const float *sc, const float *cz, int6
 /* Scales of step z's lanes start at block base; fewer than 8 are left in the row's last steps. */
 static inline int64_t scales_left(int64_t nb, int64_t base) { return nb - base < 8 ? nb - base : 8; }
 
+/* What step z of a weight row prefetches: PF steps ahead, and in the last PF steps the start of
+ * the same row of the next strip (next bytes on), so a strip's first steps come from cache too.
+ * A prefetch past the weights is harmless: it never faults. */
+static inline const uint8_t *prefetch_at(const uint8_t *row, int64_t z, int64_t steps, int64_t next)
+{
+    return z + PF < steps ? row + 64 * (z + PF) : row + next + 64 * (z + PF - steps);
+}
+
 /* Weight row n's bytes of step z; the last partial step comes from a zero-padded copy. */
 static inline const uint8_t *step_bytes(const uint8_t *row, const uint8_t *tail, int64_t z, int64_t full)
 {
@@ -129,7 +137,7 @@ block_avx512vnni(const q8_job *j, const uint8_t *const *row, const uint8_t (*tai
                  __m512i idx, int64_t full, int64_t nt, int64_t nn, int64_t m0, const int MR)
 {
     const kiln_nbits_q8_w *w = j->w;
-    int64_t bs = w->block_size, ns = w->ns, steps = j->steps, nb = j->nb;
+    int64_t bs = w->block_size, ns = w->ns, steps = j->steps, nb = j->nb, rowb = nb * bs / 2;
     const __m512i m4 = _mm512_set1_epi8(15);
     __m512 acc[3][NT];
     for (int i = 0; i < MR; i++)
@@ -141,7 +149,7 @@ block_avx512vnni(const q8_job *j, const uint8_t *const *row, const uint8_t (*tai
         __mmask16 km = (__mmask16)((1u << scales_left(nb, base)) - 1);
 #pragma GCC unroll 4
         for (int r = 0; r < NT; r++) {
-            _mm_prefetch((const char *)(row[r] + 64 * (z + PF)), _MM_HINT_T0);
+            _mm_prefetch((const char *)prefetch_at(row[r], z, steps, NT * rowb), _MM_HINT_T0);
             __m512i x = _mm512_loadu_si512(step_bytes(row[r], tail[r], z, full));
             lo[r] = _mm512_and_si512(x, m4), hi[r] = _mm512_and_si512(_mm512_srli_epi16(x, 4), m4);
             /* a block of 128 or more spans the step: one scale for every lane */
@@ -263,7 +271,7 @@ static inline __attribute__((always_inline, target("avx2,fma"))) void cols_avx2_
 #pragma GCC unroll 4
                 for (int r = 0; r < NT; r++) {
                     const uint8_t *x = step_bytes(row[r], tail[r], z, full);
-                    _mm_prefetch((const char *)(row[r] + 64 * (z + PF)), _MM_HINT_T0);
+                    _mm_prefetch((const char *)prefetch_at(row[r], z, j->steps, NT * rowb), _MM_HINT_T0);
                     __m256i x0 = _mm256_loadu_si256((const __m256i *)x), x1 = _mm256_loadu_si256((const __m256i *)(x + 32));
                     __m256i p0 = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(x0, m4), al0),
                                                   _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(x0, 4), m4), ah0));
