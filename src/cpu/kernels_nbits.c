@@ -74,7 +74,17 @@ typedef struct gemv_job {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 /* Rows [n0, n1) of Y for every row of A, NT rows of B at a time (NT independent accumulator
  * chains: one chain is bound by the FMA latency); the NT rows' bytes stay in L1 across A's rows. */
-enum { NT = 4 };
+enum { NT = 4, PF_BYTES = 512 };
+
+/* Prefetches, for each of a strip's NT rows (row bytes each, the strip at `strip`), the line
+ * PF_BYTES past offset off, or past the row's end the same row of the next strip: rows of a
+ * short K make a strip one 4 KB page, where the hardware prefetchers stop. Never faults. */
+static inline void prefetch_strip(const uint8_t *strip, int64_t off, int64_t row)
+{
+    int64_t o = off + PF_BYTES;
+    const uint8_t *p = o < row ? strip + o : strip + NT * row + (o - row);
+    for (int r = 0; r < NT; r++) _mm_prefetch((const char *)(p + r * row), _MM_HINT_T0);
+}
 
 __attribute__((target("avx512f,avx512bw"))) static void gemv_rows_avx512(const gemv_job *j, int64_t n0, int64_t n1)
 {
@@ -95,6 +105,7 @@ __attribute__((target("avx512f,avx512bw"))) static void gemv_rows_avx512(const g
                 for (int r = 0; r < NT; r++) acc[r] = _mm512_setzero_ps();
                 const uint8_t *q = j->st->q + nt * row + blk * p->blob;
                 const float *a = am + blk * bs;
+                if (m == 0 && (blk * p->blob) % 64 < p->blob) prefetch_strip(j->st->q + nt * row, blk * p->blob, row);
                 if (p->bits == 4) {
                     /* 8 bytes broadcast to the 16 lanes as 64-bit words, lane i shifted right by
                      * 4 * (i / 2) within dword i % 2: lane i holds element perm4(i), the order
@@ -150,6 +161,7 @@ __attribute__((target("avx2,fma"))) static void gemv_rows_avx2(const gemv_job *j
                 for (int r = 0; r < NT; r++) acc[r] = _mm256_setzero_ps();
                 const uint8_t *q = j->st->q + nt * row + blk * p->blob;
                 const float *a = am + blk * bs;
+                if (m == 0 && (blk * p->blob) % 64 < p->blob) prefetch_strip(j->st->q + nt * row, blk * p->blob, row);
                 if (p->bits == 4) {
                     /* 4 bytes broadcast to the 8 lanes, lane i shifted right by 4 i: element i */
                     const __m256i sh = _mm256_set_epi32(28, 24, 20, 16, 12, 8, 4, 0), m4 = _mm256_set1_epi32(15);
