@@ -118,7 +118,9 @@ __attribute__((target("avx512f,avx512bw"))) static void gemv_rows_avx512(const g
                         __m512 av = _mm512_loadu_ps(a + u);
                         for (int r = 0; r < NT; r++) { /* rows past nn repeat row nn - 1 */
                             const uint8_t *qr = q + (r < nn ? r : nn - 1) * row + u / 2;
-                            __m512i x = _mm512_set1_epi64(*(const int64_t *)qr);
+                            int64_t q8;
+                            memcpy(&q8, qr, 8); /* rows of odd blobs are not 8-byte aligned */
+                            __m512i x = _mm512_set1_epi64(q8);
                             __m512 w = _mm512_permutexvar_ps(_mm512_srlv_epi32(x, sh), lut);
                             acc[r] = _mm512_fmadd_ps(w, av, acc[r]);
                         }

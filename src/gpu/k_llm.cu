@@ -58,6 +58,19 @@ __device__ __forceinline__ void nbits_block(const kiln_gpu_nbits &a, int64_t n, 
     }
 }
 
+/* Column n's sum of row m from K split blockIdx.y: into part, or with one split straight into Y
+ * (plus the bias), so that no finishing kernel runs. */
+template <typename T>
+__device__ __forceinline__ void store_sum(const kiln_gpu_nbits &a, int64_t m, int64_t n, float v, float *part)
+{
+    if (gridDim.y > 1) {
+        part[((int64_t)blockIdx.y * a.M + m) * a.N + n] = v;
+        return;
+    }
+    if (a.bias) v += kiln_to_f<T>(((const T *)a.bias)[n]);
+    ((T *)a.Y)[m * a.N + n] = kiln_from_f<T>(v);
+}
+
 /* grid (ceil(N / WARPS), splits): warp w of block x takes column n = x * WARPS + w and the
  * words [sp * per, (sp + 1) * per) of its packed row (per = ceil(words / splits)). Each word
  * holds 8 (4 bits) or 4 (8 bits) consecutive k of one block (blobs are multiples of 8 bytes). */
@@ -96,7 +109,7 @@ __global__ void nbits_gemv_kernel(kiln_gpu_nbits a, int64_t per, float *part)
     for (int m = 0; m < KILN_GPU_NBITS_GEMV_MAX_M; m++) {
         if (m >= a.M) break;
         float v = warp_sum(acc[m]);
-        if (lane == 0) part[((int64_t)blockIdx.y * a.M + m) * a.N + n] = v;
+        if (lane == 0) store_sum<T>(a, m, n, v, part);
     }
 }
 
@@ -168,7 +181,7 @@ __global__ void nbits_gemv4_kernel(kiln_gpu_nbits a, int bs_shift, int64_t per, 
     for (int m = 0; m < KILN_GPU_NBITS_GEMV_MAX_M; m++) {
         if (m >= a.M) break;
         float v = warp_sum(acc[m]);
-        if (lane == 0) part[((int64_t)blockIdx.y * a.M + m) * a.N + n] = v;
+        if (lane == 0) store_sum<T>(a, m, n, v, part);
     }
 }
 
@@ -237,7 +250,7 @@ extern "C" gpuError_t kiln_gpu_nbits_gemv(gpuStream_t s, const kiln_gpu_nbits *a
     else if (a->dtype == KILN_DTYPE_FLOAT16) nbits_gemv_kernel<kiln_gpu_half><<<grid, BLOCK, 0, s>>>(*a, per, part);
     else return bad_dtype();
     gpuError_t e = gpuGetLastError();
-    if (e != gpuSuccess) return e;
+    if (e != gpuSuccess || splits == 1) return e; /* one split wrote Y itself */
     unsigned nb = kiln_gpu_blocks(a->M * a->N, BLOCK);
     if (a->dtype == KILN_DTYPE_FLOAT32) nbits_finish_kernel<float><<<nb, BLOCK, 0, s>>>(*a, splits, part);
     else nbits_finish_kernel<kiln_gpu_half><<<nb, BLOCK, 0, s>>>(*a, splits, part);
@@ -526,7 +539,8 @@ __device__ __forceinline__ float rms_value(const T *x, const T *skip, int64_t sk
 {
     int64_t i = r * h + j;
     if (!skip) return kiln_to_f<T>(x[i]);
-    float v = kiln_to_f<T>(x[i]) + kiln_to_f<T>(skip[i % skip_n]);
+    /* a 64-bit modulo costs tens of instructions: only a skip broadcast over rows takes it */
+    float v = kiln_to_f<T>(x[i]) + kiln_to_f<T>(skip[i < skip_n ? i : i % skip_n]);
     if (bias) v += kiln_to_f<T>(bias[j]);
     return kiln_to_f<T>(kiln_from_f<T>(v));
 }
@@ -553,7 +567,7 @@ __global__ void rms_rows_kernel(const T *x, const T *skip, int64_t skip_n, const
         float iv = 1.0f / sqrtf(tot / (float)h + eps);
         for (int64_t j = threadIdx.x; j < h; j += BLOCK)
             y[r * h + j] = kiln_from_f<T>(rms_value<T>(x, skip, skip_n, bias, r, h, j) * iv *
-                                          kiln_to_f<T>(scale[j % scale_n]));
+                                          kiln_to_f<T>(scale[j < scale_n ? j : j % scale_n]));
         if (threadIdx.x == 0) {
             if (inv) inv[r] = iv;
             if (mean) mean[r] = 0.0f;

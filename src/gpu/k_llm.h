@@ -45,7 +45,7 @@ typedef struct kiln_gpu_nbits {
  * columns alone fill the device. Its float workspace is splits * M * N floats. */
 int kiln_gpu_nbits_splits(const kiln_gpu_nbits *a, int sm_count);
 /* a->M <= KILN_GPU_NBITS_GEMV_MAX_M: partial sums of each K split into part (float [splits, M,
- * N]), then Y = their sum + bias. */
+ * N]), then Y = their sum + bias; with one split the GEMV writes Y itself (part unused). */
 gpuError_t kiln_gpu_nbits_gemv(gpuStream_t s, const kiln_gpu_nbits *a, int splits, float *part);
 /* W [N, K] of a->dtype = dequant(B) (the cuBLAS path's weight). */
 gpuError_t kiln_gpu_nbits_dequant(gpuStream_t s, const kiln_gpu_nbits *a, void *W);
