@@ -1,4 +1,4 @@
-/* dynquant.c - dynamic uint8 quantization's range and quantization passes (dynquant.h). */
+/* dynquant.c - the range and quantize passes of dynamic quantization and QuantizeLinear (dynquant.h). */
 #include "cpu/dynquant.h"
 
 #include <math.h>
@@ -18,16 +18,11 @@ enum {
 
 typedef enum level { LEVEL_C, LEVEL_AVX2, LEVEL_AVX512 } level;
 
+/* kiln_gemm_level_detect reads the CPU's flags, once probed */
 static level detect(void)
 {
-    static int cached = -1; /* benign race: every thread computes the same value */
-    int l = __atomic_load_n(&cached, __ATOMIC_RELAXED);
-    if (l < 0) {
-        kiln_gemm_level g = kiln_gemm_level_detect();
-        l = g == KILN_GEMM_LEVEL_AVX512 ? LEVEL_AVX512 : g == KILN_GEMM_LEVEL_AVX2 ? LEVEL_AVX2 : LEVEL_C;
-        __atomic_store_n(&cached, l, __ATOMIC_RELAXED);
-    }
-    return (level)l;
+    kiln_gemm_level g = kiln_gemm_level_detect();
+    return g == KILN_GEMM_LEVEL_AVX512 ? LEVEL_AVX512 : g == KILN_GEMM_LEVEL_AVX2 ? LEVEL_AVX2 : LEVEL_C;
 }
 
 /* ---- range: lo/hi start at 0; *nan set when some value is NaN ---- */

@@ -141,7 +141,6 @@ static void bin_chunks(void *ctx, int64_t begin, int64_t end)
         bin_general(j, begin * j->rows_per_chunk, r1);
         break;
     }
-        break;
     }
 }
 

@@ -390,14 +390,13 @@ KILN_VECTORIZE static void dwf_in(void *ctx, int64_t begin, int64_t end)
 static void requant_plane(const float *yf, int64_t n, uint32_t bias, float mult, float lo, float hi, int32_t zp,
                           uint8_t *y)
 {
-    int64_t i = 0;
 #if HAVE_X86
     if (__builtin_cpu_supports("avx512f")) {
         requant_plane_avx512(yf, n, bias, mult, lo, hi, zp, y);
         return;
     }
 #endif
-    for (; i < n; i++) y[i] = requant_one((int32_t)((uint32_t)(int32_t)yf[i] + bias), mult, lo, hi, zp);
+    for (int64_t i = 0; i < n; i++) y[i] = requant_one((int32_t)((uint32_t)(int32_t)yf[i] + bias), mult, lo, hi, zp);
 }
 
 KILN_VECTORIZE static void dwf_out(void *ctx, int64_t begin, int64_t end)

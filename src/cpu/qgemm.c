@@ -211,18 +211,20 @@ void kiln_qgemm_packed_b_free(kiln_qgemm_packed_b *pb)
     free(pb);
 }
 
+/* The stored (signed) value of B's element (kk, j) in pb, packed for kernel k. */
+static int8_t packed_at(const kiln_qgemm_kernel *k, const kiln_qgemm_packed_b *pb, int64_t kk, int64_t j)
+{
+    const uint8_t *panel = pb->data + (j / k->nr) * pb->panel_bytes;
+    int64_t e = ((kk / k->kg) * k->nr + j % k->nr) * k->kg + kk % k->kg;
+    return k->esize == 1 ? ((const int8_t *)panel)[e] : (int8_t)((const int16_t *)panel)[e];
+}
+
 void kiln_qgemm_packed_b_unpack(const kiln_qgemm_packed_b *pb, void *B)
 {
     const kiln_qgemm_kernel *k = kernel_for(pb->level);
-    int nr = k->nr, kg = k->kg;
     uint8_t flip = pb->b_signed ? 0 : 0x80, *dst = B;
     for (int64_t kk = 0; kk < pb->K; kk++)
-        for (int64_t j = 0; j < pb->N; j++) {
-            const uint8_t *panel = pb->data + (j / nr) * pb->panel_bytes;
-            int64_t e = ((kk / kg) * nr + j % nr) * kg + kk % kg;
-            int8_t v = k->esize == 1 ? ((const int8_t *)panel)[e] : (int8_t)((const int16_t *)panel)[e];
-            dst[kk * pb->N + j] = (uint8_t)v ^ flip;
-        }
+        for (int64_t j = 0; j < pb->N; j++) dst[kk * pb->N + j] = (uint8_t)packed_at(k, pb, kk, j) ^ flip;
 }
 
 void kiln_qgemm_packed_b_shape(const kiln_qgemm_packed_b *pb, int64_t *K, int64_t *N, bool *b_signed)
@@ -276,17 +278,13 @@ static bool narrow(const kiln_qgemm_kernel *k, kiln_threadpool *pool, kiln_scrat
         int32_t zb = g->b_zp ? g->b_zp[g->n_bzp == 1 ? 0 : c] : 0;
         for (int64_t kk = 0; kk < K; kk++) {
             int32_t v;
-            if (pb) { /* the stored value is B shifted to signed (qgemm_internal.h) */
-                const uint8_t *panel = pb->data + (c / k->nr) * pb->panel_bytes;
-                int64_t e = ((kk / k->kg) * k->nr + c % k->nr) * k->kg + kk % k->kg;
-                v = k->esize == 1 ? ((const int8_t *)panel)[e] : ((const int16_t *)panel)[e];
-                if (!pb->b_signed) v += 128;
-            } else v = g->b_signed ? (int8_t)B[kk * g->ldb + c] : B[kk * g->ldb + c];
+            if (pb) /* the stored value is B shifted to signed (qgemm_internal.h) */
+                v = packed_at(k, pb, kk, c) + (pb->b_signed ? 0 : 128);
+            else v = g->b_signed ? (int8_t)B[kk * g->ldb + c] : B[kk * g->ldb + c];
             cols[c * K + kk] = (int16_t)(v - zb);
         }
     }
     dot_job j = {.k = k, .args = g, .cols = cols, .za = g->a_zp};
-    if ((double)g->M * (double)K * (double)N < (double)(1 << 20)) pool = NULL;
     kiln_threadpool_parallel_for(pool, (g->M + DOT_ROWS - 1) / DOT_ROWS, dot_chunks, &j);
     kiln_scratch_put(scratch, cols);
     *st = KILN_OK;
@@ -381,7 +379,7 @@ kiln_status kiln_qgemm(const kiln_qgemm_ctx *ctx, const kiln_qgemm_args *a)
     /* under about 1M multiply-adds (a few microseconds on one core) the pool costs more than it saves */
     if ((double)M * (double)N * (double)K < (double)(1 << 20)) pool = NULL;
     kiln_status narrow_st;
-    if (N <= DOT_MAX_N && narrow(k, ctx ? ctx->pool : NULL, scratch, &g, &narrow_st)) return narrow_st;
+    if (N <= DOT_MAX_N && narrow(k, pool, scratch, &g, &narrow_st)) return narrow_st;
     int threads = kiln_threadpool_size(pool);
 
     qjob j = {.k = k, .args = &g};

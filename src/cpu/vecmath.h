@@ -20,11 +20,6 @@ typedef uint32_t v4u __attribute__((vector_size(16)));
 #define VM_LANES 4
 #define VM(name) v4_##name
 #include "cpu/vecmath_body.h"
-#undef VF
-#undef VI
-#undef VU
-#undef VM_LANES
-#undef VM
 
 /* Array functions y[i] = f(x[i]) for i < n, 16 or 8 lanes where the CPU has AVX-512 or AVX2 (FMA
  * contracted there, so the last bits may differ from the 4-lane code), else 4 (vecmath_wide.c).

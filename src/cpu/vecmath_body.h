@@ -1,7 +1,7 @@
 /* vecmath_body.h - the vector math of vecmath.h, written once for any lane count: included
  * (no include guard) by vecmath.h for 4 lanes and by vecmath_wide.c for 8 and 16 under AVX2 and
  * AVX-512 targets, each time with VF, VI, VU (float, int32 and uint32 vectors of VM_LANES lanes)
- * and VM(name) (the prefixed function name) defined. */
+ * and VM(name) (the prefixed function name) defined; it undefines them at its end. */
 
 static inline VF VM(load)(const float *p)
 {
@@ -124,3 +124,9 @@ static inline VF VM(gelu_tanh)(VF v)
     return VM(splat)(0.5f) * v *
            (VM(splat)(1.0f) + VM(tanh)(VM(splat)(0.7978845608028654f) * (v + VM(splat)(0.044715f) * v * v * v)));
 }
+
+#undef VF
+#undef VI
+#undef VU
+#undef VM_LANES
+#undef VM

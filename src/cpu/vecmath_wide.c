@@ -7,7 +7,7 @@
 #include "cpu/vecmath.h"
 
 /* y[i] = F(x[i]) over whole vectors of L lanes, the tail through one zero-padded vector */
-#define DEF_ARRAY(NAME, P, VT, L, F)                                                                         \
+#define DEF_ARRAY(NAME, P, L, F)                                                                         \
     static void NAME(const float *x, float *y, int64_t n)                                                    \
     {                                                                                                        \
         int64_t i = 0;                                                                                       \
@@ -20,14 +20,14 @@
         }                                                                                                    \
     }
 
-#define DEF_ARRAYS(P, VT, L)                                                                                 \
-    DEF_ARRAY(P##_exp_array, P, VT, L, P##_exp)                                                              \
-    DEF_ARRAY(P##_sigmoid_array, P, VT, L, P##_sigmoid)                                                      \
-    DEF_ARRAY(P##_tanh_array, P, VT, L, P##_tanh)                                                            \
-    DEF_ARRAY(P##_erf_array, P, VT, L, P##_erf)                                                              \
-    DEF_ARRAY(P##_gelu_tanh_array, P, VT, L, P##_gelu_tanh)
+#define DEF_ARRAYS(P, L)                                                                                 \
+    DEF_ARRAY(P##_exp_array, P, L, P##_exp)                                                              \
+    DEF_ARRAY(P##_sigmoid_array, P, L, P##_sigmoid)                                                      \
+    DEF_ARRAY(P##_tanh_array, P, L, P##_tanh)                                                            \
+    DEF_ARRAY(P##_erf_array, P, L, P##_erf)                                                              \
+    DEF_ARRAY(P##_gelu_tanh_array, P, L, P##_gelu_tanh)
 
-DEF_ARRAYS(v4, v4f, 4)
+DEF_ARRAYS(v4, 4)
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define HAVE_WIDE 1
@@ -47,12 +47,7 @@ typedef uint32_t v8u __attribute__((vector_size(32)));
 #define VM_LANES 8
 #define VM(name) v8_##name
 #include "cpu/vecmath_body.h"
-#undef VF
-#undef VI
-#undef VU
-#undef VM_LANES
-#undef VM
-DEF_ARRAYS(v8, v8f, 8)
+DEF_ARRAYS(v8, 8)
 #if defined(__clang__)
 #pragma clang attribute pop
 #else
@@ -74,12 +69,7 @@ typedef uint32_t v16u __attribute__((vector_size(64)));
 #define VM_LANES 16
 #define VM(name) v16_##name
 #include "cpu/vecmath_body.h"
-#undef VF
-#undef VI
-#undef VU
-#undef VM_LANES
-#undef VM
-DEF_ARRAYS(v16, v16f, 16)
+DEF_ARRAYS(v16, 16)
 #if defined(__clang__)
 #pragma clang attribute pop
 #else
@@ -89,17 +79,11 @@ DEF_ARRAYS(v16, v16f, 16)
 
 typedef void (*array_fn)(const float *x, float *y, int64_t n);
 
-/* 0: 4 lanes, 1: AVX2, 2: AVX-512; benign race, every thread computes the same value */
+/* 0: 4 lanes, 1: AVX2, 2: AVX-512 (kiln_gemm_level_detect reads the CPU's flags, once probed) */
 static int width(void)
 {
-    static int cached = -1;
-    int w = __atomic_load_n(&cached, __ATOMIC_RELAXED);
-    if (w < 0) {
-        kiln_gemm_level g = kiln_gemm_level_detect();
-        w = g == KILN_GEMM_LEVEL_AVX512 ? 2 : g == KILN_GEMM_LEVEL_AVX2 ? 1 : 0;
-        __atomic_store_n(&cached, w, __ATOMIC_RELAXED);
-    }
-    return w;
+    kiln_gemm_level g = kiln_gemm_level_detect();
+    return g == KILN_GEMM_LEVEL_AVX512 ? 2 : g == KILN_GEMM_LEVEL_AVX2 ? 1 : 0;
 }
 
 #ifdef HAVE_WIDE

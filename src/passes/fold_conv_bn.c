@@ -28,17 +28,56 @@ static kiln_ir_value *constant(kiln_graph *g, const char *name, kiln_value *t, k
     return v;
 }
 
+/* The Conv's constant float32 weights W [M, ...] (rank 3 or more, M > 0) and its bias [M] (NULL
+ * when it has none); false when either is not what folding needs. */
+static bool conv_params(const kiln_node *conv, const kiln_value **W, const float **bias)
+{
+    const kiln_ir_value *wv = conv->in[1];
+    const kiln_value *w = kiln_ir_constant(wv);
+    if (!w || wv->producer || w->kind != KILN_VALUE_TENSOR || w->dtype != KILN_DTYPE_FLOAT32 || w->rank < 3 ||
+        !w->dims[0])
+        return false;
+    bool has_bias = conv->n_in > 2 && conv->in[2];
+    *W = w;
+    *bias = has_bias ? param(conv, 2, w->dims[0]) : NULL;
+    return !has_bias || *bias;
+}
+
+/* The Conv now takes W2 (NULL: its weights stay) and B2 as its weights and bias and produces
+ * what the folded node n produced; n leaves the graph. Takes W2 and B2 in every case. */
+static kiln_status adopt(kiln_graph *g, kiln_node *conv, kiln_node *n, kiln_value *W2, kiln_value *B2, const char *tag,
+                         bool *done, kiln_err *err)
+{
+    char name[512];
+    kiln_ir_value *wn = conv->in[1];
+    if (W2) {
+        snprintf(name, sizeof name, "%s/%s_folded_W", conv->name, tag);
+        if (!(wn = constant(g, name, W2, err))) {
+            kiln_value_free(B2);
+            return err->code;
+        }
+    }
+    snprintf(name, sizeof name, "%s/%s_folded_B", conv->name, tag);
+    kiln_ir_value *bnv = constant(g, name, B2, err);
+    if (!bnv) return err->code;
+    kiln_ir_value *in[3] = {conv->in[0], wn, bnv};
+    KILN_TRY(kiln_node_set_inputs(conv, 3, in, err));
+    kiln_ir_value *y = n->out[0];
+    kiln_node_unlink(n);
+    kiln_node_set_output(conv, 0, y);
+    *done = true;
+    return KILN_OK;
+}
+
 static kiln_status fold(kiln_graph *g, kiln_node *conv, kiln_node *bn, bool *done, kiln_err *err)
 {
     *done = false;
-    const kiln_ir_value *wv = conv->in[1];
-    const kiln_value *W = kiln_ir_constant(wv);
-    if (!W || wv->producer) return KILN_OK;
-    if (W->kind != KILN_VALUE_TENSOR || W->dtype != KILN_DTYPE_FLOAT32 || W->rank < 3 || !W->dims[0]) return KILN_OK;
+    const kiln_value *W;
+    const float *bias;
+    if (!conv_params(conv, &W, &bias)) return KILN_OK;
     int64_t M = W->dims[0], per = W->numel / M;
     const float *scale = param(bn, 1, M), *beta = param(bn, 2, M), *mean = param(bn, 3, M), *var = param(bn, 4, M);
-    const float *bias = conv->n_in > 2 && conv->in[2] ? param(conv, 2, M) : NULL;
-    if (!scale || !beta || !mean || !var || (conv->n_in > 2 && conv->in[2] && !bias)) return KILN_OK;
+    if (!scale || !beta || !mean || !var) return KILN_OK;
     double eps = kiln_attr_float(bn, "epsilon", 1e-5f);
     kiln_value *W2, *B2;
     KILN_TRY(kiln_tensor_new(KILN_DTYPE_FLOAT32, W->rank, W->dims, &W2, err));
@@ -53,24 +92,7 @@ static kiln_status fold(kiln_graph *g, kiln_node *conv, kiln_node *bn, bool *don
             ((float *)W2->data)[m * per + i] = (float)(((const float *)W->data)[m * per + i] * s);
         ((float *)B2->data)[m] = (float)(((bias ? bias[m] : 0.0) - mean[m]) * s + beta[m]);
     }
-    char name[512];
-    snprintf(name, sizeof name, "%s/bn_folded_W", conv->name);
-    kiln_ir_value *wn = constant(g, name, W2, err);
-    if (!wn) {
-        kiln_value_free(B2);
-        return err->code;
-    }
-    snprintf(name, sizeof name, "%s/bn_folded_B", conv->name);
-    kiln_ir_value *bnv = constant(g, name, B2, err);
-    if (!bnv) return err->code;
-    kiln_ir_value *in[3] = {conv->in[0], wn, bnv};
-    KILN_TRY(kiln_node_set_inputs(conv, 3, in, err));
-    /* the Conv now produces what the BatchNormalization produced */
-    kiln_ir_value *y = bn->out[0];
-    kiln_node_unlink(bn);
-    kiln_node_set_output(conv, 0, y);
-    *done = true;
-    return KILN_OK;
+    return adopt(g, conv, bn, W2, B2, "bn", done, err);
 }
 
 /* The constant float32 operand of binary node n that broadcasts per output channel of the Conv
@@ -96,18 +118,15 @@ static const float *channel_const(const kiln_node *n, const kiln_ir_value *y, in
 static kiln_status fold_affine(kiln_graph *g, kiln_node *conv, kiln_node *n, bool *done, kiln_err *err)
 {
     *done = false;
-    const kiln_ir_value *wv = conv->in[1];
-    const kiln_value *W = kiln_ir_constant(wv);
-    if (!W || wv->producer || W->kind != KILN_VALUE_TENSOR || W->dtype != KILN_DTYPE_FLOAT32 || W->rank < 3 ||
-        !W->dims[0])
-        return KILN_OK;
+    const kiln_value *W;
+    const float *bias;
+    if (!conv_params(conv, &W, &bias)) return KILN_OK;
     int64_t M = W->dims[0], per = W->numel / M, step;
     bool y_first;
     const float *c = channel_const(n, conv->out[0], W->rank, M, &step, &y_first);
-    const float *bias = conv->n_in > 2 && conv->in[2] ? param(conv, 2, M) : NULL;
     bool mul = !strcmp(n->op_type, "Mul"), div = !strcmp(n->op_type, "Div"), sub = !strcmp(n->op_type, "Sub");
     /* c / y and c - y are not affine in the Conv's weights the same way */
-    if (!c || (conv->n_in > 2 && conv->in[2] && !bias) || ((div || sub) && !y_first)) return KILN_OK;
+    if (!c || ((div || sub) && !y_first)) return KILN_OK;
     kiln_value *W2 = NULL, *B2;
     if ((mul || div) && kiln_tensor_new(KILN_DTYPE_FLOAT32, W->rank, W->dims, &W2, err)) return err->code;
     if (kiln_tensor_new(KILN_DTYPE_FLOAT32, 1, &M, &B2, err)) {
@@ -124,25 +143,17 @@ static kiln_status fold_affine(kiln_graph *g, kiln_node *conv, kiln_node *n, boo
             ((float *)B2->data)[m] = div ? b / k : b * k;
         } else ((float *)B2->data)[m] = sub ? b - k : b + k;
     }
-    char name[512];
-    kiln_ir_value *wn = conv->in[1];
-    if (W2) {
-        snprintf(name, sizeof name, "%s/%s_folded_W", conv->name, n->op_type);
-        if (!(wn = constant(g, name, W2, err))) {
-            kiln_value_free(B2);
-            return err->code;
-        }
-    }
-    snprintf(name, sizeof name, "%s/%s_folded_B", conv->name, n->op_type);
-    kiln_ir_value *bnv = constant(g, name, B2, err);
-    if (!bnv) return err->code;
-    kiln_ir_value *in[3] = {conv->in[0], wn, bnv};
-    KILN_TRY(kiln_node_set_inputs(conv, 3, in, err));
-    kiln_ir_value *y = n->out[0];
-    kiln_node_unlink(n);
-    kiln_node_set_output(conv, 0, y);
-    *done = true;
-    return KILN_OK;
+    return adopt(g, conv, n, W2, B2, n->op_type, done, err);
+}
+
+/* The default-domain Conv of g producing y (its one output) when n is y's only reader, else NULL. */
+static kiln_node *sole_conv(const kiln_graph *g, const kiln_ir_value *y, const kiln_node *n)
+{
+    kiln_node *conv = y ? y->producer : NULL;
+    return conv && conv->graph == g && !strcmp(conv->op_type, "Conv") && !*conv->domain && conv->n_out == 1 &&
+                   conv->out[0] == y && conv->n_in >= 2 && kiln_ir_value_only_reader(y) == n
+               ? conv
+               : NULL;
 }
 
 kiln_status kiln_pass_fold_conv_bn(kiln_graph *g, int *folded, kiln_err *err)
@@ -150,31 +161,26 @@ kiln_status kiln_pass_fold_conv_bn(kiln_graph *g, int *folded, kiln_err *err)
     *folded = 0;
     int kept = 0;
     for (int k = 0; k < g->n_nodes; k++) {
-        kiln_node *bn = g->nodes[k];
+        kiln_node *n = g->nodes[k];
         bool done = false;
-        if (!strcmp(bn->op_type, "BatchNormalization") && !*bn->domain && bn->opset >= 9 &&
-            !kiln_attr_int(bn, "training_mode", 0) && bn->n_out == 1 && bn->out[0] && bn->n_in == 5 && bn->in[0]) {
-            kiln_node *conv = bn->in[0]->producer;
-            if (conv && conv->graph == g && !strcmp(conv->op_type, "Conv") && !*conv->domain && conv->n_out == 1 &&
-                conv->out[0] == bn->in[0] && conv->n_in >= 2 && kiln_ir_value_only_reader(bn->in[0]) == bn)
-                KILN_TRY(fold(g, conv, bn, &done, err));
-        } else if (!*bn->domain && bn->n_out == 1 && bn->out[0] && bn->n_in == 2 &&
-                   (!strcmp(bn->op_type, "Mul") || !strcmp(bn->op_type, "Div") || !strcmp(bn->op_type, "Add") ||
-                    !strcmp(bn->op_type, "Sub"))) {
+        if (!strcmp(n->op_type, "BatchNormalization") && !*n->domain && n->opset >= 9 &&
+            !kiln_attr_int(n, "training_mode", 0) && n->n_out == 1 && n->out[0] && n->n_in == 5 && n->in[0]) {
+            kiln_node *conv = sole_conv(g, n->in[0], n);
+            if (conv) KILN_TRY(fold(g, conv, n, &done, err));
+        } else if (!*n->domain && n->n_out == 1 && n->out[0] && n->n_in == 2 &&
+                   (!strcmp(n->op_type, "Mul") || !strcmp(n->op_type, "Div") || !strcmp(n->op_type, "Add") ||
+                    !strcmp(n->op_type, "Sub"))) {
             for (int side = 0; side < 2 && !done; side++) {
-                kiln_ir_value *y = bn->in[side];
-                kiln_node *conv = y ? y->producer : NULL;
-                if (conv && conv->graph == g && !strcmp(conv->op_type, "Conv") && !*conv->domain && conv->n_out == 1 &&
-                    conv->out[0] == y && conv->n_in >= 2 && !y->is_output && kiln_ir_value_only_reader(y) == bn)
-                    KILN_TRY(fold_affine(g, conv, bn, &done, err));
+                kiln_node *conv = sole_conv(g, n->in[side], n);
+                if (conv) KILN_TRY(fold_affine(g, conv, n, &done, err));
             }
         }
         if (done) {
             (*folded)++;
-            continue; /* the BatchNormalization leaves the graph */
+            continue; /* the folded node leaves the graph */
         }
-        g->nodes[kept] = bn;
-        bn->index = kept++;
+        g->nodes[kept] = n;
+        n->index = kept++;
     }
     g->n_nodes = kept;
     return KILN_OK;
