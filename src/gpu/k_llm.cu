@@ -185,6 +185,144 @@ __global__ void nbits_gemv4_kernel(kiln_gpu_nbits a, int bs_shift, int64_t per, 
     }
 }
 
+/* 4 bits in power-of-two blocks of 32 to 256 weights (blobs of 16 to 128 bytes: a 16-byte load
+ * stays within one block), B 16-byte aligned. grid (ceil(N / (WARPS * GV_COLS)), splits),
+ * gv_smem(M, kper) bytes of dynamic shared memory. The block stages rows [0, M) of A over its
+ * split's k range [y * kper, (y + 1) * kper) as float in shared memory (zeros past K; GV_PAD
+ * leaves 4 floats after each 32, so that the lanes' 16-byte reads, 32 floats apart, fall in
+ * different banks); warp w then takes GV_COLS consecutive columns, its lanes the 16-byte chunks
+ * (32 weights of one block) of the range in turn, GV_U chunks of each column loaded before any
+ * is used. A nibble q becomes a float without a conversion instruction: the float of bits
+ * 0x4B000000 | q is 2^23 + q exactly, and (2^23 + q) - (2^23 + z) = q - z. A chunk's 32 products
+ * with A are summed before its scale multiplies them. */
+#define GV_COLS 2
+#define GV_U 4
+#define GV_PAD(k) ((k) + (((k) >> 5) << 2))
+#if defined(KILN_HIP)
+#define GV_SMEM_MAX (64 * 1024)
+#else
+#define GV_SMEM_MAX (96 * 1024)
+#endif
+
+static int64_t gv_smem(int64_t M, int64_t kper) { return M * GV_PAD(kper) * (int64_t)sizeof(float); }
+
+template <typename T, int MM>
+__global__ void __launch_bounds__(BLOCK, MM == 1 ? 2 : 1) nbits_gemv16_kernel(kiln_gpu_nbits a, int bs_shift, int64_t kper, float *part)
+{
+    extern __shared__ float4 gv_staged[];
+    float *As = (float *)gv_staged;
+    const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int64_t kpad = a.n_blocks << bs_shift; /* K rounded up to whole blocks */
+    const int64_t kb = (int64_t)blockIdx.y * kper;
+    const int kn = kb < kpad ? (int)((kb + kper < kpad ? kb + kper : kpad) - kb) : 0; /* a multiple of 32 */
+    const int rowf = (int)GV_PAD(kper);
+    const T *A = (const T *)a.A;
+    const bool vec = (a.K & 7) == 0 && ((uintptr_t)A & 15) == 0;
+    for (int m = 0; m < a.M; m++) {
+        for (int k = threadIdx.x * 8; k < kn; k += BLOCK * 8) {
+            const int64_t kk = kb + k;
+            const T *src = A + m * a.K + kk;
+            float v[8];
+            if (kk + 8 <= a.K) {
+                load8<T>(src, vec, v);
+            } else {
+#pragma unroll
+                for (int j = 0; j < 8; j++) v[j] = kk + j < a.K ? kiln_to_f<T>(src[j]) : 0.0f;
+            }
+            float4 *d = (float4 *)(As + m * rowf + GV_PAD(k));
+            d[0] = make_float4(v[0], v[1], v[2], v[3]);
+            d[1] = make_float4(v[4], v[5], v[6], v[7]);
+        }
+    }
+    __syncthreads();
+    const int64_t n0 = ((int64_t)blockIdx.x * WARPS + w) * GV_COLS;
+    if (n0 >= a.N) return; /* the whole warp; no synchronisation follows */
+    const int64_t cb = kb >> 5, ce = cb + (kn >> 5), rowbytes = a.n_blocks * a.blob;
+    float acc[GV_COLS][MM];
+#pragma unroll
+    for (int j = 0; j < GV_COLS; j++)
+#pragma unroll
+        for (int m = 0; m < MM; m++) acc[j][m] = 0.0f;
+    for (int64_t c = cb + lane; c < ce; c += 32 * GV_U) {
+        uint4 q[GV_COLS][GV_U];
+        float sc[GV_COLS][GV_U], cz[GV_COLS][GV_U];
+#pragma unroll
+        for (int u = 0; u < GV_U; u++) {
+            const int64_t ci = c + 32 * u;
+#pragma unroll
+            for (int j = 0; j < GV_COLS; j++) {
+                const int64_t n = n0 + j;
+                q[j][u] = make_uint4(0u, 0u, 0u, 0u);
+                sc[j][u] = 0.0f;
+                cz[j][u] = 8388608.0f;
+                if (ci < ce && n < a.N) {
+                    q[j][u] = ((const uint4 *)(a.B + n * rowbytes))[ci];
+                    float z;
+                    nbits_block(a, n, (ci << 5) >> bs_shift, &sc[j][u], &z);
+                    cz[j][u] += z;
+                }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < GV_U; u++) {
+            const int64_t ci = c + 32 * u;
+            if (ci >= ce) break;
+            const float *Ak = As + (ci - cb) * 36;
+#pragma unroll
+            for (int j = 0; j < GV_COLS; j++) {
+                const uint32_t qw[4] = {q[j][u].x, q[j][u].y, q[j][u].z, q[j][u].w};
+                float wv[32];
+#pragma unroll
+                for (int t = 0; t < 32; t++)
+                    wv[t] = __uint_as_float(((qw[t >> 3] >> (4 * (t & 7))) & 15u) | 0x4B000000u) - cz[j][u];
+#pragma unroll
+                for (int m = 0; m < MM; m++) {
+                    if (m >= a.M) break;
+                    const float4 *Am = (const float4 *)(Ak + m * rowf);
+                    float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+                    for (int e = 0; e < 8; e++) {
+                        const float4 x = Am[e];
+                        s[e & 3] += x.x * wv[4 * e] + x.y * wv[4 * e + 1] + x.z * wv[4 * e + 2] + x.w * wv[4 * e + 3];
+                    }
+                    acc[j][m] += ((s[0] + s[1]) + (s[2] + s[3])) * sc[j][u];
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < GV_COLS; j++)
+#pragma unroll
+        for (int m = 0; m < MM; m++) {
+            if (m >= a.M) break;
+            const float v = warp_sum(acc[j][m]);
+            if (lane == 0 && n0 + j < a.N) store_sum<T>(a, m, n0 + j, v, part);
+        }
+}
+
+/* The block-size shift of a (0 when not a power of two of 16 to 256) and whether the staged
+ * kernel takes it. */
+static int nbits_shift(const kiln_gpu_nbits *a)
+{
+    for (int sh = 4; sh <= 8; sh++)
+        if (((int64_t)1 << sh) == a->block_size) return sh;
+    return 0;
+}
+
+static bool gv_takes(const kiln_gpu_nbits *a)
+{
+    return a->bits == 4 && nbits_shift(a) >= 5 && a->blob == a->block_size / 2 && ((uintptr_t)a->B & 15) == 0 &&
+           a->zp_mode != KILN_GPU_ZP_TYPED && /* 2^23 + z is exact for whole z only */
+           (a->dtype == KILN_DTYPE_FLOAT32 || a->dtype == KILN_DTYPE_FLOAT16);
+}
+
+/* The staged kernel's k range per split (a multiple of 32). */
+static int64_t gv_kper(const kiln_gpu_nbits *a, int splits)
+{
+    int64_t kpad = a->n_blocks * a->block_size, per = (kpad + splits - 1) / splits;
+    return (per + 31) / 32 * 32;
+}
+
 /* Y[m, n] = sum over splits of part + bias[n]. */
 template <typename T>
 __global__ void nbits_finish_kernel(kiln_gpu_nbits a, int splits, const float *part)
@@ -225,8 +363,19 @@ __global__ void nbits_bias_kernel(kiln_gpu_nbits a)
 
 extern "C" int kiln_gpu_nbits_splits(const kiln_gpu_nbits *a, int sm_count)
 {
+    int64_t sms = sm_count > 0 ? sm_count : 1;
+    if (gv_takes(a)) {
+        /* two blocks per multiprocessor, a lane at least one chunk per split, the staged rows
+         * within GV_SMEM_MAX */
+        int64_t blocks = (a->N + WARPS * GV_COLS - 1) / (WARPS * GV_COLS);
+        int64_t splits = (2 * sms + blocks - 1) / blocks, most = a->n_blocks * a->block_size / 1024;
+        if (splits > most) splits = most;
+        if (splits < 1) splits = 1;
+        while (gv_smem(a->M, gv_kper(a, (int)splits)) > GV_SMEM_MAX) splits++;
+        return (int)splits;
+    }
     int64_t words = a->n_blocks * a->blob / 4;
-    int64_t want = (int64_t)(sm_count > 0 ? sm_count : 1) * 4 * WARPS; /* warps to fill the device */
+    int64_t want = sms * 4 * WARPS; /* warps to fill the device */
     int64_t splits = (want + a->N - 1) / a->N;
     int64_t most = words / 64; /* at least two words per lane in each split */
     if (splits > most) splits = most;
@@ -234,16 +383,44 @@ extern "C" int kiln_gpu_nbits_splits(const kiln_gpu_nbits *a, int sm_count)
     return splits < 1 ? 1 : (int)splits;
 }
 
+/* The staged kernel's launch (MM: its bound on the rows of A); its shared memory above 48 KB
+ * is granted on first use. */
+template <typename T, int MM>
+static void gv_launch(gpuStream_t s, const kiln_gpu_nbits *a, int splits, float *part)
+{
+    static bool granted;
+    if (!granted) {
+#if defined(KILN_HIP)
+        hipFuncSetAttribute((const void *)nbits_gemv16_kernel<T, MM>, hipFuncAttributeMaxDynamicSharedMemorySize,
+                            GV_SMEM_MAX);
+#else
+        cudaFuncSetAttribute(nbits_gemv16_kernel<T, MM>, cudaFuncAttributeMaxDynamicSharedMemorySize, GV_SMEM_MAX);
+#endif
+        granted = true;
+    }
+    int64_t kper = gv_kper(a, splits);
+    dim3 grid(kiln_gpu_blocks(a->N, WARPS * GV_COLS), (unsigned)splits);
+    nbits_gemv16_kernel<T, MM><<<grid, BLOCK, (size_t)gv_smem(a->M, kper), s>>>(*a, nbits_shift(a), kper, part);
+}
+
+template <typename T>
+static void gv_launch(gpuStream_t s, const kiln_gpu_nbits *a, int splits, float *part)
+{
+    if (a->M == 1) gv_launch<T, 1>(s, a, splits, part);
+    else gv_launch<T, KILN_GPU_NBITS_GEMV_MAX_M>(s, a, splits, part);
+}
+
 extern "C" gpuError_t kiln_gpu_nbits_gemv(gpuStream_t s, const kiln_gpu_nbits *a, int splits, float *part)
 {
     if (a->M <= 0 || a->N <= 0) return gpuSuccess;
     int64_t words = a->n_blocks * a->blob / 4, per = (words + splits - 1) / splits;
     dim3 grid(kiln_gpu_blocks(a->N, WARPS), (unsigned)splits);
-    /* 4 bits, blocks of a power of two: the word kernel with shifts */
-    int shift = 0;
-    while (shift < 9 && ((int64_t)1 << shift) < a->block_size) shift++;
-    bool pow2 = a->bits == 4 && a->blob == a->block_size / 2 && ((int64_t)1 << shift) == a->block_size && shift >= 4;
-    if (pow2 && a->dtype == KILN_DTYPE_FLOAT32) nbits_gemv4_kernel<float><<<grid, BLOCK, 0, s>>>(*a, shift, per, part);
+    /* 4 bits in blocks of a power of two: A staged (blocks of 32 or more) or the word kernel */
+    int shift = nbits_shift(a);
+    bool pow2 = a->bits == 4 && a->blob == a->block_size / 2 && shift >= 4;
+    if (gv_takes(a) && a->dtype == KILN_DTYPE_FLOAT32) gv_launch<float>(s, a, splits, part);
+    else if (gv_takes(a)) gv_launch<kiln_gpu_half>(s, a, splits, part);
+    else if (pow2 && a->dtype == KILN_DTYPE_FLOAT32) nbits_gemv4_kernel<float><<<grid, BLOCK, 0, s>>>(*a, shift, per, part);
     else if (pow2 && a->dtype == KILN_DTYPE_FLOAT16)
         nbits_gemv4_kernel<kiln_gpu_half><<<grid, BLOCK, 0, s>>>(*a, shift, per, part);
     else if (a->dtype == KILN_DTYPE_FLOAT32) nbits_gemv_kernel<float><<<grid, BLOCK, 0, s>>>(*a, per, part);
@@ -575,12 +752,72 @@ __global__ void rms_rows_kernel(const T *x, const T *skip, int64_t skip_n, const
     }
 }
 
+/* Rows of h <= RMS_VALS * blockDim.x: one block per row, each thread holding its RMS_VALS
+ * values (j = threadIdx.x + t * blockDim.x) in registers, so that every load of the row is in
+ * flight at once and the row is read once. */
+#define RMS_VALS 8
+#define RMS_MAX_THREADS 1024
+
+template <typename T>
+__global__ void __launch_bounds__(RMS_MAX_THREADS) rms_held_kernel(const T *x, const T *skip, int64_t skip_n,
+                                                                   const T *bias, const T *scale, int64_t scale_n,
+                                                                   T *y, T *sum, float *mean, float *inv, int64_t h,
+                                                                   float eps)
+{
+    __shared__ float part[RMS_MAX_THREADS / 32];
+    const int64_t r = blockIdx.x;
+    const int nt = blockDim.x, nw = nt / 32;
+    float v[RMS_VALS], sc[RMS_VALS];
+    float ss = 0.0f;
+#pragma unroll
+    for (int t = 0; t < RMS_VALS; t++) {
+        const int64_t j = threadIdx.x + (int64_t)t * nt;
+        v[t] = j < h ? rms_value<T>(x, skip, skip_n, bias, r, h, j) : 0.0f;
+        sc[t] = j < h ? kiln_to_f<T>(scale[j < scale_n ? j : j % scale_n]) : 0.0f;
+        ss += v[t] * v[t];
+    }
+    if (sum)
+#pragma unroll
+        for (int t = 0; t < RMS_VALS; t++) {
+            const int64_t j = threadIdx.x + (int64_t)t * nt;
+            if (j < h) sum[r * h + j] = kiln_from_f<T>(v[t]);
+        }
+    ss = warp_sum(ss);
+    if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = ss;
+    __syncthreads();
+    float tot = 0.0f;
+    for (int k = 0; k < nw; k++) tot += part[k];
+    const float iv = 1.0f / sqrtf(tot / (float)h + eps);
+#pragma unroll
+    for (int t = 0; t < RMS_VALS; t++) {
+        const int64_t j = threadIdx.x + (int64_t)t * nt;
+        if (j < h) y[r * h + j] = kiln_from_f<T>(v[t] * iv * sc[t]);
+    }
+    if (threadIdx.x == 0) {
+        if (inv) inv[r] = iv;
+        if (mean) mean[r] = 0.0f;
+    }
+}
+
 extern "C" gpuError_t kiln_gpu_rms_rows(gpuStream_t s, int dtype, const void *x, const void *skip, int64_t skip_n,
                                         const void *bias, const void *scale, int64_t scale_n, void *y, void *sum,
                                         float *mean, float *inv, int64_t rows, int64_t h, float eps)
 {
     if (rows <= 0 || h <= 0) return gpuSuccess;
     unsigned nb = rows < INT32_MAX ? (unsigned)rows : (unsigned)INT32_MAX;
+    if (h <= (int64_t)RMS_VALS * RMS_MAX_THREADS && rows < INT32_MAX) {
+        /* threads: the fewest warps that hold the row */
+        int64_t per = (h + RMS_VALS - 1) / RMS_VALS, nt = (per + 31) / 32 * 32;
+        if (nt < 32) nt = 32;
+#define RMS(T) rms_held_kernel<T><<<nb, (unsigned)nt, 0, s>>>((const T *)x, (const T *)skip, skip_n, (const T *)bias, \
+                                                            (const T *)scale, scale_n, (T *)y, (T *)sum, mean, inv, h, eps)
+        if (dtype == KILN_DTYPE_FLOAT32) RMS(float);
+        else if (dtype == KILN_DTYPE_FLOAT16) RMS(kiln_gpu_half);
+        else if (dtype == KILN_DTYPE_BFLOAT16) RMS(kiln_gpu_bf16);
+        else return bad_dtype();
+#undef RMS
+        return gpuGetLastError();
+    }
 #define RMS(T) rms_rows_kernel<T><<<nb, BLOCK, 0, s>>>((const T *)x, (const T *)skip, skip_n, (const T *)bias, \
                                                       (const T *)scale, scale_n, (T *)y, (T *)sum, mean, inv, rows, h, eps)
     if (dtype == KILN_DTYPE_FLOAT32) RMS(float);

@@ -218,6 +218,11 @@ def test_matmul_nbits():
     compare("MatMulNBits K=4096 N=64 (K split)", m, feeds, 5e-4, 5e-4)
     m, feeds = lo.nbits_case(((1,), (4,), (16,)), 512, 4096, 4, 32, zp="packed", bias=True)
     compare("MatMulNBits N=4096", m, feeds, 5e-4, 5e-4)
+    # the staged kernel's shared-memory bound: one split of K = 14336 for one row, several for 8
+    for K, bs, sdt in ((14336, 128, np.float16), (8192 + 96, 32, np.float32), (4096 + 1, 64, np.float16)):
+        m, feeds = lo.nbits_case(((1,), (8,), (2, 3)), K, 70, 4, bs, zp="packed", sdt=sdt, bias=True)
+        tol = 2e-2 if sdt == np.float16 else 5e-4
+        compare(f"MatMulNBits K={K} bs={bs} {np.dtype(sdt).name} (A staged in splits)", m, feeds, tol, tol)
     for zp in ("none", "float"):
         m, feeds = lo.nbits_case(shapes, 256, 48, 4, 64, zp=zp, g_idx=True)
         compare(f"MatMulNBits g_idx zp={zp} (refused: CPU)", m, feeds, 2e-4, 2e-4, on_gpu=False)
@@ -232,7 +237,8 @@ def test_matmul_nbits():
 def test_norms():
     for domain in ("", MS):
         for axis, shape in [(-1, (2, 5, 16)), (-1, (3, 33)), (-1, (1, 1, 7)), (1, (2, 3, 8)), (-2, (2, 4, 6)),
-                            (-1, (2, 3, 4096)), (-1, (1, 2, 1000))]:
+                            (-1, (2, 3, 4096)), (-1, (1, 2, 1000)),
+                            (-1, (1, 2, 8192)), (-1, (1, 1, 9001))]:
             sshape = shape[axis:] if axis >= 0 else shape[len(shape) + axis:]
             for dt in (np.float32, np.float16):
                 node = helper.make_node("SimplifiedLayerNormalization", ["X", "scale"], ["Y", "inv_std_var"], domain=domain,
