@@ -185,18 +185,22 @@ __global__ void nbits_gemv4_kernel(kiln_gpu_nbits a, int bs_shift, int64_t per, 
     }
 }
 
-/* 4 bits in power-of-two blocks of 32 to 256 weights (blobs of 16 to 128 bytes: a 16-byte load
- * stays within one block), B 16-byte aligned. grid (ceil(N / (WARPS * GV_COLS)), splits),
- * gv_smem(M, kper) bytes of dynamic shared memory. The block stages rows [0, M) of A over its
- * split's k range [y * kper, (y + 1) * kper) as float in shared memory (zeros past K; GV_PAD
- * leaves 4 floats after each 32, so that the lanes' 16-byte reads, 32 floats apart, fall in
- * different banks); warp w then takes GV_COLS consecutive columns, its lanes the 16-byte chunks
- * (32 weights of one block) of the range in turn, GV_U chunks of each column loaded before any
- * is used. A nibble q becomes a float without a conversion instruction: the float of bits
- * 0x4B000000 | q is 2^23 + q exactly, and (2^23 + q) - (2^23 + z) = q - z. A chunk's 32 products
- * with A are summed before its scale multiplies them. */
-#define GV_COLS 2
+/* 4 bits in power-of-two blocks of 32 to 256 weights (blobs of 16 to 128 bytes: a 16-byte load,
+ * a chunk of 32 weights, stays within one block), B 16-byte aligned. grid (blocks, splits),
+ * gv_smem(M, kper) bytes of dynamic shared memory. A block stages rows [0, M) of A over its
+ * split's k range [y * kper, (y + 1) * kper) as float in shared memory, 36 floats for each 32 k:
+ * the 32 values (zeros past K) and their sum; the lanes' 16-byte reads, 36 floats apart, fall in
+ * different banks. Its warps then take groups of GV_COLS consecutive columns, group g, g + WARPS
+ * * blocks, ..., and the lanes the chunks of the range in turn, GV_U chunks of each column at a
+ * time; the next chunks' loads are issued before the current ones are used (and the first ones
+ * before the staging).
+ *
+ * A nibble becomes a float without a conversion instruction: a byte permutation puts it in bits
+ * 16-19 of 0x3F000000, the float 0.5 + q / 256 exactly. A chunk's sum is then
+ * sum a (q - z) = 256 sum a f - (128 + z) sum a, its scale folded into both factors. */
+#define GV_COLS 1
 #define GV_U 4
+#define GV_BLOCKS_PER_SM 3 /* resident blocks of one row's kernel a multiprocessor, its grid */
 #define GV_PAD(k) ((k) + (((k) >> 5) << 2))
 #if defined(KILN_HIP)
 #define GV_SMEM_MAX (64 * 1024)
@@ -206,8 +210,80 @@ __global__ void nbits_gemv4_kernel(kiln_gpu_nbits a, int bs_shift, int64_t per, 
 
 static int64_t gv_smem(int64_t M, int64_t kper) { return M * GV_PAD(kper) * (int64_t)sizeof(float); }
 
+/* GV_U chunks of GV_COLS columns: the packed weights and, per chunk, 256 * scale and
+ * (128 + zero point) * scale. */
+struct gv_chunks {
+    uint4 q[GV_COLS][GV_U];
+    float s2[GV_COLS][GV_U], zc[GV_COLS][GV_U];
+};
+
+/* Chunks c, c + 32, ... (below ce) of columns n0, n0 + 1, ...: zeros past the ends. */
+__device__ __forceinline__ void gv_fetch(const kiln_gpu_nbits &a, int bs_shift, int64_t n0, int64_t c, int64_t ce,
+                                         gv_chunks &x)
+{
+    const int64_t rowbytes = a.n_blocks * a.blob;
+#pragma unroll
+    for (int u = 0; u < GV_U; u++) {
+        const int64_t ci = c + 32 * u;
+#pragma unroll
+        for (int j = 0; j < GV_COLS; j++) {
+            const int64_t n = n0 + j;
+            x.q[j][u] = make_uint4(0u, 0u, 0u, 0u);
+            x.s2[j][u] = x.zc[j][u] = 0.0f;
+            if (ci < ce && n < a.N) {
+                x.q[j][u] = ((const uint4 *)(a.B + n * rowbytes))[ci];
+                float sc, z;
+                nbits_block(a, n, (ci << 5) >> bs_shift, &sc, &z);
+                x.s2[j][u] = 256.0f * sc;
+                x.zc[j][u] = (128.0f + z) * sc;
+            }
+        }
+    }
+}
+
+/* acc[j][m] += the chunks' products with the staged rows (As: this split's, row stride rowf;
+ * chunk ci at (ci - cb) * 36). */
+template <int MM>
+__device__ __forceinline__ void gv_dot(const gv_chunks &x, const float *As, int rowf, int64_t M, int64_t cb,
+                                       int64_t c, int64_t ce, float (&acc)[GV_COLS][MM])
+{
+#pragma unroll
+    for (int u = 0; u < GV_U; u++) {
+        const int64_t ci = c + 32 * u;
+        if (ci >= ce) break;
+        const float *Ak = As + (ci - cb) * 36;
+#pragma unroll
+        for (int j = 0; j < GV_COLS; j++) {
+            const uint32_t qw[4] = {x.q[j][u].x, x.q[j][u].y, x.q[j][u].z, x.q[j][u].w};
+            float f[32];
+#pragma unroll
+            for (int t = 0; t < 4; t++) {
+                const uint32_t lo = qw[t] & 0x0F0F0F0Fu, hi = (qw[t] >> 4) & 0x0F0F0F0Fu;
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    f[8 * t + 2 * i] = __uint_as_float(__byte_perm(lo, 0x3F000000u, 0x7054u | (i << 8)));
+                    f[8 * t + 2 * i + 1] = __uint_as_float(__byte_perm(hi, 0x3F000000u, 0x7054u | (i << 8)));
+                }
+            }
+#pragma unroll
+            for (int m = 0; m < MM; m++) {
+                if (m >= M) break;
+                const float4 *Am = (const float4 *)(Ak + m * rowf);
+                float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+                for (int e = 0; e < 8; e++) {
+                    const float4 v = Am[e];
+                    s[e & 3] += v.x * f[4 * e] + v.y * f[4 * e + 1] + v.z * f[4 * e + 2] + v.w * f[4 * e + 3];
+                }
+                const float asum = Ak[m * rowf + 32];
+                acc[j][m] += x.s2[j][u] * ((s[0] + s[1]) + (s[2] + s[3])) - x.zc[j][u] * asum;
+            }
+        }
+    }
+}
+
 template <typename T, int MM>
-__global__ void __launch_bounds__(BLOCK, MM == 1 ? 2 : 1) nbits_gemv16_kernel(kiln_gpu_nbits a, int bs_shift, int64_t kper, float *part)
+__global__ void __launch_bounds__(BLOCK, MM == 1 ? GV_BLOCKS_PER_SM : 1) nbits_gemv16_kernel(kiln_gpu_nbits a, int bs_shift, int64_t kper, float *part)
 {
     extern __shared__ float4 gv_staged[];
     float *As = (float *)gv_staged;
@@ -216,88 +292,66 @@ __global__ void __launch_bounds__(BLOCK, MM == 1 ? 2 : 1) nbits_gemv16_kernel(ki
     const int64_t kb = (int64_t)blockIdx.y * kper;
     const int kn = kb < kpad ? (int)((kb + kper < kpad ? kb + kper : kpad) - kb) : 0; /* a multiple of 32 */
     const int rowf = (int)GV_PAD(kper);
+    const int64_t cb = kb >> 5, ce = cb + (kn >> 5);
+    const int64_t groups = (a.N + GV_COLS - 1) / GV_COLS, gstep = (int64_t)gridDim.x * WARPS;
+    const int64_t iters = ((kn >> 5) + 32 * GV_U - 1) / (32 * GV_U); /* per column group */
+    int64_t g = (int64_t)blockIdx.x * WARPS + w, it = 0;
+    gv_chunks cur, nxt;
+    if (g < groups && iters) gv_fetch(a, bs_shift, g * GV_COLS, cb + lane, ce, cur);
+    /* staging: a thread takes 8 consecutive k, the 4 threads of a chunk sum it */
     const T *A = (const T *)a.A;
     const bool vec = (a.K & 7) == 0 && ((uintptr_t)A & 15) == 0;
     for (int m = 0; m < a.M; m++) {
-        for (int k = threadIdx.x * 8; k < kn; k += BLOCK * 8) {
+#pragma unroll 4
+        for (int base = 0; base < kn; base += BLOCK * 8) {
+            const int k = base + threadIdx.x * 8;
             const int64_t kk = kb + k;
             const T *src = A + m * a.K + kk;
             float v[8];
-            if (kk + 8 <= a.K) {
+            if (k < kn && kk + 8 <= a.K) {
                 load8<T>(src, vec, v);
             } else {
 #pragma unroll
-                for (int j = 0; j < 8; j++) v[j] = kk + j < a.K ? kiln_to_f<T>(src[j]) : 0.0f;
+                for (int j = 0; j < 8; j++) v[j] = k < kn && kk + j < a.K ? kiln_to_f<T>(src[j]) : 0.0f;
             }
-            float4 *d = (float4 *)(As + m * rowf + GV_PAD(k));
-            d[0] = make_float4(v[0], v[1], v[2], v[3]);
-            d[1] = make_float4(v[4], v[5], v[6], v[7]);
+            float sum = ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+            sum += __shfl_xor_sync(FULL_MASK, sum, 1);
+            sum += __shfl_xor_sync(FULL_MASK, sum, 2);
+            if (k < kn) {
+                float *d = As + m * rowf + GV_PAD(k);
+                ((float4 *)d)[0] = make_float4(v[0], v[1], v[2], v[3]);
+                ((float4 *)d)[1] = make_float4(v[4], v[5], v[6], v[7]);
+                if ((threadIdx.x & 3) == 0) As[m * rowf + GV_PAD(k) + 32] = sum;
+            }
         }
     }
     __syncthreads();
-    const int64_t n0 = ((int64_t)blockIdx.x * WARPS + w) * GV_COLS;
-    if (n0 >= a.N) return; /* the whole warp; no synchronisation follows */
-    const int64_t cb = kb >> 5, ce = cb + (kn >> 5), rowbytes = a.n_blocks * a.blob;
     float acc[GV_COLS][MM];
 #pragma unroll
     for (int j = 0; j < GV_COLS; j++)
 #pragma unroll
         for (int m = 0; m < MM; m++) acc[j][m] = 0.0f;
-    for (int64_t c = cb + lane; c < ce; c += 32 * GV_U) {
-        uint4 q[GV_COLS][GV_U];
-        float sc[GV_COLS][GV_U], cz[GV_COLS][GV_U];
+    while (g < groups) {
+        /* the next item: the next chunks of this group, or the next group's first */
+        int64_t g2 = g, it2 = it + 1;
+        if (it2 >= iters) g2 += gstep, it2 = 0;
+        const bool more = g2 < groups;
+        if (more && iters) gv_fetch(a, bs_shift, g2 * GV_COLS, cb + lane + it2 * 32 * GV_U, ce, nxt);
+        if (iters) gv_dot<MM>(cur, As, rowf, a.M, cb, cb + lane + it * 32 * GV_U, ce, acc);
+        if (it + 1 >= iters) {
 #pragma unroll
-        for (int u = 0; u < GV_U; u++) {
-            const int64_t ci = c + 32 * u;
-#pragma unroll
-            for (int j = 0; j < GV_COLS; j++) {
-                const int64_t n = n0 + j;
-                q[j][u] = make_uint4(0u, 0u, 0u, 0u);
-                sc[j][u] = 0.0f;
-                cz[j][u] = 8388608.0f;
-                if (ci < ce && n < a.N) {
-                    q[j][u] = ((const uint4 *)(a.B + n * rowbytes))[ci];
-                    float z;
-                    nbits_block(a, n, (ci << 5) >> bs_shift, &sc[j][u], &z);
-                    cz[j][u] += z;
-                }
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < GV_U; u++) {
-            const int64_t ci = c + 32 * u;
-            if (ci >= ce) break;
-            const float *Ak = As + (ci - cb) * 36;
-#pragma unroll
-            for (int j = 0; j < GV_COLS; j++) {
-                const uint32_t qw[4] = {q[j][u].x, q[j][u].y, q[j][u].z, q[j][u].w};
-                float wv[32];
-#pragma unroll
-                for (int t = 0; t < 32; t++)
-                    wv[t] = __uint_as_float(((qw[t >> 3] >> (4 * (t & 7))) & 15u) | 0x4B000000u) - cz[j][u];
+            for (int j = 0; j < GV_COLS; j++)
 #pragma unroll
                 for (int m = 0; m < MM; m++) {
                     if (m >= a.M) break;
-                    const float4 *Am = (const float4 *)(Ak + m * rowf);
-                    float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-                    for (int e = 0; e < 8; e++) {
-                        const float4 x = Am[e];
-                        s[e & 3] += x.x * wv[4 * e] + x.y * wv[4 * e + 1] + x.z * wv[4 * e + 2] + x.w * wv[4 * e + 3];
-                    }
-                    acc[j][m] += ((s[0] + s[1]) + (s[2] + s[3])) * sc[j][u];
+                    const float v = warp_sum(acc[j][m]);
+                    if (lane == 0 && g * GV_COLS + j < a.N) store_sum<T>(a, m, g * GV_COLS + j, v, part);
+                    acc[j][m] = 0.0f;
                 }
-            }
         }
+        cur = nxt;
+        g = g2, it = it2;
     }
-#pragma unroll
-    for (int j = 0; j < GV_COLS; j++)
-#pragma unroll
-        for (int m = 0; m < MM; m++) {
-            if (m >= a.M) break;
-            const float v = warp_sum(acc[j][m]);
-            if (lane == 0 && n0 + j < a.N) store_sum<T>(a, m, n0 + j, v, part);
-        }
 }
 
 /* The block-size shift of a (0 when not a power of two of 16 to 256) and whether the staged
@@ -312,7 +366,6 @@ static int nbits_shift(const kiln_gpu_nbits *a)
 static bool gv_takes(const kiln_gpu_nbits *a)
 {
     return a->bits == 4 && nbits_shift(a) >= 5 && a->blob == a->block_size / 2 && ((uintptr_t)a->B & 15) == 0 &&
-           a->zp_mode != KILN_GPU_ZP_TYPED && /* 2^23 + z is exact for whole z only */
            (a->dtype == KILN_DTYPE_FLOAT32 || a->dtype == KILN_DTYPE_FLOAT16);
 }
 
@@ -361,14 +414,14 @@ __global__ void nbits_bias_kernel(kiln_gpu_nbits a)
     }
 }
 
-extern "C" int kiln_gpu_nbits_splits(const kiln_gpu_nbits *a, int sm_count)
+extern "C" int kiln_gpu_nbits_splits(const kiln_gpu_nbits *a)
 {
-    int64_t sms = sm_count > 0 ? sm_count : 1;
+    int64_t sms = a->sm_count > 0 ? a->sm_count : 1;
     if (gv_takes(a)) {
-        /* two blocks per multiprocessor, a lane at least one chunk per split, the staged rows
+        /* a block per multiprocessor, a lane at least one chunk per split, the staged rows
          * within GV_SMEM_MAX */
         int64_t blocks = (a->N + WARPS * GV_COLS - 1) / (WARPS * GV_COLS);
-        int64_t splits = (2 * sms + blocks - 1) / blocks, most = a->n_blocks * a->block_size / 1024;
+        int64_t splits = (sms + blocks - 1) / blocks, most = a->n_blocks * a->block_size / 1024;
         if (splits > most) splits = most;
         if (splits < 1) splits = 1;
         while (gv_smem(a->M, gv_kper(a, (int)splits)) > GV_SMEM_MAX) splits++;
@@ -399,7 +452,10 @@ static void gv_launch(gpuStream_t s, const kiln_gpu_nbits *a, int splits, float 
         granted = true;
     }
     int64_t kper = gv_kper(a, splits);
-    dim3 grid(kiln_gpu_blocks(a->N, WARPS * GV_COLS), (unsigned)splits);
+    /* GV_BLOCKS_PER_SM blocks a multiprocessor in all, each taking its columns in turn */
+    int64_t blocks = (a->N + WARPS * GV_COLS - 1) / (WARPS * GV_COLS), most = (GV_BLOCKS_PER_SM * (int64_t)a->sm_count + splits - 1) / splits;
+    if (most < 1) most = 1;
+    dim3 grid((unsigned)(blocks < most ? blocks : most), (unsigned)splits);
     nbits_gemv16_kernel<T, MM><<<grid, BLOCK, (size_t)gv_smem(a->M, kper), s>>>(*a, nbits_shift(a), kper, part);
 }
 

@@ -39,11 +39,12 @@ typedef struct kiln_gpu_nbits {
     const void *scales, *zp, *bias;
     void *Y;
     int64_t M, N, K, bits, block_size, n_blocks, blob;
+    int sm_count; /* the device's multiprocessors (the staged GEMV's grid) */
 } kiln_gpu_nbits;
 
-/* Split of the GEMV over K for a.N columns on a device of sm_count multiprocessors: 1 when the
- * columns alone fill the device. Its float workspace is splits * M * N floats. */
-int kiln_gpu_nbits_splits(const kiln_gpu_nbits *a, int sm_count);
+/* Split of the GEMV over K for a.N columns on a device of a->sm_count multiprocessors: 1 when
+ * the columns alone fill the device. Its float workspace is splits * M * N floats. */
+int kiln_gpu_nbits_splits(const kiln_gpu_nbits *a);
 /* a->M <= KILN_GPU_NBITS_GEMV_MAX_M: partial sums of each K split into part (float [splits, M,
  * N]), then Y = their sum + bias; with one split the GEMV writes Y itself (part unused). */
 gpuError_t kiln_gpu_nbits_gemv(gpuStream_t s, const kiln_gpu_nbits *a, int splits, float *part);

@@ -85,13 +85,13 @@ static kiln_status nbits_run(kiln_run_ctx *c)
         .dtype = A->dtype, .s_dtype = S->dtype, .A = A->data, .B = B->data, .scales = S->data,
         .zp = zp ? zp->data : NULL, .bias = bias ? bias->data : NULL, .Y = Y->data,
         .M = A->numel / p->K, .N = p->N, .K = p->K, .bits = p->bits, .block_size = p->block_size,
-        .n_blocks = p->n_blocks, .blob = p->blob,
+        .n_blocks = p->n_blocks, .blob = p->blob, .sm_count = kiln_gpu_sm_count(c),
     };
     a.zp_mode = !zp ? KILN_GPU_ZP_NONE : zp->dtype == KILN_DTYPE_UINT8 ? KILN_GPU_ZP_PACKED : KILN_GPU_ZP_TYPED;
     if (!Y->numel) return KILN_OK;
     gpuStream_t st = kiln_gpu_stream(c);
     if (a.M <= KILN_GPU_NBITS_GEMV_MAX_M) {
-        int splits = kiln_gpu_nbits_splits(&a, kiln_gpu_sm_count(c));
+        int splits = kiln_gpu_nbits_splits(&a);
         void *part;
         KILN_TRY(kiln_gpu_workspace(c, (size_t)splits * (size_t)a.M * (size_t)a.N * sizeof(float), &part));
         return kiln_gpu_check(c, kiln_gpu_nbits_gemv(st, &a, splits, part), "MatMulNBits GEMV");
