@@ -1,8 +1,8 @@
-/* k_llm.cu - the llm family's GPU kernels. MatMulNBits: a warp per output column reads the
- * column's packed weights as 32-bit words (neighbouring lanes, neighbouring words; 4 bits in
- * power-of-two blocks: shifts, and A read 16 bytes at a time), dequantizes and multiplies them
- * with up to 8 rows of A, fp32 partial sums per K split; larger M
- * dequantizes the weight for cuBLAS. GroupQueryAttention: one thread per K/V element writes the
+/* k_llm.cu - the llm family's GPU kernels. MatMulNBits with up to 8 rows of A: 4 bits in
+ * power-of-two blocks of 32 or more take the staged kernel (A as float in shared memory, 16-byte
+ * weight loads, nibbles to floats by byte permutation); the rest a warp per output column over
+ * the column's packed 32-bit words; fp32 partial sums per K split. Larger M dequantizes the
+ * weight for cuBLAS. GroupQueryAttention: one thread per K/V element writes the
  * present cache, then one block per (query row, head, batch row) attends: its warps take the
  * keys in turn with an online softmax (fp32) and combine through shared memory. The RMS
  * normalizations give a block to each row; rotary is one thread per element. */
