@@ -302,7 +302,6 @@ __global__ void __launch_bounds__(BLOCK, MM == 1 ? GV_BLOCKS_PER_SM : 1) nbits_g
     const T *A = (const T *)a.A;
     const bool vec = (a.K & 7) == 0 && ((uintptr_t)A & 15) == 0;
     for (int m = 0; m < a.M; m++) {
-#pragma unroll 4
         for (int base = 0; base < kn; base += BLOCK * 8) {
             const int k = base + threadIdx.x * 8;
             const int64_t kk = kb + k;
@@ -437,18 +436,20 @@ extern "C" int kiln_gpu_nbits_splits(const kiln_gpu_nbits *a)
 }
 
 /* The staged kernel's launch (MM: its bound on the rows of A); its shared memory above 48 KB
- * is granted on first use. */
+ * is granted on first use (a failure is the launch's error). */
 template <typename T, int MM>
-static void gv_launch(gpuStream_t s, const kiln_gpu_nbits *a, int splits, float *part)
+static gpuError_t gv_launch(gpuStream_t s, const kiln_gpu_nbits *a, int splits, float *part)
 {
     static bool granted;
     if (!granted) {
 #if defined(KILN_HIP)
-        hipFuncSetAttribute((const void *)nbits_gemv16_kernel<T, MM>, hipFuncAttributeMaxDynamicSharedMemorySize,
-                            GV_SMEM_MAX);
+        gpuError_t e = hipFuncSetAttribute((const void *)nbits_gemv16_kernel<T, MM>,
+                                           hipFuncAttributeMaxDynamicSharedMemorySize, GV_SMEM_MAX);
 #else
-        cudaFuncSetAttribute(nbits_gemv16_kernel<T, MM>, cudaFuncAttributeMaxDynamicSharedMemorySize, GV_SMEM_MAX);
+        gpuError_t e = cudaFuncSetAttribute(nbits_gemv16_kernel<T, MM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            GV_SMEM_MAX);
 #endif
+        if (e != gpuSuccess) return e;
         granted = true;
     }
     int64_t kper = gv_kper(a, splits);
@@ -457,13 +458,14 @@ static void gv_launch(gpuStream_t s, const kiln_gpu_nbits *a, int splits, float 
     if (most < 1) most = 1;
     dim3 grid((unsigned)(blocks < most ? blocks : most), (unsigned)splits);
     nbits_gemv16_kernel<T, MM><<<grid, BLOCK, (size_t)gv_smem(a->M, kper), s>>>(*a, nbits_shift(a), kper, part);
+    return gpuSuccess;
 }
 
 template <typename T>
-static void gv_launch(gpuStream_t s, const kiln_gpu_nbits *a, int splits, float *part)
+static gpuError_t gv_launch(gpuStream_t s, const kiln_gpu_nbits *a, int splits, float *part)
 {
-    if (a->M == 1) gv_launch<T, 1>(s, a, splits, part);
-    else gv_launch<T, KILN_GPU_NBITS_GEMV_MAX_M>(s, a, splits, part);
+    if (a->M == 1) return gv_launch<T, 1>(s, a, splits, part);
+    return gv_launch<T, KILN_GPU_NBITS_GEMV_MAX_M>(s, a, splits, part);
 }
 
 extern "C" gpuError_t kiln_gpu_nbits_gemv(gpuStream_t s, const kiln_gpu_nbits *a, int splits, float *part)
@@ -474,15 +476,16 @@ extern "C" gpuError_t kiln_gpu_nbits_gemv(gpuStream_t s, const kiln_gpu_nbits *a
     /* 4 bits in blocks of a power of two: A staged (blocks of 32 or more) or the word kernel */
     int shift = nbits_shift(a);
     bool pow2 = a->bits == 4 && a->blob == a->block_size / 2 && shift >= 4;
-    if (gv_takes(a) && a->dtype == KILN_DTYPE_FLOAT32) gv_launch<float>(s, a, splits, part);
-    else if (gv_takes(a)) gv_launch<kiln_gpu_half>(s, a, splits, part);
+    gpuError_t ge = gpuSuccess;
+    if (gv_takes(a) && a->dtype == KILN_DTYPE_FLOAT32) ge = gv_launch<float>(s, a, splits, part);
+    else if (gv_takes(a)) ge = gv_launch<kiln_gpu_half>(s, a, splits, part);
     else if (pow2 && a->dtype == KILN_DTYPE_FLOAT32) nbits_gemv4_kernel<float><<<grid, BLOCK, 0, s>>>(*a, shift, per, part);
     else if (pow2 && a->dtype == KILN_DTYPE_FLOAT16)
         nbits_gemv4_kernel<kiln_gpu_half><<<grid, BLOCK, 0, s>>>(*a, shift, per, part);
     else if (a->dtype == KILN_DTYPE_FLOAT32) nbits_gemv_kernel<float><<<grid, BLOCK, 0, s>>>(*a, per, part);
     else if (a->dtype == KILN_DTYPE_FLOAT16) nbits_gemv_kernel<kiln_gpu_half><<<grid, BLOCK, 0, s>>>(*a, per, part);
     else return bad_dtype();
-    gpuError_t e = gpuGetLastError();
+    gpuError_t e = ge != gpuSuccess ? ge : gpuGetLastError();
     if (e != gpuSuccess || splits == 1) return e; /* one split wrote Y itself */
     unsigned nb = kiln_gpu_blocks(a->M * a->N, BLOCK);
     if (a->dtype == KILN_DTYPE_FLOAT32) nbits_finish_kernel<float><<<nb, BLOCK, 0, s>>>(*a, splits, part);
