@@ -117,8 +117,18 @@ static void requant_rows(const int32_t *c, int64_t ldc, int64_t m, int64_t n, co
 }
 
 #if HAVE_X86
-/* requant_rows with AVX-512: the same float32 operations, rounding by the default (nearest-even)
- * mode of vcvtps2dq, as rintf. */
+/* requant_one on 16 lanes: the same float32 operations, rounding by the default (nearest-even)
+ * mode of vcvtps2dq, as rintf; v holds the sums with the bias added. */
+__attribute__((target("avx512f"))) static inline __m512i requant16(__m512i v, __m512 vm, __m512 vlo, __m512 vhi,
+                                                                   __m512i vz)
+{
+    __m512 f = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(v), vm), vlo), vhi);
+    return _mm512_add_epi32(_mm512_cvtps_epi32(f), vz);
+}
+
+static inline __mmask16 lanes16(int64_t left) { return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1); }
+
+/* requant_rows with AVX-512 */
 __attribute__((target("avx512f"))) static void requant_rows_avx512(const int32_t *c, int64_t ldc, int64_t m, int64_t n,
                                                                    const float *mult, const int32_t *bias, float lo,
                                                                    float hi, int32_t zp, uint8_t *t)
@@ -126,31 +136,42 @@ __attribute__((target("avx512f"))) static void requant_rows_avx512(const int32_t
     __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
     __m512i vz = _mm512_set1_epi32(zp);
     for (int64_t j = 0; j < n; j += 16) {
-        __mmask16 k = n - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - j)) - 1);
+        __mmask16 k = lanes16(n - j);
         __m512 vm = _mm512_maskz_loadu_ps(k, mult + j);
         __m512i vb = bias ? _mm512_maskz_loadu_epi32(k, bias + j) : _mm512_setzero_si512();
-        for (int64_t i = 0; i < m; i++) {
-            __m512i v = _mm512_add_epi32(_mm512_maskz_loadu_epi32(k, c + i * ldc + j), vb);
-            __m512 f = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(v), vm), vlo), vhi);
-            _mm512_mask_cvtepi32_storeu_epi8(t + i * n + j, k, _mm512_add_epi32(_mm512_cvtps_epi32(f), vz));
-        }
+        for (int64_t i = 0; i < m; i++)
+            _mm512_mask_cvtepi32_storeu_epi8(
+                t + i * n + j, k, requant16(_mm512_add_epi32(_mm512_maskz_loadu_epi32(k, c + i * ldc + j), vb), vm, vlo, vhi, vz));
     }
 }
 
-/* requant_plane's loop with AVX-512, the same float32 operations as requant_one */
-__attribute__((target("avx512f"))) static void requant_plane_avx512(const float *yf, int64_t n, uint32_t bias, float mult,
-                                                                    float lo, float hi, int32_t zp, uint8_t *y)
+/* requant_plane's and requant_span's loops with AVX-512: the sums as floats (yf, integral) or int32 (c) */
+__attribute__((target("avx512f"))) static void requant_line_avx512(const float *yf, const int32_t *c, int64_t n,
+                                                                   uint32_t bias, float mult, float lo, float hi,
+                                                                   int32_t zp, uint8_t *y)
 {
     __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi), vm = _mm512_set1_ps(mult);
     __m512i vz = _mm512_set1_epi32(zp), vb = _mm512_set1_epi32((int32_t)bias);
     for (int64_t i = 0; i < n; i += 16) {
-        __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
-        __m512i v = _mm512_add_epi32(_mm512_cvttps_epi32(_mm512_maskz_loadu_ps(k, yf + i)), vb);
-        __m512 f = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(v), vm), vlo), vhi);
-        _mm512_mask_cvtepi32_storeu_epi8(y + i, k, _mm512_add_epi32(_mm512_cvtps_epi32(f), vz));
+        __mmask16 k = lanes16(n - i);
+        __m512i v = yf ? _mm512_cvttps_epi32(_mm512_maskz_loadu_ps(k, yf + i)) : _mm512_maskz_loadu_epi32(k, c + i);
+        _mm512_mask_cvtepi32_storeu_epi8(y + i, k, requant16(_mm512_add_epi32(v, vb), vm, vlo, vhi, vz));
     }
 }
 #endif
+
+/* y[i] = requant_one(c[i] + bias, mult, lo, hi, zp) for i < n */
+static void requant_span(const int32_t *c, int64_t n, uint32_t bias, float mult, float lo, float hi, int32_t zp,
+                         uint8_t *y)
+{
+#if HAVE_X86
+    if (__builtin_cpu_supports("avx512f")) {
+        requant_line_avx512(NULL, c, n, bias, mult, lo, hi, zp, y);
+        return;
+    }
+#endif
+    for (int64_t i = 0; i < n; i++) y[i] = requant_one((int32_t)((uint32_t)c[i] + bias), mult, lo, hi, zp);
+}
 
 static void out_tile(void *ctx, int32_t *c, int64_t ldc, int64_t i0, int64_t m, int64_t j0, int64_t n)
 {
@@ -321,6 +342,163 @@ KILN_VECTORIZE static void direct_planes(void *ctx, int64_t begin, int64_t end)
     }
 }
 
+/* ---- output channels as the GEMM's rows ----
+ * C [Mg, cols] = (W_g - w_zp) (Xcol - x_zp): A is the group's weights as stored ([Mg, K], K over
+ * (c, ky, kx)), B the im2col of the group's channels with the output pixels of every image as
+ * its columns (image-major), built along the rows of the NCHW planes (a pointwise convolution of
+ * one image reads the planes themselves), and the epilogue writes each row of C, one output
+ * channel, straight into Y's planes: no transposes. Taken when W's zero point is one value and
+ * the pixels outnumber half the channels (then packing W per call costs less than the
+ * transposes it saves). */
+typedef struct cols_job {
+    const qgeom *q;
+    const uint8_t *x; /* X */
+    int64_t g, j0, n; /* group, the chunk's first column and its columns */
+    uint8_t *b;       /* [K, n] */
+    uint8_t zp;
+} cols_job;
+
+/* Row r = (c, ky, kx) of the im2col of one whole image (img) at d [P]: with stride 1 and the
+ * output as wide as the input, the valid output rows are one shifted copy of the input plane,
+ * then the columns whose tap falls in the padding (at most the pads at each end of a row) and
+ * the rows outside the input get x's zero point. */
+static void cols_plane(const cols_job *j, int64_t r, int64_t img, uint8_t *d)
+{
+    const qgeom *q = j->q;
+    int64_t kk = q->kh * q->kw, c = r / kk, ky = r / q->kw % q->kh, kx = r % q->kw, lo, hi;
+    tap_range(q, kx, &lo, &hi);
+    int64_t s = kx * q->dw - q->pw, oh = q->oh, ow = q->ow, dy = ky * q->dh - q->ph; /* iy = oy + dy */
+    int64_t y0 = dy < 0 ? -dy : 0, y1 = q->H - dy < oh ? q->H - dy : oh;
+    if (y1 <= y0 || lo >= hi) {
+        memset(d, j->zp, (size_t)(oh * ow));
+        return;
+    }
+    const uint8_t *plane = j->x + (img * q->C + j->g * q->Cg + c) * q->H * q->W;
+    /* d[oy * ow + ox] = plane[(oy + dy) * W + ox + s] over the valid rows, clipped to the plane */
+    int64_t from = y0 * ow + (s < 0 ? -s : 0), to = y1 * ow - (s > 0 ? s : 0);
+    memset(d, j->zp, (size_t)(y0 * ow));
+    memcpy(d + from, plane + from + dy * ow + s, (size_t)(to - from));
+    memset(d + y1 * ow, j->zp, (size_t)((oh - y1) * ow));
+    for (int64_t oy = y0; oy < y1; oy++) {
+        memset(d + oy * ow, j->zp, (size_t)lo);
+        memset(d + oy * ow + hi, j->zp, (size_t)(ow - hi));
+    }
+}
+
+/* Rows [begin, end) of the chunk's im2col, row r = (c, ky, kx): whole images by cols_plane
+ * where it applies, otherwise for each output row (image, oy) the chunk overlaps, the input
+ * row's taps, x's zero point in the padding. */
+static void cols_rows(void *ctx, int64_t begin, int64_t end)
+{
+    const cols_job *j = ctx;
+    const qgeom *q = j->q;
+    int64_t kk = q->kh * q->kw, P = q->oh * q->ow, last = j->j0 + j->n;
+    int64_t img0 = j->j0 / P, oy0 = j->j0 % P / q->ow, ox00 = j->j0 % q->ow; /* the chunk's first column */
+    bool planes = q->sh == 1 && q->sw == 1 && q->ow == q->W && j->j0 % P == 0 && j->n % P == 0;
+    for (int64_t r = begin; r < end; r++) {
+        if (planes) {
+            for (int64_t i = 0; i < j->n / P; i++) cols_plane(j, r, img0 + i, j->b + r * j->n + i * P);
+            continue;
+        }
+        int64_t c = r / kk, ky = r / q->kw % q->kh, kx = r % q->kw, lo, hi;
+        tap_range(q, kx, &lo, &hi);
+        int64_t base = kx * q->dw - q->pw; /* ix = ox * sw + base */
+        uint8_t *d = j->b + r * j->n - j->j0;
+        for (int64_t col = j->j0, img = img0, oy = oy0, ox0 = ox00; col < last;) {
+            int64_t ox1 = q->ow - ox0 < last - col ? q->ow : ox0 + (last - col);
+            int64_t iy = oy * q->sh - q->ph + ky * q->dh, a = lo > ox0 ? lo : ox0, b = hi < ox1 ? hi : ox1;
+            uint8_t *o = d + col - ox0; /* o[ox] is column (img, oy, ox) */
+            if (iy < 0 || iy >= q->H || a >= b) {
+                memset(o + ox0, j->zp, (size_t)(ox1 - ox0));
+            } else {
+                const uint8_t *src = j->x + ((img * q->C + j->g * q->Cg + c) * q->H + iy) * q->W;
+                memset(o + ox0, j->zp, (size_t)(a - ox0));
+                if (q->sw == 1) memcpy(o + a, src + a + base, (size_t)(b - a));
+                else
+                    for (int64_t ox = a; ox < b; ox++) o[ox] = src[ox * q->sw + base];
+                memset(o + b, j->zp, (size_t)(ox1 - b));
+            }
+            col += ox1 - ox0;
+            ox0 = 0;
+            if (++oy == q->oh) oy = 0, img++;
+        }
+    }
+}
+
+/* The epilogue: rows are channels g0 + i, columns j0 + j of the chunk from column c0. */
+typedef struct cols_out {
+    qconv_out o;          /* y32 / y8: all of Y; mult and bias over all M channels */
+    int64_t M, P, g0, c0;
+} cols_out;
+
+static void cols_tile(void *ctx, int32_t *c, int64_t ldc, int64_t i0, int64_t m, int64_t j0, int64_t n)
+{
+    const cols_out *t = ctx;
+    const qconv_out *o = &t->o;
+    float lo = (float)(o->lo - o->yzp), hi = (float)(o->hi - o->yzp);
+    for (int64_t i = 0; i < m; i++) {
+        int64_t ch = t->g0 + i0 + i;
+        const int32_t *row = c + i * ldc - (t->c0 + j0); /* row[col] */
+        for (int64_t col = t->c0 + j0, e = col + n; col < e;) {
+            int64_t img = col / t->P, p = col % t->P, len = t->P - p < e - col ? t->P - p : e - col;
+            int64_t yi = (img * t->M + ch) * t->P + p;
+            if (!o->qlinear) memcpy(o->y32 + yi, row + col, (size_t)len * sizeof(int32_t));
+            else
+                requant_span(row + col, len, o->bias ? (uint32_t)o->bias[ch] : 0, o->mult[ch], lo, hi, o->yzp,
+                             o->y8 + yi);
+            col += len;
+        }
+    }
+}
+
+static kiln_status cols_conv(kiln_run_ctx *c, const qgeom *q, const kiln_value *X, const kiln_value *W, int32_t xz,
+                             int32_t wz, const qconv_out *o_in)
+{
+    int64_t P = q->oh * q->ow, cols = q->N * P, K = q->Cg * q->kh * q->kw;
+    bool planes = q->N == 1 && q->kh == 1 && q->kw == 1 && q->sh == 1 && q->sw == 1 && q->ph == 0 && q->pw == 0 &&
+                  q->oh == q->H && q->ow == q->W;
+    /* columns per GEMM: the chunk's im2col and its int32 sums about CHUNK_A_BYTES each */
+    int64_t chunk = cols, by_k = CHUNK_A_BYTES / (K ? K : 1), by_c = CHUNK_A_BYTES / 4 / q->Mg;
+    if (chunk > by_k) chunk = by_k;
+    if (chunk > by_c) chunk = by_c;
+    chunk = chunk < 256 ? (cols < 256 ? cols : 256) : chunk / 32 * 32;
+    if (P <= chunk) chunk = chunk / P * P; /* whole images, for cols_plane */
+    kiln_scratch *scr = kiln_run_scratch(c);
+    uint8_t *b = planes ? NULL : kiln_scratch_get(scr, (size_t)(K * chunk) + 64);
+    int32_t *cbuf = kiln_scratch_get(scr, (size_t)(q->Mg * chunk + 16) * sizeof(int32_t));
+    kiln_status rc = KILN_OK;
+    if ((!planes && !b) || !cbuf) {
+        rc = kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory for the im2col of %lld x %lld", (long long)K,
+                           (long long)chunk);
+        goto out;
+    }
+    kiln_threadpool *pool = kiln_run_threadpool(c);
+    kiln_qgemm_ctx ctx = {.pool = pool, .scratch = scr};
+    cols_out t = {.o = *o_in, .M = q->M, .P = P};
+    t.o.y32 = kiln_run_out(c, 0)->data, t.o.y8 = kiln_run_out(c, 0)->data;
+    for (int64_t g = 0; g < q->group && !rc; g++)
+        for (int64_t j0 = 0; j0 < cols && !rc; j0 += chunk) {
+            int64_t n = cols - j0 < chunk ? cols - j0 : chunk;
+            const uint8_t *B = (const uint8_t *)X->data + g * q->Cg * P + j0;
+            if (!planes) {
+                cols_job j = {.q = q, .x = X->data, .g = g, .j0 = j0, .n = n, .b = b, .zp = (uint8_t)xz};
+                kiln_threadpool_parallel_for(K * n < (1 << 16) ? NULL : pool, K, cols_rows, &j);
+                B = b;
+            }
+            t.g0 = g * q->Mg, t.c0 = j0;
+            kiln_qgemm_args ga = {.M = q->Mg, .N = n, .K = K, .A = (const uint8_t *)W->data + g * q->Mg * K, .lda = K,
+                                  .a_signed = W->dtype == KILN_DTYPE_INT8, .a_zp = wz, .B = B,
+                                  .ldb = planes ? P : n, .b_signed = X->dtype == KILN_DTYPE_INT8, .b_zp = &xz,
+                                  .n_bzp = 1, .C = cbuf, .ldc = n, .tile = cols_tile, .tile_ctx = &t};
+            if ((rc = kiln_qgemm(&ctx, &ga)))
+                rc = kiln_run_fail(c, rc, "int8 GEMM of the convolution failed (%s)", kiln_status_name(rc));
+        }
+out:
+    kiln_scratch_put(scr, cbuf);
+    kiln_scratch_put(scr, b);
+    return rc;
+}
+
 /* A scalar zero point of dtype dt (0 when absent); false otherwise. */
 static bool scalar_zp(const kiln_value *zp, kiln_dtype dt, int32_t *v)
 {
@@ -392,7 +570,7 @@ static void requant_plane(const float *yf, int64_t n, uint32_t bias, float mult,
 {
 #if HAVE_X86
     if (__builtin_cpu_supports("avx512f")) {
-        requant_plane_avx512(yf, n, bias, mult, lo, hi, zp, y);
+        requant_line_avx512(yf, NULL, n, bias, mult, lo, hi, zp, y);
         return;
     }
 #endif
@@ -494,6 +672,12 @@ static kiln_status qconv_run(kiln_run_ctx *c, bool qlinear)
     kiln_status rc = KILN_OK;
     if (direct && q.group == q.C && q.M == q.C && X->rank == 4) {
         rc = depthwise_float(c, &q, &geom, X, W, xz, wz, &o);
+        goto done;
+    }
+    bool one_wz = true;
+    for (int64_t m = 1; m < q.M; m++) one_wz = one_wz && wz[m] == wz[0];
+    if (!direct && one_wz && q.Mg <= 2 * q.N * q.oh * q.ow) {
+        rc = cols_conv(c, &q, X, W, xz, wz[0], &o);
         goto done;
     }
     if (direct) {

@@ -98,6 +98,10 @@ static void pack_b_panel(const kiln_qgemm_kernel *k, void *dst, const uint8_t *B
                          int64_t K, int64_t j0, int64_t n, int32_t *colsum)
 {
     int nr = k->nr, kg = k->kg;
+    if (k->pack_b) {
+        k->pack_b(dst, B, ldb, b_signed, K, j0, (int)n, colsum);
+        return;
+    }
     int64_t groups = (K + kg - 1) / kg;
     uint8_t flip = b_signed ? 0 : 0x80;
     for (int c = 0; c < nr; c++) colsum[c] = 0;

@@ -7,10 +7,10 @@
 #include <string.h>
 
 #if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512vnni"))), apply_to = function)
+#pragma clang attribute push(__attribute__((target("avx2,avx512f,avx512vnni"))), apply_to = function)
 #else
 #pragma GCC push_options
-#pragma GCC target("avx512f,avx512vnni")
+#pragma GCC target("avx2,avx512f,avx512vnni")
 #endif
 
 #include "cpu/qgemm_internal.h"
@@ -95,8 +95,50 @@ static void kernel(int64_t groups, const void *a_, int64_t as, const void *b_, i
     }
 }
 
+/* One panel: each group of 4 rows of 32 bytes interleaved into 32 columns of 4 bytes by
+ * byte then word unpacks (within 128-bit lanes, so lane 0 holds columns 0-7 and lane 1 columns
+ * 16-23, put back in order by the lane permutes), unsigned B shifted to signed; the column sums
+ * by vpdpbusd of the packed group against bytes of 1. A narrow panel's rows are read through a
+ * row of the flip byte, which stores 0 past n. */
+static void pack_b(void *dst, const uint8_t *B, int64_t ldb, bool b_signed, int64_t K, int64_t j0, int n,
+                   int32_t *colsum)
+{
+    const char fb = b_signed ? 0 : (char)0x80;
+    const __m256i flip = _mm256_set1_epi8(fb);
+    uint8_t row[NR];
+    const __m512i ones = _mm512_set1_epi8(1);
+    __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+    uint8_t *d = dst;
+    for (int64_t k = 0; k < K; k += KG, d += NR * KG) {
+        __m256i r[KG];
+        for (int t = 0; t < KG; t++) {
+            const uint8_t *src = B + (k + t) * ldb + j0;
+            if (k + t < K && n < NR) {
+                memset(row, fb, NR);
+                memcpy(row, src, (size_t)n);
+                src = row;
+            }
+            r[t] = k + t < K ? _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)src), flip) : _mm256_setzero_si256();
+        }
+        __m256i lo01 = _mm256_unpacklo_epi8(r[0], r[1]), hi01 = _mm256_unpackhi_epi8(r[0], r[1]);
+        __m256i lo23 = _mm256_unpacklo_epi8(r[2], r[3]), hi23 = _mm256_unpackhi_epi8(r[2], r[3]);
+        __m256i o0 = _mm256_unpacklo_epi16(lo01, lo23), o1 = _mm256_unpackhi_epi16(lo01, lo23);
+        __m256i o2 = _mm256_unpacklo_epi16(hi01, hi23), o3 = _mm256_unpackhi_epi16(hi01, hi23);
+        __m256i c0 = _mm256_permute2x128_si256(o0, o1, 0x20), c1 = _mm256_permute2x128_si256(o2, o3, 0x20);
+        __m256i c2 = _mm256_permute2x128_si256(o0, o1, 0x31), c3 = _mm256_permute2x128_si256(o2, o3, 0x31);
+        __m512i g0 = _mm512_inserti64x4(_mm512_castsi256_si512(c0), c1, 1);
+        __m512i g1 = _mm512_inserti64x4(_mm512_castsi256_si512(c2), c3, 1);
+        _mm512_storeu_si512(d, g0);
+        _mm512_storeu_si512(d + 64, g1);
+        s0 = _mm512_dpbusd_epi32(s0, ones, g0);
+        s1 = _mm512_dpbusd_epi32(s1, ones, g1);
+    }
+    _mm512_storeu_si512(colsum, s0);
+    _mm512_storeu_si512(colsum + 16, s1);
+}
+
 const kiln_qgemm_kernel kiln_qgemm_kernel_avx512vnni = {.mr = MR, .nr = NR, .kg = KG, .esize = 1, .kernel = kernel,
-    .dot = kiln_qgemm_dot_avx2 /* both have AVX2 */};
+    .dot = kiln_qgemm_dot_avx2 /* both have AVX2 */, .pack_b = pack_b};
 
 #if defined(__clang__)
 #pragma clang attribute pop

@@ -25,6 +25,11 @@ typedef struct kiln_qgemm_kernel {
      * (signed or unsigned bytes), za in [-128, 255] and b one column minus its zero point. */
     void (*dot)(const int16_t *b, int64_t K, const uint8_t *a, int64_t lda, bool a_signed, int32_t za, int64_t m,
                 int32_t *C, int64_t ldc);
+    /* Optional: packs the panel of columns [j0, j0 + n) of B (n <= NR, all K depths, rows ldb
+     * bytes apart) at dst and the sums of its stored values into colsum[0..NR), as qgemm.c's
+     * element loop (taken when this is NULL) does. */
+    void (*pack_b)(void *dst, const uint8_t *B, int64_t ldb, bool b_signed, int64_t K, int64_t j0, int n,
+                   int32_t *colsum);
 } kiln_qgemm_kernel;
 
 void kiln_qgemm_dot_baseline(const int16_t *b, int64_t K, const uint8_t *a, int64_t lda, bool a_signed, int32_t za,

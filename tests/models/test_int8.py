@@ -406,6 +406,11 @@ CONV_CASES = [
     (1, 64, 5, 7, 70, 3, 3, 1, dict(pads=[1, 0, 1, 0])),
     (3, 7, None, 29, 11, 1, 5, 1, dict(strides=[3], pads=[2, 1])),
     (1, 4, None, 31, 4, 1, 3, 4, dict(pads=[1, 1], dilations=[2])),
+    # output channels as rows: whole shifted planes (dilated, as wide as the input), GEMM chunks
+    # that start inside an image, and few pixels against many channels (pixels as rows)
+    (2, 6, 9, 10, 40, 3, 3, 1, dict(pads=[2, 2, 2, 2], dilations=[2, 2])),
+    (1, 64, 45, 45, 16, 3, 3, 1, dict(pads=[1, 1, 1, 1])),
+    (1, 16, 3, 3, 40, 3, 3, 1, dict(pads=[1, 1, 1, 1])),
 ]
 
 
