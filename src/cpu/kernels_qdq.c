@@ -1,9 +1,15 @@
 /* kernels_qdq.c - what QDQ graphs run besides the int8 GEMM once fuse_qdq.c has rewritten them:
  * per-tensor QuantizeLinear of float32 into uint8 / int8 (ORT's order: x / scale, rounded half to
- * even, plus the zero point, saturated: dynquant.h's pass) and 2-D MaxPool on
- * 8-bit values (no Indices). Every case not covered runs the reference. */
+ * even, plus the zero point, saturated: dynquant.h's pass), 2-D MaxPool on 8-bit values (no
+ * Indices) and kiln.ChannelLookup (64 bytes at a time by AVX-512 VBMI byte permutes where the
+ * CPU has them). Every case not covered runs the reference. */
 #include <math.h>
 #include <string.h>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define HAVE_X86 1
+#endif
 
 #include "core/threadpool.h"
 #include "cpu/dynquant.h"
@@ -114,6 +120,67 @@ static kiln_status maxpool8_run(kiln_run_ctx *c)
     return KILN_OK;
 }
 
+/* ---- kiln.ChannelLookup ---- */
+
+typedef struct lookup_job {
+    const uint8_t *x, *t;
+    uint8_t *y;
+    int64_t C, S; /* channels, elements per plane */
+} lookup_job;
+
+#if HAVE_X86
+/* y[i] = t[x[i]] for i < n: two 128-entry permutes on the low 7 bits, the sign bit choosing */
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) static void lookup_vbmi(const uint8_t *x, const uint8_t *t,
+                                                                             uint8_t *y, int64_t n)
+{
+    __m512i t0 = _mm512_loadu_si512(t), t1 = _mm512_loadu_si512(t + 64);
+    __m512i t2 = _mm512_loadu_si512(t + 128), t3 = _mm512_loadu_si512(t + 192);
+    for (int64_t i = 0; i < n; i += 64) {
+        __mmask64 k = n - i >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (n - i)) - 1);
+        __m512i v = _mm512_maskz_loadu_epi8(k, x + i);
+        __m512i lo = _mm512_permutex2var_epi8(t0, v, t1), hi = _mm512_permutex2var_epi8(t2, v, t3);
+        _mm512_mask_storeu_epi8(y + i, k, _mm512_mask_blend_epi8(_mm512_movepi8_mask(v), lo, hi));
+    }
+}
+#endif
+
+static void lookup_planes(void *ctx, int64_t begin, int64_t end)
+{
+    const lookup_job *j = ctx;
+#if HAVE_X86
+    bool vbmi = __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bw");
+#endif
+    for (int64_t p = begin; p < end; p++) {
+        const uint8_t *restrict x = j->x + p * j->S, *restrict t = j->t + p % j->C * 256;
+        uint8_t *restrict y = j->y + p * j->S;
+#if HAVE_X86
+        if (vbmi) {
+            lookup_vbmi(x, t, y, j->S);
+            continue;
+        }
+#endif
+        for (int64_t i = 0; i < j->S; i++) y[i] = t[x[i]];
+    }
+}
+
+static kiln_status lookup_run(kiln_run_ctx *c)
+{
+    const kiln_value *X = kiln_run_in(c, 0), *T = kiln_run_in(c, 1);
+    kiln_value *Y = kiln_run_out(c, 0);
+    if (!Y || X->rank < 2 || T->rank != 2 || T->dims[1] != 256 || T->dims[0] != X->dims[1] || !X->numel)
+        return kiln_cpu_reference(c);
+    lookup_job j = {.x = X->data, .t = T->data, .y = Y->data, .C = X->dims[1], .S = X->numel / (X->dims[0] * X->dims[1])};
+    int64_t planes = X->dims[0] * j.C;
+    kiln_threadpool_parallel_for(X->numel < (1 << 16) ? NULL : kiln_run_threadpool(c), planes, lookup_planes, &j);
+    return KILN_OK;
+}
+
+static kiln_kernel_fn select_lookup(kiln_node *n)
+{
+    (void)n;
+    return lookup_run;
+}
+
 static kiln_kernel_fn select_quantize(kiln_node *n)
 {
     return n->n_in == 3 && n->n_out >= 1 && n->in[0] && n->out[0] && n->in[0]->type.dtype == KILN_DTYPE_FLOAT32 &&
@@ -132,5 +199,6 @@ static kiln_kernel_fn select_maxpool8(kiln_node *n)
 static const kiln_cpu_kernel kernels[] = {
     {"", "QuantizeLinear", select_quantize},
     {"", "MaxPool", select_maxpool8},
+    {"kiln", "ChannelLookup", select_lookup},
 };
 KILN_CPU_KERNEL_TABLE(kiln_cpu_kernels_qdq, kernels);

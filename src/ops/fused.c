@@ -200,12 +200,49 @@ static kiln_status fused_matmul_run(kiln_run_ctx *c)
     return act_reference(c, &f->act, y);
 }
 
+/* ---- ChannelLookup ---- */
+
+static kiln_status channel_lookup_infer(kiln_infer_ctx *c)
+{
+    const kiln_type *x = kiln_infer_in(c, 0), *t = kiln_infer_in(c, 1);
+    if (!x || !t) return kiln_infer_fail(c, KILN_ERR_MODEL, "needs inputs X and T");
+    if (x->dtype && x->dtype != KILN_DTYPE_UINT8 && x->dtype != KILN_DTYPE_INT8)
+        return kiln_infer_fail(c, KILN_ERR_MODEL, "X must be uint8 or int8, is %s", kiln_dtype_name(x->dtype));
+    if (t->dtype && t->dtype != KILN_DTYPE_UINT8 && t->dtype != KILN_DTYPE_INT8)
+        return kiln_infer_fail(c, KILN_ERR_MODEL, "T must be uint8 or int8, is %s", kiln_dtype_name(t->dtype));
+    if (t->rank >= 0 && (t->rank != 2 || !kiln_dim_is_const(t->dims[1]) || t->dims[1].c != 256))
+        return kiln_infer_fail(c, KILN_ERR_SHAPE, "T must be [C, 256]");
+    if (x->rank >= 0 && x->rank < 2)
+        return kiln_infer_fail(c, KILN_ERR_SHAPE, "X must have rank >= 2 ([N, C, ...]), has rank %d", x->rank);
+    if (x->rank >= 2 && t->rank == 2)
+        KILN_TRY(kiln_infer_require_equal(c, x->dims[1], t->dims[0], "X's channels and T's rows"));
+    return kiln_infer_set_out(c, 0, t->dtype, x->rank, x->dims);
+}
+
+static kiln_status channel_lookup_run(kiln_run_ctx *c)
+{
+    const kiln_value *x = kiln_run_in(c, 0), *t = kiln_run_in(c, 1);
+    kiln_value *y = kiln_run_out(c, 0);
+    if (x->rank < 2 || t->rank != 2 || t->dims[1] != 256 || t->dims[0] != x->dims[1])
+        return kiln_run_fail(c, KILN_ERR_SHAPE, "T must be [C, 256] for X's C = %lld",
+                             (long long)(x->rank >= 2 ? x->dims[1] : -1));
+    int64_t C = x->dims[1], S = x->numel && C ? x->numel / (x->dims[0] * C) : 0;
+    const uint8_t *xv = x->data, *tv = t->data;
+    uint8_t *yv = y->data;
+    for (int64_t p = 0; p < x->numel / (S ? S : 1) && S; p++) {
+        const uint8_t *row = tv + (p % C) * 256;
+        for (int64_t i = p * S; i < (p + 1) * S; i++) yv[i] = row[xv[i]];
+    }
+    return KILN_OK;
+}
+
 #define FUSED(name, infer, run) {"kiln", name, 1, infer, run, KILN_OP_FUSED, 0, fused_parse, sizeof(kiln_fused)}
 
 static const kiln_op_def defs[] = {
     FUSED("FusedConv", fused_conv_infer, fused_conv_run),
     FUSED("FusedGemm", fused_gemm_infer, fused_gemm_run),
     FUSED("FusedMatMul", fused_matmul_infer, fused_matmul_run),
+    {"kiln", "ChannelLookup", 1, channel_lookup_infer, channel_lookup_run, 0},
 };
 
 const kiln_op_table kiln_ops_fused = {defs, sizeof defs / sizeof defs[0]};

@@ -6,6 +6,10 @@
  *   DQ(x) -> MaxPool | Reshape | Transpose | Flatten | Squeeze | Unsqueeze -> Q  ==>  the op on x
  *     (the Q's scale and zero point equal the DQ's: max and data movement commute with the
  *      monotone DQ, and Q(DQ(v)) == v, so this one is exact)
+ *   DQ(x) -> BatchNormalization (inference, constant or DQ'd constant parameters) -> Q
+ *     ==>  kiln.ChannelLookup(x, T): each channel's 256 outputs tabulated with the reference
+ *     kernels' arithmetic (src/ops/cast_quant.c, reduce_norm.c), so this one is exact as well
+ *     (ORT runs the three nodes)
  *
  * The fused node takes the Q's place and output (and name). Requirements, those of ORT's
  * selectors: activations' scales and zero points per tensor (constant, scale > 0), weights
@@ -15,11 +19,14 @@
  * what ORT computes for the group (int32 sums, its float32 requantization), not the float chain's
  * rounding. Runs before constant folding (which would turn DQ(w) into float weights): optimised
  * sessions whose first provider is the CPU. Infers the graph first. */
+#include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "core/dtype.h"
 #include "ops/eval.h"
 #include "ops/op.h"
+#include "ops/quant_internal.h"
 #include "passes/passes.h"
 #include "passes/rewrite.h"
 
@@ -180,6 +187,76 @@ static kiln_status drop_pair(kiln_graph *g, kiln_node *op, int *dropped, kiln_er
     return KILN_OK;
 }
 
+/* The float32 values [count] of v: a constant, or the DequantizeLinear of constants, evaluated
+ * into *owned (freed by the caller). NULL when v is neither. */
+static const float *float_param(const kiln_graph *g, const kiln_ir_value *v, int64_t count, kiln_value **owned,
+                                kiln_err *err)
+{
+    *owned = NULL;
+    const kiln_value *t = v ? constant(v) : NULL;
+    kiln_node *d = v ? v->producer : NULL;
+    if (!t && is_op(d, "DequantizeLinear") && d->graph == g && d->n_out == 1) {
+        for (int i = 0; i < d->n_in; i++)
+            if (d->in[i] && !constant(d->in[i])) return NULL;
+        kiln_err e = {0};
+        if (kiln_node_evaluate(d, 0, owned, &e)) return NULL;
+        t = *owned;
+    }
+    (void)err;
+    return t && t->dtype == KILN_DTYPE_FLOAT32 && t->numel == count && t->rank <= 1 ? t->data : NULL;
+}
+
+/* DQ(x) -> BatchNormalization -> Q as a per-channel table of the three reference kernels. */
+static kiln_status fuse_bn(kiln_graph *g, kiln_node *bn, bool *done, kiln_err *err)
+{
+    qparams px, py;
+    if (bn->n_in != 5 || bn->n_out != 1 || !bn->out[0] || kiln_attr_int(bn, "training_mode", 0) ||
+        (bn->opset < 9 && !kiln_attr_int(bn, "spatial", 1)) || (bn->opset < 7 && !kiln_attr_int(bn, "is_test", 0)))
+        return KILN_OK;
+    kiln_node *dx = dq_act(g, bn->in[0], &px), *q = dx ? q_after(g, bn->out[0], &py) : NULL;
+    const kiln_ir_value *x = dx ? dx->in[0] : NULL;
+    if (!q || x->type.rank < 2 || !kiln_dim_is_const(x->type.dims[1]) || x->type.dims[1].c < 1 ||
+        x->type.dims[1].c > 4096)
+        return KILN_OK;
+    int64_t C = x->type.dims[1].c;
+    kiln_value *own[4] = {0}, *T = NULL;
+    const float *p[4]; /* scale, B, mean, var */
+    bool ok = true;
+    for (int i = 0; i < 4; i++) ok = (p[i] = float_param(g, bn->in[i + 1], C, &own[i], err)) && ok;
+    kiln_status st = KILN_OK;
+    if (ok && !(st = kiln_tensor_new(py.z->dtype, 2, (int64_t[]){C, 256}, &T, err))) {
+        double eps = kiln_attr_float(bn, "epsilon", 1e-5f);
+        float sx = ((const float *)px.s->data)[0], sy = ((const float *)py.s->data)[0];
+        int64_t zx = kiln_load_i64(px.z->dtype, px.z->data, 0), zy = kiln_load_i64(py.z->dtype, py.z->data, 0), lo, hi;
+        kiln_quant_int_range(py.z->dtype, &lo, &hi);
+        for (int64_t c = 0; c < C; c++)
+            for (int b = 0; b < 256; b++) {
+                int64_t xv = px.z->dtype == KILN_DTYPE_INT8 ? (int8_t)b : b;
+                float f = (float)((double)(xv - zx) * (double)sx);                                   /* DQ */
+                float v = (float)(((double)f - p[2][c]) / sqrt((double)p[3][c] + eps) * p[0][c] + p[1][c]); /* BN */
+                double r = rint((double)(float)((double)v / (double)sy)) + (double)zy;                /* Q */
+                if (isnan(r)) r = 0;
+                kiln_store_i64(py.z->dtype, T->data, c * 256 + b, (int64_t)fmin(fmax(r, (double)lo), (double)hi));
+            }
+        char name[512];
+        snprintf(name, sizeof name, "%s/lookup", bn->name);
+        kiln_ir_value *tv = NULL;
+        if (!(st = kiln_model_own_value(g->model, T, err)) && !(tv = kiln_graph_new_value(g, name, err))) st = err->code;
+        if (!st) {
+            kiln_ir_value_set_constant(tv, T);
+            const kiln_op_def *op = kiln_op_lookup("kiln", "ChannelLookup", 1);
+            kiln_ir_value *in[2] = {dx->in[0], tv};
+            if (op && !(st = kiln_node_set_inputs(q, 2, in, err))) {
+                q->op_type = "ChannelLookup", q->domain = "kiln", q->opset = 1, q->op = op;
+                q->attrs = NULL, q->n_attrs = 0;
+                *done = true;
+            }
+        }
+    }
+    for (int i = 0; i < 4; i++) kiln_value_free(own[i]);
+    return st;
+}
+
 kiln_status kiln_pass_fuse_qdq(kiln_graph *g, int *fused, kiln_err *err)
 {
     *fused = 0;
@@ -200,6 +277,7 @@ kiln_status kiln_pass_fuse_qdq(kiln_graph *g, int *fused, kiln_err *err)
         bool done = false;
         if (is_op(n, "Conv")) KILN_TRY(fuse_conv(g, n, &done, err));
         else if (is_op(n, "MatMul")) KILN_TRY(fuse_matmul(g, n, &done, err));
+        else if (is_op(n, "BatchNormalization")) KILN_TRY(fuse_bn(g, n, &done, err));
         else if (is_op(n, "MaxPool") || is_op(n, "Reshape") || is_op(n, "Transpose") || is_op(n, "Flatten") ||
                  is_op(n, "Squeeze") || is_op(n, "Unsqueeze"))
             KILN_TRY(drop_pair(g, n, fused, err));
@@ -208,6 +286,7 @@ kiln_status kiln_pass_fuse_qdq(kiln_graph *g, int *fused, kiln_err *err)
     if (!*fused) return KILN_OK;
     for (int k = 0; k < n0; k++)
         candidate[k] = g->nodes[k] && (is_op(g->nodes[k], "Conv") || is_op(g->nodes[k], "MatMul") ||
+                                       is_op(g->nodes[k], "BatchNormalization") ||
                                        is_op(g->nodes[k], "DequantizeLinear"));
     kiln_passes_sweep(g, candidate);
     return KILN_OK;
