@@ -48,6 +48,7 @@ static inline __attribute__((always_inline)) v4f act_v4(const kiln_act *a, v4f v
     case KILN_ACT_LEAKY_RELU: return v4_sel(v < v4_splat(0.0f), v * v4_splat(a->alpha), v);
     case KILN_ACT_GELU: return v4_gelu(v);
     case KILN_ACT_GELU_TANH: return v4_gelu_tanh(v);
+    case KILN_ACT_TANH: return v4_tanh(v);
     }
     return v;
 }

@@ -38,7 +38,7 @@ static bool castable(kiln_dtype from, kiln_dtype to)
     return (fi || from == KILN_DTYPE_FLOAT32) && (ti || to == KILN_DTYPE_FLOAT32) && !(from == KILN_DTYPE_FLOAT32 && ti && to != KILN_DTYPE_BOOL);
 }
 
-static kiln_status cast_run(kiln_run_ctx *c)
+KILN_VECTORIZE static kiln_status cast_run(kiln_run_ctx *c)
 {
     const kiln_value *X = kiln_run_in(c, 0);
     kiln_value *Y = kiln_run_out(c, 0);
@@ -109,7 +109,7 @@ static cmp_op cmp_of(const char *op)
         }                                                                                                      \
     } while (0)
 
-static kiln_status cmp_run(kiln_run_ctx *c)
+KILN_VECTORIZE static kiln_status cmp_run(kiln_run_ctx *c)
 {
     const kiln_node *n = kiln_run_node(c);
     const kiln_value *A = kiln_run_in(c, 0), *B = kiln_run_in(c, 1);
@@ -230,7 +230,27 @@ static kiln_kernel_fn select_pow(kiln_node *n)
 
 /* ---- ReduceSum of int64 / int32 over one axis (opset 13: axes input) ---- */
 
-static kiln_status rsum_run(kiln_run_ctx *c)
+/* y[o * inner + i] = sum over l of x[(o * len + l) * inner + i], wrapping; a last axis (inner 1)
+ * summed along its contiguous rows */
+#define RSUM_LOOP(T)                                                                                                   \
+    do {                                                                                                               \
+        const T *restrict x = X->data;                                                                                 \
+        T *restrict y = Y->data;                                                                                       \
+        if (inner == 1) {                                                                                              \
+            for (int64_t o = 0; o < outer; o++) {                                                                      \
+                T s = 0;                                                                                               \
+                for (int64_t l = 0; l < len; l++) s += x[o * len + l];                                                 \
+                y[o] = s;                                                                                              \
+            }                                                                                                          \
+            break;                                                                                                     \
+        }                                                                                                              \
+        memset(y, 0, (size_t)Y->numel * sizeof *y);                                                                    \
+        for (int64_t o = 0; o < outer; o++)                                                                            \
+            for (int64_t l = 0; l < len; l++)                                                                          \
+                for (int64_t i = 0; i < inner; i++) y[o * inner + i] += x[(o * len + l) * inner + i];                  \
+    } while (0)
+
+KILN_VECTORIZE static kiln_status rsum_run(kiln_run_ctx *c)
 {
     const kiln_node *n = kiln_run_node(c);
     const kiln_value *X = kiln_run_in(c, 0), *ax = kiln_run_in(c, 1);
@@ -243,21 +263,8 @@ static kiln_status rsum_run(kiln_run_ctx *c)
     for (int k = 0; k < axis; k++) outer *= X->dims[k];
     for (int k = axis + 1; k < X->rank; k++) inner *= X->dims[k];
     if (Y->numel != outer * inner) return kiln_cpu_reference(c);
-    if (X->dtype == KILN_DTYPE_INT64) {
-        const uint64_t *x = X->data; /* wrapping sums, as the reference's integer accumulation */
-        uint64_t *y = Y->data;
-        memset(y, 0, (size_t)Y->numel * sizeof *y);
-        for (int64_t o = 0; o < outer; o++)
-            for (int64_t l = 0; l < len; l++)
-                for (int64_t i = 0; i < inner; i++) y[o * inner + i] += x[(o * len + l) * inner + i];
-    } else {
-        const uint32_t *x = X->data;
-        uint32_t *y = Y->data;
-        memset(y, 0, (size_t)Y->numel * sizeof *y);
-        for (int64_t o = 0; o < outer; o++)
-            for (int64_t l = 0; l < len; l++)
-                for (int64_t i = 0; i < inner; i++) y[o * inner + i] += x[(o * len + l) * inner + i];
-    }
+    if (X->dtype == KILN_DTYPE_INT64) RSUM_LOOP(uint64_t); /* wrapping sums, as the reference's integer accumulation */
+    else RSUM_LOOP(uint32_t);
     return KILN_OK;
 }
 

@@ -16,7 +16,12 @@ typedef struct lstm_state {
     int dirs;
     int64_t I, H;
     kiln_gemm_packed_b *w[2], *r[2]; /* W^T [I, 4H], R^T [H, 4H] */
+    float *rt[2];                    /* small H: R^T [H, 4H] plain, for the step's direct loop */
 } lstm_state;
+
+/* Up to this many elements of R a step's H R^T runs as a direct loop: the sgemm's dispatch
+ * costs more than a product this small (H = 8: 256 multiply-adds) */
+enum { DIRECT_R = 64 * 256 };
 
 static void state_free(void *p)
 {
@@ -25,8 +30,22 @@ static void state_free(void *p)
     for (int d = 0; d < 2; d++) {
         kiln_gemm_packed_b_free(s->w[d]);
         kiln_gemm_packed_b_free(s->r[d]);
+        free(s->rt[d]);
     }
     free(s);
+}
+
+/* gh [Bn, G] = h [Bn, H] rt [H, G] */
+KILN_VECTORIZE static void small_matmul(const float *h, const float *rt, float *gh, int64_t Bn, int64_t H, int64_t G)
+{
+    for (int64_t b = 0; b < Bn; b++) {
+        float *restrict o = gh + b * G;
+        for (int64_t g = 0; g < G; g++) o[g] = 0.0f;
+        for (int64_t k = 0; k < H; k++) {
+            const float hk = h[b * H + k], *restrict r = rt + k * G;
+            for (int64_t g = 0; g < G; g++) o[g] += hk * r[g];
+        }
+    }
 }
 
 /* One direction's recurrence, its input projection gx [S * Bn, G] (biases included) done. */
@@ -62,7 +81,8 @@ static kiln_status lstm_direction(const lstm_job *j, int d)
     kiln_status st = KILN_OK;
     for (int64_t step = 0; step < S && !st; step++) {
         int64_t t = rev ? S - 1 - step : step;
-        if (Bn && (st = kiln_sgemm_packed(&ctx, false, Bn, 1.0f, h, Hs, s->r[d], 0.0f, gh, G, NULL))) break;
+        if (s->rt[d]) small_matmul(h, s->rt[d], gh, Bn, Hs, G);
+        else if (Bn && (st = kiln_sgemm_packed(&ctx, false, Bn, 1.0f, h, Hs, s->r[d], 0.0f, gh, G, NULL))) break;
         for (int64_t b = 0; b < Bn; b++) {
             float *hb = h + b * Hs, *cb = cs + b * Hs;
             kiln_lstm_gates(j->gx[d] + (t * Bn + b) * G, gh + b * G, NULL, cb, hb, Hs, tmp);
@@ -162,12 +182,22 @@ static kiln_kernel_fn select_lstm(kiln_node *n)
     if (!s) return NULL;
     s->dirs = dirs, s->I = I, s->H = H;
     kiln_gemm_ctx ctx = {0};
-    for (int d = 0; d < dirs; d++)
+    for (int d = 0; d < dirs; d++) {
         if (kiln_gemm_packed_b_create(&ctx, true, I, G, (const float *)W->data + d * G * I, I, &s->w[d]) ||
             kiln_gemm_packed_b_create(&ctx, true, H, G, (const float *)R->data + d * G * H, H, &s->r[d])) {
             state_free(s);
             return NULL;
         }
+        if (H * G <= DIRECT_R) {
+            const float *r = (const float *)R->data + d * G * H; /* [G, H] */
+            if (!(s->rt[d] = malloc((size_t)(H * G) * sizeof(float)))) {
+                state_free(s);
+                return NULL;
+            }
+            for (int64_t g = 0; g < G; g++)
+                for (int64_t k = 0; k < H; k++) s->rt[d][k * G + g] = r[g * H + k];
+        }
+    }
     n->kernel_state = s;
     n->kernel_state_free = state_free;
     return lstm_run;

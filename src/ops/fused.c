@@ -24,6 +24,7 @@ static const struct {
     {"LeakyRelu", KILN_ACT_LEAKY_RELU, 1, 0.01f, 0},
     {"Gelu", KILN_ACT_GELU, 0, 0, 0},
     {"GeluTanh", KILN_ACT_GELU_TANH, 0, 0, 0},
+    {"Tanh", KILN_ACT_TANH, 0, 0, 0},
 };
 
 const char *kiln_act_name(kiln_act_kind k)

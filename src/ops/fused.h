@@ -8,7 +8,7 @@
  *   kiln.FusedMatMul(A, B, bias?) = act(MatMul(A, B) + bias) bias [N] (leading 1s) along Y's last axis
  *
  * with two attributes of their own: activation (STRING, absent: none) one of Relu, Clip,
- * Sigmoid, HardSigmoid, HardSwish, LeakyRelu, Gelu, GeluTanh (Gelu's tanh form), and
+ * Sigmoid, HardSigmoid, HardSwish, LeakyRelu, Gelu, GeluTanh (Gelu's tanh form), Tanh, and
  * activation_params (FLOATS): Clip's [min, max], HardSigmoid's [alpha, beta], LeakyRelu's
  * [alpha]. A fused node's opset is the ONNX opset of the op it extends (the pass keeps it). */
 #ifndef KILN_OPS_FUSED_H
@@ -29,6 +29,7 @@ typedef enum kiln_act_kind {
     KILN_ACT_LEAKY_RELU,   /* x < 0 ? alpha * x : x */
     KILN_ACT_GELU,         /* 0.5 x (1 + erf(x / sqrt 2)) */
     KILN_ACT_GELU_TANH,    /* 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) */
+    KILN_ACT_TANH,         /* tanh x */
 } kiln_act_kind;
 
 typedef struct kiln_act {

@@ -2,7 +2,7 @@
  * an optional Sum added before the activation, activation and activation_params attributes)
  * whose activation kiln's fused kernels apply becomes kiln.FusedConv, which has the same inputs,
  * attributes and meaning (src/ops/fused.h), so it runs on the CPU provider's convolutions
- * instead of the reference. Tanh (kiln's fused forms lack it) keeps the com.microsoft node. */
+ * instead of the reference. */
 #include <string.h>
 
 #include "ops/eval.h"
@@ -14,7 +14,7 @@ static bool adoptable(const kiln_node *n)
         !n->in[0] || !kiln_ir_is_f32(n->in[0]))
         return false;
     const char *act = kiln_attr_string(n, "activation", NULL);
-    static const char *const ok[] = {"Relu", "Clip", "Sigmoid", "HardSigmoid", "LeakyRelu"};
+    static const char *const ok[] = {"Relu", "Clip", "Sigmoid", "HardSigmoid", "LeakyRelu", "Tanh"};
     if (!act) return true;
     for (size_t i = 0; i < sizeof ok / sizeof *ok; i++)
         if (!strcmp(act, ok[i])) return true;

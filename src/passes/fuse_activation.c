@@ -35,6 +35,8 @@ static kiln_act activation(const kiln_node *a)
         act.kind = KILN_ACT_RELU;
     } else if (!strcmp(op, "Sigmoid") && a->n_in == 1) {
         act.kind = KILN_ACT_SIGMOID;
+    } else if (!strcmp(op, "Tanh") && a->n_in == 1) {
+        act.kind = KILN_ACT_TANH;
     } else if (!strcmp(op, "HardSigmoid") && a->n_in == 1) {
         act = (kiln_act){KILN_ACT_HARD_SIGMOID, kiln_attr_float(a, "alpha", 0.2f), kiln_attr_float(a, "beta", 0.5f)};
     } else if (!strcmp(op, "HardSwish") && a->n_in == 1) {

@@ -634,7 +634,7 @@ def test_conv_bn_folding():
 
 
 ACTIVATIONS = [  # (op, attrs, extra constant inputs, opset): what the fusion pass folds into Conv/Gemm
-    ("Relu", {}, [], 17), ("Sigmoid", {}, [], 17), ("HardSigmoid", {"alpha": 0.3, "beta": 0.4}, [], 17),
+    ("Relu", {}, [], 17), ("Sigmoid", {}, [], 17), ("Tanh", {}, [], 17), ("HardSigmoid", {"alpha": 0.3, "beta": 0.4}, [], 17),
     ("HardSwish", {}, [], 17), ("LeakyRelu", {"alpha": 0.07}, [], 17), ("Clip", {}, [0.0, 6.0], 17),
     ("Clip", {}, [-0.5], 17), ("Clip", {"min": -1.0, "max": 0.5}, [], 6),
 ]
