@@ -16,7 +16,7 @@
 bool kiln_cpu_range_f32(kiln_threadpool *pool, const float *x, int64_t n, float *mn, float *mx);
 
 /* y[i] = rint(x[i] / scale) + zp saturated to uint8 (int8 when y_signed) for i < n: for uint8,
- * kiln_dynquant_one; NaN gives the range's low end. pool may be NULL. */
+ * kiln_dynquant_one; NaN gives the range's low end (as ORT and the reference). pool may be NULL. */
 void kiln_cpu_quantize(kiln_threadpool *pool, const float *x, int64_t n, float scale, int32_t zp, bool y_signed,
                        void *y);
 

@@ -19,14 +19,6 @@
 
 static bool is_8bit(kiln_dtype dt) { return dt == KILN_DTYPE_UINT8 || dt == KILN_DTYPE_INT8; }
 
-/* Whether some x is NaN (QuantizeLinear's NaN rule is the reference's) */
-KILN_VECTORIZE static bool has_nan(const float *x, int64_t n)
-{
-    int bad = 0;
-    for (int64_t i = 0; i < n; i++) bad |= x[i] != x[i];
-    return bad;
-}
-
 static kiln_status quantize_run(kiln_run_ctx *c)
 {
     const kiln_value *X = kiln_run_in(c, 0), *s = kiln_run_in(c, 1), *zp = kiln_run_in(c, 2);
@@ -36,7 +28,7 @@ static kiln_status quantize_run(kiln_run_ctx *c)
         kiln_attr_int(kiln_run_node(c), "saturate", 1) != 1)
         return kiln_cpu_reference(c);
     float scale = ((const float *)s->data)[0];
-    if (!(scale > 0.0f) || isinf(scale) || has_nan(X->data, X->numel)) return kiln_cpu_reference(c);
+    if (!(scale > 0.0f) || isinf(scale)) return kiln_cpu_reference(c);
     kiln_cpu_quantize(kiln_run_threadpool(c), X->data, X->numel, scale, (int32_t)kiln_load_i64(zp->dtype, zp->data, 0),
                       Y->dtype == KILN_DTYPE_INT8, Y->data);
     return KILN_OK;

@@ -141,7 +141,7 @@ kiln_status kiln_cast_quantize_run(kiln_run_ctx *c)
                                       round_to(prec, kiln_load_f64(s->dtype, s->data, p)));
         if (int_target) {
             double r = rint(q) + (zp ? (double)kiln_load_i64(zp->dtype, zp->data, p) : 0);
-            if (isnan(r)) r = 0;
+            if (isnan(r)) r = (double)lo; /* ORT's saturation takes NaN to the low end */
             kiln_store_i64(y->dtype, y->data, i, (int64_t)fmin(fmax(r, (double)lo), (double)hi));
             continue;
         }

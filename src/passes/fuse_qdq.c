@@ -235,7 +235,7 @@ static kiln_status fuse_bn(kiln_graph *g, kiln_node *bn, bool *done, kiln_err *e
                 float f = (float)((double)(xv - zx) * (double)sx);                                   /* DQ */
                 float v = (float)(((double)f - p[2][c]) / sqrt((double)p[3][c] + eps) * p[0][c] + p[1][c]); /* BN */
                 double r = rint((double)(float)((double)v / (double)sy)) + (double)zy;                /* Q */
-                if (isnan(r)) r = 0;
+                if (isnan(r)) r = (double)lo;
                 kiln_store_i64(py.z->dtype, T->data, c * 256 + b, (int64_t)fmin(fmax(r, (double)lo), (double)hi));
             }
         char name[512];

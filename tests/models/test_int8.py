@@ -627,6 +627,11 @@ def test_quantize_linear_maxpool8():
             x = (rng.standard_normal(shape) * rng.choice([0.3, 3.0])).astype(np.float32)
             feeds.append({"X": x})
             feeds.append({"X": ((np.round(x / 0.0173 * 2) + 1) / 2 * np.float32(0.0173)).astype(np.float32)})  # ties
+            special = x.copy().reshape(-1)
+            special[::3] = np.nan
+            special[1::7] = np.inf
+            special[2::11] = -np.inf
+            feeds.append({"X": special.reshape(x.shape)})  # NaN to 0, infinities saturate
         compare(f"QuantizeLinear {dt.__name__}", blob, feeds)
         for shape, attrs in [([1, 3, 17, 13], dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
                              ([2, 5, 9, 11], dict(kernel_shape=[2, 2], strides=[2, 2])),
