@@ -20,6 +20,7 @@
 #include "core/threadpool.h"
 #include "cpu/kernels.h"
 #include "cpu/qgemm.h"
+#include "cpu/requant.h"
 #include "ops/nn_internal.h"
 #include "ops/util.h"
 
@@ -100,79 +101,6 @@ typedef struct qconv_out {
 } qconv_out;
 
 
-static inline uint8_t requant_one(int32_t acc, float mult, float lo, float hi, int32_t zp)
-{
-    return (uint8_t)(int32_t)(kiln_rint_small(kiln_clampf((float)acc * mult, lo, hi)) + (float)zp);
-}
-
-/* t[i][j] = requant(c[i][j] + bias[j]) for i < m, j < n (t's row stride n). */
-static void requant_rows(const int32_t *c, int64_t ldc, int64_t m, int64_t n, const float *mult, const int32_t *bias,
-                         float lo, float hi, int32_t zp, uint8_t *t)
-{
-    for (int64_t i = 0; i < m; i++)
-        for (int64_t j = 0; j < n; j++) {
-            uint32_t b = bias ? (uint32_t)bias[j] : 0;
-            t[i * n + j] = requant_one((int32_t)((uint32_t)c[i * ldc + j] + b), mult[j], lo, hi, zp);
-        }
-}
-
-#if HAVE_X86
-/* requant_one on 16 lanes: the same float32 operations, rounding by the default (nearest-even)
- * mode of vcvtps2dq, as rintf; v holds the sums with the bias added. */
-__attribute__((target("avx512f"))) static inline __m512i requant16(__m512i v, __m512 vm, __m512 vlo, __m512 vhi,
-                                                                   __m512i vz)
-{
-    __m512 f = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(v), vm), vlo), vhi);
-    return _mm512_add_epi32(_mm512_cvtps_epi32(f), vz);
-}
-
-static inline __mmask16 lanes16(int64_t left) { return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1); }
-
-/* requant_rows with AVX-512 */
-__attribute__((target("avx512f"))) static void requant_rows_avx512(const int32_t *c, int64_t ldc, int64_t m, int64_t n,
-                                                                   const float *mult, const int32_t *bias, float lo,
-                                                                   float hi, int32_t zp, uint8_t *t)
-{
-    __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
-    __m512i vz = _mm512_set1_epi32(zp);
-    for (int64_t j = 0; j < n; j += 16) {
-        __mmask16 k = lanes16(n - j);
-        __m512 vm = _mm512_maskz_loadu_ps(k, mult + j);
-        __m512i vb = bias ? _mm512_maskz_loadu_epi32(k, bias + j) : _mm512_setzero_si512();
-        for (int64_t i = 0; i < m; i++)
-            _mm512_mask_cvtepi32_storeu_epi8(
-                t + i * n + j, k, requant16(_mm512_add_epi32(_mm512_maskz_loadu_epi32(k, c + i * ldc + j), vb), vm, vlo, vhi, vz));
-    }
-}
-
-/* requant_plane's and requant_span's loops with AVX-512: the sums as floats (yf, integral) or int32 (c) */
-__attribute__((target("avx512f"))) static void requant_line_avx512(const float *yf, const int32_t *c, int64_t n,
-                                                                   uint32_t bias, float mult, float lo, float hi,
-                                                                   int32_t zp, uint8_t *y)
-{
-    __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi), vm = _mm512_set1_ps(mult);
-    __m512i vz = _mm512_set1_epi32(zp), vb = _mm512_set1_epi32((int32_t)bias);
-    for (int64_t i = 0; i < n; i += 16) {
-        __mmask16 k = lanes16(n - i);
-        __m512i v = yf ? _mm512_cvttps_epi32(_mm512_maskz_loadu_ps(k, yf + i)) : _mm512_maskz_loadu_epi32(k, c + i);
-        _mm512_mask_cvtepi32_storeu_epi8(y + i, k, requant16(_mm512_add_epi32(v, vb), vm, vlo, vhi, vz));
-    }
-}
-#endif
-
-/* y[i] = requant_one(c[i] + bias, mult, lo, hi, zp) for i < n */
-static void requant_span(const int32_t *c, int64_t n, uint32_t bias, float mult, float lo, float hi, int32_t zp,
-                         uint8_t *y)
-{
-#if HAVE_X86
-    if (__builtin_cpu_supports("avx512f")) {
-        requant_line_avx512(NULL, c, n, bias, mult, lo, hi, zp, y);
-        return;
-    }
-#endif
-    for (int64_t i = 0; i < n; i++) y[i] = requant_one((int32_t)((uint32_t)c[i] + bias), mult, lo, hi, zp);
-}
-
 static void out_tile(void *ctx, int32_t *c, int64_t ldc, int64_t i0, int64_t m, int64_t j0, int64_t n)
 {
     const qconv_out *o = ctx;
@@ -192,11 +120,7 @@ static void out_tile(void *ctx, int32_t *c, int64_t ldc, int64_t i0, int64_t m, 
             const int32_t *cb = c + ib * ldc + jb;
             const float *mult = o->mult + j0 + jb;
             const int32_t *bias = o->bias ? o->bias + j0 + jb : NULL;
-#if HAVE_X86
-            if (__builtin_cpu_supports("avx512f")) requant_rows_avx512(cb, ldc, mb, nb, mult, bias, lo, hi, o->yzp, t);
-            else
-#endif
-                requant_rows(cb, ldc, mb, nb, mult, bias, lo, hi, o->yzp, t);
+            kiln_cpu_requant_rows(cb, ldc, mb, nb, mult, bias, lo, hi, o->yzp, t, nb);
             for (int64_t j = 0; j < nb; j++) {
                 uint8_t *y = o->y8 + (j0 + jb + j) * o->P + o->p0 + i0 + ib;
                 for (int64_t i = 0; i < mb; i++) y[i] = t[i * nb + j];
@@ -337,7 +261,7 @@ KILN_VECTORIZE static void direct_planes(void *ctx, int64_t begin, int64_t end)
                     for (int64_t i = 0; i < nb; i++) j->o.y32[yi + i] = acc[i];
                 else
                     for (int64_t i = 0; i < nb; i++)
-                        j->o.y8[yi + i] = requant_one((int32_t)((uint32_t)acc[i] + bias), mult, lo, hi, j->o.yzp);
+                        j->o.y8[yi + i] = kiln_cpu_requant_one((int32_t)((uint32_t)acc[i] + bias), mult, lo, hi, j->o.yzp);
             }
     }
 }
@@ -445,7 +369,7 @@ static void cols_tile(void *ctx, int32_t *c, int64_t ldc, int64_t i0, int64_t m,
             int64_t yi = (img * t->M + ch) * t->P + p;
             if (!o->qlinear) memcpy(o->y32 + yi, row + col, (size_t)len * sizeof(int32_t));
             else
-                requant_span(row + col, len, o->bias ? (uint32_t)o->bias[ch] : 0, o->mult[ch], lo, hi, o->yzp,
+                kiln_cpu_requant_line(NULL, row + col, len, o->bias ? (uint32_t)o->bias[ch] : 0, o->mult[ch], lo, hi, o->yzp,
                              o->y8 + yi);
             col += len;
         }
@@ -565,19 +489,6 @@ KILN_VECTORIZE static void dwf_in(void *ctx, int64_t begin, int64_t end)
         j->xf[i] = (float)((j->x_signed ? (int32_t)(int8_t)j->x[i] : (int32_t)j->x[i]) - j->xzp);
 }
 
-/* y[i] = requant_one((int32) yf[i] + bias, mult, lo, hi, zp) for i < n (yf integral) */
-static void requant_plane(const float *yf, int64_t n, uint32_t bias, float mult, float lo, float hi, int32_t zp,
-                          uint8_t *y)
-{
-#if HAVE_X86
-    if (__builtin_cpu_supports("avx512f")) {
-        requant_line_avx512(yf, NULL, n, bias, mult, lo, hi, zp, y);
-        return;
-    }
-#endif
-    for (int64_t i = 0; i < n; i++) y[i] = requant_one((int32_t)((uint32_t)(int32_t)yf[i] + bias), mult, lo, hi, zp);
-}
-
 KILN_VECTORIZE static void dwf_out(void *ctx, int64_t begin, int64_t end)
 {
     const dwf_job *j = ctx;
@@ -591,7 +502,7 @@ KILN_VECTORIZE static void dwf_out(void *ctx, int64_t begin, int64_t end)
             for (int64_t i = 0; i < P; i++) o->y32[t * P + i] = (int32_t)yf[i];
             continue;
         }
-        requant_plane(yf, P, o->bias ? (uint32_t)o->bias[m] : 0, o->mult[m], lo, hi, o->yzp, o->y8 + t * P);
+        kiln_cpu_requant_line(yf, NULL, P, o->bias ? (uint32_t)o->bias[m] : 0, o->mult[m], lo, hi, o->yzp, o->y8 + t * P);
     }
 }
 

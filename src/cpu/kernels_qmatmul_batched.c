@@ -1,9 +1,8 @@
 /* kernels_qmatmul_batched.c - QLinearMatMul of two activations in batches (the Q K^T and P V
  * products of a statically quantized transformer: A [..., M, K], B [..., K, N], per-tensor
  * parameters), where kernels_quant.c's path packs B for every batch: small products summed
- * directly in int32, row by row over B's contiguous rows, then requantized as MLAS does (and as
- * kernels_quant.c's requant_tile): v = acc * (a_scale * b_scale / y_scale) clamped to
- * [lo - zp, hi - zp], rounded half to even, plus zp. Constant B keeps kernels_quant.c's kernel (this
+ * directly in int32, row by row over B's contiguous rows, then requantized as MLAS does
+ * (requant.h). Constant B keeps kernels_quant.c's kernel (this
  * table comes before it), and so do products over 64K multiply-adds per batch; per-row/column
  * parameters take the reference. */
 #include <math.h>
@@ -11,6 +10,7 @@
 #include <string.h>
 
 #include "cpu/kernels.h"
+#include "cpu/requant.h"
 
 static bool is_q8(kiln_dtype dt) { return dt == KILN_DTYPE_UINT8 || dt == KILN_DTYPE_INT8; }
 
@@ -68,11 +68,7 @@ static kiln_status qmmb_run(kiln_run_ctx *c)
                 const int32_t *brow = bw + k * N;
                 for (int64_t j = 0; j < N; j++) acc[j] += av * brow[j];
             }
-            uint8_t *out = y + (t * M + i) * N;
-            for (int64_t j = 0; j < N; j++) {
-                float v = (float)acc[j] * mult;
-                out[j] = (uint8_t)(int32_t)(kiln_rint_small(kiln_clampf(v, lo, hi)) + (float)zy);
-            }
+            kiln_cpu_requant_line(NULL, acc, N, 0, mult, lo, hi, zy, y + (t * M + i) * N);
         }
     }
     free(acc);

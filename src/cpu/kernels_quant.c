@@ -9,6 +9,7 @@
 #include "core/scratch.h"
 #include "cpu/dynquant.h"
 #include "cpu/kernels.h"
+#include "cpu/requant.h"
 #include "cpu/qgemm.h"
 #include "ops/contrib_quant.h"
 #include "ops/nn_internal.h"
@@ -228,14 +229,12 @@ static void requant_tile(void *ctx, int32_t *c, int64_t ldc, int64_t i0, int64_t
 {
     const requant *r = ctx;
     float lo = (float)(r->lo - r->yzp), hi = (float)(r->hi - r->yzp);
-    for (int64_t i = 0; i < m; i++) {
-        const int32_t *row = c + i * ldc;
-        uint8_t *out = (uint8_t *)r->y + (i0 + i) * r->N + j0;
-        for (int64_t j = 0; j < n; j++) {
-            float mult = r->as * r->bs[r->bs_per_col ? j0 + j : 0] / r->ys;
-            float v = (float)row[j] * mult;
-            out[j] = (uint8_t)(int32_t)(kiln_rint_small(kiln_clampf(v, lo, hi)) + (float)r->yzp);
-        }
+    enum { COLS = 256 };
+    float mult[COLS];
+    for (int64_t jb = 0; jb < n; jb += COLS) {
+        int64_t nb = n - jb < COLS ? n - jb : COLS;
+        for (int64_t j = 0; j < nb; j++) mult[j] = r->as * r->bs[r->bs_per_col ? j0 + jb + j : 0] / r->ys;
+        kiln_cpu_requant_rows(c + jb, ldc, m, nb, mult, NULL, lo, hi, r->yzp, (uint8_t *)r->y + i0 * r->N + j0 + jb, r->N);
     }
 }
 
