@@ -3,6 +3,9 @@
  *
  *   DQ(x) , DQ(w) [, DQ(b)] -> Conv   -> Q   ==>  QLinearConv(x, .., w, .., y_scale, y_zp [, b])
  *   DQ(a) , DQ(b)           -> MatMul -> Q   ==>  QLinearMatMul(a, .., b, .., y_scale, y_zp)
+ *     (b constant weights, or an activation with per-tensor parameters: attention's products)
+ *   DQ(a) , DQ(b)           -> Add | Mul -> Q  ==>  com.microsoft QLinearAdd | QLinearMul
+ *     (per-tensor parameters, one 8-bit type throughout)
  *   DQ(x) -> MaxPool | Reshape | Transpose | Flatten | Squeeze | Unsqueeze -> Q  ==>  the op on x
  *     (the Q's scale and zero point equal the DQ's: max and data movement commute with the
  *      monotone DQ, and Q(DQ(v)) == v, so this one is exact)
@@ -104,22 +107,28 @@ static kiln_node *q_after(const kiln_graph *g, const kiln_ir_value *v, qparams *
                : NULL;
 }
 
-/* Rewrites node q into op (domain "", opset) over inputs in[0..n_in), keeping q's output and
+/* Rewrites node q into op (domain, opset) over inputs in[0..n_in), keeping q's output and
  * taking `attrs_from`'s attributes. */
-static kiln_status become(kiln_graph *g, kiln_node *q, const char *op_type, int opset, kiln_ir_value *const *in,
-                          int n_in, const kiln_node *attrs_from, bool *done, kiln_err *err)
+static kiln_status become_op(kiln_graph *g, kiln_node *q, const char *domain, const char *op_type, int opset,
+                             kiln_ir_value *const *in, int n_in, const kiln_node *attrs_from, bool *done, kiln_err *err)
 {
-    const kiln_op_def *op = kiln_op_lookup("", op_type, opset);
+    const kiln_op_def *op = kiln_op_lookup(domain, op_type, opset);
     if (!op) return KILN_OK;
     KILN_TRY(kiln_node_set_inputs(q, n_in, in, err));
     q->op_type = op_type;
-    q->domain = "";
+    q->domain = domain;
     q->opset = opset;
     q->op = op;
     q->attrs = attrs_from ? attrs_from->attrs : NULL;
     q->n_attrs = attrs_from ? attrs_from->n_attrs : 0;
     *done = true;
     return KILN_OK;
+}
+
+static kiln_status become(kiln_graph *g, kiln_node *q, const char *op_type, int opset, kiln_ir_value *const *in,
+                          int n_in, const kiln_node *attrs_from, bool *done, kiln_err *err)
+{
+    return become_op(g, q, "", op_type, opset, in, n_in, attrs_from, done, err);
 }
 
 static kiln_status fuse_conv(kiln_graph *g, kiln_node *c, bool *done, kiln_err *err)
@@ -161,10 +170,23 @@ static kiln_status fuse_matmul(kiln_graph *g, kiln_node *mm, bool *done, kiln_er
     const kiln_value *b;
     if (mm->n_in != 2 || mm->n_out != 1 || !mm->out[0]) return KILN_OK;
     kiln_node *da = dq_act(g, mm->in[0], &pa), *db = da ? dq_weight(g, mm->in[1], 2, 1, &pb, &b) : NULL;
+    if (da && !db) db = dq_act(g, mm->in[1], &pb); /* two activations */
     kiln_node *q = db ? q_after(g, mm->out[0], &py) : NULL;
     if (!q) return KILN_OK;
     kiln_ir_value *in[8] = {da->in[0], da->in[1], da->in[2], db->in[0], db->in[1], db->in[2], q->in[1], q->in[2]};
     return become(g, q, "QLinearMatMul", 10, in, 8, NULL, done, err);
+}
+
+/* DQ(a), DQ(b) -> Add or Mul -> Q, one 8-bit type: ORT's QLinearAdd / QLinearMul. */
+static kiln_status fuse_binary(kiln_graph *g, kiln_node *n, const char *fused, bool *done, kiln_err *err)
+{
+    qparams pa, pb, py;
+    if (n->n_in != 2 || n->n_out != 1 || !n->out[0] || n->in[0] == n->in[1]) return KILN_OK;
+    kiln_node *da = dq_act(g, n->in[0], &pa), *db = da ? dq_act(g, n->in[1], &pb) : NULL;
+    kiln_node *q = db ? q_after(g, n->out[0], &py) : NULL;
+    if (!q || pa.z->dtype != pb.z->dtype || pa.z->dtype != py.z->dtype) return KILN_OK;
+    kiln_ir_value *in[8] = {da->in[0], da->in[1], da->in[2], db->in[0], db->in[1], db->in[2], q->in[1], q->in[2]};
+    return become_op(g, q, "com.microsoft", fused, 1, in, 8, NULL, done, err);
 }
 
 /* DQ -> data movement -> Q with equal parameters: the op runs on the 8-bit values. */
@@ -278,6 +300,8 @@ kiln_status kiln_pass_fuse_qdq(kiln_graph *g, int *fused, kiln_err *err)
         if (is_op(n, "Conv")) KILN_TRY(fuse_conv(g, n, &done, err));
         else if (is_op(n, "MatMul")) KILN_TRY(fuse_matmul(g, n, &done, err));
         else if (is_op(n, "BatchNormalization")) KILN_TRY(fuse_bn(g, n, &done, err));
+        else if (is_op(n, "Add")) KILN_TRY(fuse_binary(g, n, "QLinearAdd", &done, err));
+        else if (is_op(n, "Mul")) KILN_TRY(fuse_binary(g, n, "QLinearMul", &done, err));
         else if (is_op(n, "MaxPool") || is_op(n, "Reshape") || is_op(n, "Transpose") || is_op(n, "Flatten") ||
                  is_op(n, "Squeeze") || is_op(n, "Unsqueeze"))
             KILN_TRY(drop_pair(g, n, fused, err));
@@ -286,7 +310,8 @@ kiln_status kiln_pass_fuse_qdq(kiln_graph *g, int *fused, kiln_err *err)
     if (!*fused) return KILN_OK;
     for (int k = 0; k < n0; k++)
         candidate[k] = g->nodes[k] && (is_op(g->nodes[k], "Conv") || is_op(g->nodes[k], "MatMul") ||
-                                       is_op(g->nodes[k], "BatchNormalization") ||
+                                       is_op(g->nodes[k], "BatchNormalization") || is_op(g->nodes[k], "Add") ||
+                                       is_op(g->nodes[k], "Mul") ||
                                        is_op(g->nodes[k], "DequantizeLinear"));
     kiln_passes_sweep(g, candidate);
     return KILN_OK;

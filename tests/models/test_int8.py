@@ -543,7 +543,7 @@ def test_qdq_static():
             return next(self.it, None)
 
     forms = [("convnet", qdq_convnet, [[1, 3, 48, 48]] * 6, [(1, 3, 64, 64), (2, 3, 37, 45), (1, 3, 96, 320)],
-              {"QLinearConv": 5, "kiln.ChannelLookup": 1}, ["Conv", "BatchNormalization"]),
+              {"QLinearConv": 5, "kiln.ChannelLookup": 1, "com.microsoft.QLinearAdd": 1}, ["Conv", "BatchNormalization", "Add"]),
              ("mlp", qdq_mlp, [[2, 7, 32]] * 6, [(1, 1, 32), (2, 7, 32), (3, 33, 32)], {"QLinearMatMul": 2}, ["MatMul"])]
     with tempfile.TemporaryDirectory() as d:
         for name, build, calib, shapes, want_ops, gone in forms:
