@@ -1,14 +1,19 @@
 /* kernels_contrib_ew.c - CPU kernels of the com.microsoft element-wise and normalization operators
  * the transformer optimizer and ORT's offline files write (references in src/ops/contrib.c and
- * contrib_norm.c), float32: Gelu, BiasGelu, FastGelu (bias optional) on 4-lane erf/tanh Gelu
+ * contrib_norm.c), float32: Gelu, BiasGelu, FastGelu (bias optional) on the wide erf/tanh Gelu
  * (vecmath.h), SkipLayerNormalization and SkipSimplifiedLayerNormalization (RMS, no mean; with
- * their optional mean, inv_std and sum outputs); rows spread over the pool from 32K elements. */
+ * their optional mean, inv_std and sum outputs), EmbedLayerNormalization and
+ * QEmbedLayerNormalization (its 8-bit tables dequantized once, when the session is compiled);
+ * rows spread over the pool from 32K elements. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/threadpool.h"
 #include "cpu/kernels.h"
 #include "cpu/vecmath.h"
+#include "ops/contrib_internal.h"
+#include "ops/util.h"
 
 static bool f32_in(const kiln_node *n, int i)
 {
@@ -24,23 +29,19 @@ typedef struct gelu_job {
     bool tanh_form;
 } gelu_job;
 
-static void gelu_rows(void *ctx, int64_t r0, int64_t r1)
+/* rows [r0, r1): the bias added in place, then the 16- or 8-lane Gelu over the row */
+KILN_VECTORIZE static void gelu_rows(void *ctx, int64_t r0, int64_t r1)
 {
     const gelu_job *j = ctx;
     for (int64_t r = r0; r < r1; r++) {
         const float *x = j->x + r * j->h;
         float *y = j->y + r * j->h;
-        int64_t k = 0;
-        for (; k + 4 <= j->h; k += 4) {
-            v4f v = v4_load(x + k);
-            if (j->bias) v += v4_load(j->bias + k);
-            v4_store(y + k, j->tanh_form ? v4_gelu_tanh(v) : v4_gelu(v));
+        if (j->bias) {
+            for (int64_t k = 0; k < j->h; k++) y[k] = x[k] + j->bias[k];
+            x = y;
         }
-        for (; k < j->h; k++) {
-            float v = x[k] + (j->bias ? j->bias[k] : 0.0f);
-            y[k] = j->tanh_form ? 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)))
-                                : 0.5f * v * (1.0f + erff(v * 0.7071067811865476f));
-        }
+        if (j->tanh_form) kiln_vec_gelu_tanh(x, y, j->h);
+        else kiln_cpu_gelu(x, y, j->h);
     }
 }
 
@@ -121,6 +122,128 @@ static kiln_status sln_run(kiln_run_ctx *c)
 
 static kiln_kernel_fn select_sln(kiln_node *n) { return f32_in(n, 0) ? sln_run : NULL; }
 
+/* ---- EmbedLayerNormalization / QEmbedLayerNormalization: the reference's arithmetic (the sum of
+ * the embeddings rounded to float, mean and variance in double) on typed float rows ---- */
+
+enum { QE_SCALES = 8, QE_ZPS = 13 }; /* QEmbedLayerNormalization's scales and zero points of inputs 2..6 */
+
+typedef struct embed_state {
+    kiln_value *t[5]; /* the dequantized word, position, segment tables, gamma, beta */
+} embed_state;
+
+static void embed_state_free(void *p)
+{
+    embed_state *s = p;
+    if (!s) return;
+    for (int i = 0; i < 5; i++) kiln_value_free(s->t[i]);
+    free(s);
+}
+
+typedef struct embed_job {
+    const kiln_value *ids, *seg, *pos;
+    const float *we, *pe, *se, *g, *b;
+    float *y, *sum;
+    int64_t S, H;
+    double eps;
+} embed_job;
+
+static void embed_rows(void *ctx, int64_t t0, int64_t t1)
+{
+    const embed_job *j = ctx;
+    int64_t H = j->H;
+    for (int64_t t = t0; t < t1; t++) {
+        int64_t w = kiln_load_i64(j->ids->dtype, j->ids->data, t);
+        int64_t p = j->pos ? kiln_load_i64(j->pos->dtype, j->pos->data, j->pos->dims[0] == 1 ? t % j->S : t) : t % j->S;
+        const float *we = j->we + w * H, *pe = j->pe + p * H;
+        const float *se = j->se ? j->se + kiln_load_i64(j->seg->dtype, j->seg->data, t) * H : NULL;
+        float *y = j->y + t * H;
+        double m = 0, v = 0;
+        for (int64_t k = 0; k < H; k++) {
+            y[k] = (float)((double)we[k] + (double)pe[k] + (se ? (double)se[k] : 0.0));
+            m += y[k];
+        }
+        m /= (double)H;
+        for (int64_t k = 0; k < H; k++) v += ((double)y[k] - m) * ((double)y[k] - m);
+        double inv = 1.0 / sqrt(v / (double)H + j->eps);
+        if (j->sum) memcpy(j->sum + t * H, y, (size_t)H * sizeof *y);
+        for (int64_t k = 0; k < H; k++) y[k] = (float)(((double)y[k] - m) * inv * j->g[k] + j->b[k]);
+    }
+}
+
+static kiln_status embed_run(kiln_run_ctx *c)
+{
+    const kiln_node *n = kiln_run_node(c);
+    const embed_state *st = n->kernel_state;
+    const kiln_value *in[KILN_EMBED_N_IN];
+    for (int i = 0; i < KILN_EMBED_N_IN; i++) in[i] = i < n->n_in && (!st || i < KILN_EMBED_POSIDS) ? kiln_run_in(c, i) : NULL;
+    for (int i = 0; st && i < 5; i++)
+        if (in[KILN_EMBED_WORD + i]) in[KILN_EMBED_WORD + i] = st->t[i];
+    kiln_value *Y = kiln_run_out(c, 0), *MI = kiln_run_out(c, 1), *Sum = kiln_run_out(c, 2);
+    char msg[192];
+    if (kiln_contrib_embed_check(in, msg, sizeof msg)) return n->op->run(c); /* it reports */
+    const kiln_value *ids = in[KILN_EMBED_IDS], *seg = in[KILN_EMBED_SEG], *pos = in[KILN_EMBED_POSIDS];
+    const kiln_value *we = in[KILN_EMBED_WORD], *pe = in[KILN_EMBED_POS], *se = in[KILN_EMBED_SEGEMB];
+    for (int i = KILN_EMBED_WORD; i <= KILN_EMBED_BETA; i++)
+        if (in[i] && in[i]->dtype != KILN_DTYPE_FLOAT32) return n->op->run(c);
+    if (!Y || Y->dtype != KILN_DTYPE_FLOAT32 || (Sum && Sum->dtype != KILN_DTYPE_FLOAT32)) return n->op->run(c);
+    int64_t B = ids->dims[0], S = ids->dims[1], H = we->dims[1], T = B * S;
+    /* every id in range, else the reference names the token */
+    for (int64_t t = 0; t < T; t++) {
+        int64_t w = kiln_load_i64(ids->dtype, ids->data, t);
+        int64_t p = pos ? kiln_load_i64(pos->dtype, pos->data, pos->dims[0] == 1 ? t % S : t) : t % S;
+        int64_t sg = seg ? kiln_load_i64(seg->dtype, seg->data, t) : 0;
+        if (w < 0 || w >= we->dims[0] || p < 0 || p >= pe->dims[0] || (se && (sg < 0 || sg >= se->dims[0])))
+            return n->op->run(c);
+    }
+    if (!H || !T) return n->op->run(c);
+    embed_job j = {ids, seg, pos, we->data, pe->data, se ? se->data : NULL, in[KILN_EMBED_GAMMA]->data,
+                   in[KILN_EMBED_BETA]->data, Y->data, Sum ? Sum->data : NULL, S, H,
+                   kiln_attr_float(n, "epsilon", 1e-12f)};
+    kiln_threadpool_parallel_for(T * H < (1 << 15) ? NULL : kiln_run_threadpool(c), T, embed_rows, &j);
+    const kiln_value *mask = in[KILN_EMBED_MASK];
+    for (int64_t bi = 0; MI && bi < B; bi++) { /* mask_index: per batch row, the mask's ones */
+        int64_t cnt = 0;
+        for (int64_t k = 0; mask && k < S; k++) cnt += kiln_load_i64(mask->dtype, mask->data, bi * S + k) == 1;
+        kiln_store_i64(MI->dtype, MI->data, bi, cnt);
+    }
+    return KILN_OK;
+}
+
+static kiln_kernel_fn select_embed(kiln_node *n) { return f32_in(n, KILN_EMBED_WORD) ? embed_run : NULL; }
+
+/* QEmbedLayerNormalization: its five tables dequantized now ((q - zp) * scale, as its reference),
+ * when they and their parameters are constants. */
+static kiln_kernel_fn select_qembed(kiln_node *n)
+{
+    if (n->kernel_state) return embed_run;
+    if (n->n_in < QE_SCALES + 5) return NULL;
+    embed_state *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    for (int i = 0; i < 5; i++) {
+        const kiln_value *q = kiln_ir_constant(n->in[KILN_EMBED_WORD + i]);
+        const kiln_value *sc = kiln_ir_constant(n->in[QE_SCALES + i]);
+        const kiln_value *zp = n->n_in > QE_ZPS + i ? kiln_ir_constant(n->in[QE_ZPS + i]) : NULL;
+        if (!n->in[KILN_EMBED_WORD + i]) continue; /* no segment table */
+        bool q8 = q && (q->dtype == KILN_DTYPE_UINT8 || q->dtype == KILN_DTYPE_INT8);
+        if (!q8 || !sc || sc->dtype != KILN_DTYPE_FLOAT32 || sc->numel != 1 ||
+            (n->n_in > QE_ZPS + i && n->in[QE_ZPS + i] && (!zp || zp->dtype != q->dtype || zp->numel != 1))) {
+            embed_state_free(s);
+            return NULL;
+        }
+        kiln_err e = {0};
+        if (kiln_tensor_new(KILN_DTYPE_FLOAT32, q->rank, q->dims, &s->t[i], &e)) {
+            embed_state_free(s);
+            return NULL;
+        }
+        int z = zp ? (int)kiln_load_i64(zp->dtype, zp->data, 0) : 0;
+        float scale = *(const float *)sc->data, *y = s->t[i]->data;
+        for (int64_t k = 0; k < q->numel; k++) y[k] = (float)((int)kiln_load_i64(q->dtype, q->data, k) - z) * scale;
+    }
+    n->kernel_state = s;
+    n->kernel_state_free = embed_state_free;
+    return embed_run;
+}
+
 #define MS "com.microsoft"
 static const kiln_cpu_kernel kernels[] = {
     {MS, "Gelu", select_gelu},
@@ -128,5 +251,7 @@ static const kiln_cpu_kernel kernels[] = {
     {MS, "FastGelu", select_gelu},
     {MS, "SkipLayerNormalization", select_sln},
     {MS, "SkipSimplifiedLayerNormalization", select_sln},
+    {MS, "EmbedLayerNormalization", select_embed},
+    {MS, "QEmbedLayerNormalization", select_qembed},
 };
 KILN_CPU_KERNEL_TABLE(kiln_cpu_kernels_contrib_ew, kernels);
