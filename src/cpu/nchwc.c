@@ -149,6 +149,7 @@ void kiln_cpu_nchwc_unblock(const float *x, float *y, int64_t N, int64_t C, int6
 #pragma GCC target("avx512f")
 #endif
 
+#include "cpu/act512.h"
 #include "cpu/avx512_util.h"
 
 static const float zeros16[BLK] __attribute__((aligned(64)));
@@ -188,13 +189,10 @@ typedef struct conv_job {
                 _Pragma("GCC unroll 12") for (int q = 0; q < (P); q++)                                     \
                 {                                                                                           \
                     __m512 v = acc[f][q];                                                                   \
-                    if (clamp) {                                                                            \
-                        if (res) v = _mm512_add_ps(v, _mm512_loadu_ps(res + q * BLK));                      \
-                        v = _mm512_min_ps(vhi, _mm512_max_ps(vlo, v));                                      \
-                    }                                                                                       \
+                    if (res) v = _mm512_add_ps(v, _mm512_loadu_ps(res + q * BLK));                          \
+                    v = clamp ? _mm512_min_ps(vhi, _mm512_max_ps(vlo, v)) : kiln_act512(io->act, v);        \
                     _mm512_storeu_ps(y + q * BLK, v);                                                       \
                 }                                                                                           \
-                if (!clamp) kiln_cpu_act_apply_sum(io->act, y, res, (int64_t)(P) * BLK, 0.0f);              \
             } else {                                                                                        \
                 __m512 r[BLK];                                                                              \
                 _Pragma("GCC unroll 16") for (int q = 0; q < BLK; q++) r[q] = q < (P) ? acc[f][q] : _mm512_setzero_ps(); \
@@ -205,12 +203,9 @@ typedef struct conv_job {
                     int64_t at = b * j->y_img + (ob * BLK + c) * j->y_plane + px;                           \
                     const float *res = res_at ? res_at + at : NULL;                                         \
                     __m512 v = r[c];                                                                        \
-                    if (clamp) {                                                                            \
-                        if (res) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(keep, res));                    \
-                        v = _mm512_min_ps(vhi, _mm512_max_ps(vlo, v));                                      \
-                    }                                                                                       \
+                    if (res) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(keep, res));                        \
+                    v = clamp ? _mm512_min_ps(vhi, _mm512_max_ps(vlo, v)) : kiln_act512(io->act, v);        \
                     _mm512_mask_storeu_ps(y_at + at, keep, v);                                              \
-                    if (!clamp) kiln_cpu_act_apply_sum(io->act, y_at + at, res, (P), 0.0f);                 \
                 }                                                                                           \
             }                                                                                               \
         }                                                                                                   \
@@ -595,8 +590,10 @@ static inline __attribute__((always_inline)) void dw_store(const dw_job *j, __m5
 {
     if (!j->clamp) {
 #pragma GCC unroll 16
-        for (int q = 0; q < n; q++) _mm512_storeu_ps(y + q * BLK, acc[q]);
-        kiln_cpu_act_apply_sum(j->io->act, y, res, (int64_t)n * BLK, 0.0f);
+        for (int q = 0; q < n; q++) {
+            __m512 v = res ? _mm512_add_ps(acc[q], _mm512_loadu_ps(res + q * BLK)) : acc[q];
+            _mm512_storeu_ps(y + q * BLK, kiln_act512(j->io->act, v));
+        }
         return;
     }
     __m512 vlo = _mm512_set1_ps(j->lo), vhi = _mm512_set1_ps(j->hi);

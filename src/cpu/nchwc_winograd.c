@@ -68,6 +68,7 @@ float *kiln_cpu_nchwc_wino_pack(const float *w, int64_t M, int64_t C, int m)
 #pragma GCC target("avx512f")
 #endif
 
+#include "cpu/act512.h"
 #include "cpu/avx512_util.h"
 
 typedef struct wino_job {
@@ -190,8 +191,8 @@ static inline void store_px(const wino_job *j, float *y, const float *res, __m51
         _mm512_storeu_ps(y, _mm512_min_ps(_mm512_set1_ps(j->hi), _mm512_max_ps(_mm512_set1_ps(j->lo), v)));
         return;
     }
-    _mm512_storeu_ps(y, v);
-    kiln_cpu_act_apply_sum(j->io->act, y, res, BLK, 0.0f);
+    if (res) v = _mm512_add_ps(v, _mm512_loadu_ps(res));
+    _mm512_storeu_ps(y, kiln_act512(j->io->act, v));
 }
 
 /* Point pt of product tile [q0, q0 + P) of the task's nt tiles by output blocks [ob0, ob0 + FB):

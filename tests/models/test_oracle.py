@@ -1180,7 +1180,7 @@ def test_blocked_cnn():
             pool_op = "MaxPool"
         pool_attrs = dict(pool_cfg, **({"count_include_pad": cfg_i % 4 // 2} if pool_op == "AveragePool" else {}))
         cin = (3, 5, 1)[cfg_i % 3]
-        act = ("Relu", "Clip", "HardSwish", "Sigmoid", "LeakyRelu", None)[cfg_i % 6]
+        act = ("Relu", "Clip", "HardSwish", "Sigmoid", "LeakyRelu", "Tanh", None)[cfg_i % 7]
         nodes, inits = [], []
         conv(nodes, inits, "X", "s", cin, 32, (3, 7, 5)[cfg_i % 3], act="Relu", strides=[2, 2] if cfg_i % 2 else [1, 1],
              pads=[1, 1, 1, 1] if cfg_i % 3 != 1 else [3, 2, 3, 1])
