@@ -29,7 +29,7 @@ static inline __m512 kiln_act512_clamp01(__m512 v)
 }
 
 /* act(v) */
-static inline __m512 kiln_act512(const kiln_act *a, __m512 v)
+static inline __attribute__((always_inline)) __m512 kiln_act512(const kiln_act *a, __m512 v)
 {
     switch (a->kind) {
     case KILN_ACT_NONE: return v;

@@ -101,8 +101,10 @@ kiln_kernel_fn kiln_cpu_select_nchwc(kiln_node *n);
 void kiln_cpu_gelu(const float *x, float *y, int64_t n);
 /* y[i] = act(y[i] + bias) for i < n (kernels_conv.c). */
 void kiln_cpu_act_apply(const kiln_act *act, float *y, int64_t n, float bias);
-/* y[i] = act(y[i] + bias + res[i]) for i < n; res may be NULL (kernels_conv.c). */
+/* y[i] = act(y[i] + bias + res[i]) for i < n; res may be NULL (kernels_conv.c; 16 lanes from 16
+ * values where the CPU has AVX-512, act_wide.c's kiln_cpu_act_apply_sum_avx512). */
 void kiln_cpu_act_apply_sum(const kiln_act *act, float *y, const float *res, int64_t n, float bias);
+void kiln_cpu_act_apply_sum_avx512(const kiln_act *act, float *y, const float *res, int64_t n, float bias);
 /* Whether act is applied as a clamp of y + res to [lo, hi] (none, Relu, Clip), which a kernel
  * folds into its store; else it runs kiln_cpu_act_apply_sum after the store. */
 static inline bool kiln_cpu_act_clamp(const kiln_act *act, float *lo, float *hi)

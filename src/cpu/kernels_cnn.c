@@ -454,6 +454,38 @@ static float dw_point(const plane_job *j, const float *x, const float *w, float 
     return acc;
 }
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define HAVE_DW16 1
+typedef float dw16f __attribute__((vector_size(64)));
+
+/* dwconv_plane's stride-1 interior on 16 lanes (two chains where 32 fit): outputs [ox, end) of
+ * row yr in whole vectors; returns the first not done. xr is the window's top-left tap for ox 0. */
+__attribute__((target("avx512f"))) static int64_t dw_row16(const float *xr, int64_t W, int64_t dy, int64_t dx,
+                                                            const float *w, int64_t kw, int64_t kyl, int64_t kyh,
+                                                            float b, float *yr, int64_t ox, int64_t end)
+{
+    for (; ox + 16 <= end; ox += ox + 32 <= end ? 32 : 16) {
+        bool two = ox + 32 <= end;
+        dw16f acc0 = (dw16f){0} + b, acc1 = acc0;
+        for (int64_t ky = kyl; ky < kyh; ky++) {
+            const float *xk = xr + ky * dy * W + ox;
+            for (int64_t kx = 0; kx < kw; kx++) {
+                dw16f v0, v1, wk = (dw16f){0} + w[ky * kw + kx];
+                memcpy(&v0, xk + kx * dx, sizeof v0);
+                acc0 += wk * v0;
+                if (two) {
+                    memcpy(&v1, xk + kx * dx + 16, sizeof v1);
+                    acc1 += wk * v1;
+                }
+            }
+        }
+        memcpy(yr + ox, &acc0, sizeof acc0);
+        if (two) memcpy(yr + ox + 16, &acc1, sizeof acc1);
+    }
+    return ox;
+}
+#endif
+
 static void dwconv_plane(const plane_job *j, int64_t p)
 {
     const kiln_nn_geom *g = j->g;
@@ -468,9 +500,13 @@ static void dwconv_plane(const plane_job *j, int64_t p)
     col_range(W, ow, sx, offl, &t1, &cx1);
     if (cx1 < cx0) cx1 = cx0;
     /* vector loads read up to column ox*sx + offl + 4*sx - 1 (stride 2: one past the last tap) */
-    int64_t vx1 = cx0;
+    int64_t vx1 = cx0, vx16 = cx0;
     if (sx == 1 || sx == 2)
         while (vx1 + 4 <= cx1 && (vx1 + 3) * sx + offl + sx - 1 < W) vx1 += 4;
+#if HAVE_DW16
+    if (sx == 1 && __builtin_cpu_supports("avx512f"))
+        while (vx16 + 16 <= cx1) vx16 += 16; /* every tap of those columns inside X */
+#endif
     for (int64_t oy = 0; oy < j->oh; oy++) {
         float *yr = y + oy * ow;
         int64_t ox = 0;
@@ -481,6 +517,9 @@ static void dwconv_plane(const plane_job *j, int64_t p)
         while (kyh > kyl && iy0 + (kyh - 1) * dy >= j->H) kyh--;
         const float *xr = x + iy0 * W + off0;
         if (sx == 1) {
+#if HAVE_DW16
+            if (vx16 > ox) ox = dw_row16(xr, W, dy, dx, w, kw, kyl, kyh, b, yr, ox, vx16);
+#endif
             for (; ox + 8 <= vx1; ox += 8) { /* two chains of adds */
                 v4f acc0 = v4_splat(b), acc1 = acc0;
                 for (int64_t ky = kyl; ky < kyh; ky++) {

@@ -84,6 +84,12 @@ static inline __attribute__((always_inline)) void act_loop(kiln_act_kind kind, c
 
 void kiln_cpu_act_apply_sum(const kiln_act *a, float *y, const float *res, int64_t n, float bias)
 {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (n >= 16 && (a->kind != KILN_ACT_NONE || bias != 0.0f || res) && __builtin_cpu_supports("avx512f")) {
+        kiln_cpu_act_apply_sum_avx512(a, y, res, n, bias);
+        return;
+    }
+#endif
     switch (a->kind) {
     case KILN_ACT_NONE:
         if (bias != 0.0f || res) act_loop(KILN_ACT_NONE, a, y, res, n, bias);
