@@ -55,6 +55,48 @@ static double sum_f64(const float *x, int64_t n)
 
 /* ---- Softmax: y = e^(x - max) / sum over each row ---- */
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define HAVE_SOFTMAX16 1
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+#endif
+#include "cpu/act512.h"
+#include "cpu/avx512_util.h"
+
+/* softmax_row's exponentials and sum on 16 lanes, the tail masked (-inf lanes add 0); the sum of
+ * each 256 values in float, of the blocks in double, as the 4-lane loop */
+static void softmax_row16(const float *x, float *y, int64_t n, float mx)
+{
+    const __m512 m = _mm512_set1_ps(mx);
+    double sum = 0;
+    for (int64_t i = 0; i < n; i += 256) {
+        int64_t e = n - i > 256 ? i + 256 : n;
+        __m512 acc = _mm512_setzero_ps();
+        for (int64_t k = i; k < e; k += 16) {
+            __mmask16 l = kiln_lanes(e - k);
+            __m512 v = _mm512_sub_ps(_mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), l, x + k), m);
+            v = (__m512)kiln_a16_exp_flush((kiln_a16f)v);
+            _mm512_mask_storeu_ps(y + k, l, v);
+            acc = _mm512_add_ps(acc, _mm512_maskz_mov_ps(l, v));
+        }
+        sum += _mm512_reduce_add_ps(acc);
+    }
+    const __m512 s = _mm512_set1_ps((float)(1.0 / sum));
+    for (int64_t k = 0; k < n; k += 16) {
+        __mmask16 l = kiln_lanes(n - k);
+        _mm512_mask_storeu_ps(y + k, l, _mm512_mul_ps(_mm512_maskz_loadu_ps(l, y + k), s));
+    }
+}
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+#endif
+
 static void softmax_row(const row_job *j, int64_t r)
 {
     const float *x = j->x + r * j->cols;
@@ -66,6 +108,12 @@ static void softmax_row(const row_job *j, int64_t r)
         for (int64_t k = 0; k < n; k++) y[k] = NAN;
         return;
     }
+#if HAVE_SOFTMAX16
+    if (n >= 64 && __builtin_cpu_supports("avx512f")) {
+        softmax_row16(x, y, n, mx);
+        return;
+    }
+#endif
     v4f m4 = v4_splat(mx);
     double sum = 0;
     while (i < n) {
