@@ -656,24 +656,29 @@ __global__ void gqa_append_kernel(kiln_gpu_gqa a)
 
 #define HEAD_PER_LANE (KILN_GPU_GQA_MAX_HEAD / 32)
 
-/* grid (S, N, B), BLOCK threads: query row i of head h of batch row b. The query (rotated,
- * rounded to T) goes to shared memory; warp w takes keys start + w, start + w + WARPS, ...:
- * lanes split the dot product over d and keep their d's of the weighted V sum, with the
- * running maximum and sum of an online softmax. A head sink (or smooth_softmax's 0) is one
- * more logit with a zero value row, taken by warp 0. */
+/* grid (S * splits, N, B), BLOCK threads: split c of query row i of head h of batch row b. The
+ * query (rotated, rounded to T) goes to shared memory; the row's keys are cut into `splits`
+ * equal runs, and warp w takes keys w, w + WARPS, ... of run c: lanes split the dot product
+ * over d and keep their d's of the weighted V sum, with the running maximum and sum of an
+ * online softmax. A head sink (or smooth_softmax's 0) is one more logit with a zero value row,
+ * taken by warp 0 of run 0. One split writes the output; several write their maximum, sum and
+ * unnormalized sums to part for gqa_combine_kernel. */
 template <typename T>
 __global__ void gqa_attn_kernel(kiln_gpu_gqa a)
 {
     __shared__ float qs[KILN_GPU_GQA_MAX_HEAD];
     __shared__ float wm[WARPS], wl[WARPS];
     __shared__ float wacc[WARPS][KILN_GPU_GQA_MAX_HEAD];
-    const int64_t i = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const int64_t i = blockIdx.x / a.splits, h = blockIdx.y, b = blockIdx.z;
+    const int split = (int)(blockIdx.x % a.splits);
     const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int64_t H = a.H, hk = h / (a.N / a.Nkv);
     const T *qr = qkv_row<T>(a, b, i, h);
     T *y = (T *)a.y + ((b * a.S + i) * a.N + h) * a.H;
+    float *part = a.splits > 1 ? a.part + ((((b * a.N + h) * a.S + i) * a.splits + split) * (a.H + 2)) : NULL;
     if (!gqa_row_ok(a, b, i)) {
         for (int64_t d = threadIdx.x; d < a.H; d += BLOCK) y[d] = kiln_from_f<T>(0.0f);
+        if (part && threadIdx.x == 0) part[0] = -INFINITY, part[1] = 0.0f; /* the combine writes zeros too */
         return;
     }
     int64_t p = a.rd ? gqa_pos(a, b, i) : 0, half = a.rd / 2;
@@ -690,12 +695,17 @@ __global__ void gqa_attn_kernel(kiln_gpu_gqa a)
     if (causal > total) causal = total;
     int64_t start = 0, len = causal;
     if (a.window >= 0 && causal > a.window) start = causal - a.window, len = a.window;
+    if (a.splits > 1) { /* this block's run of the keys */
+        const int64_t per = (len + a.splits - 1) / a.splits, s0 = start + split * per;
+        const int64_t s1 = s0 + per < start + len ? s0 + per : start + len;
+        start = s0, len = s1 > s0 ? s1 - s0 : 0;
+    }
     const T *kb = (const T *)a.kc + (b * a.Nkv + hk) * a.L * H;
     const T *vb = (const T *)a.vc + (b * a.Nkv + hk) * a.L * H;
     float m = -INFINITY, l = 0.0f, acc[HEAD_PER_LANE];
 #pragma unroll
     for (int k = 0; k < HEAD_PER_LANE; k++) acc[k] = 0.0f;
-    if (w == 0 && (a.sink || a.smooth)) {
+    if (w == 0 && split == 0 && (a.sink || a.smooth)) {
         m = a.sink ? kiln_to_f<T>(((const T *)a.sink)[h]) : 0.0f;
         l = 1.0f;
     }
@@ -739,6 +749,36 @@ __global__ void gqa_attn_kernel(kiln_gpu_gqa a)
                 sum += wl[k] * f;
                 o += wacc[k][d] * f;
             }
+        if (part) {
+            part[2 + d] = o;
+            if (d == 0) part[0] = M, part[1] = sum;
+        } else {
+            y[d] = kiln_from_f<T>(sum > 0.0f ? o / sum : 0.0f);
+        }
+    }
+}
+
+/* grid (S, N, B): the splits' states of query row i of head h of batch row b combined, as the
+ * warps' are within a block. */
+template <typename T>
+__global__ void gqa_combine_kernel(kiln_gpu_gqa a)
+{
+    const int64_t i = blockIdx.x, h = blockIdx.y, b = blockIdx.z, stride = a.H + 2;
+    const float *part = a.part + ((b * a.N + h) * a.S + i) * a.splits * stride;
+    T *y = (T *)a.y + ((b * a.S + i) * a.N + h) * a.H;
+    float M = -INFINITY;
+    for (int c = 0; c < a.splits; c++)
+        if (part[c * stride + 1] > 0.0f && part[c * stride] > M) M = part[c * stride];
+    for (int64_t d = threadIdx.x; d < a.H; d += blockDim.x) {
+        float sum = 0.0f, o = 0.0f;
+        for (int c = 0; c < a.splits; c++) {
+            const float *pc = part + c * stride;
+            if (pc[1] > 0.0f) {
+                float f = expf(pc[0] - M);
+                sum += pc[1] * f;
+                o += pc[2 + d] * f;
+            }
+        }
         y[d] = kiln_from_f<T>(sum > 0.0f ? o / sum : 0.0f);
     }
 }
@@ -753,14 +793,30 @@ static gpuError_t gqa_launch(gpuStream_t s, const kiln_gpu_gqa &a)
     }
     gpuError_t e = gpuGetLastError();
     if (e != gpuSuccess) return e;
-    gqa_attn_kernel<T><<<dim3((unsigned)a.S, (unsigned)a.N, (unsigned)a.B), BLOCK, 0, s>>>(a);
+    gqa_attn_kernel<T><<<dim3((unsigned)(a.S * a.splits), (unsigned)a.N, (unsigned)a.B), BLOCK, 0, s>>>(a);
+    if (a.splits > 1) {
+        if ((e = gpuGetLastError()) != gpuSuccess) return e;
+        gqa_combine_kernel<T><<<dim3((unsigned)a.S, (unsigned)a.N, (unsigned)a.B), 128, 0, s>>>(a);
+    }
     return gpuGetLastError();
+}
+
+extern "C" int kiln_gpu_gqa_splits(int64_t rows, int64_t L, int sm_count)
+{
+    int64_t want = 2 * (int64_t)(sm_count > 0 ? sm_count : 1);
+    if (rows >= want || L < 128) return 1;
+    int64_t splits = (want + rows - 1) / rows, most = L / 64; /* runs of 64 keys at the longest */
+    if (splits > most) splits = most;
+    if (splits > 32) splits = 32;
+    return splits < 1 ? 1 : (int)splits;
 }
 
 extern "C" gpuError_t kiln_gpu_gqa_run(gpuStream_t s, const kiln_gpu_gqa *a)
 {
     if (a->B <= 0 || a->S <= 0 || a->H <= 0) return gpuSuccess;
-    if (a->H > KILN_GPU_GQA_MAX_HEAD || a->S > INT32_MAX || a->N > 65535 || a->B > 65535) return bad_dtype();
+    if (a->H > KILN_GPU_GQA_MAX_HEAD || a->S * (a->splits > 0 ? a->splits : 1) > INT32_MAX || a->N > 65535 ||
+        a->B > 65535 || a->splits < 1 || (a->splits > 1 && !a->part))
+        return bad_dtype();
     if (a->dtype == KILN_DTYPE_FLOAT32) return gqa_launch<float>(s, *a);
     if (a->dtype == KILN_DTYPE_FLOAT16) return gqa_launch<kiln_gpu_half>(s, *a);
     return bad_dtype();

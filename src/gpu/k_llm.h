@@ -78,7 +78,15 @@ typedef struct kiln_gpu_gqa {
     int32_t bad_code;
     float scale, softcap;
     bool packed, first_prompt, has_past, shared, interleaved, smooth;
+    /* keys of each query row split over `splits` blocks (1: one block a row), their partial
+     * softmax states in part (float [B, N, S, splits, H + 2]) combined by a second kernel */
+    int splits;
+    float *part;
 } kiln_gpu_gqa;
+
+/* The key splits for a call (decode: few rows, so the keys of a row spread over blocks): 1 when
+ * the rows alone fill sm_count multiprocessors twice over. */
+int kiln_gpu_gqa_splits(int64_t rows, int64_t L, int sm_count);
 
 /* Writes the present K/V (rotary applied to K), then the attention output. */
 gpuError_t kiln_gpu_gqa_run(gpuStream_t s, const kiln_gpu_gqa *a);

@@ -155,8 +155,12 @@ static kiln_status gqa_run(kiln_run_ctx *c)
     size_t at_k = 0, at_v = g.present_k ? 0 : ws_align(kv), at_sl = at_v + (g.present_v ? 0 : ws_align(kv));
     size_t at_pos = at_sl + ws_align((size_t)g.B * sizeof(int32_t));
     size_t pos_bytes = g.pos ? (size_t)(g.B * g.S) * sizeof(int64_t) : 0;
+    /* split keys: the partial softmax states (at most the cache's positions: a run is 64 keys and more) */
+    int splits = kiln_gpu_gqa_splits(g.B * g.S * g.N, L, kiln_gpu_sm_count(c));
+    size_t at_part = ws_align(at_pos + pos_bytes);
+    size_t part_bytes = splits > 1 ? (size_t)(g.B * g.N * g.S * splits * (g.H + 2)) * sizeof(float) : 0;
     unsigned char *ws;
-    KILN_TRY(kiln_gpu_workspace(c, at_pos + pos_bytes, (void **)&ws));
+    KILN_TRY(kiln_gpu_workspace(c, at_part + part_bytes, (void **)&ws));
     const int32_t *seqlens = (const int32_t *)(ws + at_sl);
     const int64_t *pos = g.pos && g.rd ? (const int64_t *)(ws + at_pos) : NULL;
     int32_t *bad = NULL, code = 0;
@@ -179,6 +183,7 @@ static kiln_status gqa_run(kiln_run_ctx *c)
         .B = g.B, .S = g.S, .N = g.N, .Nkv = g.Nkv, .H = g.H, .past_len = g.past_len, .L = L, .rd = g.rd,
         .window = g.window, .scale = g.scale, .softcap = g.softcap, .packed = g.packed, .first_prompt = g.first_prompt,
         .has_past = g.past_k != NULL, .shared = g.shared, .interleaved = g.interleaved, .smooth = g.smooth,
+        .splits = splits, .part = splits > 1 ? (float *)(ws + at_part) : NULL,
     };
     return kiln_gpu_check(c, kiln_gpu_gqa_run(kiln_gpu_stream(c), &a), "GroupQueryAttention");
 }

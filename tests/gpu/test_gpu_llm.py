@@ -166,6 +166,13 @@ def test_gqa():
                                                       total=700, past_len=700),
                                                  dict(N=8, Nkv=2, H=64, rd=64, max_pos=1024, B=1, S=37, seqlens=[336],
                                                       total=337, past_len=300)]))
+    # decode over a long buffer runs each row's keys split over blocks (kiln_gpu_gqa_splits): runs
+    # with no keys (a row of 4 keys), a window, a sink, softcap, smooth softmax and a bias
+    long = dict(N=8, Nkv=2, H=64, rd=64, max_pos=1024, B=2, S=1, total=700, past_len=700)
+    cases.append(("long KV split: window, sink, softcap", dict(rotary=True, local_window_size=100, sink=True, softcap=2.0),
+                  [dict(long, seqlens=[699, 3], sink=True), dict(long, seqlens=[250, 699], sink=True)]))
+    cases.append(("long KV split: smooth", dict(rotary=True, smooth_softmax=1), [dict(long, seqlens=[699, 130])]))
+    cases.append(("long KV split: bias", dict(rotary=True, bias=True), [dict(long, seqlens=[699, 64], bias=(2, 8, 1, 700))]))
     cases.append(("seqlens_k out of range", {}, [dict(N=4, Nkv=2, H=8, B=2, S=1, seqlens=[8, 11], total=9, past_len=11),
                                                  dict(N=4, Nkv=2, H=8, B=2, S=1, seqlens=[8, -1], total=9, past_len=11)]))
     for dt in (np.float32, np.float16):
