@@ -1,21 +1,18 @@
 #!/usr/bin/env python3
-"""The GPU kernels of one decode step of a GenAI-layout folder on the CUDA provider, timed by
-PyTorch's profiler (CUPTI sees every kernel the process launches, kiln's included): per kernel
-name, calls per step, average and total microseconds, and for MatMulNBits' GEMV the bandwidth
-its weights were read at. A diagnostic for the GPU machine (torch there), not a test.
+"""The GPU kernels of decode steps of a GenAI-layout folder on the CUDA provider, timed by
+PyTorch's profiler (CUPTI sees every kernel the process launches, kiln's included, inside CUDA
+graphs too): per kernel name, calls per step, average and total microseconds. A diagnostic for the
+GPU machine (torch there), not a test.
 
 usage: KILN_LIB=.gpu/libkiln.so python3 scripts/profile_gpu_kernels.py DIR [--position P] [--runs N]
 
-The step's inputs live in device memory (torch tensors fed as kiln.DeviceArray, outputs kept on
-the device), so the profile holds the step's kernels and no host copies of the KV cache."""
+The steps are the generator's own (tests/models/genai_ctypes.py over the C API): a prompt of P
+tokens, then N decode steps as kiln generate runs them (the KV cache shared in place on the
+device, each step a replay of one CUDA graph); the figures are per decode step, and the step's
+wall time next to the kernels' sum shows what the gaps between them cost."""
 import argparse
-import json
 import os
 import sys
-
-import numpy as np
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 
 
 def main():
@@ -25,39 +22,26 @@ def main():
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--top", type=int, default=25)
     a = ap.parse_args()
+    import time
+
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    import kiln
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "models"))
+    import genai_ctypes as gc
 
-    cfg = json.load(open(os.path.join(a.dir, "genai_config.json")))
-    dec = cfg["model"]["decoder"]
-    T = cfg.get("search", {}).get("max_length") or cfg["model"]["context_length"]
-    sess = kiln.Session(os.path.join(a.dir, dec["filename"]), provider="cuda", device_outputs=True)
-    types = {1: (torch.float32, np.float32), 10: (torch.float16, np.float16), 7: (torch.int64, np.int64),
-             6: (torch.int32, np.int32)}
-    keep, feeds = [], {}
-    for inp in sess.inputs:
-        tt, nt = types[inp["dtype"]]
-        name = inp["name"]
-        if name == "input_ids":
-            t = torch.full((1, 1), 7, dtype=tt, device="cuda")
-        elif name == "attention_mask":
-            t = (torch.arange(T, device="cuda") <= a.position).to(tt)[None]
-        elif name == "position_ids":
-            t = torch.full((1, 1), a.position, dtype=tt, device="cuda")
-        else:  # past key / value [1, kv_heads, T, head_size]
-            shape = [1 if d == "batch_size" else T if isinstance(d, str) else d for d in inp["shape"]]
-            t = torch.randn(shape, device="cuda").to(tt)
-        keep.append(t)
-        feeds[name] = kiln.DeviceArray(t.data_ptr(), tuple(t.shape), nt)
+    g = gc.Generator(a.dir, max_length=a.position + a.runs + 8, provider=1)  # kiln_provider_kind: CUDA
+    g.append_tokens([[(7 * k) % 1000 + 1 for k in range(a.position)]])
     for _ in range(3):
-        sess.run(feeds)
+        g.generate_next()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
         for _ in range(a.runs):
-            sess.run(feeds)
+            g.generate_next()
         torch.cuda.synchronize()
+        wall = (time.perf_counter() - t0) / a.runs * 1e6
+    g.close()
     rows = []
     for e in prof.key_averages():
         t = getattr(e, "device_time_total", None)
@@ -67,7 +51,8 @@ def main():
             rows.append((t, e.count, e.key))
     rows.sort(reverse=True)
     total = sum(r[0] for r in rows)
-    print(f"decode step at position {a.position} of {T}, {a.runs} runs: {total / a.runs:.1f} us of kernels per step")
+    print(f"decode steps after a prompt of {a.position}, {a.runs} steps: {wall:.1f} us per step (wall), "
+          f"{total / a.runs:.1f} us of kernels per step")
     print(f"{'us/step':>9} {'calls/step':>10} {'avg us':>8}  kernel")
     for t, n, k in rows[:a.top]:
         print(f"{t / a.runs:9.1f} {n / a.runs:10.1f} {t / n:8.2f}  {k[:110]}")
