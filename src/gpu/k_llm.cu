@@ -655,10 +655,12 @@ __global__ void gqa_append_kernel(kiln_gpu_gqa a)
 }
 
 #define HEAD_PER_LANE (KILN_GPU_GQA_MAX_HEAD / 32)
+#define GQA_KEYS 4 /* keys a warp takes at a time */
 
 /* grid (S * splits, N, B), BLOCK threads: split c of query row i of head h of batch row b. The
  * query (rotated, rounded to T) goes to shared memory; the row's keys are cut into `splits`
- * equal runs, and warp w takes keys w, w + WARPS, ... of run c: lanes split the dot product
+ * equal runs, and warp w takes GQA_KEYS keys at a time, w, w + WARPS, ... of run c's groups of
+ * GQA_KEYS: lanes split the dot product
  * over d and keep their d's of the weighted V sum, with the running maximum and sum of an
  * online softmax. A head sink (or smooth_softmax's 0) is one more logit with a zero value row,
  * taken by warp 0 of run 0. One split writes the output; several write their maximum, sum and
@@ -709,25 +711,54 @@ __global__ void gqa_attn_kernel(kiln_gpu_gqa a)
         m = a.sink ? kiln_to_f<T>(((const T *)a.sink)[h]) : 0.0f;
         l = 1.0f;
     }
-    for (int64_t j = start + w; j < start + len; j += WARPS) {
-        const T *kr = kb + j * H, *vr = vb + j * H;
-        float dot = 0.0f;
+    /* GQA_KEYS keys a warp at a time (its loads in flight together, the dot products' shuffles
+     * interleaved): keys j0 + u of j0 = start + GQA_KEYS (w + WARPS t) */
+    for (int64_t j0 = start + GQA_KEYS * w; j0 < start + len; j0 += GQA_KEYS * WARPS) {
+        float dot[GQA_KEYS];
 #pragma unroll
-        for (int k = 0; k < HEAD_PER_LANE; k++) {
-            int64_t d = lane + 32 * k;
-            if (d < H) dot += qs[d] * kiln_to_f<T>(kr[d]);
+        for (int u = 0; u < GQA_KEYS; u++) {
+            const T *kr = kb + (j0 + u) * H;
+            dot[u] = 0.0f;
+            if (j0 + u < start + len)
+#pragma unroll
+                for (int k = 0; k < HEAD_PER_LANE; k++) {
+                    int64_t d = lane + 32 * k;
+                    if (d < H) dot[u] += qs[d] * kiln_to_f<T>(kr[d]);
+                }
         }
-        float sc = warp_sum(dot) * a.scale;
-        if (a.softcap > 0.0f) sc = a.softcap * tanhf(sc / a.softcap);
-        if (a.bias) sc += kiln_to_f<T>(((const T *)a.bias)[b * a.bias_b + h * a.bias_h + i * a.bias_s + j]);
-        float mn = fmaxf(m, sc);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+            for (int u = 0; u < GQA_KEYS; u++) dot[u] += __shfl_xor_sync(FULL_MASK, dot[u], o);
+        float sc[GQA_KEYS], mn = m;
+#pragma unroll
+        for (int u = 0; u < GQA_KEYS; u++) {
+            const int64_t j = j0 + u;
+            sc[u] = -INFINITY;
+            if (j >= start + len) continue;
+            sc[u] = dot[u] * a.scale;
+            if (a.softcap > 0.0f) sc[u] = a.softcap * tanhf(sc[u] / a.softcap);
+            if (a.bias) sc[u] += kiln_to_f<T>(((const T *)a.bias)[b * a.bias_b + h * a.bias_h + i * a.bias_s + j]);
+            mn = fmaxf(mn, sc[u]);
+        }
         if (mn == -INFINITY) continue; /* every logit so far is -inf: nothing to weigh yet */
-        float corr = expf(m - mn), e = expf(sc - mn);
-        l = l * corr + e;
+        const float corr = expf(m - mn);
+        float e[GQA_KEYS];
+        l *= corr;
+#pragma unroll
+        for (int u = 0; u < GQA_KEYS; u++) {
+            e[u] = sc[u] == -INFINITY ? 0.0f : expf(sc[u] - mn);
+            l += e[u];
+        }
 #pragma unroll
         for (int k = 0; k < HEAD_PER_LANE; k++) {
             int64_t d = lane + 32 * k;
-            if (d < H) acc[k] = acc[k] * corr + e * kiln_to_f<T>(vr[d]);
+            if (d >= H) continue;
+            float v = acc[k] * corr;
+#pragma unroll
+            for (int u = 0; u < GQA_KEYS; u++)
+                if (e[u] != 0.0f) v += e[u] * kiln_to_f<T>((vb + (j0 + u) * H)[d]);
+            acc[k] = v;
         }
         m = mn;
     }
@@ -805,7 +836,7 @@ extern "C" int kiln_gpu_gqa_splits(int64_t rows, int64_t L, int sm_count)
 {
     int64_t want = 2 * (int64_t)(sm_count > 0 ? sm_count : 1);
     if (rows >= want || L < 128) return 1;
-    int64_t splits = (want + rows - 1) / rows, most = L / 64; /* runs of 64 keys at the longest */
+    int64_t splits = (want + rows - 1) / rows, most = L / 16; /* runs of 16 keys at the longest buffer */
     if (splits > most) splits = most;
     if (splits > 32) splits = 32;
     return splits < 1 ? 1 : (int)splits;
@@ -914,31 +945,102 @@ __global__ void __launch_bounds__(RMS_MAX_THREADS) rms_held_kernel(const T *x, c
     }
 }
 
+/* Eight consecutive values of T at p from o: one 16-byte (float32: two) store. */
+template <typename T>
+__device__ __forceinline__ void store8(T *p, const float *o)
+{
+    if (sizeof(T) == 2) {
+        uint4 u;
+        T *h = (T *)&u;
+#pragma unroll
+        for (int j = 0; j < 8; j++) h[j] = kiln_from_f<T>(o[j]);
+        *(uint4 *)p = u;
+    } else {
+        ((float4 *)p)[0] = make_float4(o[0], o[1], o[2], o[3]);
+        ((float4 *)p)[1] = make_float4(o[4], o[5], o[6], o[7]);
+    }
+}
+
+/* rms_held_kernel for rows whose tensors are 16-byte aligned with h a multiple of 8, skip a
+ * whole [rows, h] or one row, scale [h]: thread t holds values 8t to 8t + 7, each tensor read
+ * with one 16-byte load a thread (three loads in flight, not 24). */
+template <typename T>
+__global__ void __launch_bounds__(RMS_MAX_THREADS) rms_vec_kernel(const T *x, const T *skip, bool skip_row,
+                                                                  const T *bias, const T *scale, T *y, T *sum,
+                                                                  float *mean, float *inv, int64_t h, float eps)
+{
+    __shared__ float part[RMS_MAX_THREADS / 32];
+    const int64_t r = blockIdx.x, j = (int64_t)threadIdx.x * 8;
+    const int nw = blockDim.x / 32;
+    const bool in = j < h;
+    float v[8] = {0, 0, 0, 0, 0, 0, 0, 0}, sc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, t[8];
+    if (in) {
+        load8<T>(x + r * h + j, true, v);
+        load8<T>(scale + j, true, sc);
+        if (skip) {
+            load8<T>(skip + (skip_row ? 0 : r * h) + j, true, t);
+#pragma unroll
+            for (int k = 0; k < 8; k++) v[k] += t[k];
+            if (bias) {
+                load8<T>(bias + j, true, t);
+#pragma unroll
+                for (int k = 0; k < 8; k++) v[k] += t[k];
+            }
+#pragma unroll
+            for (int k = 0; k < 8; k++) v[k] = kiln_to_f<T>(kiln_from_f<T>(v[k])); /* the sum, rounded to T */
+            if (sum) store8<T>(sum + r * h + j, v);
+        }
+    }
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 8; k++) ss += v[k] * v[k];
+    ss = warp_sum(ss);
+    if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = ss;
+    __syncthreads();
+    float tot = 0.0f;
+    for (int k = 0; k < nw; k++) tot += part[k];
+    const float iv = 1.0f / sqrtf(tot / (float)h + eps);
+#pragma unroll
+    for (int k = 0; k < 8; k++) v[k] = v[k] * iv * sc[k];
+    if (in) store8<T>(y + r * h + j, v);
+    if (threadIdx.x == 0) {
+        if (inv) inv[r] = iv;
+        if (mean) mean[r] = 0.0f;
+    }
+}
+
+static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
 extern "C" gpuError_t kiln_gpu_rms_rows(gpuStream_t s, int dtype, const void *x, const void *skip, int64_t skip_n,
                                         const void *bias, const void *scale, int64_t scale_n, void *y, void *sum,
                                         float *mean, float *inv, int64_t rows, int64_t h, float eps)
 {
     if (rows <= 0 || h <= 0) return gpuSuccess;
     unsigned nb = rows < INT32_MAX ? (unsigned)rows : (unsigned)INT32_MAX;
-    if (h <= (int64_t)RMS_VALS * RMS_MAX_THREADS && rows < INT32_MAX) {
-        /* threads: the fewest warps that hold the row */
-        int64_t per = (h + RMS_VALS - 1) / RMS_VALS, nt = (per + 31) / 32 * 32;
-        if (nt < 32) nt = 32;
-#define RMS(T) rms_held_kernel<T><<<nb, (unsigned)nt, 0, s>>>((const T *)x, (const T *)skip, skip_n, (const T *)bias, \
-                                                            (const T *)scale, scale_n, (T *)y, (T *)sum, mean, inv, h, eps)
-        if (dtype == KILN_DTYPE_FLOAT32) RMS(float);
-        else if (dtype == KILN_DTYPE_FLOAT16) RMS(kiln_gpu_half);
-        else if (dtype == KILN_DTYPE_BFLOAT16) RMS(kiln_gpu_bf16);
-        else return bad_dtype();
-#undef RMS
-        return gpuGetLastError();
-    }
-#define RMS(T) rms_rows_kernel<T><<<nb, BLOCK, 0, s>>>((const T *)x, (const T *)skip, skip_n, (const T *)bias, \
-                                                      (const T *)scale, scale_n, (T *)y, (T *)sum, mean, inv, rows, h, eps)
-    if (dtype == KILN_DTYPE_FLOAT32) RMS(float);
-    else if (dtype == KILN_DTYPE_FLOAT16) RMS(kiln_gpu_half);
-    else if (dtype == KILN_DTYPE_BFLOAT16) RMS(kiln_gpu_bf16);
+    bool fits = h <= (int64_t)RMS_VALS * RMS_MAX_THREADS && rows < INT32_MAX;
+    bool vec = fits && h % 8 == 0 && scale_n == h && (!skip || skip_n == h || skip_n == rows * h) && aligned16(x) &&
+               aligned16(y) && aligned16(scale) && (!skip || aligned16(skip)) && (!bias || aligned16(bias)) &&
+               (!sum || aligned16(sum));
+    /* threads: the fewest warps that hold the row, RMS_VALS values each */
+    int64_t nt = ((h + RMS_VALS - 1) / RMS_VALS + 31) / 32 * 32;
+#define RMS_LAUNCH(T)                                                                                                  \
+    do {                                                                                                               \
+        if (vec)                                                                                                       \
+            rms_vec_kernel<T><<<nb, (unsigned)nt, 0, s>>>((const T *)x, (const T *)skip, skip_n == h, (const T *)bias, \
+                                                          (const T *)scale, (T *)y, (T *)sum, mean, inv, h, eps);      \
+        else if (fits)                                                                                                 \
+            rms_held_kernel<T><<<nb, (unsigned)nt, 0, s>>>((const T *)x, (const T *)skip, skip_n, (const T *)bias,     \
+                                                           (const T *)scale, scale_n, (T *)y, (T *)sum, mean, inv, h,  \
+                                                           eps);                                                       \
+        else                                                                                                           \
+            rms_rows_kernel<T><<<nb, BLOCK, 0, s>>>((const T *)x, (const T *)skip, skip_n, (const T *)bias,            \
+                                                    (const T *)scale, scale_n, (T *)y, (T *)sum, mean, inv, rows, h,   \
+                                                    eps);                                                              \
+    } while (0)
+    if (dtype == KILN_DTYPE_FLOAT32) RMS_LAUNCH(float);
+    else if (dtype == KILN_DTYPE_FLOAT16) RMS_LAUNCH(kiln_gpu_half);
+    else if (dtype == KILN_DTYPE_BFLOAT16) RMS_LAUNCH(kiln_gpu_bf16);
     else return bad_dtype();
-#undef RMS
+#undef RMS_LAUNCH
     return gpuGetLastError();
 }

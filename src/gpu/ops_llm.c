@@ -155,7 +155,7 @@ static kiln_status gqa_run(kiln_run_ctx *c)
     size_t at_k = 0, at_v = g.present_k ? 0 : ws_align(kv), at_sl = at_v + (g.present_v ? 0 : ws_align(kv));
     size_t at_pos = at_sl + ws_align((size_t)g.B * sizeof(int32_t));
     size_t pos_bytes = g.pos ? (size_t)(g.B * g.S) * sizeof(int64_t) : 0;
-    /* split keys: the partial softmax states (at most the cache's positions: a run is 64 keys and more) */
+    /* split keys: the partial softmax states (a run is 16 keys and more of the buffer) */
     int splits = kiln_gpu_gqa_splits(g.B * g.S * g.N, L, kiln_gpu_sm_count(c));
     size_t at_part = ws_align(at_pos + pos_bytes);
     size_t part_bytes = splits > 1 ? (size_t)(g.B * g.N * g.S * splits * (g.H + 2)) * sizeof(float) : 0;
