@@ -4,6 +4,10 @@
 #include <math.h>
 #include <string.h>
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#endif
+
 static const struct {
     const char *name;
     size_t size;
@@ -141,6 +145,33 @@ uint16_t kiln_f32_to_f16(float f)
 float kiln_bf16_to_f32(uint16_t h)
 {
     return bits_f32((uint32_t)h << 16);
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("avx,f16c"))) static void f16_array_f16c(const uint16_t *h, float *to, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(to + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
+    for (; i < n; i++) to[i] = kiln_f16_to_f32(h[i]);
+}
+#endif
+
+void kiln_half_to_f32_array(const uint16_t *h, float *to, int64_t n, bool bf16)
+{
+    if (bf16) {
+        for (int64_t i = 0; i < n; i++) {
+            uint32_t u = (uint32_t)h[i] << 16;
+            memcpy(to + i, &u, sizeof u);
+        }
+        return;
+    }
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (__builtin_cpu_supports("f16c")) {
+        f16_array_f16c(h, to, n);
+        return;
+    }
+#endif
+    for (int64_t i = 0; i < n; i++) to[i] = kiln_f16_to_f32(h[i]);
 }
 
 uint16_t kiln_f32_to_bf16(float f)

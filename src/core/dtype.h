@@ -22,6 +22,9 @@ float kiln_f16_to_f32(uint16_t h);
 uint16_t kiln_f32_to_f16(float f); /* round to nearest even */
 float kiln_bf16_to_f32(uint16_t h);
 uint16_t kiln_f32_to_bf16(float f); /* round to nearest even */
+/* to[i] = float of h[i] (float16, or bfloat16 when bf16) for i < n: F16C 8 at a time where the CPU
+ * has it (exact: every float16 is a float), shifts for bfloat16 */
+void kiln_half_to_f32_array(const uint16_t *h, float *to, int64_t n, bool bf16);
 
 /* 8-bit and 4-bit float codes (FLOAT8E4M3FN, FLOAT8E4M3FNUZ, FLOAT8E5M2, FLOAT8E5M2FNUZ,
  * FLOAT8E8M0, FLOAT4E2M1). Encoding rounds to nearest even; with saturate, values beyond the

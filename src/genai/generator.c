@@ -380,9 +380,7 @@ static kiln_status run_step(kiln_generator *g, int64_t S)
         if (lg->dtype == KILN_DTYPE_FLOAT32) {
             memcpy(to, (const float *)lg->data + from, (size_t)V * sizeof(float));
         } else {
-            const uint16_t *h = (const uint16_t *)lg->data + from;
-            for (int64_t v = 0; v < V; v++)
-                to[v] = lg->dtype == KILN_DTYPE_FLOAT16 ? kiln_f16_to_f32(h[v]) : kiln_bf16_to_f32(h[v]);
+            kiln_half_to_f32_array((const uint16_t *)lg->data + from, to, V, lg->dtype == KILN_DTYPE_BFLOAT16);
         }
     }
     /* the presents: [B, kv, width, hd] (unshared) or the whole buffer (shared), in place */
