@@ -6,6 +6,8 @@
  *   kiln.FusedConv(X, W, B?, Z?)  = act(Conv(X, W, B) + Z)  Conv's attributes; Z the shape of Y
  *   kiln.FusedGemm(A, B, C?)      = act(Gemm(A, B, C))       Gemm's attributes
  *   kiln.FusedMatMul(A, B, bias?) = act(MatMul(A, B) + bias) bias [N] (leading 1s) along Y's last axis
+ *   kiln.ChannelLookup(X, T)      = T[c][X[n, c, ...]]      X 8-bit [N, C, ...], T [C, 256] of Y's
+ *                                   8-bit type: a QDQ chain per channel, tabulated (fuse_qdq.c)
  *
  * with two attributes of their own: activation (STRING, absent: none) one of Relu, Clip,
  * Sigmoid, HardSigmoid, HardSwish, LeakyRelu, Gelu, GeluTanh (Gelu's tanh form), Tanh, and
