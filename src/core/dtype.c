@@ -5,6 +5,7 @@
 #include <string.h>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -166,7 +167,8 @@ void kiln_half_to_f32_array(const uint16_t *h, float *to, int64_t n, bool bf16)
         return;
     }
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    if (__builtin_cpu_supports("f16c")) {
+    unsigned ea, eb, ec, ed; /* F16C: CPUID 1 ECX bit 29, read directly (clang 14 has no "f16c" builtin name) */
+    if (__builtin_cpu_supports("avx") && __get_cpuid(1, &ea, &eb, &ec, &ed) && (ec >> 29 & 1)) {
         f16_array_f16c(h, to, n);
         return;
     }
