@@ -834,10 +834,8 @@ static gpuError_t gqa_launch(gpuStream_t s, const kiln_gpu_gqa &a)
 
 extern "C" int kiln_gpu_gqa_splits(int64_t rows, int64_t L, int sm_count)
 {
-    /* blocks: 8 a multiprocessor (a block's warps wait on their keys' loads; more blocks keep
-     * more loads in flight), from rows that fill fewer than two */
-    int64_t sms = sm_count > 0 ? sm_count : 1, want = 8 * sms;
-    if (rows >= 2 * sms || L < 128) return 1;
+    int64_t want = 2 * (int64_t)(sm_count > 0 ? sm_count : 1);
+    if (rows >= want || L < 128) return 1;
     int64_t splits = (want + rows - 1) / rows, most = L / 16; /* runs of 16 keys at the longest buffer */
     if (splits > most) splits = most;
     if (splits > 32) splits = 32;

@@ -84,9 +84,8 @@ typedef struct kiln_gpu_gqa {
     float *part;
 } kiln_gpu_gqa;
 
-/* The key splits for a call (decode: few rows, so the keys of a row spread over blocks, about 8
- * blocks a multiprocessor, up to 32 a row): 1 when the rows alone fill sm_count multiprocessors
- * twice over. */
+/* The key splits for a call (decode: few rows, so the keys of a row spread over blocks): 1 when
+ * the rows alone fill sm_count multiprocessors twice over. */
 int kiln_gpu_gqa_splits(int64_t rows, int64_t L, int sm_count);
 
 /* Writes the present K/V (rotary applied to K), then the attention output. */
