@@ -25,7 +25,7 @@ generator. (The 10,000-step decode under compute-sanitizer is section e of scrip
 usage: KILN_LIB=<build>/libkiln.so test_gpu_llm.py   (prints SKIP without a GPU)
   KILN_GPU_TEST_PROVIDER=cpu  puts the "GPU" sessions and generators on the CPU: checks the test
                               itself on a machine without a GPU
-  KILN_GPU_LLM_TESTS="ops gen" picks parts (ops, gen, cycles)
+  KILN_GPU_LLM_TESTS="ops gen" picks parts (ops = gqa nbits norms, gen, cycles)
 """
 import ctypes
 import os
@@ -233,6 +233,15 @@ def test_matmul_nbits():
     for zp in ("none", "float"):
         m, feeds = lo.nbits_case(shapes, 256, 48, 4, 64, zp=zp, g_idx=True)
         compare(f"MatMulNBits g_idx zp={zp} (refused: CPU)", m, feeds, 2e-4, 2e-4, on_gpu=False)
+    # float16 in blocks of 128 and 256: the tensor-core kernel (odd K and N, every zero-point
+    # form, one to eight rows, several tiles a block)
+    for bs in (128, 256):
+        for zp in ("packed", "none", "float"):
+            for K, N in ((bs * 2, 24), (bs * 3 + 5, 17), (bs // 2 + 3, 9)):
+                m, feeds = lo.nbits_case(shapes, K, N, 4, bs, zp=zp, sdt=np.float16, bias=(K % 2 == 1))
+                compare(f"MatMulNBits float16 bs={bs} zp={zp} K={K} N={N}", m, feeds, 1e-2, 1e-2)
+            m, feeds = lo.nbits_case(((1,), (8,)), 4096, 4100, 4, bs, zp=zp, sdt=np.float16)
+            compare(f"MatMulNBits float16 bs={bs} zp={zp} K=4096 N=4100", m, feeds, 1e-2, 1e-2)
     for bits, zp in ((4, "packed"), (4, "float"), (8, "none"), (8, "packed")):
         for K, N in ((200, 40), (96, 20), (1029, 7)):
             m, feeds = lo.nbits_case(shapes, K, N, bits, 32, zp=zp, sdt=np.float16, bias=True)
@@ -457,9 +466,11 @@ def main():
         return 0
     os.environ.setdefault("KILN_LIB", os.path.join(HERE, "..", "..", "build", "libkiln.so"))
     import genai_ctypes as gc  # noqa: E402
-    if "ops" in PARTS:
+    if "ops" in PARTS or "gqa" in PARTS:
         test_gqa()
+    if "ops" in PARTS or "nbits" in PARTS:
         test_matmul_nbits()
+    if "ops" in PARTS or "norms" in PARTS:
         test_norms()
         test_rotary()
     if "gen" in PARTS or "cycles" in PARTS:
