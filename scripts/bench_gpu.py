@@ -3,6 +3,8 @@
 models and inputs, on the GPU machine. Figures, not a test: it fails only when it cannot run.
 
   resnet50  torchvision ResNet-50, random weights, batch 1 and 32, 3x224x224
+  mobilenet_v3, efficientnet_b0, convnext_tiny, vit_b_16
+            the torchvision models of those names (MobileNetV3-Large for mobilenet_v3), the same way
   bert      transformers BertModel (bert-base BertConfig, random init), seq 128, batch 1 and 32
   encoder   the TTS-like encoder of tests/models/make_models.py, batch 1, lengths 16, 64, 128, 256, 512
             (PyTorch runs a port of it on the ONNX model's own weights)
@@ -16,7 +18,7 @@ outputs stay there. Times are medians over repeated runs after warm-up, each run
 PyTorch (no TF32), as kiln does. Each model's kiln output is checked once against PyTorch's
 (max abs diff printed) so that a fast but wrong result shows.
 
-usage: bench_gpu.py [--kiln-lib PATH] [--md FILE] [--models resnet50,bert,encoder]
+usage: bench_gpu.py [--kiln-lib PATH] [--md FILE] [--models resnet50,bert,encoder,...]
                     [--dtypes fp32,fp16] [--budget SECONDS] [--no-compile] [--quick]
   --md       also write the table as markdown (default $OUT/bench_gpu.md when OUT is set)
   --budget   wall-clock budget (default 230 s): torch.compile runs last, in order of
@@ -119,13 +121,18 @@ def export(torch, model, args, path, input_names, output_names, dynamic_axes):
     raise RuntimeError("ONNX export failed: " + " | ".join(errors))
 
 
-def resnet50(torch, dtype, tmp):
+VISION = {"resnet50": "resnet50", "mobilenet_v3": "mobilenet_v3_large", "efficientnet_b0": "efficientnet_b0",
+          "convnext_tiny": "convnext_tiny", "vit_b_16": "vit_b_16"}
+
+
+def vision(name, torch, dtype, tmp):
+    """A torchvision image classifier (random weights), 3x224x224, batch 1 and 32."""
     import torchvision
-    m = torchvision.models.resnet50(weights=None).eval().cuda()
+    m = getattr(torchvision.models, VISION[name])(weights=None).eval().cuda()
     if dtype == "fp16":
         m = m.half()
     tdt = torch.float16 if dtype == "fp16" else torch.float32
-    path = os.path.join(tmp, f"resnet50_{dtype}.onnx")
+    path = os.path.join(tmp, f"{name}_{dtype}.onnx")
     how = export(torch, m, (torch.randn(1, 3, 224, 224, device="cuda", dtype=tdt),), path, ["input"], ["logits"],
                  {"input": {0: "batch"}, "logits": {0: "batch"}})
 
@@ -273,7 +280,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kiln-lib", default=os.environ.get("KILN_LIB"))
     ap.add_argument("--md", default=os.path.join(os.environ["OUT"], "bench_gpu.md") if os.environ.get("OUT") else None)
-    ap.add_argument("--models", default="resnet50,bert,encoder")
+    ap.add_argument("--models", default="resnet50,bert,encoder",
+                    help="of resnet50, mobilenet_v3, efficientnet_b0, convnext_tiny, vit_b_16, bert, encoder")
     ap.add_argument("--dtypes", default="fp32,fp16")
     ap.add_argument("--budget", type=float, default=230.0)
     ap.add_argument("--no-compile", action="store_true")
@@ -283,7 +291,7 @@ def main():
         os.environ["KILN_LIB"] = a.kiln_lib
     models = [m for m in a.models.split(",") if m]
     dtypes = [d for d in a.dtypes.split(",") if d]
-    bad = [m for m in models if m not in ("resnet50", "bert", "encoder")] + [d for d in dtypes if d not in ("fp32", "fp16")]
+    bad = [m for m in models if m not in ("bert", "encoder", *VISION)] + [d for d in dtypes if d not in ("fp32", "fp16")]
     if bad:
         ap.error(f"unknown model or dtype: {bad}")
     try:
@@ -304,7 +312,7 @@ def main():
 
     rows, compile_jobs = [], []
     tmp = tempfile.mkdtemp(prefix="kiln-bench-")
-    builders = {"resnet50": resnet50, "bert": bert}
+    builders = {"bert": bert, **{v: (lambda torch, dtype, tmp, v=v: vision(v, torch, dtype, tmp)) for v in VISION}}
     for name in models:
         for dtype in dtypes:
             label = f"{name} {dtype}"

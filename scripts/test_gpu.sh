@@ -90,6 +90,14 @@ for lib in libcublas.so.13 libcublasLt.so.13 libcudart.so.13; do
     if [[ -z $d ]]; then echo "test_gpu: $lib not found"; continue; fi
     [[ ":$LIBPATH:" == *":$d:"* ]] || LIBPATH=$LIBPATH:$d
 done
+# cuDNN (the convolutions' library when found; without it they run im2col + cuBLAS)
+d=$(dir_of libcudnn.so.9)
+if [[ -n $d ]]; then
+    [[ ":$LIBPATH:" == *":$d:"* ]] || LIBPATH=$LIBPATH:$d
+    export KILN_EXPECT_CUDNN=1
+else
+    echo "test_gpu: libcudnn.so.9 not found: convolutions run without cuDNN"
+fi
 export LD_LIBRARY_PATH=$LIBPATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
 SANITIZER=$(command -v compute-sanitizer)

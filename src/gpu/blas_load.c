@@ -1,10 +1,6 @@
 /* blas_load.c - opens cuBLAS (hipBLAS under HIP) when the first CUDA session needs it. */
-#include <dlfcn.h>
-#include <pthread.h>
-#include <stdio.h>
-#include <string.h>
-
 #include "gpu/blas.h"
+#include "gpu/libload.h"
 
 kiln_blas_api kiln_blas;
 
@@ -22,33 +18,13 @@ static const char *const libraries[] = {"libcublas.so.13", "/usr/local/cuda/lib6
     X(status_string, "cublasGetStatusString")
 #endif
 
-static pthread_once_t once = PTHREAD_ONCE_INIT;
-static char failure[512]; /* empty when the library is open */
+#define NAME(field, name) name,
+#define SLOT(field, name) (void **)&kiln_blas.field,
+static const char *const names[] = {SYMBOLS(NAME)};
+static void **const slots[] = {SYMBOLS(SLOT)};
+static kiln_gpu_lib lib = {
+    .what = "CUDA provider", .files = libraries, .n_files = sizeof libraries / sizeof *libraries,
+    .names = names, .slots = slots, .n = sizeof names / sizeof *names, .lock = PTHREAD_MUTEX_INITIALIZER,
+};
 
-static void open_library(void)
-{
-    void *h = NULL;
-    for (size_t i = 0; i < sizeof libraries / sizeof *libraries && !h; i++) {
-        h = dlopen(libraries[i], RTLD_NOW | RTLD_LOCAL);
-        if (!h && i == 0) snprintf(failure, sizeof failure, "cannot load %s: %s", libraries[0], dlerror());
-    }
-    if (!h) return;
-    kiln_blas_api api;
-#define RESOLVE(field, name)                                                                          \
-    *(void **)&api.field = dlsym(h, name);                                                            \
-    if (!api.field) {                                                                                 \
-        snprintf(failure, sizeof failure, "%s has no %s", libraries[0], name);                        \
-        return;                                                                                       \
-    }
-    SYMBOLS(RESOLVE)
-#undef RESOLVE
-    kiln_blas = api;
-    failure[0] = '\0';
-}
-
-kiln_status kiln_gpu_blas_open(kiln_err *err)
-{
-    pthread_once(&once, open_library);
-    if (failure[0]) return kiln_errf(err, KILN_ERR_UNSUPPORTED, "CUDA provider: %s", failure);
-    return KILN_OK;
-}
+kiln_status kiln_gpu_blas_open(kiln_err *err) { return kiln_gpu_lib_open(&lib, err); }

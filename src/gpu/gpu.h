@@ -59,6 +59,18 @@ gpuStream_t kiln_gpu_stream(kiln_run_ctx *c);
 /* The run's cuBLAS handle (cublasHandle_t), bound to the stream, with its workspace set;
  * cuBLAS is loaded and the handle made on first use (a failure fails the node). */
 kiln_status kiln_gpu_blas(kiln_run_ctx *c, void **handle);
+/* The run's cuDNN handle (cudnnHandle_t), bound to the stream; cuDNN is loaded and the handle
+ * made on first use. *handle is NULL, with KILN_OK, when cuDNN cannot be loaded (or in HIP
+ * builds): the caller takes its own kernels. */
+kiln_status kiln_gpu_dnn(kiln_run_ctx *c, void **handle);
+/* Host state a kernel keeps between its calls on this run context (descriptors, a chosen
+ * algorithm), keyed by the running node and key[0..n) (n <= KILN_GPU_MEMO_KEY: the input dims,
+ * say); NULL on a miss. A bounded table: a new entry may evict another, so a miss costs time
+ * only. kiln_gpu_memo_put stores `state` for the key (the table owns it from then on: `release`
+ * frees it on eviction and when the run context goes; NULL: nothing to free). */
+#define KILN_GPU_MEMO_KEY 16
+void *kiln_gpu_memo_get(kiln_run_ctx *c, const int64_t *key, int n);
+void kiln_gpu_memo_put(kiln_run_ctx *c, const int64_t *key, int n, void *state, void (*release)(void *state));
 /* Device scratch of at least `bytes` (256-byte aligned) for this kernel call; valid until
  * the kernel returns (the next kernel may reuse it: it is stream ordered). */
 kiln_status kiln_gpu_workspace(kiln_run_ctx *c, size_t bytes, void **p);

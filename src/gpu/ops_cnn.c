@@ -1,14 +1,17 @@
-/* ops_cnn.c - GPU provider family 'cnn': Conv and ConvTranspose (im2col / col2im around
- * cuBLAS GEMMs, a direct kernel for depthwise), window and global pooling, Resize / Upsample,
+/* ops_cnn.c - GPU provider family 'cnn': Conv (cuDNN where it is there and takes the
+ * geometry, with its bias + ReLU + residual epilogue for the fused forms; else im2col around
+ * cuBLAS GEMMs, a direct kernel for depthwise), ConvTranspose (col2im around cuBLAS GEMMs), window and global pooling, Resize / Upsample,
  * DepthToSpace / SpaceToDepth. Geometry and Resize scale arithmetic run on the host exactly as
  * the reference kernels do (src/ops/nn_*.c, src/ops/image.c); the kernels are in k_cnn.cu. */
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/dtype.h"
 #include "gpu/blas.h"
+#include "gpu/dnn.h"
 #include "gpu/gpu.h"
 #include "gpu/k_cnn.h"
 #include "gpu/ops_core.h"
@@ -140,9 +143,152 @@ static bool conv_supports(const kiln_node *n, char *why, size_t size)
     return true;
 }
 
-kiln_status kiln_gpu_conv_core(kiln_run_ctx *c, bool *done)
+/* ---- Conv on cuDNN ---- */
+
+#if !defined(KILN_HIP)
+/* Workspace a cuDNN algorithm may take (the heuristics' first choice that fits). */
+#define DNN_WORKSPACE_MAX ((size_t)512 << 20)
+
+/* A convolution cuDNN runs for one node and one input shape: descriptors and algorithm, kept in
+ * the run context's memo (kiln_gpu_memo_get) so that a repeated shape sets up nothing. */
+typedef struct dnn_conv {
+    cudnnTensorDescriptor_t x, y, b;
+    cudnnFilterDescriptor_t w;
+    cudnnConvolutionDescriptor_t conv;
+    cudnnActivationDescriptor_t relu;
+    cudnnConvolutionFwdAlgo_t algo;
+    size_t ws; /* bytes of workspace the algorithm takes */
+} dnn_conv;
+
+static void dnn_conv_free(void *p)
+{
+    dnn_conv *d = p;
+    if (!d) return;
+    if (d->x) kiln_dnn.destroy_tensor(d->x);
+    if (d->y) kiln_dnn.destroy_tensor(d->y);
+    if (d->b) kiln_dnn.destroy_tensor(d->b);
+    if (d->w) kiln_dnn.destroy_filter(d->w);
+    if (d->conv) kiln_dnn.destroy_conv(d->conv);
+    if (d->relu) kiln_dnn.destroy_act(d->relu);
+    free(d);
+}
+
+/* A packed NCHW-like tensor descriptor of rank n. */
+static bool dnn_tensor(cudnnTensorDescriptor_t *t, cudnnDataType_t dt, int n, const int *dims)
+{
+    int st[CUDNN_DIM_MAX];
+    st[n - 1] = 1;
+    for (int i = n - 2; i >= 0; i--) st[i] = st[i + 1] * dims[i + 1];
+    return kiln_dnn.create_tensor(t) == CUDNN_STATUS_SUCCESS &&
+           kiln_dnn.set_tensor(*t, dt, n, dims, st) == CUDNN_STATUS_SUCCESS;
+}
+
+/* Descriptors and algorithm for X [N, C, sp...] * W [M, Cg, k...] -> Y [N, M, out...] of
+ * geometry g (symmetric pads) and `group`; 1-D runs as 2-D of height 1. NULL when cuDNN does not
+ * take it (a dim beyond int, no algorithm within DNN_WORKSPACE_MAX, exact float32 unavailable). */
+static dnn_conv *dnn_conv_make(cudnnHandle_t h, kiln_dtype dtype, const kiln_nn_geom *g, const int64_t *xd,
+                               const int64_t *wd, const int64_t *yd, int64_t group)
+{
+    int nsp = g->nsp, n = nsp == 1 ? 4 : nsp + 2, lift = nsp == 1; /* 1-D: a height of 1 in front */
+    int x[CUDNN_DIM_MAX], w[CUDNN_DIM_MAX], y[CUDNN_DIM_MAX], b[CUDNN_DIM_MAX], pad[3], str[3], dil[3];
+    int64_t xn = 1, yn = 1;
+    for (int i = 0; i < n; i++) {
+        int src = i < 2 ? i : i - lift;
+        bool one = lift && i == 2;
+        int64_t xv = one ? 1 : xd[src], wv = one ? 1 : wd[src], yv = one ? 1 : yd[src];
+        if (!fits_int(xv) || !fits_int(wv) || !fits_int(yv)) return NULL;
+        x[i] = (int)xv, w[i] = (int)wv, y[i] = (int)yv, b[i] = i == 1 ? y[1] : 1;
+        xn *= xv, yn *= yv;
+        if (i >= 2) {
+            int k = i - 2;
+            pad[k] = one ? 0 : (int)g->pads[src - 2];
+            str[k] = one ? 1 : (int)g->strides[src - 2];
+            dil[k] = one ? 1 : (int)g->dilations[src - 2];
+        }
+    }
+    if (!fits_int(xn) || !fits_int(yn)) return NULL;
+    cudnnDataType_t dt = dtype == KILN_DTYPE_FLOAT16 ? CUDNN_DATA_HALF
+                         : dtype == KILN_DTYPE_BFLOAT16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+    /* float32 exactly (no TF32), as the cuBLAS products; 16-bit on tensor cores, float sums */
+    cudnnMathType_t math = dtype == KILN_DTYPE_FLOAT32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH;
+    dnn_conv *d = calloc(1, sizeof *d);
+    if (!d) return NULL;
+    if (!dnn_tensor(&d->x, dt, n, x) || !dnn_tensor(&d->y, dt, n, y) || !dnn_tensor(&d->b, dt, n, b) ||
+        kiln_dnn.create_filter(&d->w) || kiln_dnn.set_filter(d->w, dt, CUDNN_TENSOR_NCHW, n, w) ||
+        kiln_dnn.create_conv(&d->conv) ||
+        kiln_dnn.set_conv(d->conv, n - 2, pad, str, dil, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT) ||
+        kiln_dnn.set_conv_groups(d->conv, (int)group) || kiln_dnn.set_conv_math(d->conv, math) ||
+        kiln_dnn.create_act(&d->relu) ||
+        kiln_dnn.set_act(d->relu, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0))
+        goto refuse;
+    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    int found = 0;
+    if (kiln_dnn.forward_algos(h, d->x, d->w, d->conv, d->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &found, perf))
+        goto refuse;
+    for (int i = 0; i < found; i++) {
+        if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > DNN_WORKSPACE_MAX) continue;
+        if (dtype == KILN_DTYPE_FLOAT32 && perf[i].mathType != CUDNN_FMA_MATH) continue;
+        if (kiln_dnn.set_conv_math(d->conv, perf[i].mathType)) continue;
+        d->algo = perf[i].algo;
+        d->ws = perf[i].memory;
+        return d;
+    }
+refuse:
+    dnn_conv_free(d);
+    return NULL;
+}
+
+/* Y = relu(conv(X, W) + B + Z) as e asks (see kiln_gpu_conv_epi), on cuDNN; *done false when
+ * cuDNN is not there or does not take the call (nothing queued then). */
+static kiln_status dnn_conv_run(kiln_run_ctx *c, const kiln_nn_geom *g, int64_t group, const kiln_value *X,
+                                const kiln_value *W, const kiln_value *B, kiln_value *Y, kiln_gpu_conv_epi *e,
+                                bool *done)
 {
     *done = false;
+    void *h;
+    KILN_TRY(kiln_gpu_dnn(c, &h));
+    if (!h) return KILN_OK;
+    for (int i = 0; i < g->nsp; i++)
+        if (g->pads[i] != g->pads[g->nsp + i]) return KILN_OK; /* cuDNN pads both ends alike */
+    int64_t key[KILN_GPU_MEMO_KEY];
+    int nk = 0;
+    key[nk++] = X->dtype;
+    for (int i = 0; i < X->rank; i++) key[nk++] = X->dims[i]; /* W's are the node's; SAME pads follow X's */
+    dnn_conv *d = kiln_gpu_memo_get(c, key, nk);
+    if (!d) {
+        d = dnn_conv_make(h, X->dtype, g, X->dims, W->dims, Y->dims, group);
+        if (!d) return KILN_OK;
+        kiln_gpu_memo_put(c, key, nk, d, dnn_conv_free);
+    }
+    void *ws = NULL;
+    if (d->ws) KILN_TRY(kiln_gpu_workspace(c, d->ws, &ws));
+    float one = 1.0f, zero = 0.0f;
+    cudnnStatus_t st;
+    /* the fused epilogue needs a bias and an activation (cuDNN's identity form takes one algorithm) */
+    bool fuse = e && e->relu && B;
+    if (fuse) {
+        st = kiln_dnn.forward_bias_act(h, &one, d->x, X->data, d->w, W->data, d->conv, d->algo, ws, d->ws,
+                                       e->Z ? &one : &zero, d->y, e->Z ? e->Z : Y->data, d->b, B->data, d->relu, d->y,
+                                       Y->data);
+        e->applied = true;
+    } else {
+        if (B) KILN_TRY(kiln_gpu_check(c, kiln_gpu_cnn_bias_fill(X->dtype, Y->data, B->data, Y->dims[0], Y->dims[1],
+                                                                  kiln_nn_prod(g->nsp, Y->dims + 2), kiln_gpu_stream(c)),
+                                       "bias_fill"));
+        st = kiln_dnn.forward(h, &one, d->x, X->data, d->w, W->data, d->conv, d->algo, ws, d->ws, B ? &one : &zero,
+                              d->y, Y->data);
+    }
+    if (st != CUDNN_STATUS_SUCCESS)
+        return kiln_run_fail(c, KILN_ERR_RUNTIME, "GPU: cuDNN convolution failed: %s", kiln_dnn.error_string(st));
+    *done = true;
+    return KILN_OK;
+}
+#endif
+
+kiln_status kiln_gpu_conv_core(kiln_run_ctx *c, kiln_gpu_conv_epi *epi, bool *done)
+{
+    *done = false;
+    if (epi) epi->applied = false;
     const kiln_node *node = kiln_run_node(c);
     const kiln_value *X = kiln_run_in(c, 0), *W = kiln_run_in(c, 1), *B = kiln_run_in(c, 2);
     kiln_value *Y = kiln_run_out(c, 0);
@@ -157,8 +303,16 @@ kiln_status kiln_gpu_conv_core(kiln_run_ctx *c, bool *done)
     int64_t group = kiln_attr_int(node, "group", 1);
     int64_t N = X->dims[0], C = X->dims[1], M = W->dims[0], Cg = W->dims[1];
     if (group < 1 || C != Cg * group || M % group || (B && B->numel != M)) return KILN_OK;
+    if (Y->numel == 0) {
+        *done = true;
+        if (epi) epi->applied = true;
+        return KILN_OK;
+    }
+#if !defined(KILN_HIP)
+    KILN_TRY(dnn_conv_run(c, &g, group, X, W, B, Y, epi, done));
+    if (*done) return KILN_OK;
+#endif
     *done = true;
-    if (Y->numel == 0) return KILN_OK;
     kiln_gpu_window w = make_window(&g, X->dims + 2, od);
     gpuStream_t s = kiln_gpu_stream(c);
     int dt = X->dtype;
@@ -207,7 +361,7 @@ kiln_status kiln_gpu_conv_core(kiln_run_ctx *c, bool *done)
 static kiln_status conv_run(kiln_run_ctx *c)
 {
     bool done;
-    KILN_TRY(kiln_gpu_conv_core(c, &done));
+    KILN_TRY(kiln_gpu_conv_core(c, NULL, &done));
     return done ? KILN_OK : kiln_gpu_fallback(c);
 }
 

@@ -3,7 +3,8 @@
  * and FusedConv also bfloat16): Gelu, FastGelu, BiasGelu, QuickGelu, BiasAdd,
  * SkipLayerNormalization (every output), EmbedLayerNormalization (mask_index and embedding_sum),
  * FusedMatMul (on ops_blas.c's cuBLAS products), FusedGemm and FusedConv (ops_blas.c's Gemm and
- * ops_cnn.c's Conv, then the activation, FusedConv's Z added first), Attention (the packed QKV
+ * ops_cnn.c's Conv, then the activation, FusedConv's Z added first; Z and ReLU in cuDNN's
+ * epilogue where it runs; kiln.FusedConv of the GPU passes too), Attention (the packed QKV
  * projection on cuBLAS, every mask_index form, unidirectional, past and present) and
  * MultiHeadAttention (separate, packed QKV and packed KV inputs, key/value as [B, N, L, H],
  * bias, key_padding_mask, attention_bias, past and present, the qk output). The run-time checks
@@ -23,6 +24,7 @@
 #include "gpu/ops_core.h"
 #include "ops/contrib_attn.h"
 #include "ops/contrib_internal.h"
+#include "ops/fused.h"
 
 #define MS "com.microsoft"
 
@@ -274,23 +276,50 @@ static bool fused_conv_supports(const kiln_node *n, char *why, size_t size)
     return true;
 }
 
-static kiln_status fused_conv_run(kiln_run_ctx *c)
+/* Y = act(Conv(X, W, B) + Z) for the running FusedConv (com.microsoft's or kiln's): a ReLU and
+ * Z in the convolution's epilogue where the core can, else the activation kernel after it. */
+static kiln_status fused_conv(kiln_run_ctx *c, const kiln_contrib_act *a)
 {
-    kiln_contrib_act a;
-    char msg[160];
     const kiln_value *X = kiln_run_in(c, 0), *W = kiln_run_in(c, 1), *B = kiln_run_in(c, 2), *Z = kiln_run_in(c, 3);
     kiln_value *Y = kiln_run_out(c, 0);
     const kiln_value *vs[] = {X, W, B, Z, Y};
-    if (!kiln_contrib_act_parse(kiln_run_node(c), true, &a, msg, sizeof msg) || !Y || !W || !kiln_gpu_dtype_in(X->dtype, floats) ||
-        !all_dtype(X->dtype, 5, vs))
-        return kiln_gpu_fallback(c);
+    if (!Y || !W || !kiln_gpu_dtype_in(X->dtype, floats) || !all_dtype(X->dtype, 5, vs)) return kiln_gpu_fallback(c);
     bool same = !Z || Z->rank == Y->rank;
     for (int i = 0; Z && same && i < Y->rank; i++) same = Z->dims[i] == Y->dims[i];
     if (!same) return kiln_gpu_fallback(c); /* the reference reports it */
     bool done;
-    KILN_TRY(kiln_gpu_conv_core(c, &done));
+    kiln_gpu_conv_epi epi = {.Z = data_of(Z), .relu = a->kind == KILN_CONTRIB_ACT_RELU};
+    KILN_TRY(kiln_gpu_conv_core(c, epi.relu ? &epi : NULL, &done));
     if (!done) return kiln_gpu_fallback(c);
-    return act_apply(c, &a, Y, Z);
+    return epi.applied ? KILN_OK : act_apply(c, a, Y, Z);
+}
+
+static kiln_status fused_conv_run(kiln_run_ctx *c)
+{
+    kiln_contrib_act a;
+    char msg[160];
+    if (!kiln_contrib_act_parse(kiln_run_node(c), true, &a, msg, sizeof msg)) return kiln_gpu_fallback(c);
+    return fused_conv(c, &a);
+}
+
+/* kiln.FusedConv as the GPU passes make it (src/passes/fuse_residual.c, fuse_activation.c):
+ * Z and ReLU or no activation. */
+static bool kiln_fused_conv_supports(const kiln_node *n, char *why, size_t size)
+{
+    kiln_act_kind k = kiln_fused_of(n)->act.kind;
+    if (k != KILN_ACT_NONE && k != KILN_ACT_RELU) return kiln_gpu_refuse(why, size, "activation %s", kiln_act_name(k));
+    if (!floats_alike(n, 0, 3, floats, why, size)) return false;
+    const kiln_type *x = kiln_gpu_in_type(n, 0);
+    if (x->rank >= 0 && (x->rank < 3 || x->rank > 5)) return kiln_gpu_refuse(why, size, "rank %d (1 to 3 spatial dims)", x->rank);
+    return true;
+}
+
+static kiln_status kiln_fused_conv_run(kiln_run_ctx *c)
+{
+    kiln_act_kind k = kiln_fused_of(kiln_run_node(c))->act.kind;
+    if (k != KILN_ACT_NONE && k != KILN_ACT_RELU) return kiln_gpu_fallback(c);
+    kiln_contrib_act a = {.kind = k == KILN_ACT_RELU ? KILN_CONTRIB_ACT_RELU : KILN_CONTRIB_ACT_NONE};
+    return fused_conv(c, &a);
 }
 
 /* ---- attention ---- */
@@ -477,6 +506,7 @@ static const kiln_gpu_op ops[] = {
     {MS, "FusedMatMul", fused_matmul_supports, fused_matmul_run},
     {MS, "FusedGemm", fused_gemm_supports, fused_gemm_run},
     {MS, "FusedConv", fused_conv_supports, fused_conv_run},
+    {"kiln", "FusedConv", kiln_fused_conv_supports, kiln_fused_conv_run},
     {MS, "Attention", attention_supports, attention_run},
     {MS, "MultiHeadAttention", mha_supports, mha_run},
 };

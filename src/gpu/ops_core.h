@@ -34,8 +34,18 @@ kiln_status kiln_gpu_matmul_run(kiln_run_ctx *c, const kiln_gpu_mm *m, bool *don
  * output 0. */
 kiln_status kiln_gpu_gemm_core(kiln_run_ctx *c, bool *done);
 
-/* Conv (inputs X, W, B; Conv's attributes) of the running node into its output 0. */
-kiln_status kiln_gpu_conv_core(kiln_run_ctx *c, bool *done);
+/* What a fused Conv asks kiln_gpu_conv_core to apply after the convolution and its bias: Z (a
+ * device tensor of Y's shape and dtype, or NULL) added, then ReLU. The core sets applied when it
+ * did both in its epilogue (cuDNN's); else the caller applies them. */
+typedef struct kiln_gpu_conv_epi {
+    const void *Z;
+    bool relu;
+    bool applied;
+} kiln_gpu_conv_epi;
+
+/* Conv (inputs X, W, B; Conv's attributes) of the running node into its output 0, and the
+ * epilogue epi asks for where it can (epi NULL: none). */
+kiln_status kiln_gpu_conv_core(kiln_run_ctx *c, kiln_gpu_conv_epi *epi, bool *done);
 
 /* com.microsoft Attention after its projection, for the running node (its attributes: scale,
  * mask_filter_value; d from kiln_contrib_attention_check): qkv [B, S, D] (dtype dt, float32 or

@@ -5,6 +5,8 @@
 
 #include "gpu/device.h"
 #include "gpu/gpu.h"
+#include "passes/pass.h"
+#include "passes/passes.h"
 
 static kiln_status gpu_open(const kiln_session_options *opt, kiln_provider **out, kiln_err *err)
 {
@@ -32,6 +34,13 @@ static kiln_kernel_fn gpu_select(kiln_provider *p, kiln_node *n, unsigned *host_
     return o ? o->run : NULL;
 }
 
+/* The GPU's pass pipeline: a Conv's residual Add and ReLU join it (kiln.FusedConv), which cuDNN
+ * applies in the convolution's epilogue. */
+static const kiln_pass gpu_passes[] = {
+    {"fuse_residual", kiln_pass_fuse_residual_gpu},
+    {"fuse_activation", kiln_pass_fuse_activation_gpu},
+};
+
 const kiln_provider_i kiln_provider_cuda = {
     .api_version = KILN_PROVIDER_API,
     .name = "cuda",
@@ -41,6 +50,8 @@ const kiln_provider_i kiln_provider_cuda = {
     .close = kiln_gpu_session_free,
     .supports = gpu_supports,
     .select = gpu_select,
+    .passes = gpu_passes,
+    .n_passes = sizeof gpu_passes / sizeof *gpu_passes,
     .prepare = kiln_gpu_prepare,
     .stats = kiln_gpu_session_stats,
     .run_begin = kiln_gpu_run_begin,

@@ -11,18 +11,29 @@
 #include "ops/ctx.h"
 #include "gpu/blas.h"
 #include "gpu/device.h"
+#include "gpu/dnn.h"
 #include "gpu/gpu.h"
 
 #define ALIGN 256
 #define BLAS_WORKSPACE (32u << 20)
 #define PINNED_MIN (1u << 20)
 #define GRAPHS_PER_RUN 8
+#define MEMO_SLOTS 256 /* kernels' host state per run context (kiln_gpu_memo_get) */
 
 /* Memory a recording reads or writes on every replay (see held_alloc). */
 typedef struct held_buf {
     void *p;
     bool device;
 } held_buf;
+
+/* A kernel's host state for one node and key (kiln_gpu_memo_get). */
+typedef struct memo {
+    const kiln_node *node; /* NULL: empty */
+    int64_t key[KILN_GPU_MEMO_KEY];
+    int n_key;
+    void *state;
+    void (*release)(void *state);
+} memo;
 
 /* One binding's recorded run (see device.h). */
 typedef struct gpu_graph {
@@ -45,6 +56,8 @@ struct kiln_provider_run {
     gpuStream_t stream;
     gpublasHandle_t blas;
     void *blas_ws;
+    void *dnn;             /* cudnnHandle_t, made on first use; NULL without cuDNN */
+    memo memos[MEMO_SLOTS];
     unsigned char *arena;
     size_t arena_size;
     void *workspace;
@@ -233,6 +246,11 @@ static void run_free(kiln_gpu_run *r)
     dev_bytes_add(r->gs, -(int64_t)(r->arena_size + r->workspace_size + (r->blas_ws ? BLAS_WORKSPACE : 0)));
     if (r->blas) gpublasDestroy(r->blas);
     gpuFree(r->blas_ws);
+    for (int i = 0; i < MEMO_SLOTS; i++)
+        if (r->memos[i].node && r->memos[i].release) r->memos[i].release(r->memos[i].state);
+#if !defined(KILN_HIP)
+    if (r->dnn) kiln_dnn.destroy((cudnnHandle_t)r->dnn);
+#endif
     gpuFree(r->arena);
     gpuFree(r->workspace);
     if (r->pinned) gpuFreeHost(r->pinned);
@@ -718,6 +736,62 @@ kiln_status kiln_gpu_blas(kiln_run_ctx *c, void **handle)
     *handle = c->dev->blas;
     return KILN_OK;
 }
+
+kiln_status kiln_gpu_dnn(kiln_run_ctx *c, void **handle)
+{
+    kiln_gpu_run *r = c->dev;
+    *handle = r->dnn;
+#if defined(KILN_HIP)
+    return KILN_OK;
+#else
+    if (r->dnn || r->capturing) return KILN_OK; /* a recorded binding ran plainly first */
+    kiln_err quiet = {0};
+    if (kiln_gpu_dnn_open(&quiet)) return KILN_OK; /* no cuDNN: the callers' own kernels */
+    cudnnHandle_t h;
+    cudnnStatus_t st = kiln_dnn.create(&h);
+    if (st != CUDNN_STATUS_SUCCESS)
+        return kiln_run_fail(c, KILN_ERR_RUNTIME, "GPU: cannot create a cuDNN handle: %s", kiln_dnn.error_string(st));
+    st = kiln_dnn.set_stream(h, r->stream);
+    if (st != CUDNN_STATUS_SUCCESS) {
+        kiln_dnn.destroy(h);
+        return kiln_run_fail(c, KILN_ERR_RUNTIME, "GPU: cannot set up the cuDNN handle: %s", kiln_dnn.error_string(st));
+    }
+    *handle = r->dnn = h;
+    return KILN_OK;
+#endif
+}
+
+/* The memo slot of (node, key): FNV-1a over the node's address and the key. */
+static memo *memo_slot(kiln_gpu_run *r, const kiln_node *node, const int64_t *key, int n)
+{
+    uint64_t h = 1469598103934665603ull ^ (uint64_t)(uintptr_t)node;
+    for (int i = 0; i < n; i++) h = (h ^ (uint64_t)key[i]) * 1099511628211ull;
+    return &r->memos[(h ^ h >> 32) % MEMO_SLOTS];
+}
+
+void *kiln_gpu_memo_get(kiln_run_ctx *c, const int64_t *key, int n)
+{
+    if (n > KILN_GPU_MEMO_KEY) return NULL;
+    memo *m = memo_slot(c->dev, c->node, key, n);
+    if (m->node != c->node || m->n_key != n || memcmp(m->key, key, (size_t)n * sizeof *key)) return NULL;
+    return m->state;
+}
+
+void kiln_gpu_memo_put(kiln_run_ctx *c, const int64_t *key, int n, void *state, void (*release)(void *state))
+{
+    if (n > KILN_GPU_MEMO_KEY) {
+        if (release) release(state);
+        return;
+    }
+    memo *m = memo_slot(c->dev, c->node, key, n);
+    if (m->node && m->release) m->release(m->state);
+    m->node = c->node;
+    memcpy(m->key, key, (size_t)n * sizeof *key);
+    m->n_key = n;
+    m->state = state;
+    m->release = release;
+}
+
 int kiln_gpu_sm_count(kiln_run_ctx *c) { return c->dev->gs->sm_count; }
 
 unsigned kiln_gpu_blocks(int64_t n, unsigned block)

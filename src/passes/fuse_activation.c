@@ -2,7 +2,9 @@
  * Gemm's or MatMul's (by constant 2-D weights) output, or of their kiln fused forms', joins that
  * node: it becomes kiln.FusedConv / FusedGemm / FusedMatMul with the activation as attributes
  * (src/ops/fused.h) and produces the activation's output. The CPU provider applies it while the
- * output tile is still in cache, and the activation's pass over memory disappears. */
+ * output tile is still in cache, and the activation's pass over memory disappears. The GPU's form
+ * (kiln_pass_fuse_activation_gpu) joins only a Relu to a Conv, of any float dtype: cuDNN applies
+ * it in the convolution's epilogue. */
 #include <float.h>
 #include <math.h>
 #include <string.h>
@@ -62,6 +64,18 @@ static kiln_act activation(const kiln_node *a)
     return act;
 }
 
+/* The ONNX op n is or extends when its GPU kernel can take a fused Relu, else NULL. */
+static const char *gpu_fusable(const kiln_node *n)
+{
+    bool conv = (!*n->domain && !strcmp(n->op_type, "Conv")) || kiln_node_is_fused(n, "Conv");
+    if (!conv || n->n_out != 1 || !n->out[0] || kiln_fused_of(n)->act.kind != KILN_ACT_NONE || n->n_in < 2 ||
+        !n->in[0] || !n->in[1] || n->in[0]->type.kind != KILN_VALUE_TENSOR || n->in[0]->type.rank != 4)
+        return NULL;
+    kiln_dtype dt = n->in[0]->type.dtype;
+    bool fp = dt == KILN_DTYPE_FLOAT32 || dt == KILN_DTYPE_FLOAT16 || dt == KILN_DTYPE_BFLOAT16;
+    return fp && n->in[1]->type.dtype == dt && n->out[0]->type.dtype == dt ? "Conv" : NULL;
+}
+
 /* The ONNX op n is or extends when its CPU kernel can take a fused activation, else NULL. */
 static const char *fusable(const kiln_node *n)
 {
@@ -103,14 +117,23 @@ static kiln_status set_activation(kiln_node *n, const char *base, kiln_act act, 
     return KILN_OK;
 }
 
-kiln_status kiln_pass_fuse_activation(kiln_graph *g, int *fused, kiln_err *err)
+/* The Relu of a value of any dtype (the GPU's rule). */
+static kiln_act gpu_activation(const kiln_node *a)
+{
+    kiln_act act = {KILN_ACT_NONE, 0.0f, 0.0f};
+    if (!*a->domain && !strcmp(a->op_type, "Relu") && a->n_in == 1 && a->in[0] && a->n_out == 1 && a->out[0])
+        act.kind = KILN_ACT_RELU;
+    return act;
+}
+
+static kiln_status fuse(kiln_graph *g, bool gpu, int *fused, kiln_err *err)
 {
     *fused = 0;
     for (int k = 0; k < g->n_nodes; k++) {
         kiln_node *a = g->nodes[k];
-        kiln_act act = activation(a);
+        kiln_act act = gpu ? gpu_activation(a) : activation(a);
         kiln_node *p = act.kind ? a->in[0]->producer : NULL;
-        const char *base = p && p->graph == g ? fusable(p) : NULL;
+        const char *base = p && p->graph == g ? (gpu ? gpu_fusable(p) : fusable(p)) : NULL;
         if (!base || p->out[0] != a->in[0] || kiln_ir_value_only_reader(a->in[0]) != a) continue;
         /* the producer now yields what the activation yielded; the activation leaves the graph */
         KILN_TRY(set_activation(p, base, act, err));
@@ -123,3 +146,7 @@ kiln_status kiln_pass_fuse_activation(kiln_graph *g, int *fused, kiln_err *err)
     kiln_graph_compact(g);
     return KILN_OK;
 }
+
+kiln_status kiln_pass_fuse_activation(kiln_graph *g, int *fused, kiln_err *err) { return fuse(g, false, fused, err); }
+
+kiln_status kiln_pass_fuse_activation_gpu(kiln_graph *g, int *fused, kiln_err *err) { return fuse(g, true, fused, err); }

@@ -2,33 +2,46 @@
  * (group 1) that nothing else reads, becomes part of that Conv: the Conv becomes kiln.FusedConv
  * (src/ops/fused.h) with the other operand as its input Z, which the CPU provider adds to each
  * output tile with the bias, before any fused activation. The residual blocks of ResNets (Conv -> Add(shortcut) ->
- * Relu) then write their output once; fuse_activation, run after this pass, folds the Relu. */
+ * Relu) then write their output once; fuse_activation, run after this pass, folds the Relu.
+ * The GPU's form (kiln_pass_fuse_residual_gpu) takes float16 and bfloat16 and any group too:
+ * cuDNN adds Z in the convolution's epilogue. */
 #include <string.h>
 
 #include "core/dtype.h"
 #include "ops/eval.h"
 #include "passes/passes.h"
 
-/* A float32 tensor of rank 4 with the dims of t. */
-static bool same_f32_4d(const kiln_ir_value *v, const kiln_type *t)
+/* Which Convs a pipeline fuses: the CPU's (float32, group 1) or the GPU's (any float, any group). */
+typedef struct residual_rule {
+    bool gpu;
+} residual_rule;
+
+static bool dtype_ok(const residual_rule *rule, kiln_dtype dt)
 {
-    if (!v || v->type.kind != KILN_VALUE_TENSOR || v->type.dtype != KILN_DTYPE_FLOAT32 || v->type.rank != 4)
+    return dt == KILN_DTYPE_FLOAT32 || (rule->gpu && (dt == KILN_DTYPE_FLOAT16 || dt == KILN_DTYPE_BFLOAT16));
+}
+
+/* A tensor of a dtype the rule takes, of rank 4, with the dims and dtype of t. */
+static bool same_4d(const residual_rule *rule, const kiln_ir_value *v, const kiln_type *t)
+{
+    if (!v || v->type.kind != KILN_VALUE_TENSOR || !dtype_ok(rule, v->type.dtype) || v->type.dtype != t->dtype ||
+        v->type.rank != 4)
         return false;
     for (int i = 0; i < 4; i++)
         if (kiln_dim_is_unknown(v->type.dims[i]) || !kiln_dim_equal(v->type.dims[i], t->dims[i])) return false;
     return true;
 }
 
-/* A plain Conv of g the CPU provider's kernel adds a residual to: float32, 2-D, group 1. */
-static bool conv_fusable(const kiln_graph *g, const kiln_node *n)
+/* A plain 2-D Conv of g the rule's kernel adds a residual to. */
+static bool conv_fusable(const residual_rule *rule, const kiln_graph *g, const kiln_node *n)
 {
     return n && n->graph == g && !*n->domain && !strcmp(n->op_type, "Conv") && n->n_out == 1 && n->out[0] &&
-           n->n_in >= 2 && n->n_in <= 3 && n->in[0] && n->in[1] &&
-           n->in[0]->type.dtype == KILN_DTYPE_FLOAT32 && n->in[0]->type.rank == 4 && n->in[1]->type.rank == 4 &&
-           kiln_attr_int(n, "group", 1) == 1 && same_f32_4d(n->out[0], &n->out[0]->type);
+           n->n_in >= 2 && n->n_in <= 3 && n->in[0] && n->in[1] && dtype_ok(rule, n->in[0]->type.dtype) &&
+           n->in[0]->type.rank == 4 && n->in[1]->type.rank == 4 && (rule->gpu || kiln_attr_int(n, "group", 1) == 1) &&
+           same_4d(rule, n->out[0], &n->out[0]->type);
 }
 
-kiln_status kiln_pass_fuse_residual(kiln_graph *g, int *fused, kiln_err *err)
+static kiln_status fuse(const residual_rule *rule, kiln_graph *g, int *fused, kiln_err *err)
 {
     *fused = 0;
     int kept = 0;
@@ -38,11 +51,11 @@ kiln_status kiln_pass_fuse_residual(kiln_graph *g, int *fused, kiln_err *err)
         kiln_node *p = NULL;
         kiln_ir_value *r = NULL;
         if (!*a->domain && !strcmp(a->op_type, "Add") && a->n_in == 2 && a->n_out == 1 && a->out[0] &&
-            a->in[0] && a->in[1] && a->in[0] != a->in[1] && same_f32_4d(a->out[0], &a->out[0]->type))
+            a->in[0] && a->in[1] && a->in[0] != a->in[1] && same_4d(rule, a->out[0], &a->out[0]->type))
             for (int i = 0; i < 2 && !p; i++) {
                 kiln_node *c = a->in[i]->producer;
-                if (conv_fusable(g, c) && c->out[0] == a->in[i] && kiln_ir_value_only_reader(a->in[i]) == a &&
-                    same_f32_4d(a->in[i], &a->out[0]->type) && same_f32_4d(a->in[1 - i], &a->out[0]->type))
+                if (conv_fusable(rule, g, c) && c->out[0] == a->in[i] && kiln_ir_value_only_reader(a->in[i]) == a &&
+                    same_4d(rule, a->in[i], &a->out[0]->type) && same_4d(rule, a->in[1 - i], &a->out[0]->type))
                     p = c, r = a->in[1 - i];
             }
         if (!p) {
@@ -74,4 +87,16 @@ kiln_status kiln_pass_fuse_residual(kiln_graph *g, int *fused, kiln_err *err)
     }
     g->n_nodes = kept;
     return KILN_OK;
+}
+
+kiln_status kiln_pass_fuse_residual(kiln_graph *g, int *fused, kiln_err *err)
+{
+    static const residual_rule cpu = {.gpu = false};
+    return fuse(&cpu, g, fused, err);
+}
+
+kiln_status kiln_pass_fuse_residual_gpu(kiln_graph *g, int *fused, kiln_err *err)
+{
+    static const residual_rule gpu = {.gpu = true};
+    return fuse(&gpu, g, fused, err);
 }

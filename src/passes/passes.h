@@ -27,6 +27,8 @@ kiln_status kiln_pass_fold_conv_bn(kiln_graph *g, int *folded, kiln_err *err);
  * kiln.FusedConv / FusedGemm / FusedMatMul (src/ops/fused.h) with the activation as attributes
  * and produces the activation's output. CPU sessions. *fused receives the count. */
 kiln_status kiln_pass_fuse_activation(kiln_graph *g, int *fused, kiln_err *err);
+/* The GPU provider's form: a Relu (any float dtype) joins the Conv it reads (cuDNN's epilogue). */
+kiln_status kiln_pass_fuse_activation_gpu(kiln_graph *g, int *fused, kiln_err *err);
 /* com.microsoft FusedConv -> kiln.FusedConv where the activation is one kiln fuses (adopt_ms_fused_conv.c). */
 kiln_status kiln_pass_adopt_ms_fused_conv(kiln_graph *g, int *changed, kiln_err *err);
 
@@ -35,6 +37,8 @@ kiln_status kiln_pass_adopt_ms_fused_conv(kiln_graph *g, int *changed, kiln_err 
  * (added before any activation) and moves to the Add's place. Run before
  * kiln_pass_fuse_activation. */
 kiln_status kiln_pass_fuse_residual(kiln_graph *g, int *fused, kiln_err *err);
+/* The GPU provider's form: float16 and bfloat16 as well, any group. */
+kiln_status kiln_pass_fuse_residual_gpu(kiln_graph *g, int *fused, kiln_err *err);
 
 /* Scaled dot-product attention written out as MatMul -> scale -> mask Add -> Softmax -> MatMul
  * (float32, 4-D) becomes one Attention node (opset 23), in its 3-D form when the heads are split

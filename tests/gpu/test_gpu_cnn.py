@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""GPU family 'cnn' against the CPU reference: Conv, ConvTranspose, pooling, Resize / Upsample,
+"""GPU family 'cnn' against the CPU reference: Conv (and its fused forms: residual Add, Relu),
+ConvTranspose, pooling, Resize / Upsample,
 DepthToSpace / SpaceToDepth on random data, odd and size-1 dims, batch 1 and 3, every attribute
 variant the kernels cover, float32 / float16 / bfloat16 (bf16 through Cast nodes).
 
@@ -208,6 +209,61 @@ def test_conv():
     conv_case("wide 1x1", F32, [3, 64, 7, 5], [40, 64, 1, 1], False, {})
     # zero-size batch
     conv_case("empty batch", F32, [0, 3, 5, 5], [4, 3, 3, 3], True, {}, batch_shapes=[[0, 3, 5, 5], [1, 3, 5, 5]])
+
+
+def fused_case(name, dt, xshape, wshape, bias, attrs, residual, relu, batch_shapes=None):
+    """Conv (+ Add of a second input R) (+ Relu): the GPU passes make it kiln.FusedConv, which
+    cuDNN runs with Z and ReLU in its epilogue (with a bias)."""
+    nsp = len(xshape) - 2
+    nodes = [helper.make_node("Conv", ["X_c", "W_c"] + (["B_c"] if bias else []), ["C"], **attrs)]
+    last = "C"
+    if residual:
+        nodes.append(helper.make_node("Add", ["R_c", last] if residual == "left" else [last, "R_c"], ["S"]))
+        last = "S"
+    nodes.append(helper.make_node("Relu" if relu else "Identity", [last], ["Y0_c"]))
+    # named dims: R and the Conv's output have provably equal shapes ('same' convolutions), so
+    # the residual Add fuses whatever the batch and size
+    fl = [("X", ["N", xshape[1], "H", "W"]), ("W", len(wshape))] + ([("B", 1)] if bias else []) + \
+        ([("R", ["N", wshape[0], "H", "W"])] if residual else [])
+    blob = cast_wrap(nodes, fl, dt, 17)
+    feeds = []
+    for xs in batch_shapes or [xshape]:
+        f = {"X": feed_np(rand(xs), dt), "W": feed_np(rand(wshape), dt)}
+        if bias:
+            f["B"] = feed_np(rand([wshape[0]]), dt)
+        if residual:
+            ys = [xs[0], wshape[0]] + [out_size(i, k, s_, 1, p_, p_) for i, k, s_, p_ in
+                                       zip(xs[2:], wshape[2:], attrs.get("strides", [1] * nsp), attrs.get("pads", [0] * nsp))]
+            f["R"] = feed_np(rand(ys), dt)
+        feeds.append(f)
+    compare(f"fused Conv{nsp}d {name} residual={residual} relu={relu} {TensorProto.DataType.Name(dt)}", blob, feeds, dt)
+
+
+def test_conv_fused():
+    for dt in (F32, F16, BF16):
+        for residual in (None, "left", "right"):
+            for relu in (False, True):
+                for bias in (True, False):
+                    fused_case(f"3x3 bias{bias}", dt, [2, 8, 9, 7], [12, 8, 3, 3], bias, dict(pads=[1, 1, 1, 1]),
+                               residual, relu)
+        # ResNet-like layers: 1x1 down, 3x3 stride 2, groups, several batch sizes in one session
+        fused_case("1x1 64->256", dt, [1, 64, 14, 14], [256, 64, 1, 1], True, {}, "right", True,
+                   batch_shapes=[[1, 64, 14, 14], [4, 64, 14, 14], [3, 64, 9, 13]])
+        fused_case("3x3 s2", dt, [2, 32, 15, 15], [32, 32, 3, 3], True, dict(pads=[1, 1, 1, 1], strides=[2, 2]),
+                   None, True, batch_shapes=[[2, 32, 15, 15], [1, 32, 28, 28]])
+        fused_case("grouped", dt, [2, 16, 11, 11], [16, 4, 3, 3], True, dict(pads=[1, 1, 1, 1], group=4), "left", True)
+        fused_case("depthwise", dt, [2, 16, 11, 11], [16, 1, 3, 3], True, dict(pads=[1, 1, 1, 1], group=16), None, True)
+
+
+def test_cudnn_loaded():
+    """Where scripts/test_gpu.sh found cuDNN (KILN_EXPECT_CUDNN=1), the convolutions above ran on
+    it: the library is mapped into this process."""
+    with open("/proc/self/maps") as f:
+        mapped = "libcudnn" in f.read()
+    if os.environ.get("KILN_EXPECT_CUDNN") == "1":
+        check("cuDNN loaded for the convolutions", mapped)
+    else:
+        print(f"note: cuDNN {'loaded' if mapped else 'not loaded'} (KILN_EXPECT_CUDNN unset)")
 
 
 # ---------------------------------------------------------------- ConvTranspose
@@ -463,7 +519,8 @@ def main():
     except kiln.KilnError as e:
         print(f"SKIP: no CUDA session ({e})")
         return 0
-    for t in (test_conv, test_conv_transpose, test_pool, test_resize, test_depth_space):
+    for t in (test_conv, test_conv_fused, test_cudnn_loaded, test_conv_transpose, test_pool, test_resize,
+              test_depth_space):
         t()
     return summary("test_gpu_cnn: ")
 

@@ -26,6 +26,8 @@ static const kiln_pass P_GELU = {"fuse_gelu", kiln_pass_fuse_gelu};
 static const kiln_pass P_ATTN = {"fuse_attention", kiln_pass_fuse_attention};
 static const kiln_pass P_NCHWC = {"layout_nchwc", kiln_pass_layout_nchwc};
 static const kiln_pass P_ADOPT = {"adopt_ms_fused_conv", kiln_pass_adopt_ms_fused_conv};
+static const kiln_pass P_RESIDUAL_GPU = {"fuse_residual", kiln_pass_fuse_residual_gpu};
+static const kiln_pass P_ACT_GPU = {"fuse_activation", kiln_pass_fuse_activation_gpu};
 
 static uint64_t rng = 88172645463325252ull;
 static float frand(void)
@@ -347,6 +349,52 @@ static void test_fuse_activation_conv(void)
     }
 }
 
+/* Conv (group 2) -> Add(R) -> act in float16 (X, R inputs; W and B cast from float): the GPU
+ * passes fuse Add and Relu into kiln.FusedConv, the CPU's (float32 only) leave it; the GPU's
+ * join no activation but Relu. */
+static built conv_add_act_f16(const char *act)
+{
+    enum { FLOAT16 = 10 };
+    mg_model *m = mg_new(13);
+    int64_t x[4] = {1, 8, 8, 8}, w[4] = {16, 4, 3, 3}, bd[1] = {16}, r[4] = {1, 16, 6, 6};
+    mg_input(m, "X", FLOAT16, 4, x, NULL);
+    mg_input(m, "R", FLOAT16, 4, r, NULL);
+    init(m, "W32", 4, w);
+    init(m, "B32", 1, bd);
+    mg_node(m, "Cast", "", (const char *[]){"W32", NULL}, (const char *[]){"W", NULL});
+    mg_attr_int(m, "to", FLOAT16);
+    mg_node(m, "Cast", "", (const char *[]){"B32", NULL}, (const char *[]){"B", NULL});
+    mg_attr_int(m, "to", FLOAT16);
+    mg_node(m, "Conv", "", (const char *[]){"X", "W", "B", NULL}, (const char *[]){"C", NULL});
+    mg_attr_int(m, "group", 2);
+    mg_node(m, "Add", "", (const char *[]){"C", "R", NULL}, (const char *[]){"S", NULL});
+    mg_node(m, act, "", (const char *[]){"S", NULL}, (const char *[]){"Y", NULL});
+    mg_output(m, "Y");
+    return finish(m);
+}
+
+static void test_fuse_conv_gpu(void)
+{
+    built b = conv_add_act_f16("Relu");
+    kiln_model *md = load(&b);
+    CHECK(md && run_pass(md, &P_RESIDUAL) == 0 && run_pass(md, &P_ACT) == 0);
+    CHECK(md && run_pass(md, &P_RESIDUAL_GPU) == 1 && run_pass(md, &P_ACT_GPU) == 1);
+    if (md) {
+        kiln_node *f = find_op(md->graph, "kiln", "FusedConv");
+        CHECK(f && md->graph->n_nodes == 3 && f->n_in == 4 && !strcmp(f->in[3]->name, "R"));
+        CHECK(f && kiln_fused_of(f)->act.kind == KILN_ACT_RELU && kiln_fused_of(f)->residual == 3);
+        CHECK(f && !strcmp(f->out[0]->name, "Y") && f->out[0]->type.dtype == 10);
+    }
+    kiln_model_free(md);
+    free(b.buf);
+    b = conv_add_act_f16("Sigmoid");
+    md = load(&b);
+    CHECK(md && run_pass(md, &P_RESIDUAL_GPU) == 1 && run_pass(md, &P_ACT_GPU) == 0);
+    CHECK(md && count_op(md->graph, "", "Sigmoid") == 1 && count_op(md->graph, "kiln", "FusedConv") == 1);
+    kiln_model_free(md);
+    free(b.buf);
+}
+
 /* com.microsoft FusedConv with a Sum: adopted as kiln.FusedConv (residual 3, the activation and its
  * params kept); same outputs. */
 static void test_adopt_ms_fused_conv(void)
@@ -603,6 +651,7 @@ int main(void)
     test_fuse_hardswish();
     test_fuse_residual();
     test_fuse_activation_conv();
+    test_fuse_conv_gpu();
     test_adopt_ms_fused_conv();
     test_fused_reference();
     test_fuse_matmul_bias_and_gemm();
