@@ -1,7 +1,9 @@
-/* k_llm.cu - the llm family's GPU kernels. MatMulNBits with up to 8 rows of A: 4 bits in
- * power-of-two blocks of 32 or more take the staged kernel (A as float in shared memory, 16-byte
- * weight loads, nibbles to floats by byte permutation); the rest a warp per output column over
- * the column's packed 32-bit words; fp32 partial sums per K split. Larger M dequantizes the
+/* k_llm.cu - the llm family's GPU kernels. MatMulNBits with up to 8 rows of A: float16 A with 4
+ * bits in blocks of 128 or 256 takes the tensor-core kernel (weights copied ahead by cp.async,
+ * nibbles to halves by LOP3, mma with A as the B operand); other 4-bit power-of-two blocks of 32
+ * or more the staged kernel (A as float in shared memory, 16-byte weight loads, nibbles to floats
+ * by byte permutation); the rest a warp per output column over the column's packed 32-bit words;
+ * fp32 partial sums per K split. Larger M dequantizes the
  * weight for cuBLAS. GroupQueryAttention: one thread per K/V element writes the
  * present cache, then one block per (query row, head, batch row) attends: its warps take the
  * keys in turn with an online softmax (fp32) and combine through shared memory. The RMS
@@ -375,6 +377,297 @@ static int64_t gv_kper(const kiln_gpu_nbits *a, int splits)
     return (per + 31) / 32 * 32;
 }
 
+#if !defined(KILN_HIP)
+/* 4 bits in blocks of 128 or 256, float16 A and Y, B, scales and zero points 16/4/4-byte aligned:
+ * the products on tensor cores (mma m16n8k16, float accumulators), the rows of A as the 8 columns
+ * of the mma's B operand. grid (blocks, splits), tc_smem(M, groups) bytes of dynamic shared
+ * memory. Blocks stay resident (TC_BLOCKS_PER_SM a multiprocessor) and take tiles of 16 columns
+ * (the rows of the mma's A operand) in turn; their warps take the groups of 128 k of a tile in
+ * turn and add their sums in shared memory at the tile's end.
+ *
+ * Lane (g, q) = (lane / 4, lane % 4) needs 16 bytes (32 k) of columns n0 + g and n0 + g + 8 at
+ * group offset 16 q, and the 4-byte words holding their scales and zero points: it copies them
+ * with cp.async into its own slots of a ring of TC_STAGES groups, TC_STAGES - 1 groups ahead of
+ * the one it computes, so that many loads are in flight without holding registers, and no other
+ * thread reads its slots (no synchronisation but its own wait). Each 32-bit word's 8 nibbles become
+ * four half pairs by one LOP3 each (0x6400 | q is the half 1024 + q; 0x6400 | q << 4 is 1024 + 16
+ * q), the registers of two mmas. The k order inside an mma is the lanes' own, so the block stages
+ * A in the matching order once (tc_stage): for each group, word and row of A the half pairs (a0,
+ * a4), (a2, a6), (a1 / 16, a5 / 16), (a3 / 16, a7 / 16), and per group and row P = 1024 x the sum
+ * of those halves and Q = sum a. The mma sums (1024 + q) a exactly in float, and a group adds
+ * scale * (C - P - zero * Q). */
+#define TC_COLS 16
+#define TC_STAGES 4        /* the ring's groups: 3 in flight while one is computed */
+#define TC_BLOCKS_PER_SM 3 /* resident blocks a multiprocessor, the grid's bound */
+#define TC_SMEM_MAX (227 * 1024 / TC_BLOCKS_PER_SM - 1024) /* that many blocks in 228 KB */
+#define TC_RED_BYTES (WARPS * TC_COLS * 8 * 4) /* the warps' sums of a tile */
+#define TC_RING_BYTES (TC_STAGES * BLOCK * 48) /* a slot: 2 x 16 bytes of weights, 2 + 2 words */
+
+/* Bytes of shared memory for M rows over `groups` groups: sums, ring, staged halves and P/Q. */
+static int64_t tc_smem(int64_t M, int64_t groups) { return TC_RED_BYTES + TC_RING_BYTES + groups * (256 * M + 64); }
+
+__device__ __forceinline__ uint32_t tc_lop(uint32_t w, uint32_t mask)
+{
+    uint32_t r;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(w), "r"(mask), "r"(0x64006400u)); /* (w & mask) | c */
+    return r;
+}
+
+__device__ __forceinline__ void tc_mma(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                       uint32_t b1)
+{
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t tc_pair(__half lo, __half hi)
+{
+    return (uint32_t)__half_as_ushort(lo) | ((uint32_t)__half_as_ushort(hi) << 16);
+}
+
+__device__ __forceinline__ void tc_copy16(void *dst, const void *src)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(src)
+                 : "memory");
+}
+
+__device__ __forceinline__ void tc_copy4(void *dst, const void *src)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(src)
+                 : "memory");
+}
+
+/* A ring slot of this thread: weights w[r] of column r (0: n0 + g, 1: n0 + g + 8), the words
+ * holding its scale s[r] and zero point z[r]. Slot arrays are [stage][r][BLOCK]: consecutive
+ * threads, consecutive addresses. */
+struct tc_ring {
+    uint4 *w;
+    uint32_t *s, *z;
+};
+
+/* One thread's columns of a tile, as 32-bit offsets (tc_takes bounds N x row bytes): of its 16
+ * weight bytes in each row (w), of the rows' first scales in elements (s) and, packed, of the rows'
+ * first zero-point bytes (z). */
+struct tc_cols {
+    uint32_t w[2], s[2], z[2];
+};
+
+__device__ __forceinline__ tc_cols tc_columns(const kiln_gpu_nbits &a, int64_t t, int g, int q)
+{
+    tc_cols c;
+    const int64_t n0 = t * TC_COLS;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int64_t n = n0 + g + 8 * r < a.N ? n0 + g + 8 * r : a.N - 1;
+        c.w[r] = (uint32_t)(n * a.n_blocks * a.blob + 16 * q);
+        c.s[r] = (uint32_t)(n * a.n_blocks);
+        c.z[r] = (uint32_t)(n * ((a.n_blocks + 1) / 2));
+    }
+    return c;
+}
+
+/* Queues the copies of group j (in block blk) of the columns c into stage st. SF32: scales (and
+ * typed zero points) are float32; ZPM: the zero-point form. */
+template <bool SF32, int ZPM>
+__device__ __forceinline__ void tc_issue(const kiln_gpu_nbits &a, const tc_ring &ring, int st, const tc_cols &c,
+                                         uint32_t j, uint32_t blk)
+{
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int slot = (st * 2 + r) * BLOCK + threadIdx.x;
+        const uint32_t e = c.s[r] + blk;
+        tc_copy16(ring.w + slot, a.B + c.w[r] + j * 64);
+        tc_copy4(ring.s + slot, (const uint32_t *)a.scales + (SF32 ? e : e >> 1));
+        if (ZPM == KILN_GPU_ZP_PACKED) tc_copy4(ring.z + slot, (const uint32_t *)a.zp + ((c.z[r] + (blk >> 1)) >> 2));
+        if (ZPM == KILN_GPU_ZP_TYPED) tc_copy4(ring.z + slot, (const uint32_t *)a.zp + (SF32 ? e : e >> 1));
+    }
+}
+
+/* Scale and zero point of block blk of column r of c from the slot's words. */
+template <bool SF32, int ZPM>
+__device__ __forceinline__ void tc_params(const tc_cols &c, int r, uint32_t blk, uint32_t sw, uint32_t zw, float *scale,
+                                          float *zero)
+{
+    const uint32_t e = c.s[r] + blk;
+    *scale = SF32 ? __uint_as_float(sw) : __half2float(__ushort_as_half((unsigned short)(sw >> (16 * (e & 1)))));
+    if (ZPM == KILN_GPU_ZP_NONE) {
+        *zero = 8.0f;
+    } else if (ZPM == KILN_GPU_ZP_PACKED) {
+        const uint32_t zi = c.z[r] + (blk >> 1);
+        *zero = (float)((zw >> (8 * (zi & 3) + 4 * (blk & 1))) & 15u);
+    } else {
+        *zero = SF32 ? __uint_as_float(zw) : __half2float(__ushort_as_half((unsigned short)(zw >> (16 * (e & 1)))));
+    }
+}
+
+/* Stages rows [0, M) of A over groups [jb, jb + gn) (see above): Bs [gn][4][M][4] uint4, PQ [gn][4]
+ * float4 {P(2q), P(2q + 1), Q(2q), Q(2q + 1)}. */
+__device__ __forceinline__ void tc_stage(const kiln_gpu_nbits &a, int64_t jb, int gn, uint4 *Bs, float4 *PQ)
+{
+    const int M = (int)a.M;
+    const __half *A = (const __half *)a.A;
+    const bool vec = (a.K & 7) == 0 && ((uintptr_t)A & 15) == 0;
+    float *pq = (float *)PQ;
+    for (int e = threadIdx.x; e < gn * 16; e += BLOCK) pq[e] = 0.0f;
+    __syncthreads();
+    /* entry e: q = e % 4, word i = e / 4 % 4, (group, row) = e / 16: the 16 entries of one group
+     * and row are 16 consecutive lanes, summed by shuffles (every lane of a warp takes the same
+     * number of turns: the shuffles need the whole warp) */
+    const int total = gn * M * 16;
+    for (int e0 = 0; e0 < total; e0 += BLOCK) {
+        const int e = e0 + (int)threadIdx.x;
+        const bool on = e < total;
+        const int q = e & 3, i = (e >> 2) & 3, r = e >> 4, m = r % M, jl = r / M;
+        const int64_t k0 = ((jb + jl) << 7) + 32 * q + 8 * i;
+        __half h[8];
+        if (on && vec && k0 + 8 <= a.K) {
+            *(uint4 *)h = *(const uint4 *)(A + m * a.K + k0);
+        } else {
+#pragma unroll
+            for (int t = 0; t < 8; t++) h[t] = on && k0 + t < a.K ? A[m * a.K + k0 + t] : __float2half(0.0f);
+        }
+        __half d[4];
+        const __half sixteenth = __float2half(0.0625f);
+#pragma unroll
+        for (int t = 0; t < 4; t++) d[t] = __hmul(h[2 * t + 1], sixteenth);
+        if (on)
+            Bs[((jl * 4 + i) * M + m) * 4 + q] = make_uint4(tc_pair(h[0], h[4]), tc_pair(h[2], h[6]),
+                                                            tc_pair(d[0], d[2]), tc_pair(d[1], d[3]));
+        float qs = 0.0f, ps = 0.0f;
+#pragma unroll
+        for (int t = 0; t < 8; t++) qs += __half2float(h[t]);
+#pragma unroll
+        for (int t = 0; t < 4; t++) ps += __half2float(h[2 * t]) + __half2float(d[t]);
+#pragma unroll
+        for (int o = 1; o < 16; o <<= 1) {
+            qs += __shfl_xor_sync(FULL_MASK, qs, o);
+            ps += __shfl_xor_sync(FULL_MASK, ps, o);
+        }
+        if (on && (e & 15) == 0) {
+            pq[(jl * 4 + (m >> 1)) * 4 + (m & 1)] = 1024.0f * ps;
+            pq[(jl * 4 + (m >> 1)) * 4 + 2 + (m & 1)] = qs;
+        }
+    }
+    __syncthreads();
+}
+
+/* r += group jl's sums (in block blk) from stage st (r: column c.w[0]'s rows 2q, 2q + 1, then
+ * column c.w[1]'s). */
+template <bool SF32, int ZPM>
+__device__ __forceinline__ void tc_dot(const tc_ring &ring, int st, const uint4 *Bs, const float4 *PQ, int M,
+                                       const tc_cols &c, int jl, uint32_t blk, int g, int q, float (&r)[4])
+{
+    const int s0 = st * 2 * BLOCK + threadIdx.x, s1 = s0 + BLOCK;
+    const uint4 w0 = ring.w[s0], w1 = ring.w[s1];
+    float sl, zl, sh, zh;
+    tc_params<SF32, ZPM>(c, 0, blk, ring.s[s0], ring.z[s0], &sl, &zl);
+    tc_params<SF32, ZPM>(c, 1, blk, ring.s[s1], ring.z[s1], &sh, &zh);
+    float c0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    const uint32_t wl[4] = {w0.x, w0.y, w0.z, w0.w}, wh[4] = {w1.x, w1.y, w1.z, w1.w};
+    const uint4 *Bj = Bs + (jl * 4 * M + g) * 4 + q;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const uint4 b = g < M ? Bj[i * M * 4] : make_uint4(0u, 0u, 0u, 0u);
+        const uint32_t l8 = wl[i] >> 8, h8 = wh[i] >> 8;
+        tc_mma(c0, tc_lop(wl[i], 0x000F000Fu), tc_lop(wh[i], 0x000F000Fu), tc_lop(l8, 0x000F000Fu),
+               tc_lop(h8, 0x000F000Fu), b.x, b.y);
+        tc_mma(c1, tc_lop(wl[i], 0x00F000F0u), tc_lop(wh[i], 0x00F000F0u), tc_lop(l8, 0x00F000F0u),
+               tc_lop(h8, 0x00F000F0u), b.z, b.w);
+    }
+    const float4 pq = PQ[jl * 4 + q];
+    r[0] += sl * ((c0[0] + c1[0]) - pq.x - zl * pq.z);
+    r[1] += sl * ((c0[1] + c1[1]) - pq.y - zl * pq.w);
+    r[2] += sh * ((c0[2] + c1[2]) - pq.x - zh * pq.z);
+    r[3] += sh * ((c0[3] + c1[3]) - pq.y - zh * pq.w);
+}
+
+template <bool SF32, int ZPM>
+__global__ void __launch_bounds__(BLOCK, TC_BLOCKS_PER_SM) nbits_tc_kernel(kiln_gpu_nbits a, int bs_shift, int gper,
+                                                                         float *part)
+{
+    extern __shared__ float4 tc_smem_base[];
+    const int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, q = lane & 3, M = (int)a.M;
+    const int ngroups = (int)((a.K + 127) >> 7), sh7 = bs_shift - 7; /* a group's block: j >> sh7 */
+    const int jb = (int)blockIdx.y * gper;
+    const int je = jb + gper < ngroups ? jb + gper : ngroups;
+    const int gn = je > jb ? je - jb : 0;
+    const int64_t tiles = (a.N + TC_COLS - 1) / TC_COLS;
+    unsigned char *base = (unsigned char *)tc_smem_base;
+    float *red = (float *)base; /* [WARPS][16 columns][8 rows] */
+    tc_ring ring;
+    ring.w = (uint4 *)(base + TC_RED_BYTES);
+    ring.s = (uint32_t *)(ring.w + TC_STAGES * 2 * BLOCK);
+    ring.z = ring.s + TC_STAGES * 2 * BLOCK;
+    float4 *PQ = (float4 *)(base + TC_RED_BYTES + TC_RING_BYTES);
+    uint4 *Bs = (uint4 *)(PQ + gn * 4);
+    /* warp w's items: tiles blockIdx.x, + gridDim.x, ...; in each, local groups w, w + WARPS, ...;
+     * the issue cursor (tile it, group il, columns ic) runs TC_STAGES - 1 items ahead */
+    int64_t it = blockIdx.x;
+    int il = w;
+    tc_cols ic = tc_columns(a, it, g, q);
+    auto issue = [&](int st) {
+        if (it < tiles && il < gn) {
+            const uint32_t j = (uint32_t)(jb + il);
+            tc_issue<SF32, ZPM>(a, ring, st, ic, j, j >> sh7);
+            il += WARPS;
+            if (il >= gn) {
+                il = w, it += gridDim.x;
+                if (it < tiles) ic = tc_columns(a, it, g, q);
+            }
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    };
+    kiln_pdl_trigger();
+    if (!a.const_weights) kiln_pdl_wait();
+#pragma unroll
+    for (int st = 0; st < TC_STAGES - 1; st++) issue(st);
+    kiln_pdl_wait(); /* A and Y: the kernel ahead's */
+    tc_stage(a, jb, gn, Bs, PQ);
+    int st = 0;
+    for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+        const tc_cols c = tc_columns(a, t, g, q);
+        float r[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int jl = w; jl < gn; jl += WARPS) {
+            issue(st == 0 ? TC_STAGES - 1 : st - 1);
+            asm volatile("cp.async.wait_group %0;" ::"n"(TC_STAGES - 1) : "memory");
+            tc_dot<SF32, ZPM>(ring, st, Bs, PQ, M, c, jl, (uint32_t)(jb + jl) >> sh7, g, q, r);
+            st = st + 1 == TC_STAGES ? 0 : st + 1;
+        }
+        red[(w * TC_COLS + g) * 8 + 2 * q] = r[0];
+        red[(w * TC_COLS + g) * 8 + 2 * q + 1] = r[1];
+        red[(w * TC_COLS + g + 8) * 8 + 2 * q] = r[2];
+        red[(w * TC_COLS + g + 8) * 8 + 2 * q + 1] = r[3];
+        __syncthreads();
+        if (threadIdx.x < TC_COLS * 8) {
+            const int cc = threadIdx.x / 8, m = threadIdx.x % 8;
+            const int64_t n = t * TC_COLS + cc;
+            if (m < M && n < a.N) {
+                float v = 0.0f;
+#pragma unroll
+                for (int k = 0; k < WARPS; k++) v += red[(k * TC_COLS + cc) * 8 + m];
+                store_sum<kiln_gpu_half>(a, m, n, v, part);
+            }
+        }
+        __syncthreads();
+    }
+    asm volatile("cp.async.wait_all;" ::: "memory");
+}
+#endif
+
+static bool tc_takes(const kiln_gpu_nbits *a)
+{
+#if defined(KILN_HIP)
+    (void)a;
+    return false;
+#else
+    return a->bits == 4 && (a->block_size == 128 || a->block_size == 256) && a->blob == a->block_size / 2 &&
+           ((uintptr_t)a->B & 15) == 0 && ((uintptr_t)a->scales & 3) == 0 && ((uintptr_t)a->zp & 3) == 0 &&
+           a->dtype == KILN_DTYPE_FLOAT16 && (a->s_dtype == KILN_DTYPE_FLOAT16 || a->s_dtype == KILN_DTYPE_FLOAT32) &&
+           a->N * a->n_blocks * a->blob < ((int64_t)1 << 31); /* the kernel's 32-bit offsets */
+#endif
+}
+
 /* Y[m, n] = sum over splits of part + bias[n]. */
 template <typename T>
 __global__ void nbits_finish_kernel(kiln_gpu_nbits a, int splits, const float *part)
@@ -416,6 +709,18 @@ __global__ void nbits_bias_kernel(kiln_gpu_nbits a)
 extern "C" int kiln_gpu_nbits_splits(const kiln_gpu_nbits *a)
 {
     int64_t sms = a->sm_count > 0 ? a->sm_count : 1;
+#if !defined(KILN_HIP)
+    if (tc_takes(a)) {
+        /* a block per 16 columns; K split while the columns leave multiprocessors idle (each
+         * split 4 groups at least) or the staged rows exceed TC_SMEM_MAX */
+        int64_t tiles = (a->N + TC_COLS - 1) / TC_COLS, groups = (a->K + 127) / 128;
+        int64_t splits = (sms + tiles - 1) / tiles, most = groups / 4;
+        if (splits > most) splits = most;
+        if (splits < 1) splits = 1;
+        while (tc_smem(a->M, (groups + splits - 1) / splits) > TC_SMEM_MAX) splits++;
+        return (int)splits;
+    }
+#endif
     if (gv_takes(a)) {
         /* a block per multiprocessor, a lane at least one chunk per split, the staged rows
          * within GV_SMEM_MAX */
@@ -468,6 +773,55 @@ static gpuError_t gv_launch(gpuStream_t s, const kiln_gpu_nbits *a, int splits, 
     return gv_launch<T, KILN_GPU_NBITS_GEMV_MAX_M>(s, a, splits, part);
 }
 
+/* The tensor-core kernel's launch; shared memory above 48 KB granted on first use. */
+#if !defined(KILN_HIP)
+template <bool SF32, int ZPM>
+static gpuError_t tc_launch(gpuStream_t s, const kiln_gpu_nbits *a, int splits, float *part)
+{
+    static bool granted;
+    if (!granted) {
+        gpuError_t e =
+            cudaFuncSetAttribute(nbits_tc_kernel<SF32, ZPM>, cudaFuncAttributeMaxDynamicSharedMemorySize, TC_SMEM_MAX);
+        if (e != gpuSuccess) return e;
+        granted = true;
+    }
+    int64_t groups = (a->K + 127) / 128, gper = (groups + splits - 1) / splits;
+    int64_t tiles = (a->N + TC_COLS - 1) / TC_COLS, most = (TC_BLOCKS_PER_SM * (int64_t)a->sm_count + splits - 1) / splits;
+    if (most < 1) most = 1;
+    dim3 grid((unsigned)(tiles < most ? tiles : most), (unsigned)splits);
+    /* programmatic dependent launch: the first weights load while the kernel ahead finishes */
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(BLOCK);
+    cfg.dynamicSmemBytes = (size_t)tc_smem(a->M, gper);
+    cfg.stream = s;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, nbits_tc_kernel<SF32, ZPM>, *a, nbits_shift(a), (int)gper, part);
+}
+
+#endif
+
+/* The tensor-core kernel for a's scale dtype and zero-point form. */
+static gpuError_t tc_launch(gpuStream_t s, const kiln_gpu_nbits *a, int splits, float *part)
+{
+#if defined(KILN_HIP)
+    (void)s, (void)a, (void)splits, (void)part;
+    return bad_dtype();
+#else
+    const bool f32 = a->s_dtype == KILN_DTYPE_FLOAT32;
+    if (a->zp_mode == KILN_GPU_ZP_NONE)
+        return f32 ? tc_launch<true, KILN_GPU_ZP_NONE>(s, a, splits, part) : tc_launch<false, KILN_GPU_ZP_NONE>(s, a, splits, part);
+    if (a->zp_mode == KILN_GPU_ZP_PACKED)
+        return f32 ? tc_launch<true, KILN_GPU_ZP_PACKED>(s, a, splits, part)
+                   : tc_launch<false, KILN_GPU_ZP_PACKED>(s, a, splits, part);
+    return f32 ? tc_launch<true, KILN_GPU_ZP_TYPED>(s, a, splits, part) : tc_launch<false, KILN_GPU_ZP_TYPED>(s, a, splits, part);
+#endif
+}
+
 extern "C" gpuError_t kiln_gpu_nbits_gemv(gpuStream_t s, const kiln_gpu_nbits *a, int splits, float *part)
 {
     if (a->M <= 0 || a->N <= 0) return gpuSuccess;
@@ -477,7 +831,8 @@ extern "C" gpuError_t kiln_gpu_nbits_gemv(gpuStream_t s, const kiln_gpu_nbits *a
     int shift = nbits_shift(a);
     bool pow2 = a->bits == 4 && a->blob == a->block_size / 2 && shift >= 4;
     gpuError_t ge = gpuSuccess;
-    if (gv_takes(a) && a->dtype == KILN_DTYPE_FLOAT32) ge = gv_launch<float>(s, a, splits, part);
+    if (tc_takes(a)) ge = tc_launch(s, a, splits, part);
+    else if (gv_takes(a) && a->dtype == KILN_DTYPE_FLOAT32) ge = gv_launch<float>(s, a, splits, part);
     else if (gv_takes(a)) ge = gv_launch<kiln_gpu_half>(s, a, splits, part);
     else if (pow2 && a->dtype == KILN_DTYPE_FLOAT32) nbits_gemv4_kernel<float><<<grid, BLOCK, 0, s>>>(*a, shift, per, part);
     else if (pow2 && a->dtype == KILN_DTYPE_FLOAT16)
@@ -561,6 +916,31 @@ extern "C" gpuError_t kiln_gpu_rotary(gpuStream_t s, int dtype, const void *x, v
     else if (dtype == KILN_DTYPE_BFLOAT16) ROT(kiln_gpu_bf16);
     else return bad_dtype();
 #undef ROT
+    return gpuGetLastError();
+}
+
+/* ---- kiln.SiluMul ---- */
+
+/* y = g * sigmoid(g) * u, in float, grid-stride. */
+template <typename T>
+__global__ void silu_mul_kernel(const T *g, const T *u, T *y, int64_t n)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        float gv = kiln_to_f(g[i]);
+        y[i] = kiln_from_f<T>(gv / (1.0f + __expf(-gv)) * kiln_to_f(u[i]));
+    }
+}
+
+extern "C" gpuError_t kiln_gpu_silu_mul(gpuStream_t s, int dtype, const void *g, const void *u, void *y, int64_t n)
+{
+    if (n <= 0) return gpuSuccess;
+    unsigned nb = kiln_gpu_blocks(n, BLOCK);
+#define SILU(T) silu_mul_kernel<T><<<nb, BLOCK, 0, s>>>((const T *)g, (const T *)u, (T *)y, n)
+    if (dtype == KILN_DTYPE_FLOAT32) SILU(float);
+    else if (dtype == KILN_DTYPE_FLOAT16) SILU(kiln_gpu_half);
+    else if (dtype == KILN_DTYPE_BFLOAT16) SILU(kiln_gpu_bf16);
+    else return bad_dtype();
+#undef SILU
     return gpuGetLastError();
 }
 
@@ -668,6 +1048,7 @@ __global__ void gqa_append_kernel(kiln_gpu_gqa a)
 template <typename T>
 __global__ void gqa_attn_kernel(kiln_gpu_gqa a)
 {
+    kiln_pdl_trigger(); /* the GEMV after it may start loading its weights */
     __shared__ float qs[KILN_GPU_GQA_MAX_HEAD];
     __shared__ float wm[WARPS], wl[WARPS];
     __shared__ float wacc[WARPS][KILN_GPU_GQA_MAX_HEAD];
@@ -794,6 +1175,7 @@ __global__ void gqa_attn_kernel(kiln_gpu_gqa a)
 template <typename T>
 __global__ void gqa_combine_kernel(kiln_gpu_gqa a)
 {
+    kiln_pdl_trigger(); /* the GEMV after it may start loading its weights */
     const int64_t i = blockIdx.x, h = blockIdx.y, b = blockIdx.z, stride = a.H + 2;
     const float *part = a.part + ((b * a.N + h) * a.S + i) * a.splits * stride;
     T *y = (T *)a.y + ((b * a.S + i) * a.N + h) * a.H;
@@ -910,6 +1292,7 @@ __global__ void __launch_bounds__(RMS_MAX_THREADS) rms_held_kernel(const T *x, c
                                                                    T *y, T *sum, float *mean, float *inv, int64_t h,
                                                                    float eps)
 {
+    kiln_pdl_trigger(); /* the GEMV after it may start loading its weights */
     __shared__ float part[RMS_MAX_THREADS / 32];
     const int64_t r = blockIdx.x;
     const int nt = blockDim.x, nw = nt / 32;
@@ -969,6 +1352,7 @@ __global__ void __launch_bounds__(RMS_MAX_THREADS) rms_vec_kernel(const T *x, co
                                                                   const T *bias, const T *scale, T *y, T *sum,
                                                                   float *mean, float *inv, int64_t h, float eps)
 {
+    kiln_pdl_trigger(); /* the GEMV after it may start loading its weights */
     __shared__ float part[RMS_MAX_THREADS / 32];
     const int64_t r = blockIdx.x, j = (int64_t)threadIdx.x * 8;
     const int nw = blockDim.x / 32;

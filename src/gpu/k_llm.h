@@ -40,6 +40,9 @@ typedef struct kiln_gpu_nbits {
     void *Y;
     int64_t M, N, K, bits, block_size, n_blocks, blob;
     int sm_count; /* the device's multiprocessors (the staged GEMV's grid) */
+    /* B, scales and zero points are session constants: the tensor-core GEMV loads its first
+     * weights before the kernel ahead of it has finished (programmatic dependent launch) */
+    bool const_weights;
 } kiln_gpu_nbits;
 
 /* Split of the GEMV over K for a.N columns on a device of a->sm_count multiprocessors: 1 when
@@ -106,6 +109,9 @@ gpuError_t kiln_gpu_rotary(gpuStream_t s, int dtype, const void *x, void *y, int
 gpuError_t kiln_gpu_rms_rows(gpuStream_t s, int dtype, const void *x, const void *skip, int64_t skip_n,
                              const void *bias, const void *scale, int64_t scale_n, void *y, void *sum, float *mean,
                              float *inv, int64_t rows, int64_t h, float eps);
+
+/* kiln.SiluMul: y = g * sigmoid(g) * u over n elements of dtype (float32, float16, bfloat16). */
+gpuError_t kiln_gpu_silu_mul(gpuStream_t s, int dtype, const void *g, const void *u, void *y, int64_t n);
 
 #ifdef __cplusplus
 }

@@ -38,6 +38,24 @@ template <typename T> struct kiln_acc { typedef T type; };
 template <> struct kiln_acc<kiln_gpu_half> { typedef float type; };
 template <> struct kiln_acc<kiln_gpu_bf16> { typedef float type; };
 
+/* Programmatic dependent launch (sm_90): kiln_pdl_trigger lets a kernel launched after this one
+ * with the programmatic-serialization attribute start before this one ends; such a kernel calls
+ * kiln_pdl_wait before it reads anything an earlier kernel wrote (or writes anything), which
+ * waits for this grid's completion and its memory. Nothing on other devices and on HIP. */
+__device__ __forceinline__ void kiln_pdl_trigger(void)
+{
+#if !defined(KILN_HIP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void kiln_pdl_wait(void)
+{
+#if !defined(KILN_HIP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 template <typename T> __device__ __forceinline__ float kiln_to_f(T x) { return (float)x; }
 template <> __device__ __forceinline__ float kiln_to_f<kiln_gpu_half>(kiln_gpu_half x) { return __half2float(x); }
 template <> __device__ __forceinline__ float kiln_to_f<kiln_gpu_bf16>(kiln_gpu_bf16 x) { return __bfloat162float(x); }

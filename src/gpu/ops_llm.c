@@ -3,8 +3,8 @@
  * weight dequantized into workspace and multiplied on cuBLAS), GroupQueryAttention (every case
  * kiln_gqa_prepare resolves, head size up to 256), com.microsoft RotaryEmbedding,
  * SimplifiedLayerNormalization (default domain and com.microsoft) and
- * SkipSimplifiedLayerNormalization with all its outputs. float32 and float16 (the
- * normalizations and rotary also bfloat16). The checks the reference makes run here too (the
+ * SkipSimplifiedLayerNormalization with all its outputs, kiln.SiluMul (a gated MLP's activation).
+ * float32 and float16 (the normalizations, rotary and SiluMul also bfloat16). The checks the reference makes run here too (the
  * shared helpers of ops/llm.h); a case a kernel does not cover goes to the reference. */
 #include <limits.h>
 #include <stdint.h>
@@ -87,6 +87,9 @@ static kiln_status nbits_run(kiln_run_ctx *c)
         .M = A->numel / p->K, .N = p->N, .K = p->K, .bits = p->bits, .block_size = p->block_size,
         .n_blocks = p->n_blocks, .blob = p->blob, .sm_count = kiln_gpu_sm_count(c),
     };
+    const kiln_node *node = kiln_run_node(c);
+    a.const_weights = kiln_ir_constant(node->in[NB_B]) && kiln_ir_constant(node->in[NB_SCALES]) &&
+                      (!zp || kiln_ir_constant(node->in[NB_ZP]));
     a.zp_mode = !zp ? KILN_GPU_ZP_NONE : zp->dtype == KILN_DTYPE_UINT8 ? KILN_GPU_ZP_PACKED : KILN_GPU_ZP_TYPED;
     if (!Y->numel) return KILN_OK;
     gpuStream_t st = kiln_gpu_stream(c);
@@ -304,6 +307,22 @@ static kiln_status skip_sln_run(kiln_run_ctx *c)
     return kiln_gpu_check(c, e, "SkipSimplifiedLayerNormalization");
 }
 
+/* ---- kiln.SiluMul (the GPU passes' gated-MLP activation, src/passes/fuse_silu_mul.c) ---- */
+
+static bool silu_mul_supports(const kiln_node *n, char *why, size_t size)
+{
+    return input_is(n, 0, true, floats, why, size) && input_is(n, 1, true, floats, why, size) && same_as_x(n, 1, why, size);
+}
+
+static kiln_status silu_mul_run(kiln_run_ctx *c)
+{
+    const kiln_value *G = kiln_run_in(c, 0), *U = kiln_run_in(c, 1);
+    kiln_value *Y = kiln_run_out(c, 0);
+    if (!Y || U->numel != G->numel || U->dtype != G->dtype || Y->dtype != G->dtype) return kiln_gpu_fallback(c);
+    return kiln_gpu_check(c, kiln_gpu_silu_mul(kiln_gpu_stream(c), G->dtype, G->data, U->data, Y->data, G->numel),
+                          "SiluMul");
+}
+
 /* ---- the table ---- */
 
 static const kiln_gpu_op ops[] = {
@@ -313,6 +332,7 @@ static const kiln_gpu_op ops[] = {
     {"", "SimplifiedLayerNormalization", sln_supports, sln_run},
     {MS, "SimplifiedLayerNormalization", sln_supports, sln_run},
     {MS, "SkipSimplifiedLayerNormalization", skip_sln_supports, skip_sln_run},
+    {"kiln", "SiluMul", silu_mul_supports, silu_mul_run},
 };
 
 const kiln_gpu_op_table kiln_gpu_ops_llm = {ops, sizeof ops / sizeof ops[0]};

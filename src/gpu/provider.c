@@ -35,10 +35,11 @@ static kiln_kernel_fn gpu_select(kiln_provider *p, kiln_node *n, unsigned *host_
 }
 
 /* The GPU's pass pipeline: a Conv's residual Add and ReLU join it (kiln.FusedConv), which cuDNN
- * applies in the convolution's epilogue. */
+ * applies in the convolution's epilogue; a gated MLP's SiLU(gate) * up becomes one kernel. */
 static const kiln_pass gpu_passes[] = {
     {"fuse_residual", kiln_pass_fuse_residual_gpu},
     {"fuse_activation", kiln_pass_fuse_activation_gpu},
+    {"fuse_silu_mul", kiln_pass_fuse_silu_mul},
 };
 
 const kiln_provider_i kiln_provider_cuda = {

@@ -237,6 +237,48 @@ static kiln_status channel_lookup_run(kiln_run_ctx *c)
     return KILN_OK;
 }
 
+/* ---- SiluMul ---- */
+
+static kiln_status silu_mul_infer(kiln_infer_ctx *c)
+{
+    const kiln_type *g = kiln_infer_in(c, 0), *u = kiln_infer_in(c, 1);
+    if (!g || !u || kiln_infer_n_in(c) != 2) return kiln_infer_fail(c, KILN_ERR_MODEL, "needs inputs G and U");
+    if (g->dtype && !kiln_dtype_is_float(g->dtype))
+        return kiln_infer_fail(c, KILN_ERR_MODEL, "G must be a float type, is %s", kiln_dtype_name(g->dtype));
+    if (g->dtype && u->dtype && g->dtype != u->dtype)
+        return kiln_infer_fail(c, KILN_ERR_MODEL, "G is %s, U %s", kiln_dtype_name(g->dtype), kiln_dtype_name(u->dtype));
+    if (g->rank >= 0 && u->rank >= 0) {
+        if (g->rank != u->rank) return kiln_infer_fail(c, KILN_ERR_SHAPE, "G has rank %d, U %d", g->rank, u->rank);
+        for (int k = 0; k < g->rank; k++) KILN_TRY(kiln_infer_require_equal(c, g->dims[k], u->dims[k], "G dims and U dims"));
+    }
+    return kiln_infer_same_as_input(c, 0, 0);
+}
+
+/* v rounded to dtype dt, as a node writing it would store it */
+static double rounded(kiln_dtype dt, double v)
+{
+    unsigned char b[8];
+    kiln_store_f64(dt, b, 0, v);
+    return kiln_load_f64(dt, b, 0);
+}
+
+/* The unfused chain, each node's result rounded to the type: s = Sigmoid(G), t = G * s, Y = t * U. */
+static kiln_status silu_mul_run(kiln_run_ctx *c)
+{
+    const kiln_value *g = kiln_run_in(c, 0), *u = kiln_run_in(c, 1);
+    kiln_value *y = kiln_run_out(c, 0);
+    if (g->numel != u->numel || g->dtype != u->dtype)
+        return kiln_run_fail(c, KILN_ERR_SHAPE, "U (%s, %lld elements) does not fit G (%s, %lld elements)",
+                             kiln_dtype_name(u->dtype), (long long)u->numel, kiln_dtype_name(g->dtype), (long long)g->numel);
+    for (int64_t i = 0; i < g->numel; i++) {
+        double gv = kiln_load_f64(g->dtype, g->data, i);
+        double sv = rounded(g->dtype, 1.0 / (1.0 + exp(-gv)));
+        double tv = rounded(g->dtype, gv * sv);
+        kiln_store_f64(y->dtype, y->data, i, tv * kiln_load_f64(u->dtype, u->data, i));
+    }
+    return KILN_OK;
+}
+
 #define FUSED(name, infer, run) {"kiln", name, 1, infer, run, KILN_OP_FUSED, 0, fused_parse, sizeof(kiln_fused)}
 
 static const kiln_op_def defs[] = {
@@ -244,6 +286,7 @@ static const kiln_op_def defs[] = {
     FUSED("FusedGemm", fused_gemm_infer, fused_gemm_run),
     FUSED("FusedMatMul", fused_matmul_infer, fused_matmul_run),
     {"kiln", "ChannelLookup", 1, channel_lookup_infer, channel_lookup_run, 0},
+    {"kiln", "SiluMul", 1, silu_mul_infer, silu_mul_run, 0},
 };
 
 const kiln_op_table kiln_ops_fused = {defs, sizeof defs / sizeof defs[0]};

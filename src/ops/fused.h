@@ -8,6 +8,8 @@
  *   kiln.FusedMatMul(A, B, bias?) = act(MatMul(A, B) + bias) bias [N] (leading 1s) along Y's last axis
  *   kiln.ChannelLookup(X, T)      = T[c][X[n, c, ...]]      X 8-bit [N, C, ...], T [C, 256] of Y's
  *                                   8-bit type: a QDQ chain per channel, tabulated (fuse_qdq.c)
+ *   kiln.SiluMul(G, U)            = G * Sigmoid(G) * U       G and U of one float type and shape:
+ *                                   a gated MLP's activation (fuse_silu_mul.c)
  *
  * with two attributes of their own: activation (STRING, absent: none) one of Relu, Clip,
  * Sigmoid, HardSigmoid, HardSwish, LeakyRelu, Gelu, GeluTanh (Gelu's tanh form), Tanh, and

@@ -46,7 +46,7 @@ PROVIDER = os.environ.get("KILN_GPU_TEST_PROVIDER", "cuda")
 PARTS = os.environ.get("KILN_GPU_LLM_TESTS", "ops gen cycles").split()
 MS = "com.microsoft"
 LLM_OPS = {"GroupQueryAttention", "MatMulNBits", "RotaryEmbedding", "SimplifiedLayerNormalization",
-           "SkipSimplifiedLayerNormalization"}
+           "SkipSimplifiedLayerNormalization", "SiluMul"}
 rng = np.random.default_rng(4033)
 
 
@@ -287,6 +287,24 @@ def test_norms():
                     tol * 10, tol, ort_too=False)
 
 
+def test_silu_mul():
+    """Mul(Mul(g, Sigmoid(g)), up) as the model builder writes a gated MLP: the GPU passes make it
+    kiln.SiluMul (one kernel), checked against the unfused reference."""
+    for shape in [(1, 1, 14336), (2, 7, 13), (3, 1000)]:
+        for dt in (np.float32, np.float16):
+            t = lo.tt(dt)
+            nodes = [helper.make_node("Sigmoid", ["G"], ["s"]), helper.make_node("Mul", ["G", "s"], ["a"]),
+                     helper.make_node("Mul", ["a", "U"], ["Y"])]
+            g = helper.make_graph(nodes, "silu", [helper.make_tensor_value_info("G", t, list(shape)),
+                                                  helper.make_tensor_value_info("U", t, list(shape))],
+                                  [helper.make_tensor_value_info("Y", t, None)])
+            m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+            m.ir_version = 8
+            tol = 1e-6 if dt == np.float32 else 2e-3
+            compare(f"SiLU(g) * u {shape} {np.dtype(dt).name}", m,
+                    [{"G": rand(*shape, dtype=dt, scale=sc), "U": rand(*shape, dtype=dt)} for sc in (1, 6)], tol * 10, tol)
+
+
 def test_rotary():
     for dt in (np.float32, np.float16):
         for inter in (0, 1):
@@ -473,6 +491,7 @@ def main():
     if "ops" in PARTS or "norms" in PARTS:
         test_norms()
         test_rotary()
+        test_silu_mul()
     if "gen" in PARTS or "cycles" in PARTS:
         with tempfile.TemporaryDirectory() as work:
             # accuracy_level 1 on every GQA folder: the GPU's MatMulNBits computes in float32 at

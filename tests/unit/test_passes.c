@@ -28,6 +28,7 @@ static const kiln_pass P_NCHWC = {"layout_nchwc", kiln_pass_layout_nchwc};
 static const kiln_pass P_ADOPT = {"adopt_ms_fused_conv", kiln_pass_adopt_ms_fused_conv};
 static const kiln_pass P_RESIDUAL_GPU = {"fuse_residual", kiln_pass_fuse_residual_gpu};
 static const kiln_pass P_ACT_GPU = {"fuse_activation", kiln_pass_fuse_activation_gpu};
+static const kiln_pass P_SILU = {"fuse_silu_mul", kiln_pass_fuse_silu_mul};
 
 static uint64_t rng = 88172645463325252ull;
 static float frand(void)
@@ -465,6 +466,57 @@ static void test_fused_reference(void)
     free(b.buf);
 }
 
+/* Mul(Mul(G, Sigmoid(G)), U) in each operand order -> kiln.SiluMul(G, U), whose reference
+ * kernel gives the chain's result bit for bit; a Sigmoid read elsewhere stays. */
+static void test_fuse_silu_mul(void)
+{
+    for (int order = 0; order < 5; order++) {
+        mg_model *m = mg_new(17);
+        int64_t d[2] = {3, 11};
+        mg_input(m, "unused", FLOAT, 1, (int64_t[]){1}, NULL);
+        init(m, "G", 2, d);
+        init(m, "U", 2, d);
+        mg_node(m, "Sigmoid", "", (const char *[]){"G", NULL}, (const char *[]){"s", NULL});
+        mg_node(m, "Mul", "", order & 1 ? (const char *[]){"s", "G", NULL} : (const char *[]){"G", "s", NULL},
+                (const char *[]){"t", NULL});
+        mg_node(m, "Mul", "", order & 2 ? (const char *[]){"U", "t", NULL} : (const char *[]){"t", "U", NULL},
+                (const char *[]){"Y", NULL});
+        mg_output(m, "Y");
+        mg_output(m, "unused");
+        if (order == 4) mg_output(m, "s");
+        built b = finish(m);
+        kiln_model *md = load(&b);
+        int want_fused = order == 4 ? 0 : 1;
+        CHECK(md && run_pass(md, &P_SILU) == want_fused);
+        kiln_value *got[1] = {NULL}, *want = NULL;
+        kiln_err err = {0};
+        if (md && want_fused) {
+            kiln_node *f = find_op(md->graph, "kiln", "SiluMul");
+            CHECK(md->graph->n_nodes == 1 && f && f->n_in == 2 && !strcmp(f->in[0]->name, "G") &&
+                  !strcmp(f->in[1]->name, "U") && !strcmp(f->out[0]->name, "Y"));
+            if (f) CHECK(kiln_node_evaluate(f, 0, got, &err) == KILN_OK);
+            kiln_session_options opt = kiln_session_options_default();
+            opt.unoptimized = true;
+            kiln_session *ss = NULL;
+            float one = 0;
+            kiln_value *in = NULL;
+            kiln_value_wrap_tensor(KILN_DTYPE_FLOAT32, 1, (int64_t[]){1}, &one, sizeof one, &in);
+            const char *in_names[] = {"unused"}, *out_names[] = {"Y"};
+            CHECK(kiln_session_create_from_memory(b.buf, b.len, NULL, &opt, &ss) == KILN_OK &&
+                  kiln_session_run(ss, 1, in_names, (const kiln_value *const *)&in, 1, out_names, &want) == KILN_OK);
+            CHECK(got[0] && want && kiln_value_numel(got[0]) == 33 && kiln_value_numel(want) == 33 &&
+                  !memcmp(kiln_value_data(got[0]), kiln_value_data(want), 33 * sizeof(float)));
+            kiln_session_free(ss);
+            kiln_value_free(in);
+        }
+        if (md && !want_fused) CHECK(md->graph->n_nodes == 3 && count_op(md->graph, "kiln", "SiluMul") == 0);
+        kiln_value_free(want);
+        kiln_value_free(got[0]);
+        kiln_model_free(md);
+        free(b.buf);
+    }
+}
+
 /* MatMul(X, W) -> Add(b) [-> Relu] and Gemm -> Clip */
 static void test_fuse_matmul_bias_and_gemm(void)
 {
@@ -652,6 +704,7 @@ int main(void)
     test_fuse_residual();
     test_fuse_activation_conv();
     test_fuse_conv_gpu();
+    test_fuse_silu_mul();
     test_adopt_ms_fused_conv();
     test_fused_reference();
     test_fuse_matmul_bias_and_gemm();
