@@ -335,6 +335,8 @@ extern "C" gpuError_t kiln_gpu_contrib_kv(gpuStream_t s, int dtype, void *dst, c
         kv_kernel<float><<<nb, THREADS, 0, s>>>((float *)dst, (const float *)past, src, B, N, P, L, hd);
     else if (dtype == KILN_DTYPE_FLOAT16)
         kv_kernel<kiln_gpu_half><<<nb, THREADS, 0, s>>>((kiln_gpu_half *)dst, (const kiln_gpu_half *)past, src, B, N, P, L, hd);
+    else if (dtype == KILN_DTYPE_BFLOAT16)
+        kv_kernel<kiln_gpu_bf16><<<nb, THREADS, 0, s>>>((kiln_gpu_bf16 *)dst, (const kiln_gpu_bf16 *)past, src, B, N, P, L, hd);
     else return bad_dtype();
     return gpuGetLastError();
 }

@@ -93,7 +93,7 @@ typedef struct kiln_gpu_attn_view {
 } kiln_gpu_attn_view;
 
 /* dst [B, N, P + L, hd] = past [B, N, P, hd] (rows t < P; past NULL when P is 0) then src's rows
- * 0 .. L-1. */
+ * 0 .. L-1. Also bfloat16 (ONNX Attention's present outputs, ops_attn.c). */
 gpuError_t kiln_gpu_contrib_kv(gpuStream_t s, int dtype, void *dst, const void *past, kiln_gpu_attn_view src, int64_t B,
                                int64_t N, int64_t P, int64_t L, int64_t hd);
 

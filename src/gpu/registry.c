@@ -12,6 +12,7 @@
     X(kiln_gpu_ops_layout) \
     X(kiln_gpu_ops_llm) \
     X(kiln_gpu_ops_contrib) \
+    X(kiln_gpu_ops_attn) \
     X(kiln_gpu_ops_quant)
 
 #define DECLARE(name) extern const kiln_gpu_op_table name;
