@@ -439,9 +439,36 @@ static kiln_status conv_shifted(const kiln_gemm_ctx *ctx, const kiln_gemm_packed
  * as the GEMM's A (output channels as rows), or, pixels_as_m, W_g^T as its B (output pixels as
  * rows, channels as columns; see conv_pixels_as_m); or, for the 3x3 stride-1 layers that
  * conv_winograd runs, their Winograd transforms alone (no blocks; the original stays). */
+/* A convolution of at most FEW_PIXELS output pixels an image (a streaming model's chunk: Silero
+ * VAD's [C, 4] steps) runs as conv_few_pixels: the GEMM would pad the few columns to a whole
+ * panel and leave most of its lanes idle. Decided when the session is created, from output
+ * spatial dims inference proved constant. */
+#define FEW_PIXELS 8
+
+static bool conv_few_pixels_output(const kiln_node *n)
+{
+    const kiln_ir_value *y = n->n_out > 0 ? n->out[0] : NULL;
+    if (!y || y->type.kind != KILN_VALUE_TENSOR || y->type.rank < 3) return false;
+    int64_t area = 1;
+    for (int i = 2; i < y->type.rank; i++) {
+        if (!kiln_dim_is_const(y->type.dims[i])) return false;
+        area *= y->type.dims[i].c;
+    }
+    return area >= 1 && area <= FEW_PIXELS;
+}
+
+/* b [cols, rows] = a^T for a [rows, cols]. */
+static void transpose_f32(const float *a, float *b, int64_t rows, int64_t cols)
+{
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++) b[j * rows + i] = a[i * cols + j];
+}
+
 typedef struct conv_state {
     kiln_winograd *wino;
     kiln_direct *direct; /* the weights of a layer conv_direct runs (then no groups) */
+    float *wt;           /* W^T [C*kh*kw, M] of a layer conv_few_pixels runs (then no groups) */
+    int64_t wt_m;        /* its M */
     int64_t groups;
     int64_t block;     /* floats of one group's block: M/group * C/group*kh*kw */
     bool pixels_as_m;
@@ -457,6 +484,7 @@ static void conv_state_free(void *p)
     if (!cs) return;
     kiln_cpu_winograd_free(cs->wino);
     kiln_cpu_direct_free(cs->direct);
+    free(cs->wt);
     for (int64_t gi = 0; gi < cs->groups; gi++) {
         if (cs->pixels_as_m) kiln_gemm_packed_b_free(cs->w[gi].b);
         else kiln_gemm_packed_a_free(cs->w[gi].a);
@@ -470,6 +498,7 @@ static void conv_state_unpack(const void *p, void *dst)
 {
     const conv_state *cs = p;
     if (cs->direct) kiln_cpu_direct_unpack(cs->direct, dst);
+    if (cs->wt) transpose_f32(cs->wt, dst, cs->block / cs->wt_m, cs->wt_m);
     for (int64_t gi = 0; gi < cs->groups; gi++) {
         float *w = (float *)dst + gi * cs->block;
         if (cs->pixels_as_m) kiln_gemm_packed_b_unpack(cs->w[gi].b, w); /* packed from W_g [mg, kdim] as B^T */
@@ -583,6 +612,24 @@ static void conv_pack_weights(kiln_node *n)
         w->dims[0] % group || (w->dims[1] == 1 && w->dims[0] == group && group > 1))
         return;
     int64_t mg = w->dims[0] / group, kdim = w->dims[1] * w->dims[2] * w->dims[3];
+    if (group == 1 && conv_few_pixels_output(n)) {
+        conv_state *cs = calloc(1, sizeof *cs);
+        float *wt = malloc((size_t)(mg * kdim) * sizeof *wt);
+        if (!cs || !wt) {
+            free(cs);
+            free(wt);
+            return;
+        }
+        transpose_f32(w->data, wt, mg, kdim);
+        cs->wt = wt, cs->wt_m = mg, cs->block = mg * kdim;
+        n->kernel_state = cs;
+        n->kernel_state_free = conv_state_free;
+        if (kiln_node_release_constant(n, 1)) {
+            n->kernel_state_unpack = conv_state_unpack;
+            n->released_in = 1;
+        }
+        return;
+    }
     kiln_direct *direct = conv_direct_fits(n, w, group, wrank) ? kiln_cpu_direct_pack(w->data, mg, kdim) : NULL;
     if (direct) {
         conv_state *cs = calloc(1, sizeof *cs);
@@ -873,6 +920,143 @@ static kiln_status conv_winograd(const conv_call *k)
     return st;
 }
 
+/* ---- conv_few_pixels: few output pixels against W^T ----
+ * Every image's pixels in turn, groups of up to FEW_PIXELS of them (across images) against each
+ * 16-channel stripe of W^T [K, M]: y[m, t] = sum_k W^T[k, m] col[t, k], the group's sums of a
+ * stripe in registers (one function per group size), the stripes split over the pool. */
+
+typedef struct few_job {
+    const conv_call *k;
+    const float *cols; /* [Nb * area][kdim]: each output pixel's receptive field, zero where padded */
+    int64_t T;         /* pixels of all images */
+} few_job;
+
+/* sums[t][l] = sum_k wt[k * M + l] x[t * K + k] for t < P, 16 channels l from wt. */
+typedef void (*few_sums_fn)(const float *wt, int64_t M, const float *x, int64_t K, float (*sums)[16]);
+
+static inline __attribute__((always_inline, target("avx512f"))) void few_sums512(const float *wt, int64_t M,
+                                                                               const float *x, int64_t K,
+                                                                               float (*sums)[16], const int P)
+{
+    /* named sums: an array indexed by t would live on the stack */
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+    for (int64_t i = 0; i < K; i++, wt += M) {
+        __m512 w = _mm512_loadu_ps(wt);
+#define FEW_FMA(t, a) \
+    if (P > t) a = _mm512_fmadd_ps(w, _mm512_set1_ps(x[t * K + i]), a);
+        FEW_FMA(0, a0) FEW_FMA(1, a1) FEW_FMA(2, a2) FEW_FMA(3, a3) FEW_FMA(4, a4) FEW_FMA(5, a5) FEW_FMA(6, a6)
+        FEW_FMA(7, a7)
+#undef FEW_FMA
+    }
+    __m512 acc[FEW_PIXELS] = {a0, a1, a2, a3, a4, a5, a6, a7};
+    for (int t = 0; t < P; t++) _mm512_storeu_ps(sums[t], acc[t]);
+}
+
+/* The same in AVX2, 4 pixels at most (2 x 4 registers of sums; more would spill). */
+static inline __attribute__((always_inline, target("avx2,fma"))) void few_sums256(const float *wt, int64_t M,
+                                                                                const float *x, int64_t K,
+                                                                                float (*sums)[16], const int P)
+{
+    __m256 l0 = _mm256_setzero_ps(), l1 = l0, l2 = l0, l3 = l0, h0 = l0, h1 = l0, h2 = l0, h3 = l0;
+    for (int64_t i = 0; i < K; i++, wt += M) {
+        __m256 wl = _mm256_loadu_ps(wt), wh = _mm256_loadu_ps(wt + 8);
+#define FEW_FMA(t, l, h)                                               \
+    if (P > t) {                                                       \
+        __m256 v = _mm256_set1_ps(x[t * K + i]);                       \
+        l = _mm256_fmadd_ps(wl, v, l), h = _mm256_fmadd_ps(wh, v, h); \
+    }
+        FEW_FMA(0, l0, h0) FEW_FMA(1, l1, h1) FEW_FMA(2, l2, h2) FEW_FMA(3, l3, h3)
+#undef FEW_FMA
+    }
+    __m256 lo[4] = {l0, l1, l2, l3}, hi[4] = {h0, h1, h2, h3};
+    for (int t = 0; t < P; t++) {
+        _mm256_storeu_ps(sums[t], lo[t]);
+        _mm256_storeu_ps(sums[t] + 8, hi[t]);
+    }
+}
+
+#define FEW_SUMS(isa, attr, P)                                                                                     \
+    attr static void few_##isa##_##P(const float *wt, int64_t M, const float *x, int64_t K, float (*sums)[16])    \
+    {                                                                                                            \
+        few_##isa(wt, M, x, K, sums, P);                                                                         \
+    }
+FEW_SUMS(sums512, __attribute__((target("avx512f"))), 1) FEW_SUMS(sums512, __attribute__((target("avx512f"))), 2)
+FEW_SUMS(sums512, __attribute__((target("avx512f"))), 3) FEW_SUMS(sums512, __attribute__((target("avx512f"))), 4)
+FEW_SUMS(sums512, __attribute__((target("avx512f"))), 5) FEW_SUMS(sums512, __attribute__((target("avx512f"))), 6)
+FEW_SUMS(sums512, __attribute__((target("avx512f"))), 7) FEW_SUMS(sums512, __attribute__((target("avx512f"))), 8)
+FEW_SUMS(sums256, __attribute__((target("avx2,fma"))), 1) FEW_SUMS(sums256, __attribute__((target("avx2,fma"))), 2)
+FEW_SUMS(sums256, __attribute__((target("avx2,fma"))), 3) FEW_SUMS(sums256, __attribute__((target("avx2,fma"))), 4)
+#undef FEW_SUMS
+static const few_sums_fn few_sums_avx512[FEW_PIXELS + 1] = {
+    NULL, few_sums512_1, few_sums512_2, few_sums512_3, few_sums512_4, few_sums512_5, few_sums512_6, few_sums512_7,
+    few_sums512_8};
+static const few_sums_fn few_sums_avx2[4 + 1] = {NULL, few_sums256_1, few_sums256_2, few_sums256_3, few_sums256_4};
+
+/* Stripes [c0, c1) of 16 output channels (the last clipped to M) for every pixel. */
+static void few_stripes(void *ctx, int64_t c0, int64_t c1)
+{
+    const few_job *j = ctx;
+    const conv_call *k = j->k;
+    int64_t K = k->kdim, M = k->M, area = k->area;
+    kiln_gemm_level level = kiln_gemm_level_detect();
+    int group = level == KILN_GEMM_LEVEL_AVX512 ? FEW_PIXELS : level == KILN_GEMM_LEVEL_AVX2 ? 4 : 0;
+    const few_sums_fn *fns = level == KILN_GEMM_LEVEL_AVX512 ? few_sums_avx512 : few_sums_avx2;
+    for (int64_t c = c0; c < c1; c++) {
+        int64_t m0 = c * 16, mn = M - m0 < 16 ? M - m0 : 16;
+        for (int64_t t0 = 0; t0 < j->T; t0 += group ? group : FEW_PIXELS) {
+            int P = (int)(j->T - t0 < (group ? group : FEW_PIXELS) ? j->T - t0 : (group ? group : FEW_PIXELS));
+            const float *x = j->cols + t0 * K;
+            float sums[FEW_PIXELS][16];
+            if (group && mn == 16) {
+                fns[P](k->cs->wt + m0, M, x, K, sums);
+            } else { /* portable, or a last stripe of fewer than 16 channels */
+                for (int t = 0; t < P; t++)
+                    for (int l = 0; l < 16; l++) sums[t][l] = 0.0f;
+                for (int64_t i = 0; i < K; i++)
+                    for (int t = 0; t < P; t++)
+                        for (int64_t l = 0; l < mn; l++) sums[t][l] += k->cs->wt[i * M + m0 + l] * x[t * K + i];
+            }
+            /* bias, residual, activation: pixel t0 + t is image b's pixel p */
+            for (int t = 0; t < P; t++) {
+                int64_t b = (t0 + t) / area, p = (t0 + t) % area;
+                for (int64_t l = 0; l < mn; l++) {
+                    int64_t at = (b * M + m0 + l) * area + p;
+                    k->y[at] = sums[t][l] + (k->res ? k->res[at] : 0.0f);
+                }
+            }
+        }
+        for (int64_t b = 0; b < k->Nb; b++)
+            for (int64_t l = 0; l < mn; l++)
+                kiln_cpu_act_apply(k->act, k->y + (b * M + m0 + l) * area, area, k->bias ? k->bias[m0 + l] : 0.0f);
+    }
+}
+
+static kiln_status conv_few_pixels(const conv_call *k)
+{
+    int64_t T = k->Nb * k->area;
+    float *cols = kiln_scratch_get(k->ctx.scratch, (size_t)(T * k->kdim) * sizeof *cols);
+    if (!cols) return KILN_ERR_NOMEM;
+    const kiln_nn_geom *g = &k->g;
+    for (int64_t b = 0; b < k->Nb; b++)
+        for (int64_t oh = 0; oh < k->oh; oh++)
+            for (int64_t ow = 0; ow < k->ow; ow++) {
+                float *col = cols + ((b * k->oh + oh) * k->ow + ow) * k->kdim;
+                for (int64_t c = 0; c < k->C; c++)
+                    for (int64_t i = 0; i < k->kh; i++) {
+                        int64_t ih = oh * g->strides[0] - g->pads[0] + i * g->dilations[0];
+                        const float *xr = k->x + ((b * k->C + c) * k->H + ih) * k->W;
+                        for (int64_t jj = 0; jj < k->kw; jj++) {
+                            int64_t iw = ow * g->strides[1] - g->pads[1] + jj * g->dilations[1];
+                            *col++ = ih >= 0 && ih < k->H && iw >= 0 && iw < k->W ? xr[iw] : 0.0f;
+                        }
+                    }
+            }
+    few_job j = {k, cols, T};
+    /* waking the pool costs more than a few small stripes' sums */
+    kiln_threadpool_parallel_for(k->M * k->kdim * T >= 131072 ? k->ctx.pool : NULL, (k->M + 15) / 16, few_stripes, &j);
+    return KILN_OK;
+}
+
 static kiln_status conv_run(kiln_run_ctx *c)
 {
     const kiln_node *n = kiln_run_node(c);
@@ -927,6 +1111,11 @@ static kiln_status conv_run(kiln_run_ctx *c)
     if (k.cs && k.cs->wino && k.kh == 3 && k.kw == 3 && g->strides[0] == 1 && g->strides[1] == 1 &&
         g->dilations[0] == 1 && g->dilations[1] == 1 && k.group == 1)
         k.wino = k.cs->wino;
+    if (k.cs && k.cs->wt) { /* likewise; the output's area was proven at most FEW_PIXELS */
+        if (k.group != 1 || k.area > FEW_PIXELS || k.M != k.cs->wt_m) return kiln_cpu_reference(c);
+        kiln_status st = conv_few_pixels(&k);
+        return st ? gemm_fail(c, st) : KILN_OK;
+    }
     if (k.cs && k.cs->direct) { /* the weights are only there; the geometry was checked when packing */
         if (k.group != 1) return kiln_cpu_reference(c);
         kiln_status st = conv_direct(&k);

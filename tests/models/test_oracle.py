@@ -1081,6 +1081,60 @@ def test_conv_residual():
         compare(f"Conv c={c} m={m} k={k} bias={bias} + Add({short}) + {act}", mdl.SerializeToString(), feeds)
 
 
+def test_conv_few_pixels():
+    """Convolutions whose output planes inference proves to hold at most 8 pixels (a streaming
+    model's chunk: Silero VAD's 1-D [C, 4] steps), which run each 16-channel stripe of W^T
+    against groups of pixels across images: 1-D and 2-D, 1 to 8 pixels an image, strides,
+    dilations, pads, channel counts that leave a partial stripe, batch 1 to 5 (pixel groups
+    across images), bias or none, a fused residual and clamp or other activations."""
+    from onnx import numpy_helper
+    convs = [dict(x=[129, 4], kernel_shape=[3], pads=[1, 1], m=128),
+             dict(x=[1, 640], kernel_shape=[256], strides=[128], m=258),
+             dict(x=[64, 2], kernel_shape=[3], pads=[1, 1], strides=[2], m=130),
+             dict(x=[33, 9], kernel_shape=[3], dilations=[3], m=17),
+             dict(x=[16, 1], kernel_shape=[3], pads=[1, 1], m=5),
+             dict(x=[40, 3, 5], kernel_shape=[3, 3], pads=[1, 0, 1, 2], strides=[2, 2], m=48),
+             dict(x=[24, 2, 4], kernel_shape=[1, 1], m=31),
+             dict(x=[96, 1, 1], kernel_shape=[1, 1], m=160)]
+    tails = [(None, None), (None, "Relu"), ("S", "Clip"), ("S", None), (None, "Sigmoid")]
+    for i, cfg in enumerate(convs):
+        cfg = dict(cfg)
+        xs, m = cfg.pop("x"), cfg.pop("m")
+        c, sp = xs[0], xs[1:]
+        attrs = dict(cfg)
+        y_sp = [(n + sum(attrs.get("pads", [0] * 2 * len(sp))[d::len(sp)]) -
+                 attrs.get("dilations", [1] * len(sp))[d] * (attrs["kernel_shape"][d] - 1) - 1) //
+                attrs.get("strides", [1] * len(sp))[d] + 1 for d, n in enumerate(sp)]
+        for j, (res, act) in enumerate(tails):
+            bias = (i + j) % 2 == 0
+            inits = [numpy_helper.from_array(rand(m, c, *attrs["kernel_shape"]), "W")]
+            conv_in = ["X", "W"] + (["B"] if bias else [])
+            if bias:
+                inits.append(numpy_helper.from_array(rand(m), "B"))
+            nodes = [helper.make_node("Conv", conv_in, ["a"], **attrs)]
+            inputs = [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["n", c, *sp])]
+            last = "a"
+            if res:
+                inputs.append(helper.make_tensor_value_info("S", TensorProto.FLOAT, ["n", m, *y_sp]))
+                nodes.append(helper.make_node("Add", ["a", "S"], ["sum"]))
+                last = "sum"
+            if act == "Clip":
+                inits += [numpy_helper.from_array(np.array(v, np.float32), nm) for v, nm in ((-0.5, "lo"), (1.0, "hi"))]
+                nodes.append(helper.make_node("Clip", [last, "lo", "hi"], ["Y"]))
+            else:
+                nodes.append(helper.make_node(act or "Identity", [last], ["Y"]))
+            g = helper.make_graph(nodes, "conv_few_pixels", inputs, [out()], inits)
+            mdl = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+            mdl.ir_version = 8
+            feeds = []
+            for n in (1, 2, 5):
+                f = {"X": rand(n, c, *sp)}
+                if res:
+                    f["S"] = rand(n, m, *y_sp)
+                feeds.append(f)
+            compare(f"Conv few pixels x={xs} m={m} {cfg} bias={bias} res={res} + {act}", mdl.SerializeToString(), feeds)
+
+
 def conv_out_hw(attrs, hw):
     """The output height and width of a Conv with these attributes over an input of size hw (0
     where the kernel does not fit: the Conv then fails on both providers)."""
@@ -1462,7 +1516,7 @@ def test_constant_folding():
 def main():
     for test in (test_constant_folding, test_conv_bn_folding, test_fused_activation, test_matmul, test_gemm, test_packed_weights, test_conv, test_binary, test_unary, test_inplace_chain,
                  test_softmax, test_layernorm, test_reduce_mean, test_transpose, test_concat, test_batchnorm, test_clip, test_pool,
-                 test_global_pool, test_depthwise_conv, test_conv_packed, test_conv_residual, test_conv_narrow, test_attention,
+                 test_global_pool, test_depthwise_conv, test_conv_packed, test_conv_residual, test_conv_few_pixels, test_conv_narrow, test_attention,
                  test_gelu_fusion, test_matmul_bias, test_conv_transpose, test_blocked_cnn,
                  test_blocked_pointwise_passes, test_blocked_depthwise, test_blocked_few_tasks, test_blocked_winograd):
         test()
