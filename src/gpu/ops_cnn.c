@@ -157,8 +157,14 @@ typedef struct dnn_conv {
     cudnnConvolutionDescriptor_t conv;
     cudnnActivationDescriptor_t relu;
     cudnnConvolutionFwdAlgo_t algo;
-    size_t ws; /* bytes of workspace the algorithm takes */
+    size_t ws;      /* bytes of workspace the algorithm takes */
+    bool no_fused;  /* cuDNN refused the fused epilogue: convolution, then the caller's */
+    bool refused;   /* cuDNN refused the convolution itself: im2col + GEMM */
 } dnn_conv;
+
+/* A status cuDNN gives when it validates a call and declines it, before queueing anything
+ * (bad or unsupported parameters); other failures are errors of the run. */
+static bool dnn_declined(cudnnStatus_t st) { return st >= 1000 && st < 4000; }
 
 static void dnn_conv_free(void *p)
 {
@@ -260,27 +266,36 @@ static kiln_status dnn_conv_run(kiln_run_ctx *c, const kiln_nn_geom *g, int64_t 
         if (!d) return KILN_OK;
         kiln_gpu_memo_put(c, key, nk, d, dnn_conv_free);
     }
+    if (d->refused) return KILN_OK;
     void *ws = NULL;
     if (d->ws) KILN_TRY(kiln_gpu_workspace(c, d->ws, &ws));
     float one = 1.0f, zero = 0.0f;
     cudnnStatus_t st;
     /* the fused epilogue needs a bias and an activation (cuDNN's identity form takes one algorithm) */
-    bool fuse = e && e->relu && B;
-    if (fuse) {
+    if (e && e->relu && B && !d->no_fused) {
         st = kiln_dnn.forward_bias_act(h, &one, d->x, X->data, d->w, W->data, d->conv, d->algo, ws, d->ws,
                                        e->Z ? &one : &zero, d->y, e->Z ? e->Z : Y->data, d->b, B->data, d->relu, d->y,
                                        Y->data);
-        e->applied = true;
-    } else {
-        if (B) KILN_TRY(kiln_gpu_check(c, kiln_gpu_cnn_bias_fill(X->dtype, Y->data, B->data, Y->dims[0], Y->dims[1],
-                                                                  kiln_nn_prod(g->nsp, Y->dims + 2), kiln_gpu_stream(c)),
-                                       "bias_fill"));
-        st = kiln_dnn.forward(h, &one, d->x, X->data, d->w, W->data, d->conv, d->algo, ws, d->ws, B ? &one : &zero,
-                              d->y, Y->data);
+        if (st == CUDNN_STATUS_SUCCESS) {
+            e->applied = *done = true;
+            return KILN_OK;
+        }
+        if (!dnn_declined(st))
+            return kiln_run_fail(c, KILN_ERR_RUNTIME, "GPU: cuDNN convolution failed: %s", kiln_dnn.error_string(st));
+        d->no_fused = true; /* the same answer on every call: it is remembered */
     }
-    if (st != CUDNN_STATUS_SUCCESS)
+    if (B) KILN_TRY(kiln_gpu_check(c, kiln_gpu_cnn_bias_fill(X->dtype, Y->data, B->data, Y->dims[0], Y->dims[1],
+                                                              kiln_nn_prod(g->nsp, Y->dims + 2), kiln_gpu_stream(c)),
+                                   "bias_fill"));
+    st = kiln_dnn.forward(h, &one, d->x, X->data, d->w, W->data, d->conv, d->algo, ws, d->ws, B ? &one : &zero, d->y,
+                          Y->data);
+    if (st == CUDNN_STATUS_SUCCESS) {
+        *done = true;
+        return KILN_OK;
+    }
+    if (!dnn_declined(st))
         return kiln_run_fail(c, KILN_ERR_RUNTIME, "GPU: cuDNN convolution failed: %s", kiln_dnn.error_string(st));
-    *done = true;
+    d->refused = true; /* the im2col path writes all of Y, the bias first, over what bias_fill queued */
     return KILN_OK;
 }
 #endif
