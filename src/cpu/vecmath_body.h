@@ -32,8 +32,10 @@ static inline float VM(hsum)(VF v)
 }
 
 /* e^x within about 2 ulp (Cephes expf polynomial); overflows to +inf above ~88.72, flushes
- * through the denormals to 0 below ~-103.9, NaN in gives NaN out. */
-static inline VF VM(exp)(VF x)
+ * through the denormals to 0 below ~-103.9, NaN in gives NaN out. Always inlined, as tanh is:
+ * GCC otherwise calls them per vector, passing 16 lanes through memory (Tanh over 819K floats
+ * 0.66 -> 0.54 ms on one Zen 4 thread). */
+static inline __attribute__((always_inline)) VF VM(exp)(VF x)
 {
     const VF hi = VM(splat)(89.0f), lo = VM(splat)(-104.0f), magic = VM(splat)(12582912.0f); /* 1.5 * 2^23 */
     x = VM(sel)(x > hi, hi, x);
@@ -69,7 +71,7 @@ static inline VF VM(exp_flush)(VF x)
 static inline VF VM(sigmoid)(VF x) { return VM(splat)(1.0f) / (VM(splat)(1.0f) + VM(exp)(-x)); }
 
 /* tanh x: the Cephes odd polynomial below |x| 0.625, else sign(x) (1 - 2 / (e^(2|x|) + 1)) */
-static inline VF VM(tanh)(VF x)
+static inline __attribute__((always_inline)) VF VM(tanh)(VF x)
 {
     VI sign = (VI)x & ((VI){0} + INT32_MIN);
     VF ax = (VF)((VI)x & ~sign);
