@@ -16,25 +16,6 @@ extern "C" unsigned kiln_gpu_blocks(int64_t n, unsigned block);
 #define THREADS 256
 #define ATTN_BLOCK 128
 #define ATTN_TILE 64
-#define FULL_MASK 0xffffffffu
-
-static gpuError_t bad_arg(void)
-{
-#if defined(KILN_HIP)
-    return hipErrorInvalidValue;
-#else
-    return cudaErrorInvalidValue;
-#endif
-}
-
-/* Rounds v to T's precision (the reference holds such values in the tensor's type). */
-template <typename T> __device__ __forceinline__ float round_to(float v) { return kiln_to_f<T>(kiln_from_f<T>(v)); }
-
-__device__ __forceinline__ float warp_sum(float v)
-{
-    for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(FULL_MASK, v, d);
-    return v;
-}
 
 __device__ __forceinline__ int64_t load_int(const void *p, bool is64, int64_t i)
 {
@@ -56,7 +37,7 @@ __device__ __forceinline__ float onnx_bias(const kiln_gpu_onnx_attn &a, int64_t 
         } else {
             int64_t off = b * a.m_sb + h * a.m_sh + i * a.m_ss + j;
             if (a.mask_kind == KILN_GPU_ONNX_MASK_BOOL) m = ((const uint8_t *)a.mask)[off] ? 0.0f : -INFINITY;
-            else m = round_to<T>(kiln_to_f<T>(((const T *)a.mask)[off]));
+            else m = kiln_round_to<T>(kiln_to_f<T>(((const T *)a.mask)[off]));
         }
     }
     int64_t at = i + offset;
@@ -72,10 +53,10 @@ template <typename T>
 __device__ __forceinline__ float onnx_score(const kiln_gpu_onnx_attn &a, const float *qs, const T *kr, int lane)
 {
     float dot = 0.0f;
-    for (int64_t d = lane; d < a.Dk; d += 32) dot += qs[d] * round_to<T>(kiln_to_f<T>(kr[d]) * a.qscale);
-    dot = warp_sum(dot);
-    float x = round_to<T>(dot);
-    if (a.softcap > 0.0f) x = round_to<T>(a.softcap * tanhf(x / a.softcap));
+    for (int64_t d = lane; d < a.Dk; d += 32) dot += qs[d] * kiln_round_to<T>(kiln_to_f<T>(kr[d]) * a.qscale);
+    dot = kiln_warp_sum(dot);
+    float x = kiln_round_to<T>(dot);
+    if (a.softcap > 0.0f) x = kiln_round_to<T>(a.softcap * tanhf(x / a.softcap));
     return x;
 }
 
@@ -97,7 +78,7 @@ template <typename T> __global__ void onnx_attn_kernel(kiln_gpu_onnx_attn a)
         const T *vp = (const T *)a.v.p + b * a.v.sb + hk * a.v.sn;
         T *qk = a.qk ? (T *)a.qk + row * a.T : NULL;
         __syncthreads(); /* the previous row is done with shared memory */
-        for (int64_t d = threadIdx.x; d < a.Dk; d += blockDim.x) qs[d] = round_to<T>(kiln_to_f<T>(qp[d]) * a.qscale);
+        for (int64_t d = threadIdx.x; d < a.Dk; d += blockDim.x) qs[d] = kiln_round_to<T>(kiln_to_f<T>(qp[d]) * a.qscale);
         for (int64_t d = threadIdx.x; d < a.Dv; d += blockDim.x) acc[d] = 0.0f;
         float mx = -INFINITY, l = 0.0f; /* the same in every thread */
         __syncthreads();
@@ -107,7 +88,7 @@ template <typename T> __global__ void onnx_attn_kernel(kiln_gpu_onnx_attn a)
                 int64_t j = t0 + jj;
                 float raw = onnx_score<T>(a, qs, kp + j * a.k.ss, lane);
                 if (lane == 0) {
-                    float x = round_to<T>(raw + onnx_bias<T>(a, b, h, i, j, offset, valid));
+                    float x = kiln_round_to<T>(raw + onnx_bias<T>(a, b, h, i, j, offset, valid));
                     if (qk && a.qk_mode <= 1) qk[j] = kiln_from_f<T>(raw);
                     if (qk && a.qk_mode == 2) qk[j] = kiln_from_f<T>(x);
                     sc[jj] = x;
@@ -141,7 +122,7 @@ template <typename T> __global__ void onnx_attn_kernel(kiln_gpu_onnx_attn a)
             for (int64_t j = warp; j < a.T; j += nw) {
                 float raw = onnx_score<T>(a, qs, kp + j * a.k.ss, lane);
                 if (lane == 0) {
-                    float x = round_to<T>(raw + onnx_bias<T>(a, b, h, i, j, offset, valid));
+                    float x = kiln_round_to<T>(raw + onnx_bias<T>(a, b, h, i, j, offset, valid));
                     qk[j] = kiln_from_f<T>(l > 0.0f && mx != -INFINITY ? expf(x - mx) * inv : 0.0f);
                 }
             }
@@ -154,13 +135,13 @@ extern "C" gpuError_t kiln_gpu_onnx_attn_run(gpuStream_t s, const kiln_gpu_onnx_
     if (rows <= 0) return gpuSuccess;
     if (a->Hkv <= 0 || a->Hq % a->Hkv || a->Dk <= 0 || a->Dv <= 0 || a->Dk > KILN_GPU_ONNX_ATTN_MAX_HEAD ||
         a->Dv > KILN_GPU_ONNX_ATTN_MAX_HEAD || a->T < 0)
-        return bad_arg();
+        return kiln_gpu_bad_arg();
     size_t smem = (size_t)(a->Dk + a->Dv + ATTN_TILE) * sizeof(float);
     unsigned nb = rows < INT32_MAX ? (unsigned)rows : (unsigned)INT32_MAX;
     if (a->dtype == KILN_DTYPE_FLOAT32) onnx_attn_kernel<float><<<nb, ATTN_BLOCK, smem, s>>>(*a);
     else if (a->dtype == KILN_DTYPE_FLOAT16) onnx_attn_kernel<kiln_gpu_half><<<nb, ATTN_BLOCK, smem, s>>>(*a);
     else if (a->dtype == KILN_DTYPE_BFLOAT16) onnx_attn_kernel<kiln_gpu_bf16><<<nb, ATTN_BLOCK, smem, s>>>(*a);
-    else return bad_arg();
+    else return kiln_gpu_bad_arg();
     return gpuGetLastError();
 }
 
@@ -200,7 +181,7 @@ template <typename T> __global__ void onnx_rotary_kernel(kiln_gpu_onnx_rotary a)
         int64_t base = e - d, i1 = a.interleaved ? 2 * k : k, i2 = a.interleaved ? 2 * k + 1 : k + half;
         float c = kiln_to_f<T>(cs[row + k]), si = kiln_to_f<T>(sn[row + k]);
         float x1 = kiln_to_f<T>(x[base + i1]), x2 = kiln_to_f<T>(x[base + i2]);
-        float v = first ? round_to<T>(c * x1) - round_to<T>(si * x2) : round_to<T>(si * x1) + round_to<T>(c * x2);
+        float v = first ? kiln_round_to<T>(c * x1) - kiln_round_to<T>(si * x2) : kiln_round_to<T>(si * x1) + kiln_round_to<T>(c * x2);
         y[e] = kiln_from_f<T>(v);
     }
 }
@@ -209,12 +190,12 @@ extern "C" gpuError_t kiln_gpu_onnx_rotary_run(gpuStream_t s, const kiln_gpu_onn
 {
     int64_t n = a->B * a->S * a->H * a->D;
     if (n <= 0) return gpuSuccess;
-    if (a->rd < 0 || a->rd > a->D || a->rd % 2) return bad_arg();
+    if (a->rd < 0 || a->rd > a->D || a->rd % 2) return kiln_gpu_bad_arg();
     unsigned nb = kiln_gpu_blocks(n, THREADS);
     if (a->dtype == KILN_DTYPE_FLOAT32) onnx_rotary_kernel<float><<<nb, THREADS, 0, s>>>(*a);
     else if (a->dtype == KILN_DTYPE_FLOAT16) onnx_rotary_kernel<kiln_gpu_half><<<nb, THREADS, 0, s>>>(*a);
     else if (a->dtype == KILN_DTYPE_BFLOAT16) onnx_rotary_kernel<kiln_gpu_bf16><<<nb, THREADS, 0, s>>>(*a);
-    else return bad_arg();
+    else return kiln_gpu_bad_arg();
     return gpuGetLastError();
 }
 
@@ -241,14 +222,14 @@ extern "C" gpuError_t kiln_gpu_tensor_scatter_run(gpuStream_t s, const kiln_gpu_
 {
     int64_t n = a->prefix * a->len * a->inner;
     if (n <= 0) return gpuSuccess;
-    if (a->max_len <= 0 || a->per_batch <= 0) return bad_arg();
+    if (a->max_len <= 0 || a->per_batch <= 0) return kiln_gpu_bad_arg();
     unsigned nb = kiln_gpu_blocks(n, THREADS);
     switch (a->esize) {
     case 1: tensor_scatter_kernel<uint8_t><<<nb, THREADS, 0, s>>>(*a); break;
     case 2: tensor_scatter_kernel<uint16_t><<<nb, THREADS, 0, s>>>(*a); break;
     case 4: tensor_scatter_kernel<uint32_t><<<nb, THREADS, 0, s>>>(*a); break;
     case 8: tensor_scatter_kernel<uint64_t><<<nb, THREADS, 0, s>>>(*a); break;
-    default: return bad_arg();
+    default: return kiln_gpu_bad_arg();
     }
     return gpuGetLastError();
 }

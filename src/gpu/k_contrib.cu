@@ -15,38 +15,13 @@ extern "C" unsigned kiln_gpu_blocks(int64_t n, unsigned block);
 #define THREADS 256
 #define ROW_BLOCK 256
 #define ATTN_BLOCK 128
-#define FULL_MASK 0xffffffffu
-
-static gpuError_t bad_dtype(void)
-{
-#if defined(KILN_HIP)
-    return hipErrorInvalidValue;
-#else
-    return cudaErrorInvalidValue;
-#endif
-}
-
-/* Rounds v to T's precision (the reference holds such sums in the tensor's type). */
-template <typename T> __device__ __forceinline__ float round_to(float v) { return kiln_to_f<T>(kiln_from_f<T>(v)); }
-
-__device__ __forceinline__ float warp_sum(float v)
-{
-    for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(FULL_MASK, v, d);
-    return v;
-}
-
-__device__ __forceinline__ float warp_max(float v)
-{
-    for (int d = 16; d > 0; d >>= 1) v = fmaxf(v, __shfl_xor_sync(FULL_MASK, v, d));
-    return v;
-}
 
 /* The sum (is_max false) or max of v over the block, for every thread; red holds 32 floats.
  * Every thread of the block calls it. */
 __device__ float block_reduce(float v, float *red, bool is_max)
 {
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = (blockDim.x + 31) / 32;
-    v = is_max ? warp_max(v) : warp_sum(v);
+    v = is_max ? kiln_warp_max(v) : kiln_warp_sum(v);
     __syncthreads(); /* red may still be read by a previous call */
     if (lane == 0) red[warp] = v;
     __syncthreads();
@@ -62,7 +37,7 @@ __global__ void gelu_kernel(const T *x, const T *bias, T *y, int64_t n, int64_t 
 {
     KILN_GRID_LOOP(i, n) {
         float v = kiln_to_f<T>(x[i]);
-        if (bias) v = round_to<T>(v + kiln_to_f<T>(bias[i % h]));
+        if (bias) v = kiln_round_to<T>(v + kiln_to_f<T>(bias[i % h]));
         float r;
         if (KIND == KILN_GPU_GELU_ERF) r = 0.5f * v * (1.0f + erff(v * 0.7071067811865476f));
         else if (KIND == KILN_GPU_GELU_TANH) r = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
@@ -81,7 +56,7 @@ static gpuError_t gelu_go(gpuStream_t s, int kind, const void *x, const void *bi
     if (kind == KILN_GPU_GELU_ERF) gelu_kernel<T, KILN_GPU_GELU_ERF><<<nb, THREADS, 0, s>>>(xp, bp, yp, n, h, alpha);
     else if (kind == KILN_GPU_GELU_TANH) gelu_kernel<T, KILN_GPU_GELU_TANH><<<nb, THREADS, 0, s>>>(xp, bp, yp, n, h, alpha);
     else if (kind == KILN_GPU_GELU_QUICK) gelu_kernel<T, KILN_GPU_GELU_QUICK><<<nb, THREADS, 0, s>>>(xp, bp, yp, n, h, alpha);
-    else return bad_dtype();
+    else return kiln_gpu_bad_arg();
     return gpuGetLastError();
 }
 
@@ -92,7 +67,7 @@ extern "C" gpuError_t kiln_gpu_contrib_gelu(gpuStream_t s, int dtype, int kind, 
     if (h <= 0) h = 1;
     if (dtype == KILN_DTYPE_FLOAT32) return gelu_go<float>(s, kind, x, bias, y, n, h, alpha);
     if (dtype == KILN_DTYPE_FLOAT16) return gelu_go<kiln_gpu_half>(s, kind, x, bias, y, n, h, alpha);
-    return bad_dtype();
+    return kiln_gpu_bad_arg();
 }
 
 template <typename T>
@@ -109,7 +84,7 @@ extern "C" gpuError_t kiln_gpu_contrib_bias_add(gpuStream_t s, int dtype, const 
 #define BA(T) bias_add_kernel<T><<<nb, THREADS, 0, s>>>((const T *)x, (const T *)bias, (const T *)skip, (T *)y, n, C)
     if (dtype == KILN_DTYPE_FLOAT32) BA(float);
     else if (dtype == KILN_DTYPE_FLOAT16) BA(kiln_gpu_half);
-    else return bad_dtype();
+    else return kiln_gpu_bad_arg();
 #undef BA
     return gpuGetLastError();
 }
@@ -154,7 +129,7 @@ template <typename T> struct skip_src {
     {
         float v = kiln_to_f<T>(x[j]) + kiln_to_f<T>(skip[(row0 + j) % skip_n]);
         if (bias) v += kiln_to_f<T>(bias[j]);
-        return round_to<T>(v);
+        return kiln_round_to<T>(v);
     }
 };
 
@@ -181,7 +156,7 @@ extern "C" gpuError_t kiln_gpu_contrib_skip_ln(gpuStream_t s, int dtype, const v
                                                (const T *)beta, (T *)y, (T *)sum, mean, inv, rows, h, eps)
     if (dtype == KILN_DTYPE_FLOAT32) SLN(float);
     else if (dtype == KILN_DTYPE_FLOAT16) SLN(kiln_gpu_half);
-    else return bad_dtype();
+    else return kiln_gpu_bad_arg();
 #undef SLN
     return gpuGetLastError();
 }
@@ -199,7 +174,7 @@ template <typename T> struct embed_src {
         if (w) v += kiln_to_f<T>(w[j]);
         if (p) v += kiln_to_f<T>(p[j]);
         if (g) v += kiln_to_f<T>(g[j]);
-        return round_to<T>(v);
+        return kiln_round_to<T>(v);
     }
 };
 
@@ -227,7 +202,7 @@ extern "C" gpuError_t kiln_gpu_contrib_embed_ln(gpuStream_t s, const kiln_gpu_em
     unsigned nb = rows < INT32_MAX ? (unsigned)rows : (unsigned)INT32_MAX;
     if (a->dtype == KILN_DTYPE_FLOAT32) embed_ln_kernel<float><<<nb, ROW_BLOCK, 0, s>>>(*a);
     else if (a->dtype == KILN_DTYPE_FLOAT16) embed_ln_kernel<kiln_gpu_half><<<nb, ROW_BLOCK, 0, s>>>(*a);
-    else return bad_dtype();
+    else return kiln_gpu_bad_arg();
     return gpuGetLastError();
 }
 
@@ -298,7 +273,7 @@ extern "C" gpuError_t kiln_gpu_contrib_act(gpuStream_t s, int dtype, void *y, co
     else if (dtype == KILN_DTYPE_BFLOAT16)
         act_kernel<kiln_gpu_bf16><<<nb, THREADS, 0, s>>>((kiln_gpu_bf16 *)y, (const kiln_gpu_bf16 *)z, n, kind, alpha, beta,
                                                          gamma);
-    else return bad_dtype();
+    else return kiln_gpu_bad_arg();
     return gpuGetLastError();
 }
 
@@ -309,7 +284,7 @@ template <typename T>
 __device__ __forceinline__ float view_load(const kiln_gpu_attn_view &v, int64_t hd, int64_t b, int64_t n, int64_t s, int64_t d)
 {
     float x = kiln_to_f<T>(((const T *)v.p)[b * v.sb + n * v.sn + s * v.ss + d]);
-    if (v.bias) x = round_to<T>(x + kiln_to_f<T>(((const T *)v.bias)[n * hd + d]));
+    if (v.bias) x = kiln_round_to<T>(x + kiln_to_f<T>(((const T *)v.bias)[n * hd + d]));
     return x;
 }
 
@@ -337,7 +312,7 @@ extern "C" gpuError_t kiln_gpu_contrib_kv(gpuStream_t s, int dtype, void *dst, c
         kv_kernel<kiln_gpu_half><<<nb, THREADS, 0, s>>>((kiln_gpu_half *)dst, (const kiln_gpu_half *)past, src, B, N, P, L, hd);
     else if (dtype == KILN_DTYPE_BFLOAT16)
         kv_kernel<kiln_gpu_bf16><<<nb, THREADS, 0, s>>>((kiln_gpu_bf16 *)dst, (const kiln_gpu_bf16 *)past, src, B, N, P, L, hd);
-    else return bad_dtype();
+    else return kiln_gpu_bad_arg();
     return gpuGetLastError();
 }
 
@@ -378,7 +353,7 @@ template <typename T> __global__ void attn_kernel(kiln_gpu_attn a)
     for (int64_t t = warp; t < a.T; t += nw) {
         float acc = 0.0f;
         for (int64_t d = lane; d < a.H; d += 32) acc += qs[d] * kiln_to_f<T>(kp[t * a.H + d]);
-        acc = warp_sum(acc);
+        acc = kiln_warp_sum(acc);
         if (lane == 0) {
             float x = acc * a.scale + mask_add(a, b, s, t);
             if (ab) x += kiln_to_f<T>(ab[t]);
@@ -410,9 +385,9 @@ extern "C" gpuError_t kiln_gpu_contrib_attn(gpuStream_t s, const kiln_gpu_attn *
     int64_t rows = a->B * a->N * a->S;
     if (rows <= 0) return gpuSuccess;
     size_t smem = (size_t)(a->H + a->T + 32) * sizeof(float);
-    if (rows > INT32_MAX || a->T <= 0 || smem > KILN_GPU_ATTN_MAX_SMEM) return bad_dtype();
+    if (rows > INT32_MAX || a->T <= 0 || smem > KILN_GPU_ATTN_MAX_SMEM) return kiln_gpu_bad_arg();
     if (a->dtype == KILN_DTYPE_FLOAT32) attn_kernel<float><<<(unsigned)rows, ATTN_BLOCK, smem, s>>>(*a);
     else if (a->dtype == KILN_DTYPE_FLOAT16) attn_kernel<kiln_gpu_half><<<(unsigned)rows, ATTN_BLOCK, smem, s>>>(*a);
-    else return bad_dtype();
+    else return kiln_gpu_bad_arg();
     return gpuGetLastError();
 }

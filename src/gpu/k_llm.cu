@@ -17,16 +17,6 @@ extern "C" unsigned kiln_gpu_blocks(int64_t n, unsigned block);
 
 #define BLOCK 256
 #define WARPS (BLOCK / 32)
-#define FULL_MASK 0xffffffffu
-
-static gpuError_t bad_dtype(void)
-{
-#if defined(KILN_HIP)
-    return hipErrorInvalidValue;
-#else
-    return cudaErrorInvalidValue;
-#endif
-}
 
 /* A float32 or float16 value of a parameter tensor (scales, typed zero points), as float. */
 __device__ __forceinline__ float load_param(int dt, const void *p, int64_t i)
@@ -34,12 +24,6 @@ __device__ __forceinline__ float load_param(int dt, const void *p, int64_t i)
     if (dt == KILN_DTYPE_FLOAT16) return kiln_to_f<kiln_gpu_half>(((const kiln_gpu_half *)p)[i]);
     if (dt == KILN_DTYPE_BFLOAT16) return kiln_to_f<kiln_gpu_bf16>(((const kiln_gpu_bf16 *)p)[i]);
     return ((const float *)p)[i];
-}
-
-__device__ __forceinline__ float warp_sum(float v)
-{
-    for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(FULL_MASK, v, d);
-    return v;
 }
 
 /* ---- MatMulNBits ---- */
@@ -110,7 +94,7 @@ __global__ void nbits_gemv_kernel(kiln_gpu_nbits a, int64_t per, float *part)
 #pragma unroll
     for (int m = 0; m < KILN_GPU_NBITS_GEMV_MAX_M; m++) {
         if (m >= a.M) break;
-        float v = warp_sum(acc[m]);
+        float v = kiln_warp_sum(acc[m]);
         if (lane == 0) store_sum<T>(a, m, n, v, part);
     }
 }
@@ -182,7 +166,7 @@ __global__ void nbits_gemv4_kernel(kiln_gpu_nbits a, int bs_shift, int64_t per, 
 #pragma unroll
     for (int m = 0; m < KILN_GPU_NBITS_GEMV_MAX_M; m++) {
         if (m >= a.M) break;
-        float v = warp_sum(acc[m]);
+        float v = kiln_warp_sum(acc[m]);
         if (lane == 0) store_sum<T>(a, m, n, v, part);
     }
 }
@@ -316,8 +300,8 @@ __global__ void __launch_bounds__(BLOCK, MM == 1 ? GV_BLOCKS_PER_SM : 1) nbits_g
                 for (int j = 0; j < 8; j++) v[j] = k < kn && kk + j < a.K ? kiln_to_f<T>(src[j]) : 0.0f;
             }
             float sum = ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
-            sum += __shfl_xor_sync(FULL_MASK, sum, 1);
-            sum += __shfl_xor_sync(FULL_MASK, sum, 2);
+            sum += __shfl_xor_sync(KILN_FULL_MASK, sum, 1);
+            sum += __shfl_xor_sync(KILN_FULL_MASK, sum, 2);
             if (k < kn) {
                 float *d = As + m * rowf + GV_PAD(k);
                 ((float4 *)d)[0] = make_float4(v[0], v[1], v[2], v[3]);
@@ -345,7 +329,7 @@ __global__ void __launch_bounds__(BLOCK, MM == 1 ? GV_BLOCKS_PER_SM : 1) nbits_g
 #pragma unroll
                 for (int m = 0; m < MM; m++) {
                     if (m >= a.M) break;
-                    const float v = warp_sum(acc[j][m]);
+                    const float v = kiln_warp_sum(acc[j][m]);
                     if (lane == 0 && g * GV_COLS + j < a.N) store_sum<T>(a, m, g * GV_COLS + j, v, part);
                     acc[j][m] = 0.0f;
                 }
@@ -541,8 +525,8 @@ __device__ __forceinline__ void tc_stage(const kiln_gpu_nbits &a, int64_t jb, in
         for (int t = 0; t < 4; t++) ps += __half2float(h[2 * t]) + __half2float(d[t]);
 #pragma unroll
         for (int o = 1; o < 16; o <<= 1) {
-            qs += __shfl_xor_sync(FULL_MASK, qs, o);
-            ps += __shfl_xor_sync(FULL_MASK, ps, o);
+            qs += __shfl_xor_sync(KILN_FULL_MASK, qs, o);
+            ps += __shfl_xor_sync(KILN_FULL_MASK, ps, o);
         }
         if (on && (e & 15) == 0) {
             pq[(jl * 4 + (m >> 1)) * 4 + (m & 1)] = 1024.0f * ps;
@@ -810,7 +794,7 @@ static gpuError_t tc_launch(gpuStream_t s, const kiln_gpu_nbits *a, int splits, 
 {
 #if defined(KILN_HIP)
     (void)s, (void)a, (void)splits, (void)part;
-    return bad_dtype();
+    return kiln_gpu_bad_arg();
 #else
     const bool f32 = a->s_dtype == KILN_DTYPE_FLOAT32;
     if (a->zp_mode == KILN_GPU_ZP_NONE)
@@ -839,7 +823,7 @@ extern "C" gpuError_t kiln_gpu_nbits_gemv(gpuStream_t s, const kiln_gpu_nbits *a
         nbits_gemv4_kernel<kiln_gpu_half><<<grid, BLOCK, 0, s>>>(*a, shift, per, part);
     else if (a->dtype == KILN_DTYPE_FLOAT32) nbits_gemv_kernel<float><<<grid, BLOCK, 0, s>>>(*a, per, part);
     else if (a->dtype == KILN_DTYPE_FLOAT16) nbits_gemv_kernel<kiln_gpu_half><<<grid, BLOCK, 0, s>>>(*a, per, part);
-    else return bad_dtype();
+    else return kiln_gpu_bad_arg();
     gpuError_t e = ge != gpuSuccess ? ge : gpuGetLastError();
     if (e != gpuSuccess || splits == 1) return e; /* one split wrote Y itself */
     unsigned nb = kiln_gpu_blocks(a->M * a->N, BLOCK);
@@ -854,7 +838,7 @@ extern "C" gpuError_t kiln_gpu_nbits_dequant(gpuStream_t s, const kiln_gpu_nbits
     unsigned nb = kiln_gpu_blocks(a->N * a->K, BLOCK);
     if (a->dtype == KILN_DTYPE_FLOAT32) nbits_dequant_kernel<float><<<nb, BLOCK, 0, s>>>(*a, (float *)W);
     else if (a->dtype == KILN_DTYPE_FLOAT16) nbits_dequant_kernel<kiln_gpu_half><<<nb, BLOCK, 0, s>>>(*a, (kiln_gpu_half *)W);
-    else return bad_dtype();
+    else return kiln_gpu_bad_arg();
     return gpuGetLastError();
 }
 
@@ -864,7 +848,7 @@ extern "C" gpuError_t kiln_gpu_nbits_bias(gpuStream_t s, const kiln_gpu_nbits *a
     unsigned nb = kiln_gpu_blocks(a->M * a->N, BLOCK);
     if (a->dtype == KILN_DTYPE_FLOAT32) nbits_bias_kernel<float><<<nb, BLOCK, 0, s>>>(*a);
     else if (a->dtype == KILN_DTYPE_FLOAT16) nbits_bias_kernel<kiln_gpu_half><<<nb, BLOCK, 0, s>>>(*a);
-    else return bad_dtype();
+    else return kiln_gpu_bad_arg();
     return gpuGetLastError();
 }
 
@@ -914,7 +898,7 @@ extern "C" gpuError_t kiln_gpu_rotary(gpuStream_t s, int dtype, const void *x, v
     if (dtype == KILN_DTYPE_FLOAT32) ROT(float);
     else if (dtype == KILN_DTYPE_FLOAT16) ROT(kiln_gpu_half);
     else if (dtype == KILN_DTYPE_BFLOAT16) ROT(kiln_gpu_bf16);
-    else return bad_dtype();
+    else return kiln_gpu_bad_arg();
 #undef ROT
     return gpuGetLastError();
 }
@@ -939,7 +923,7 @@ extern "C" gpuError_t kiln_gpu_silu_mul(gpuStream_t s, int dtype, const void *g,
     if (dtype == KILN_DTYPE_FLOAT32) SILU(float);
     else if (dtype == KILN_DTYPE_FLOAT16) SILU(kiln_gpu_half);
     else if (dtype == KILN_DTYPE_BFLOAT16) SILU(kiln_gpu_bf16);
-    else return bad_dtype();
+    else return kiln_gpu_bad_arg();
 #undef SILU
     return gpuGetLastError();
 }
@@ -1110,7 +1094,7 @@ __global__ void gqa_attn_kernel(kiln_gpu_gqa a)
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1)
 #pragma unroll
-            for (int u = 0; u < GQA_KEYS; u++) dot[u] += __shfl_xor_sync(FULL_MASK, dot[u], o);
+            for (int u = 0; u < GQA_KEYS; u++) dot[u] += __shfl_xor_sync(KILN_FULL_MASK, dot[u], o);
         float sc[GQA_KEYS], mn = m;
 #pragma unroll
         for (int u = 0; u < GQA_KEYS; u++) {
@@ -1229,10 +1213,10 @@ extern "C" gpuError_t kiln_gpu_gqa_run(gpuStream_t s, const kiln_gpu_gqa *a)
     if (a->B <= 0 || a->S <= 0 || a->H <= 0) return gpuSuccess;
     if (a->H > KILN_GPU_GQA_MAX_HEAD || a->S * (a->splits > 0 ? a->splits : 1) > INT32_MAX || a->N > 65535 ||
         a->B > 65535 || a->splits < 1 || (a->splits > 1 && !a->part))
-        return bad_dtype();
+        return kiln_gpu_bad_arg();
     if (a->dtype == KILN_DTYPE_FLOAT32) return gqa_launch<float>(s, *a);
     if (a->dtype == KILN_DTYPE_FLOAT16) return gqa_launch<kiln_gpu_half>(s, *a);
-    return bad_dtype();
+    return kiln_gpu_bad_arg();
 }
 
 /* ---- RMS normalizations ---- */
@@ -1263,7 +1247,7 @@ __global__ void rms_rows_kernel(const T *x, const T *skip, int64_t skip_n, const
             if (sum) sum[r * h + j] = kiln_from_f<T>(v);
             ss += v * v;
         }
-        ss = warp_sum(ss);
+        ss = kiln_warp_sum(ss);
         if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = ss;
         __syncthreads();
         float tot = 0.0f;
@@ -1311,7 +1295,7 @@ __global__ void __launch_bounds__(RMS_MAX_THREADS) rms_held_kernel(const T *x, c
             const int64_t j = threadIdx.x + (int64_t)t * nt;
             if (j < h) sum[r * h + j] = kiln_from_f<T>(v[t]);
         }
-    ss = warp_sum(ss);
+    ss = kiln_warp_sum(ss);
     if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = ss;
     __syncthreads();
     float tot = 0.0f;
@@ -1378,7 +1362,7 @@ __global__ void __launch_bounds__(RMS_MAX_THREADS) rms_vec_kernel(const T *x, co
     float ss = 0.0f;
 #pragma unroll
     for (int k = 0; k < 8; k++) ss += v[k] * v[k];
-    ss = warp_sum(ss);
+    ss = kiln_warp_sum(ss);
     if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = ss;
     __syncthreads();
     float tot = 0.0f;
@@ -1424,7 +1408,7 @@ extern "C" gpuError_t kiln_gpu_rms_rows(gpuStream_t s, int dtype, const void *x,
     if (dtype == KILN_DTYPE_FLOAT32) RMS_LAUNCH(float);
     else if (dtype == KILN_DTYPE_FLOAT16) RMS_LAUNCH(kiln_gpu_half);
     else if (dtype == KILN_DTYPE_BFLOAT16) RMS_LAUNCH(kiln_gpu_bf16);
-    else return bad_dtype();
+    else return kiln_gpu_bad_arg();
 #undef RMS_LAUNCH
     return gpuGetLastError();
 }

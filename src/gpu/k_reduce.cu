@@ -12,22 +12,11 @@
 extern "C" unsigned kiln_gpu_blocks(int64_t n, unsigned block);
 
 #define BLOCK 256
-#define FULL_MASK 0xffffffffu
 
 /* Rows at least this long get a whole block each, shorter ones a warp. */
 #define BLOCK_ROW_MIN 1024
 
 /* ---- element access ---- */
-
-/* The error an unsupported dtype gives (the C side checks dtypes first). */
-static gpuError_t bad_dtype(void)
-{
-#if defined(KILN_HIP)
-    return hipErrorInvalidValue;
-#else
-    return cudaErrorInvalidValue;
-#endif
-}
 
 
 template <typename T> struct is_int_t {
@@ -79,7 +68,7 @@ __device__ __forceinline__ float load_param(kiln_dtype dt, const void *p, int64_
 /* Combines a and b under op (a functor: A operator()(A, A)). */
 template <typename A, typename Op> __device__ __forceinline__ A warp_all(A v, Op op)
 {
-    for (int d = 16; d > 0; d >>= 1) v = op(v, __shfl_xor_sync(FULL_MASK, v, d));
+    for (int d = 16; d > 0; d >>= 1) v = op(v, __shfl_xor_sync(KILN_FULL_MASK, v, d));
     return v;
 }
 
@@ -305,7 +294,7 @@ static void reduce_cols_t(gpuStream_t s, int kind, const void *x, void *y, int64
     do {                                                                                   \
         switch (dt) {                                                                      \
         DISPATCH_CASES_F(F, __VA_ARGS__)                                                   \
-        default: return bad_dtype();                                                       \
+        default: return kiln_gpu_bad_arg();                                                       \
         }                                                                                  \
     } while (0)
 #define DISPATCH_FI(dt, F, ...)                                                            \
@@ -314,7 +303,7 @@ static void reduce_cols_t(gpuStream_t s, int kind, const void *x, void *y, int64
         DISPATCH_CASES_F(F, __VA_ARGS__)                                                   \
         case KILN_DTYPE_INT32: F<int32_t>(__VA_ARGS__); break;                             \
         case KILN_DTYPE_INT64: F<int64_t>(__VA_ARGS__); break;                             \
-        default: return bad_dtype();                                                       \
+        default: return kiln_gpu_bad_arg();                                                       \
         }                                                                                  \
     } while (0)
 
@@ -369,8 +358,8 @@ template <typename K, int TPO, typename Op> __device__ __forceinline__ cand<K> a
 {
     for (int d = 16; d > 0; d >>= 1) {
         cand<K> o;
-        o.v = __shfl_xor_sync(FULL_MASK, c.v, d);
-        o.i = __shfl_xor_sync(FULL_MASK, c.i, d);
+        o.v = __shfl_xor_sync(KILN_FULL_MASK, c.v, d);
+        o.i = __shfl_xor_sync(KILN_FULL_MASK, c.i, d);
         c = op(c, o);
     }
     if constexpr (TPO == 32) {
@@ -643,7 +632,7 @@ extern "C" gpuError_t kiln_gpu_norm_rows(gpuStream_t s, kiln_dtype dt, kiln_dtyp
         break;
     default: ok = false;
     }
-    if (!ok) return bad_dtype();
+    if (!ok) return kiln_gpu_bad_arg();
     return gpuGetLastError();
 }
 
@@ -751,13 +740,13 @@ __global__ void cumsum_rows_kernel(const T *x, T *y, int64_t outer, int64_t n, b
             bool ok = sidx < n;
             S v = ok ? load_sum(xr, idx) : (S)0, incl = v;
             for (int d = 1; d < 32; d <<= 1) {
-                S u = __shfl_up_sync(FULL_MASK, incl, d);
+                S u = __shfl_up_sync(KILN_FULL_MASK, incl, d);
                 if (lane >= d) incl += u;
             }
-            S before = __shfl_up_sync(FULL_MASK, incl, 1);
+            S before = __shfl_up_sync(KILN_FULL_MASK, incl, 1);
             if (lane == 0) before = (S)0;
             if (ok) yr[idx] = store_sum<T>(carry + (excl ? before : incl));
-            carry += __shfl_sync(FULL_MASK, incl, 31);
+            carry += __shfl_sync(KILN_FULL_MASK, incl, 31);
         }
     }
 }
@@ -784,10 +773,10 @@ __global__ void cumsum_block_kernel(const T *x, T *y, int64_t outer, int64_t n, 
             }
             S incl = t;
             for (int d = 1; d < 32; d <<= 1) {
-                S u = __shfl_up_sync(FULL_MASK, incl, d);
+                S u = __shfl_up_sync(KILN_FULL_MASK, incl, d);
                 if (lane >= d) incl += u;
             }
-            S before = __shfl_up_sync(FULL_MASK, incl, 1);
+            S before = __shfl_up_sync(KILN_FULL_MASK, incl, 1);
             if (lane == 0) before = (S)0;
             if (lane == 31) wsum[w] = incl;
             __syncthreads();

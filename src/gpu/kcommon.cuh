@@ -64,6 +64,35 @@ template <typename T> __device__ __forceinline__ T kiln_from_f(float x) { return
 template <> __device__ __forceinline__ kiln_gpu_half kiln_from_f<kiln_gpu_half>(float x) { return __float2half(x); }
 template <> __device__ __forceinline__ kiln_gpu_bf16 kiln_from_f<kiln_gpu_bf16>(float x) { return __float2bfloat16(x); }
 
+/* Rounds v to T's precision (where the reference holds a value in the tensor's type). */
+template <typename T> __device__ __forceinline__ float kiln_round_to(float v) { return kiln_to_f<T>(kiln_from_f<T>(v)); }
+
+#define KILN_FULL_MASK 0xffffffffu
+
+/* The sum and the max over a warp's 32 lanes, in every lane. */
+__device__ __forceinline__ float kiln_warp_sum(float v)
+{
+    for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(KILN_FULL_MASK, v, d);
+    return v;
+}
+
+__device__ __forceinline__ float kiln_warp_max(float v)
+{
+    for (int d = 16; d > 0; d >>= 1) v = fmaxf(v, __shfl_xor_sync(KILN_FULL_MASK, v, d));
+    return v;
+}
+
+/* The error a launcher gives for an argument its C caller should have refused (a dtype, a
+ * size): the runtime's invalid-value code. */
+static inline gpuError_t kiln_gpu_bad_arg(void)
+{
+#if defined(KILN_HIP)
+    return hipErrorInvalidValue;
+#else
+    return cudaErrorInvalidValue;
+#endif
+}
+
 /* Offset, under s's strides, of the element at flat index i of a contiguous tensor with s's dims. */
 __device__ __forceinline__ int64_t kiln_strided_offset(const kiln_gpu_shape &s, int64_t i)
 {
