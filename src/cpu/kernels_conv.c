@@ -601,6 +601,18 @@ static bool conv_direct_fits(const kiln_node *n, const kiln_value *w, int64_t gr
 /* Packs n's weights when they are a constant float32 [M, C/group, kh, kw] of a non-depthwise
  * Conv, then releases the original when nothing else reads it (kiln_node_release_constant);
  * leaves the node without state (packing per call) otherwise. */
+/* n keeps cs as its kernel state, which holds the weights whole: the original is released
+ * (conv_state_unpack rebuilds it for the reference, should it ever run). */
+static void conv_state_adopt(kiln_node *n, conv_state *cs)
+{
+    n->kernel_state = cs;
+    n->kernel_state_free = conv_state_free;
+    if (kiln_node_release_constant(n, 1)) {
+        n->kernel_state_unpack = conv_state_unpack;
+        n->released_in = 1;
+    }
+}
+
 static void conv_pack_weights(kiln_node *n)
 {
     const kiln_value *w = kiln_ir_constant(n->in[1]);
@@ -622,12 +634,7 @@ static void conv_pack_weights(kiln_node *n)
         }
         transpose_f32(w->data, wt, mg, kdim);
         cs->wt = wt, cs->wt_m = mg, cs->block = mg * kdim;
-        n->kernel_state = cs;
-        n->kernel_state_free = conv_state_free;
-        if (kiln_node_release_constant(n, 1)) {
-            n->kernel_state_unpack = conv_state_unpack;
-            n->released_in = 1;
-        }
+        conv_state_adopt(n, cs);
         return;
     }
     kiln_direct *direct = conv_direct_fits(n, w, group, wrank) ? kiln_cpu_direct_pack(w->data, mg, kdim) : NULL;
@@ -638,12 +645,7 @@ static void conv_pack_weights(kiln_node *n)
             return;
         }
         cs->direct = direct;
-        n->kernel_state = cs;
-        n->kernel_state_free = conv_state_free;
-        if (kiln_node_release_constant(n, 1)) {
-            n->kernel_state_unpack = conv_state_unpack;
-            n->released_in = 1;
-        }
+        conv_state_adopt(n, cs);
         return;
     }
     if (conv_winograd_fits(n, w, group, wrank)) { /* the original stays: the reference's, if it is ever needed */
@@ -668,12 +670,7 @@ static void conv_pack_weights(kiln_node *n)
             return;
         }
     }
-    n->kernel_state = cs;
-    n->kernel_state_free = conv_state_free;
-    if (kiln_node_release_constant(n, 1)) {
-        n->kernel_state_unpack = conv_state_unpack;
-        n->released_in = 1;
-    }
+    conv_state_adopt(n, cs);
 }
 
 /* The output of a pixels-as-rows GEMM: each finished tile of C [pixels, channels] (bias, and
