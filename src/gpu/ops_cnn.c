@@ -233,8 +233,12 @@ static dnn_conv *dnn_conv_make(cudnnHandle_t h, kiln_dtype dtype, const kiln_nn_
         goto refuse;
     for (int i = 0; i < found; i++) {
         if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > DNN_WORKSPACE_MAX) continue;
-        if (dtype == KILN_DTYPE_FLOAT32 && perf[i].mathType != CUDNN_FMA_MATH) continue;
-        if (kiln_dnn.set_conv_math(d->conv, perf[i].mathType)) continue;
+        /* float32 keeps the descriptor's FMA math (an algorithm reported with the default math
+         * runs so too; one that needs tensor ops is declined when it runs, see dnn_conv_run);
+         * 16-bit types take the math the heuristics name */
+        if (dtype == KILN_DTYPE_FLOAT32 ? perf[i].mathType != CUDNN_FMA_MATH && perf[i].mathType != CUDNN_DEFAULT_MATH
+                                        : kiln_dnn.set_conv_math(d->conv, perf[i].mathType) != CUDNN_STATUS_SUCCESS)
+            continue;
         d->algo = perf[i].algo;
         d->ws = perf[i].memory;
         return d;
