@@ -1051,6 +1051,7 @@ static kiln_status conv_few_pixels(const conv_call *k)
     few_job j = {k, cols, T};
     /* waking the pool costs more than a few small stripes' sums */
     kiln_threadpool_parallel_for(k->M * k->kdim * T >= 131072 ? k->ctx.pool : NULL, (k->M + 15) / 16, few_stripes, &j);
+    kiln_scratch_put(k->ctx.scratch, cols);
     return KILN_OK;
 }
 
