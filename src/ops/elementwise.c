@@ -673,7 +673,9 @@ static kiln_status clip_infer(kiln_infer_ctx *c)
             return kiln_infer_fail(c, KILN_ERR_SHAPE, "%s must be a scalar, has %lld elements",
                                    i == 1 ? "min" : "max", (long long)v->numel);
     }
-    return kiln_infer_elementwise(c, KILN_DTYPE_UNDEFINED);
+    /* Y has X's shape: the bounds are scalars (an empty one is no bound), never broadcast into
+     * it (a [6, 2, 0, 2] min made Y empty while X was not: the fuzzer's find) */
+    return kiln_infer_same_as_input(c, 0, 0);
 }
 
 static kiln_status clip_run(kiln_run_ctx *c)
