@@ -176,6 +176,7 @@ kiln_status kiln_cast_strconcat_infer(kiln_infer_ctx *c)
 {
     KILN_TRY(require_string(c, 0));
     KILN_TRY(require_string(c, 1));
+    KILN_TRY(kiln_infer_max_inputs(c, 2));
     return kiln_infer_elementwise(c, KILN_DTYPE_STRING);
 }
 

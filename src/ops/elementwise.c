@@ -188,7 +188,10 @@ static kiln_status unary_infer(kiln_infer_ctx *c)
         return kiln_infer_fail(c, KILN_ERR_MODEL, "attribute approximate must be 'none' or 'tanh'");
     if (x->dtype && !kiln_dtype_is_float(x->dtype) && !(op->fi && kiln_dtype_is_int(x->dtype)))
         return bad_dtype(c, "X", x->dtype);
-    return kiln_infer_elementwise(c, KILN_DTYPE_UNDEFINED);
+    /* a stray second input was broadcast into Y (an empty one left Y empty while X was not: the
+     * fuzzer's find) */
+    KILN_TRY(kiln_infer_max_inputs(c, 1));
+    return kiln_infer_same_as_input(c, 0, 0);
 }
 
 static kiln_status unary_run(kiln_run_ctx *c)
@@ -226,6 +229,7 @@ static kiln_status isnan_infer(kiln_infer_ctx *c)
     const kiln_type *x = kiln_infer_in(c, 0);
     if (!x) return kiln_infer_fail(c, KILN_ERR_MODEL, "needs input X");
     if (x->dtype && !kiln_dtype_is_float(x->dtype)) return bad_dtype(c, "X", x->dtype);
+    KILN_TRY(kiln_infer_max_inputs(c, 1));
     return kiln_infer_elementwise(c, KILN_DTYPE_BOOL);
 }
 
@@ -258,6 +262,7 @@ static kiln_status not_infer(kiln_infer_ctx *c)
     if (!x) return kiln_infer_fail(c, KILN_ERR_MODEL, "needs input X");
     if (x->dtype && (bitwise ? !kiln_dtype_is_int(x->dtype) : x->dtype != KILN_DTYPE_BOOL))
         return bad_dtype(c, "X", x->dtype);
+    KILN_TRY(kiln_infer_max_inputs(c, 1));
     return kiln_infer_elementwise(c, KILN_DTYPE_UNDEFINED);
 }
 
@@ -634,6 +639,7 @@ static kiln_status where_infer(kiln_infer_ctx *c)
     if (!cond || !x || !y) return kiln_infer_fail(c, KILN_ERR_MODEL, "needs inputs condition, X and Y");
     if (cond->dtype && cond->dtype != KILN_DTYPE_BOOL) return bad_dtype(c, "condition", cond->dtype);
     KILN_TRY(require_same_dtype(c, 1, 3));
+    KILN_TRY(kiln_infer_max_inputs(c, 3));
     return kiln_infer_elementwise(c, x->dtype);
 }
 
@@ -667,6 +673,7 @@ static kiln_status clip_infer(kiln_infer_ctx *c)
     if (!x) return kiln_infer_fail(c, KILN_ERR_MODEL, "needs input input");
     if (x->dtype && !is_numeric(x->dtype)) return bad_dtype(c, "input", x->dtype);
     KILN_TRY(require_same_dtype(c, 0, 3));
+    KILN_TRY(kiln_infer_max_inputs(c, 3));
     for (int i = 1; i < 3; i++) {
         const kiln_value *v = kiln_infer_in_value(c, i);
         if (v && v->numel > 1)

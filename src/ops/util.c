@@ -50,6 +50,15 @@ double kiln_round_to(kiln_dtype dt, double v)
     }
 }
 
+kiln_status kiln_infer_max_inputs(kiln_infer_ctx *c, int max)
+{
+    for (int i = max; i < kiln_infer_n_in(c); i++)
+        if (kiln_infer_in(c, i))
+            return kiln_infer_fail(c, KILN_ERR_MODEL, "takes at most %d input%s, has %d", max, max == 1 ? "" : "s",
+                                   kiln_infer_n_in(c));
+    return KILN_OK;
+}
+
 kiln_status kiln_infer_elementwise(kiln_infer_ctx *c, kiln_dtype dt)
 {
     int n = kiln_infer_n_in(c);

@@ -36,5 +36,8 @@ double kiln_round_to(kiln_dtype dt, double v);
 /* Inference for element-wise ops over the broadcast of all present inputs: output 0 gets the
  * broadcast shape and dtype `dt` (KILN_DTYPE_UNDEFINED: the dtype of input 0). */
 kiln_status kiln_infer_elementwise(kiln_infer_ctx *c, kiln_dtype dt);
+/* Fails (KILN_ERR_MODEL) when the node has an input present past its op's last, max: ONNX
+ * Runtime's schema check refuses such a node, and an element-wise op would broadcast it into Y. */
+kiln_status kiln_infer_max_inputs(kiln_infer_ctx *c, int max);
 
 #endif
