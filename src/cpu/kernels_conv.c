@@ -922,14 +922,16 @@ static kiln_status conv_winograd(const conv_call *k)
  * 16-channel stripe of W^T [K, M]: y[m, t] = sum_k W^T[k, m] col[t, k], the group's sums of a
  * stripe in registers (one function per group size), the stripes split over the pool. */
 
+/* sums[t][l] = sum_k wt[k * M + l] x[t * K + k] for t < P, 16 channels l from wt. */
+typedef void (*few_sums_fn)(const float *wt, int64_t M, const float *x, int64_t K, float (*sums)[16]);
+
 typedef struct few_job {
     const conv_call *k;
     const float *cols; /* [Nb * area][kdim]: each output pixel's receptive field, zero where padded */
     int64_t T;         /* pixels of all images */
+    const few_sums_fn *sums; /* the ISA's sums by pixel count (1..group); NULL: portable */
+    int group;         /* pixels a sums call takes at most */
 } few_job;
-
-/* sums[t][l] = sum_k wt[k * M + l] x[t * K + k] for t < P, 16 channels l from wt. */
-typedef void (*few_sums_fn)(const float *wt, int64_t M, const float *x, int64_t K, float (*sums)[16]);
 
 static inline __attribute__((always_inline, target("avx512f"))) void few_sums512(const float *wt, int64_t M,
                                                                                const float *x, int64_t K,
@@ -995,17 +997,14 @@ static void few_stripes(void *ctx, int64_t c0, int64_t c1)
     const few_job *j = ctx;
     const conv_call *k = j->k;
     int64_t K = k->kdim, M = k->M, area = k->area;
-    kiln_gemm_level level = kiln_gemm_level_detect();
-    int group = level == KILN_GEMM_LEVEL_AVX512 ? FEW_PIXELS : level == KILN_GEMM_LEVEL_AVX2 ? 4 : 0;
-    const few_sums_fn *fns = level == KILN_GEMM_LEVEL_AVX512 ? few_sums_avx512 : few_sums_avx2;
     for (int64_t c = c0; c < c1; c++) {
         int64_t m0 = c * 16, mn = M - m0 < 16 ? M - m0 : 16;
-        for (int64_t t0 = 0; t0 < j->T; t0 += group ? group : FEW_PIXELS) {
-            int P = (int)(j->T - t0 < (group ? group : FEW_PIXELS) ? j->T - t0 : (group ? group : FEW_PIXELS));
+        for (int64_t t0 = 0; t0 < j->T; t0 += j->group) {
+            int P = (int)(j->T - t0 < j->group ? j->T - t0 : j->group);
             const float *x = j->cols + t0 * K;
             float sums[FEW_PIXELS][16];
-            if (group && mn == 16) {
-                fns[P](k->cs->wt + m0, M, x, K, sums);
+            if (j->sums && mn == 16) {
+                j->sums[P](k->cs->wt + m0, M, x, K, sums);
             } else { /* portable, or a last stripe of fewer than 16 channels */
                 for (int t = 0; t < P; t++)
                     for (int l = 0; l < 16; l++) sums[t][l] = 0.0f;
@@ -1048,7 +1047,10 @@ static kiln_status conv_few_pixels(const conv_call *k)
                         }
                     }
             }
-    few_job j = {k, cols, T};
+    kiln_gemm_level level = kiln_gemm_level_detect();
+    few_job j = {k, cols, T, NULL, FEW_PIXELS};
+    if (level == KILN_GEMM_LEVEL_AVX512) j.sums = few_sums_avx512, j.group = FEW_PIXELS;
+    else if (level == KILN_GEMM_LEVEL_AVX2) j.sums = few_sums_avx2, j.group = 4;
     /* waking the pool costs more than a few small stripes' sums */
     kiln_threadpool_parallel_for(k->M * k->kdim * T >= 131072 ? k->ctx.pool : NULL, (k->M + 15) / 16, few_stripes, &j);
     kiln_scratch_put(k->ctx.scratch, cols);
