@@ -7,6 +7,7 @@
 #include "ops/fused.h"
 #include "ops/nn_internal.h"
 #include "ops/op.h"
+#include "ops/util.h"
 
 static const kiln_fused no_fusion = {{KILN_ACT_NONE, 0.0f, 0.0f}, 0, 0};
 
@@ -254,14 +255,6 @@ static kiln_status silu_mul_infer(kiln_infer_ctx *c)
     return kiln_infer_same_as_input(c, 0, 0);
 }
 
-/* v rounded to dtype dt, as a node writing it would store it */
-static double rounded(kiln_dtype dt, double v)
-{
-    unsigned char b[8];
-    kiln_store_f64(dt, b, 0, v);
-    return kiln_load_f64(dt, b, 0);
-}
-
 /* The unfused chain, each node's result rounded to the type: s = Sigmoid(G), t = G * s, Y = t * U. */
 static kiln_status silu_mul_run(kiln_run_ctx *c)
 {
@@ -272,8 +265,8 @@ static kiln_status silu_mul_run(kiln_run_ctx *c)
                              kiln_dtype_name(u->dtype), (long long)u->numel, kiln_dtype_name(g->dtype), (long long)g->numel);
     for (int64_t i = 0; i < g->numel; i++) {
         double gv = kiln_load_f64(g->dtype, g->data, i);
-        double sv = rounded(g->dtype, 1.0 / (1.0 + exp(-gv)));
-        double tv = rounded(g->dtype, gv * sv);
+        double sv = kiln_round_to(g->dtype, 1.0 / (1.0 + exp(-gv)));
+        double tv = kiln_round_to(g->dtype, gv * sv);
         kiln_store_f64(y->dtype, y->data, i, tv * kiln_load_f64(u->dtype, u->data, i));
     }
     return KILN_OK;
