@@ -26,10 +26,8 @@ static const kiln_dtype ints[] = {KILN_DTYPE_INT32, KILN_DTYPE_INT64, KILN_DTYPE
 /* Input i, when present and of known dtype, has input ref's dtype. */
 static bool same_as(const kiln_node *n, int i, int ref, char *why, size_t size)
 {
-    const kiln_type *t = kiln_gpu_in_type(n, i), *x = kiln_gpu_in_type(n, ref);
-    if (!t || !x || t->dtype == x->dtype || t->dtype == KILN_DTYPE_UNDEFINED) return true;
-    return kiln_gpu_refuse(why, size, "input %d dtype %s differs from input %d's %s", i, kiln_dtype_name(t->dtype), ref,
-                           kiln_dtype_name(x->dtype));
+    const kiln_type *t = kiln_gpu_in_type(n, i);
+    return (t && t->dtype == KILN_DTYPE_UNDEFINED) || kiln_gpu_same_dtype(n, i, ref, why, size);
 }
 
 /* A constant dim d (when it is one) is at most max. */

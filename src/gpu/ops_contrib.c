@@ -33,21 +33,12 @@ static const kiln_dtype floats[] = {KILN_DTYPE_FLOAT32, KILN_DTYPE_FLOAT16, KILN
 static const kiln_dtype ints[] = {KILN_DTYPE_INT32, KILN_DTYPE_INT64, KILN_DTYPE_UNDEFINED};
 static const kiln_dtype i32[] = {KILN_DTYPE_INT32, KILN_DTYPE_UNDEFINED};
 
-/* Input i, when present, has input `ref`'s dtype. */
-static bool same_as(const kiln_node *n, int i, int ref, char *why, size_t size)
-{
-    const kiln_type *t = kiln_gpu_in_type(n, i), *x = kiln_gpu_in_type(n, ref);
-    if (!t || !x || t->dtype == x->dtype) return true;
-    return kiln_gpu_refuse(why, size, "input %d dtype %s differs from input %d's %s", i, kiln_dtype_name(t->dtype), ref,
-                  kiln_dtype_name(x->dtype));
-}
-
 /* Inputs first..last (those present) are input first's float dtype (one of ok). */
 static bool floats_alike(const kiln_node *n, int first, int last, const kiln_dtype *ok, char *why, size_t size)
 {
     if (!kiln_gpu_input_is(n, first, true, ok, why, size)) return false;
     for (int i = first + 1; i <= last; i++)
-        if (!same_as(n, i, first, why, size)) return false;
+        if (!kiln_gpu_same_dtype(n, i, first, why, size)) return false;
     return true;
 }
 
@@ -148,7 +139,7 @@ static bool embed_ln_supports(const kiln_node *n, char *why, size_t size)
         return false;
     static const int tables[] = {KILN_EMBED_POS, KILN_EMBED_SEGEMB, KILN_EMBED_GAMMA, KILN_EMBED_BETA};
     for (size_t k = 0; k < sizeof tables / sizeof tables[0]; k++)
-        if (!same_as(n, tables[k], KILN_EMBED_WORD, why, size)) return false;
+        if (!kiln_gpu_same_dtype(n, tables[k], KILN_EMBED_WORD, why, size)) return false;
     return true;
 }
 
@@ -347,7 +338,7 @@ static void attn_masks(kiln_gpu_attn *a, const kiln_value *mask, const kiln_valu
 static bool attention_supports(const kiln_node *n, char *why, size_t size)
 {
     if (!floats_alike(n, KILN_ATTN_X, KILN_ATTN_BIAS, f32_f16, why, size) ||
-        !same_as(n, KILN_ATTN_PAST, KILN_ATTN_X, why, size) || !same_as(n, KILN_ATTN_ABIAS, KILN_ATTN_X, why, size) ||
+        !kiln_gpu_same_dtype(n, KILN_ATTN_PAST, KILN_ATTN_X, why, size) || !kiln_gpu_same_dtype(n, KILN_ATTN_ABIAS, KILN_ATTN_X, why, size) ||
         !kiln_gpu_input_is(n, KILN_ATTN_MASK, false, i32, why, size))
         return false;
     return true;
@@ -428,7 +419,7 @@ static bool mha_supports(const kiln_node *n, char *why, size_t size)
         return false;
     static const int alike[] = {KILN_MHA_K, KILN_MHA_V, KILN_MHA_BIAS, KILN_MHA_ABIAS, KILN_MHA_PK, KILN_MHA_PV};
     for (size_t k = 0; k < sizeof alike / sizeof alike[0]; k++)
-        if (!same_as(n, alike[k], KILN_MHA_Q, why, size)) return false;
+        if (!kiln_gpu_same_dtype(n, alike[k], KILN_MHA_Q, why, size)) return false;
     return true;
 }
 

@@ -44,22 +44,13 @@ static const kiln_dtype f32_f16[] = {KILN_DTYPE_FLOAT32, KILN_DTYPE_FLOAT16, KIL
 static const kiln_dtype floats[] = {KILN_DTYPE_FLOAT32, KILN_DTYPE_FLOAT16, KILN_DTYPE_BFLOAT16, KILN_DTYPE_UNDEFINED};
 
 /* Input i, when present, has input 0's dtype. */
-static bool same_as_x(const kiln_node *n, int i, char *why, size_t size)
-{
-    const kiln_type *t = kiln_gpu_in_type(n, i), *x = kiln_gpu_in_type(n, 0);
-    if (!t || !x || t->dtype == x->dtype) return true;
-    snprintf(why, size, "input %d dtype %s differs from input 0's %s", i, kiln_dtype_name(t->dtype),
-             kiln_dtype_name(x->dtype));
-    return false;
-}
-
 /* ---- MatMulNBits ---- */
 
 static bool nbits_supports(const kiln_node *n, char *why, size_t size)
 {
     static const kiln_dtype u8[] = {KILN_DTYPE_UINT8, KILN_DTYPE_UNDEFINED};
     if (!input_is(n, NB_A, true, f32_f16, why, size) || !input_is(n, NB_B, true, u8, why, size) ||
-        !input_is(n, NB_SCALES, true, f32_f16, why, size) || !same_as_x(n, NB_BIAS, why, size))
+        !input_is(n, NB_SCALES, true, f32_f16, why, size) || !kiln_gpu_same_dtype(n, NB_BIAS, 0, why, size))
         return false;
     if (kiln_gpu_in_type(n, NB_GIDX)) {
         snprintf(why, size, "g_idx");
@@ -195,7 +186,7 @@ static kiln_status gqa_run(kiln_run_ctx *c)
 
 static bool rotary_supports(const kiln_node *n, char *why, size_t size)
 {
-    if (!input_is(n, 0, true, floats, why, size) || !same_as_x(n, 2, why, size) || !same_as_x(n, 3, why, size))
+    if (!input_is(n, 0, true, floats, why, size) || !kiln_gpu_same_dtype(n, 2, 0, why, size) || !kiln_gpu_same_dtype(n, 3, 0, why, size))
         return false;
     if (kiln_attr_int(n, "is_packed_batching", 0)) {
         snprintf(why, size, "is_packed_batching");
@@ -251,7 +242,7 @@ static kiln_status rotary_run(kiln_run_ctx *c)
 static bool sln_supports(const kiln_node *n, char *why, size_t size)
 {
     return input_is(n, 0, true, floats, why, size) && input_is(n, 1, true, floats, why, size) &&
-           same_as_x(n, 1, why, size);
+           kiln_gpu_same_dtype(n, 1, 0, why, size);
 }
 
 static kiln_status sln_run(kiln_run_ctx *c)
@@ -278,7 +269,7 @@ static kiln_status sln_run(kiln_run_ctx *c)
 static bool skip_sln_supports(const kiln_node *n, char *why, size_t size)
 {
     for (int i = 0; i < 4; i++)
-        if (!input_is(n, i, i < 3, floats, why, size) || !same_as_x(n, i, why, size)) return false;
+        if (!input_is(n, i, i < 3, floats, why, size) || !kiln_gpu_same_dtype(n, i, 0, why, size)) return false;
     return true;
 }
 
@@ -311,7 +302,7 @@ static kiln_status skip_sln_run(kiln_run_ctx *c)
 
 static bool silu_mul_supports(const kiln_node *n, char *why, size_t size)
 {
-    return input_is(n, 0, true, floats, why, size) && input_is(n, 1, true, floats, why, size) && same_as_x(n, 1, why, size);
+    return input_is(n, 0, true, floats, why, size) && input_is(n, 1, true, floats, why, size) && kiln_gpu_same_dtype(n, 1, 0, why, size);
 }
 
 static kiln_status silu_mul_run(kiln_run_ctx *c)

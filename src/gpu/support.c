@@ -37,3 +37,11 @@ bool kiln_gpu_input_is(const kiln_node *n, int i, bool required, const kiln_dtyp
     if (t->dtype == KILN_DTYPE_UNDEFINED || kiln_gpu_dtype_in(t->dtype, ok)) return true;
     return kiln_gpu_refuse(why, size, "input %d dtype %s", i, kiln_dtype_name(t->dtype));
 }
+
+bool kiln_gpu_same_dtype(const kiln_node *n, int i, int ref, char *why, size_t size)
+{
+    const kiln_type *t = kiln_gpu_in_type(n, i), *x = kiln_gpu_in_type(n, ref);
+    if (!t || !x || t->dtype == x->dtype) return true;
+    return kiln_gpu_refuse(why, size, "input %d dtype %s differs from input %d's %s", i, kiln_dtype_name(t->dtype), ref,
+                           kiln_dtype_name(x->dtype));
+}

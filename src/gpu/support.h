@@ -17,5 +17,7 @@ bool kiln_gpu_dtype_in(kiln_dtype dt, const kiln_dtype *ok);
 /* Input i (when present, or when required) is a tensor of one of the dtypes in ok; else says
  * why. An unknown dtype passes (the kernel checks it again at run time). */
 bool kiln_gpu_input_is(const kiln_node *n, int i, bool required, const kiln_dtype *ok, char *why, size_t size);
+/* Input i, when present, has input ref's dtype; else says why. */
+bool kiln_gpu_same_dtype(const kiln_node *n, int i, int ref, char *why, size_t size);
 
 #endif
