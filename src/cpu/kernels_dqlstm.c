@@ -10,8 +10,8 @@
 
 #include "cpu/dynquant.h"
 #include "cpu/kernels.h"
-#include "cpu/lstm_gates.h"
 #include "cpu/qgemm.h"
+#include "cpu/vecmath.h"
 #include "core/scratch.h"
 #include "ops/contrib_quant.h"
 
@@ -58,11 +58,21 @@ static bool params_at(const kiln_value *s, const kiln_value *z, kiln_dtype dt, i
     return true;
 }
 
-/* acc [M, G] int32 -> out [M, G] (+)= acc * (a_scale * scale[j]) */
+/* acc [M, G] int32 -> out [M, G] = acc * (a_scale * scale[j]) (4 lanes at a time: a plain loop
+ * stays scalar at -O2, and a recurrence runs this every step) */
 static void scale_out(const int32_t *acc, int64_t M, int64_t G, float as, const float *sc, float *out)
 {
-    for (int64_t m = 0; m < M; m++)
-        for (int64_t j = 0; j < G; j++) out[m * G + j] = (float)acc[m * G + j] * (as * sc[j]);
+    for (int64_t m = 0; m < M; m++) {
+        const int32_t *a = acc + m * G;
+        float *o = out + m * G;
+        int64_t j = 0;
+        for (; j + 4 <= G; j += 4) {
+            v4i v;
+            memcpy(&v, a + j, sizeof v);
+            v4_store(o + j, __builtin_convertvector(v, v4f) * (v4_splat(as) * v4_load(sc + j)));
+        }
+        for (; j < G; j++) o[j] = (float)a[j] * (as * sc[j]);
+    }
 }
 
 /* A [M, K] float quantized to uint8 over all its values, times packed B, into acc */
@@ -102,12 +112,12 @@ static kiln_status dqlstm_direction(const dqlstm_job *j, int d)
     int dirs = s->dirs;
     int64_t S = j->S, Bn = j->Bn, Hs = s->H, G = 4 * Hs;
     bool rev = j->reverse_only || d == 1;
-    /* gh [Bn, G], acc [Bn, G], h, c [Bn, H], bias [G], tmp [G]; qa [Bn * H] bytes */
-    size_t floats = (size_t)(Bn * G * 2 + Bn * Hs * 2 + 2 * G);
+    /* gh [Bn, G], acc [Bn, G], h, c [Bn, H], bias [G]; qa [Bn * H] bytes */
+    size_t floats = (size_t)(Bn * G * 2 + Bn * Hs * 2 + G);
     float *work = kiln_scratch_get(j->scratch, floats * sizeof(float) + (size_t)(Bn * Hs) + 64);
     if (!work) return KILN_ERR_NOMEM;
-    float *gh = work, *h = gh + Bn * G, *cs = h + Bn * Hs, *bias = cs + Bn * Hs, *tmp = bias + G;
-    int32_t *acc = (int32_t *)(tmp + G);
+    float *gh = work, *h = gh + Bn * G, *cs = h + Bn * Hs, *bias = cs + Bn * Hs;
+    int32_t *acc = (int32_t *)(bias + G);
     uint8_t *qa = (uint8_t *)(acc + Bn * G);
     kiln_qgemm_ctx ctx = {.pool = j->step_pool, .scratch = j->scratch};
     const float *bw = j->B ? (const float *)j->B->data + d * 2 * G : NULL;
@@ -124,7 +134,7 @@ static kiln_status dqlstm_direction(const dqlstm_job *j, int d)
         scale_out(acc, Bn, G, as, dd->rs, gh);
         for (int64_t b = 0; b < Bn; b++) {
             float *hb = h + b * Hs, *cb = cs + b * Hs;
-            kiln_lstm_gates(j->gx[d] + (t * Bn + b) * G, gh + b * G, bias, cb, hb, Hs, tmp);
+            kiln_vec_lstm_cell(j->gx[d] + (t * Bn + b) * G, gh + b * G, bias, cb, hb, Hs);
             if (j->Y) memcpy((float *)j->Y->data + ((t * dirs + d) * Bn + b) * Hs, hb, (size_t)Hs * sizeof(float));
         }
     }

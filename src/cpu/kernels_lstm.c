@@ -10,7 +10,7 @@
 #include "core/scratch.h"
 #include "cpu/gemm.h"
 #include "cpu/kernels.h"
-#include "cpu/lstm_gates.h"
+#include "cpu/vecmath.h"
 
 typedef struct lstm_state {
     int dirs;
@@ -67,10 +67,10 @@ static kiln_status lstm_direction(const lstm_job *j, int d)
     int dirs = s->dirs;
     int64_t S = j->S, Bn = j->Bn, Hs = s->H, G = 4 * Hs, layout = j->layout;
     bool rev = j->reverse_only || d == 1;
-    /* gh [Bn, G], h, c [Bn, H], tmp [G] */
-    float *gh = kiln_scratch_get(j->scratch, (size_t)(Bn * G + 2 * Bn * Hs + G + 1) * sizeof(float));
+    /* gh [Bn, G], h, c [Bn, H] */
+    float *gh = kiln_scratch_get(j->scratch, (size_t)(Bn * G + 2 * Bn * Hs + 1) * sizeof(float));
     if (!gh) return KILN_ERR_NOMEM;
-    float *h = gh + Bn * G, *cs = h + Bn * Hs, *tmp = cs + Bn * Hs;
+    float *h = gh + Bn * G, *cs = h + Bn * Hs;
     kiln_gemm_ctx ctx = {.pool = j->step_pool, .scratch = j->scratch};
     for (int64_t b = 0; b < Bn; b++)
         for (int64_t k = 0; k < Hs; k++) {
@@ -85,7 +85,7 @@ static kiln_status lstm_direction(const lstm_job *j, int d)
         else if (Bn && (st = kiln_sgemm_packed(&ctx, false, Bn, 1.0f, h, Hs, s->r[d], 0.0f, gh, G, NULL))) break;
         for (int64_t b = 0; b < Bn; b++) {
             float *hb = h + b * Hs, *cb = cs + b * Hs;
-            kiln_lstm_gates(j->gx[d] + (t * Bn + b) * G, gh + b * G, NULL, cb, hb, Hs, tmp);
+            kiln_vec_lstm_cell(j->gx[d] + (t * Bn + b) * G, gh + b * G, NULL, cb, hb, Hs);
             if (j->Y) {
                 int64_t yi = layout ? ((b * S + t) * dirs + d) * Hs : ((t * dirs + d) * Bn + b) * Hs;
                 memcpy((float *)j->Y->data + yi, hb, (size_t)Hs * sizeof(float));

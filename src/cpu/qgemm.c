@@ -413,12 +413,23 @@ kiln_status kiln_qgemm(const kiln_qgemm_ctx *ctx, const kiln_qgemm_args *a)
     }
     /* the operands as the kernels multiply them: A unsigned, B signed; the zero points shifted alike */
     j.za = g.a_zp + (g.a_signed ? 128 : 0);
-    int32_t shift_b = g.b_signed ? 0 : 128;
-    for (int64_t c = 0; c < n_pad; c++) {
-        int32_t zb = (g.b_zp ? g.b_zp[g.n_bzp == 1 || c >= N ? 0 : c] : 0) - shift_b;
-        j.zb[c] = zb;
-        j.cs[c] = (int32_t)((uint32_t)j.colsum[c] - (uint32_t)K * (uint32_t)zb);
+    /* (per column when B has one zero point a column; padding columns take the first; two loops
+     * without a branch inside, as a step of a recurrent GEMV runs this for every call) */
+    int32_t shift_b = g.b_signed ? 0 : 128, zb0 = (g.b_zp ? g.b_zp[0] : 0) - shift_b;
+    int64_t c = 0;
+    if (g.b_zp && g.n_bzp != 1)
+        for (; c < N; c++) j.zb[c] = g.b_zp[c] - shift_b;
+    for (; c < n_pad; c++) j.zb[c] = zb0;
+    /* cs = colsum - K zb, wrapping; 4 lanes at a time (n_pad is a multiple of the panel width) */
+    typedef uint32_t u32x4 __attribute__((vector_size(16)));
+    for (c = 0; c + 4 <= n_pad; c += 4) {
+        u32x4 s, z;
+        memcpy(&s, j.colsum + c, sizeof s);
+        memcpy(&z, j.zb + c, sizeof z);
+        s -= (uint32_t)K * z;
+        memcpy(j.cs + c, &s, sizeof s);
     }
+    for (; c < n_pad; c++) j.cs[c] = (int32_t)((uint32_t)j.colsum[c] - (uint32_t)K * (uint32_t)j.zb[c]);
     int64_t chunks = threads > 1 ? min64(j.m_pad / k->mr, 4 * (int64_t)threads) : 1;
     j.rows_per_chunk = round_up((j.m_pad + chunks - 1) / chunks, k->mr);
     kiln_threadpool_parallel_for(pool, (j.m_pad + j.rows_per_chunk - 1) / j.rows_per_chunk, pack_a_chunks, &j);

@@ -30,4 +30,10 @@ void kiln_vec_tanh(const float *x, float *y, int64_t n);
 void kiln_vec_erf(const float *x, float *y, int64_t n);
 void kiln_vec_gelu_tanh(const float *x, float *y, int64_t n);
 
+/* One LSTM step's cell for one batch row, over the gate blocks i, o, f, c of H values each of
+ * pre = gx + gh (+ bias; NULL for none), all [4H]: c = f c + i tanh(pre_c), h = o tanh(c), with
+ * f, i, o the sigmoids of their blocks; c [H] updated in place, h [H] written. One pass at the
+ * widths of the array functions above. */
+void kiln_vec_lstm_cell(const float *gx, const float *gh, const float *bias, float *c, float *h, int64_t H);
+
 #endif

@@ -20,13 +20,50 @@
         }                                                                                                    \
     }
 
+/* One LSTM step's cell over L hidden units (kiln_vec_lstm_cell): the gate blocks i, o, f, c of the
+ * pre-activations gx + gh (+ bias) lie s floats apart. */
+#define DEF_LSTM_LANES(P)                                                                                \
+    static inline void P##_lstm_lanes(const float *gx, const float *gh, const float *bias, int64_t s, float *c, \
+                                      float *h)                                                          \
+    {                                                                                                    \
+        P##_vf pre[4];                                                                                   \
+        for (int g = 0; g < 4; g++) {                                                                    \
+            pre[g] = P##_load(gx + g * s) + P##_load(gh + g * s);                                        \
+            if (bias) pre[g] += P##_load(bias + g * s);                                                  \
+        }                                                                                                \
+        P##_vf ct = P##_sigmoid(pre[2]) * P##_load(c) + P##_sigmoid(pre[0]) * P##_tanh(pre[3]);          \
+        P##_store(c, ct);                                                                                \
+        P##_store(h, P##_sigmoid(pre[1]) * P##_tanh(ct));                                                \
+    }                                                                                                    \
+    static void P##_lstm_cell(const float *gx, const float *gh, const float *bias, float *c, float *h, int64_t H) \
+    {                                                                                                    \
+        enum { L = (int)(sizeof(P##_vf) / sizeof(float)) };                                              \
+        int64_t k = 0;                                                                                   \
+        for (; k + L <= H; k += L) P##_lstm_lanes(gx + k, gh + k, bias ? bias + k : NULL, H, c + k, h + k); \
+        if (k == H) return;                                                                              \
+        /* the last units through zero-padded copies of their four gate blocks */                        \
+        float tx[4 * L] = {0}, th[4 * L] = {0}, tb[4 * L] = {0}, tc[L] = {0}, tt[L];                     \
+        size_t rest = (size_t)(H - k) * sizeof(float);                                                   \
+        for (int g = 0; g < 4; g++) {                                                                    \
+            memcpy(tx + g * L, gx + g * H + k, rest);                                                    \
+            memcpy(th + g * L, gh + g * H + k, rest);                                                    \
+            if (bias) memcpy(tb + g * L, bias + g * H + k, rest);                                        \
+        }                                                                                                \
+        memcpy(tc, c + k, rest);                                                                         \
+        P##_lstm_lanes(tx, th, tb, L, tc, tt);                                                           \
+        memcpy(c + k, tc, rest);                                                                         \
+        memcpy(h + k, tt, rest);                                                                         \
+    }
+
 #define DEF_ARRAYS(P, L)                                                                                 \
     DEF_ARRAY(P##_exp_array, P, L, P##_exp)                                                              \
     DEF_ARRAY(P##_sigmoid_array, P, L, P##_sigmoid)                                                      \
     DEF_ARRAY(P##_tanh_array, P, L, P##_tanh)                                                            \
     DEF_ARRAY(P##_erf_array, P, L, P##_erf)                                                              \
-    DEF_ARRAY(P##_gelu_tanh_array, P, L, P##_gelu_tanh)
+    DEF_ARRAY(P##_gelu_tanh_array, P, L, P##_gelu_tanh)                                                  \
+    DEF_LSTM_LANES(P)
 
+typedef v4f v4_vf;
 DEF_ARRAYS(v4, 4)
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -47,6 +84,7 @@ typedef uint32_t v8u __attribute__((vector_size(32)));
 #define VM_LANES 8
 #define VM(name) v8_##name
 #include "cpu/vecmath_body.h"
+typedef v8f v8_vf;
 DEF_ARRAYS(v8, 8)
 #if defined(__clang__)
 #pragma clang attribute pop
@@ -69,6 +107,7 @@ typedef uint32_t v16u __attribute__((vector_size(64)));
 #define VM_LANES 16
 #define VM(name) v16_##name
 #include "cpu/vecmath_body.h"
+typedef v16f v16_vf;
 DEF_ARRAYS(v16, 16)
 #if defined(__clang__)
 #pragma clang attribute pop
@@ -107,3 +146,15 @@ DISPATCH(sigmoid)
 DISPATCH(tanh)
 DISPATCH(erf)
 DISPATCH(gelu_tanh)
+
+typedef void (*lstm_fn)(const float *gx, const float *gh, const float *bias, float *c, float *h, int64_t H);
+
+void kiln_vec_lstm_cell(const float *gx, const float *gh, const float *bias, float *c, float *h, int64_t H)
+{
+#ifdef HAVE_WIDE
+    static const lstm_fn fns[3] = {v4_lstm_cell, v8_lstm_cell, v16_lstm_cell};
+    fns[width()](gx, gh, bias, c, h, H);
+#else
+    v4_lstm_cell(gx, gh, bias, c, h, H);
+#endif
+}

@@ -138,7 +138,7 @@ def test_qavgpool():
 def test_dqlstm():
     for direction, dirs in [("forward", 1), ("reverse", 1), ("bidirectional", 2)]:
         for S, B, I, H, wt, per_col, extras in [(5, 1, 6, 4, np.int8, True, True), (9, 3, 10, 8, np.int8, False, False),
-                                                (7, 2, 16, 16, np.int8, True, True)]:
+                                                (7, 2, 16, 16, np.int8, True, True), (4, 2, 12, 37, np.int8, True, False)]:
             G = 4 * H
             shape_s = (dirs, G) if per_col else (dirs,)
             inits = {"W": q8(wt, dirs, I, G), "R": q8(wt, dirs, H, G), "Bb": (rng.standard_normal((dirs, 2 * G)) * 0.1).astype(np.float32),
