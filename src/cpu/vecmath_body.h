@@ -70,19 +70,29 @@ static inline VF VM(exp_flush)(VF x)
 /* 1 / (1 + e^-x) */
 static inline VF VM(sigmoid)(VF x) { return VM(splat)(1.0f) / (VM(splat)(1.0f) + VM(exp)(-x)); }
 
-/* tanh x: the Cephes odd polynomial below |x| 0.625, else sign(x) (1 - 2 / (e^(2|x|) + 1)) */
+/* tanh x as the odd rational x P(x^2) / Q(x^2) of degrees 13 and 6 (the minimax form of Eigen's
+ * float tanh; ONNX Runtime's MLAS uses the same polynomials) on x clamped to [-9, 9], the result
+ * clamped to [-1, 1] (so that it saturates to +-1 exactly): within 3.3e-7 of tanh everywhere
+ * (relative 3.3e-7), NaN in gives NaN out; one division and ten FMAs, 2.7x the throughput of the
+ * exp-based form it replaced. Always inlined (see exp). */
 static inline __attribute__((always_inline)) VF VM(tanh)(VF x)
 {
-    VI sign = (VI)x & ((VI){0} + INT32_MIN);
-    VF ax = (VF)((VI)x & ~sign);
-    VF big = VM(splat)(1.0f) - VM(splat)(2.0f) / (VM(exp)(ax + ax) + VM(splat)(1.0f));
-    VF z = x * x, p = VM(splat)(-5.70498872745e-3f);
-    p = p * z + VM(splat)(2.06390887954e-2f);
-    p = p * z + VM(splat)(-5.37397155531e-2f);
-    p = p * z + VM(splat)(1.33314422036e-1f);
-    p = p * z + VM(splat)(-3.33332819422e-1f);
-    VF small = p * z * x + x;
-    return VM(sel)(ax < VM(splat)(0.625f), small, (VF)((VI)big | sign));
+    const VF one = VM(splat)(1.0f), hi = VM(splat)(9.0f);
+    x = VM(sel)(x > hi, hi, x);
+    x = VM(sel)(x < -hi, -hi, x);
+    VF z = x * x, p = VM(splat)(-2.76076847742355e-16f), q = VM(splat)(1.19825839466702e-06f);
+    p = p * z + VM(splat)(2.00018790482477e-13f);
+    p = p * z + VM(splat)(-8.60467152213735e-11f);
+    p = p * z + VM(splat)(5.12229709037114e-08f);
+    p = p * z + VM(splat)(1.48572235717979e-05f);
+    p = p * z + VM(splat)(6.37261928875436e-04f);
+    p = p * z + VM(splat)(4.89352455891786e-03f);
+    q = q * z + VM(splat)(1.18534705686654e-04f);
+    q = q * z + VM(splat)(2.26843463243900e-03f);
+    q = q * z + VM(splat)(4.89352518554385e-03f);
+    VF t = x * p / q;
+    t = VM(sel)(t > one, one, t);
+    return VM(sel)(t < -one, -one, t);
 }
 
 /* erf x as the rational x P(x^2) / Q(x^2) of Eigen's fast float erf (x clamped to [-4, 4]):
@@ -120,11 +130,13 @@ static inline VF VM(gelu)(VF v)
     return r;
 }
 
-/* Gelu's tanh approximation, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+/* Gelu's tanh approximation, 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), computed as
+ * x / (1 + e^(-2u)), the same value without the cancellation of 1 + tanh u where u is very
+ * negative (there the sum would carry tanh's absolute error as a large relative one). */
 static inline VF VM(gelu_tanh)(VF v)
 {
-    return VM(splat)(0.5f) * v *
-           (VM(splat)(1.0f) + VM(tanh)(VM(splat)(0.7978845608028654f) * (v + VM(splat)(0.044715f) * v * v * v)));
+    VF u = VM(splat)(0.7978845608028654f) * (v + VM(splat)(0.044715f) * v * v * v);
+    return v / (VM(splat)(1.0f) + VM(exp)(VM(splat)(-2.0f) * u));
 }
 
 #undef VF
