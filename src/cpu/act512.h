@@ -23,9 +23,11 @@ typedef uint32_t kiln_a16u __attribute__((vector_size(64)));
 #define VM(name) kiln_a16_##name
 #include "cpu/vecmath_body.h"
 
+/* The clamps keep NaN, as act_v4 and the reference do: vmaxps/vminps return their second
+ * operand when either is NaN, so v goes second. */
 static inline __m512 kiln_act512_clamp01(__m512 v)
 {
-    return _mm512_min_ps(_mm512_max_ps(v, _mm512_setzero_ps()), _mm512_set1_ps(1.0f));
+    return _mm512_min_ps(_mm512_set1_ps(1.0f), _mm512_max_ps(_mm512_setzero_ps(), v));
 }
 
 /* act(v) */
@@ -33,8 +35,8 @@ static inline __attribute__((always_inline)) __m512 kiln_act512(const kiln_act *
 {
     switch (a->kind) {
     case KILN_ACT_NONE: return v;
-    case KILN_ACT_RELU: return _mm512_max_ps(v, _mm512_setzero_ps());
-    case KILN_ACT_CLIP: return _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(a->alpha)), _mm512_set1_ps(a->beta));
+    case KILN_ACT_RELU: return _mm512_max_ps(_mm512_setzero_ps(), v);
+    case KILN_ACT_CLIP: return _mm512_min_ps(_mm512_set1_ps(a->beta), _mm512_max_ps(_mm512_set1_ps(a->alpha), v));
     case KILN_ACT_SIGMOID: return (__m512)kiln_a16_sigmoid((kiln_a16f)v);
     case KILN_ACT_HARD_SIGMOID:
         return kiln_act512_clamp01(_mm512_add_ps(_mm512_mul_ps(v, _mm512_set1_ps(a->alpha)), _mm512_set1_ps(a->beta)));

@@ -1,7 +1,8 @@
 /* kernels_ew.c - float32 element-wise kernels: Add/Sub/Mul/Div over equal shapes, a scalar
  * operand, an operand repeated along the leading dims ([.., K] with [K]), one value per
  * row ([R, K] with [R, 1]) or any other broadcast (both operands smaller than Y, as
- * [B, S, 1, H] + [B, 1, S, H]), row by row; the unary activations (HardSwish through the Conv
+ * [B, S, 1, H] + [B, 1, S, H]), row by row, kiln.FusedAdd applying its activation to each chunk
+ * while it is in cache; the unary activations (HardSwish through the Conv
  * epilogue's loop). 4-lane vector loops, parallel in chunks of
  * KILN_CPU_CHUNK elements. Output 0 may be input 0's buffer: every loop loads element i
  * before it stores element i, and nothing else reads it afterwards. */
@@ -84,6 +85,7 @@ typedef struct bin_job {
     int64_t numel, inner;
     kiln_bcast_rows bc;          /* FORM_GENERAL's rows */
     int64_t rows_per_chunk; /* FORM_GENERAL: rows per parallel chunk */
+    const kiln_act *act;    /* kiln.FusedAdd's activation over each chunk once computed, or NULL */
 } bin_job;
 
 /* rows [r0, r1) of the general form, each as vector op vector, vector op value or value op vector */
@@ -111,6 +113,7 @@ static void bin_chunks(void *ctx, int64_t begin, int64_t end)
 {
     const bin_job *j = ctx;
     int64_t i = begin * KILN_CPU_CHUNK, e = end * KILN_CPU_CHUNK < j->numel ? end * KILN_CPU_CHUNK : j->numel;
+    int64_t i0 = i;
     const float *full = j->small_a ? j->b : j->a, *small = j->small_a ? j->a : j->b;
     switch (j->form) {
     case FORM_SAME:
@@ -137,11 +140,14 @@ static void bin_chunks(void *ctx, int64_t begin, int64_t end)
         }
         break;
     case FORM_GENERAL: {
-        int64_t r1 = end * j->rows_per_chunk < j->bc.rows ? end * j->rows_per_chunk : j->bc.rows;
-        bin_general(j, begin * j->rows_per_chunk, r1);
+        int64_t r0 = begin * j->rows_per_chunk, r1 = end * j->rows_per_chunk;
+        if (r1 > j->bc.rows) r1 = j->bc.rows;
+        bin_general(j, r0, r1);
+        i0 = r0 * j->bc.inner, e = r1 * j->bc.inner;
         break;
     }
     }
+    if (j->act) kiln_cpu_act_apply(j->act, j->y + i0, e - i0, 0.0f); /* while the chunk is in cache */
 }
 
 /* Classifies how s (broadcast to Y, s->numel < Y->numel) maps onto Y; false: not covered. */
@@ -174,7 +180,7 @@ static bool bin_classify(const kiln_value *s, const kiln_value *Y, bin_form *for
     return true;
 }
 
-static kiln_status bin_run(kiln_run_ctx *c, bin_op op)
+static kiln_status bin_run(kiln_run_ctx *c, bin_op op, const kiln_act *act)
 {
     const kiln_value *A = kiln_run_in(c, 0), *B = kiln_run_in(c, 1);
     kiln_value *Y = kiln_run_out(c, 0);
@@ -184,7 +190,8 @@ static kiln_status bin_run(kiln_run_ctx *c, bin_op op)
     if (!Y->numel) return KILN_OK;
     /* run-time inference has checked that A and B broadcast to Y: an operand with Y's element
      * count has Y's layout */
-    bin_job j = {.op = op, .a = A->data, .b = B->data, .y = Y->data, .numel = Y->numel, .inner = 1};
+    bin_job j = {.op = op, .a = A->data, .b = B->data, .y = Y->data, .numel = Y->numel, .inner = 1,
+                 .act = act && act->kind != KILN_ACT_NONE ? act : NULL};
     bool classified;
     if (A->numel == Y->numel && B->numel == Y->numel) j.form = FORM_SAME, classified = true;
     else if (A->numel == Y->numel) classified = bin_classify(B, Y, &j.form, &j.inner);
@@ -204,10 +211,12 @@ static kiln_status bin_run(kiln_run_ctx *c, bin_op op)
     return KILN_OK;
 }
 
-static kiln_status add_run(kiln_run_ctx *c) { return bin_run(c, BIN_ADD); }
-static kiln_status sub_run(kiln_run_ctx *c) { return bin_run(c, BIN_SUB); }
-static kiln_status mul_run(kiln_run_ctx *c) { return bin_run(c, BIN_MUL); }
-static kiln_status div_run(kiln_run_ctx *c) { return bin_run(c, BIN_DIV); }
+static kiln_status add_run(kiln_run_ctx *c) { return bin_run(c, BIN_ADD, NULL); }
+static kiln_status sub_run(kiln_run_ctx *c) { return bin_run(c, BIN_SUB, NULL); }
+static kiln_status mul_run(kiln_run_ctx *c) { return bin_run(c, BIN_MUL, NULL); }
+static kiln_status div_run(kiln_run_ctx *c) { return bin_run(c, BIN_DIV, NULL); }
+/* kiln.FusedAdd: act(A + B) */
+static kiln_status fused_add_run(kiln_run_ctx *c) { return bin_run(c, BIN_ADD, &kiln_fused_of(kiln_run_node(c))->act); }
 
 /* ---- unary ---- */
 
@@ -397,6 +406,7 @@ static bool ew_unary(const kiln_node *n) { return ew_f32(n) && n->n_in == 1; }
 #define SELECT(name, test, run) \
     static kiln_kernel_fn select_##name(kiln_node *n) { return test(n) ? run : NULL; }
 SELECT(add, ew_binary, add_run)
+SELECT(fused_add, ew_binary, fused_add_run)
 SELECT(sub, ew_binary, sub_run)
 SELECT(mul, ew_binary, mul_run)
 SELECT(div, ew_binary, div_run)
@@ -417,7 +427,8 @@ static kiln_kernel_fn select_gelu(kiln_node *n)
 }
 
 static const kiln_cpu_kernel kernels[] = {
-    {"", "Add", select_add},         {"", "Sub", select_sub},   {"", "Mul", select_mul},
+    {"", "Add", select_add},         {"kiln", "FusedAdd", select_fused_add},
+    {"", "Sub", select_sub},         {"", "Mul", select_mul},
     {"", "Div", select_div},         {"", "Relu", select_relu}, {"", "Exp", select_exp},
     {"", "Sigmoid", select_sigmoid}, {"", "Tanh", select_tanh}, {"", "Sqrt", select_sqrt},
     {"", "Erf", select_erf},         {"", "Gelu", select_gelu}, {"", "HardSwish", select_hard_swish},

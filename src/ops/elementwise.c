@@ -306,10 +306,12 @@ static const binary_op binary_ops[] = {
     {"GreaterOrEqual", B_GE, true, false},
 };
 
+/* n's op, or the one its kiln fused form extends (kiln.FusedAdd: Add) */
 static const binary_op *binary_find(const kiln_node *n)
 {
+    const char *op_type = kiln_node_is_fused(n, "Add") ? "Add" : n->op_type;
     for (size_t k = 0; k < sizeof binary_ops / sizeof binary_ops[0]; k++)
-        if (!strcmp(binary_ops[k].op_type, n->op_type)) return &binary_ops[k];
+        if (!strcmp(binary_ops[k].op_type, op_type)) return &binary_ops[k];
     return NULL;
 }
 
@@ -512,7 +514,7 @@ static bool binary_dtype_ok(const binary_op *op, bin_code code, kiln_dtype dt)
     return is_numeric(dt);
 }
 
-static kiln_status binary_infer(kiln_infer_ctx *c)
+kiln_status kiln_ops_binary_infer(kiln_infer_ctx *c)
 {
     const kiln_node *n = kiln_infer_node(c);
     const binary_op *op = binary_find(n);
@@ -572,7 +574,7 @@ static kiln_status equal_strings(const kiln_value *a, const int64_t *sa, const k
     return KILN_OK;
 }
 
-static kiln_status binary_run(kiln_run_ctx *c)
+kiln_status kiln_ops_binary_run(kiln_run_ctx *c)
 {
     const kiln_node *n = kiln_run_node(c);
     const binary_op *op = binary_find(n);
@@ -728,7 +730,7 @@ static kiln_status clip_run(kiln_run_ctx *c)
 }
 
 #define UNARY(name) {"", name, 1, unary_infer, unary_run, KILN_OP_INPLACE}
-#define BINARY(name) {"", name, 1, binary_infer, binary_run, KILN_OP_INPLACE}
+#define BINARY(name) {"", name, 1, kiln_ops_binary_infer, kiln_ops_binary_run, KILN_OP_INPLACE}
 
 static const kiln_op_def defs[] = {
     UNARY("Abs"), UNARY("Neg"), UNARY("Sign"), UNARY("Relu"), UNARY("Reciprocal"), UNARY("Floor"),

@@ -42,7 +42,7 @@ const kiln_fused *kiln_fused_of(const kiln_node *n)
 
 static const struct {
     const char *onnx, *fused;
-} fused_ops[] = {{"Conv", "FusedConv"}, {"Gemm", "FusedGemm"}, {"MatMul", "FusedMatMul"}};
+} fused_ops[] = {{"Conv", "FusedConv"}, {"Gemm", "FusedGemm"}, {"MatMul", "FusedMatMul"}, {"Add", "FusedAdd"}};
 
 const char *kiln_fused_op_type(const char *op_type)
 {
@@ -138,6 +138,12 @@ static kiln_status fused_matmul_infer(kiln_infer_ctx *c)
     return kiln_infer_require_equal(c, b->dims[b->rank - 1], y->dims[y->rank - 1], "bias length and Y's last dim");
 }
 
+static kiln_status fused_add_infer(kiln_infer_ctx *c)
+{
+    KILN_TRY(check_fusion(c, 2));
+    return kiln_ops_binary_infer(c);
+}
+
 /* ---- reference kernels ---- */
 
 /* Applies act in place over y, as the activation op's reference kernel does. */
@@ -200,6 +206,12 @@ static kiln_status fused_matmul_run(kiln_run_ctx *c)
         return kiln_run_fail(c, KILN_ERR_SHAPE, "bias has %lld elements, not Y's last dim", (long long)b->numel);
     KILN_TRY(add_reference(c, y, b, "bias"));
     return act_reference(c, &f->act, y);
+}
+
+static kiln_status fused_add_run(kiln_run_ctx *c)
+{
+    KILN_TRY(kiln_ops_binary_run(c));
+    return act_reference(c, &kiln_fused_of(kiln_run_node(c))->act, kiln_run_out(c, 0));
 }
 
 /* ---- ChannelLookup ---- */
@@ -278,6 +290,8 @@ static const kiln_op_def defs[] = {
     FUSED("FusedConv", fused_conv_infer, fused_conv_run),
     FUSED("FusedGemm", fused_gemm_infer, fused_gemm_run),
     FUSED("FusedMatMul", fused_matmul_infer, fused_matmul_run),
+    {"kiln", "FusedAdd", 1, fused_add_infer, fused_add_run, KILN_OP_FUSED | KILN_OP_INPLACE, 0, fused_parse,
+     sizeof(kiln_fused)},
     {"kiln", "ChannelLookup", 1, channel_lookup_infer, channel_lookup_run, 0},
     {"kiln", "SiluMul", 1, silu_mul_infer, silu_mul_run, 0},
 };

@@ -6,6 +6,7 @@
  *   kiln.FusedConv(X, W, B?, Z?)  = act(Conv(X, W, B) + Z)  Conv's attributes; Z the shape of Y
  *   kiln.FusedGemm(A, B, C?)      = act(Gemm(A, B, C))       Gemm's attributes
  *   kiln.FusedMatMul(A, B, bias?) = act(MatMul(A, B) + bias) bias [N] (leading 1s) along Y's last axis
+ *   kiln.FusedAdd(A, B)           = act(Add(A, B))           Add's broadcasting
  *   kiln.ChannelLookup(X, T)      = T[c][X[n, c, ...]]      X 8-bit [N, C, ...], T [C, 256] of Y's
  *                                   8-bit type: a QDQ chain per channel, tabulated (fuse_qdq.c)
  *   kiln.SiluMul(G, U)            = G * Sigmoid(G) * U       G and U of one float type and shape:
@@ -21,6 +22,7 @@
 #include <stdbool.h>
 
 #include "ir/graph.h"
+#include "ops/op.h"
 
 /* An element-wise activation applied to a fused node's output 0, last. */
 typedef enum kiln_act_kind {
@@ -51,7 +53,7 @@ typedef struct kiln_fused {
 /* n's fusion: its parsed attributes when n is a kiln fused operator, else the empty fusion
  * (KILN_ACT_NONE, no residual, no bias). Never NULL. */
 const kiln_fused *kiln_fused_of(const kiln_node *n);
-/* Whether n is the kiln fused form of the ONNX op `op_type` ("Conv", "Gemm", "MatMul"). */
+/* Whether n is the kiln fused form of the ONNX op `op_type` ("Conv", "Gemm", "MatMul", "Add"). */
 bool kiln_node_is_fused(const kiln_node *n, const char *op_type);
 /* The kiln fused operator extending op_type ("FusedConv" for "Conv"...), or NULL. */
 const char *kiln_fused_op_type(const char *op_type);
@@ -62,5 +64,9 @@ const char *kiln_act_name(kiln_act_kind k);
  * HardSwish, LeakyRelu, Gelu) applied in place to the float tensor y, with attributes alpha
  * and beta and Gelu's tanh form (src/ops/elementwise.c). False when op_type is not one. */
 bool kiln_ops_unary_reference(const char *op_type, double alpha, double beta, bool gelu_tanh, kiln_value *y);
+/* The ONNX binary element-wise ops' inference and reference kernel (src/ops/elementwise.c), for
+ * a node whose op_type is one of them or the kiln fused form of one (kiln.FusedAdd: Add's). */
+kiln_status kiln_ops_binary_infer(kiln_infer_ctx *c);
+kiln_status kiln_ops_binary_run(kiln_run_ctx *c);
 
 #endif

@@ -1,8 +1,9 @@
 /* fuse_activation.c - an element-wise activation that is the only reader of a float32 Conv's,
- * Gemm's or MatMul's (by constant 2-D weights) output, or of their kiln fused forms', joins that
- * node: it becomes kiln.FusedConv / FusedGemm / FusedMatMul with the activation as attributes
- * (src/ops/fused.h) and produces the activation's output. The CPU provider applies it while the
- * output tile is still in cache, and the activation's pass over memory disappears. The GPU's form
+ * Gemm's, MatMul's (by constant 2-D weights) or Add's output, or of their kiln fused forms',
+ * joins that node: it becomes kiln.FusedConv / FusedGemm / FusedMatMul / FusedAdd with the
+ * activation as attributes (src/ops/fused.h) and produces the activation's output. The CPU
+ * provider applies it while the output tile is still in cache, and the activation's pass over
+ * memory disappears. The GPU's form
  * (kiln_pass_fuse_activation_gpu) joins only a Relu to a Conv, of any float dtype: cuDNN applies
  * it in the convolution's epilogue. */
 #include <float.h>
@@ -80,8 +81,8 @@ static const char *gpu_fusable(const kiln_node *n)
 static const char *fusable(const kiln_node *n)
 {
     const char *base = NULL;
-    for (int i = 0; i < 3 && !base; i++) {
-        static const char *const ops[] = {"Conv", "Gemm", "MatMul"};
+    for (int i = 0; i < 4 && !base; i++) {
+        static const char *const ops[] = {"Conv", "Gemm", "MatMul", "Add"};
         if ((!*n->domain && !strcmp(n->op_type, ops[i])) || kiln_node_is_fused(n, ops[i])) base = ops[i];
     }
     if (!base || n->n_out != 1 || !n->out[0] || kiln_fused_of(n)->act.kind != KILN_ACT_NONE || n->n_in < 2 ||
@@ -89,6 +90,8 @@ static const char *fusable(const kiln_node *n)
         return NULL;
     if (!strcmp(base, "Conv")) return n->in[0]->type.rank == 4 && n->in[1]->type.rank == 4 ? base : NULL;
     if (!strcmp(base, "Gemm")) return n->opset >= 11 ? base : NULL;
+    /* Add with numpy broadcasting (before opset 7 it broadcast by attributes) */
+    if (!strcmp(base, "Add")) return n->n_in == 2 && n->opset >= 7 ? base : NULL;
     /* MatMul by constant 2-D weights: one GEMM over all rows */
     const kiln_value *w = kiln_ir_constant(n->in[1]);
     return n->n_in <= 3 && w && !n->in[1]->producer && w->kind == KILN_VALUE_TENSOR && w->rank == 2 &&

@@ -1081,6 +1081,69 @@ def test_conv_residual():
         compare(f"Conv c={c} m={m} k={k} bias={bias} + Add({short}) + {act}", mdl.SerializeToString(), feeds)
 
 
+def test_add_activation():
+    """Add followed by an activation (every fusable one, Gelu's two forms too) fused into one
+    kiln.FusedAdd by the optimised session: each broadcast form of the Add kernel (equal shapes,
+    a scalar, trailing dims, one value per row, both operands broadcast as an additive
+    attention's [B, S, 1, H] + [B, 1, S, H]) on either side, odd sizes past one chunk, zero-size
+    shapes, special values. Not fused: an Add whose sum the graph also returns, an Add before
+    opset 7 (legacy broadcast)."""
+    acts = [a for a in ACTIVATIONS if a[3] >= 7] + [("Gelu", {}, [], 20), ("Gelu", {"approximate": "tanh"}, [], 20)]
+    forms = [  # (A's dims, B's dims) with symbolic "n" first where A is an input of the batch
+        (["n", 7, 5], ["n", 7, 5]), (["n", 13], []), (["n", 3, 37], [37]), (["n", 9, 1], ["n", 9, 1]),
+        (["n", 6, 1, 33], ["n", 1, 6, 33]), ([1], ["n", 4099]),
+    ]
+    for ai, (op, attrs, extra, opset) in enumerate(acts):
+        for fi, (da, db) in enumerate(forms):
+            if ai % 3 and fi not in (0, 4):  # every form with a third of the activations, two with the rest
+                continue
+            from onnx import numpy_helper
+            inits = [numpy_helper.from_array(np.array(v, np.float32), f"bound{k}") for k, v in enumerate(extra)]
+            # a row operand [n, 9, 1] is an input; others of constant dims are initializers
+            a_in = "n" in da
+            b_in = "n" in db
+            inputs = ([helper.make_tensor_value_info("A", TensorProto.FLOAT, da)] if a_in else []) + \
+                     ([helper.make_tensor_value_info("B", TensorProto.FLOAT, db)] if b_in else [])
+            if not a_in:
+                inits.append(numpy_helper.from_array(rand(*da), "A"))
+            if not b_in:
+                inits.append(numpy_helper.from_array(rand(*db) if db else np.array(0.7, np.float32), "B"))
+            left = fi % 2 == 1  # the Add's operand order
+            nodes = [helper.make_node("Add", ["B", "A"] if left else ["A", "B"], ["s"]),
+                     helper.make_node(op, ["s"] + [f"bound{k}" for k in range(len(extra))], ["Y"], **attrs)]
+            g = helper.make_graph(nodes, "add_act", inputs, [out()], inits)
+            mdl = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+            mdl.ir_version = 8
+            blob = mdl.SerializeToString()
+            feeds = []
+            for n in (1, 3, 0):
+                f = {}
+                if a_in:
+                    f["A"] = rand(*[n if d == "n" else d for d in da]) * 3
+                if b_in:
+                    f["B"] = rand(*[n if d == "n" else d for d in db]) * 3
+                feeds.append(f)
+            if fi == 0:
+                feeds.append({"A": np.array([[[0.0, -0.0, np.inf, -np.inf, np.nan]] * 7], np.float32),
+                              "B": np.array([[[1.0, -20.0, 1.0, 5.0, 0.5]] * 7], np.float32)})
+            compare(f"Add {da} + {db} -> {op} {attrs} {extra}", blob, feeds)
+            ops = [t for _, t, _ in kiln.Session(blob).nodes()]
+            check(f"Add {da} + {db} -> {op} fused", ops == ["FusedAdd"], f"ops {ops}")
+    # not fused: the sum is also a graph output; opset 6's Add
+    for opset, outs in ((17, [out("Y"), out("s")]), (6, [out("Y")])):
+        nodes = [helper.make_node("Add", ["A", "B"], ["s"]), helper.make_node("Relu", ["s"], ["Y"])]
+        g = helper.make_graph(nodes, "add_act_kept", [helper.make_tensor_value_info("A", TensorProto.FLOAT, ["n", 5]),
+                                                      helper.make_tensor_value_info("B", TensorProto.FLOAT, ["n", 5])],
+                              outs, [])
+        mdl = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+        mdl.ir_version = 8
+        blob = mdl.SerializeToString()
+        compare(f"Add + Relu not fused (opset {opset}, {len(outs)} outputs)", blob,
+                [{"A": rand(n, 5), "B": rand(n, 5)} for n in (1, 4)])
+        ops = [t for _, t, _ in kiln.Session(blob).nodes()]
+        check(f"Add + Relu at opset {opset} with {len(outs)} outputs not fused", ops == ["Add", "Relu"], f"ops {ops}")
+
+
 def test_conv_few_pixels():
     """Convolutions whose output planes inference proves to hold at most 8 pixels (a streaming
     model's chunk: Silero VAD's 1-D [C, 4] steps), which run each 16-channel stripe of W^T
@@ -1516,7 +1579,8 @@ def test_constant_folding():
 def main():
     for test in (test_constant_folding, test_conv_bn_folding, test_fused_activation, test_matmul, test_gemm, test_packed_weights, test_conv, test_binary, test_unary, test_inplace_chain,
                  test_softmax, test_layernorm, test_reduce_mean, test_transpose, test_concat, test_batchnorm, test_clip, test_pool,
-                 test_global_pool, test_depthwise_conv, test_conv_packed, test_conv_residual, test_conv_few_pixels, test_conv_narrow, test_attention,
+                 test_global_pool, test_depthwise_conv, test_conv_packed, test_conv_residual, test_add_activation,
+                 test_conv_few_pixels, test_conv_narrow, test_attention,
                  test_gelu_fusion, test_matmul_bias, test_conv_transpose, test_blocked_cnn,
                  test_blocked_pointwise_passes, test_blocked_depthwise, test_blocked_few_tasks, test_blocked_winograd):
         test()
