@@ -725,22 +725,13 @@ extern "C" int kiln_gpu_nbits_splits(const kiln_gpu_nbits *a)
 }
 
 /* The staged kernel's launch (MM: its bound on the rows of A); its shared memory above 48 KB
- * is granted on first use (a failure is the launch's error). */
+ * is granted on a device's first use (a failure is the launch's error). */
 template <typename T, int MM>
 static gpuError_t gv_launch(gpuStream_t s, const kiln_gpu_nbits *a, int splits, float *part)
 {
-    static bool granted;
-    if (!granted) {
-#if defined(KILN_HIP)
-        gpuError_t e = hipFuncSetAttribute((const void *)nbits_gemv16_kernel<T, MM>,
-                                           hipFuncAttributeMaxDynamicSharedMemorySize, GV_SMEM_MAX);
-#else
-        gpuError_t e = cudaFuncSetAttribute(nbits_gemv16_kernel<T, MM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            GV_SMEM_MAX);
-#endif
-        if (e != gpuSuccess) return e;
-        granted = true;
-    }
+    static unsigned granted;
+    gpuError_t e = kiln_gpu_grant_smem(&granted, nbits_gemv16_kernel<T, MM>, GV_SMEM_MAX);
+    if (e != gpuSuccess) return e;
     int64_t kper = gv_kper(a, splits);
     /* GV_BLOCKS_PER_SM blocks a multiprocessor in all, each taking its columns in turn */
     int64_t blocks = (a->N + WARPS * GV_COLS - 1) / (WARPS * GV_COLS), most = (GV_BLOCKS_PER_SM * (int64_t)a->sm_count + splits - 1) / splits;
@@ -757,18 +748,14 @@ static gpuError_t gv_launch(gpuStream_t s, const kiln_gpu_nbits *a, int splits, 
     return gv_launch<T, KILN_GPU_NBITS_GEMV_MAX_M>(s, a, splits, part);
 }
 
-/* The tensor-core kernel's launch; shared memory above 48 KB granted on first use. */
+/* The tensor-core kernel's launch; shared memory above 48 KB granted on a device's first use. */
 #if !defined(KILN_HIP)
 template <bool SF32, int ZPM>
 static gpuError_t tc_launch(gpuStream_t s, const kiln_gpu_nbits *a, int splits, float *part)
 {
-    static bool granted;
-    if (!granted) {
-        gpuError_t e =
-            cudaFuncSetAttribute(nbits_tc_kernel<SF32, ZPM>, cudaFuncAttributeMaxDynamicSharedMemorySize, TC_SMEM_MAX);
-        if (e != gpuSuccess) return e;
-        granted = true;
-    }
+    static unsigned granted;
+    gpuError_t e = kiln_gpu_grant_smem(&granted, nbits_tc_kernel<SF32, ZPM>, TC_SMEM_MAX);
+    if (e != gpuSuccess) return e;
     int64_t groups = (a->K + 127) / 128, gper = (groups + splits - 1) / splits;
     int64_t tiles = (a->N + TC_COLS - 1) / TC_COLS, most = (TC_BLOCKS_PER_SM * (int64_t)a->sm_count + splits - 1) / splits;
     if (most < 1) most = 1;

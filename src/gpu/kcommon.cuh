@@ -93,6 +93,31 @@ static inline gpuError_t kiln_gpu_bad_arg(void)
 #endif
 }
 
+/* Grants kernel fn `bytes` of dynamic shared memory (past the default 48 KB) on the current
+ * device, once per device: the attribute is a device's, so a process on several GPUs sets it on
+ * each. `granted` is the kernel's own bit set of devices done (devices past 31 set it every
+ * time); a failure is returned, and the next launch tries again. */
+template <typename F>
+static inline gpuError_t kiln_gpu_grant_smem(unsigned *granted, F fn, int bytes)
+{
+    int dev = 0;
+#if defined(KILN_HIP)
+    gpuError_t e = hipGetDevice(&dev);
+#else
+    gpuError_t e = cudaGetDevice(&dev);
+#endif
+    if (e != gpuSuccess) return e;
+    unsigned bit = dev >= 0 && dev < 32 ? 1u << dev : 0;
+    if (bit && (__atomic_load_n(granted, __ATOMIC_RELAXED) & bit)) return gpuSuccess;
+#if defined(KILN_HIP)
+    e = hipFuncSetAttribute((const void *)fn, hipFuncAttributeMaxDynamicSharedMemorySize, bytes);
+#else
+    e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+#endif
+    if (e == gpuSuccess) __atomic_fetch_or(granted, bit, __ATOMIC_RELAXED);
+    return e;
+}
+
 /* Offset, under s's strides, of the element at flat index i of a contiguous tensor with s's dims. */
 __device__ __forceinline__ int64_t kiln_strided_offset(const kiln_gpu_shape &s, int64_t i)
 {
