@@ -47,7 +47,9 @@ typedef struct expected {
     bool *seen;
 } expected;
 
-static void load_expected(const char *path, expected *e)
+/* Reads the expected-failures file; an entry written `gpu:name` applies only where the sessions
+ * run on a real GPU (gpu: --provider cuda, not the emulated device). */
+static void load_expected(const char *path, bool gpu, expected *e)
 {
     FILE *f = fopen(path, "r");
     if (!f) {
@@ -65,6 +67,10 @@ static void load_expected(const char *path, expected *e)
         while (*reason == ' ' || *reason == '\t') reason++;
         reason[strcspn(reason, "\n")] = '\0';
         *end = '\0';
+        if (!strncmp(p, "gpu:", 4)) {
+            if (!gpu) continue;
+            p += 4;
+        }
         e->names = realloc(e->names, (size_t)(e->n + 1) * sizeof *e->names);
         e->reasons = realloc(e->reasons, (size_t)(e->n + 1) * sizeof *e->reasons);
         e->chance = realloc(e->chance, (size_t)(e->n + 1) * sizeof *e->chance);
@@ -347,7 +353,7 @@ static int run_batched(batch_child *c, int batch, const char *dir, bool *on_gpu,
 int main(int argc, char **argv)
 {
     const char *root = NULL, *expected_path = NULL, *filter = NULL;
-    bool fork_it = true, verbose = false, usage = false;
+    bool fork_it = true, verbose = false, usage = false, emu = false;
     int shard = 0, n_shards = 1, batch = 0;
     batch_child child = {0};
     for (int i = 1; i < argc; i++) {
@@ -356,7 +362,7 @@ int main(int argc, char **argv)
             if (!strcmp(argv[i], "cuda")) provider = KILN_PROVIDER_CUDA;
             else if (!strcmp(argv[i], "cpu")) provider = KILN_PROVIDER_CPU;
             else if (!strcmp(argv[i], "emu") || !strcmp(argv[i], "emu-split")) {
-                provider = KILN_PROVIDER_CUDA;
+                provider = KILN_PROVIDER_CUDA, emu = true;
                 emu_device_set_mode(argv[i][3] ? EMU_DEVICE_SPLIT : EMU_DEVICE_ALL);
                 kiln_test_device_provider(&emu_device);
             }
@@ -381,7 +387,7 @@ int main(int argc, char **argv)
         return 2;
     }
     expected ex = {0};
-    if (expected_path) load_expected(expected_path, &ex);
+    if (expected_path) load_expected(expected_path, provider == KILN_PROVIDER_CUDA && !emu, &ex);
     int passed = 0, failed = 0, skipped = 0, unexpected = 0, fixed = 0, total = 0;
     int on_gpu_ran = 0, on_gpu_passed = 0, seq = 0; /* seq: index among the tests the filter keeps */
     for (size_t f = 0; f < sizeof folders / sizeof folders[0]; f++) {
