@@ -1,5 +1,9 @@
 /* dnn_load.c - opens cuDNN when the first GPU convolution needs it (dnn.h). */
 #include "gpu/dnn.h"
+
+#include <stdlib.h>
+#include <string.h>
+
 #include "gpu/libload.h"
 
 #if defined(KILN_HIP)
@@ -35,5 +39,12 @@ static kiln_gpu_lib lib = {
     .names = names, .slots = slots, .n = sizeof names / sizeof *names, .lock = PTHREAD_MUTEX_INITIALIZER,
 };
 
-kiln_status kiln_gpu_dnn_open(kiln_err *err) { return kiln_gpu_lib_open(&lib, err); }
+/* KILN_CUDNN=0 in the environment leaves cuDNN closed, so that the convolutions run kiln's own
+ * im2col + cuBLAS path: an A/B of the two in one process tree (scripts/bench_gpu.py). */
+kiln_status kiln_gpu_dnn_open(kiln_err *err)
+{
+    const char *off = getenv("KILN_CUDNN");
+    if (off && !strcmp(off, "0")) return kiln_errf(err, KILN_ERR_UNSUPPORTED, "cuDNN turned off (KILN_CUDNN=0)");
+    return kiln_gpu_lib_open(&lib, err);
+}
 #endif
