@@ -50,5 +50,7 @@ int cli_run_count(const run_args *a);
 /* name with characters outside [A-Za-z0-9._-] replaced by '_' */
 void cli_safe_name(const char *name, char *out, size_t size);
 void cli_free_values(kiln_value **v, int n);
+/* qsort's comparison of doubles, ascending, NaN last. */
+int cli_cmp_double(const void *a, const void *b);
 
 #endif

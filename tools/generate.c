@@ -174,12 +174,6 @@ static int series_add(series *s, double x)
     return 0;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 typedef struct summary {
     double avg, p50, sd;
     int n;
@@ -194,7 +188,7 @@ static summary summarize(series *s)
     r.avg = sum / s->n;
     for (int i = 0; i < s->n; i++) r.sd += (s->v[i] - r.avg) * (s->v[i] - r.avg);
     r.sd = s->n > 1 ? sqrt(r.sd / (s->n - 1)) : 0;
-    qsort(s->v, (size_t)s->n, sizeof *s->v, cmp_double);
+    qsort(s->v, (size_t)s->n, sizeof *s->v, cli_cmp_double);
     r.p50 = s->n % 2 ? s->v[s->n / 2] : (s->v[s->n / 2 - 1] + s->v[s->n / 2]) / 2;
     r.n = s->n;
     return r;

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -261,4 +262,11 @@ void cli_free_values(kiln_value **v, int n)
         kiln_value_free(v[i]);
         v[i] = NULL;
     }
+}
+
+int cli_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    if (isnan(x) || isnan(y)) return isnan(x) - isnan(y);
+    return x < y ? -1 : x > y;
 }

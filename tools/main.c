@@ -433,12 +433,7 @@ static int cmd_run(int argc, char **argv, bool bench)
         } else if (!rc) {
             double *t = times + a.warmup;
             int n = a.runs;
-            for (int i = 1; i < n; i++)
-                for (int j = i; j > 0 && t[j - 1] > t[j]; j--) {
-                    double x = t[j];
-                    t[j] = t[j - 1];
-                    t[j - 1] = x;
-                }
+            qsort(t, (size_t)n, sizeof *t, cli_cmp_double);
             double med = n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
             double p90 = t[(int)((n - 1) * 0.9 + 0.5)];
             double peak_mb = peak_rss_mb();

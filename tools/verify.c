@@ -129,13 +129,6 @@ static bool element(const kiln_value *v, int64_t i, double *out)
     }
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    if (isnan(x) || isnan(y)) return isnan(x) - isnan(y);
-    return x < y ? -1 : x > y;
-}
-
 static bool close_enough(double a, double b, double rtol, double atol)
 {
     if (isnan(a) || isnan(b)) return isnan(a) && isnan(b);
@@ -187,8 +180,8 @@ static cmp_result compare(const kiln_value *a, const kiln_value *b, double rtol,
         double rel = d / fmax(fabs(y), 1e-30);
         if (!isnan(rel) && !isinf(rel) && rel > r.max_rel) r.max_rel = rel;
     }
-    qsort(da, (size_t)n, sizeof *da, cmp_double);
-    qsort(db, (size_t)n, sizeof *db, cmp_double);
+    qsort(da, (size_t)n, sizeof *da, cli_cmp_double);
+    qsort(db, (size_t)n, sizeof *db, cli_cmp_double);
     bool sorted_ok = true;
     for (int64_t i = 0; i < n; i++) {
         double d = fabs(da[i] - db[i]);

@@ -60,7 +60,7 @@ static inline __attribute__((always_inline)) VF VM(exp)(VF x)
 /* e^x as VM(exp), but 0 wherever the result would be subnormal (x below ln FLT_MIN, about -87.34):
  * subnormal arithmetic is tens of times slower on x86, and Softmax rows with a large spread
  * would otherwise run through it for most of their elements. */
-static inline VF VM(exp_flush)(VF x)
+static inline __attribute__((always_inline)) VF VM(exp_flush)(VF x)
 {
     const VF lo = VM(splat)(-87.33f);
     VI tiny = x < lo;
