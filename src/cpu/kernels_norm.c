@@ -66,6 +66,17 @@ static double sum_f64(const float *x, int64_t n)
 #include "cpu/act512.h"
 #include "cpu/avx512_util.h"
 
+/* The maximum of x[0..n) on 16 lanes, the tail masked (-inf lanes); NaN skipped, as softmax_row's
+ * scalar comparison skips it (vmaxps returns its second operand, the running maximum, when the
+ * first is NaN). */
+static float max_row16(const float *x, int64_t n)
+{
+    __m512 v = _mm512_set1_ps(-INFINITY);
+    for (int64_t k = 0; k < n; k += 16)
+        v = _mm512_max_ps(_mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), kiln_lanes(n - k), x + k), v);
+    return _mm512_reduce_max_ps(v);
+}
+
 /* softmax_row's exponentials and sum on 16 lanes, the tail masked (-inf lanes add 0); the sum of
  * each 256 values in float, of the blocks in double, as the 4-lane loop */
 static void softmax_row16(const float *x, float *y, int64_t n, float mx)
@@ -103,13 +114,18 @@ static void softmax_row(const row_job *j, int64_t r)
     float *y = j->y + r * j->cols;
     int64_t n = j->cols, i = 0;
     float mx = -INFINITY;
-    for (int64_t k = 0; k < n; k++) mx = x[k] > mx ? x[k] : mx;
+#if HAVE_SOFTMAX16
+    bool wide = n >= 16 && __builtin_cpu_supports("avx512f");
+    if (wide) mx = max_row16(x, n);
+    else
+#endif
+        for (int64_t k = 0; k < n; k++) mx = x[k] > mx ? x[k] : mx;
     if (mx == INFINITY) { /* the reference's arithmetic: e^(inf - inf) makes the row NaN */
         for (int64_t k = 0; k < n; k++) y[k] = NAN;
         return;
     }
 #if HAVE_SOFTMAX16
-    if (n >= 64 && __builtin_cpu_supports("avx512f")) {
+    if (wide) {
         softmax_row16(x, y, n, mx);
         return;
     }

@@ -262,7 +262,7 @@ def test_softmax():
                 blob = model(helper.make_node("Softmax", ["X"], ["Y"], axis=axis), [sym("X", rank, "x")], [out()],
                              opset=opset)
                 feeds = []
-                for cols in (1, 3, 7, 300, 1000):
+                for cols in (1, 3, 7, 16, 17, 40, 300, 1000):
                     dims = [int(rng.choice([1, 2, 3])) for _ in range(rank - 1)] + [cols]
                     if rank >= 2 and rng.random() < 0.3:
                         dims[-1], dims[-2] = 1, cols  # last dim 1: the fast path for axis -2
@@ -274,6 +274,10 @@ def test_softmax():
                     x.flat[5] = -np.inf  # masked entries
                     feeds.append({"X": x})
                     feeds.append({"X": rand(*([0] + [3] * (rank - 1)))})
+                    # rows of 16 and more (the 16-lane path) holding -inf, +inf and NaN
+                    x = rand(4, *([5] * (rank - 2)), 21)
+                    x.flat[3], x.flat[21 + 4], x.flat[42 + 20] = -np.inf, np.inf, np.nan
+                    feeds.append({"X": x})
                 compare(f"Softmax opset {opset} axis {axis} rank {rank}", blob, feeds, atol=1e-5)
 
 
