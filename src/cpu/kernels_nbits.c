@@ -116,6 +116,7 @@ __attribute__((target("avx512f,avx512bw"))) static void gemv_rows_avx512(const g
                                                      _mm512_set1_ps(zq)); /* q - z without offsets */
                     for (int64_t u = 0; u < bs; u += 16) {
                         __m512 av = _mm512_loadu_ps(a + u);
+#pragma GCC unroll 4
                         for (int r = 0; r < NT; r++) { /* rows past nn repeat row nn - 1 */
                             const uint8_t *qr = q + (r < nn ? r : nn - 1) * row + u / 2;
                             int64_t q8;
@@ -128,6 +129,7 @@ __attribute__((target("avx512f,avx512bw"))) static void gemv_rows_avx512(const g
                 } else {
                     for (int64_t u = 0; u < bs; u += 16) {
                         __m512 av = _mm512_loadu_ps(a + u);
+#pragma GCC unroll 4
                         for (int r = 0; r < NT; r++) {
                             const uint8_t *qr = q + (r < nn ? r : nn - 1) * row + u;
                             __m512 w = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)qr)));
@@ -135,14 +137,18 @@ __attribute__((target("avx512f,avx512bw"))) static void gemv_rows_avx512(const g
                         }
                     }
                 }
-                for (int64_t r = 0; r < nn; r++) {
-                    int64_t i = (nt + r) * j->st->w.ns + blk;
+#pragma GCC unroll 4
+                for (int r = 0; r < NT; r++) { /* rows past nn repeat row nn - 1; only nn are stored */
+                    int64_t i = (nt + (r < nn ? r : nn - 1)) * j->st->w.ns + blk;
                     tot[r] = _mm512_fmadd_ps(acc[r], _mm512_set1_ps(j->st->scale[i]), tot[r]);
                     if (!common || zrest) zsum[r] += blk_off(j->st, i, zrest) * asum[blk];
                 }
             }
-            for (int64_t r = 0; r < nn; r++)
+#pragma GCC unroll 4
+            for (int r = 0; r < NT; r++) { /* a constant bound keeps tot and acc in registers */
+                if (r >= nn) break;
                 j->y[m * p->N + nt + r] = _mm512_reduce_add_ps(tot[r]) + zsum[r] + (j->bias ? j->bias[nt + r] : 0.0f);
+            }
         }
     }
 }
@@ -169,6 +175,7 @@ __attribute__((target("avx2,fma"))) static void gemv_rows_avx2(const gemv_job *j
                     const __m256i sh = _mm256_set_epi32(28, 24, 20, 16, 12, 8, 4, 0), m4 = _mm256_set1_epi32(15);
                     for (int64_t u = 0; u < bs; u += 16) {
                         __m256 a0 = _mm256_loadu_ps(a + u), a1 = _mm256_loadu_ps(a + u + 8);
+#pragma GCC unroll 4
                         for (int r = 0; r < NT; r++) { /* rows past nn repeat row nn - 1 */
                             const uint8_t *qr = q + (r < nn ? r : nn - 1) * row + u / 2;
                             int32_t w0, w1;
@@ -182,6 +189,7 @@ __attribute__((target("avx2,fma"))) static void gemv_rows_avx2(const gemv_job *j
                 } else {
                     for (int64_t u = 0; u < bs; u += 16) {
                         __m256 a0 = _mm256_loadu_ps(a + u), a1 = _mm256_loadu_ps(a + u + 8);
+#pragma GCC unroll 4
                         for (int r = 0; r < NT; r++) {
                             __m128i b = _mm_loadu_si128((const __m128i *)(q + (r < nn ? r : nn - 1) * row + u));
                             acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b)), a0, acc[r]);
@@ -189,13 +197,16 @@ __attribute__((target("avx2,fma"))) static void gemv_rows_avx2(const gemv_job *j
                         }
                     }
                 }
-                for (int64_t r = 0; r < nn; r++) {
-                    int64_t i = (nt + r) * j->st->w.ns + blk;
+#pragma GCC unroll 4
+                for (int r = 0; r < NT; r++) { /* rows past nn repeat row nn - 1; only nn are stored */
+                    int64_t i = (nt + (r < nn ? r : nn - 1)) * j->st->w.ns + blk;
                     tot[r] = _mm256_fmadd_ps(acc[r], _mm256_set1_ps(j->st->scale[i]), tot[r]);
                     zsum[r] += blk_off(j->st, i, (float)j->st->w.zero) * asum[blk];
                 }
             }
-            for (int64_t r = 0; r < nn; r++) {
+#pragma GCC unroll 4
+            for (int r = 0; r < NT; r++) { /* a constant bound keeps tot and acc in registers */
+                if (r >= nn) break;
                 __m128 h = _mm_add_ps(_mm256_castps256_ps128(tot[r]), _mm256_extractf128_ps(tot[r], 1));
                 h = _mm_add_ps(h, _mm_movehl_ps(h, h));
                 h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));

@@ -292,7 +292,9 @@ static inline __attribute__((always_inline, target("avx2,fma"))) void cols_avx2_
                 }
             }
             const float *cz = j->cz + m * j->nbz;
-            for (int64_t r = 0; r < nn; r++) {
+#pragma GCC unroll 4
+            for (int r = 0; r < NT; r++) { /* a constant bound keeps acc in registers */
+                if (r >= nn) break;
                 float t = hsum256(acc[r]) + zero_term_avx2(w->zp ? w->zp + (nt + r) * ns : NULL, w->scale + (nt + r) * ns, cz, nb);
                 j->y[m * w->N + nt + r] = t + (j->bias ? j->bias[nt + r] : 0.0f);
             }
