@@ -4,6 +4,7 @@
 #include <math.h>
 
 #include "cpu/gemm.h"
+#include "cpu/vecmath.h"
 #include "ops/contrib_quant.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -211,4 +212,21 @@ void kiln_cpu_quantize(kiln_threadpool *pool, const float *x, int64_t n, float s
     quant_job j = {.x = x, .n = n, .scale = scale, .zp = (float)zp, .lo = y_signed ? -128.0f : 0.0f,
                    .hi = y_signed ? 127.0f : 255.0f, .y_signed = y_signed, .y = y};
     kiln_threadpool_parallel_for(n <= CHUNK ? NULL : pool, (n + CHUNK - 1) / CHUNK, quant_chunks, &j);
+}
+
+void kiln_cpu_dequant_row(const int32_t *acc, int64_t n, float a_scale, const float *b_scale, bool per_col,
+                          const float *bias, float *out)
+{
+    const v4f one_scale = v4_splat(a_scale * b_scale[0]);
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+        v4i v;
+        memcpy(&v, acc + j, sizeof v);
+        v4f y = __builtin_convertvector(v, v4f) * (per_col ? v4_splat(a_scale) * v4_load(b_scale + j) : one_scale);
+        v4_store(out + j, bias ? y + v4_load(bias + j) : y);
+    }
+    for (; j < n; j++) {
+        float y = (float)acc[j] * (a_scale * b_scale[per_col ? j : 0]);
+        out[j] = bias ? y + bias[j] : y;
+    }
 }

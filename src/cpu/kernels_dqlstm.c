@@ -58,21 +58,10 @@ static bool params_at(const kiln_value *s, const kiln_value *z, kiln_dtype dt, i
     return true;
 }
 
-/* acc [M, G] int32 -> out [M, G] = acc * (a_scale * scale[j]) (4 lanes at a time: a plain loop
- * stays scalar at -O2, and a recurrence runs this every step) */
+/* acc [M, G] int32 -> out [M, G] = acc * (a_scale * scale[j]) */
 static void scale_out(const int32_t *acc, int64_t M, int64_t G, float as, const float *sc, float *out)
 {
-    for (int64_t m = 0; m < M; m++) {
-        const int32_t *a = acc + m * G;
-        float *o = out + m * G;
-        int64_t j = 0;
-        for (; j + 4 <= G; j += 4) {
-            v4i v;
-            memcpy(&v, a + j, sizeof v);
-            v4_store(o + j, __builtin_convertvector(v, v4f) * (v4_splat(as) * v4_load(sc + j)));
-        }
-        for (; j < G; j++) o[j] = (float)a[j] * (as * sc[j]);
-    }
+    for (int64_t m = 0; m < M; m++) kiln_cpu_dequant_row(acc + m * G, G, as, sc, true, NULL, out + m * G);
 }
 
 /* A [M, K] float quantized to uint8 over all its values, times packed B, into acc */

@@ -145,16 +145,9 @@ typedef struct to_float {
 static void to_float_tile(void *ctx, int32_t *c, int64_t ldc, int64_t i0, int64_t m, int64_t j0, int64_t n)
 {
     const to_float *t = ctx;
-    for (int64_t i = 0; i < m; i++) {
-        int32_t *row = c + i * ldc;
-        float *out = (float *)row;
-        for (int64_t j = 0; j < n; j++) {
-            float scale = t->as * t->bs[t->bs_per_col ? j0 + j : 0];
-            float v = (float)row[j] * scale;
-            if (t->bias) v += t->bias[j0 + j];
-            out[j] = v;
-        }
-    }
+    for (int64_t i = 0; i < m; i++)
+        kiln_cpu_dequant_row(c + i * ldc, n, t->as, t->bs + (t->bs_per_col ? j0 : 0), t->bs_per_col,
+                             t->bias ? t->bias + j0 : NULL, (float *)(c + i * ldc));
 }
 
 /* Whether b_scale and bias fit B [K, N] (float32; 1 or N scales, N biases). */
