@@ -22,22 +22,22 @@
 
 /* One LSTM step's cell over L hidden units (kiln_vec_lstm_cell): the gate blocks i, o, f, c of the
  * pre-activations gx + gh (+ bias) lie s floats apart. */
-#define DEF_LSTM_LANES(P)                                                                                \
+#define DEF_LSTM_LANES(P, L)                                                                              \
     static inline void P##_lstm_lanes(const float *gx, const float *gh, const float *bias, int64_t s, float *c, \
                                       float *h)                                                          \
     {                                                                                                    \
-        P##_vf pre[4];                                                                                   \
+        __typeof__(P##_splat(0.0f)) pre[4];                                                              \
         for (int g = 0; g < 4; g++) {                                                                    \
             pre[g] = P##_load(gx + g * s) + P##_load(gh + g * s);                                        \
             if (bias) pre[g] += P##_load(bias + g * s);                                                  \
         }                                                                                                \
-        P##_vf ct = P##_sigmoid(pre[2]) * P##_load(c) + P##_sigmoid(pre[0]) * P##_tanh(pre[3]);          \
+        __typeof__(pre[0]) ct = P##_sigmoid(pre[2]) * P##_load(c) +                                  \
+                                P##_sigmoid(pre[0]) * P##_tanh(pre[3]);                              \
         P##_store(c, ct);                                                                                \
         P##_store(h, P##_sigmoid(pre[1]) * P##_tanh(ct));                                                \
     }                                                                                                    \
     static void P##_lstm_cell(const float *gx, const float *gh, const float *bias, float *c, float *h, int64_t H) \
     {                                                                                                    \
-        enum { L = (int)(sizeof(P##_vf) / sizeof(float)) };                                              \
         int64_t k = 0;                                                                                   \
         for (; k + L <= H; k += L) P##_lstm_lanes(gx + k, gh + k, bias ? bias + k : NULL, H, c + k, h + k); \
         if (k == H) return;                                                                              \
@@ -61,9 +61,8 @@
     DEF_ARRAY(P##_tanh_array, P, L, P##_tanh)                                                            \
     DEF_ARRAY(P##_erf_array, P, L, P##_erf)                                                              \
     DEF_ARRAY(P##_gelu_tanh_array, P, L, P##_gelu_tanh)                                                  \
-    DEF_LSTM_LANES(P)
+    DEF_LSTM_LANES(P, L)
 
-typedef v4f v4_vf;
 DEF_ARRAYS(v4, 4)
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -84,7 +83,6 @@ typedef uint32_t v8u __attribute__((vector_size(32)));
 #define VM_LANES 8
 #define VM(name) v8_##name
 #include "cpu/vecmath_body.h"
-typedef v8f v8_vf;
 DEF_ARRAYS(v8, 8)
 #if defined(__clang__)
 #pragma clang attribute pop
@@ -107,7 +105,6 @@ typedef uint32_t v16u __attribute__((vector_size(64)));
 #define VM_LANES 16
 #define VM(name) v16_##name
 #include "cpu/vecmath_body.h"
-typedef v16f v16_vf;
 DEF_ARRAYS(v16, 16)
 #if defined(__clang__)
 #pragma clang attribute pop
