@@ -11,15 +11,17 @@ models and inputs, on the GPU machine. Figures, not a test: it fails only when i
 
 each in fp32 and fp16 (fp16: model.half() before the export). ResNet-50 and BERT are exported
 from PyTorch here (opset 17, dynamic batch / sequence axes). kiln is timed through a ctypes
-loop over kiln_session_run with the input values wrapped once: each call copies the inputs to
-the device and the outputs back to the host; PyTorch's inputs are on the device already and its
-outputs stay there. Times are medians over repeated runs after warm-up, each run synchronised
-(torch.cuda.synchronize; kiln_session_run returns host outputs). fp32 runs strict fp32 in
+loop over kiln_session_run_with_outputs with the values wrapped once: the inputs are PyTorch's
+device tensors and the outputs land in bound device tensors (ONNX Runtime's IOBinding), as
+PyTorch's stay on the GPU; a second kiln column times numpy in and out through
+kiln_session_run, host copies included. Times are medians over repeated runs after warm-up,
+each run synchronised (torch.cuda.synchronize; kiln's runs return complete). fp32 runs strict fp32 in
 PyTorch (no TF32), as kiln does. Each model's kiln output is checked once against PyTorch's
 (max abs diff printed) so that a fast but wrong result shows.
 
 usage: bench_gpu.py [--kiln-lib PATH] [--md FILE] [--models resnet50,bert,encoder,...]
-                    [--dtypes fp32,fp16] [--budget SECONDS] [--no-compile] [--quick]
+                    [--dtypes fp32,fp16] [--budget SECONDS] [--no-compile] [--quick] [--model-dir DIR]
+                    [--profile 'batch 32'|all]
   --md       also write the table as markdown (default $OUT/bench_gpu.md when OUT is set)
   --budget   wall-clock budget (default 230 s): torch.compile runs last, in order of
              importance, while the budget lasts; what is left out says so in the table
@@ -66,42 +68,91 @@ def median_ms(fn, warmup, min_runs=10, max_runs=100, min_time=1.0):
 
 
 class KilnLoop:
-    """kiln_session_run on pre-wrapped inputs; outputs freed without conversion."""
+    """kiln_session_run on pre-wrapped inputs. Host I/O (device=None): numpy inputs, copied to the
+    GPU and the outputs back on every call, outputs freed without conversion. Device I/O (device=
+    (torch input tensors by name, torch output tensors)): the inputs are read where PyTorch holds
+    them and the outputs written into the bound tensors, as ONNX Runtime's IOBinding does."""
 
-    def __init__(self, sess, feeds):
+    def __init__(self, sess, feeds, device=None):
         lib = sess._lib
         self.sess, self.lib = sess, lib
         self.arrays = [np.ascontiguousarray(a) for a in feeds.values()]
-        self.handles = []
-        for a in self.arrays:
-            h = C.c_void_p()
-            dims = (C.c_int64 * max(a.ndim, 1))(*a.shape)
-            st = lib.kiln_value_wrap_tensor(kiln._CODES[a.dtype], a.ndim, dims, a.ctypes.data_as(C.c_void_p),
-                                            a.nbytes, C.byref(h))
-            if st:
-                raise kiln.KilnError(st, "cannot wrap an input")
-            self.handles.append(h)
+        self.handles, self.storage = [], []
         names = [o["name"] for o in sess.outputs]
-        self.n_in, self.n_out = len(self.arrays), len(names)
+
+        def wrap(fn, dtype, shape, ptr, nbytes):
+            h = C.c_void_p()
+            dims = (C.c_int64 * max(len(shape), 1))(*shape)
+            st = fn(kiln._CODES[np.dtype(dtype)], len(shape), dims, C.c_void_p(ptr), nbytes, C.byref(h))
+            if st:
+                raise kiln.KilnError(st, "cannot wrap a tensor")
+            return h
+        if device is None:
+            for a in self.arrays:
+                self.handles.append(wrap(lib.kiln_value_wrap_tensor, a.dtype, a.shape, a.ctypes.data, a.nbytes))
+        else:
+            tin, tout = device
+            for n, a in zip(feeds, self.arrays):
+                t = tin[n].contiguous()
+                self.arrays.append(t)  # kept alive
+                self.handles.append(wrap(lib.kiln_value_wrap_device_tensor, a.dtype, a.shape, t.data_ptr(),
+                                         t.numel() * t.element_size()))
+            for t in tout:
+                dt = str(t.dtype).replace("torch.", "")
+                self.storage.append(wrap(lib.kiln_value_wrap_device_tensor, dt, tuple(t.shape), t.data_ptr(),
+                                         t.numel() * t.element_size()))
+        self.n_in, self.n_out = len(self.handles), len(names)
         self.in_names = (C.c_char_p * self.n_in)(*[n.encode() for n in feeds])
         self.in_vals = (C.c_void_p * self.n_in)(*[h.value for h in self.handles])
         self.out_names = (C.c_char_p * self.n_out)(*[n.encode() for n in names])
         self.outs = (C.c_void_p * self.n_out)()
+        self.bind = None
+        if device is not None:
+            bind = (kiln._lib.OutputBinding * self.n_out)()
+            for j in range(self.n_out):
+                bind[j].on_device = True
+                bind[j].storage = self.storage[j].value if j < len(self.storage) else None
+            self.bind = bind
 
     def __call__(self):
         lib = self.lib
-        st = lib.kiln_session_run(self.sess._h, self.n_in, self.in_names, self.in_vals, self.n_out, self.out_names,
-                                  self.outs)
+        if self.bind is None:
+            st = lib.kiln_session_run(self.sess._h, self.n_in, self.in_names, self.in_vals, self.n_out,
+                                      self.out_names, self.outs)
+        else:
+            st = lib.kiln_session_run_with_outputs(self.sess._h, self.n_in, self.in_names, self.in_vals, self.n_out,
+                                                   self.out_names, self.bind, self.outs)
         if st:
             raise kiln.KilnError(st, lib.kiln_last_error(self.sess._h).decode(errors="replace"))
         for j in range(self.n_out):
+            if self.bind is not None and j < len(self.storage):
+                ptr_out, ptr_st = lib.kiln_value_data(self.outs[j]), lib.kiln_value_data(self.storage[j])
+                if ptr_out != ptr_st:
+                    raise RuntimeError("kiln did not write the output into the bound device tensor")
             lib.kiln_value_free(self.outs[j])
             self.outs[j] = None
 
     def close(self):
-        for h in self.handles:
+        for h in self.handles + self.storage:
             self.lib.kiln_value_free(h)
-        self.handles = []
+        self.handles, self.storage = [], []
+
+
+def kernel_profile(torch, fn, runs=5, top=15):
+    """The GPU kernels fn launches (kiln's included: CUPTI sees the whole process), by total
+    time over `runs` calls, as torch.profiler's table."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(runs):
+            fn()
+        torch.cuda.synchronize()
+    ka = prof.key_averages()
+    for key in ("self_device_time_total", "self_cuda_time_total"):
+        try:
+            return ka.table(sort_by=key, row_limit=top, max_name_column_width=70)
+        except Exception:  # noqa: BLE001 - the key's name changed across torch versions
+            continue
+    return ka.table(row_limit=top)
 
 
 # ---- models ----
@@ -309,6 +360,9 @@ def main():
     ap.add_argument("--dtypes", default="fp32,fp16")
     ap.add_argument("--budget", type=float, default=230.0)
     ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--profile", help="print kiln's GPU kernels (torch.profiler) for the shapes whose label "
+                    "contains this text ('batch 32'), or 'all'")
+    ap.add_argument("--model-dir", help="write the exported ONNX files here (default: a temporary folder)")
     ap.add_argument("--quick", action="store_true", help="batch 1 only, encoder lengths 16/128/512, fewer runs")
     a = ap.parse_args()
     if a.kiln_lib:
@@ -335,7 +389,8 @@ def main():
     log(f"{gpu}; torch {torch.__version__}; kiln library {kiln.library()._name}")
 
     rows, compile_jobs = [], []
-    tmp = tempfile.mkdtemp(prefix="kiln-bench-")
+    tmp = a.model_dir or tempfile.mkdtemp(prefix="kiln-bench-")
+    os.makedirs(tmp, exist_ok=True)
     builders = {"bert": bert, **{v: (lambda torch, dtype, tmp, v=v: vision(v, torch, dtype, tmp)) for v in VISION}}
     for name in models:
         for dtype in dtypes:
@@ -362,6 +417,7 @@ def main():
                 row = {"model": label, "shape": shape_label, "note": ""}
                 rows.append(row)
                 targs, feeds = make_inputs(n)
+                tin = dict(zip(feeds, targs))
                 if sess is not None:  # an exporter may drop an input it traced as unused
                     feeds = {k: v for k, v in feeds.items() if k in {i["name"] for i in sess.inputs}}
                 with torch.no_grad():
@@ -372,7 +428,8 @@ def main():
                     row["note"] = kiln_error
                 else:
                     try:
-                        got = sess.run(feeds)[0]
+                        outs = sess.run(feeds)
+                        got = outs[0]
                         want = ref.float().cpu().numpy()
                         if si == 0 or name == "encoder":
                             diff = float(np.max(np.abs(got.astype(np.float64) - want))) if got.size else 0.0
@@ -380,7 +437,17 @@ def main():
                             row["diff"] = f"{diff:.3g} (max |ref| {scale:.3g})"
                             log(f"{label} {shape_label}: kiln vs PyTorch max abs diff {diff:.4g}, max |ref| {scale:.4g}")
                         loop = KilnLoop(sess, feeds)
+                        row["kiln_host"] = median_ms(loop, warmup=5, max_runs=max_runs)
+                        loop.close()
+                        tout = [torch.empty(o.shape, dtype=getattr(torch, str(o.dtype)), device="cuda") for o in outs]
+                        loop = KilnLoop(sess, feeds, device=(tin, tout))
+                        loop()
+                        torch.cuda.synchronize()
+                        if not np.array_equal(tout[0].cpu().numpy(), got):
+                            raise RuntimeError("device-bound output differs from the host run's")
                         row["kiln"] = median_ms(loop, warmup=5, max_runs=max_runs)
+                        if a.profile and (a.profile == "all" or a.profile in shape_label):
+                            log(f"{label} {shape_label}: kiln's kernels over 5 runs\n" + kernel_profile(torch, loop))
                         loop.close()
                     except Exception as e:  # noqa: BLE001
                         row["kiln"] = "error"
@@ -392,7 +459,8 @@ def main():
                     torch.cuda.synchronize()
                 row["eager"] = median_ms(eager, warmup=3, max_runs=max_runs)
                 row["compile"] = "skipped (budget)" if not a.no_compile else "-"
-                log(f"{label} {shape_label}: kiln {fmt_ms(row.get('kiln'))} ms, eager {row['eager']:.3f} ms")
+                log(f"{label} {shape_label}: kiln {fmt_ms(row.get('kiln'))} ms (host I/O "
+                    f"{fmt_ms(row.get('kiln_host'))} ms), eager {row['eager']:.3f} ms")
                 # compile order: batch 1 / the first shape of each model first, fp16 before fp32
                 prio = (si, 0 if dtype == "fp16" else 1)
                 compile_jobs.append((prio, label, model, targs, row, name))
@@ -408,21 +476,25 @@ def main():
                 sess.close()
             torch.cuda.empty_cache()
 
-    # torch.compile, most important first, while the budget lasts; one compiled module per
-    # model and dtype (a later shape recompiles or runs dynamic, counted in its compile time)
+    # torch.compile, most important first, while the budget lasts: mode reduce-overhead (CUDA
+    # graphs) for the first shape of each model (batch 1), the default mode for the others; one
+    # compiled module per model, dtype and mode (a later shape recompiles or runs dynamic,
+    # counted in its compile time)
     compiled = {}
     if not a.no_compile:
         for prio, label, model, targs, row, name in sorted(compile_jobs, key=lambda j: j[0]):
             left = a.budget - elapsed()
-            first = label not in compiled
+            mode = "reduce-overhead" if prio[0] == 0 else "default"
+            key = (label, mode)
+            first = key not in compiled
             need = 75 if first else 40  # rough cost of a (re)compile
             if left < need:
                 log(f"{label} {row['shape']}: torch.compile skipped, {left:.0f} s of the budget left")
                 continue
             try:
                 if first:
-                    compiled[label] = torch.compile(model)
-                cm = compiled[label]
+                    compiled[key] = torch.compile(model, mode=mode)
+                cm = compiled[key]
                 t = time.monotonic()
                 with torch.no_grad():
                     cm(*targs)
@@ -441,23 +513,27 @@ def main():
                 row["note"] = (row["note"] + "; " if row["note"] else "") + f"torch.compile: {msg}"
                 log(f"{label} {row['shape']}: torch.compile failed: {msg}")
 
-    header = ["model", "shape", "kiln ms", "eager ms", "compile ms", "kiln/eager", "kiln/compile",
+    header = ["model", "shape", "kiln ms", "kiln host I/O ms", "eager ms", "compile ms", "kiln/eager", "kiln/compile",
               "GPU/CPU nodes", "graph replays", "kiln vs PyTorch max abs diff", "note"]
-    table = [[r["model"], r["shape"], fmt_ms(r.get("kiln", "-")), fmt_ms(r.get("eager", "-")),
+    table = [[r["model"], r["shape"], fmt_ms(r.get("kiln", "-")), fmt_ms(r.get("kiln_host", "-")),
+              fmt_ms(r.get("eager", "-")),
               fmt_ms(r.get("compile", "-")), ratio(r.get("kiln"), r.get("eager")), ratio(r.get("kiln"), r.get("compile")),
               r.get("nodes", "-"), str(r.get("graphs", "-")), r.get("diff", ""), r.get("note", "")] for r in rows]
     widths = [max(len(str(x)) for x in col) for col in zip(header, *table)]
     print()
     for line in [header] + table:
         print("  ".join(str(x).ljust(w) for x, w in zip(line, widths)).rstrip())
-    print("ratios < 1: kiln faster. kiln times include copying inputs to the device and outputs back.")
+    print("ratios < 1: kiln faster. kiln ms: inputs and outputs on the GPU (IOBinding), as PyTorch's; "
+          "kiln host I/O ms: numpy in and out, copies included.")
     if a.md:
         with open(a.md, "w") as f:
             f.write(f"# kiln CUDA provider vs PyTorch on {gpu}\n\n")
             f.write(f"torch {torch.__version__}; `python3 scripts/bench_gpu.py {' '.join(sys.argv[1:])}`; "
-                    "median ms per call after warm-up, each call synchronised; fp32 without TF32 on both sides; "
-                    "kiln times include the host-to-device copy of the inputs and the device-to-host copy of the "
-                    "outputs, PyTorch's inputs and outputs stay on the GPU. Ratios < 1: kiln faster.\n\n")
+                    "median ms per call after warm-up, each call synchronised; fp32 without TF32 on both sides. "
+                    "kiln ms: inputs read from PyTorch's device tensors and outputs written into bound device "
+                    "tensors (kiln_session_run_with_outputs, ONNX Runtime's IOBinding), as PyTorch's stay on the "
+                    "GPU; kiln host I/O ms: numpy inputs copied to the device and outputs back on every call. "
+                    "Ratios (of kiln ms) < 1: kiln faster.\n\n")
             f.write("| " + " | ".join(header) + " |\n|" + "---|" * len(header) + "\n")
             for line in table:
                 f.write("| " + " | ".join(str(x).replace("|", "\\|") for x in line) + " |\n")
