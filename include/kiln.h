@@ -324,6 +324,13 @@ typedef struct kiln_session_stats {
      * arenas and workspaces, and what kiln_generator's KV cache took (transient tensors of the
      * device's memory pool are not counted). 0 on the CPU. */
     int64_t device_bytes_peak;
+    /* KILN_PROVIDER_CUDA: kernels generated (NVRTC) for the session's fused element-wise nodes
+     * (kiln.FusedElementwise), how many of them the on-disk kernel cache held ($KILN_CACHE_DIR,
+     * else $XDG_CACHE_HOME/kiln or ~/.cache/kiln), and why the compiler or the cache could not
+     * be used ("" when both were): the one warning an unset, unwritable or corrupt cache gives. */
+    int kernels_generated;
+    int kernels_from_cache;
+    char kernels_note[192];
 } kiln_session_stats;
 
 /* Copies the session's counters into *out. Thread-safe. */

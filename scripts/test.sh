@@ -18,7 +18,7 @@ cmake --build build-asan -j"$jobs"
 ctest --test-dir build-asan --output-on-failure -j"$jobs" -L 'unit|conformance'
 
 cmake -B build-tsan -DKILN_WERROR=ON -DKILN_CUDA=OFF -DKILN_SANITIZE=thread -DCMAKE_BUILD_TYPE=Debug >/dev/null
-cmake --build build-tsan -j"$jobs" --target test_threads test_threadpool test_scratch
+cmake --build build-tsan -j"$jobs" --target test_threads test_threadpool test_scratch test_cache
 ctest --test-dir build-tsan --output-on-failure -L threads
 
 # Fuzz smoke: a libFuzzer build (clang) fuzzes from the seeds for 60 seconds. A crash or sanitizer

@@ -98,6 +98,13 @@ if [[ -n $d ]]; then
 else
     echo "test_gpu: libcudnn.so.9 not found: convolutions run without cuDNN"
 fi
+# NVRTC (the generated element-wise kernels; without it those chains stay unfused)
+d=$(dir_of libnvrtc.so.13)
+if [[ -n $d ]]; then
+    [[ ":$LIBPATH:" == *":$d:"* ]] || LIBPATH=$LIBPATH:$d
+else
+    echo "test_gpu: libnvrtc.so.13 not found: element-wise chains run unfused"
+fi
 export LD_LIBRARY_PATH=$LIBPATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
 SANITIZER=$(command -v compute-sanitizer)

@@ -466,6 +466,9 @@ static int cmd_run(int argc, char **argv, bool bench)
                    st.nodes_gpu, st.nodes_cpu, st.node_runs_gpu, st.node_runs_cpu, st.device_mallocs, st.copies_to_device,
                    st.copies_to_host, st.graphs_captured, st.graphs_replayed);
         if (a.provider == KILN_PROVIDER_CUDA && st.graphs_note[0]) printf("gpu: not recorded: %s\n", st.graphs_note);
+        if (a.provider == KILN_PROVIDER_CUDA && (st.kernels_generated || st.kernels_note[0]))
+            printf("gpu: generated kernels %d (%d from the cache)%s%s\n", st.kernels_generated, st.kernels_from_cache,
+                   st.kernels_note[0] ? "; " : "", st.kernels_note);
     }
 out:
     cli_free_values(in, n_in);

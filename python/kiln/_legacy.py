@@ -136,6 +136,7 @@ class Session:
         self._lib.kiln_session_stats_get(self._h, C.byref(st))
         out = {name: getattr(st, name) for name, _ in _Stats._fields_}
         out["graphs_note"] = out["graphs_note"].decode("utf-8", "replace")
+        out["kernels_note"] = out["kernels_note"].decode("utf-8", "replace")
         return out
 
     def _device_output(self, v):

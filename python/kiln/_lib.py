@@ -53,7 +53,8 @@ class Stats(C.Structure):
                 ("node_runs_gpu", C.c_int64), ("node_runs_cpu", C.c_int64), ("device_mallocs", C.c_int64),
                 ("copies_to_device", C.c_int64), ("copies_to_host", C.c_int64), ("graphs_captured", C.c_int64),
                 ("graphs_replayed", C.c_int64), ("graphs_note", C.c_char * 192),
-                ("nodes_fallback", C.c_int), ("device_bytes_peak", C.c_int64)]
+                ("nodes_fallback", C.c_int), ("device_bytes_peak", C.c_int64),
+                ("kernels_generated", C.c_int), ("kernels_from_cache", C.c_int), ("kernels_note", C.c_char * 192)]
 
 
 class NodeEvent(C.Structure):

@@ -619,6 +619,7 @@ class InferenceSession:
         self._lib.kiln_session_stats_get(self._h, C.byref(st))
         out = {name: getattr(st, name) for name, _ in _lib.Stats._fields_}
         out["graphs_note"] = out["graphs_note"].decode("utf-8", "replace")
+        out["kernels_note"] = out["kernels_note"].decode("utf-8", "replace")
         return out
 
     def nodes(self):

@@ -92,6 +92,10 @@ kiln_status kiln_gpu_launched(kiln_run_ctx *c, const char *kernel);
  * correct). */
 kiln_status kiln_gpu_fallback(kiln_run_ctx *c);
 
+/* The kernel generated for the running node when the session was created (kiln.FusedElementwise,
+ * ops_fused.c: a CUfunction for kiln_gpu_module_launch), or NULL when it has none. */
+void *kiln_gpu_generated_kernel(kiln_run_ctx *c);
+
 /* Number of multiprocessors of the run's device (grid sizing). */
 int kiln_gpu_sm_count(kiln_run_ctx *c);
 

@@ -13,7 +13,8 @@
     X(kiln_gpu_ops_llm) \
     X(kiln_gpu_ops_contrib) \
     X(kiln_gpu_ops_attn) \
-    X(kiln_gpu_ops_quant)
+    X(kiln_gpu_ops_quant) \
+    X(kiln_gpu_ops_fused)
 
 #define DECLARE(name) extern const kiln_gpu_op_table name;
 GPU_FAMILIES(DECLARE)

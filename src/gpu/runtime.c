@@ -12,6 +12,7 @@
 #include "gpu/blas.h"
 #include "gpu/device.h"
 #include "gpu/dnn.h"
+#include "gpu/generated.h"
 #include "gpu/gpu.h"
 
 #define ALIGN 256
@@ -97,6 +98,7 @@ struct kiln_provider {
      * blocks; not the transient pool tensors) and its peak; under lock */
     int64_t dev_bytes, dev_peak;
     struct mem_block *blocks; /* mem_alloc's, with their sizes */
+    kiln_gpu_fused *fused;    /* the generated kernels (generated.h), or NULL */
 };
 
 typedef struct mem_block {
@@ -199,7 +201,8 @@ kiln_status kiln_gpu_prepare(kiln_gpu_session *gs, const kiln_graph *g, kiln_err
     for (int k = 0; k < g->n_nodes; k++) /* copy nodes run on neither side's kernels */
         if (!(g->nodes[k]->op && (g->nodes[k]->op->flags & KILN_OP_COPY)))
             ++*(g->nodes[k]->on_device ? &gs->nodes_gpu : &gs->nodes_cpu);
-    return upload_constants(gs, err);
+    KILN_TRY(upload_constants(gs, err));
+    return kiln_gpu_fused_prepare(gs->device, g, &gs->fused, err);
 }
 
 static void held_free(held_buf **held, int *n)
@@ -277,6 +280,7 @@ void kiln_gpu_session_free(kiln_gpu_session *gs)
         gpuFree(b->p);
         free(b);
     }
+    kiln_gpu_fused_free(gs->fused);
     pthread_mutex_destroy(&gs->lock);
     free(gs);
 }
@@ -295,6 +299,8 @@ void kiln_gpu_session_stats(kiln_gpu_session *gs, kiln_session_stats *st)
     st->graphs_replayed = gs->replayed;
     st->device_bytes_peak = gs->dev_peak;
     snprintf(st->graphs_note, sizeof st->graphs_note, "%s", gs->why);
+    kiln_gpu_fused_stats(gs->fused, &st->kernels_generated, &st->kernels_from_cache, st->kernels_note,
+                         sizeof st->kernels_note);
     pthread_mutex_unlock(&gs->lock);
 }
 
@@ -793,6 +799,8 @@ void kiln_gpu_memo_put(kiln_run_ctx *c, const int64_t *key, int n, void *state, 
 }
 
 int kiln_gpu_sm_count(kiln_run_ctx *c) { return c->dev->gs->sm_count; }
+
+void *kiln_gpu_generated_kernel(kiln_run_ctx *c) { return kiln_gpu_fused_kernel(c->dev->gs->fused, kiln_run_node(c)); }
 
 unsigned kiln_gpu_blocks(int64_t n, unsigned block)
 {

@@ -223,6 +223,29 @@ bool kiln_ops_unary_reference(const char *op_type, double alpha, double beta, bo
     return true;
 }
 
+int kiln_ops_unary_code(const kiln_node *n, double params[4])
+{
+    for (size_t k = 0; k < sizeof unary_ops / sizeof unary_ops[0]; k++) {
+        ew_params p;
+        if (strcmp(unary_ops[k].op_type, n->op_type) || !unary_params(n, &unary_ops[k], &p)) continue;
+        if (!strcmp(n->op_type, "Shrink")) return -1; /* its lambd and bias do not fit params */
+        params[0] = p.alpha, params[1] = p.beta, params[2] = p.gamma, params[3] = p.gelu_tanh;
+        return (int)k;
+    }
+    return -1;
+}
+
+const char *kiln_ops_unary_name(int code)
+{
+    return code >= 0 && code < (int)(sizeof unary_ops / sizeof unary_ops[0]) ? unary_ops[code].op_type : NULL;
+}
+
+double kiln_ops_unary_eval(int code, double x, const double params[4])
+{
+    ew_params p = {.alpha = params[0], .beta = params[1], .gamma = params[2], .gelu_tanh = params[3] != 0};
+    return unary_ops[code].f(x, &p);
+}
+
 /* IsNaN, IsInf: float -> bool. */
 static kiln_status isnan_infer(kiln_infer_ctx *c)
 {
@@ -363,6 +386,21 @@ static double bin_f(bin_code op, double a, double b)
     default: return 0; /* bitwise ops never reach float types */
     }
 }
+
+int kiln_ops_binary_code(const kiln_node *n)
+{
+    if ((!strcmp(n->op_type, "Max") || !strcmp(n->op_type, "Min")) && !*n->domain && n->n_in == 2)
+        return !strcmp(n->op_type, "Max") ? B_MAX : B_MIN;
+    const binary_op *op = binary_find(n);
+    bin_code code;
+    if (!op || op->to_bool || !binary_code(n, op, &code)) return -1;
+    return code == B_ADD || code == B_SUB || code == B_MUL || code == B_DIV || code == B_POW || code == B_MAX ||
+                   code == B_MIN || code == B_PRELU || code == B_MOD || code == B_FMOD
+               ? (int)code
+               : -1;
+}
+
+double kiln_ops_binary_eval(int code, double a, double b) { return bin_f((bin_code)code, a, b); }
 
 /* a ** b in wrapping unsigned arithmetic (b >= 0). */
 static uint64_t ipow(uint64_t a, uint64_t b)

@@ -11,6 +11,8 @@
  *                                   8-bit type: a QDQ chain per channel, tabulated (fuse_qdq.c)
  *   kiln.SiluMul(G, U)            = G * Sigmoid(G) * U       G and U of one float type and shape:
  *                                   a gated MLP's activation (fuse_silu_mul.c)
+ *   kiln.FusedElementwise(X...)   = a chain of element-wise nodes as one program (kiln_ewp below,
+ *                                   fuse_elementwise.c): Y's dims the broadcast of the inputs'
  *
  * with two attributes of their own: activation (STRING, absent: none) one of Relu, Clip,
  * Sigmoid, HardSigmoid, HardSwish, LeakyRelu, Gelu, GeluTanh (Gelu's tanh form), Tanh, and
@@ -59,6 +61,56 @@ bool kiln_node_is_fused(const kiln_node *n, const char *op_type);
 const char *kiln_fused_op_type(const char *op_type);
 /* The activation attribute's spelling of k ("" for none). */
 const char *kiln_act_name(kiln_act_kind k);
+
+/* ---- kiln.FusedElementwise: its program ----
+ *
+ * Registers 0..n_in-1 hold the inputs' elements (each input broadcast to Y's dims), register
+ * n_in + k instruction k's result, rounded to its dtype as the node it replaces rounded it;
+ * Y is the last register. Attributes (written by the pass, parsed into kiln_ewp once):
+ *   ops     STRINGS  instruction k's op: a float unary op of elementwise.c (Relu, Sigmoid, Gelu,
+ *                    ...), a float binary one (Add, Sub, Mul, Div, Pow, Max, Min, PRelu, Mod),
+ *                    Cast, Clip, Where, or Constant
+ *   args    INTS     3 per instruction: operand registers (-1: none; Where: cond, X, Y)
+ *   params  FLOATS   4 per instruction: the unary op's alpha, beta, gamma and 1 for Gelu's tanh
+ *                    form; Clip's min and max; Constant's value
+ *   dtypes  INTS     one kiln_dtype per register. Inputs of integer or bool dtypes are read
+ *                    only by Cast (to a float type) and, bool, as Where's condition. */
+#define KILN_EWP_MAX_IN 16
+#define KILN_EWP_MAX_INS 48
+#define KILN_EWP_MAX_RANK 8 /* of Y (the GPU kernels' highest rank) */
+
+typedef enum kiln_ewp_kind {
+    KILN_EWP_UNARY,  /* code: kiln_ops_unary_code's */
+    KILN_EWP_BINARY, /* code: kiln_ops_binary_code's */
+    KILN_EWP_CAST,   /* a's value rounded to the result dtype */
+    KILN_EWP_CLIP,   /* min(max(a, p[0]), p[1]), NaN kept */
+    KILN_EWP_WHERE,  /* a (bool) ? b : c */
+    KILN_EWP_CONST,  /* p[0] */
+} kiln_ewp_kind;
+
+typedef struct kiln_ewp_ins {
+    kiln_ewp_kind kind;
+    int code;
+    int a, b, c;
+    double p[4];
+} kiln_ewp_ins;
+
+typedef struct kiln_ewp {
+    int n_in, n_ins;
+    kiln_dtype dtype[KILN_EWP_MAX_IN + KILN_EWP_MAX_INS]; /* per register */
+    kiln_ewp_ins ins[KILN_EWP_MAX_INS];
+} kiln_ewp;
+
+/* The float formulas of the ONNX element-wise ops as their reference kernels apply them
+ * (src/ops/elementwise.c), one element at a time, for kiln.FusedElementwise: a unary op's code
+ * (its attributes, with the op's defaults, into params: alpha, beta, gamma, Gelu's tanh flag)
+ * or -1 when n is not a unary float op; a binary float op's code (Max and Min of two inputs
+ * included) or -1; and the formulas by code. */
+int kiln_ops_unary_code(const kiln_node *n, double params[4]);
+const char *kiln_ops_unary_name(int code);
+double kiln_ops_unary_eval(int code, double x, const double params[4]);
+int kiln_ops_binary_code(const kiln_node *n);
+double kiln_ops_binary_eval(int code, double a, double b);
 
 /* The reference kernel's formula of the unary float op op_type (Relu, Sigmoid, HardSigmoid,
  * HardSwish, LeakyRelu, Gelu) applied in place to the float tensor y, with attributes alpha

@@ -27,6 +27,7 @@
     X(kiln_ops_contrib_qattn) \
     X(kiln_ops_basic) \
     X(kiln_ops_fused) \
+    X(kiln_ops_fused_ew) \
     X(kiln_ops_memcpy)
 
 #define DECLARE(name) extern const kiln_op_table name;

@@ -71,6 +71,12 @@ kiln_status kiln_pass_fuse_quant_matmul(kiln_graph *g, int *fused, kiln_err *err
  * folding, in optimised sessions whose first provider is the CPU. *fused receives the count. */
 kiln_status kiln_pass_fuse_qdq(kiln_graph *g, int *fused, kiln_err *err);
 
+/* Connected element-wise nodes (float unary and binary ops, Cast, Clip, Where) whose values
+ * are read only inside the group become one kiln.FusedElementwise node computing the same
+ * program (fuse_elementwise.c). The GPU provider's pass, run last. *fused receives the count
+ * of groups. */
+kiln_status kiln_pass_fuse_elementwise(kiln_graph *g, int *fused, kiln_err *err);
+
 /* Blocks by 16 channels (kiln_layout NCHW16C) the float32 activations that convolutions and
  * pooling pass to each other, where every reader and the producer have a blocked kernel
  * (layout_nchwc.c). CPU sessions whose CPU runs src/cpu/nchwc.h's kernels only; run last.

@@ -695,6 +695,198 @@ static void test_consumer_lists(void)
     free(b.buf);
 }
 
+/* ---- fuse_elementwise (the GPU's pass): random element-wise DAGs ---- */
+
+static const kiln_pass P_EW = {"fuse_elementwise", kiln_pass_fuse_elementwise};
+
+/* Every node of m evaluated in order by its reference kernel, each result made a constant;
+ * returns a copy of value `name` (NULL on failure). */
+static kiln_value *interpret(kiln_model *m, const char *name)
+{
+    kiln_graph *g = m->graph;
+    kiln_err err = {0};
+    for (int k = 0; k < g->n_nodes; k++) {
+        kiln_node *n = g->nodes[k];
+        kiln_value *out[8] = {0};
+        if (n->n_out > 8 || kiln_node_evaluate(n, 0, out, &err)) {
+            fprintf(stderr, "interpret: node %s (%s): %s\n", n->name, n->op_type, err.msg);
+            return NULL;
+        }
+        for (int i = 0; i < n->n_out; i++) {
+            if (!out[i]) continue;
+            kiln_ir_value *v = n->out[i];
+            if (kiln_model_own_value(m, out[i], &err)) return NULL;
+            kiln_ir_value_set_constant(v, out[i]);
+        }
+    }
+    for (int i = 0; i < g->n_values; i++)
+        if (g->values[i] && !strcmp(g->values[i]->name, name) && g->values[i]->init) {
+            kiln_value *copy = NULL;
+            return kiln_value_copy(g->values[i]->init, &copy, &err) ? NULL : copy;
+        }
+    return NULL;
+}
+
+/* Bit-equal, NaN equal to NaN of any payload. */
+static bool same_values(const kiln_value *a, const kiln_value *b)
+{
+    if (!a || !b || a->dtype != b->dtype || a->numel != b->numel || a->rank != b->rank) return false;
+    for (int k = 0; k < a->rank; k++)
+        if (a->dims[k] != b->dims[k]) return false;
+    for (int64_t i = 0; i < a->numel; i++) {
+        double x = kiln_load_f64(a->dtype, a->data, i), y = kiln_load_f64(b->dtype, b->data, i);
+        if (!(x == y || (isnan(x) && isnan(y)) || !memcmp((const char *)a->data + i * (int64_t)kiln_dtype_size(a->dtype),
+                                                         (const char *)b->data + i * (int64_t)kiln_dtype_size(a->dtype),
+                                                         kiln_dtype_size(a->dtype))))
+            return false;
+    }
+    return true;
+}
+
+typedef struct ewv {
+    char name[16];
+    int dtype; /* 1 float, 10 float16 */
+} ewv;
+
+static int rand_below(int n) { return (int)((frand() + 1.0f) * 0.5f * (float)n) % n; }
+
+/* A random element-wise DAG over broadcastable [2, 3, 4, 5]-based shapes: float32 and float16
+ * (Cast) values, unary ops with attributes, binary ops with scalar constants, Clip, Where on a
+ * Greater (a node the pass leaves alone), a mask's int64 Cast; one intermediate sometimes an
+ * output too. Returns the name of the last value in *last. */
+static built ew_dag(int seed, char *last)
+{
+    static const char *const unary[] = {"Relu", "Sigmoid", "Tanh", "Exp", "Neg", "Abs", "Erf", "Softplus",
+                                        "HardSwish", "HardSigmoid", "LeakyRelu", "Elu", "Gelu", "Sqrt",
+                                        "Reciprocal", "Floor", "Sin", "Softsign"};
+    static const char *const binary[] = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "PRelu"};
+    enum { F32 = 1, F16 = 10, I64 = 7 };
+    rng = 0x9E3779B97F4A7C15ull * (uint64_t)(seed + 1);
+    mg_model *m = mg_new(20);
+    ewv v[64];
+    int nv = 0, tmp = 0;
+    mg_input(m, "unused", F32, 1, (int64_t[]){1}, NULL);
+    for (int i = 0; i < 4; i++) { /* leaves of broadcastable shapes */
+        int64_t full[4] = {2, 3, 4, 5}, d[4];
+        int r = 1 + rand_below(4);
+        for (int k = 0; k < r; k++) d[k] = rand_below(3) ? full[4 - r + k] : 1;
+        snprintf(v[nv].name, sizeof v[nv].name, "L%d", i);
+        init(m, v[nv].name, r, d);
+        v[nv++].dtype = F32;
+    }
+    scalar(m, "c2", 2.0f);
+    scalar(m, "cneg", -0.75f);
+    scalar(m, "lo", -0.5f);
+    scalar(m, "hi", 0.8f);
+    int steps = 3 + rand_below(10);
+    for (int s = 0; s < steps && nv < 60; s++) {
+        int kind = rand_below(7), a = nv - 1 - rand_below(nv < 3 ? nv : 3), b = rand_below(nv);
+        char out[16];
+        snprintf(out, sizeof out, "t%d", tmp++);
+        int dt = v[a].dtype;
+        if (kind == 0 || kind == 1) {
+            const char *op = unary[rand_below((int)(sizeof unary / sizeof *unary))];
+            mg_node(m, op, "", (const char *[]){v[a].name, NULL}, (const char *[]){out, NULL});
+            if (!strcmp(op, "HardSigmoid")) mg_attr_float(m, "alpha", 0.3f), mg_attr_float(m, "beta", 0.4f);
+            if (!strcmp(op, "LeakyRelu")) mg_attr_float(m, "alpha", 0.2f);
+            if (!strcmp(op, "Gelu") && rand_below(2)) mg_attr_string(m, "approximate", "tanh");
+        } else if (kind == 2 || kind == 3) {
+            const char *op = binary[rand_below((int)(sizeof binary / sizeof *binary))];
+            const char *rhs = v[b].name;
+            if (rand_below(3) == 0) rhs = rand_below(2) ? "c2" : "cneg";
+            if (v[b].dtype != dt && rhs == v[b].name) { /* match the dtype with a Cast */
+                char c[16];
+                snprintf(c, sizeof c, "t%d", tmp++);
+                mg_node(m, "Cast", "", (const char *[]){v[b].name, NULL}, (const char *[]){c, NULL});
+                mg_attr_int(m, "to", dt);
+                snprintf(v[nv].name, sizeof v[nv].name, "%s", c);
+                v[nv++].dtype = dt;
+                rhs = v[nv - 1].name;
+            }
+            if (dt == F16 && (rhs[0] == 'c')) { /* a float16 scalar through a Cast of the constant */
+                char c[16];
+                snprintf(c, sizeof c, "t%d", tmp++);
+                mg_node(m, "Cast", "", (const char *[]){rhs, NULL}, (const char *[]){c, NULL});
+                mg_attr_int(m, "to", F16);
+                snprintf(v[nv].name, sizeof v[nv].name, "%s", c);
+                v[nv++].dtype = F16;
+                rhs = v[nv - 1].name;
+            }
+            if (!strcmp(op, "PRelu")) { /* its slope must broadcast to X: a scalar */
+                if (dt == F32) rhs = "cneg";
+                else op = "Mul";
+            }
+            mg_node(m, op, "", (const char *[]){v[a].name, rhs, NULL}, (const char *[]){out, NULL});
+        } else if (kind == 4) {
+            mg_node(m, "Cast", "", (const char *[]){v[a].name, NULL}, (const char *[]){out, NULL});
+            dt = dt == F32 ? F16 : F32;
+            mg_attr_int(m, "to", dt);
+        } else if (kind == 5 && dt == F32) {
+            mg_node(m, "Clip", "", (const char *[]){v[a].name, "lo", "hi", NULL}, (const char *[]){out, NULL});
+        } else if (kind == 5) {
+            mg_node(m, "Relu", "", (const char *[]){v[a].name, NULL}, (const char *[]){out, NULL});
+        } else {
+            /* Where(Greater(leaf, 0), a, b) or a mask: a + Cast(Cast(leaf, int64)) * -3 */
+            char c[16], z[16];
+            snprintf(c, sizeof c, "t%d", tmp++);
+            snprintf(z, sizeof z, "t%d", tmp++);
+            int leaf = rand_below(4);
+            if (rand_below(2)) {
+                mg_node(m, "Greater", "", (const char *[]){v[leaf].name, "cneg", NULL}, (const char *[]){c, NULL});
+                const char *other = v[b].dtype == dt ? v[b].name : v[a].name;
+                mg_node(m, "Where", "", (const char *[]){c, v[a].name, other, NULL}, (const char *[]){out, NULL});
+            } else {
+                mg_node(m, "Cast", "", (const char *[]){v[leaf].name, NULL}, (const char *[]){c, NULL});
+                mg_attr_int(m, "to", I64);
+                mg_node(m, "Cast", "", (const char *[]){c, NULL}, (const char *[]){z, NULL});
+                mg_attr_int(m, "to", dt);
+                mg_node(m, "Add", "", (const char *[]){v[a].name, z, NULL}, (const char *[]){out, NULL});
+            }
+        }
+        snprintf(v[nv].name, sizeof v[nv].name, "%s", out);
+        v[nv++].dtype = dt;
+    }
+    snprintf(last, 16, "%s", v[nv - 1].name);
+    mg_output(m, last);
+    mg_output(m, "unused");
+    if (seed % 3 == 0 && nv > 6) mg_output(m, v[nv - 3].name); /* read outside: it must survive */
+    return finish(m);
+}
+
+static void test_fuse_elementwise(void)
+{
+    int fused_total = 0, cases = 0;
+    for (int seed = 0; seed < 300; seed++) {
+        char last[16];
+        built b = ew_dag(seed, last);
+        kiln_model *ref = load(&b), *md = load(&b);
+        CHECK(ref && md);
+        if (!ref || !md) {
+            kiln_model_free(ref);
+            kiln_model_free(md);
+            free(b.buf);
+            continue;
+        }
+        int before = md->graph->n_nodes, fused = run_pass(md, &P_EW);
+        CHECK(fused >= 0);
+        fused_total += fused > 0;
+        /* no element-wise node left whose only reader is another one of a group (the pass is greedy) */
+        int fused_nodes = count_op(md->graph, "kiln", "FusedElementwise");
+        CHECK(fused_nodes == fused);
+        if (fused) CHECK(md->graph->n_nodes < before);
+        kiln_value *want = interpret(ref, last), *got = interpret(md, last);
+        CHECK(want && got && same_values(want, got));
+        if (!(want && got && same_values(want, got))) fprintf(stderr, "fuse_elementwise: seed %d differs\n", seed);
+        cases++;
+        kiln_value_free(want);
+        kiln_value_free(got);
+        kiln_model_free(ref);
+        kiln_model_free(md);
+        free(b.buf);
+    }
+    CHECK(cases == 300 && fused_total > 200);
+}
+
 int main(void)
 {
     test_fold_constants();
@@ -712,5 +904,6 @@ int main(void)
     test_fuse_attention();
     test_layout_nchwc();
     test_consumer_lists();
+    test_fuse_elementwise();
     return unit_report("test_passes");
 }
