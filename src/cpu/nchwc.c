@@ -580,8 +580,8 @@ typedef struct dw_job {
     float lo, hi;
 } dw_job;
 
-/* tiles: up to DW_PX pixels; a 3x3 layer's (dw3_tile), up to DW3_PX */
-enum { DW_PX = 8, DW3_PX = 16 };
+/* tiles: up to DW_PX pixels; a 3x3 or 5x5 layer's (dwk_tile), up to DWK_PX */
+enum { DW_PX = 8, DWK_PX = 16 };
 
 /* Stores a depthwise tile: n pixels of acc at y (res: the residual at the same place, or NULL),
  * the clamp and the residual decided once for the tile, not per pixel. */
@@ -639,61 +639,62 @@ DW_FN(1) DW_FN(2) DW_FN(3) DW_FN(4) DW_FN(5) DW_FN(6) DW_FN(7) DW_FN(8)
 static const dw_tile_fn dw_tiles[DW_PX] = {dw_tile_1, dw_tile_2, dw_tile_3, dw_tile_4,
                                            dw_tile_5, dw_tile_6, dw_tile_7, dw_tile_8};
 
-/* A 3x3 layer's P pixels from ox0 at stride S (both constants): the input columns they read
- * (from ox0 S - pad) each loaded once into a register and multiplied into every pixel it is a
- * tap of; lo / hi: the first / last of those columns lies outside the row (a pad of 1), so the
- * tiles cover a whole row, edges included. The generic tiles (taps, strides and stores decided at
- * run time, 8 pixels, each tap a load of its own, the edges pixel by pixel) ran MobileNetV2's 3x3
- * layers at a third of the multiply-add rate, with the data in L1 as in L2. One thread, blocked
- * layers alone: 32 channels at 80x80 69 -> 34 us, 144 at 40x40 88 -> 52, 576 at 10x10 23 -> 12,
- * 960 at 5x5 13 -> 7.5 (96 at 80x80, 2.4 MB each way, stays memory-bound: 213 -> 202);
- * MobileNetV2 0.95 / 0.95 / 0.96 at 160 / 224 / 288 (two threads, alternating processes). */
-static inline __attribute__((always_inline)) void dw3_tile(const dw_job *j, const dw_row *r, int64_t ox0, bool lo,
-                                                            bool hi, int P, int S)
+/* A KxK layer's (3x3 or 5x5) P pixels from ox0 at stride S (all constants): the input columns
+ * they read (from ox0 S - pad) each loaded once into a register and multiplied into every pixel
+ * it is a tap of; lo / hi: how many of the first / last of those columns lie outside the row (at
+ * most the pad), so the tiles cover a whole row, edges included. The generic tiles (taps, strides
+ * and stores decided at run time, 8 pixels, each tap a load of its own, the edges pixel by pixel)
+ * ran MobileNetV2's 3x3 layers at a third of the multiply-add rate, with the data in L1 as in L2.
+ * One thread, blocked layers alone: 32 channels at 80x80 69 -> 34 us, 144 at 40x40 88 -> 52, 576
+ * at 10x10 23 -> 12, 960 at 5x5 13 -> 7.5 (96 at 80x80, 2.4 MB each way, stays memory-bound: 213
+ * -> 202); MobileNetV2 0.95 / 0.95 / 0.96 at 160 / 224 / 288 (two threads, alternating
+ * processes). */
+static inline __attribute__((always_inline)) void dwk_tile(const dw_job *j, const dw_row *r, int64_t ox0, int lo,
+                                                            int hi, int P, int S, int K)
 {
     const kiln_nchwc_conv_io *io = j->io;
-    __m512 acc[DW3_PX];
+    __m512 acc[DWK_PX];
 #pragma GCC unroll 16
     for (int q = 0; q < P; q++) acc[q] = r->bias;
     const float *x0 = r->x + (r->iy0 * io->W + ox0 * S - io->pads[1]) * BLK;
+    const int cols = (P - 1) * S + K;
     for (int64_t i = r->i_lo; i < r->i_hi; i++) {
-        const float *xr = x0 + i * io->W * BLK, *w = r->w + i * 3 * BLK;
-        __m512 w0 = _mm512_load_ps(w), w1 = _mm512_load_ps(w + BLK), w2 = _mm512_load_ps(w + 2 * BLK);
+        const float *xr = x0 + i * io->W * BLK, *w = r->w + i * K * BLK;
+        __m512 wk[5];
+#pragma GCC unroll 5
+        for (int k = 0; k < K; k++) wk[k] = _mm512_load_ps(w + k * BLK);
         /* column m is tap m - S q of pixel q */
-#pragma GCC unroll 34
-        for (int m = 0; m < (P - 1) * S + 3; m++) {
-            if ((m == 0 && lo) || (m == (P - 1) * S + 2 && hi)) continue;
+#pragma GCC unroll 36
+        for (int m = 0; m < cols; m++) {
+            if (m < lo || m >= cols - hi) continue;
             __m512 xv = _mm512_loadu_ps(xr + m * BLK);
             __asm__("" : "+v"(xv)); /* kept in a register for its taps, not loaded again by each */
-#pragma GCC unroll 3
-            for (int k = 0; k < 3; k++) {
+#pragma GCC unroll 5
+            for (int k = 0; k < K; k++) {
                 int q = (m - k) / S;
-                if (m - k >= 0 && (m - k) % S == 0 && q < P)
-                    acc[q] = _mm512_fmadd_ps(xv, k == 0 ? w0 : k == 1 ? w1 : w2, acc[q]);
+                if (m - k >= 0 && (m - k) % S == 0 && q < P) acc[q] = _mm512_fmadd_ps(xv, wk[k], acc[q]);
             }
         }
     }
     dw_store(j, acc, P, r->y + ox0 * BLK, r->res ? r->res + ox0 * BLK : NULL);
 }
 
-typedef void (*dw3_tile_fn)(const dw_job *j, const dw_row *r, int64_t ox0, bool lo, bool hi);
-#define DW3_FN(P)                                                                                           \
-    static void dw3_tile_##P##_1(const dw_job *j, const dw_row *r, int64_t ox0, bool lo, bool hi)           \
+typedef void (*dwk_tile_fn)(const dw_job *j, const dw_row *r, int64_t ox0, int lo, int hi);
+#define DWK_FN(P, S, K)                                                                                     \
+    static void dwk_tile_##P##_##S##_##K(const dw_job *j, const dw_row *r, int64_t ox0, int lo, int hi)     \
     {                                                                                                       \
-        dw3_tile(j, r, ox0, lo, hi, P, 1);                                                                  \
-    }                                                                                                       \
-    static void dw3_tile_##P##_2(const dw_job *j, const dw_row *r, int64_t ox0, bool lo, bool hi)           \
-    {                                                                                                       \
-        dw3_tile(j, r, ox0, lo, hi, P, 2);                                                                  \
+        dwk_tile(j, r, ox0, lo, hi, P, S, K);                                                               \
     }
-DW3_FN(1) DW3_FN(2) DW3_FN(3) DW3_FN(4) DW3_FN(5) DW3_FN(6) DW3_FN(7) DW3_FN(8)
-DW3_FN(9) DW3_FN(10) DW3_FN(11) DW3_FN(12) DW3_FN(13) DW3_FN(14) DW3_FN(15) DW3_FN(16)
-#define DW3_ROW(S)                                                                                          \
-    {dw3_tile_1_##S, dw3_tile_2_##S, dw3_tile_3_##S, dw3_tile_4_##S, dw3_tile_5_##S, dw3_tile_6_##S,        \
-     dw3_tile_7_##S, dw3_tile_8_##S, dw3_tile_9_##S, dw3_tile_10_##S, dw3_tile_11_##S, dw3_tile_12_##S,     \
-     dw3_tile_13_##S, dw3_tile_14_##S, dw3_tile_15_##S, dw3_tile_16_##S}
-/* [stride - 1][P - 1] */
-static const dw3_tile_fn dw3_tiles[2][DW3_PX] = {DW3_ROW(1), DW3_ROW(2)};
+#define DWK_P(P) DWK_FN(P, 1, 3) DWK_FN(P, 2, 3) DWK_FN(P, 1, 5) DWK_FN(P, 2, 5)
+DWK_P(1) DWK_P(2) DWK_P(3) DWK_P(4) DWK_P(5) DWK_P(6) DWK_P(7) DWK_P(8)
+DWK_P(9) DWK_P(10) DWK_P(11) DWK_P(12) DWK_P(13) DWK_P(14) DWK_P(15) DWK_P(16)
+#define DWK_ROW(S, K)                                                                                       \
+    {dwk_tile_1_##S##_##K, dwk_tile_2_##S##_##K, dwk_tile_3_##S##_##K, dwk_tile_4_##S##_##K,                \
+     dwk_tile_5_##S##_##K, dwk_tile_6_##S##_##K, dwk_tile_7_##S##_##K, dwk_tile_8_##S##_##K,                \
+     dwk_tile_9_##S##_##K, dwk_tile_10_##S##_##K, dwk_tile_11_##S##_##K, dwk_tile_12_##S##_##K,             \
+     dwk_tile_13_##S##_##K, dwk_tile_14_##S##_##K, dwk_tile_15_##S##_##K, dwk_tile_16_##S##_##K}
+/* [K == 5][stride - 1][P - 1] */
+static const dwk_tile_fn dwk_tiles[2][2][DWK_PX] = {{DWK_ROW(1, 3), DWK_ROW(2, 3)}, {DWK_ROW(1, 5), DWK_ROW(2, 5)}};
 
 /* Output pixel ox with only the taps that land inside the row. */
 static void dw_edge(const dw_job *j, const dw_row *r, int64_t ox)
@@ -727,17 +728,20 @@ static void dw_tasks(void *ctx, int64_t begin, int64_t end)
     int64_t in_hi = span > 0 ? (span - 1) / sw + 1 : 0;
     if (in_hi > ow) in_hi = ow;
     if (in_lo > in_hi) in_lo = in_hi;
-    /* a 3x3 layer without dilation, stride 1 or 2, whose rows reach at most one column past
-     * either end: whole rows in dw3 tiles */
-    int64_t over = (ow - 1) * sw - io->pads[1] + 3 - io->W; /* columns past the right end */
-    bool k3 = KH == 3 && KW == 3 && io->dilations[0] == 1 && io->dilations[1] == 1 && (sw == 1 || sw == 2) &&
-              io->pads[1] <= 1 && over <= 1;
-    int64_t tiles = k3 ? (ow + DW3_PX - 1) / DW3_PX : (in_hi - in_lo + DW_PX - 1) / DW_PX;
+    /* a 3x3 or 5x5 layer without dilation, stride 1 or 2, whose rows reach at most half the
+     * kernel past either end: whole rows in dwk tiles (a later tile starts at least 8 pixels in,
+     * past any pad) */
+    int64_t over = (ow - 1) * sw - io->pads[1] + KW - io->W; /* columns past the right end */
+    bool kk = KH == KW && (KW == 3 || KW == 5) && io->dilations[0] == 1 && io->dilations[1] == 1 &&
+              (sw == 1 || sw == 2) && io->pads[1] <= KW / 2 && over <= KW / 2;
+    int64_t tiles = kk ? (ow + DWK_PX - 1) / DWK_PX : (in_hi - in_lo + DW_PX - 1) / DW_PX;
     /* the task's block, row and image: decoded once, then stepped (a small plane's row costs
      * about as much as the divisions that would decode it) */
     int64_t cb = begin % p->MB, oy = begin / p->MB % io->oh, b = begin / (io->oh * p->MB);
     if (j->rows_first) oy = begin % io->oh, cb = begin / io->oh % p->MB;
-    const int64_t base = k3 ? ow / tiles : 0, extra = k3 ? ow % tiles : 0; /* tile_span's, for whole rows */
+    const int64_t base = kk ? ow / tiles : 0, extra = kk ? ow % tiles : 0; /* tile_span's, for whole rows */
+    const dwk_tile_fn *row_tiles = kk ? dwk_tiles[KW == 5][sw - 1] : NULL;
+    const int lo = kk ? (int)io->pads[1] : 0, hi = kk && over > 0 ? (int)over : 0;
     for (int64_t t = begin; t < end; t++) {
         if (t > begin && j->rows_first) {
             if (++oy == io->oh) oy = 0, cb++;
@@ -754,10 +758,10 @@ static void dw_tasks(void *ctx, int64_t begin, int64_t end)
                     .iy0 = oy * io->strides[0] - io->pads[0], .i_lo = 0, .i_hi = KH};
         while (r.i_lo < KH && r.iy0 + r.i_lo * io->dilations[0] < 0) r.i_lo++;
         while (r.i_hi > r.i_lo && r.iy0 + (r.i_hi - 1) * io->dilations[0] >= io->H) r.i_hi--;
-        if (k3) {
+        if (kk) {
             for (int64_t ti = 0, ox0 = 0; ti < tiles; ti++) {
                 int64_t n = base + (ti < extra);
-                dw3_tiles[sw - 1][n - 1](j, &r, ox0, ti == 0 && io->pads[1] == 1, ti == tiles - 1 && over == 1);
+                row_tiles[n - 1](j, &r, ox0, ti == 0 ? lo : 0, ti == tiles - 1 ? hi : 0);
                 ox0 += n;
             }
             continue;

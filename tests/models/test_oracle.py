@@ -1361,9 +1361,10 @@ def test_blocked_depthwise():
     """Blocked depthwise layers over rows wide enough for whole interior tiles (8 pixels whose
     taps all land) and with edges on both sides: 3x3 at strides 1 and 2, 5x5, dilation 2,
     asymmetric pads, 11x11 (more edge pixels than one edge call takes), a clamp and a non-clamp
-    activation; 3x3 layers at stride 1 and 2 with pads of 1 run whole rows in tiles of up to 16
-    pixels whose first and last columns may lie in the pads (widths 16, 17, 32, 33, 45: rows
-    of one to three tiles, a last column inside and outside). Widths 1 to 45."""
+    activation; 3x3 and 5x5 layers at stride 1 and 2 with pads up to half the kernel run whole
+    rows in tiles of up to 16 pixels whose first and last columns may lie in the pads (widths 16,
+    17, 32, 33, 45: rows of one to three tiles, last columns inside and outside; asymmetric
+    pads). Widths 1 to 45."""
     from onnx import numpy_helper
 
     nodes, inits = [], []
@@ -1388,13 +1389,20 @@ def test_blocked_depthwise():
     conv("c", "f", 32, 32, 11, group=32, act="Clip", pads=[5, 5, 5, 5])  # 10 edge pixels a row: two batches
     conv("a", "g", 32, 32, 3, group=32, act="HardSwish", pads=[1, 1, 1, 1])
     conv("a", "h", 32, 32, 3, group=32, act="Clip", strides=[2, 2], pads=[1, 1, 1, 1])
+    # 5x5 rows in tiles: stride 2, asymmetric pads (2 left, 1 right; 1 left, 0 right at stride 2)
+    conv("a", "i", 32, 32, 5, group=32, act="Relu", strides=[2, 2], pads=[2, 2, 2, 2])
+    conv("a", "j", 32, 32, 5, group=32, pads=[1, 2, 2, 1])
+    conv("a", "k", 32, 32, 5, group=32, act="Clip", strides=[1, 2], pads=[2, 1, 2, 0])
+    conv("i", "I", 32, 24, 1)
+    conv("j", "J", 32, 24, 1)
+    conv("k", "K", 32, 24, 1)
     conv("d", "D", 32, 24, 1)  # plain exits: every depthwise value above stays blocked
     conv("e", "E", 32, 24, 1)
     conv("f", "F", 32, 24, 1)
     conv("g", "G", 32, 24, 1)
     conv("h", "H", 32, 24, 1)
     g = helper.make_graph(nodes, "blocked_depthwise", [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["n", 3, "h", "w"])],
-                          [out("D"), out("E"), out("F"), out("G"), out("H")], inits)
+                          [out("D"), out("E"), out("F"), out("G"), out("H"), out("I"), out("J"), out("K")], inits)
     mdl = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
     mdl.ir_version = 8
     compare("blocked depthwise rows", mdl.SerializeToString(),
