@@ -17,7 +17,10 @@ PyTorch's stay on the GPU; a second kiln column times numpy in and out through
 kiln_session_run, host copies included. Times are medians over repeated runs after warm-up,
 each run synchronised (torch.cuda.synchronize; kiln's runs return complete). fp32 runs strict fp32 in
 PyTorch (no TF32), as kiln does. Each model's kiln output is checked once against PyTorch's
-(max abs diff printed) so that a fast but wrong result shows.
+(max abs diff printed) so that a fast but wrong result shows. Per model also: how long the
+session took to create, and a second one of the same file (the kernel cache warm), and the
+first run at batch sizes the session has not seen against repeat runs there (issue 31: at
+most 1.2x).
 
 usage: bench_gpu.py [--kiln-lib PATH] [--md FILE] [--models resnet50,bert,encoder,...]
                     [--dtypes fp32,fp16] [--budget SECONDS] [--no-compile] [--quick] [--model-dir DIR]
@@ -153,6 +156,35 @@ def kernel_profile(torch, fn, runs=5, top=15):
         except Exception:  # noqa: BLE001 - the key's name changed across torch versions
             continue
     return ka.table(row_limit=top)
+
+
+def first_runs(label, sess, path, make_inputs, name, created):
+    """Session creation (this one, and a second one of the same file: the kernel cache warm) and
+    the first run at shapes the session has not seen against repeat runs there: a new shape
+    compiles nothing, so the first run should cost about what a repeat does (it plans memory
+    and is not yet a replayed CUDA graph). Host I/O on both sides."""
+    t = time.perf_counter()
+    try:
+        again = kiln.Session(path, provider="cuda")
+        warm = time.perf_counter() - t
+        again.close()
+    except Exception:  # noqa: BLE001 - the figure is left out
+        warm = None
+    out = {"model": label, "create": created, "create_again": warm, "shapes": []}
+    for n in ((2, 3, 5) if name != "encoder" else (24, 40, 80)):
+        _, feeds = make_inputs(n)
+        feeds = {k: v for k, v in feeds.items() if k in {i["name"] for i in sess.inputs}}
+        try:
+            t = time.perf_counter()
+            sess.run(feeds)
+            first = (time.perf_counter() - t) * 1e3
+            repeat = median_ms(lambda: sess.run(feeds), warmup=2, max_runs=20, min_time=0.2)
+        except Exception as e:  # noqa: BLE001 - recorded, not fatal
+            log(f"{label} new shape {n}: {e}")
+            continue
+        out["shapes"].append((n, first, repeat))
+        log(f"{label} new shape {n}: first run {first:.3f} ms, repeat {repeat:.3f} ms ({first / repeat:.2f}x)")
+    return out
 
 
 # ---- models ----
@@ -388,7 +420,7 @@ def main():
     gpu = torch.cuda.get_device_name(0)
     log(f"{gpu}; torch {torch.__version__}; kiln library {kiln.library()._name}")
 
-    rows, compile_jobs = [], []
+    rows, compile_jobs, new_shapes = [], [], []
     tmp = a.model_dir or tempfile.mkdtemp(prefix="kiln-bench-")
     os.makedirs(tmp, exist_ok=True)
     builders = {"bert": bert, **{v: (lambda torch, dtype, tmp, v=v: vision(v, torch, dtype, tmp)) for v in VISION}}
@@ -407,8 +439,11 @@ def main():
                 traceback.print_exc()
                 rows.append({"model": label, "shape": "-", "note": f"build/export failed: {e}"})
                 continue
+            created = None
             try:
+                t = time.perf_counter()
                 sess = kiln.Session(path, provider="cuda")
+                created = time.perf_counter() - t
             except Exception as e:  # noqa: BLE001
                 sess = None
                 kiln_error = f"kiln session: {e}"
@@ -464,6 +499,8 @@ def main():
                 # compile order: batch 1 / the first shape of each model first, fp16 before fp32
                 prio = (si, 0 if dtype == "fp16" else 1)
                 compile_jobs.append((prio, label, model, targs, row, name))
+            if sess is not None and not a.quick:
+                new_shapes.append(first_runs(label, sess, path, make_inputs, name, created))
             if sess is not None:
                 st = sess.stats()
                 for r in rows:
@@ -523,6 +560,12 @@ def main():
     print()
     for line in [header] + table:
         print("  ".join(str(x).ljust(w) for x, w in zip(line, widths)).rstrip())
+    if new_shapes:
+        print("\nsession creation and first runs at new shapes (host I/O):")
+        for ns in new_shapes:
+            shapes = ", ".join(f"{n}: {f:.2f}/{r:.2f} ms ({f / r:.2f}x)" for n, f, r in ns["shapes"])
+            print(f"  {ns['model']}: created in {ns['create'] or 0:.2f} s (again {ns['create_again'] or 0:.2f} s); "
+                  f"first/repeat at new batch {shapes}")
     print("ratios < 1: kiln faster. kiln ms: inputs and outputs on the GPU (IOBinding), as PyTorch's; "
           "kiln host I/O ms: numpy in and out, copies included.")
     if a.md:
@@ -537,6 +580,12 @@ def main():
             f.write("| " + " | ".join(header) + " |\n|" + "---|" * len(header) + "\n")
             for line in table:
                 f.write("| " + " | ".join(str(x).replace("|", "\\|") for x in line) + " |\n")
+            if new_shapes:
+                f.write("\n| model | session created (s) | again, kernel cache warm (s) | first / repeat run at new "
+                        "batch sizes (ms) |\n|---|---|---|---|\n")
+                for ns in new_shapes:
+                    shapes = ", ".join(f"{n}: {fr:.2f} / {r:.2f} ({fr / r:.2f}x)" for n, fr, r in ns["shapes"])
+                    f.write(f"| {ns['model']} | {ns['create'] or 0:.2f} | {ns['create_again'] or 0:.2f} | {shapes} |\n")
         log(f"markdown table written to {a.md}")
     log("done")
     return 0
