@@ -3,6 +3,8 @@ prints a line for a failure; summary() prints the closing `N passed, N failed` l
 import os
 import sys
 
+import numpy as np
+
 # the ctypes binding, for every test that imports this module
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 
@@ -21,3 +23,34 @@ def summary(prefix=""):
     """Prints the closing line; returns the exit status (1 when anything failed)."""
     print(f"{prefix}{_counts['passed']} passed, {_counts['failed']} failed")
     return 1 if _counts["failed"] else 0
+
+
+def close(label, got, want, rtol, atol):
+    """One check over a run's outputs (lists) against the reference's: same count, dtypes and
+    shapes; non-float outputs equal; float ones within atol + rtol * max(1, max finite |want|),
+    NaN matching NaN and an infinity the same infinity."""
+    if len(got) != len(want):
+        return check(label, False, f"{len(got)} outputs vs {len(want)}")
+    for k, (g, w) in enumerate(zip(got, want)):
+        g, w = np.asarray(g), np.asarray(w)
+        if g.shape != w.shape or g.dtype != w.dtype:
+            return check(label, False, f"output {k}: {g.dtype}{g.shape} vs {w.dtype}{w.shape}")
+        if not g.size:
+            continue
+        if not np.issubdtype(w.dtype, np.floating):
+            if not np.array_equal(g, w):
+                return check(label, False, f"output {k}: {int((g != w).sum())} elements differ")
+            continue
+        g64, w64 = g.astype(np.float64), w.astype(np.float64)
+        fin = np.isfinite(w64)
+        mag = max(1.0, float(np.abs(w64[fin]).max())) if fin.any() else 1.0
+        with np.errstate(invalid="ignore"):
+            d = np.abs(g64 - w64)
+        same = (g64 == w64) | (np.isnan(g64) & np.isnan(w64))  # infinities of one sign, NaNs
+        d[same] = 0
+        d[np.isnan(d)] = np.inf
+        if d.max() > atol + rtol * mag:
+            i = np.unravel_index(d.argmax(), d.shape)
+            return check(label, False, f"output {k}: max diff {d.max():.3g} at {i}: {g64[i]!r} vs {w64[i]!r} "
+                                       f"(allowed {atol + rtol * mag:.3g})")
+    return check(label, True)

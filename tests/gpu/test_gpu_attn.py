@@ -34,7 +34,7 @@ from onnx import TensorProto, helper
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "common"))
-from checks import check, summary  # noqa: E402
+from checks import check, close, summary  # noqa: E402
 import kiln  # noqa: E402
 
 PROVIDER = os.environ.get("KILN_GPU_TEST_PROVIDER", "cuda")
@@ -106,34 +106,6 @@ def node_outputs(outs, n):
 def feed_np(a, dt):
     """Float feeds: float32 for bf16 (cast in the model), else the dtype."""
     return a.astype(np.float32) if dt == BF16 else a.astype(NP[dt])
-
-
-def close(label, got, want, rtol, atol):
-    if len(got) != len(want):
-        return check(label, False, f"{len(got)} outputs vs {len(want)}")
-    for k, (g, w) in enumerate(zip(got, want)):
-        g, w = np.asarray(g), np.asarray(w)
-        if g.shape != w.shape or g.dtype != w.dtype:
-            return check(label, False, f"output {k}: {g.dtype}{g.shape} vs {w.dtype}{w.shape}")
-        if not g.size:
-            continue
-        if not np.issubdtype(w.dtype, np.floating):
-            if not np.array_equal(g, w):
-                return check(label, False, f"output {k}: {int((g != w).sum())} elements differ")
-            continue
-        g64, w64 = g.astype(np.float64), w.astype(np.float64)
-        fin = np.isfinite(w64)
-        mag = max(1.0, float(np.abs(w64[fin]).max())) if fin.any() else 1.0
-        with np.errstate(invalid="ignore"):
-            d = np.abs(g64 - w64)
-        same = (g64 == w64) | (np.isnan(g64) & np.isnan(w64))  # infinities of one sign, NaNs
-        d[same] = 0
-        d[np.isnan(d)] = np.inf
-        if d.max() > atol + rtol * mag:
-            i = np.unravel_index(d.argmax(), d.shape)
-            return check(label, False, f"output {k}: max diff {d.max():.3g} at {i}: {g64[i]!r} vs {w64[i]!r} "
-                                       f"(allowed {atol + rtol * mag:.3g})")
-    return check(label, True)
 
 
 def compare(name, blob, feeds_list, dt, tol=None):

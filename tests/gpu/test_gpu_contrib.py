@@ -32,7 +32,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "common"))
-from checks import check, summary  # noqa: E402
+from checks import check, close, summary  # noqa: E402
 import kiln  # noqa: E402
 
 try:
@@ -76,24 +76,6 @@ def model(nodes, inputs, outputs, inits=()):
 
 def init(name, a):
     return numpy_helper.from_array(a, name)
-
-
-def close(name, got, want, rtol, atol):
-    if len(got) != len(want):
-        return check(name, False, f"{len(got)} outputs vs {len(want)}")
-    for k, (g, w) in enumerate(zip(got, want)):
-        g, w = np.asarray(g), np.asarray(w)
-        if g.shape != w.shape or g.dtype != w.dtype:
-            return check(name, False, f"output {k}: {g.dtype}{g.shape} vs {w.dtype}{w.shape}")
-        g64, w64 = g.astype(np.float64), w.astype(np.float64)
-        mag = max(1.0, float(np.nanmax(np.abs(w64)))) if w64.size else 1.0
-        d = np.abs(g64 - w64)
-        d[np.isnan(g64) != np.isnan(w64)] = np.inf
-        d[np.isnan(g64) & np.isnan(w64)] = 0
-        if d.size and d.max() > atol + rtol * mag:
-            return check(name, False, f"output {k}: max diff {d.max():.3g} at {np.unravel_index(d.argmax(), d.shape)} "
-                                      f"(allowed {atol + rtol * mag:.3g})")
-    return check(name, True)
 
 
 def ort_session(m):

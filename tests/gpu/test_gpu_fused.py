@@ -29,7 +29,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "common"))
-from checks import check, summary  # noqa: E402
+from checks import check, close, summary  # noqa: E402
 import kiln  # noqa: E402
 
 PROVIDER = os.environ.get("KILN_GPU_TEST_PROVIDER", "cuda")
@@ -39,21 +39,6 @@ rng = np.random.default_rng(4242)
 F32, F16, BF16, I64, BOOL = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.INT64, TensorProto.BOOL
 NP = {F32: np.float32, F16: np.float16}
 TOL = {F32: (2e-5, 2e-5), F16: (4e-3, 4e-3)}  # relative to max(1, max |ref|), absolute
-
-
-def close(name, got, want, rtol, atol):
-    g, w = np.asarray(got).astype(np.float64), np.asarray(want).astype(np.float64)
-    if g.shape != w.shape:
-        return check(name, False, f"shape {g.shape} vs {w.shape}")
-    fin = np.isfinite(w)
-    mag = max(1.0, float(np.abs(w[fin]).max())) if fin.any() else 1.0
-    d = np.abs(g - w)
-    d[np.isnan(g) != np.isnan(w)] = np.inf
-    d[np.isnan(g) & np.isnan(w)] = 0
-    d[np.isinf(w) & (g == w)] = 0
-    ok = not d.size or d.max() <= atol + rtol * mag
-    return check(name, ok, "" if ok else f"max diff {d.max():.3g} at {np.unravel_index(d.argmax(), d.shape)} "
-                                         f"(got {g.flat[d.argmax()]}, want {w.flat[d.argmax()]})")
 
 
 def make_model(nodes, inputs, outputs, inits=(), opset=20):
@@ -92,8 +77,7 @@ def run_case(name, blob, feeds_list, elem, expect_fused=True):
         except kiln.KilnError as e:
             check(label, False, str(e))
             continue
-        for k, (g, w) in enumerate(zip(got, want)):
-            close(f"{label} output {k}", g, w, rtol, atol)
+        close(label, got, want, rtol, atol)
     if PROVIDER == "cuda":
         st = gpu.stats()
         check(f"{name}: nothing compiled after creation", st["kernels_generated"] == st0["kernels_generated"])

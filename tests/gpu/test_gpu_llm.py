@@ -39,7 +39,7 @@ from onnx import TensorProto, helper
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "common"))
 sys.path.insert(0, os.path.join(HERE, "..", "models"))
-from checks import check, summary  # noqa: E402
+from checks import check, close, summary  # noqa: E402
 import kiln  # noqa: E402
 
 PROVIDER = os.environ.get("KILN_GPU_TEST_PROVIDER", "cuda")
@@ -54,25 +54,6 @@ def rand(*shape, dtype=np.float32, scale=1.0):
     a = (rng.standard_normal(shape) * scale).astype(dtype)
     a[a == 0] = 0.5
     return a
-
-
-def close(name, got, want, rtol, atol):
-    if len(got) != len(want):
-        return check(name, False, f"{len(got)} outputs vs {len(want)}")
-    for k, (g, w) in enumerate(zip(got, want)):
-        g, w = np.asarray(g), np.asarray(w)
-        if g.shape != w.shape or g.dtype != w.dtype:
-            return check(name, False, f"output {k}: {g.dtype}{g.shape} vs {w.dtype}{w.shape}")
-        g64, w64 = g.astype(np.float64), w.astype(np.float64)
-        # error allowed relative to the output's magnitude: sums of many terms in another order
-        mag = max(1.0, float(np.nanmax(np.abs(w64)))) if w64.size else 1.0
-        d = np.abs(g64 - w64)
-        d[np.isnan(g64) != np.isnan(w64)] = np.inf
-        d[np.isnan(g64) & np.isnan(w64)] = 0
-        if d.size and d.max() > atol + rtol * mag:
-            return check(name, False, f"output {k}: max diff {d.max()} at {np.unravel_index(d.argmax(), d.shape)} "
-                                      f"(allowed {atol + rtol * mag:.3g})")
-    return check(name, True)
 
 
 def compare(name, m, feeds_list, rtol, atol, on_gpu=True, ort_too=True):
