@@ -45,10 +45,52 @@ __device__ __forceinline__ int64_t index_at(int idx64, const void *ind, int64_t 
 
 /* ---- strided copy: Transpose, Slice, Expand ---- */
 
-template <typename T>
+/* Sixteen bytes moved as one element. */
+struct alignas(16) bytes16 {
+    uint32_t w[4];
+};
+
+/* y[i] = x[offset of i], the offset decomposed in I (32-bit while the counts fit: a 64-bit
+ * division is several times the cost, and the copy was bound by it, not by memory). Strides
+ * may be negative (Slice's negative steps). */
+template <typename T, typename I>
 __global__ void strided_kernel(T *__restrict__ y, const T *__restrict__ x, kiln_gpu_shape s, int64_t n)
 {
-    KILN_GRID_LOOP(i, n) y[i] = x[kiln_strided_offset(s, i)];
+    I dims[KILN_GPU_MAX_RANK], strides[KILN_GPU_MAX_RANK];
+    for (int k = 0; k < s.rank; k++) dims[k] = (I)s.dims[k], strides[k] = (I)s.strides[k];
+    KILN_GRID_LOOP(i, n) {
+        I off = 0, rem = (I)i;
+        for (int k = s.rank - 1; k > 0; k--) {
+            I q = rem / dims[k];
+            off += (rem - q * dims[k]) * strides[k];
+            rem = q;
+        }
+        y[i] = x[off + rem * (s.rank ? strides[0] : 0)];
+    }
+}
+
+/* The copy in units of `unit` bytes (a multiple of esize): the innermost dim contiguous in x,
+ * its length, every other stride, the offset and both pointers multiples of the unit. */
+static bool widen(kiln_gpu_shape *s, int esize, int unit, const void *y, const void *x, int64_t *x_off)
+{
+    int f = unit / esize, r = s->rank;
+    if (r < 1 || s->strides[r - 1] != 1 || s->dims[r - 1] % f || *x_off % f || (uintptr_t)y % unit ||
+        (uintptr_t)x % unit)
+        return false;
+    for (int k = 0; k < r - 1; k++)
+        if (s->strides[k] % f) return false;
+    s->dims[r - 1] /= f;
+    for (int k = 0; k < r - 1; k++) s->strides[k] /= f;
+    *x_off /= f;
+    return true;
+}
+
+template <typename T>
+static void strided_launch(T *y, const T *x, const kiln_gpu_shape &s, int64_t n, int64_t span, gpuStream_t st)
+{
+    unsigned nb = kiln_gpu_blocks(n, BLOCK);
+    if (n < INT32_MAX && span < INT32_MAX) strided_kernel<T, int32_t><<<nb, BLOCK, 0, st>>>(y, x, s, n);
+    else strided_kernel<T, int64_t><<<nb, BLOCK, 0, st>>>(y, x, s, n);
 }
 
 extern "C" gpuError_t kiln_gpu_layout_strided(int esize, void *y, const void *x, int64_t x_off, kiln_gpu_shape s,
@@ -57,8 +99,24 @@ extern "C" gpuError_t kiln_gpu_layout_strided(int esize, void *y, const void *x,
     int64_t n = 1;
     for (int k = 0; k < s.rank; k++) n *= s.dims[k];
     if (n <= 0) return gpuSuccess;
-    unsigned nb = kiln_gpu_blocks(n, BLOCK);
-    BY_SIZE(esize, strided_kernel<T><<<nb, BLOCK, 0, st>>>((T *)y, (const T *)x + x_off, s, n));
+    /* rows contiguous in x (a Transpose keeping the last axis, a Slice of outer axes, an Expand of
+     * them) move 16, 8 or 4 bytes at a time */
+    const char *xb = (const char *)x;
+    for (int unit = 16; unit > esize; unit /= 2) {
+        kiln_gpu_shape w = s;
+        int64_t off = x_off;
+        if (!widen(&w, esize, unit, y, xb + x_off * esize, &off)) continue;
+        int64_t m = n / (unit / esize), span = 0;
+        for (int k = 0; k < w.rank; k++) span += (w.dims[k] - 1) * (w.strides[k] < 0 ? -w.strides[k] : w.strides[k]);
+        span += off < 0 ? -off : off;
+        if (unit == 16) strided_launch((bytes16 *)y, (const bytes16 *)x + off, w, m, span, st);
+        else if (unit == 8) strided_launch((unsigned long long *)y, (const unsigned long long *)x + off, w, m, span, st);
+        else strided_launch((uint32_t *)y, (const uint32_t *)x + off, w, m, span, st);
+        return gpuGetLastError();
+    }
+    int64_t span = x_off < 0 ? -x_off : x_off;
+    for (int k = 0; k < s.rank; k++) span += (s.dims[k] - 1) * (s.strides[k] < 0 ? -s.strides[k] : s.strides[k]);
+    BY_SIZE(esize, strided_launch((T *)y, (const T *)x + x_off, s, n, span, st));
     return gpuGetLastError();
 }
 

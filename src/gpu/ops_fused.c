@@ -30,17 +30,19 @@
 typedef struct ewp_args {
     void *y;
     long long n;
-    int rank, pad;
-    long long dims[EWP_RANK];
+    int rank, pad;                             /* Y's dims after merging, the innermost apart */
+    long long dims[EWP_RANK];                  /* [rank - 1] outer dims */
+    long long inner;                           /* the innermost dim (1 for a scalar) */
     const void *x[KILN_EWP_MAX_IN];
-    long long st[KILN_EWP_MAX_IN][EWP_RANK];
+    long long st[KILN_EWP_MAX_IN][EWP_RANK];   /* input j's strides along the outer dims */
+    long long ist[KILN_EWP_MAX_IN];            /* and along the innermost */
     int mode[KILN_EWP_MAX_IN]; /* 0: strided, 1: contiguous (offset = index), 2: one element */
 } ewp_args;
 
 static const char prelude[] =
     "typedef unsigned short kiln_u16;\n"
-    "struct kiln_ewp_args { void *y; long long n; int rank, pad; long long dims[8]; const void *x[16];\n"
-    "    long long st[16][8]; int mode[16]; };\n"
+    "struct kiln_ewp_args { void *y; long long n; int rank, pad; long long dims[8]; long long inner;\n"
+    "    const void *x[16]; long long st[16][8]; long long ist[16]; int mode[16]; };\n"
     "static __device__ __forceinline__ float kiln_h2f(kiln_u16 h) { float f; asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) "
     ": \"h\"(h)); return f; }\n"
     "static __device__ __forceinline__ kiln_u16 kiln_f2h(float f) { kiln_u16 h; asm(\"cvt.rn.f16.f32 %0, %1;\" : "
@@ -188,13 +190,9 @@ static bool kernel_body(sbuf *b, const kiln_node *n)
     const kiln_ewp *p = n->params;
     const kiln_attr *ops = kiln_node_attr_typed(n, "ops", KILN_ATTR_STRINGS);
     if (!p || !ops || ops->n != p->n_ins) return false;
-    put(b, "(const kiln_ewp_args &a, I i)\n{\n");
-    for (int j = 0; j < p->n_in; j++) put(b, "    I o%d = a.mode[%d] == 1 ? i : 0;\n", j, j);
-    put(b, "    if (a.rank > 0) {\n        I rem = i;\n        for (int d = a.rank - 1; d >= 0; d--) {\n");
-    put(b, "            I dim = (I)a.dims[d], q = d ? rem / dim : 0, c = d ? rem - q * dim : rem;\n");
-    put(b, "            rem = q;\n");
-    for (int j = 0; j < p->n_in; j++) put(b, "            if (a.mode[%d] == 0) o%d += c * (I)a.st[%d][d];\n", j, j, j);
-    put(b, "        }\n    }\n");
+    put(b, "(const kiln_ewp_args &a, I i");
+    for (int j = 0; j < p->n_in; j++) put(b, ", I o%d", j);
+    put(b, ")\n{\n");
     for (int j = 0; j < p->n_in; j++) {
         put(b, "    float r%d = ", j);
         if (!load_expr(b, p->dtype[j], j)) return false;
@@ -238,17 +236,33 @@ static bool kernel_body(sbuf *b, const kiln_node *n)
     return !b->oom;
 }
 
-/* The kernel entry point around body `name`_at: 32-bit index arithmetic while it fits. */
-static void kernel_entry(sbuf *b, const char *name)
+/* The kernel around element function `name`_at of n_in inputs: each thread takes chunks of 4
+ * elements along the innermost dim, decodes the chunk's row once (the outer dims, unrolled to
+ * constant indices so the arguments stay in parameter space) and steps each input's offset by
+ * its innermost stride; 32-bit index arithmetic while the counts fit. */
+static void kernel_entry(sbuf *b, const char *name, int n_in)
 {
+    put(b, "template <typename I> static __device__ __forceinline__ void %s_run(const kiln_ewp_args &a)\n{\n", name);
+    put(b, "    const I inner = (I)a.inner, cpr = (inner + 3) / 4, chunks = (I)(a.n / a.inner) * cpr;\n");
+    put(b, "    for (long long c0 = (long long)blockIdx.x * blockDim.x + threadIdx.x; c0 < (long long)chunks;\n");
+    put(b, "         c0 += (long long)gridDim.x * blockDim.x) {\n");
+    put(b, "        I c = (I)c0, row = c / cpr, col = (c - row * cpr) * 4, i = row * inner + col;\n");
+    for (int j = 0; j < n_in; j++)
+        put(b, "        I o%d = a.mode[%d] == 1 ? i : a.mode[%d] == 2 ? 0 : col * (I)a.ist[%d];\n", j, j, j, j);
+    put(b, "        I rem = row;\n#pragma unroll\n        for (int k = %d; k >= 0; k--) {\n", EWP_RANK - 2);
+    put(b, "            if (k < a.rank - 1) {\n");
+    put(b, "                I dim = (I)a.dims[k], q = k ? rem / dim : 0, cc = k ? rem - q * dim : rem;\n");
+    put(b, "                rem = q;\n");
+    for (int j = 0; j < n_in; j++) put(b, "                if (a.mode[%d] == 0) o%d += cc * (I)a.st[%d][k];\n", j, j, j);
+    put(b, "            }\n        }\n");
+    for (int j = 0; j < n_in; j++)
+        put(b, "        const I s%d = a.mode[%d] == 1 ? 1 : a.mode[%d] == 2 ? 0 : (I)a.ist[%d];\n", j, j, j, j);
+    put(b, "        const I cnt = inner - col < 4 ? inner - col : 4;\n#pragma unroll\n");
+    put(b, "        for (int v = 0; v < 4; v++)\n            if (v < cnt) %s_at<I>(a, i + v", name);
+    for (int j = 0; j < n_in; j++) put(b, ", o%d + v * s%d", j, j);
+    put(b, ");\n    }\n}\n");
     put(b, "extern \"C\" __global__ void __launch_bounds__(%d) %s(const kiln_ewp_args a)\n{\n", EWP_THREADS, name);
-    put(b, "    if (a.n <= 0x7fffffffLL) {\n");
-    put(b, "        unsigned step = gridDim.x * blockDim.x;\n");
-    put(b, "        for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < (unsigned)a.n; i += step)\n");
-    put(b, "            %s_at<unsigned>(a, i);\n", name);
-    put(b, "    } else {\n        long long step = (long long)gridDim.x * blockDim.x;\n");
-    put(b, "        for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += step)\n");
-    put(b, "            %s_at<long long>(a, i);\n    }\n}\n", name);
+    put(b, "    if (a.n <= 0x7fffffffLL) %s_run<int>(a);\n    else %s_run<long long>(a);\n}\n", name, name);
 }
 
 /* ---- the session's kernels ---- */
@@ -288,7 +302,7 @@ static bool module_source(const kiln_graph *g, bool device_only, sbuf *src, char
         if (seen) continue;
         put(src, "template <typename I> static __device__ __forceinline__ void %s_at", names[k]);
         put(src, "%s", body.p);
-        kernel_entry(src, names[k]);
+        kernel_entry(src, names[k], n->n_in);
         ++*kernels;
     }
     bool ok = hashes && !body.oom && !src->oom;
@@ -452,8 +466,11 @@ static kiln_status fused_run(kiln_run_ctx *c)
             want *= a.dims[d];
         }
         a.mode[j] = contiguous ? 1 : scalar ? 2 : 0;
+        a.ist[j] = rank ? a.st[j][rank - 1] : 0;
     }
-    int64_t blocks = (y->numel + EWP_THREADS - 1) / EWP_THREADS, cap = (int64_t)kiln_gpu_sm_count(c) * 16;
+    a.inner = rank ? a.dims[rank - 1] : 1; /* the kernel takes dims[0 .. rank - 2] as the outer ones */
+    int64_t chunks = y->numel / a.inner * ((a.inner + 3) / 4);
+    int64_t blocks = (chunks + EWP_THREADS - 1) / EWP_THREADS, cap = (int64_t)kiln_gpu_sm_count(c) * 16;
     if (blocks > cap) blocks = cap;
     gpuError_t e = kiln_gpu_module_launch(fn, (unsigned)(blocks < 1 ? 1 : blocks), EWP_THREADS, &a, sizeof a,
                                           kiln_gpu_stream(c));
