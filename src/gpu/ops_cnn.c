@@ -157,10 +157,18 @@ typedef struct dnn_conv {
     cudnnConvolutionDescriptor_t conv;
     cudnnActivationDescriptor_t relu;
     cudnnConvolutionFwdAlgo_t algo;
+    cudnnMathType_t math;
     size_t ws;      /* bytes of workspace the algorithm takes */
     bool no_fused;  /* cuDNN refused the fused epilogue: convolution, then the caller's */
     bool refused;   /* cuDNN refused the convolution itself: im2col + GEMM */
+    bool borrowed;  /* the algorithm another batch size of this node chose (dnn_conv_run) */
 } dnn_conv;
+
+/* The algorithm a node's convolution took at some batch size, under a key without N. */
+typedef struct dnn_algo {
+    cudnnConvolutionFwdAlgo_t algo;
+    cudnnMathType_t math;
+} dnn_algo;
 
 /* A status cuDNN gives when it validates a call and declines it, before queueing anything
  * (bad or unsupported parameters); other failures are errors of the run. */
@@ -190,10 +198,12 @@ static bool dnn_tensor(cudnnTensorDescriptor_t *t, cudnnDataType_t dt, int n, co
 }
 
 /* Descriptors and algorithm for X [N, C, sp...] * W [M, Cg, k...] -> Y [N, M, out...] of
- * geometry g (symmetric pads) and `group`; 1-D runs as 2-D of height 1. NULL when cuDNN does not
- * take it (a dim beyond int, no algorithm within DNN_WORKSPACE_MAX, exact float32 unavailable). */
+ * geometry g (symmetric pads) and `group`; 1-D runs as 2-D of height 1: the heuristics' choice,
+ * or with `use` the algorithm given (its workspace asked for this shape). NULL when cuDNN does
+ * not take it (a dim beyond int, no algorithm within DNN_WORKSPACE_MAX, exact float32
+ * unavailable, the given algorithm refused). */
 static dnn_conv *dnn_conv_make(cudnnHandle_t h, kiln_dtype dtype, const kiln_nn_geom *g, const int64_t *xd,
-                               const int64_t *wd, const int64_t *yd, int64_t group)
+                               const int64_t *wd, const int64_t *yd, int64_t group, const dnn_algo *use)
 {
     int nsp = g->nsp, n = nsp == 1 ? 4 : nsp + 2, lift = nsp == 1; /* 1-D: a height of 1 in front */
     int x[CUDNN_DIM_MAX], w[CUDNN_DIM_MAX], y[CUDNN_DIM_MAX], b[CUDNN_DIM_MAX], pad[3], str[3], dil[3];
@@ -227,6 +237,14 @@ static dnn_conv *dnn_conv_make(cudnnHandle_t h, kiln_dtype dtype, const kiln_nn_
         kiln_dnn.create_act(&d->relu) ||
         kiln_dnn.set_act(d->relu, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0))
         goto refuse;
+    if (use) {
+        size_t ws = 0;
+        if (kiln_dnn.set_conv_math(d->conv, use->math) ||
+            kiln_dnn.forward_workspace(h, d->x, d->w, d->conv, d->y, use->algo, &ws) || ws > DNN_WORKSPACE_MAX)
+            goto refuse;
+        d->algo = use->algo, d->math = use->math, d->ws = ws, d->borrowed = true;
+        return d;
+    }
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     int found = 0;
     if (kiln_dnn.forward_algos(h, d->x, d->w, d->conv, d->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &found, perf))
@@ -240,6 +258,7 @@ static dnn_conv *dnn_conv_make(cudnnHandle_t h, kiln_dtype dtype, const kiln_nn_
                                         : kiln_dnn.set_conv_math(d->conv, perf[i].mathType) != CUDNN_STATUS_SUCCESS)
             continue;
         d->algo = perf[i].algo;
+        d->math = dtype == KILN_DTYPE_FLOAT32 ? CUDNN_FMA_MATH : perf[i].mathType;
         d->ws = perf[i].memory;
         return d;
     }
@@ -264,10 +283,35 @@ static kiln_status dnn_conv_run(kiln_run_ctx *c, const kiln_nn_geom *g, int64_t 
     int nk = 0;
     key[nk++] = X->dtype;
     for (int i = 0; i < X->rank; i++) key[nk++] = X->dims[i]; /* W's are the node's; SAME pads follow X's */
+    /* A new batch size first borrows the algorithm the heuristics chose for another (only the
+     * workspace is asked for: the heuristics cost milliseconds a layer, which made a first run at
+     * a new shape 40-200x a repeat); its second run, the one a CUDA graph records, asks them. */
+    int64_t any_n[KILN_GPU_MEMO_KEY];
+    memcpy(any_n, key, (size_t)nk * sizeof *key);
+    any_n[0] = -1 - X->dtype, any_n[1] = -1;
     dnn_conv *d = kiln_gpu_memo_get(c, key, nk);
+    if (d && d->borrowed) {
+        /* the heuristics' own choice, if it fits the workspace the first run sized (this run may
+         * be recorded, and a recorded run allocates nothing) */
+        dnn_conv *own = dnn_conv_make(h, X->dtype, g, X->dims, W->dims, Y->dims, group, NULL);
+        if (own && own->ws <= d->ws) {
+            kiln_gpu_memo_put(c, key, nk, own, dnn_conv_free); /* frees d */
+            d = own;
+        } else {
+            dnn_conv_free(own);
+            d->borrowed = false;
+        }
+    }
     if (!d) {
-        d = dnn_conv_make(h, X->dtype, g, X->dims, W->dims, Y->dims, group);
+        dnn_algo *known = kiln_gpu_memo_get(c, any_n, nk);
+        d = known ? dnn_conv_make(h, X->dtype, g, X->dims, W->dims, Y->dims, group, known) : NULL;
+        if (!d) d = dnn_conv_make(h, X->dtype, g, X->dims, W->dims, Y->dims, group, NULL);
         if (!d) return KILN_OK;
+        /* the algorithm first: the table is direct-mapped, so the later put may evict it, never d */
+        if (!known && (known = malloc(sizeof *known))) {
+            known->algo = d->algo, known->math = d->math;
+            kiln_gpu_memo_put(c, any_n, nk, known, free);
+        }
         kiln_gpu_memo_put(c, key, nk, d, dnn_conv_free);
     }
     if (d->refused) return KILN_OK;
