@@ -56,16 +56,17 @@ struct alignas(16) bytes16 {
 template <typename T, typename I>
 __global__ void strided_kernel(T *__restrict__ y, const T *__restrict__ x, kiln_gpu_shape s, int64_t n)
 {
-    I dims[KILN_GPU_MAX_RANK], strides[KILN_GPU_MAX_RANK];
-    for (int k = 0; k < s.rank; k++) dims[k] = (I)s.dims[k], strides[k] = (I)s.strides[k];
     KILN_GRID_LOOP(i, n) {
         I off = 0, rem = (I)i;
-        for (int k = s.rank - 1; k > 0; k--) {
-            I q = rem / dims[k];
-            off += (rem - q * dims[k]) * strides[k];
+        /* unrolled to constant indices, so the shape stays in parameter space */
+#pragma unroll
+        for (int k = KILN_GPU_MAX_RANK - 1; k > 0; k--) {
+            if (k >= s.rank) continue;
+            I d = (I)s.dims[k], q = rem / d;
+            off += (rem - q * d) * (I)s.strides[k];
             rem = q;
         }
-        y[i] = x[off + rem * (s.rank ? strides[0] : 0)];
+        y[i] = x[off + (s.rank ? rem * (I)s.strides[0] : 0)];
     }
 }
 
