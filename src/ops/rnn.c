@@ -239,10 +239,10 @@ static kiln_status lstm_f32(kiln_run_ctx *c, const kiln_value *W, const kiln_val
     }
     const float *x = X->data, *bias = Bv ? Bv->data : NULL, *pp = P ? P->data : NULL;
     /* X as [S, B, I] rows */
-    for (int64_t t = 0; t < S; t++)
+    for (int64_t t = 0; t < S && I; t++)
         for (int64_t b = 0; b < Bn; b++)
             memcpy(xs + (t * Bn + b) * I, x + (layout ? b * S + t : t * Bn + b) * I, (size_t)I * sizeof(float));
-    if (Y) memset(Y->data, 0, Y->nbytes);
+    if (Y && Y->nbytes) memset(Y->data, 0, Y->nbytes); /* an empty Y has no data to clear */
     for (int d = 0; d < dirs; d++) {
         bool rev = reverse_only || d == 1;
         if (!q) {
