@@ -19,6 +19,7 @@ usage: KILN_LIB=<build>/libkiln.so test_gpu_fused.py   (prints SKIP without a GP
   KILN_GPU_TEST_PROVIDER=cpu  runs the "GPU" sessions on the CPU (checks the test itself)
 """
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -280,10 +281,10 @@ def test_cache():
     if PROVIDER != "cuda":
         return
     blob = bert_block(F16)
-    path = os.path.join(CACHE, "..", f"kiln-fused-{os.getpid()}.onnx")
+    path = os.path.join(CACHE, f"kiln-fused-{os.getpid()}.onnx")
     with open(path, "wb") as f:
         f.write(blob)
-    fresh = tempfile.mkdtemp(prefix="kiln-cache-fresh-")
+    fresh = tempfile.mkdtemp(prefix="kiln-cache-fresh-", dir=CACHE)
     cold = child(path, {"KILN_CACHE_DIR": fresh})
     warm = child(path, {"KILN_CACHE_DIR": fresh})
     check("cache: cold process compiles", cold and cold[0] >= 1 and cold[1] == 0, cold)
@@ -330,9 +331,12 @@ def main():
     except kiln.KilnError as e:
         print(f"SKIP test_gpu_fused: no {PROVIDER} session: {e}")
         return 0
-    test_random()
-    test_bert()
-    test_cache()
+    try:
+        test_random()
+        test_bert()
+        test_cache()
+    finally:
+        shutil.rmtree(CACHE, ignore_errors=True)
     return summary("test_gpu_fused: ")
 
 
