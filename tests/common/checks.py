@@ -41,7 +41,7 @@ def close(label, got, want, rtol, atol):
             if not np.array_equal(g, w):
                 return check(label, False, f"output {k}: {int((g != w).sum())} elements differ")
             continue
-        g64, w64 = g.astype(np.float64), w.astype(np.float64)
+        g64, w64 = np.atleast_1d(g.astype(np.float64)), np.atleast_1d(w.astype(np.float64))
         fin = np.isfinite(w64)
         mag = max(1.0, float(np.abs(w64[fin]).max())) if fin.any() else 1.0
         with np.errstate(invalid="ignore"):

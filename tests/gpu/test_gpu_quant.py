@@ -47,7 +47,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "common"))
-from checks import check, summary  # noqa: E402
+from checks import check, close, summary  # noqa: E402
 import kiln  # noqa: E402
 
 PROVIDER = os.environ.get("KILN_GPU_TEST_PROVIDER", "cuda")
@@ -104,31 +104,6 @@ def init(name, a):
     return numpy_helper.from_array(np.asarray(a), name)
 
 
-def same(name, got, want, rtol=1e-5, atol=1e-6):
-    """Integer outputs bit for bit; float outputs within atol + rtol * max |want| (at least 1)."""
-    if len(got) != len(want):
-        return check(name, False, f"{len(got)} outputs vs {len(want)}")
-    for k, (g, w) in enumerate(zip(got, want)):
-        g, w = np.asarray(g), np.asarray(w)
-        if g.shape != w.shape or g.dtype != w.dtype:
-            return check(name, False, f"output {k}: {g.dtype}{g.shape} vs {w.dtype}{w.shape}")
-        if not np.issubdtype(w.dtype, np.floating):
-            if not np.array_equal(g, w):
-                bad = np.argwhere(g != w)
-                i = tuple(bad[0])
-                return check(name, False, f"output {k}: {len(bad)} elements differ, first at {i}: {g[i]} vs {w[i]}")
-            continue
-        g64, w64 = np.atleast_1d(g.astype(np.float64)), np.atleast_1d(w.astype(np.float64))
-        mag = max(1.0, float(np.nanmax(np.abs(w64)))) if w64.size else 1.0
-        d = np.abs(g64 - w64)
-        d[np.isnan(g64) != np.isnan(w64)] = np.inf
-        d[np.isnan(g64) & np.isnan(w64)] = 0
-        if d.size and d.max() > atol + rtol * mag:
-            return check(name, False, f"output {k}: max diff {d.max():.3g} at {np.unravel_index(d.argmax(), d.shape)} "
-                                      f"(allowed {atol + rtol * mag:.3g})")
-    return check(name, True)
-
-
 def compare(name, m, feeds_list, on_gpu=True, rtol=1e-5, atol=1e-6):
     """The provider's session vs the CPU reference on every feed; a feed the reference refuses must
     be refused there too. on_gpu: whether the quant nodes must be on the GPU with no node falling
@@ -162,7 +137,7 @@ def compare(name, m, feeds_list, on_gpu=True, rtol=1e-5, atol=1e-6):
         except kiln.KilnError as e:
             check(label, False, f"{PROVIDER} session failed: {e}")
             continue
-        same(f"{label} vs reference", got, want, rtol, atol)
+        close(f"{label} vs reference", got, want, rtol, atol)
     if PROVIDER == "cuda" and on_gpu:
         st = gpu.stats()
         check(f"{name}: no node falls back to the CPU", st["nodes_fallback"] == 0,
@@ -760,8 +735,8 @@ def test_models():
                     continue
                 # the reference follows the same operations: equal up to float32 rounding; the CPU
                 # provider's fused int8 kernels may round a value to the next step
-                same(f"{label} vs reference", got, ref.run(f), rtol=1e-4, atol=1e-5)
-                same(f"{label} vs CPU provider", got, cpu.run(f), rtol=3e-2, atol=3e-2)
+                close(f"{label} vs reference", got, ref.run(f), 1e-4, 1e-5)
+                close(f"{label} vs CPU provider", got, cpu.run(f), 3e-2, 3e-2)
 
 
 def main():
