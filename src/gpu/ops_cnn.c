@@ -149,6 +149,13 @@ static bool conv_supports(const kiln_node *n, char *why, size_t size)
 /* Workspace a cuDNN algorithm may take (the heuristics' first choice that fits). */
 #define DNN_WORKSPACE_MAX ((size_t)512 << 20)
 
+/* The algorithm a node's convolution takes and its math type; also kept, under a key without N,
+ * as what another batch size of the node borrows (dnn_conv_run). */
+typedef struct dnn_algo {
+    cudnnConvolutionFwdAlgo_t algo;
+    cudnnMathType_t math;
+} dnn_algo;
+
 /* A convolution cuDNN runs for one node and one input shape: descriptors and algorithm, kept in
  * the run context's memo (kiln_gpu_memo_get) so that a repeated shape sets up nothing. */
 typedef struct dnn_conv {
@@ -156,19 +163,12 @@ typedef struct dnn_conv {
     cudnnFilterDescriptor_t w;
     cudnnConvolutionDescriptor_t conv;
     cudnnActivationDescriptor_t relu;
-    cudnnConvolutionFwdAlgo_t algo;
-    cudnnMathType_t math;
+    dnn_algo chosen;
     size_t ws;      /* bytes of workspace the algorithm takes */
     bool no_fused;  /* cuDNN refused the fused epilogue: convolution, then the caller's */
     bool refused;   /* cuDNN refused the convolution itself: im2col + GEMM */
     bool borrowed;  /* the algorithm another batch size of this node chose (dnn_conv_run) */
 } dnn_conv;
-
-/* The algorithm a node's convolution took at some batch size, under a key without N. */
-typedef struct dnn_algo {
-    cudnnConvolutionFwdAlgo_t algo;
-    cudnnMathType_t math;
-} dnn_algo;
 
 /* A status cuDNN gives when it validates a call and declines it, before queueing anything
  * (bad or unsupported parameters); other failures are errors of the run. */
@@ -242,7 +242,7 @@ static dnn_conv *dnn_conv_make(cudnnHandle_t h, kiln_dtype dtype, const kiln_nn_
         if (kiln_dnn.set_conv_math(d->conv, use->math) ||
             kiln_dnn.forward_workspace(h, d->x, d->w, d->conv, d->y, use->algo, &ws) || ws > DNN_WORKSPACE_MAX)
             goto refuse;
-        d->algo = use->algo, d->math = use->math, d->ws = ws, d->borrowed = true;
+        d->chosen = *use, d->ws = ws, d->borrowed = true;
         return d;
     }
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
@@ -257,8 +257,8 @@ static dnn_conv *dnn_conv_make(cudnnHandle_t h, kiln_dtype dtype, const kiln_nn_
         if (dtype == KILN_DTYPE_FLOAT32 ? perf[i].mathType != CUDNN_FMA_MATH && perf[i].mathType != CUDNN_DEFAULT_MATH
                                         : kiln_dnn.set_conv_math(d->conv, perf[i].mathType) != CUDNN_STATUS_SUCCESS)
             continue;
-        d->algo = perf[i].algo;
-        d->math = dtype == KILN_DTYPE_FLOAT32 ? CUDNN_FMA_MATH : perf[i].mathType;
+        d->chosen.algo = perf[i].algo;
+        d->chosen.math = dtype == KILN_DTYPE_FLOAT32 ? CUDNN_FMA_MATH : perf[i].mathType;
         d->ws = perf[i].memory;
         return d;
     }
@@ -286,9 +286,6 @@ static kiln_status dnn_conv_run(kiln_run_ctx *c, const kiln_nn_geom *g, int64_t 
     /* A new batch size first borrows the algorithm the heuristics chose for another (only the
      * workspace is asked for: the heuristics cost milliseconds a layer, which made a first run at
      * a new shape 40-200x a repeat); its second run, the one a CUDA graph records, asks them. */
-    int64_t any_n[KILN_GPU_MEMO_KEY];
-    memcpy(any_n, key, (size_t)nk * sizeof *key);
-    any_n[0] = -1 - X->dtype, any_n[1] = -1;
     dnn_conv *d = kiln_gpu_memo_get(c, key, nk);
     if (d && d->borrowed) {
         /* the heuristics' own choice, if it fits the workspace the first run sized (this run may
@@ -303,13 +300,16 @@ static kiln_status dnn_conv_run(kiln_run_ctx *c, const kiln_nn_geom *g, int64_t 
         }
     }
     if (!d) {
+        int64_t any_n[KILN_GPU_MEMO_KEY]; /* the key without N */
+        memcpy(any_n, key, (size_t)nk * sizeof *key);
+        any_n[0] = -1 - X->dtype, any_n[1] = -1;
         dnn_algo *known = kiln_gpu_memo_get(c, any_n, nk);
         d = known ? dnn_conv_make(h, X->dtype, g, X->dims, W->dims, Y->dims, group, known) : NULL;
         if (!d) d = dnn_conv_make(h, X->dtype, g, X->dims, W->dims, Y->dims, group, NULL);
         if (!d) return KILN_OK;
         /* the algorithm first: the table is direct-mapped, so the later put may evict it, never d */
         if (!known && (known = malloc(sizeof *known))) {
-            known->algo = d->algo, known->math = d->math;
+            *known = d->chosen;
             kiln_gpu_memo_put(c, any_n, nk, known, free);
         }
         kiln_gpu_memo_put(c, key, nk, d, dnn_conv_free);
@@ -321,7 +321,7 @@ static kiln_status dnn_conv_run(kiln_run_ctx *c, const kiln_nn_geom *g, int64_t 
     cudnnStatus_t st;
     /* the fused epilogue needs a bias and an activation (cuDNN's identity form takes one algorithm) */
     if (e && e->relu && B && !d->no_fused) {
-        st = kiln_dnn.forward_bias_act(h, &one, d->x, X->data, d->w, W->data, d->conv, d->algo, ws, d->ws,
+        st = kiln_dnn.forward_bias_act(h, &one, d->x, X->data, d->w, W->data, d->conv, d->chosen.algo, ws, d->ws,
                                        e->Z ? &one : &zero, d->y, e->Z ? e->Z : Y->data, d->b, B->data, d->relu, d->y,
                                        Y->data);
         if (st == CUDNN_STATUS_SUCCESS) {
@@ -335,8 +335,8 @@ static kiln_status dnn_conv_run(kiln_run_ctx *c, const kiln_nn_geom *g, int64_t 
     if (B) KILN_TRY(kiln_gpu_check(c, kiln_gpu_cnn_bias_fill(X->dtype, Y->data, B->data, Y->dims[0], Y->dims[1],
                                                               kiln_nn_prod(g->nsp, Y->dims + 2), kiln_gpu_stream(c)),
                                    "bias_fill"));
-    st = kiln_dnn.forward(h, &one, d->x, X->data, d->w, W->data, d->conv, d->algo, ws, d->ws, B ? &one : &zero, d->y,
-                          Y->data);
+    st = kiln_dnn.forward(h, &one, d->x, X->data, d->w, W->data, d->conv, d->chosen.algo, ws, d->ws, B ? &one : &zero,
+                          d->y, Y->data);
     if (st == CUDNN_STATUS_SUCCESS) {
         *done = true;
         return KILN_OK;

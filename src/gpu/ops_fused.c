@@ -253,7 +253,8 @@ static void kernel_entry(sbuf *b, const char *name, int n_in)
     put(b, "            if (k < a.rank - 1) {\n");
     put(b, "                I dim = (I)a.dims[k], q = k ? rem / dim : 0, cc = k ? rem - q * dim : rem;\n");
     put(b, "                rem = q;\n");
-    for (int j = 0; j < n_in; j++) put(b, "                if (a.mode[%d] == 0) o%d += cc * (I)a.st[%d][k];\n", j, j, j);
+    for (int j = 0; j < n_in; j++)
+        put(b, "                if (a.mode[%d] == 0) o%d += cc * (I)a.st[%d][k];\n", j, j, j);
     put(b, "            }\n        }\n");
     for (int j = 0; j < n_in; j++)
         put(b, "        const I s%d = a.mode[%d] == 1 ? 1 : a.mode[%d] == 2 ? 0 : (I)a.ist[%d];\n", j, j, j, j);

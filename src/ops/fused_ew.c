@@ -3,6 +3,8 @@
  * every instruction's result rounded to its register's dtype and every formula the replaced
  * node's own (elementwise.c), so it computes what the unfused chain computes. */
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "ops/fused.h"
@@ -10,8 +12,15 @@
 #include "ops/semantics.h"
 #include "ops/util.h"
 
-static kiln_status ewp_bad(kiln_err *err, const kiln_node *n, const char *why)
+static kiln_status ewp_bad(kiln_err *err, const kiln_node *n, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static kiln_status ewp_bad(kiln_err *err, const kiln_node *n, const char *fmt, ...)
 {
+    char why[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
     return kiln_errf(err, KILN_ERR_MODEL, "node '%s' (kiln.FusedElementwise): %s", n->name, why);
 }
 
@@ -42,7 +51,8 @@ static kiln_status ewp_parse(const kiln_node *n, void *params, kiln_err *err)
         p->dtype[r] = (kiln_dtype)dtypes[r];
         if (dtypes[r] <= 0 || dtypes[r] > 64 || !kiln_dtype_size(p->dtype[r]))
             return ewp_bad(err, n, "attribute dtypes holds an unknown dtype");
-        if (r >= p->n_in && !float_dtype(p->dtype[r])) return ewp_bad(err, n, "an instruction's result is not a float type");
+        if (r >= p->n_in && !float_dtype(p->dtype[r]))
+            return ewp_bad(err, n, "instruction %d's result is not a float type", r - p->n_in);
     }
     for (int k = 0; k < p->n_ins; k++) {
         kiln_ewp_ins *in = &p->ins[k];
@@ -72,7 +82,7 @@ static kiln_status ewp_parse(const kiln_node *n, void *params, kiln_err *err)
             in->kind = in->b >= 0 ? KILN_EWP_BINARY : KILN_EWP_UNARY;
             ok = in->code >= 0 && float_reg(p, in->a, regs) && (in->b < 0 || float_reg(p, in->b, regs)) && in->c == -1;
         }
-        if (!ok) return kiln_errf(err, KILN_ERR_MODEL, "node '%s' (kiln.FusedElementwise): instruction %d (%s) has bad operands", n->name, k, op);
+        if (!ok) return ewp_bad(err, n, "instruction %d (%s) has bad operands", k, op);
     }
     return KILN_OK;
 }

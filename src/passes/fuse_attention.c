@@ -75,8 +75,6 @@ static kiln_ir_value *heads_source(const kiln_graph *g, const kiln_ir_value *x)
     return x3;
 }
 
-static kiln_attr *new_attrs(kiln_graph *g, int n) { return kiln_arena_calloc(&g->model->arena, (size_t)n, sizeof(kiln_attr)); }
-
 /* Tries the pattern ending in the Softmax sm; on a match rewrites the graph (dead nodes stay
  * for the sweep) and sets *done. */
 static kiln_status fuse(kiln_graph *g, kiln_node *sm, bool *done, kiln_err *err)
@@ -145,7 +143,7 @@ static kiln_status fuse(kiln_graph *g, kiln_node *sm, bool *done, kiln_err *err)
     if (three) target = orr;
 
     kiln_ir_value *in[4];
-    kiln_attr *at = new_attrs(g, 3);
+    kiln_attr *at = kiln_passes_new_attrs(g, 3);
     if (!at) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
     in[0] = three ? q3 : q;
     in[1] = three ? k3 : k;

@@ -19,6 +19,7 @@
 #include "ops/eval.h"
 #include "ops/fused.h"
 #include "passes/passes.h"
+#include "passes/rewrite.h"
 
 static bool float_type(const kiln_ir_value *v)
 {
@@ -116,8 +117,6 @@ static bool read_only_by(const kiln_ir_value *v, const int *gid, int id)
     return true;
 }
 
-static kiln_attr *new_attrs(kiln_graph *g, int n) { return kiln_arena_calloc(&g->model->arena, (size_t)n, sizeof(kiln_attr)); }
-
 /* Rewrites group gr (its root the last member) into one kiln.FusedElementwise at the root's
  * place; false (nothing changed) when it does not fit a program. */
 static kiln_status rewrite(kiln_graph *g, const group *gr, const int *gid, int id, bool *done, kiln_err *err)
@@ -160,7 +159,7 @@ static kiln_status rewrite(kiln_graph *g, const group *gr, const int *gid, int i
     int64_t *args = kiln_arena_calloc(&g->model->arena, (size_t)n_ins * 3, sizeof *args);
     float *params = kiln_arena_calloc(&g->model->arena, (size_t)n_ins * 4, sizeof *params);
     int64_t *dtypes = kiln_arena_calloc(&g->model->arena, (size_t)(n_in + n_ins), sizeof *dtypes);
-    kiln_attr *at = new_attrs(g, 4);
+    kiln_attr *at = kiln_passes_new_attrs(g, 4);
     if (!ops || !op_lens || !args || !params || !dtypes || !at) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
     for (int j = 0; j < n_in; j++) dtypes[j] = inputs[j]->type.dtype;
     const kiln_ir_value *result_of[KILN_EWP_MAX_INS]; /* register n_in + k holds member value result_of[k] */

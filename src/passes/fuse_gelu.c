@@ -144,7 +144,7 @@ static kiln_status fuse(kiln_graph *g, kiln_node *e, bool tanh_form, bool *done,
     if (!target || !kiln_ir_is_f32(target->out[0]) || target->out[0]->type.rank != r) return KILN_OK;
 
     if (!kiln_op_lookup("", "Gelu", 20)) return KILN_OK;
-    kiln_attr *at = kiln_arena_calloc(&g->model->arena, 1, sizeof *at);
+    kiln_attr *at = kiln_passes_new_attrs(g, 1);
     if (!at) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
     at[0] = (kiln_attr){.name = "approximate", .type = KILN_ATTR_STRING, .s = "tanh", .s_len = 4};
     KILN_TRY(kiln_node_set_inputs(target, 1, &x, err));

@@ -1,4 +1,5 @@
 /* pipeline.c - the pass runner and the generic pipeline (pass.h). */
+#include "core/arena.h"
 #include "passes/pass.h"
 #include "passes/passes.h"
 #include "passes/rewrite.h"
@@ -38,4 +39,9 @@ void kiln_passes_sweep(kiln_graph *g, const bool *candidate)
         }
     }
     kiln_graph_compact(g);
+}
+
+kiln_attr *kiln_passes_new_attrs(kiln_graph *g, int n)
+{
+    return kiln_arena_calloc(&g->model->arena, (size_t)n, sizeof(kiln_attr));
 }
