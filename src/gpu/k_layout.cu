@@ -101,9 +101,9 @@ extern "C" gpuError_t kiln_gpu_layout_strided(int esize, void *y, const void *x,
     for (int k = 0; k < s.rank; k++) n *= s.dims[k];
     if (n <= 0) return gpuSuccess;
     /* rows contiguous in x (a Transpose keeping the last axis, a Slice of outer axes, an Expand of
-     * them) move 16, 8 or 4 bytes at a time */
+     * them) move 16, 8 or 4 bytes at a time (no 2-byte unit: 1-byte rows of an odd half stay bytes) */
     const char *xb = (const char *)x;
-    for (int unit = 16; unit > esize; unit /= 2) {
+    for (int unit = 16; unit >= 4 && unit > esize; unit /= 2) {
         kiln_gpu_shape w = s;
         int64_t off = x_off;
         if (!widen(&w, esize, unit, y, xb + x_off * esize, &off)) continue;

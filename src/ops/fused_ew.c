@@ -152,8 +152,10 @@ static kiln_status ewp_run(kiln_run_ctx *c)
     return KILN_OK;
 }
 
+/* In place: an input 0 of the output's size is read at element i only, before element i is
+ * stored, here and in the generated kernels (ops_fused.c). */
 static const kiln_op_def defs[] = {
-    {"kiln", "FusedElementwise", 1, ewp_infer, ewp_run, 0, 0, ewp_parse, sizeof(kiln_ewp)},
+    {"kiln", "FusedElementwise", 1, ewp_infer, ewp_run, KILN_OP_INPLACE, 0, ewp_parse, sizeof(kiln_ewp)},
 };
 
 const kiln_op_table kiln_ops_fused_ew = {defs, sizeof defs / sizeof defs[0]};
