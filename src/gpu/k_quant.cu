@@ -477,48 +477,36 @@ extern "C" gpuError_t kiln_gpu_quant_requant_conv(gpuStream_t s, const int32_t *
 
 __global__ void qlinear_binary_kernel(bool mul, int dt, const void *a, kiln_gpu_shape sa, const void *b, kiln_gpu_shape sb,
                                       void *c, int64_t n, const float *as, const void *azp, const float *bs, const void *bzp,
-                                      const float *cs, const void *czp, bool swap, bool scalar)
+                                      const float *cs, const void *czp, bool swap)
 {
     int32_t za = azp ? load_q8(dt, azp, 0) : 0, zb = bzp ? load_q8(dt, bzp, 0) : 0, zc = czp ? load_q8(dt, czp, 0) : 0;
     int32_t lo = dt == KILN_DTYPE_INT8 ? -128 : 0, hi = dt == KILN_DTYPE_INT8 ? 127 : 255;
-    float sc = cs[0], rac = __fdiv_rn(as[0], sc), rbc = __fdiv_rn(bs[0], sc), rmul = __fdiv_rn(__fmul_rn(as[0], bs[0]), sc);
-    if (swap) {
-        float t = rac;
-        rac = rbc, rbc = t;
-        int32_t z = za;
-        za = zb, zb = z;
-    }
-    float fixed = __fsub_rn((float)zc, __fadd_rn(__fmul_rn(rac, (float)za), __fmul_rn(rbc, (float)zb)));
+    /* x, y: ONNX Runtime's first and second operand, A and B or exchanged */
+    int32_t zx = swap ? zb : za, zy = swap ? za : zb;
+    float sc = cs[0], rx = __fdiv_rn(swap ? bs[0] : as[0], sc), ry = __fdiv_rn(swap ? as[0] : bs[0], sc);
+    float rmul = __fdiv_rn(__fmul_rn(as[0], bs[0]), sc);
+    float fixed = __fsub_rn((float)zc, __fmaf_rn(rx, (float)zx, __fmul_rn(ry, (float)zy)));
     KILN_GRID_LOOP(i, n) {
-        int32_t x = load_q8(dt, a, kiln_strided_offset(sa, i)), y = load_q8(dt, b, kiln_strided_offset(sb, i));
-        if (swap) {
-            int32_t t = x;
-            x = y, y = t;
-        }
-        int32_t r;
-        if (mul) {
-            r = mlas_requant(__fmul_rn(__fmul_rn((float)(x - za), (float)(y - zb)), rmul), zc, lo, hi);
-        } else {
-            float v = scalar ? __fadd_rn(__fadd_rn(fixed, __fmul_rn((float)y, rbc)), __fmul_rn((float)x, rac))
-                             : __fadd_rn(__fadd_rn(fixed, __fmul_rn((float)x, rac)), __fmul_rn((float)y, rbc));
-            /* lrintf's x86 result for NaN and beyond the long range: the low end */
-            long long q = v != v || fabsf(v) >= 9.223372036854775808e18f ? (long long)lo : __float2ll_rn(v);
-            r = q < lo ? lo : q > hi ? hi : (int32_t)q;
-        }
-        store_i(dt, c, i, r);
+        int32_t p = load_q8(dt, a, kiln_strided_offset(sa, i)), q = load_q8(dt, b, kiln_strided_offset(sb, i));
+        int32_t x = swap ? q : p, y = swap ? p : q;
+        float v = mul ? __fadd_rn(__fmul_rn((float)((x - zx) * (y - zy)), rmul), (float)zc)
+                      : __fmaf_rn((float)x, rx, __fmaf_rn((float)y, ry, fixed));
+        /* clamped to one past the range (NaN to the low end), rounded half to even */
+        v = fminf(fmaxf(v, (float)(lo - 1)), (float)(hi + 1));
+        int32_t r = __float2int_rn(v);
+        store_i(dt, c, i, r < lo ? lo : r > hi ? hi : r);
     }
 }
 
 extern "C" gpuError_t kiln_gpu_quant_qlinear_binary(gpuStream_t s, bool mul, int dt, const void *a, kiln_gpu_shape sa,
                                                     const void *b, kiln_gpu_shape sb, void *c, int64_t n,
                                                     const float *a_scale, const void *a_zp, const float *b_scale,
-                                                    const void *b_zp, const float *c_scale, const void *c_zp, bool swap,
-                                                    bool scalar)
+                                                    const void *b_zp, const float *c_scale, const void *c_zp, bool swap)
 {
     if (dt != KILN_DTYPE_UINT8 && dt != KILN_DTYPE_INT8) return bad_value();
     if (n <= 0) return gpuSuccess;
     qlinear_binary_kernel<<<kiln_gpu_blocks(n, THREADS), THREADS, 0, s>>>(mul, dt, a, sa, b, sb, c, n, a_scale, a_zp,
-                                                                          b_scale, b_zp, c_scale, c_zp, swap, scalar);
+                                                                          b_scale, b_zp, c_scale, c_zp, swap);
     return gpuGetLastError();
 }
 

@@ -8,7 +8,8 @@
  * pointers are device pointers. Every launcher queues its work on stream s, returns
  * gpuGetLastError() (or an invalid-value error for a dtype it does not take) and launches
  * nothing for empty work. Float steps use the reference's operations in its order, without
- * contraction into fused multiply-adds, so that results are bit-identical. */
+ * contraction into fused multiply-adds (__fmaf_rn where the reference calls fmaf), so that
+ * results are bit-identical. */
 #ifndef KILN_GPU_K_QUANT_H
 #define KILN_GPU_K_QUANT_H
 
@@ -121,12 +122,11 @@ gpuError_t kiln_gpu_quant_requant_conv(gpuStream_t s, const int32_t *acc, const 
 /* QLinearAdd (mul false) / QLinearMul: c[i] = the reference's float32 formula on a[..], b[..]
  * read through broadcast shapes sa, sb (the output's dims, operand strides), dtype dt (uint8 or
  * int8) for all three; the scales (float32 [1]) and zero points (dt [1], NULL: 0) on the
- * device. swap: A is the scalar operand and B not (ONNX Runtime then exchanges them);
- * scalar: one operand is a scalar. */
+ * device. swap: ONNX Runtime's kernel takes B first (kiln_contrib_qbinary_swaps). */
 gpuError_t kiln_gpu_quant_qlinear_binary(gpuStream_t s, bool mul, int dt, const void *a, kiln_gpu_shape sa, const void *b,
                                          kiln_gpu_shape sb, void *c, int64_t n, const float *a_scale, const void *a_zp,
                                          const float *b_scale, const void *b_zp, const float *c_scale, const void *c_zp,
-                                         bool swap, bool scalar);
+                                         bool swap);
 
 /* QLinearSigmoid / QLinearLeakyRelu: y[i] = table[x[i] - lo] + lo over n codes of dtype dt (uint8
  * or int8, lo its low end); table: 256 bytes (kiln_contrib_q8_unary_table's) on the device. */

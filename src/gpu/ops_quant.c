@@ -481,10 +481,10 @@ static kiln_status qbinary_run(kiln_run_ctx *c)
     kiln_gpu_shape sa, sb;
     kiln_gpu_shape_broadcast(&sa, C->rank, C->dims, A->rank, A->dims);
     kiln_gpu_shape_broadcast(&sb, C->rank, C->dims, B->rank, B->dims);
-    bool swap = A->numel == 1 && B->numel != 1, scalar = swap || B->numel == 1;
+    bool swap = kiln_contrib_qbinary_swaps(A, C);
     gpuError_t e = kiln_gpu_quant_qlinear_binary(kiln_gpu_stream(c), !strcmp(kiln_run_node(c)->op_type, "QLinearMul"), dt,
                                                  A->data, sa, B->data, sb, C->data, C->numel, in[1]->data, data_of(in[2]),
-                                                 in[4]->data, data_of(in[5]), in[6]->data, data_of(in[7]), swap, scalar);
+                                                 in[4]->data, data_of(in[5]), in[6]->data, data_of(in[7]), swap);
     return kiln_gpu_check(c, e, kiln_run_node(c)->op_type);
 }
 

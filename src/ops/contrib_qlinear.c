@@ -4,7 +4,8 @@
  * requantized to Y's parameters) and QLinearGlobalAveragePool. The float steps follow ONNX
  * Runtime's MLAS kernels on x86 in float32, operation by operation, so the integers come out
  * bit for bit as ORT's: dequantize (x - zp) * scale, quantize clamp(round_half_even(clamp(x /
- * scale, lo - zp, hi - zp)) + zp), sigmoid by MLAS's rational approximation (with FMA). */
+ * scale, lo - zp, hi - zp)) + zp), sigmoid by MLAS's rational approximation (with FMA),
+ * QLinearAdd by its AVX2 kernel's fused multiply-adds, QLinearMul by its SSE2 kernel (no FMA). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,6 +95,14 @@ static kiln_status binary_infer(kiln_infer_ctx *c)
     return kiln_infer_set_out(c, 0, a->dtype, rank, dims);
 }
 
+bool kiln_contrib_qbinary_swaps(const kiln_value *A, const kiln_value *C)
+{
+    int k = C->rank - 1;
+    while (k >= 0 && C->dims[k] == 1) k--;
+    int ka = k - (C->rank - A->rank);
+    return k < 0 || ka < 0 || A->dims[ka] == 1;
+}
+
 static kiln_status binary_run(kiln_run_ctx *c, bool mul)
 {
     const kiln_value *A = kiln_run_in(c, 0), *B = kiln_run_in(c, 3);
@@ -111,33 +120,22 @@ static kiln_status binary_run(kiln_run_ctx *c, bool mul)
     kiln_bcast_strides(C->rank, C->dims, B->rank, B->dims, st[1]);
     kiln_iter it;
     kiln_iter_init(&it, C->rank, C->dims, 2, st);
-    /* ORT passes a scalar operand as B (swapping for a scalar A) and folds it into the constant */
-    bool swap = A->numel == 1 && B->numel != 1;
-    float rac = sa / sc, rbc = sb / sc, rmul = sa * sb / sc;
-    if (swap) {
-        float t = rac;
-        rac = rbc, rbc = t;
-        int z = za;
-        za = zb, zb = z;
-    }
-    bool scalar = swap || B->numel == 1;
-    float fixed = (float)zc - (rac * (float)za + rbc * (float)zb);
+    /* x, y: ORT's kernel's first and second operand, A and B or exchanged; its fixed part of Add's
+     * sum as GCC contracts it, fma(rx, zx, ry * zy) */
+    bool swap = kiln_contrib_qbinary_swaps(A, C);
+    float sx = swap ? sb : sa, sy = swap ? sa : sb;
+    int zx = swap ? zb : za, zy = swap ? za : zb;
+    float rx = sx / sc, ry = sy / sc, rmul = sa * sb / sc;
+    float fixed = (float)zc - fmaf(rx, (float)zx, ry * (float)zy);
     for (int64_t i = 0; i < C->numel; i++, kiln_iter_next(&it)) {
         int a = q8_load(dt, A->data, it.off[0]), b = q8_load(dt, B->data, it.off[1]);
-        if (swap) {
-            int t = a;
-            a = b, b = t;
-        }
-        int r;
-        if (mul) {
-            float v = (float)(a - za) * (float)(b - zb) * rmul;
-            r = quantize(v, 1.0f, zc, lo, hi);
-        } else {
-            float v = scalar ? (fixed + (float)b * rbc) + (float)a * rac : (fixed + (float)a * rac) + (float)b * rbc;
-            long q = lrintf(v);
-            r = q < lo ? lo : q > hi ? hi : (int)q;
-        }
-        q8_store(dt, C->data, i, r);
+        int x = swap ? b : a, y = swap ? a : b;
+        /* Mul: a product, then a sum (not fused: no FMA on baseline x86-64); Add: two fused multiply-adds */
+        float v = mul ? (float)((x - zx) * (y - zy)) * rmul + (float)zc : fmaf((float)x, rx, fmaf((float)y, ry, fixed));
+        v = v > (float)(lo - 1) ? v : (float)(lo - 1); /* NaN: the low end */
+        v = v < (float)(hi + 1) ? v : (float)(hi + 1);
+        long q = lrintf(v);
+        q8_store(dt, C->data, i, q < lo ? lo : q > hi ? hi : (int)q);
     }
     return KILN_OK;
 }

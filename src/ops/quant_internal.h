@@ -56,6 +56,10 @@ bool kiln_contrib_qgemm_check(const kiln_node *n, const kiln_value *const *in, c
 bool kiln_contrib_q8_params_ok(const kiln_value *s, const kiln_value *z, kiln_dtype dt);
 /* The same check that also reads the scale and zero point (0 when z is absent) in host memory. */
 bool kiln_contrib_q8_params(const kiln_value *s, const kiln_value *z, kiln_dtype dt, float *scale, int *zp);
+/* QLinearAdd, QLinearMul: whether ONNX Runtime's kernel takes B as its first operand and A as its
+ * second: A is one value along C's innermost dim other than 1 (ORT's broadcast spans), or C has one
+ * element. QLinearAdd's rounding depends on the order: the reference and every kernel follow it. */
+bool kiln_contrib_qbinary_swaps(const kiln_value *A, const kiln_value *C);
 
 /* QLinearSigmoid and QLinearLeakyRelu (by n's op type; alpha from n): the reference's lookup
  * table of X's 8-bit dtype dt, table[v - lo] = the output code less lo for input code v, built

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """com.microsoft quantized operators (what quantize_static in QOperator format emits) against
-ONNX Runtime, bit for bit: QLinearAdd, QLinearMul (broadcast, scalar operands), QLinearSigmoid,
-QLinearLeakyRelu, QLinearConcat (requantized and copied inputs), QLinearGlobalAveragePool (NCHW
-and channels_last); one-node models on random data at several shapes (odd sizes, batch > 1),
-uint8 and int8, optional zero points present and absent, in an optimised and a reference kiln
-session.
+ONNX Runtime, bit for bit: QLinearAdd, QLinearMul (broadcast, scalar operands, ties that the
+order of ORT's float steps decides), QLinearSigmoid, QLinearLeakyRelu, QLinearConcat (requantized
+and copied inputs), QLinearGlobalAveragePool (NCHW and channels_last); one-node models on random
+data at several shapes (odd sizes, batch > 1), uint8 and int8, optional zero points present and
+absent, in an optimised and a reference kiln session.
 
 usage: test_contrib_q.py   (libkiln.so from build/ or $KILN_LIB)
 """
@@ -89,6 +89,45 @@ def test_binary():
                     compare_exact(f"{op} {dt.__name__} zp={with_zp} {sa}x{sb}", m, feeds)
 
 
+def test_binary_ties():
+    """QLinearAdd and QLinearMul where the order of ORT's float steps decides the integer: scales
+    whose ratios are inexact in float32 (0.07 / 0.05 and 0.021 / 0.05) put many exact results on
+    x.5, where Add's two fused multiply-adds (ORT's AVX2 kernel, operands exchanged for a scalar A
+    in a span) and Mul's unfused product and sum round apart from other orders. Every broadcast
+    form at odd sizes, (2, 64, 33) + (33,) among them, random codes (never zero) and every pair of
+    nonzero codes."""
+    shapes = [((2, 64, 33), (33,)), ((2, 64, 33), (2, 64, 33)), ((7,), ()), ((), (65,)), ((1,), (129,)), ((1,), (1,)),
+              ((), ()), ((5, 1), (5, 1)), ((129, 1), (1, 65)), ((3, 1, 65), (1, 129, 1)), ((2, 7, 129), (7, 129)),
+              ((33, 1), (33, 7)), ((4, 1, 7), (3, 1)), ((3, 70001), ()), ((255, 1), (255,)), ((255, 255), (255, 1))]
+    for op in ("QLinearAdd", "QLinearMul"):
+        for dt in (np.uint8, np.int8):
+            info = np.iinfo(dt)
+            codes = np.arange(info.min, info.max + 1)
+            codes = codes[codes != 0].astype(dt)
+            ties = ((0.07, 0.021, 0.05), (0.021, 0.07, 0.05), (0.05, 0.03, 0.07))
+            for scales in ties + (tuple(rng.uniform(0.005, 0.1, 3)),):
+                inits, names = [], []
+                for tag, x, sc in (("a", "A", scales[0]), ("b", "B", scales[1]), ("c", None, scales[2])):
+                    inits.append(numpy_helper.from_array(np.array(sc, np.float32), f"{tag}_s"))
+                    inits.append(numpy_helper.from_array(np.array(rng.integers(info.min // 2, info.max // 2 + 1), dt),
+                                                         f"{tag}_z"))
+                    names += ([x] if x else []) + [f"{tag}_s", f"{tag}_z"]
+                node = helper.make_node(op, names, ["C"], domain=MS)
+                for sa, sb in shapes:
+                    m = model(node, [io("A", QT[dt], len(sa)), io("B", QT[dt], len(sb))], inits)
+                    if sa == (255, 1) or sa == (255, 255):  # every pair: A's codes down, B's across (or down)
+                        feeds = [{"A": np.broadcast_to(codes[:, None], sa).copy(),
+                                  "B": np.broadcast_to(codes[:, None] if sb == (255, 1) else codes, sb).copy()}]
+                    else:
+                        feeds = []
+                        for _ in range(2):
+                            a, b = qrand(dt, *sa), qrand(dt, *sb)
+                            a[a == 0], b[b == 0] = 1, 1
+                            feeds.append({"A": a, "B": b})
+                    label = f"{op} {dt.__name__} ties scales {tuple(round(float(v), 5) for v in scales)} {sa}x{sb}"
+                    compare_exact(label, m, feeds)
+
+
 def test_lookup():
     for op, attrs in (("QLinearSigmoid", {}), ("QLinearLeakyRelu", {"alpha": 0.1}), ("QLinearLeakyRelu", {"alpha": 0.37})):
         for dt in (np.uint8, np.int8):
@@ -147,6 +186,6 @@ def test_global_average_pool():
 
 
 if __name__ == "__main__":
-    for t in (test_binary, test_lookup, test_concat, test_global_average_pool):
+    for t in (test_binary, test_binary_ties, test_lookup, test_concat, test_global_average_pool):
         t()
     sys.exit(summary())
