@@ -6,7 +6,7 @@
  * rows, 16 weights per step widened to float: AVX-512 or AVX2+FMA by the CPU, portable C
  * otherwise), spread over N on the thread pool; more rows run the sgemm with A packed once and
  * W^T as its implicit operand, each tile's weights dequantized straight into the micro-kernel's
- * panels (wt_pack_b; 128-token prompts 1.3-1.5x faster than dequantizing [1024, K] float
+ * panels (nbits_f32.c; 128-token prompts 1.3-1.5x faster than dequantizing [1024, K] float
  * panels of W and packing them again). g_idx, float16 and weights fed at run time run the
  * reference. Measured (scripts/bench_peer.py, K = N = 4096, M = 1, block 128, 2 threads, shared
  * machine): 0.56 ms against ONNX Runtime's 0.35-0.37 ms at accuracy_level 0 (1.5-1.6x). Tried
@@ -20,13 +20,12 @@
 #include "core/threadpool.h"
 #include "cpu/gemm.h"
 #include "cpu/kernels.h"
+#include "cpu/nbits_f32.h"
 #include "cpu/nbits_q8.h"
 #include "ops/llm.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
-
-#include "cpu/avx2_util.h"
 #endif
 
 enum { GEMV_MAX_M = 8, ROWS_PER_TASK = 8 };
@@ -38,6 +37,7 @@ typedef struct nbits_state {
     float *off;         /* [N, n_blocks] -z * scale for float zero points, else NULL */
     uint8_t *zq;        /* [N, n_blocks] uint8 zero points, else NULL; neither: all 2^(bits-1) */
     kiln_nbits_q8_w w;  /* the same weights for nbits_q8.c */
+    kiln_nbits_f32_w f; /* and for nbits_f32.c */
     bool q8;            /* A quantized to int8 per block (kiln_nbits_quantizes_a) */
     const kiln_value *b_init;
     int level;          /* 2: AVX-512, 1: AVX2+FMA, 0: portable */
@@ -217,11 +217,6 @@ __attribute__((target("avx2,fma"))) static void gemv_rows_avx2(const gemv_job *j
 }
 #endif
 
-static inline int q_at(const uint8_t *q, int64_t i, int bits)
-{
-    return bits == 8 ? q[i] : (q[i / 2] >> (4 * (i & 1))) & 15;
-}
-
 static void gemv_rows_c(const gemv_job *j, int64_t n0, int64_t n1)
 {
     const kiln_nbits_params *p = j->p;
@@ -233,7 +228,7 @@ static void gemv_rows_c(const gemv_job *j, int64_t n0, int64_t n1)
             for (int64_t blk = 0; blk < nb; blk++, q += p->blob) {
                 const float *a = j->a + m * j->Kp + blk * bs;
                 float acc = 0;
-                for (int64_t u = 0; u < bs; u++) acc += (float)q_at(q, u, (int)p->bits) * a[u];
+                for (int64_t u = 0; u < bs; u++) acc += (float)kiln_nbits_q_at(q, u, (int)p->bits) * a[u];
                 int64_t i = n * j->st->w.ns + blk;
                 tot += acc * j->st->scale[i] + blk_off(j->st, i, (float)j->st->w.zero) * j->asum[m * nb + blk];
             }
@@ -252,73 +247,17 @@ static void gemv_task(void *ctx, int64_t t0, int64_t t1)
     gemv_rows_c(j, n0, n1);
 }
 
-/* W^T as the sgemm's implicit op(B): micro-panels [kc][w] of rows [j0, j0 + n) of W, k-major,
- * dequantized straight from the 4-bit bytes into the layout the micro-kernel reads (no [N, K]
- * float panel to write out and pack again). */
+/* W^T as the sgemm's implicit op(B) at the sgemm's level: each tile's weights dequantized
+ * straight into the micro-kernel's panels (nbits_f32.c). */
 typedef struct wt_pack {
-    const kiln_nbits_params *p;
-    const nbits_state *st;
+    const kiln_nbits_f32_w *w;
+    kiln_gemm_level level;
 } wt_pack;
-
-static inline float w_at(const nbits_state *st, const kiln_nbits_params *p, int64_t n, int64_t k)
-{
-    int64_t blk = k / p->block_size, i = n * st->w.ns + blk;
-    const uint8_t *q = st->q + (n * p->n_blocks + blk) * p->blob;
-    return (float)q_at(q, k % p->block_size, (int)p->bits) * st->scale[i] + blk_off(st, i, (float)st->w.zero);
-}
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-/* 8 weight rows, elements [k0, k0 + kc8) (k0 and kc8 multiples of 8: a group of 8 never
- * straddles a block, blocks being 16 or more), widened, scaled and transposed 8x8 at a time
- * into rows of k of the micro-panel (row stride w floats); each block's 8 scales and offsets
- * are read once. */
-__attribute__((target("avx2,fma"))) static void wt_8rows_avx2(const nbits_state *st, const kiln_nbits_params *p,
-                                                             int64_t n0, int64_t k0, int64_t kc8, float *d, int w)
-{
-    const __m256i sh = _mm256_set_epi32(28, 24, 20, 16, 12, 8, 4, 0), m4 = _mm256_set1_epi32(15);
-    int64_t bs = p->block_size, rowb = p->n_blocks * p->blob;
-    const uint8_t *q0 = st->q + n0 * rowb;
-    for (int64_t k = 0; k < kc8;) {
-        int64_t blk = (k0 + k) / bs, end = (blk + 1) * bs - k0 < kc8 ? (blk + 1) * bs - k0 : kc8;
-        float sv[8], ov[8];
-        for (int c = 0; c < 8; c++) {
-            int64_t i = (n0 + c) * st->w.ns + blk;
-            sv[c] = st->scale[i], ov[c] = blk_off(st, i, (float)st->w.zero);
-        }
-        for (; k < end; k += 8, d += 8 * w) {
-            const uint8_t *q = q0 + (k0 + k) / 2;
-            __m256 r[8];
-            for (int c = 0; c < 8; c++) {
-                int32_t b4;
-                memcpy(&b4, q + c * rowb, 4);
-                __m256 x = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(b4), sh), m4));
-                r[c] = _mm256_fmadd_ps(x, _mm256_set1_ps(sv[c]), _mm256_set1_ps(ov[c]));
-            }
-            kiln_transpose8(r);
-            for (int c = 0; c < 8; c++) _mm256_storeu_ps(d + c * w, r[c]);
-        }
-    }
-}
-#endif
 
 static void wt_pack_b(void *ctx, float *dst, int64_t p0, int64_t kc, int64_t j0, int64_t n, int w)
 {
     const wt_pack *j = ctx;
-    const kiln_nbits_params *p = j->p;
-    const nbits_state *st = j->st;
-    for (int64_t c0 = 0; c0 < n; c0 += w, dst += kc * w) {
-        int cols = n - c0 < w ? (int)(n - c0) : w;
-        int64_t k = 0, c = 0;
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-        if (st->level >= 1 && p->bits == 4 && p0 % 8 == 0) {
-            k = kc - kc % 8;
-            for (; c + 8 <= cols; c += 8) wt_8rows_avx2(st, p, j0 + c0 + c, p0, k, dst + c, w);
-        }
-#endif
-        for (int64_t cc = 0; cc < w; cc++) /* what the 8x8 tiles left: the last rows of k, the last columns */
-            for (int64_t kk = cc < c ? k : 0; kk < kc; kk++)
-                dst[kk * w + cc] = cc < cols ? w_at(st, p, j0 + c0 + cc, p0 + kk) : 0.0f;
-    }
+    kiln_nbits_f32_pack(j->level, j->w, dst, p0, kc, j0, n, w);
 }
 
 /* A [M, K] as the sgemm's packed A: rows [i0, i0 + m) of columns [p0, p0 + kc), micro-panels
@@ -360,9 +299,9 @@ static kiln_status nbits_run(kiln_run_ctx *c)
     }
     if (M > GEMV_MAX_M) {
         /* A packed once; W^T dequantized tile by tile into the micro-kernel's panels */
-        kiln_gemm_ctx g = {.pool = pool, .scratch = scr};
+        kiln_gemm_ctx g = {.pool = pool, .scratch = scr, .level = kiln_gemm_level_detect()};
         a_pack ap = {A->data, K};
-        wt_pack wp = {p, st};
+        wt_pack wp = {&st->f, g.level};
         kiln_gemm_packed_a *pa = NULL;
         kiln_status rc = kiln_gemm_packed_a_create_from(&g, M, K, a_pack_rows, &ap, &pa);
         kiln_gemm_epilogue ep = {.bias = bias ? (const float *)bias->data : NULL};
@@ -426,6 +365,8 @@ static kiln_kernel_fn select_nbits(kiln_node *n)
     }
     st->q = B->data, st->b_init = B, st->q8 = kiln_nbits_quantizes_a(n, fzp);
     st->w = (kiln_nbits_q8_w){p->K, p->N, p->block_size, st->q, st->scale, st->zq, 1 << (p->bits - 1), ns};
+    st->f = (kiln_nbits_f32_w){p->K, p->N, p->block_size, (int)p->bits, st->q, st->scale, st->off, st->zq,
+                               1 << (p->bits - 1), ns};
     for (int64_t r = 0; r < p->N; r++)
         for (int64_t blk = 0; blk < p->n_blocks; blk++) {
             float s, z;
