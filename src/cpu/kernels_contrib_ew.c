@@ -2,7 +2,8 @@
  * the transformer optimizer and ORT's offline files write (references in src/ops/contrib.c and
  * contrib_norm.c), float32: Gelu, BiasGelu, FastGelu (bias optional) on the wide erf/tanh Gelu
  * (vecmath.h), SkipLayerNormalization and SkipSimplifiedLayerNormalization (RMS, no mean; with
- * their optional mean, inv_std and sum outputs), EmbedLayerNormalization and
+ * their optional mean, inv_std and sum outputs), SimplifiedLayerNormalization over the last
+ * dim (the same rows without a skip), EmbedLayerNormalization and
  * QEmbedLayerNormalization (its 8-bit tables dequantized once, when the session is compiled);
  * rows spread over the pool from 32K elements. */
 #include <math.h>
@@ -65,27 +66,42 @@ static kiln_kernel_fn select_gelu(kiln_node *n) { return f32_in(n, 0) ? gelu_run
  * simplified form: Y = (X + skip + bias) / rms * gamma (mean 0, no beta) ---- */
 
 typedef struct sln_job {
-    const float *x, *s, *g, *b, *bias;
+    const float *x, *s, *g, *b, *bias; /* s (skip) NULL: SimplifiedLayerNormalization */
     float *y, *mean, *inv, *sum; /* [rows, H]; mean, inv [rows] and sum [rows, H] optional */
     int64_t h, s_rows;
     float eps;
     bool center;                 /* false: the simplified form */
 } sln_job;
 
+typedef double v4d __attribute__((vector_size(32)));
+
+/* The sum over k < h of y[k] - m, or of its square, in double: four chains (one is bound by
+ * the add's latency). */
+static inline double row_sum(const float *y, int64_t h, double m, bool square)
+{
+    v4d acc = {0};
+    int64_t k = 0;
+    for (; k + 4 <= h; k += 4) {
+        v4d d = {(double)y[k] - m, (double)y[k + 1] - m, (double)y[k + 2] - m, (double)y[k + 3] - m};
+        acc += square ? d * d : d;
+    }
+    double s = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+    for (; k < h; k++) s += square ? ((double)y[k] - m) * ((double)y[k] - m) : (double)y[k] - m;
+    return s;
+}
+
 static void sln_rows(void *ctx, int64_t r0, int64_t r1)
 {
     const sln_job *j = ctx;
     int64_t h = j->h;
     for (int64_t r = r0; r < r1; r++) {
-        const float *x = j->x + r * h, *s = j->s + (r % j->s_rows) * h;
+        const float *x = j->x + r * h, *s = j->s ? j->s + (r % j->s_rows) * h : NULL;
         float *y = j->y + r * h;
-        double m = 0, v = 0;
-        for (int64_t k = 0; k < h; k++) {
-            y[k] = x[k] + s[k] + (j->bias ? j->bias[k] : 0.0f);
-            m += y[k];
-        }
-        m = j->center ? m / (double)h : 0;
-        for (int64_t k = 0; k < h; k++) v += ((double)y[k] - m) * ((double)y[k] - m);
+        if (s || j->bias)
+            for (int64_t k = 0; k < h; k++) y[k] = x[k] + (s ? s[k] : 0.0f) + (j->bias ? j->bias[k] : 0.0f);
+        else if (y != x)
+            memcpy(y, x, (size_t)h * sizeof *y);
+        double m = j->center ? row_sum(y, h, 0.0, false) / (double)h : 0.0, v = row_sum(y, h, m, true);
         float inv = (float)(1.0 / sqrt(v / (double)h + j->eps)), mf = (float)m;
         if (j->sum) memcpy(j->sum + r * h, y, (size_t)h * sizeof *y);
         if (j->mean) j->mean[r] = mf;
@@ -121,6 +137,26 @@ static kiln_status sln_run(kiln_run_ctx *c)
 }
 
 static kiln_kernel_fn select_sln(kiln_node *n) { return f32_in(n, 0) ? sln_run : NULL; }
+
+/* SimplifiedLayerNormalization over the last dim (src/ops/llm_norm.c): the skip form's rows
+ * without a skip; other axes, scales and types run the reference. */
+static kiln_status rms_run(kiln_run_ctx *c)
+{
+    const kiln_node *n = kiln_run_node(c);
+    const kiln_value *X = kiln_run_in(c, 0), *G = n->n_in > 1 ? kiln_run_in(c, 1) : NULL;
+    kiln_value *Y = kiln_run_out(c, 0), *Inv = kiln_run_out(c, 1);
+    int64_t h = X->rank ? X->dims[X->rank - 1] : 0, axis = kiln_attr_int(n, "axis", -1);
+    if (!h || (axis != -1 && axis != X->rank - 1) || X->dtype != KILN_DTYPE_FLOAT32 || !G ||
+        G->dtype != KILN_DTYPE_FLOAT32 || G->rank > 1 || G->numel != h ||
+        (Inv && (Inv->dtype != KILN_DTYPE_FLOAT32 || Inv->numel * h != X->numel)))
+        return n->op->run(c);
+    sln_job j = {X->data, NULL, G->data, NULL, NULL, Y->data, NULL, Inv ? Inv->data : NULL, NULL, h, 1,
+                 kiln_attr_float(n, "epsilon", 1e-5f), false};
+    kiln_threadpool_parallel_for(X->numel < (1 << 15) ? NULL : kiln_run_threadpool(c), X->numel / h, sln_rows, &j);
+    return KILN_OK;
+}
+
+static kiln_kernel_fn select_rms(kiln_node *n) { return f32_in(n, 0) ? rms_run : NULL; }
 
 /* ---- EmbedLayerNormalization / QEmbedLayerNormalization: the reference's arithmetic (the sum of
  * the embeddings rounded to float, mean and variance in double) on typed float rows ---- */
@@ -251,6 +287,8 @@ static const kiln_cpu_kernel kernels[] = {
     {MS, "FastGelu", select_gelu},
     {MS, "SkipLayerNormalization", select_sln},
     {MS, "SkipSimplifiedLayerNormalization", select_sln},
+    {"", "SimplifiedLayerNormalization", select_rms},
+    {MS, "SimplifiedLayerNormalization", select_rms},
     {MS, "EmbedLayerNormalization", select_embed},
     {MS, "QEmbedLayerNormalization", select_qembed},
 };
