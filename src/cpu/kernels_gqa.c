@@ -1,9 +1,10 @@
 /* kernels_gqa.c - com.microsoft GroupQueryAttention on float32: the call validated by the
  * registry's kiln_gqa_prepare (so every seqlens_k and position id is in range), present K and V
  * written once (past rows copied unless present shares past's buffer, new rows rotated, the
- * rest zeroed as ONNX Runtime leaves it), Q rotated into scratch, then per task a (batch, head,
- * block of query rows): scores over the row's causal / local window, softcap, bias, softmax
- * (with the sink or smooth-softmax term) and the weighted sum of V, each 8 floats at a time.
+ * rest zeroed as ONNX Runtime leaves it), then per task a (batch, head, block of query rows),
+ * each query row rotated into the task's scratch: scores over the row's causal / local window,
+ * softcap, bias, softmax (with the sink or smooth-softmax term) and the weighted sum of V, each
+ * 8 floats at a time.
  * Tasks are spread over the thread pool. Without present outputs, the reference kernel runs. */
 #include <math.h>
 #include <string.h>
@@ -44,19 +45,24 @@ static void rotate(const kiln_gqa_call *g, const float *x, float *out, int64_t p
 {
     int64_t half = g->rd / 2, H = g->H;
     const float *cs = (const float *)g->cos->data + pos * half, *sn = (const float *)g->sin->data + pos * half;
-    for (int64_t i = 0; i < g->rd; i++) {
-        int64_t j = g->interleaved ? i / 2 : i % half;
-        if (g->interleaved) out[i] = i % 2 ? x[i] * cs[j] + x[i - 1] * sn[j] : x[i] * cs[j] - x[i + 1] * sn[j];
-        else out[i] = i < half ? x[i] * cs[j] - x[i + half] * sn[j] : x[i] * cs[j] + x[i - half] * sn[j];
-    }
+    if (g->interleaved)
+        for (int64_t j = 0; j < half; j++) {
+            out[2 * j] = x[2 * j] * cs[j] - x[2 * j + 1] * sn[j];
+            out[2 * j + 1] = x[2 * j + 1] * cs[j] + x[2 * j] * sn[j];
+        }
+    else
+        for (int64_t j = 0; j < half; j++) {
+            out[j] = x[j] * cs[j] - x[j + half] * sn[j];
+            out[j + half] = x[j + half] * cs[j] + x[j] * sn[j];
+        }
     memcpy(out + g->rd, x + g->rd, (size_t)(H - g->rd) * sizeof *out);
 }
 
 typedef struct gqa_job {
     const kiln_gqa_call *g;
-    const float *q;    /* rotated Q [B, S, N, H] or the input's rows (stride qs per token) */
+    const float *q;    /* the input's Q rows (stride qs per token), rotated by the task that reads them */
     int64_t qs;        /* floats per token of q */
-    float *scores;     /* per task: present_len floats */
+    float *scores;     /* per task: present_len floats, then H for the rotated query row */
     int64_t rows;      /* query rows per task */
     int64_t chunks;    /* tasks per (b, h) */
 } gqa_job;
@@ -71,12 +77,13 @@ static inline __attribute__((always_inline)) void gqa_tasks(const gqa_job *j, in
         int64_t bh = t / j->chunks, ch = t % j->chunks, b = bh / g->N, h = bh % g->N;
         const float *kh = (const float *)g->present_k->data + (b * g->Nkv + h / group) * L * H;
         const float *vh = (const float *)g->present_v->data + (b * g->Nkv + h / group) * L * H;
-        float *p = j->scores + t * L;
+        float *p = j->scores + t * (L + H), *qrot = p + L;
         bool sinked = g->sink || g->smooth;
         float sink = g->sink ? ((const float *)g->sink->data)[h] : 0.0f;
         int64_t i1 = (ch + 1) * j->rows < g->S ? (ch + 1) * j->rows : g->S;
         for (int64_t i = ch * j->rows; i < i1; i++) {
             const float *q = j->q + (b * g->S + i) * j->qs + h * H;
+            if (g->rd) rotate(g, q, qrot, kiln_gqa_position(g, b, i)), q = qrot;
             float *y = (float *)g->y->data + ((b * g->S + i) * g->N + h) * H;
             int64_t start, len;
             kiln_gqa_window(g, b, i, &start, &len);
@@ -148,17 +155,9 @@ static kiln_status gqa_run(kiln_run_ctx *c)
     if (bh * chunks > want) chunks = want / bh > 1 ? want / bh : 1;
     int64_t rows = (S + chunks - 1) / chunks;
     chunks = (S + rows - 1) / rows;
-    size_t nq = g.rd ? (size_t)(B * S * N * H) : 0;
-    float *buf = kiln_scratch_get(scr, (nq + (size_t)(bh * chunks * L) + 1) * sizeof *buf);
+    float *buf = kiln_scratch_get(scr, (size_t)(bh * chunks * (L + H) + 1) * sizeof *buf);
     if (!buf) return kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory");
-    gqa_job j = {&g, qin, qs, buf + nq, rows, chunks};
-    if (g.rd) {
-        for (int64_t b = 0; b < B; b++)
-            for (int64_t s = 0; s < S; s++)
-                for (int64_t h = 0; h < N; h++)
-                    rotate(&g, qin + (b * S + s) * qs + h * H, buf + ((b * S + s) * N + h) * H, kiln_gqa_position(&g, b, s));
-        j.q = buf, j.qs = N * H;
-    }
+    gqa_job j = {&g, qin, qs, buf, rows, chunks};
     kiln_parallel_fn task = gqa_task;
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     if (has_avx2()) task = gqa_task_avx2;
