@@ -79,6 +79,7 @@ typedef struct gemm_job {
     bool has_epi;
     kiln_gemm_pack_fn pack_b; /* implicit op(B), or NULL */
     void *pack_ctx;
+    bool b_panels;            /* pack_b called per micro-panel (kiln_gemm_ctx.pack_b_panels) */
     kiln_gemm_tile_fn tile;     /* caller's epilogue, or NULL */
     void *tile_ctx;
     int64_t kc;          /* depth block */
@@ -100,8 +101,8 @@ static void run_tile(const gemm_job *g, float *Ap, float *Bp, int64_t i0, int64_
         float beta = first ? g->beta : 1.0f;
         const float *b_tile = Bp;
         if (g->packed_b) b_tile = g->packed_b + p0 * g->n_pad + j0 * kc; /* j0 is a multiple of NR */
-        else if (g->pack_b) g->pack_b(g->pack_ctx, Bp, p0, kc, j0, n, k->nr);
-        else k->pack_b(Bp, g->B, g->ldb, g->trans_b, p0, kc, j0, n);
+        else if (g->pack_b && !g->b_panels) g->pack_b(g->pack_ctx, Bp, p0, kc, j0, n, k->nr);
+        else if (!g->pack_b) k->pack_b(Bp, g->B, g->ldb, g->trans_b, p0, kc, j0, n);
         const float *a_tile = Ap;
         if (g->packed_a) a_tile = g->packed_a + p0 * g->m_pad + i0 * kc; /* i0 is a multiple of MR */
         else k->pack_a(Ap, g->A, g->lda, g->trans_a, i0, m, p0, kc, g->alpha);
@@ -110,6 +111,7 @@ static void run_tile(const gemm_job *g, float *Ap, float *Bp, int64_t i0, int64_
             kiln_gemm_kepi e = g->epi;
             if (e.col_bias) e.col_bias += j0 + jr;
             const float *b = b_tile + jr * kc;
+            if (g->b_panels) g->pack_b(g->pack_ctx, Bp, p0, kc, j0 + jr, nr, k->nr), b = Bp;
             int mr;
             for (int64_t ir = 0; ir < m; ir += mr) {
                 /* the last rows in one call where the kernel takes them (M = 16: 14 + 2) */
@@ -329,13 +331,14 @@ static kiln_status gemm_run(const kiln_gemm_kernel *k, const kiln_gemm_ctx *ctx,
         .n_pad = packed ? packed->n_pad : 0, .packed_a = pa ? pa->data : NULL, .m_pad = pa ? pa->m_pad : 0,
         .lda = lda, .ldb = ldb, .ldc = ldc, .C = C, .epi = *epi,
         .has_epi = epi->col_bias || epi->row_bias || epi->res || epi->clamp, .pack_b = pack_b, .pack_ctx = pack_ctx,
+        .b_panels = pack_b && ctx && ctx->pack_b_panels,
         .tile = ep ? ep->tile : NULL,
         .tile_ctx = ep ? ep->tile_ctx : NULL, .kc = min64(k->kc, K), .pm = pm, .pn = pn, .tiles_m = tm, .tiles_n = tn, .n_tiles = tm * tn,
     };
     int64_t mt = (pm + tm - 1) / tm * k->mr, nt = (pn + tn - 1) / tn * k->nr; /* the largest tile */
     g.a_floats = pa ? 0 : round_up(mt * g.kc, ALIGN / (int64_t)sizeof(float));
     g.slot_floats = g.a_floats;
-    if (!packed) g.slot_floats += round_up(nt * g.kc, ALIGN / (int64_t)sizeof(float));
+    if (!packed) g.slot_floats += round_up((g.b_panels ? k->nr : nt) * g.kc, ALIGN / (int64_t)sizeof(float));
     int64_t slots = min64(threads, g.n_tiles);
     /* 64-byte aligned; one float when both operands are prepacked */
     g.work = kiln_scratch_get(scratch, (size_t)(slots * g.slot_floats + 1) * sizeof(float));

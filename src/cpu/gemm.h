@@ -32,6 +32,9 @@ typedef struct kiln_gemm_ctx {
     struct kiln_scratch *scratch; /* borrowed: where packing buffers come from and go back to
                                    * (core/scratch.h); NULL: the C library */
     kiln_gemm_level level; /* AUTO, or a level to force (tests, benchmarks) */
+    bool pack_b_panels;    /* an implicit op(B) (kiln_gemm_pack_fn) packed one micro-panel [kc, NR] at a
+                            * time, just before the micro-kernels read it, while it is in L2; else a
+                            * tile's columns at once (up to [kc, NC]: 4 MB on AVX-512, read back from L3) */
 } kiln_gemm_ctx;
 
 /* A caller's epilogue over one finished block of C: rows [i0, i0+m), columns [j0, j0+n), at

@@ -299,7 +299,7 @@ static kiln_status nbits_run(kiln_run_ctx *c)
     }
     if (M > GEMV_MAX_M) {
         /* A packed once; W^T dequantized tile by tile into the micro-kernel's panels */
-        kiln_gemm_ctx g = {.pool = pool, .scratch = scr, .level = kiln_gemm_level_detect()};
+        kiln_gemm_ctx g = {.pool = pool, .scratch = scr, .level = kiln_gemm_level_detect(), .pack_b_panels = true};
         a_pack ap = {A->data, K};
         wt_pack wp = {&st->f, g.level};
         kiln_gemm_packed_a *pa = NULL;

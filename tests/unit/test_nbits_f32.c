@@ -6,10 +6,14 @@
  * ranges and panel widths, zero points per block as bytes, as floats or one for all, padded
  * rows of scales, random data (never zeros). Each weight is one or two roundings from
  * (q - z) * s: |got - want| <= 2^-22 * (|q s| + |z s|), a bound that does not depend on the CPU;
- * columns past the range must be zero. */
+ * columns past the range must be zero. Then the sgemm with the weights as its implicit op(B),
+ * packed per tile and per micro-panel (kiln_gemm_ctx.pack_b_panels), against a double-precision
+ * product: M of 1, 2, 3, 17 and 40, odd N, K past one depth block and not a multiple of the
+ * block. */
 #include <math.h>
 #include <stdlib.h>
 
+#include "core/threadpool.h"
 #include "cpu/nbits_f32.h"
 #include "unit.h"
 
@@ -71,8 +75,61 @@ static void one_case(kiln_gemm_level level, int bits, int64_t K, int64_t N, int6
     free(q), free(zp), free(scale), free(off), free(dst);
 }
 
+typedef struct pack_src {
+    const kiln_nbits_f32_w *w;
+    kiln_gemm_level level;
+} pack_src;
+
+static void pack_w(void *ctx, float *dst, int64_t p0, int64_t kc, int64_t j0, int64_t n, int width)
+{
+    const pack_src *s = ctx;
+    kiln_nbits_f32_pack(s->level, s->w, dst, p0, kc, j0, n, width);
+}
+
+/* Y [M, N] = A [M, K] x W^T through kiln_sgemm_packed_a, W 4-bit with a zero point per block */
+static void gemm_case(kiln_gemm_level level, kiln_threadpool *pool, int64_t M, int64_t K, int64_t N, int64_t bs,
+                      bool panels)
+{
+    int64_t nb = (K + bs - 1) / bs, blob = bs / 2;
+    uint8_t *q = malloc((size_t)(N * nb * blob)), *zp = malloc((size_t)(N * nb));
+    float *scale = malloc((size_t)(N * nb) * sizeof *scale), *A = malloc((size_t)(M * K) * sizeof *A);
+    float *Y = malloc((size_t)(M * N) * sizeof *Y);
+    for (int64_t i = 0; i < N * nb * blob; i++) q[i] = (uint8_t)(rnd() >> 32);
+    for (int64_t i = 0; i < N * nb; i++) scale[i] = unif(0.01f, 0.2f), zp[i] = (uint8_t)(rnd() % 16);
+    for (int64_t i = 0; i < M * K; i++) A[i] = unif(-2.0f, 2.0f);
+    kiln_nbits_f32_w w = {K, N, bs, 4, q, scale, NULL, zp, 8, nb};
+    pack_src src = {&w, level};
+    kiln_gemm_ctx g = {.pool = pool, .level = level, .pack_b_panels = panels};
+    kiln_gemm_packed_a *pa = NULL;
+    CHECK(kiln_gemm_packed_a_create(&g, M, K, A, K, &pa) == KILN_OK);
+    CHECK(kiln_sgemm_packed_a(&g, pa, N, NULL, 0, pack_w, &src, Y, N, NULL) == KILN_OK);
+    bool ok = true;
+    for (int64_t m = 0; m < M && ok; m++)
+        for (int64_t n = 0; n < N && ok; n++) {
+            double want = 0.0, mag = 0.0;
+            for (int64_t k = 0; k < K; k++) {
+                int64_t b = k / bs, in = k % bs;
+                int v = (q[(n * nb + b) * blob + in / 2] >> (4 * (in & 1))) & 15;
+                double t = (double)A[m * K + k] * (v - (double)zp[n * nb + b]) * scale[n * nb + b];
+                want += t, mag += fabs(t);
+            }
+            if (!(fabs(Y[m * N + n] - want) <= 1e-5 * mag + 1e-6)) {
+                fprintf(stderr, "%s sgemm M=%lld K=%lld N=%lld bs=%lld panels=%d: Y[%lld, %lld] = %.9g, want %.9g\n",
+                        kiln_gemm_level_name(level), (long long)M, (long long)K, (long long)N, (long long)bs, panels,
+                        (long long)m, (long long)n, Y[m * N + n], want);
+                ok = false;
+            }
+        }
+    CHECK(ok);
+    cases_run++;
+    kiln_gemm_packed_a_free(pa);
+    free(q), free(zp), free(scale), free(A), free(Y);
+}
+
 int main(void)
 {
+    kiln_threadpool *pool = NULL;
+    CHECK(kiln_threadpool_create(2, &pool) == KILN_OK);
     printf("detected level: %s\n", kiln_gemm_level_name(kiln_gemm_level_detect()));
     static const int widths[] = {4, 16, 32, 24};
     for (int lv = KILN_GEMM_LEVEL_BASELINE; lv <= KILN_GEMM_LEVEL_AVX512; lv++) {
@@ -99,7 +156,13 @@ int main(void)
             }
         one_case((kiln_gemm_level)lv, 4, 2048, 96, 128, 1, 0, 1024, 1024, 32, 64, 32); /* a prompt's tile */
         one_case((kiln_gemm_level)lv, 4, 4096, 48, 32, 0, 0, 0, 1024, 0, 48, 16);
+        static const int64_t Ms[] = {1, 2, 3, 17, 40}, Ns[] = {1, 17, 33, 70};
+        for (int t = 0; t < 16; t++) {
+            int64_t bs = (int64_t)16 << (rnd() % 5), K = t & 1 ? 3 * bs + 5 : 1100 + (int64_t)(rnd() % 40);
+            gemm_case((kiln_gemm_level)lv, t & 2 ? pool : NULL, Ms[rnd() % 5], K, Ns[rnd() % 4], bs, t & 4);
+        }
         printf("%s: %d cases\n", kiln_gemm_level_name((kiln_gemm_level)lv), cases_run - before);
     }
+    kiln_threadpool_free(pool);
     return unit_report("test_nbits_f32");
 }
