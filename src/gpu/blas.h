@@ -75,4 +75,33 @@ kiln_status kiln_gpu_blas_open(kiln_err *err);
 #define gpublasGemmStridedBatchedEx (*kiln_blas.gemm_strided_batched_ex)
 #define gpublasGetStatusString (*kiln_blas.status_string)
 
+#if !defined(KILN_HIP)
+#include <cublasLt.h>
+
+/* cuBLASLt, opened like cuBLAS (a second library of the toolkit): the products with a bias
+ * epilogue and an algorithm kept per node and shape (ops_blas.c). Absent, the products take
+ * cuBLAS. Not in HIP builds. */
+typedef struct kiln_blaslt_api {
+    __typeof__(cublasLtCreate) *create;
+    __typeof__(cublasLtDestroy) *destroy;
+    __typeof__(cublasLtMatmulDescCreate) *desc_create;
+    __typeof__(cublasLtMatmulDescDestroy) *desc_destroy;
+    __typeof__(cublasLtMatmulDescSetAttribute) *desc_set;
+    __typeof__(cublasLtMatrixLayoutCreate) *layout_create;
+    __typeof__(cublasLtMatrixLayoutDestroy) *layout_destroy;
+    __typeof__(cublasLtMatrixLayoutSetAttribute) *layout_set;
+    __typeof__(cublasLtMatmulPreferenceCreate) *pref_create;
+    __typeof__(cublasLtMatmulPreferenceDestroy) *pref_destroy;
+    __typeof__(cublasLtMatmulPreferenceSetAttribute) *pref_set;
+    __typeof__(cublasLtMatmulAlgoGetHeuristic) *heuristic;
+    __typeof__(cublasLtMatmulAlgoCheck) *algo_check;
+    __typeof__(cublasLtMatmul) *matmul;
+} kiln_blaslt_api;
+
+extern kiln_blaslt_api kiln_blaslt;
+
+/* Opens cuBLASLt once per process and fills kiln_blaslt (as kiln_gpu_blas_open). */
+kiln_status kiln_gpu_blaslt_open(kiln_err *err);
+#endif
+
 #endif

@@ -28,3 +28,27 @@ static kiln_gpu_lib lib = {
 };
 
 kiln_status kiln_gpu_blas_open(kiln_err *err) { return kiln_gpu_lib_open(&lib, err); }
+
+#if !defined(KILN_HIP)
+kiln_blaslt_api kiln_blaslt;
+
+static const char *const lt_libraries[] = {"libcublasLt.so.13", "/usr/local/cuda/lib64/libcublasLt.so.13",
+                                           "libcublasLt.so"};
+#define LT_SYMBOLS(X)                                                                                          \
+    X(create, "cublasLtCreate") X(destroy, "cublasLtDestroy") X(desc_create, "cublasLtMatmulDescCreate")       \
+    X(desc_destroy, "cublasLtMatmulDescDestroy") X(desc_set, "cublasLtMatmulDescSetAttribute")                 \
+    X(layout_create, "cublasLtMatrixLayoutCreate") X(layout_destroy, "cublasLtMatrixLayoutDestroy")            \
+    X(layout_set, "cublasLtMatrixLayoutSetAttribute") X(pref_create, "cublasLtMatmulPreferenceCreate")         \
+    X(pref_destroy, "cublasLtMatmulPreferenceDestroy") X(pref_set, "cublasLtMatmulPreferenceSetAttribute")     \
+    X(heuristic, "cublasLtMatmulAlgoGetHeuristic") X(algo_check, "cublasLtMatmulAlgoCheck")                    \
+    X(matmul, "cublasLtMatmul")
+#define LT_SLOT(field, name) (void **)&kiln_blaslt.field,
+static const char *const lt_names[] = {LT_SYMBOLS(NAME)};
+static void **const lt_slots[] = {LT_SYMBOLS(LT_SLOT)};
+static kiln_gpu_lib lt_lib = {
+    .what = "cuBLASLt", .files = lt_libraries, .n_files = sizeof lt_libraries / sizeof *lt_libraries,
+    .names = lt_names, .slots = lt_slots, .n = sizeof lt_names / sizeof *lt_names, .lock = PTHREAD_MUTEX_INITIALIZER,
+};
+
+kiln_status kiln_gpu_blaslt_open(kiln_err *err) { return kiln_gpu_lib_open(&lt_lib, err); }
+#endif

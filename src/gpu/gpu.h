@@ -59,6 +59,11 @@ gpuStream_t kiln_gpu_stream(kiln_run_ctx *c);
 /* The run's cuBLAS handle (cublasHandle_t), bound to the stream, with its workspace set;
  * cuBLAS is loaded and the handle made on first use (a failure fails the node). */
 kiln_status kiln_gpu_blas(kiln_run_ctx *c, void **handle);
+/* The run's cuBLASLt handle (cublasLtHandle_t) and the workspace it may use (the cuBLAS
+ * handle's, stream ordered); cuBLASLt is loaded and the handle made on first use. *handle is
+ * NULL, with KILN_OK, when cuBLASLt cannot be loaded, KILN_BLASLT=0 is set, or in HIP builds:
+ * the caller takes cuBLAS. */
+kiln_status kiln_gpu_blaslt(kiln_run_ctx *c, void **handle, void **ws, size_t *ws_size);
 /* The run's cuDNN handle (cudnnHandle_t), bound to the stream; cuDNN is loaded and the handle
  * made on first use. *handle is NULL, with KILN_OK, when cuDNN cannot be loaded (or in HIP
  * builds): the caller takes its own kernels. */

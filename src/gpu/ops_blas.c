@@ -8,6 +8,7 @@
  * operand's transpose flag and leading dimension taken from its element strides. */
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "gpu/blas.h"
@@ -16,6 +17,7 @@
 #include "gpu/kshape.h"
 #include "gpu/ops_core.h"
 #include "ir/graph.h"
+#include "ops/fused.h"
 
 /* BLAS element type of a kiln dtype; false for the dtypes this family does not take. */
 static bool blas_dtype(kiln_dtype dt, gpuDataType_t *t)
@@ -120,35 +122,215 @@ static bool mm_plan_of(const mm_desc *d, mm_plan *pl)
     return pl->ldc >= pl->m && pl->ldc <= INT_MAX;
 }
 
-/* Queues Y = alpha * A @ B + beta * Y as planned (one call per outer index). */
+#if !defined(KILN_HIP)
+/* A product cuBLASLt runs for one node and one call shape: its descriptors and algorithm, kept
+ * in the run context's memo (kiln_gpu_memo_get) so that a repeated shape sets up nothing. */
+typedef struct lt_mm {
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t p, q, c;
+    cublasLtMatmulAlgo_t algo;
+    size_t ws;      /* bytes of workspace the algorithm takes */
+    bool refused;   /* cuBLASLt declined the shape: cuBLAS */
+    bool borrowed;  /* the algorithm another shape of this node chose (lt_find) */
+} lt_mm;
+
+static void lt_mm_free(void *v)
+{
+    lt_mm *l = v;
+    if (!l) return;
+    if (l->p) kiln_blaslt.layout_destroy(l->p);
+    if (l->q) kiln_blaslt.layout_destroy(l->q);
+    if (l->c) kiln_blaslt.layout_destroy(l->c);
+    if (l->op) kiln_blaslt.desc_destroy(l->op);
+    free(l);
+}
+
+/* The layout of an operand BLAS reads as rows x cols through m (stored transposed for op T),
+ * `batch` of them `stride` elements apart. */
+static bool lt_layout(cublasLtMatrixLayout_t *l, gpuDataType_t t, const blas_mat *m, int rows, int cols, int batch,
+                      int64_t stride)
+{
+    bool n = m->op == GPUBLAS_OP_N;
+    if (kiln_blaslt.layout_create(l, t, (uint64_t)(n ? rows : cols), (uint64_t)(n ? cols : rows), m->ld))
+        return false;
+    if (batch == 1) return true;
+    int32_t count = batch;
+    return !kiln_blaslt.layout_set(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count) &&
+           !kiln_blaslt.layout_set(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride);
+}
+
+/* Descriptors for the planned call (with a bias along C's rows: the BIAS epilogue) and its
+ * algorithm: the heuristics' first choice for pointers aligned to `align` bytes within ws_max
+ * bytes of workspace, or with `use` that algorithm when cuBLASLt accepts it for this shape. NULL
+ * when cuBLASLt does not take the call. */
+static lt_mm *lt_make(cublasLtHandle_t h, gpuDataType_t t, const mm_plan *pl, bool bias, uint32_t align,
+                      size_t ws_max, const cublasLtMatmulAlgo_t *use)
+{
+    lt_mm *l = calloc(1, sizeof *l);
+    if (!l) return NULL;
+    cublasOperation_t ta = pl->p.op, tb = pl->q.op;
+    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    if (kiln_blaslt.desc_create(&l->op, CUBLAS_COMPUTE_32F, CUDA_R_32F) ||
+        kiln_blaslt.desc_set(l->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) ||
+        kiln_blaslt.desc_set(l->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) ||
+        (bias && kiln_blaslt.desc_set(l->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi)) ||
+        !lt_layout(&l->p, t, &pl->p, pl->m, pl->k, pl->batch, pl->sp) ||
+        !lt_layout(&l->q, t, &pl->q, pl->k, pl->n, pl->batch, pl->sq) ||
+        !lt_layout(&l->c, t, &(blas_mat){GPUBLAS_OP_N, pl->ldc}, pl->m, pl->n, pl->batch, pl->sc))
+        goto refuse;
+    cublasLtMatmulHeuristicResult_t res;
+    if (use) {
+        if (kiln_blaslt.algo_check(h, l->op, l->p, l->q, l->c, l->c, use, &res) || res.workspaceSize > ws_max)
+            goto refuse;
+        l->algo = *use, l->ws = res.workspaceSize, l->borrowed = true;
+        return l;
+    }
+    cublasLtMatmulPreference_t pref;
+    if (kiln_blaslt.pref_create(&pref)) goto refuse;
+    uint64_t wmax = ws_max;
+    int found = 0;
+    bool ok = !kiln_blaslt.pref_set(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wmax, sizeof wmax) &&
+              !kiln_blaslt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align, sizeof align) &&
+              !kiln_blaslt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align, sizeof align) &&
+              !kiln_blaslt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align, sizeof align) &&
+              !kiln_blaslt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align, sizeof align) &&
+              !kiln_blaslt.heuristic(h, l->op, l->p, l->q, l->c, l->c, pref, 1, &res, &found) && found > 0 &&
+              res.state == CUBLAS_STATUS_SUCCESS;
+    kiln_blaslt.pref_destroy(pref);
+    if (!ok) goto refuse;
+    l->algo = res.algo, l->ws = res.workspaceSize;
+    return l;
+refuse:
+    lt_mm_free(l);
+    return NULL;
+}
+
+/* The largest power of two (up to 256) dividing every address. */
+static uint32_t lt_align(const void *const *ptr, int n)
+{
+    uintptr_t all = 256;
+    for (int i = 0; i < n; i++) all |= (uintptr_t)ptr[i];
+    return (uint32_t)(all & (~all + 1));
+}
+
+/* The cuBLASLt state of the planned call for the running node into *out, made on a miss; NULL
+ * when cuBLASLt is not there or does not take it (cuBLAS then). A shape the node has not run yet
+ * first borrows the algorithm of the node's last new shape (the heuristics, and loading the
+ * kernel they pick, cost about a millisecond a product: a first run at a new batch size was
+ * several times a repeat); its second run asks the heuristics, keeping their choice when it fits
+ * the workspace. */
+static kiln_status lt_find(kiln_run_ctx *c, kiln_dtype dt, const mm_plan *pl, bool bias, uint32_t align, void **h,
+                           void **ws, size_t *ws_size, lt_mm **out)
+{
+    *out = NULL;
+    KILN_TRY(kiln_gpu_blaslt(c, h, ws, ws_size));
+    gpuDataType_t t;
+    if (!*h || !blas_dtype(dt, &t)) return KILN_OK;
+    int64_t key[15] = {1, dt, pl->p.op, pl->q.op, pl->m, pl->n, pl->k, pl->p.ld, pl->q.ld, pl->ldc,
+                       pl->sp, pl->sq, pl->sc, pl->batch, (int64_t)align * 2 + bias};
+    int nk = (int)(sizeof key / sizeof *key);
+    lt_mm *l = kiln_gpu_memo_get(c, key, nk);
+    if (l && l->borrowed) {
+        lt_mm *own = lt_make(*h, t, pl, bias, align, *ws_size, NULL);
+        if (own) {
+            kiln_gpu_memo_put(c, key, nk, own, lt_mm_free); /* frees l */
+            l = own;
+        } else {
+            l->borrowed = false;
+        }
+    }
+    if (l) {
+        *out = l->refused ? NULL : l;
+        return KILN_OK;
+    }
+    /* the class: the same call but for the dims a batch size moves (n, batch, their strides) */
+    int64_t any[15];
+    memcpy(any, key, sizeof any);
+    any[0] = 2, any[5] = any[13] = -1;
+    cublasLtMatmulAlgo_t *known = kiln_gpu_memo_get(c, any, nk);
+    l = known ? lt_make(*h, t, pl, bias, align, *ws_size, known) : NULL;
+    if (!l) l = lt_make(*h, t, pl, bias, align, *ws_size, NULL);
+    if (!l) {
+        l = calloc(1, sizeof *l);
+        if (!l) return KILN_OK; /* out of host memory: cuBLAS this time */
+        l->refused = true;
+    } else if (!known && (known = malloc(sizeof *known))) {
+        *known = l->algo; /* first: the table is direct-mapped, the later put may evict it, never l */
+        kiln_gpu_memo_put(c, any, nk, known, free);
+    }
+    kiln_gpu_memo_put(c, key, nk, l, lt_mm_free);
+    *out = l->refused ? NULL : l;
+    return KILN_OK;
+}
+#endif
+
+/* Queues Y = alpha * A @ B + beta * Y as planned, one call per outer index, on cuBLASLt where it
+ * takes the call, else cuBLAS. With bias (pl->swap false: one value per row of the BLAS call,
+ * per column of Y) Y also gets the bias added, in cuBLASLt's epilogue; when cuBLASLt does not
+ * take it, nothing is queued and *fused is false (the caller adds the bias itself). */
 static kiln_status mm_exec(kiln_run_ctx *c, kiln_dtype dt, const void *A, const void *B, void *Y,
-                           const mm_desc *d, const mm_plan *pl, float alpha, float beta)
+                           const mm_desc *d, const mm_plan *pl, float alpha, float beta, const void *bias, bool *fused)
 {
     gpuDataType_t t;
+    if (fused) *fused = false;
     if (!blas_dtype(dt, &t)) return kiln_run_fail(c, KILN_ERR_UNSUPPORTED, "dtype %d on cuBLAS", (int)dt);
-    void *hv;
-    KILN_TRY(kiln_gpu_blas(c, &hv));
-    gpublasHandle_t h = (gpublasHandle_t)hv;
     size_t es = kiln_dtype_size(dt);
     int64_t idx[KILN_MAX_RANK] = {0}, calls = 1;
     for (int i = 0; i < d->n_outer; i++) calls *= d->outer[i];
+#if !defined(KILN_HIP)
+    /* the alignment every call's pointers share: the bases and the outer steps */
+    const void *ptrs[3 + 3 * KILN_MAX_RANK + 1];
+    int np = 0;
+    ptrs[np++] = A, ptrs[np++] = B, ptrs[np++] = Y;
+    for (int i = 0; i < d->n_outer; i++) {
+        ptrs[np++] = (const void *)(uintptr_t)((size_t)d->a_o[i] * es);
+        ptrs[np++] = (const void *)(uintptr_t)((size_t)d->b_o[i] * es);
+        ptrs[np++] = (const void *)(uintptr_t)((size_t)d->y_o[i] * es);
+    }
+    if (bias) ptrs[np++] = bias;
+    void *lh = NULL, *ws = NULL;
+    size_t ws_size = 0;
+    lt_mm *l = NULL;
+    if (!bias || !pl->swap) KILN_TRY(lt_find(c, dt, pl, bias != NULL, lt_align(ptrs, np), &lh, &ws, &ws_size, &l));
+    if (l && bias && kiln_blaslt.desc_set(l->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias)) l = NULL;
+    if (!l && bias) return KILN_OK;
+#else
+    if (bias) return KILN_OK;
+#endif
+    void *hv = NULL;
+    KILN_TRY(kiln_gpu_blas(c, &hv));
+    gpublasHandle_t h = (gpublasHandle_t)hv;
     for (int64_t call = 0; call < calls; call++) {
         int64_t ao = 0, bo = 0, yo = 0;
         for (int i = 0; i < d->n_outer; i++) ao += idx[i] * d->a_o[i], bo += idx[i] * d->b_o[i], yo += idx[i] * d->y_o[i];
         const char *a = (const char *)A + (size_t)ao * es, *b = (const char *)B + (size_t)bo * es;
         const void *p = pl->swap ? (const void *)a : (const void *)b, *q = pl->swap ? (const void *)b : (const void *)a;
-        gpublasStatus_t st = gpublasGemmStridedBatchedEx(
-            h, pl->p.op, pl->q.op, pl->m, pl->n, pl->k, &alpha, p, t, (int)pl->p.ld, (long long)pl->sp, q, t,
-            (int)pl->q.ld, (long long)pl->sq, &beta, (char *)Y + (size_t)yo * es, t, (int)pl->ldc,
-            (long long)pl->sc, pl->batch, GPUBLAS_COMPUTE_32F, GPUBLAS_GEMM_DEFAULT);
-        if (st != GPUBLAS_STATUS_SUCCESS)
-            return kiln_run_fail(c, KILN_ERR_RUNTIME, "cuBLAS GemmStridedBatchedEx (m %d, n %d, k %d, batch %d): %s",
-                                 pl->m, pl->n, pl->k, pl->batch, gpublasGetStatusString(st));
+        void *y = (char *)Y + (size_t)yo * es;
+#if !defined(KILN_HIP)
+        if (l) {
+            cublasStatus_t st = kiln_blaslt.matmul((cublasLtHandle_t)lh, l->op, &alpha, p, l->p, q, l->q, &beta, y, l->c,
+                                                   y, l->c, &l->algo, l->ws ? ws : NULL, l->ws, kiln_gpu_stream(c));
+            if (st != CUBLAS_STATUS_SUCCESS)
+                return kiln_run_fail(c, KILN_ERR_RUNTIME, "cuBLASLt matmul (m %d, n %d, k %d, batch %d): %s", pl->m,
+                                     pl->n, pl->k, pl->batch, gpublasGetStatusString(st));
+        } else
+#endif
+        {
+            gpublasStatus_t st = gpublasGemmStridedBatchedEx(
+                h, pl->p.op, pl->q.op, pl->m, pl->n, pl->k, &alpha, p, t, (int)pl->p.ld, (long long)pl->sp, q, t,
+                (int)pl->q.ld, (long long)pl->sq, &beta, y, t, (int)pl->ldc, (long long)pl->sc, pl->batch,
+                GPUBLAS_COMPUTE_32F, GPUBLAS_GEMM_DEFAULT);
+            if (st != GPUBLAS_STATUS_SUCCESS)
+                return kiln_run_fail(c, KILN_ERR_RUNTIME,
+                                     "cuBLAS GemmStridedBatchedEx (m %d, n %d, k %d, batch %d): %s", pl->m, pl->n,
+                                     pl->k, pl->batch, gpublasGetStatusString(st));
+        }
         for (int i = d->n_outer - 1; i >= 0; i--) {
             if (++idx[i] < d->outer[i]) break;
             idx[i] = 0;
         }
     }
+    if (fused) *fused = bias != NULL;
     return KILN_OK;
 }
 
@@ -191,13 +373,11 @@ static void matmul_batches(int r, const int64_t *od, int64_t st[3][KILN_MAX_RANK
     for (int i = 0; i < n - 1; i++) d->outer[i] = dims[i], d->a_o[i] = s[0][i], d->b_o[i] = s[1][i], d->y_o[i] = s[2][i];
 }
 
-static kiln_status matmul_run(kiln_run_ctx *c)
+/* MatMul(A, B) -> Y (numpy semantics) as one planned BLAS call shape; false when the product
+ * is beyond BLAS. d->K == 0 (Y is zeros) leaves pl unset. */
+static bool matmul_plan(const kiln_value *A, const kiln_value *B, mm_desc *pd, mm_plan *ppl)
 {
-    const kiln_value *A = kiln_run_in(c, 0), *B = kiln_run_in(c, 1);
-    kiln_value *Y = kiln_run_out(c, 0);
-    if (!Y->numel) return KILN_OK;
-    if (A->rank < 1 || B->rank < 1 || A->rank > KILN_MAX_RANK || B->rank > KILN_MAX_RANK)
-        return kiln_gpu_fallback(c);
+    if (A->rank < 1 || B->rank < 1 || A->rank > KILN_MAX_RANK || B->rank > KILN_MAX_RANK) return false;
     int64_t ad[KILN_MAX_RANK + 1], bd[KILN_MAX_RANK + 1];
     int ar = A->rank, br = B->rank;
     memcpy(ad, A->dims, (size_t)ar * sizeof *ad);
@@ -207,7 +387,10 @@ static kiln_status matmul_run(kiln_run_ctx *c)
     mm_desc d;
     memset(&d, 0, sizeof d);
     d.M = ad[ar - 2], d.K = ad[ar - 1], d.N = bd[br - 1];
-    if (d.K == 0) return zero_out(c, Y);
+    if (d.K == 0) {
+        *pd = d;
+        return true;
+    }
     d.a_m = d.K, d.a_k = 1, d.b_k = d.N, d.b_n = 1, d.y_m = d.N, d.y_n = 1;
     /* batch dims, right-aligned and broadcast; strides in elements, 0 where broadcast */
     int r = (ar > br ? ar : br) - 2, abr = ar - 2, bbr = br - 2;
@@ -229,9 +412,56 @@ static kiln_status matmul_run(kiln_run_ctx *c)
     if (d.n_outer == 0 && d.batch > 1 && d.b_b == 0 && d.a_b == d.M * d.K && d.y_b == d.M * d.N &&
         d.batch * d.M <= INT_MAX)
         d.M *= d.batch, d.batch = 1, d.a_b = d.y_b = 0;
+    *pd = d;
+    return mm_plan_of(&d, ppl);
+}
+
+static kiln_status matmul_run(kiln_run_ctx *c)
+{
+    const kiln_value *A = kiln_run_in(c, 0), *B = kiln_run_in(c, 1);
+    kiln_value *Y = kiln_run_out(c, 0);
+    if (!Y->numel) return KILN_OK;
+    mm_desc d;
     mm_plan pl;
-    if (!mm_plan_of(&d, &pl)) return kiln_gpu_fallback(c);
-    return mm_exec(c, A->dtype, A->data, B->data, Y->data, &d, &pl, 1.0f, 0.0f);
+    if (!matmul_plan(A, B, &d, &pl)) return kiln_gpu_fallback(c);
+    if (d.K == 0) return zero_out(c, Y);
+    return mm_exec(c, A->dtype, A->data, B->data, Y->data, &d, &pl, 1.0f, 0.0f, NULL, NULL);
+}
+
+/* ---- kiln.FusedMatMul (fuse_matmul_bias.c): MatMul(A, W) + bias along Y's last axis ---- */
+
+static bool fused_matmul_supports(const kiln_node *n, char *why, size_t size)
+{
+    if (kiln_fused_of(n)->act.kind != KILN_ACT_NONE) {
+        snprintf(why, size, "an activation (the GPU pass fuses none)");
+        return false;
+    }
+    return float_input(n, 0, why, size) && float_input(n, 1, why, size) && float_input(n, 2, why, size);
+}
+
+static kiln_status fused_matmul_run(kiln_run_ctx *c)
+{
+    const kiln_value *A = kiln_run_in(c, 0), *B = kiln_run_in(c, 1);
+    const kiln_value *bias = kiln_fused_of(kiln_run_node(c))->bias ? kiln_run_in(c, 2) : NULL;
+    kiln_value *Y = kiln_run_out(c, 0);
+    if (!Y->numel) return KILN_OK;
+    mm_desc d;
+    mm_plan pl;
+    if (!matmul_plan(A, B, &d, &pl) || B->dtype != A->dtype || Y->dtype != A->dtype ||
+        (bias && (bias->dtype != A->dtype || bias->numel != d.N)))
+        return kiln_gpu_fallback(c);
+    bool fused = false;
+    if (d.K > 0) KILN_TRY(mm_exec(c, A->dtype, A->data, B->data, Y->data, &d, &pl, 1.0f, 0.0f, bias ? bias->data : NULL,
+                                  &fused));
+    if (fused) return KILN_OK;
+    /* no epilogue: Y = the bias broadcast over the rows, then the product added to it */
+    if (!bias) return d.K > 0 ? KILN_OK : zero_out(c, Y);
+    kiln_gpu_shape bs;
+    kiln_gpu_shape_broadcast(&bs, Y->rank, Y->dims, bias->rank, bias->dims);
+    KILN_TRY(kiln_gpu_check(c, kiln_gpu_blas_bcast_scale(Y->dtype, bias->data, bs, 1.0f, Y->data, kiln_gpu_stream(c)),
+                            "blas_bcast_scale"));
+    if (d.K == 0) return KILN_OK;
+    return mm_exec(c, A->dtype, A->data, B->data, Y->data, &d, &pl, 1.0f, 1.0f, NULL, NULL);
 }
 
 /* Y = alpha A B + beta Y over broadcast batches (ops_core.h). */
@@ -272,7 +502,7 @@ kiln_status kiln_gpu_matmul_run(kiln_run_ctx *c, const kiln_gpu_mm *m, bool *don
     mm_plan pl;
     if (!mm_plan_of(&d, &pl)) return KILN_OK;
     *done = true;
-    return mm_exec(c, m->dtype, m->A, m->B, m->Y, &d, &pl, m->alpha, m->beta);
+    return mm_exec(c, m->dtype, m->A, m->B, m->Y, &d, &pl, m->alpha, m->beta, NULL, NULL);
 }
 
 /* ---- Gemm: Y = alpha * A' B' + beta * C, C broadcast to [M, N] ---- */
@@ -320,7 +550,7 @@ kiln_status kiln_gpu_gemm_core(kiln_run_ctx *c, bool *done)
     if (with_c)
         KILN_TRY(kiln_gpu_check(c, kiln_gpu_blas_bcast_scale(Y->dtype, C->data, cs, 1.0f, Y->data, s),
                                 "blas_bcast_scale"));
-    return mm_exec(c, A->dtype, A->data, B->data, Y->data, &d, &pl, alpha, with_c ? beta : 0.0f);
+    return mm_exec(c, A->dtype, A->data, B->data, Y->data, &d, &pl, alpha, with_c ? beta : 0.0f, NULL, NULL);
 }
 
 static kiln_status gemm_run(kiln_run_ctx *c)
@@ -563,13 +793,14 @@ static kiln_status einsum_run(kiln_run_ctx *c)
     if (d.K == 0) return zero_out(c, Y);
     mm_plan pl;
     if (!mm_plan_of(&d, &pl)) return kiln_gpu_fallback(c);
-    return mm_exec(c, A->dtype, A->data, B->data, Y->data, &d, &pl, 1.0f, 0.0f);
+    return mm_exec(c, A->dtype, A->data, B->data, Y->data, &d, &pl, 1.0f, 0.0f, NULL, NULL);
 }
 
 static const kiln_gpu_op ops[] = {
     {"", "MatMul", matmul_supports, matmul_run},
     {"", "Gemm", gemm_supports, gemm_run},
     {"", "Einsum", einsum_supports, einsum_run},
+    {"kiln", "FusedMatMul", fused_matmul_supports, fused_matmul_run},
 };
 
 const kiln_gpu_op_table kiln_gpu_ops_blas = {ops, (int)(sizeof ops / sizeof ops[0])};

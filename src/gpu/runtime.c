@@ -58,6 +58,8 @@ struct kiln_provider_run {
     gpublasHandle_t blas;
     void *blas_ws;
     void *dnn;             /* cudnnHandle_t, made on first use; NULL without cuDNN */
+    void *blaslt;          /* cublasLtHandle_t, made on first use; NULL without cuBLASLt */
+    bool blaslt_tried;
     memo memos[MEMO_SLOTS];
     unsigned char *arena;
     size_t arena_size;
@@ -253,6 +255,7 @@ static void run_free(kiln_gpu_run *r)
         if (r->memos[i].node && r->memos[i].release) r->memos[i].release(r->memos[i].state);
 #if !defined(KILN_HIP)
     if (r->dnn) kiln_dnn.destroy((cudnnHandle_t)r->dnn);
+    if (r->blaslt) kiln_blaslt.destroy((cublasLtHandle_t)r->blaslt);
 #endif
     gpuFree(r->arena);
     gpuFree(r->workspace);
@@ -740,6 +743,30 @@ kiln_status kiln_gpu_blas(kiln_run_ctx *c, void **handle)
     kiln_status st = blas_ready(c->dev, err);
     if (st) return kiln_err_prefix(err, "node '%s' (%s)", c->node->name, c->node->op_type);
     *handle = c->dev->blas;
+    return KILN_OK;
+}
+
+kiln_status kiln_gpu_blaslt(kiln_run_ctx *c, void **handle, void **ws, size_t *ws_size)
+{
+    *handle = *ws = NULL;
+    *ws_size = 0;
+#if !defined(KILN_HIP)
+    kiln_gpu_run *r = c->dev;
+    if (!r->blaslt && !r->blaslt_tried && !r->capturing) { /* a recorded binding ran plainly first */
+        r->blaslt_tried = true;
+        const char *env = getenv("KILN_BLASLT");
+        kiln_err quiet = {0};
+        cublasLtHandle_t h;
+        if ((!env || strcmp(env, "0")) && !kiln_gpu_blaslt_open(&quiet) && kiln_blaslt.create(&h) == CUBLAS_STATUS_SUCCESS)
+            r->blaslt = h;
+    }
+    if (!r->blaslt) return KILN_OK;
+    void *blas;
+    KILN_TRY(kiln_gpu_blas(c, &blas)); /* the workspace both share (one stream: never at once) */
+    *handle = r->blaslt, *ws = r->blas_ws, *ws_size = BLAS_WORKSPACE;
+#else
+    (void)c;
+#endif
     return KILN_OK;
 }
 

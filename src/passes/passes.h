@@ -57,8 +57,11 @@ kiln_status kiln_pass_fuse_gelu(kiln_graph *g, int *fused, kiln_err *err);
 
 /* A float32 constant bias [N] added to the output of a MatMul by constant weights [K, N] (the
  * MatMul's only reader, not widening it): the MatMul becomes kiln.FusedMatMul(A, W, bias); the
- * Add goes (fuse_matmul_bias.c). CPU sessions only. *fused receives the count. */
+ * Add goes (fuse_matmul_bias.c). The CPU pipeline's. *fused receives the count. */
 kiln_status kiln_pass_fuse_matmul_bias(kiln_graph *g, int *fused, kiln_err *err);
+/* The same for float32, float16 and bfloat16 (A, W, bias and Y of one type): the GPU pipeline's
+ * (the bias in cuBLASLt's epilogue). */
+kiln_status kiln_pass_fuse_matmul_bias_gpu(kiln_graph *g, int *fused, kiln_err *err);
 
 /* MatMulInteger -> Cast -> Mul(scale product) [-> Add(bias)], what quantize_dynamic writes,
  * becomes one com.microsoft MatMulIntegerToFloat computing the same float32 operations

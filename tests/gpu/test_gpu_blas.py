@@ -163,6 +163,46 @@ def test_matmul(dt):
         run_case("MatMul A @ initializer W", blob, [{"A": rand(dt, [2, 7, 65])}, {"A": rand(dt, [1, 1, 65])}], dt)
 
 
+# ---- dense layers: MatMul by constant weights + constant bias (kiln.FusedMatMul, cuBLASLt's bias
+# epilogue; under KILN_BLASLT=0 the bias broadcast, then the product added) ----
+
+def test_dense(dt):
+    """A [.., K] @ W [K, N] + bias, W and bias initializers (bf16: float32 ones cast, folded), the
+    bias first or second in the Add and of shape [N], [1, N] or [1, 1, N]; odd K and N; several
+    leading shapes per session, M = 1 among them."""
+    elem = ELEM[dt]
+    io_elem = TensorProto.FLOAT if dt == "bf16" else elem
+    np_init = np.float16 if dt == "f16" else np.float32
+    for k, n, bshape, first, rank in [(65, 33, [33], False, 3), (7, 1, [1, 1], True, 2), (128, 96, [1, 1, 96], False, 3),
+                                      (33, 127, [127], True, 3), (768, 768, [768], False, 3), (17, 64, [1, 64], False, 4)]:
+        w = rand(dt, [k, n]).astype(np_init)
+        b = rand(dt, bshape).astype(np_init)
+        inits = [numpy_helper.from_array(w, "W0"), numpy_helper.from_array(b, "b0")]
+        nodes, x = [], "A"
+        if dt == "bf16":
+            nodes += [helper.make_node("Cast", ["A"], ["A_bf"], to=TensorProto.BFLOAT16),
+                      helper.make_node("Cast", ["W0"], ["W"], to=TensorProto.BFLOAT16),
+                      helper.make_node("Cast", ["b0"], ["b"], to=TensorProto.BFLOAT16)]
+            x = "A_bf"
+        else:
+            nodes += [helper.make_node("Identity", ["W0"], ["W"]), helper.make_node("Identity", ["b0"], ["b"])]
+        nodes.append(helper.make_node("MatMul", [x, "W"], ["mm"]))
+        nodes.append(helper.make_node("Add", ["b", "mm"] if first else ["mm", "b"], ["Y_bf" if dt == "bf16" else "Y"]))
+        if dt == "bf16":
+            nodes.append(helper.make_node("Cast", ["Y_bf"], ["Y"], to=TensorProto.FLOAT))
+        shape = [f"a{j}" for j in range(rank - 1)] + [k]
+        blob = make_model(nodes, [helper.make_tensor_value_info("A", io_elem, shape)],
+                          [helper.make_tensor_value_info("Y", io_elem, None)], inits=inits)
+        leads = [[1] * (rank - 1), [3] * (rank - 1), [2] * (rank - 2) + [37], [1] * (rank - 2) + [128]]
+        feeds = [{"A": rand(dt, lead + [k])} for lead in leads]
+        run_case(f"dense K {k} N {n} bias {bshape}{' first' if first else ''} rank {rank}", blob, feeds, dt)
+        gpu = kiln.Session(blob, provider="cuda")
+        ops = [op for _, op, prov in gpu.nodes() if prov == "cuda"]
+        check(f"dense K {k} N {n} [{dt}]: the bias joined the MatMul on the GPU",
+              "FusedMatMul" in ops and "Add" not in ops, f"GPU nodes {ops}")
+        gpu.close()
+
+
 # ---- Gemm ----
 
 def test_gemm(dt):
@@ -268,8 +308,14 @@ def main():
         print(f"SKIP: {why}")
         return 0
     for dt in ("f32", "f16", "bf16"):
-        for test in (test_matmul, test_gemm, test_einsum):
+        for test in (test_matmul, test_dense, test_gemm, test_einsum):
             test(dt)
+    if os.environ.get("KILN_BLASLT") != "0":  # the same without cuBLASLt: cuBLAS, the bias added first
+        import subprocess
+        r = subprocess.run([sys.executable, __file__], env=dict(os.environ, KILN_BLASLT="0"), capture_output=True,
+                           text=True)
+        tail = (r.stdout + r.stderr).strip().splitlines()[-3:]
+        check("the suite again with KILN_BLASLT=0", r.returncode == 0, " | ".join(tail))
     return summary()
 
 
