@@ -76,6 +76,13 @@ kiln_status kiln_gpu_dnn(kiln_run_ctx *c, void **handle);
 #define KILN_GPU_MEMO_KEY 16
 void *kiln_gpu_memo_get(kiln_run_ctx *c, const int64_t *key, int n);
 void kiln_gpu_memo_put(kiln_run_ctx *c, const int64_t *key, int n, void *state, void (*release)(void *state));
+/* The same table keyed by key alone, shared by the nodes of the run context (state that depends
+ * on a call's shape, not on the node: a product's descriptors and algorithm). */
+void *kiln_gpu_memo_shared_get(kiln_run_ctx *c, const int64_t *key, int n);
+void kiln_gpu_memo_shared_put(kiln_run_ctx *c, const int64_t *key, int n, void *state, void (*release)(void *state));
+/* The number of runs begun on this run context, this one included: state made in an earlier run
+ * can tell it from the current one. */
+int64_t kiln_gpu_run_serial(kiln_run_ctx *c);
 /* Device scratch of at least `bytes` (256-byte aligned) for this kernel call; valid until
  * the kernel returns (the next kernel may reuse it: it is stream ordered). */
 kiln_status kiln_gpu_workspace(kiln_run_ctx *c, size_t bytes, void **p);

@@ -123,15 +123,16 @@ static bool mm_plan_of(const mm_desc *d, mm_plan *pl)
 }
 
 #if !defined(KILN_HIP)
-/* A product cuBLASLt runs for one node and one call shape: its descriptors and algorithm, kept
- * in the run context's memo (kiln_gpu_memo_get) so that a repeated shape sets up nothing. */
+/* A product cuBLASLt runs for one call shape: its descriptors and algorithm, kept in the run
+ * context's memo shared by the nodes (kiln_gpu_memo_shared_get), so that a repeated shape sets up
+ * nothing and the layers of a model share one entry. */
 typedef struct lt_mm {
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t p, q, c;
     cublasLtMatmulAlgo_t algo;
-    size_t ws;      /* bytes of workspace the algorithm takes */
-    bool refused;   /* cuBLASLt declined the shape: cuBLAS */
-    bool borrowed;  /* the algorithm another shape of this node chose (lt_find) */
+    bool refused;    /* cuBLASLt declined the shape: cuBLAS */
+    bool tuned;      /* the heuristics' own choice for this shape; else its class's (lt_find) */
+    int64_t made_in; /* the run (kiln_gpu_run_serial) that made it */
 } lt_mm;
 
 static void lt_mm_free(void *v)
@@ -159,12 +160,9 @@ static bool lt_layout(cublasLtMatrixLayout_t *l, gpuDataType_t t, const blas_mat
            !kiln_blaslt.layout_set(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride);
 }
 
-/* Descriptors for the planned call (with a bias along C's rows: the BIAS epilogue) and its
- * algorithm: the heuristics' first choice for pointers aligned to `align` bytes within ws_max
- * bytes of workspace, or with `use` that algorithm when cuBLASLt accepts it for this shape. NULL
- * when cuBLASLt does not take the call. */
-static lt_mm *lt_make(cublasLtHandle_t h, gpuDataType_t t, const mm_plan *pl, bool bias, uint32_t align,
-                      size_t ws_max, const cublasLtMatmulAlgo_t *use)
+/* Descriptors for the planned call, with a bias along C's rows (the BIAS epilogue) when asked;
+ * no algorithm yet. NULL when cuBLASLt does not take them. */
+static lt_mm *lt_make(gpuDataType_t t, const mm_plan *pl, bool bias)
 {
     lt_mm *l = calloc(1, sizeof *l);
     if (!l) return NULL;
@@ -176,19 +174,22 @@ static lt_mm *lt_make(cublasLtHandle_t h, gpuDataType_t t, const mm_plan *pl, bo
         (bias && kiln_blaslt.desc_set(l->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi)) ||
         !lt_layout(&l->p, t, &pl->p, pl->m, pl->k, pl->batch, pl->sp) ||
         !lt_layout(&l->q, t, &pl->q, pl->k, pl->n, pl->batch, pl->sq) ||
-        !lt_layout(&l->c, t, &(blas_mat){GPUBLAS_OP_N, pl->ldc}, pl->m, pl->n, pl->batch, pl->sc))
-        goto refuse;
-    cublasLtMatmulHeuristicResult_t res;
-    if (use) {
-        if (kiln_blaslt.algo_check(h, l->op, l->p, l->q, l->c, l->c, use, &res) || res.workspaceSize > ws_max)
-            goto refuse;
-        l->algo = *use, l->ws = res.workspaceSize, l->borrowed = true;
-        return l;
+        !lt_layout(&l->c, t, &(blas_mat){GPUBLAS_OP_N, pl->ldc}, pl->m, pl->n, pl->batch, pl->sc)) {
+        lt_mm_free(l);
+        return NULL;
     }
+    return l;
+}
+
+/* The heuristics' first choice for l's call with pointers aligned to `align` bytes and at most
+ * ws_max bytes of workspace into l->algo (l->tuned); false when they have none. */
+static bool lt_tune(cublasLtHandle_t h, lt_mm *l, uint32_t align, size_t ws_max)
+{
     cublasLtMatmulPreference_t pref;
-    if (kiln_blaslt.pref_create(&pref)) goto refuse;
+    if (kiln_blaslt.pref_create(&pref)) return false;
     uint64_t wmax = ws_max;
     int found = 0;
+    cublasLtMatmulHeuristicResult_t res;
     bool ok = !kiln_blaslt.pref_set(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wmax, sizeof wmax) &&
               !kiln_blaslt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align, sizeof align) &&
               !kiln_blaslt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align, sizeof align) &&
@@ -197,12 +198,8 @@ static lt_mm *lt_make(cublasLtHandle_t h, gpuDataType_t t, const mm_plan *pl, bo
               !kiln_blaslt.heuristic(h, l->op, l->p, l->q, l->c, l->c, pref, 1, &res, &found) && found > 0 &&
               res.state == CUBLAS_STATUS_SUCCESS;
     kiln_blaslt.pref_destroy(pref);
-    if (!ok) goto refuse;
-    l->algo = res.algo, l->ws = res.workspaceSize;
-    return l;
-refuse:
-    lt_mm_free(l);
-    return NULL;
+    if (ok) l->algo = res.algo, l->tuned = true;
+    return ok;
 }
 
 /* The largest power of two (up to 256) dividing every address. */
@@ -213,12 +210,12 @@ static uint32_t lt_align(const void *const *ptr, int n)
     return (uint32_t)(all & (~all + 1));
 }
 
-/* The cuBLASLt state of the planned call for the running node into *out, made on a miss; NULL
- * when cuBLASLt is not there or does not take it (cuBLAS then). A shape the node has not run yet
- * first borrows the algorithm of the node's last new shape (the heuristics, and loading the
- * kernel they pick, cost about a millisecond a product: a first run at a new batch size was
- * several times a repeat); its second run asks the heuristics, keeping their choice when it fits
- * the workspace. */
+/* The cuBLASLt state of the planned call into *out, made on a miss; NULL when cuBLASLt is not
+ * there or does not take the call (cuBLAS then). A shape not seen yet first takes the algorithm
+ * of the last shape of its class (the same call but for the dims a batch size moves: n, the
+ * batch count, their strides), without asking the heuristics: they cost milliseconds for a new
+ * shape, which made a first run at a new batch size 4-11x a repeat. A later run asks them, once
+ * (a recorded run: they queue nothing). */
 static kiln_status lt_find(kiln_run_ctx *c, kiln_dtype dt, const mm_plan *pl, bool bias, uint32_t align, void **h,
                            void **ws, size_t *ws_size, lt_mm **out)
 {
@@ -229,38 +226,54 @@ static kiln_status lt_find(kiln_run_ctx *c, kiln_dtype dt, const mm_plan *pl, bo
     int64_t key[15] = {1, dt, pl->p.op, pl->q.op, pl->m, pl->n, pl->k, pl->p.ld, pl->q.ld, pl->ldc,
                        pl->sp, pl->sq, pl->sc, pl->batch, (int64_t)align * 2 + bias};
     int nk = (int)(sizeof key / sizeof *key);
-    lt_mm *l = kiln_gpu_memo_get(c, key, nk);
-    if (l && l->borrowed) {
-        lt_mm *own = lt_make(*h, t, pl, bias, align, *ws_size, NULL);
-        if (own) {
-            kiln_gpu_memo_put(c, key, nk, own, lt_mm_free); /* frees l */
-            l = own;
-        } else {
-            l->borrowed = false;
-        }
-    }
+    lt_mm *l = kiln_gpu_memo_shared_get(c, key, nk);
+    if (l && !l->refused && !l->tuned && l->made_in != kiln_gpu_run_serial(c))
+        lt_tune((cublasLtHandle_t)*h, l, align, *ws_size); /* else the class's stays */
     if (l) {
         *out = l->refused ? NULL : l;
         return KILN_OK;
     }
-    /* the class: the same call but for the dims a batch size moves (n, batch, their strides) */
     int64_t any[15];
     memcpy(any, key, sizeof any);
-    any[0] = 2, any[5] = any[13] = -1;
-    cublasLtMatmulAlgo_t *known = kiln_gpu_memo_get(c, any, nk);
-    l = known ? lt_make(*h, t, pl, bias, align, *ws_size, known) : NULL;
-    if (!l) l = lt_make(*h, t, pl, bias, align, *ws_size, NULL);
-    if (!l) {
-        l = calloc(1, sizeof *l);
-        if (!l) return KILN_OK; /* out of host memory: cuBLAS this time */
+    any[0] = 2, any[5] = any[10] = any[11] = any[12] = any[13] = -1;
+    cublasLtMatmulAlgo_t *known = kiln_gpu_memo_shared_get(c, any, nk);
+    l = lt_make(t, pl, bias);
+    if (l && known) {
+        l->algo = *known, l->made_in = kiln_gpu_run_serial(c);
+    } else if (l && lt_tune((cublasLtHandle_t)*h, l, align, *ws_size)) {
+        if ((known = malloc(sizeof *known))) {
+            *known = l->algo;
+            kiln_gpu_memo_shared_put(c, any, nk, known, free); /* first: a later put may evict it, never l */
+        }
+    } else {
+        lt_mm_free(l);
+        if (!(l = calloc(1, sizeof *l))) return KILN_OK; /* out of host memory: cuBLAS this time */
         l->refused = true;
-    } else if (!known && (known = malloc(sizeof *known))) {
-        *known = l->algo; /* first: the table is direct-mapped, the later put may evict it, never l */
-        kiln_gpu_memo_put(c, any, nk, known, free);
     }
-    kiln_gpu_memo_put(c, key, nk, l, lt_mm_free);
+    kiln_gpu_memo_shared_put(c, key, nk, l, lt_mm_free);
     *out = l->refused ? NULL : l;
     return KILN_OK;
+}
+
+/* One call of l; a class's algorithm that this shape does not take gives way to the heuristics'
+ * (then, without one, *declined: the caller takes cuBLAS). */
+static kiln_status lt_run(kiln_run_ctx *c, lt_mm *l, void *h, void *ws, size_t ws_size, uint32_t align,
+                          const float *alpha, const void *p, const void *q, const float *beta, void *y, const mm_plan *pl,
+                          bool *declined)
+{
+    *declined = false;
+    for (;;) {
+        cublasStatus_t st = kiln_blaslt.matmul((cublasLtHandle_t)h, l->op, alpha, p, l->p, q, l->q, beta, y, l->c, y,
+                                               l->c, &l->algo, ws, ws_size, kiln_gpu_stream(c));
+        if (st == CUBLAS_STATUS_SUCCESS) return KILN_OK;
+        if ((st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE) && !l->tuned) {
+            if (lt_tune((cublasLtHandle_t)h, l, align, ws_size)) continue;
+            l->refused = *declined = true;
+            return KILN_OK;
+        }
+        return kiln_run_fail(c, KILN_ERR_RUNTIME, "cuBLASLt matmul (m %d, n %d, k %d, batch %d): %s", pl->m, pl->n,
+                             pl->k, pl->batch, gpublasGetStatusString(st));
+    }
 }
 #endif
 
@@ -291,7 +304,8 @@ static kiln_status mm_exec(kiln_run_ctx *c, kiln_dtype dt, const void *A, const 
     void *lh = NULL, *ws = NULL;
     size_t ws_size = 0;
     lt_mm *l = NULL;
-    if (!bias || !pl->swap) KILN_TRY(lt_find(c, dt, pl, bias != NULL, lt_align(ptrs, np), &lh, &ws, &ws_size, &l));
+    uint32_t align = lt_align(ptrs, np);
+    if (!bias || !pl->swap) KILN_TRY(lt_find(c, dt, pl, bias != NULL, align, &lh, &ws, &ws_size, &l));
     if (l && bias && kiln_blaslt.desc_set(l->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias)) l = NULL;
     if (!l && bias) return KILN_OK;
 #else
@@ -307,13 +321,11 @@ static kiln_status mm_exec(kiln_run_ctx *c, kiln_dtype dt, const void *A, const 
         const void *p = pl->swap ? (const void *)a : (const void *)b, *q = pl->swap ? (const void *)b : (const void *)a;
         void *y = (char *)Y + (size_t)yo * es;
 #if !defined(KILN_HIP)
-        if (l) {
-            cublasStatus_t st = kiln_blaslt.matmul((cublasLtHandle_t)lh, l->op, &alpha, p, l->p, q, l->q, &beta, y, l->c,
-                                                   y, l->c, &l->algo, l->ws ? ws : NULL, l->ws, kiln_gpu_stream(c));
-            if (st != CUBLAS_STATUS_SUCCESS)
-                return kiln_run_fail(c, KILN_ERR_RUNTIME, "cuBLASLt matmul (m %d, n %d, k %d, batch %d): %s", pl->m,
-                                     pl->n, pl->k, pl->batch, gpublasGetStatusString(st));
-        } else
+        bool declined = false;
+        if (l) KILN_TRY(lt_run(c, l, lh, ws, ws_size, align, &alpha, p, q, &beta, y, pl, &declined));
+        if (declined && bias) return KILN_OK; /* on the first call (every call takes one path): the caller's bias */
+        if (declined) l = NULL;
+        if (!l)
 #endif
         {
             gpublasStatus_t st = gpublasGemmStridedBatchedEx(

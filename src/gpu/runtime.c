@@ -19,7 +19,7 @@
 #define BLAS_WORKSPACE (32u << 20)
 #define PINNED_MIN (1u << 20)
 #define GRAPHS_PER_RUN 8
-#define MEMO_SLOTS 256 /* kernels' host state per run context (kiln_gpu_memo_get) */
+#define MEMO_SLOTS 1024 /* kernels' host state per run context (kiln_gpu_memo_get) */
 
 /* Memory a recording reads or writes on every replay (see held_alloc). */
 typedef struct held_buf {
@@ -61,6 +61,7 @@ struct kiln_provider_run {
     void *blaslt;          /* cublasLtHandle_t, made on first use; NULL without cuBLASLt */
     bool blaslt_tried;
     memo memos[MEMO_SLOTS];
+    int64_t serial;        /* runs begun on this context (kiln_gpu_run_serial) */
     unsigned char *arena;
     size_t arena_size;
     void *workspace;
@@ -390,6 +391,7 @@ kiln_status kiln_gpu_run_begin(kiln_gpu_session *gs, size_t arena_bytes, kiln_gp
     }
     r->mallocs = r->to_device = r->to_host = r->nodes_gpu = r->nodes_cpu = r->captured = r->replayed = 0;
     r->pinned_used = 0;
+    r->serial++;
     r->error = gpuSuccess;
     r->capturing = r->unrecordable = r->check_used = false;
     e = grow(r, (void **)&r->arena, &r->arena_size, align_up(arena_bytes));
@@ -802,28 +804,51 @@ static memo *memo_slot(kiln_gpu_run *r, const kiln_node *node, const int64_t *ke
     return &r->memos[(h ^ h >> 32) % MEMO_SLOTS];
 }
 
-void *kiln_gpu_memo_get(kiln_run_ctx *c, const int64_t *key, int n)
+static void *memo_get(kiln_gpu_run *r, const kiln_node *node, const int64_t *key, int n)
 {
     if (n > KILN_GPU_MEMO_KEY) return NULL;
-    memo *m = memo_slot(c->dev, c->node, key, n);
-    if (m->node != c->node || m->n_key != n || memcmp(m->key, key, (size_t)n * sizeof *key)) return NULL;
+    memo *m = memo_slot(r, node, key, n);
+    if (m->node != node || m->n_key != n || memcmp(m->key, key, (size_t)n * sizeof *key)) return NULL;
     return m->state;
 }
 
-void kiln_gpu_memo_put(kiln_run_ctx *c, const int64_t *key, int n, void *state, void (*release)(void *state))
+static void memo_put(kiln_gpu_run *r, const kiln_node *node, const int64_t *key, int n, void *state,
+                     void (*release)(void *state))
 {
     if (n > KILN_GPU_MEMO_KEY) {
         if (release) release(state);
         return;
     }
-    memo *m = memo_slot(c->dev, c->node, key, n);
+    memo *m = memo_slot(r, node, key, n);
     if (m->node && m->release) m->release(m->state);
-    m->node = c->node;
+    m->node = node;
     memcpy(m->key, key, (size_t)n * sizeof *key);
     m->n_key = n;
     m->state = state;
     m->release = release;
 }
+
+void *kiln_gpu_memo_get(kiln_run_ctx *c, const int64_t *key, int n) { return memo_get(c->dev, c->node, key, n); }
+
+void kiln_gpu_memo_put(kiln_run_ctx *c, const int64_t *key, int n, void *state, void (*release)(void *state))
+{
+    memo_put(c->dev, c->node, key, n, state, release);
+}
+
+/* The shared entries' owner in the table: the run context's own address, which no node has. */
+#define SHARED(r) ((const kiln_node *)(const void *)(r))
+
+void *kiln_gpu_memo_shared_get(kiln_run_ctx *c, const int64_t *key, int n)
+{
+    return memo_get(c->dev, SHARED(c->dev), key, n);
+}
+
+void kiln_gpu_memo_shared_put(kiln_run_ctx *c, const int64_t *key, int n, void *state, void (*release)(void *state))
+{
+    memo_put(c->dev, SHARED(c->dev), key, n, state, release);
+}
+
+int64_t kiln_gpu_run_serial(kiln_run_ctx *c) { return c->dev->serial; }
 
 int kiln_gpu_sm_count(kiln_run_ctx *c) { return c->dev->gs->sm_count; }
 
