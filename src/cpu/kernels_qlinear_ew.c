@@ -52,12 +52,14 @@ static void qew_span(const qew_job *j, const uint8_t *x, const uint8_t *y, int y
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define HAVE_X86 1
+/* round to nearest for the _round_ intrinsics: an immediate, which a const variable is not at -O0 */
+#define QEW_RN (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+
 /* qew_span with AVX-512: Add by FMA, Mul by a multiply and an add with explicit rounding (never fused) */
 __attribute__((target("avx512f,avx512bw,avx512vl"))) static void qew_span_avx512(const qew_job *j, const uint8_t *x,
                                                                                  const uint8_t *y, int ys, uint8_t *c,
                                                                                  int64_t n)
 {
-    const int rn = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
     const __m512 v_lo = _mm512_set1_ps((float)(j->lo - 1)), v_hi = _mm512_set1_ps((float)(j->hi + 1));
     const __m512i lo = _mm512_set1_epi32(j->lo), hi = _mm512_set1_epi32(j->hi);
     const __m512i zx = _mm512_set1_epi32(j->zx), zy = _mm512_set1_epi32(j->zy);
@@ -72,7 +74,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static void qew_span_avx512
         __m512 v;
         if (j->mul) {
             __m512i p = _mm512_mullo_epi32(_mm512_sub_epi32(xi, zx), _mm512_sub_epi32(yi, zy));
-            v = _mm512_add_round_ps(_mm512_mul_round_ps(_mm512_cvtepi32_ps(p), rmul, rn), zc, rn);
+            /* explicit rounding: the two steps stay unfused, as in ORT */
+            v = _mm512_add_round_ps(_mm512_mul_round_ps(_mm512_cvtepi32_ps(p), rmul, QEW_RN), zc, QEW_RN);
         } else {
             v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(xi), rx, _mm512_fmadd_ps(_mm512_cvtepi32_ps(yi), ry, fixed));
         }
