@@ -186,6 +186,8 @@ static void plan_free(kiln_plan *p)
     free(p->vdims);
     free(p->vok);
     free(p->node_ok);
+    free(p->order[0]);
+    free(p->order[1]);
     free(p);
 }
 
@@ -296,13 +298,16 @@ static size_t place(const placed *items, int n, const int *order, bool best_fit,
     return peak;
 }
 
-/* The smallest arena found for items[0..n): greedy placement in each order and fit, then,
- * unless that is within 3% of the lower bound already, a short hill climb (swap two buffers
- * in the best order or move one, keep what shrinks the arena; the trial count shrinks with n^2 so
- * planning stays cheap next to running). Offsets into best[] (by item), the lower bound (the
+/* The smallest arena found for items[0..n): the order and fit of `hint` (another binding's
+ * plan of the same items, or NULL) first, kept when within 3% of the lower bound (a decode step's
+ * plan differs from the last one by its sizes only, so one placement serves); else greedy
+ * placement in each order and fit, then, unless that is within 3% of the lower bound already, a
+ * short hill climb (swap two buffers in the best order or move one, keep what shrinks the arena;
+ * the trial count shrinks with n^2 so planning stays cheap next to running). Offsets into best[]
+ * (by item), the order and fit that gave them into best_order and *fit_out, the lower bound (the
  * most bytes alive at once) into *lb_out; off, order and best_order are scratch of n. */
 static size_t place_best(const placed *items, int n, placed **live, size_t *off, size_t *best, int *order,
-                         int *best_order, size_t *lb_out)
+                         int *best_order, const int *hint, bool hint_fit, bool *fit_out, size_t *lb_out)
 {
     size_t lb = 0;
     for (int k = 0; k < n; k++) {
@@ -312,9 +317,19 @@ static size_t place_best(const placed *items, int n, placed **live, size_t *off,
         if (live_bytes > lb) lb = live_bytes;
     }
     *lb_out = lb;
+    *fit_out = false;
     if (!n) return 0;
     size_t peak = SIZE_MAX;
     bool best_fit = false;
+    if (hint) {
+        peak = place(items, n, hint, hint_fit, live, best);
+        best_fit = hint_fit;
+        memcpy(best_order, hint, (size_t)n * sizeof *order);
+        if (peak <= lb + lb / 32) {
+            *fit_out = best_fit;
+            return peak;
+        }
+    }
     for (int strategy = 0; strategy < 2 * PLACEMENT_KEYS && peak > lb; strategy++) { /* at the bound: optimal */
         sort_order(items, n, strategy / 2, order);
         size_t got = place(items, n, order, strategy % 2, live, off);
@@ -350,10 +365,14 @@ static size_t place_best(const placed *items, int n, placed **live, size_t *off,
             memcpy(best_order, order, (size_t)n * sizeof *order);
         }
     }
+    *fit_out = best_fit;
     return peak;
 }
 
-static kiln_status plan_build(const kiln_memprog *mp, const int64_t *syms, int n_syms, kiln_plan **out, kiln_err *err)
+/* The plan of mp for the binding syms, its placements tried first in hint's orders (hint may
+ * be NULL). */
+static kiln_status plan_build(const kiln_memprog *mp, const int64_t *syms, int n_syms, const kiln_plan *hint,
+                              kiln_plan **out, kiln_err *err)
 {
     kiln_plan *p = calloc(1, sizeof *p);
     placed *items = calloc((size_t)mp->n + 1, sizeof *items);
@@ -432,8 +451,16 @@ static kiln_status plan_build(const kiln_memprog *mp, const int64_t *syms, int n
                 side_of[m] = k;
                 side_items[m++] = items[k];
             }
-        size_t lb, peak = place_best(side_items, m, live, off, best, order, best_order, &lb);
+        const int *h = hint && hint->order[side] && hint->n_order[side] == m ? hint->order[side] : NULL;
+        bool fit;
+        size_t lb, peak = place_best(side_items, m, live, off, best, order, best_order, h,
+                                     h ? hint->best_fit[side] : false, &fit, &lb);
         for (int q = 0; q < m; q++) items[side_of[q]].off = best[q];
+        p->best_fit[side] = fit;
+        if (m && (p->order[side] = malloc((size_t)m * sizeof *best_order))) { /* without it: no hint, no error */
+            memcpy(p->order[side], best_order, (size_t)m * sizeof *best_order);
+            p->n_order[side] = m;
+        }
         lb_total += lb;
         if (side) p->device_peak = peak;
         else p->peak = peak;
@@ -521,9 +548,13 @@ kiln_status kiln_plan_cache_get(kiln_plan_cache *pc, const kiln_memprog *mp, con
             return KILN_OK;
         }
     pc->misses++;
+    kiln_plan *hint = pc->head; /* the binding used last: most likely the one this one follows */
+    if (hint) hint->refs++;
     pthread_mutex_unlock(&pc->lock);
     kiln_plan *p = NULL;
-    KILN_TRY(plan_build(mp, syms, n, &p, err));
+    kiln_status st = plan_build(mp, syms, n, hint, &p, err);
+    kiln_plan_cache_put(pc, hint);
+    if (st) return st;
     pthread_mutex_lock(&pc->lock);
     p->refs = 2; /* the cache's and the caller's */
     push_front(pc, p);

@@ -62,6 +62,11 @@ typedef struct kiln_plan {
     size_t peak;         /* host arena bytes */
     size_t device_peak;  /* device arena bytes (io sessions; 0 otherwise) */
     size_t lower_bound;  /* max over time of the live planned bytes, summed over the arenas */
+    /* per arena (host, device): the placement order and fit that gave its offsets, which the
+     * next binding's plan tries first (kiln_plan_cache_get) */
+    int *order[2];
+    int n_order[2];
+    bool best_fit[2];
     int refs;
     struct kiln_plan *prev, *next;
 } kiln_plan;
