@@ -131,7 +131,7 @@ typedef struct lt_mm {
     cublasLtMatrixLayout_t p, q, c;
     cublasLtMatmulAlgo_t algo;
     bool refused;    /* cuBLASLt declined the shape: cuBLAS */
-    bool tuned;      /* the heuristics' own choice for this shape; else its class's (lt_find) */
+    bool tuned;      /* the heuristics were asked for this shape; else it runs its class's algorithm (lt_find) */
     int64_t made_in; /* the run (kiln_gpu_run_serial) that made it */
 } lt_mm;
 
@@ -227,8 +227,10 @@ static kiln_status lt_find(kiln_run_ctx *c, kiln_dtype dt, const mm_plan *pl, bo
                        pl->sp, pl->sq, pl->sc, pl->batch, (int64_t)align * 2 + bias};
     int nk = (int)(sizeof key / sizeof *key);
     lt_mm *l = kiln_gpu_memo_shared_get(c, key, nk);
-    if (l && !l->refused && !l->tuned && l->made_in != kiln_gpu_run_serial(c))
-        lt_tune((cublasLtHandle_t)*h, l, align, *ws_size); /* else the class's stays */
+    if (l && !l->refused && !l->tuned && l->made_in != kiln_gpu_run_serial(c)) {
+        lt_tune((cublasLtHandle_t)*h, l, align, *ws_size); /* without a choice the class's stays */
+        l->tuned = true;                                     /* asked once either way */
+    }
     if (l) {
         *out = l->refused ? NULL : l;
         return KILN_OK;
