@@ -11,11 +11,13 @@
  * weights' (q - z) are exact and nothing more is read; per-block zero points (a byte each)
  * enter once per row as sum over blocks of (-z s) * (A scale * sum of A's quantized block).
  * Scale rows are read with their last step masked (no padding). Integer sums are exact; only
- * the order of the float sums differs between levels. Columns are spread over the pool, NT at a
- * time per task step so each step of A is loaded once for NT weight rows (with AVX-512, also
- * each step of the weights split once for up to 3 rows of A). From GEMM_MIN_M rows of A the
- * blocked GEMM below runs instead (the weights unpacked once per call into panels of 16
- * columns, A broadcast 4 bytes at a time: 128-token prompts 2.5-3.5x faster on AVX2). */
+ * the order of the float sums differs between levels. Columns are spread over the pool. One row
+ * of A (a decode step) reads the weight rows one after another, so each thread streams one
+ * sequential range of memory; 2 and 3 rows take NT weight rows at a time per task step so each
+ * step of A is loaded once for NT weight rows (with AVX-512, also each step of the weights split
+ * once for up to 3 rows of A). From GEMM_MIN_M rows of A the blocked GEMM below runs instead
+ * (the weights unpacked once per call into panels of 16 columns, A broadcast 4 bytes at a time:
+ * 128-token prompts 2.5-3.5x faster on AVX2). */
 #include "cpu/nbits_q8.h"
 
 #include <math.h>
@@ -32,7 +34,7 @@
 #include "cpu/avx2_util.h"
 #endif
 
-enum { NT = 4, COLS_PER_TASK = 8, PF = 8 };
+enum { NT = 4, COLS_PER_TASK = 8, PF = 8, PF_ROW = 2048 };
 
 kiln_nbits_q8_level kiln_nbits_q8_level_detect(void)
 {
@@ -184,12 +186,68 @@ block_avx512vnni(const q8_job *j, const uint8_t *const *row, const uint8_t (*tai
     }
 }
 
+/* One row of A (a decode step): the weight rows one after another, so a thread's columns are one
+ * sequential stream of memory. A strip of NT rows is NT streams of a few lines each (of one 4 KB
+ * page where K = 2048), which the hardware prefetchers follow poorly: tests/bench/bench_nbits_q8,
+ * 2 threads of a Zen 4 VM, K = 2048, 16-19 GB/s in strips against 25-30 here, where a plain load
+ * loop reads 27.6. Steps alternate between two accumulators; prefetches run PF_ROW bytes ahead,
+ * into the next rows. wide: blocks of 128 or more (one scale per step); common: no per-block
+ * zero points. */
+static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vnni"))) void
+row_avx512vnni_body(const q8_job *j, int64_t n0, int64_t n1, __m512i idx, const bool wide, const bool common)
+{
+    const kiln_nbits_q8_w *w = j->w;
+    int64_t bs = w->block_size, nb = j->nb, rowb = nb * bs / 2, full = rowb / 64, ns = w->ns, steps = j->steps;
+    const __m512i m4 = _mm512_set1_epi8(15);
+    uint8_t tail[64] = {0};
+    for (int64_t n = n0; n < n1; n++) {
+        const uint8_t *row = w->q + n * rowb;
+        const float *sc = w->scale + n * ns;
+        if (full < steps) memcpy(tail, row + 64 * full, (size_t)(rowb - 64 * full));
+        __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+        for (int64_t z0 = 0; z0 < steps; z0 += 2) {
+#pragma GCC unroll 2
+            for (int u = 0; u < 2; u++) {
+                int64_t z = z0 + u, base = z * 128 / bs;
+                if (z >= steps) break;
+                _mm_prefetch((const char *)(row + 64 * z + PF_ROW), _MM_HINT_T0);
+                __m512i x = _mm512_loadu_si512(step_bytes(row, tail, z, full));
+                const int8_t *a = j->qa + z * 128;
+                __m512i d = common ? _mm512_loadu_si512(j->zi + z * 16) : _mm512_setzero_si512();
+                d = _mm512_dpbusd_epi32(d, _mm512_and_si512(x, m4), _mm512_loadu_si512(a));
+                d = _mm512_dpbusd_epi32(d, _mm512_and_si512(_mm512_srli_epi16(x, 4), m4), _mm512_loadu_si512(a + 64));
+                __mmask16 km = (__mmask16)((1u << scales_left(nb, base)) - 1);
+                __m512 s = wide ? _mm512_set1_ps(sc[base])
+                                : _mm512_permutexvar_ps(idx, _mm512_maskz_loadu_ps(km, sc + base));
+                s = _mm512_mul_ps(s, _mm512_loadu_ps(j->sl + z * 16));
+                acc[u] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), s, acc[u]);
+            }
+        }
+        __m512 t = _mm512_add_ps(acc[0], acc[1]);
+        for (int64_t b = 0; !common && b < nb; b += 16) { /* t -= (zp * s) * cz */
+            __mmask16 k = nb - b >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (nb - b)) - 1);
+            __m128i zb = _mm512_castsi512_si128(_mm512_maskz_loadu_epi8((__mmask64)k, w->zp + n * ns + b));
+            __m512 z = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(zb));
+            t = _mm512_fnmadd_ps(_mm512_mul_ps(z, _mm512_maskz_loadu_ps(k, sc + b)), _mm512_loadu_ps(j->cz + b), t);
+        }
+        j->y[n] = _mm512_reduce_add_ps(t) + (j->bias ? j->bias[n] : 0.0f);
+    }
+}
+
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) static void cols_avx512vnni(const q8_job *j, int64_t n0, int64_t n1)
 {
     const kiln_nbits_q8_w *w = j->w;
     int64_t bs = w->block_size, rowb = j->nb * bs / 2, full = rowb / 64, ns = w->ns;
     const __m512i idx = _mm512_srlv_epi32(_mm512_setr_epi32(0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120),
                                           _mm512_set1_epi32(__builtin_ctzll((unsigned long long)bs))); /* lane_block */
+    if (j->M == 1) { /* the block width and the kind of zero point fixed at compile time */
+        bool wide = bs >= 128, common = !w->zp;
+        if (wide && common) row_avx512vnni_body(j, n0, n1, idx, true, true);
+        else if (wide) row_avx512vnni_body(j, n0, n1, idx, true, false);
+        else if (common) row_avx512vnni_body(j, n0, n1, idx, false, true);
+        else row_avx512vnni_body(j, n0, n1, idx, false, false);
+        return;
+    }
     uint8_t tail[NT][64];
     memset(tail, 0, sizeof tail);
     for (int64_t nt = n0; nt < n1; nt += NT) {
@@ -302,11 +360,80 @@ static inline __attribute__((always_inline, target("avx2,fma"))) void cols_avx2_
     }
 }
 
+/* As row_avx512vnni_body, with cols_avx2_body's arithmetic: one row of A, the weight rows one
+ * after another. */
+static inline __attribute__((always_inline, target("avx2,fma"))) void
+row_avx2_body(const q8_job *j, int64_t n0, int64_t n1, const bool wide, const bool common)
+{
+    const kiln_nbits_q8_w *w = j->w;
+    int64_t bs = w->block_size, nb = j->nb, rowb = nb * bs / 2, full = rowb / 64, ns = w->ns, steps = j->steps;
+    int32_t li[16];
+    for (int l = 0; l < 16; l++) li[l] = lane_block(l, bs);
+    const __m256i idx0 = _mm256_loadu_si256((const __m256i *)li), idx1 = _mm256_loadu_si256((const __m256i *)(li + 8));
+    const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+    const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    uint8_t tail[64] = {0};
+    for (int64_t n = n0; n < n1; n++) {
+        const uint8_t *row = w->q + n * rowb;
+        const float *sc = w->scale + n * ns;
+        if (full < steps) memcpy(tail, row + 64 * full, (size_t)(rowb - 64 * full));
+        __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+        for (int64_t z0 = 0; z0 < steps; z0 += 2) {
+#pragma GCC unroll 2
+            for (int u = 0; u < 2; u++) {
+                int64_t z = z0 + u, base = z * 128 / bs;
+                if (z >= steps) break;
+                const uint8_t *x = step_bytes(row, tail, z, full);
+                const __m256i *a = (const __m256i *)(j->qa + z * 128), *zi = (const __m256i *)(j->zi + z * 16);
+                const float *sl = j->sl + z * 16;
+                _mm_prefetch((const char *)(row + 64 * z + PF_ROW), _MM_HINT_T0);
+                __m256i x0 = _mm256_loadu_si256((const __m256i *)x), x1 = _mm256_loadu_si256((const __m256i *)(x + 32));
+                __m256i p0 = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(x0, m4), _mm256_loadu_si256(a)),
+                                              _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(x0, 4), m4),
+                                                                   _mm256_loadu_si256(a + 2)));
+                __m256i p1 = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(x1, m4), _mm256_loadu_si256(a + 1)),
+                                              _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(x1, 4), m4),
+                                                                   _mm256_loadu_si256(a + 3)));
+                const __m256 sa0 = _mm256_loadu_ps(sl);
+                if (wide) {
+                    __m256i d = _mm256_madd_epi16(_mm256_add_epi16(p0, p1), ones);
+                    if (common)
+                        d = _mm256_add_epi32(d, _mm256_add_epi32(_mm256_loadu_si256(zi), _mm256_loadu_si256(zi + 1)));
+                    __m256 s = _mm256_mul_ps(_mm256_set1_ps(sc[base]), sa0);
+                    acc[u] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), s, acc[u]);
+                } else {
+                    const __m256i km = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)scales_left(nb, base)), iota);
+                    __m256 sv = _mm256_maskload_ps(sc + base, km);
+                    __m256i d0 = _mm256_madd_epi16(p0, ones), d1 = _mm256_madd_epi16(p1, ones);
+                    if (common) {
+                        d0 = _mm256_add_epi32(d0, _mm256_loadu_si256(zi));
+                        d1 = _mm256_add_epi32(d1, _mm256_loadu_si256(zi + 1));
+                    }
+                    __m256 s0 = _mm256_mul_ps(_mm256_permutevar8x32_ps(sv, idx0), sa0);
+                    __m256 s1 = _mm256_mul_ps(_mm256_permutevar8x32_ps(sv, idx1), _mm256_loadu_ps(sl + 8));
+                    acc[u] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d0), s0, acc[u]);
+                    acc[u] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d1), s1, acc[u]);
+                }
+            }
+        }
+        float t = hsum256(_mm256_add_ps(acc[0], acc[1]));
+        t += zero_term_avx2(common ? NULL : w->zp + n * ns, sc, j->cz, nb);
+        j->y[n] = t + (j->bias ? j->bias[n] : 0.0f);
+    }
+}
+
 /* cols_avx2_body with the block width and the kind of zero point fixed at compile time (fewer
  * live registers: the accumulators stay out of the stack). */
 __attribute__((target("avx2,fma"))) static void cols_avx2(const q8_job *j, int64_t n0, int64_t n1)
 {
     bool wide = j->w->block_size >= 128, common = !j->w->zp;
+    if (j->M == 1) {
+        if (wide && common) row_avx2_body(j, n0, n1, true, true);
+        else if (wide) row_avx2_body(j, n0, n1, true, false);
+        else if (common) row_avx2_body(j, n0, n1, false, true);
+        else row_avx2_body(j, n0, n1, false, false);
+        return;
+    }
     if (wide && common) cols_avx2_body(j, n0, n1, true, true);
     else if (wide) cols_avx2_body(j, n0, n1, true, false);
     else if (common) cols_avx2_body(j, n0, n1, false, true);
