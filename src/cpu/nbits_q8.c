@@ -136,8 +136,9 @@ rows_avx512vnni_body(const q8_job *j, int64_t n0, int64_t n1, const int MR, cons
 {
     const kiln_nbits_q8_w *w = j->w;
     int64_t bs = w->block_size, nb = j->nb, rowb = nb * bs / 2, full = rowb / 64, ns = w->ns, steps = j->steps;
+    const int lb = __builtin_ctzll((unsigned long long)bs); /* log2 of the block */
     const __m512i idx = _mm512_srlv_epi32(_mm512_setr_epi32(0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120),
-                                          _mm512_set1_epi32(__builtin_ctzll((unsigned long long)bs))); /* lane_block */
+                                          _mm512_set1_epi32(lb)); /* lane_block */
     const __m512i m4 = _mm512_set1_epi8(15);
     uint8_t tail[64] = {0};
     for (int64_t n = n0; n < n1; n++) {
@@ -149,7 +150,7 @@ rows_avx512vnni_body(const q8_job *j, int64_t n0, int64_t n1, const int MR, cons
         for (int64_t z0 = 0; z0 < steps; z0 += 2) {
 #pragma GCC unroll 2
             for (int u = 0; u < 2; u++) {
-                int64_t z = z0 + u, base = z * 128 / bs;
+                int64_t z = z0 + u, base = z * 128 >> lb; /* no division in the loop */
                 if (z >= steps) break;
                 _mm_prefetch((const char *)(row + 64 * z + PF_ROW), _MM_HINT_T0);
                 __m512i x = _mm512_loadu_si512(step_bytes(row, tail, z, full));
@@ -230,6 +231,7 @@ rows_avx2_body(const q8_job *j, int64_t n0, int64_t n1, const bool wide, const b
 {
     const kiln_nbits_q8_w *w = j->w;
     int64_t bs = w->block_size, nb = j->nb, rowb = nb * bs / 2, full = rowb / 64, ns = w->ns, steps = j->steps;
+    const int lb = __builtin_ctzll((unsigned long long)bs); /* log2 of the block */
     int32_t li[16];
     for (int l = 0; l < 16; l++) li[l] = lane_block(l, bs);
     const __m256i idx0 = _mm256_loadu_si256((const __m256i *)li), idx1 = _mm256_loadu_si256((const __m256i *)(li + 8));
@@ -245,7 +247,7 @@ rows_avx2_body(const q8_job *j, int64_t n0, int64_t n1, const bool wide, const b
             for (int64_t z0 = 0; z0 < steps; z0 += 2) {
 #pragma GCC unroll 2
                 for (int u = 0; u < 2; u++) {
-                    int64_t z = z0 + u, base = z * 128 / bs, e = m * steps + z;
+                    int64_t z = z0 + u, base = z * 128 >> lb, e = m * steps + z; /* no division */
                     if (z >= steps) break;
                     const uint8_t *x = step_bytes(row, tail, z, full);
                     const __m256i *a = (const __m256i *)(j->qa + e * 128), *zi = (const __m256i *)(j->zi + e * 16);
