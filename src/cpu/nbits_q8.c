@@ -11,11 +11,12 @@
  * weights' (q - z) are exact and nothing more is read; per-block zero points (a byte each)
  * enter once per row as sum over blocks of (-z s) * (A scale * sum of A's quantized block).
  * Scale rows are read with their last step masked (no padding). Integer sums are exact; only
- * the order of the float sums differs between levels. Columns are spread over the pool, NT at a
- * time per task step so each step of A is loaded once for NT weight rows (with AVX-512, also
- * each step of the weights split once for up to 3 rows of A). From GEMM_MIN_M rows of A the
- * blocked GEMM below runs instead (the weights unpacked once per call into panels of 16
- * columns, A broadcast 4 bytes at a time: 128-token prompts 2.5-3.5x faster on AVX2). */
+ * the order of the float sums differs between levels. Columns are spread over the pool; each
+ * task reads its weight rows one after another, so each thread streams one sequential range of
+ * memory (with AVX-512, each step of the weights split once for up to 3 rows of A). From
+ * GEMM_MIN_M rows of A the blocked GEMM below runs instead (the weights unpacked once per call
+ * into panels of 16 columns, A broadcast 4 bytes at a time: 128-token prompts 2.5-3.5x faster
+ * on AVX2). */
 #include "cpu/nbits_q8.h"
 
 #include <math.h>
@@ -32,7 +33,7 @@
 #include "cpu/avx2_util.h"
 #endif
 
-enum { NT = 4, COLS_PER_TASK = 8, PF = 8 };
+enum { COLS_PER_TASK = 8, PF_ROW = 2048 };
 
 kiln_nbits_q8_level kiln_nbits_q8_level_detect(void)
 {
@@ -86,14 +87,6 @@ static float zero_term(const uint8_t *zp, const float *sc, const float *cz, int6
 /* Scales of step z's lanes start at block base; fewer than 8 are left in the row's last steps. */
 static inline int64_t scales_left(int64_t nb, int64_t base) { return nb - base < 8 ? nb - base : 8; }
 
-/* What step z of a weight row prefetches: PF steps ahead, and in the last PF steps the start of
- * the same row of the next strip (next bytes on), so a strip's first steps come from cache too.
- * A prefetch past the weights is harmless: it never faults. */
-static inline const uint8_t *prefetch_at(const uint8_t *row, int64_t z, int64_t steps, int64_t next)
-{
-    return z + PF < steps ? row + 64 * (z + PF) : row + next + 64 * (z + PF - steps);
-}
-
 /* Weight row n's bytes of step z; the last partial step comes from a zero-padded copy. */
 static inline const uint8_t *step_bytes(const uint8_t *row, const uint8_t *tail, int64_t z, int64_t full)
 {
@@ -129,83 +122,82 @@ static void cols_c(const q8_job *j, int64_t n0, int64_t n1)
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-/* Rows [m0, m0 + MR) of A against the NT weight rows of one strip: each step's weights are
- * split into nibbles and their scales gathered once for the MR rows (MR * NT accumulators stay in
- * registers). MR is a constant at every call. */
+/* The rows of A (MR of them, 1 to 3: more run the blocked GEMM) against the weight rows one
+ * after another, so a thread's columns are one sequential stream of memory; each step of the
+ * weights is split into nibbles and its scales gathered once for the MR rows. (Strips of 4 weight
+ * rows, step by step, were 4 streams of a few lines each, of one 4 KB page where K = 2048, which
+ * the hardware prefetchers follow poorly: tests/bench/bench_nbits_q8, 2 threads of a Zen 4 VM, one
+ * row of A, K = 2048: 16-19 GB/s against 25-30 here, where a plain load loop reads 27.6.) Steps
+ * alternate between two accumulators per row of A; prefetches run PF_ROW bytes ahead, into the
+ * next weight rows. wide: blocks of 128 or more (one scale per step); common: no per-block zero
+ * points. MR, wide and common are constants at every call. */
 static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vnni"))) void
-block_avx512vnni(const q8_job *j, const uint8_t *const *row, const uint8_t (*tail)[64], const float *const *sc,
-                 __m512i idx, int64_t full, int64_t nt, int64_t nn, int64_t m0, const int MR)
+rows_avx512vnni_body(const q8_job *j, int64_t n0, int64_t n1, const int MR, const bool wide, const bool common)
 {
     const kiln_nbits_q8_w *w = j->w;
-    int64_t bs = w->block_size, ns = w->ns, steps = j->steps, nb = j->nb, rowb = nb * bs / 2;
+    int64_t bs = w->block_size, nb = j->nb, rowb = nb * bs / 2, full = rowb / 64, ns = w->ns, steps = j->steps;
+    const int lb = __builtin_ctzll((unsigned long long)bs); /* log2 of the block */
+    const __m512i idx = _mm512_srlv_epi32(_mm512_setr_epi32(0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120),
+                                          _mm512_set1_epi32(lb)); /* lane_block */
     const __m512i m4 = _mm512_set1_epi8(15);
-    __m512 acc[3][NT];
-    for (int i = 0; i < MR; i++)
-        for (int r = 0; r < NT; r++) acc[i][r] = _mm512_setzero_ps();
-    for (int64_t z = 0; z < steps; z++) {
-        __m512i lo[NT], hi[NT];
-        __m512 s[NT];
-        int64_t base = z * 128 / bs;
-        __mmask16 km = (__mmask16)((1u << scales_left(nb, base)) - 1);
-#pragma GCC unroll 4
-        for (int r = 0; r < NT; r++) {
-            _mm_prefetch((const char *)prefetch_at(row[r], z, steps, NT * rowb), _MM_HINT_T0);
-            __m512i x = _mm512_loadu_si512(step_bytes(row[r], tail[r], z, full));
-            lo[r] = _mm512_and_si512(x, m4), hi[r] = _mm512_and_si512(_mm512_srli_epi16(x, 4), m4);
-            /* a block of 128 or more spans the step: one scale for every lane */
-            s[r] = bs >= 128 ? _mm512_set1_ps(sc[r][base]) : _mm512_permutexvar_ps(idx, _mm512_maskz_loadu_ps(km, sc[r] + base));
-        }
+    uint8_t tail[64] = {0};
+    for (int64_t n = n0; n < n1; n++) {
+        const uint8_t *row = w->q + n * rowb;
+        const float *sc = w->scale + n * ns;
+        if (full < steps) memcpy(tail, row + 64 * full, (size_t)(rowb - 64 * full));
+        __m512 acc[3][2];
+        for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+        for (int64_t z0 = 0; z0 < steps; z0 += 2) {
+#pragma GCC unroll 2
+            for (int u = 0; u < 2; u++) {
+                int64_t z = z0 + u, base = z * 128 >> lb; /* no division in the loop */
+                if (z >= steps) break;
+                _mm_prefetch((const char *)(row + 64 * z + PF_ROW), _MM_HINT_T0);
+                __m512i x = _mm512_loadu_si512(step_bytes(row, tail, z, full));
+                __m512i lo = _mm512_and_si512(x, m4), hi = _mm512_and_si512(_mm512_srli_epi16(x, 4), m4);
+                __mmask16 km = (__mmask16)((1u << scales_left(nb, base)) - 1);
+                __m512 s = wide ? _mm512_set1_ps(sc[base])
+                                : _mm512_permutexvar_ps(idx, _mm512_maskz_loadu_ps(km, sc + base));
 #pragma GCC unroll 3
-        for (int i = 0; i < MR; i++) {
-            const int8_t *a = j->qa + ((m0 + i) * steps + z) * 128;
-            __m512i alo = _mm512_loadu_si512(a), ahi = _mm512_loadu_si512(a + 64);
-            __m512 sa = _mm512_loadu_ps(j->sl + ((m0 + i) * steps + z) * 16);
-            __m512i zi = _mm512_loadu_si512(j->zi + ((m0 + i) * steps + z) * 16);
-#pragma GCC unroll 4
-            for (int r = 0; r < NT; r++) {
-                __m512i d = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zi, lo[r], alo), hi[r], ahi);
-                acc[i][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(s[r], sa), acc[i][r]);
+                for (int i = 0; i < MR; i++) {
+                    int64_t e = i * steps + z;
+                    const int8_t *a = j->qa + e * 128;
+                    __m512i d = common ? _mm512_loadu_si512(j->zi + e * 16) : _mm512_setzero_si512();
+                    d = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(d, lo, _mm512_loadu_si512(a)), hi, _mm512_loadu_si512(a + 64));
+                    __m512 sa = _mm512_mul_ps(s, _mm512_loadu_ps(j->sl + e * 16));
+                    acc[i][u] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), sa, acc[i][u]);
+                }
             }
         }
-    }
-    for (int i = 0; i < MR; i++) {
-        const float *cz = j->cz + (m0 + i) * j->nbz;
-        for (int r = 0; r < NT; r++) { /* a constant bound keeps acc in registers */
-            if (r >= nn) break;
-            __m512 t = acc[i][r];
-            for (int64_t b = 0; w->zp && b < nb; b += 16) { /* t -= (zp * s) * cz */
+        for (int i = 0; i < MR; i++) {
+            __m512 t = _mm512_add_ps(acc[i][0], acc[i][1]);
+            for (int64_t b = 0; !common && b < nb; b += 16) { /* t -= (zp * s) * cz */
                 __mmask16 k = nb - b >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (nb - b)) - 1);
-                __m512 z = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm512_castsi512_si128(_mm512_maskz_loadu_epi8((__mmask64)k, w->zp + (nt + r) * ns + b))));
-                __m512 zs = _mm512_mul_ps(z, _mm512_maskz_loadu_ps(k, w->scale + (nt + r) * ns + b));
-                t = _mm512_fnmadd_ps(zs, _mm512_loadu_ps(cz + b), t);
+                __m128i zb = _mm512_castsi512_si128(_mm512_maskz_loadu_epi8((__mmask64)k, w->zp + n * ns + b));
+                __m512 zs = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(zb)), _mm512_maskz_loadu_ps(k, sc + b));
+                t = _mm512_fnmadd_ps(zs, _mm512_loadu_ps(j->cz + i * j->nbz + b), t);
             }
-            j->y[(m0 + i) * w->N + nt + r] = _mm512_reduce_add_ps(t) + (j->bias ? j->bias[nt + r] : 0.0f);
+            j->y[i * w->N + n] = _mm512_reduce_add_ps(t) + (j->bias ? j->bias[n] : 0.0f);
         }
     }
 }
 
+/* rows_avx512vnni_body with the block width and the kind of zero point fixed at compile time. */
+static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vnni"))) void
+rows_avx512vnni(const q8_job *j, int64_t n0, int64_t n1, const int MR)
+{
+    bool wide = j->w->block_size >= 128, common = !j->w->zp;
+    if (wide && common) rows_avx512vnni_body(j, n0, n1, MR, true, true);
+    else if (wide) rows_avx512vnni_body(j, n0, n1, MR, true, false);
+    else if (common) rows_avx512vnni_body(j, n0, n1, MR, false, true);
+    else rows_avx512vnni_body(j, n0, n1, MR, false, false);
+}
+
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) static void cols_avx512vnni(const q8_job *j, int64_t n0, int64_t n1)
 {
-    const kiln_nbits_q8_w *w = j->w;
-    int64_t bs = w->block_size, rowb = j->nb * bs / 2, full = rowb / 64, ns = w->ns;
-    const __m512i idx = _mm512_srlv_epi32(_mm512_setr_epi32(0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120),
-                                          _mm512_set1_epi32(__builtin_ctzll((unsigned long long)bs))); /* lane_block */
-    uint8_t tail[NT][64];
-    memset(tail, 0, sizeof tail);
-    for (int64_t nt = n0; nt < n1; nt += NT) {
-        int64_t nn = n1 - nt < NT ? n1 - nt : NT;
-        const uint8_t *row[NT];
-        const float *sc[NT];
-        for (int r = 0; r < NT; r++) { /* rows past nn repeat row nn - 1 */
-            int64_t n = nt + (r < nn ? r : nn - 1);
-            row[r] = w->q + n * rowb, sc[r] = w->scale + n * ns;
-            if (full < j->steps) memcpy(tail[r], row[r] + 64 * full, (size_t)(rowb - 64 * full));
-        }
-        int64_t m = 0;
-        for (; m + 3 <= j->M; m += 3) block_avx512vnni(j, row, tail, sc, idx, full, nt, nn, m, 3);
-        if (j->M - m == 2) block_avx512vnni(j, row, tail, sc, idx, full, nt, nn, m, 2);
-        else if (j->M - m == 1) block_avx512vnni(j, row, tail, sc, idx, full, nt, nn, m, 1);
-    }
+    if (j->M == 1) rows_avx512vnni(j, n0, n1, 1);
+    else if (j->M == 2) rows_avx512vnni(j, n0, n1, 2);
+    else rows_avx512vnni(j, n0, n1, 3);
 }
 
 __attribute__((target("avx2,fma"))) static float hsum256(__m256 v)
@@ -228,89 +220,84 @@ __attribute__((target("avx2,fma"))) static float zero_term_avx2(const uint8_t *z
     return hsum256(t) + zero_term(zp + b, sc + b, cz + b, nb - b);
 }
 
-/* As cols_avx512vnni, a step as two halves of 32 bytes: vpmaddubsw (no saturation: 15 * 127 * 2
- * fits int16), the even and odd nibbles' pairs added in int16 (4 products: fits), vpmaddwd
+/* As rows_avx512vnni_body, a step as two halves of 32 bytes: vpmaddubsw (no saturation: 15 * 127
+ * * 2 fits int16), the even and odd nibbles' pairs added in int16 (4 products: fits), vpmaddwd
  * against ones sums them into int32 lanes of 8 elements. Blocks of 128 or more span the step:
  * both halves are added in int16 too (8 products) and take one scale (no gather); smaller
- * blocks gather their lanes' scales with a masked load (no copy of a row's last scales). */
-static inline __attribute__((always_inline, target("avx2,fma"))) void cols_avx2_body(const q8_job *j, int64_t n0, int64_t n1,
-                                                                                   const bool wide, const bool common)
+ * blocks gather their lanes' scales with a masked load (no copy of a row's last scales). Each
+ * row of A reads a weight row in turn (again from L1 after the first). */
+static inline __attribute__((always_inline, target("avx2,fma"))) void
+rows_avx2_body(const q8_job *j, int64_t n0, int64_t n1, const bool wide, const bool common)
 {
     const kiln_nbits_q8_w *w = j->w;
-    int64_t bs = w->block_size, nb = j->nb, rowb = nb * bs / 2, full = rowb / 64, ns = w->ns;
+    int64_t bs = w->block_size, nb = j->nb, rowb = nb * bs / 2, full = rowb / 64, ns = w->ns, steps = j->steps;
+    const int lb = __builtin_ctzll((unsigned long long)bs); /* log2 of the block */
     int32_t li[16];
     for (int l = 0; l < 16; l++) li[l] = lane_block(l, bs);
     const __m256i idx0 = _mm256_loadu_si256((const __m256i *)li), idx1 = _mm256_loadu_si256((const __m256i *)(li + 8));
-    const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1), iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    uint8_t tail[NT][64];
-    memset(tail, 0, sizeof tail);
-    for (int64_t nt = n0; nt < n1; nt += NT) {
-        int64_t nn = n1 - nt < NT ? n1 - nt : NT;
-        const uint8_t *row[NT];
-        const float *sc[NT];
-        for (int r = 0; r < NT; r++) {
-            int64_t n = nt + (r < nn ? r : nn - 1);
-            row[r] = w->q + n * rowb, sc[r] = w->scale + n * ns;
-            if (full < j->steps) memcpy(tail[r], row[r] + 64 * full, (size_t)(rowb - 64 * full));
-        }
+    const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+    const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    uint8_t tail[64] = {0};
+    for (int64_t n = n0; n < n1; n++) {
+        const uint8_t *row = w->q + n * rowb;
+        const float *sc = w->scale + n * ns;
+        if (full < steps) memcpy(tail, row + 64 * full, (size_t)(rowb - 64 * full));
         for (int64_t m = 0; m < j->M; m++) {
-            __m256 acc[NT];
-            for (int r = 0; r < NT; r++) acc[r] = _mm256_setzero_ps();
-            for (int64_t z = 0; z < j->steps; z++) {
-                const int8_t *a = j->qa + (m * j->steps + z) * 128;
-                const float *sl = j->sl + (m * j->steps + z) * 16;
-                const int32_t *zi = j->zi + (m * j->steps + z) * 16;
-                int64_t base = z * 128 / bs;
-                const __m256i al0 = _mm256_loadu_si256((const __m256i *)a), al1 = _mm256_loadu_si256((const __m256i *)(a + 32));
-                const __m256i ah0 = _mm256_loadu_si256((const __m256i *)(a + 64)), ah1 = _mm256_loadu_si256((const __m256i *)(a + 96));
-                const __m256 sa0 = _mm256_loadu_ps(sl), sa1 = _mm256_loadu_ps(sl + 8);
-                /* the common zero point's terms; with per-block zero points zi is 0 and not read */
-                const __m256i z0 = common ? _mm256_loadu_si256((const __m256i *)zi) : _mm256_setzero_si256();
-                const __m256i z1 = common ? _mm256_loadu_si256((const __m256i *)(zi + 8)) : _mm256_setzero_si256();
-                const __m256i km = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)scales_left(nb, base)), iota);
-#pragma GCC unroll 4
-                for (int r = 0; r < NT; r++) {
-                    const uint8_t *x = step_bytes(row[r], tail[r], z, full);
-                    _mm_prefetch((const char *)prefetch_at(row[r], z, j->steps, NT * rowb), _MM_HINT_T0);
+            __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+            for (int64_t z0 = 0; z0 < steps; z0 += 2) {
+#pragma GCC unroll 2
+                for (int u = 0; u < 2; u++) {
+                    int64_t z = z0 + u, base = z * 128 >> lb, e = m * steps + z; /* no division */
+                    if (z >= steps) break;
+                    const uint8_t *x = step_bytes(row, tail, z, full);
+                    const __m256i *a = (const __m256i *)(j->qa + e * 128), *zi = (const __m256i *)(j->zi + e * 16);
+                    const float *sl = j->sl + e * 16;
+                    if (m == 0) _mm_prefetch((const char *)(row + 64 * z + PF_ROW), _MM_HINT_T0);
                     __m256i x0 = _mm256_loadu_si256((const __m256i *)x), x1 = _mm256_loadu_si256((const __m256i *)(x + 32));
-                    __m256i p0 = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(x0, m4), al0),
-                                                  _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(x0, 4), m4), ah0));
-                    __m256i p1 = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(x1, m4), al1),
-                                                  _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(x1, 4), m4), ah1));
+                    __m256i p0 = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(x0, m4), _mm256_loadu_si256(a)),
+                                                  _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(x0, 4), m4),
+                                                                       _mm256_loadu_si256(a + 2)));
+                    __m256i p1 = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(x1, m4), _mm256_loadu_si256(a + 1)),
+                                                  _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(x1, 4), m4),
+                                                                       _mm256_loadu_si256(a + 3)));
+                    const __m256 sa0 = _mm256_loadu_ps(sl);
                     if (wide) {
                         __m256i d = _mm256_madd_epi16(_mm256_add_epi16(p0, p1), ones);
-                        if (common) d = _mm256_add_epi32(d, _mm256_add_epi32(z0, z1));
-                        __m256 s = _mm256_mul_ps(_mm256_set1_ps(sc[r][base]), sa0);
-                        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), s, acc[r]);
+                        if (common)
+                            d = _mm256_add_epi32(d, _mm256_add_epi32(_mm256_loadu_si256(zi), _mm256_loadu_si256(zi + 1)));
+                        __m256 s = _mm256_mul_ps(_mm256_set1_ps(sc[base]), sa0);
+                        acc[u] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), s, acc[u]);
                     } else {
-                        __m256 sv = _mm256_maskload_ps(sc[r] + base, km);
+                        const __m256i km = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)scales_left(nb, base)), iota);
+                        __m256 sv = _mm256_maskload_ps(sc + base, km);
                         __m256i d0 = _mm256_madd_epi16(p0, ones), d1 = _mm256_madd_epi16(p1, ones);
-                        if (common) d0 = _mm256_add_epi32(d0, z0), d1 = _mm256_add_epi32(d1, z1);
-                        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d0), _mm256_mul_ps(_mm256_permutevar8x32_ps(sv, idx0), sa0), acc[r]);
-                        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d1), _mm256_mul_ps(_mm256_permutevar8x32_ps(sv, idx1), sa1), acc[r]);
+                        if (common) {
+                            d0 = _mm256_add_epi32(d0, _mm256_loadu_si256(zi));
+                            d1 = _mm256_add_epi32(d1, _mm256_loadu_si256(zi + 1));
+                        }
+                        __m256 s0 = _mm256_mul_ps(_mm256_permutevar8x32_ps(sv, idx0), sa0);
+                        __m256 s1 = _mm256_mul_ps(_mm256_permutevar8x32_ps(sv, idx1), _mm256_loadu_ps(sl + 8));
+                        acc[u] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d0), s0, acc[u]);
+                        acc[u] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d1), s1, acc[u]);
                     }
                 }
             }
-            const float *cz = j->cz + m * j->nbz;
-#pragma GCC unroll 4
-            for (int r = 0; r < NT; r++) { /* a constant bound keeps acc in registers */
-                if (r >= nn) break;
-                float t = hsum256(acc[r]) + zero_term_avx2(w->zp ? w->zp + (nt + r) * ns : NULL, w->scale + (nt + r) * ns, cz, nb);
-                j->y[m * w->N + nt + r] = t + (j->bias ? j->bias[nt + r] : 0.0f);
-            }
+            float t = hsum256(_mm256_add_ps(acc[0], acc[1]));
+            t += zero_term_avx2(common ? NULL : w->zp + n * ns, sc, j->cz + m * j->nbz, nb);
+            j->y[m * w->N + n] = t + (j->bias ? j->bias[n] : 0.0f);
         }
     }
 }
 
-/* cols_avx2_body with the block width and the kind of zero point fixed at compile time (fewer
+/* rows_avx2_body with the block width and the kind of zero point fixed at compile time (fewer
  * live registers: the accumulators stay out of the stack). */
 __attribute__((target("avx2,fma"))) static void cols_avx2(const q8_job *j, int64_t n0, int64_t n1)
 {
     bool wide = j->w->block_size >= 128, common = !j->w->zp;
-    if (wide && common) cols_avx2_body(j, n0, n1, true, true);
-    else if (wide) cols_avx2_body(j, n0, n1, true, false);
-    else if (common) cols_avx2_body(j, n0, n1, false, true);
-    else cols_avx2_body(j, n0, n1, false, false);
+    if (wide && common) rows_avx2_body(j, n0, n1, true, true);
+    else if (wide) rows_avx2_body(j, n0, n1, true, false);
+    else if (common) rows_avx2_body(j, n0, n1, false, true);
+    else rows_avx2_body(j, n0, n1, false, false);
 }
 #endif
 

@@ -104,6 +104,14 @@ int main(void)
                              bs, f & 2, f & 4, f & 8 ? 3 : 0);
                 }
         }
+        /* one row of A (a decode step's kernels) at every block size and kind of zero point: K
+         * with a partial last step of 128, an odd number of steps, an even one */
+        for (int64_t bs = 16; bs <= 256; bs *= 2)
+            for (int k = 0; k < 3; k++) {
+                int64_t K = k == 0 ? 896 + bs / 2 + 1 : k == 1 ? 640 : 4096;
+                one_case((kiln_nbits_q8_level)lv, pool, scratch, 1, K, 9, bs, k & 1, false, 0);
+                one_case((kiln_nbits_q8_level)lv, pool, scratch, 1, K, 9, bs, !(k & 1), true, 2);
+            }
         one_case((kiln_nbits_q8_level)lv, pool, scratch, 1, 2048, 1000, 32, true, true, 0); /* split over the pool */
         one_case((kiln_nbits_q8_level)lv, pool, scratch, 7, 2048, 1000, 128, false, false, 0);
         one_case((kiln_nbits_q8_level)lv, pool, scratch, 0, 64, 5, 32, false, true, 0); /* no rows */
