@@ -8,23 +8,14 @@
 #include <string.h>
 
 #include "cpu/gemm.h"
+#define UNIT_SEED 0x9e3779b97f4a7c15ull
 #include "unit.h"
-
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-
-static uint64_t rnd(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
 
 /* uniform in +-[0.1, 1): never zero */
 static float rnd_val(void)
 {
-    float v = 0.1f + 0.9f * (float)(rnd() >> 40) / (float)(1 << 24);
-    return rnd() & 1 ? v : -v;
+    float v = 0.1f + 0.9f * (float)(unit_rnd() >> 40) / (float)(1 << 24);
+    return unit_rnd() & 1 ? v : -v;
 }
 
 typedef struct {
@@ -164,12 +155,12 @@ static const float BETAS[] = {0.0f, 1.0f, -1.5f, 0.25f, 0.5f, 0.0f};
 /* One shape: random operands with padded strides, then every level x pool x transposition. */
 static void check_shape(kiln_gemm_ctx *ctxs, int n_ctx, int64_t M, int64_t N, int64_t K, int variant)
 {
-    int64_t pad = (int64_t)(rnd() % 4);
+    int64_t pad = (int64_t)(unit_rnd() % 4);
     int64_t ra = M > K ? M : K, rb = N > K ? N : K; /* rows and row length of A/B, either way */
     int64_t ld = ra + pad, ldbv = rb + pad;
     float *A = malloc((size_t)(ra * ld + 1) * sizeof(float));
     float *B = malloc((size_t)(rb * ldbv + 1) * sizeof(float));
-    int64_t ldc = N + (int64_t)(rnd() % 3);
+    int64_t ldc = N + (int64_t)(unit_rnd() % 3);
     float *C0 = malloc((size_t)(M * ldc + 1) * sizeof(float));
     float *bias = malloc((size_t)(N + 1) * sizeof(float)), *row_bias = malloc((size_t)(M + 1) * sizeof(float));
     float *res = malloc((size_t)(M * (N + 1) + 1) * sizeof(float));
@@ -260,8 +251,8 @@ int main(void)
         for (int b = 0; b < N_SMALL; b++)
             for (int c = 0; c < N_SMALL; c++) check_shape(ctxs, n_ctx, small[a], small[b], small[c], variant++);
     for (int i = 0; i < 60; i++) {
-        int64_t M = all[rnd() % N_ALL], N = all[rnd() % N_ALL], K = all[10 + rnd() % 6];
-        int perm = (int)(rnd() % 3); /* put the large dim anywhere */
+        int64_t M = all[unit_rnd() % N_ALL], N = all[unit_rnd() % N_ALL], K = all[10 + unit_rnd() % 6];
+        int perm = (int)(unit_rnd() % 3); /* put the large dim anywhere */
         if (perm == 1) { int64_t x = M; M = K; K = x; }
         if (perm == 2) { int64_t x = N; N = K; K = x; }
         check_shape(ctxs, n_ctx, M, N, K, variant++);
@@ -314,7 +305,7 @@ int main(void)
         if (!kiln_gemm_level_supported(levels[l])) continue;
         kiln_gemm_ctx lc = {.level = levels[l]};
         for (int i = 0; i < 24; i++) {
-            int64_t R = all[rnd() % N_ALL] + (i == 0 ? 300 : 0), K = all[rnd() % N_ALL] + (i < 3 ? 1100 : 0);
+            int64_t R = all[unit_rnd() % N_ALL] + (i == 0 ? 300 : 0), K = all[unit_rnd() % N_ALL] + (i < 3 ? 1100 : 0);
             int64_t n = R * K;
             float *orig = malloc((size_t)(n ? n : 1) * sizeof *orig), *back = malloc((size_t)(n ? n : 1) * sizeof *back);
             CHECK(orig && back);

@@ -15,19 +15,8 @@
 
 #include "core/threadpool.h"
 #include "cpu/nbits_f32.h"
+#define UNIT_SEED 0x2545f4914f6cdd1dull
 #include "unit.h"
-
-static uint64_t rng = 0x2545f4914f6cdd1dull;
-
-static uint64_t rnd(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
-
-static float unif(float lo, float hi) { return lo + (hi - lo) * (float)(rnd() >> 40) / (float)(1 << 24); }
 
 static int cases_run;
 
@@ -40,14 +29,14 @@ static void one_case(kiln_gemm_level level, int bits, int64_t K, int64_t N, int6
     float *scale = malloc((size_t)(N * ns) * sizeof *scale), *off = malloc((size_t)(N * ns) * sizeof *off);
     int64_t panels = (n + width - 1) / width;
     float *dst = malloc((size_t)(panels * kc * width) * sizeof *dst);
-    for (int64_t i = 0; i < N * nb * blob; i++) q[i] = (uint8_t)(rnd() >> 32);
+    for (int64_t i = 0; i < N * nb * blob; i++) q[i] = (uint8_t)(unit_rnd() >> 32);
     for (int64_t i = 0; i < N * ns; i++) {
-        scale[i] = unif(0.01f, 0.2f);
-        zp[i] = (uint8_t)(rnd() % (1u << bits));
-        off[i] = -unif(0.0f, (float)((1 << bits) - 1)) * scale[i];
+        scale[i] = unit_unif(0.01f, 0.2f);
+        zp[i] = (uint8_t)(unit_rnd() % (1u << bits));
+        off[i] = -unit_unif(0.0f, (float)((1 << bits) - 1)) * scale[i];
     }
     for (int64_t i = 0; i < panels * kc * width; i++) dst[i] = NAN;
-    int32_t zero = (int32_t)(rnd() % (1u << bits));
+    int32_t zero = (int32_t)(unit_rnd() % (1u << bits));
     kiln_nbits_f32_w w = {K, N, bs, bits, q, scale, zkind == 2 ? off : NULL, zkind == 1 ? zp : NULL, zero, ns};
     kiln_nbits_f32_pack(level, &w, dst, p0, kc, j0, n, width);
     bool ok = true;
@@ -94,9 +83,9 @@ static void gemm_case(kiln_gemm_level level, kiln_threadpool *pool, int64_t M, i
     uint8_t *q = malloc((size_t)(N * nb * blob)), *zp = malloc((size_t)(N * nb));
     float *scale = malloc((size_t)(N * nb) * sizeof *scale), *A = malloc((size_t)(M * K) * sizeof *A);
     float *Y = malloc((size_t)(M * N) * sizeof *Y);
-    for (int64_t i = 0; i < N * nb * blob; i++) q[i] = (uint8_t)(rnd() >> 32);
-    for (int64_t i = 0; i < N * nb; i++) scale[i] = unif(0.01f, 0.2f), zp[i] = (uint8_t)(rnd() % 16);
-    for (int64_t i = 0; i < M * K; i++) A[i] = unif(-2.0f, 2.0f);
+    for (int64_t i = 0; i < N * nb * blob; i++) q[i] = (uint8_t)(unit_rnd() >> 32);
+    for (int64_t i = 0; i < N * nb; i++) scale[i] = unit_unif(0.01f, 0.2f), zp[i] = (uint8_t)(unit_rnd() % 16);
+    for (int64_t i = 0; i < M * K; i++) A[i] = unit_unif(-2.0f, 2.0f);
     kiln_nbits_f32_w w = {K, N, bs, 4, q, scale, NULL, zp, 8, nb};
     pack_src src = {&w, level};
     kiln_gemm_ctx g = {.pool = pool, .level = level, .pack_b_panels = panels};
@@ -143,23 +132,23 @@ int main(void)
                 int64_t Ks[] = {bs / 2 + 3, bs + 5, 3 * bs, 1000 + bs / 2 + 1, 2048};
                 for (int ki = 0; ki < 5; ki++)
                     for (int t = 0; t < 4; t++) {
-                        int64_t K = Ks[ki], N = 1 + (int64_t)(rnd() % 70);
+                        int64_t K = Ks[ki], N = 1 + (int64_t)(unit_rnd() % 70);
                         /* depth blocks from 0, a multiple of 32 or 8, or anywhere; to K or short of it */
-                        int64_t starts[] = {0, K / 64 * 32, K / 16 * 8, (int64_t)(rnd() % (uint64_t)K)};
-                        int64_t p0 = starts[rnd() % 4], kc = K - p0;
-                        if (rnd() & 1) kc = 1 + (int64_t)(rnd() % (uint64_t)kc);
-                        int64_t j0 = (int64_t)(rnd() % (uint64_t)N), n = 1 + (int64_t)(rnd() % (uint64_t)(N - j0));
-                        if (rnd() & 1) j0 = 0, n = N;
-                        one_case((kiln_gemm_level)lv, bits, K, N, bs, (int)(rnd() % 3), (int64_t)(rnd() % 3), p0, kc,
-                                 j0, n, widths[rnd() % 4]);
+                        int64_t starts[] = {0, K / 64 * 32, K / 16 * 8, (int64_t)(unit_rnd() % (uint64_t)K)};
+                        int64_t p0 = starts[unit_rnd() % 4], kc = K - p0;
+                        if (unit_rnd() & 1) kc = 1 + (int64_t)(unit_rnd() % (uint64_t)kc);
+                        int64_t j0 = (int64_t)(unit_rnd() % (uint64_t)N), n = 1 + (int64_t)(unit_rnd() % (uint64_t)(N - j0));
+                        if (unit_rnd() & 1) j0 = 0, n = N;
+                        one_case((kiln_gemm_level)lv, bits, K, N, bs, (int)(unit_rnd() % 3), (int64_t)(unit_rnd() % 3), p0, kc,
+                                 j0, n, widths[unit_rnd() % 4]);
                     }
             }
         one_case((kiln_gemm_level)lv, 4, 2048, 96, 128, 1, 0, 1024, 1024, 32, 64, 32); /* a prompt's tile */
         one_case((kiln_gemm_level)lv, 4, 4096, 48, 32, 0, 0, 0, 1024, 0, 48, 16);
         static const int64_t Ms[] = {1, 2, 3, 17, 40}, Ns[] = {1, 17, 33, 70};
         for (int t = 0; t < 16; t++) {
-            int64_t bs = (int64_t)16 << (rnd() % 5), K = t & 1 ? 3 * bs + 5 : 1100 + (int64_t)(rnd() % 40);
-            gemm_case((kiln_gemm_level)lv, t & 2 ? pool : NULL, Ms[rnd() % 5], K, Ns[rnd() % 4], bs, t & 4);
+            int64_t bs = (int64_t)16 << (unit_rnd() % 5), K = t & 1 ? 3 * bs + 5 : 1100 + (int64_t)(unit_rnd() % 40);
+            gemm_case((kiln_gemm_level)lv, t & 2 ? pool : NULL, Ms[unit_rnd() % 5], K, Ns[unit_rnd() % 4], bs, t & 4);
         }
         printf("%s: %d cases\n", kiln_gemm_level_name((kiln_gemm_level)lv), cases_run - before);
     }

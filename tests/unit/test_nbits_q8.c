@@ -14,19 +14,8 @@
 #include "core/threadpool.h"
 #include "cpu/nbits_q8.h"
 #include "ops/llm.h"
+#define UNIT_SEED 0x9e3779b97f4a7c15ull
 #include "unit.h"
-
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-
-static uint64_t rnd(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
-
-static float unif(float lo, float hi) { return lo + (hi - lo) * (float)(rnd() >> 40) / (float)(1 << 24); }
 
 static int cases_run;
 
@@ -34,7 +23,7 @@ static void one_case(kiln_nbits_q8_level level, kiln_threadpool *pool, kiln_scra
                      int64_t N, int64_t bs, bool bias_on, bool per_block_zp, int64_t pad)
 {
     int64_t nb = (K + bs - 1) / bs, ns = nb + pad, blob = bs / 2;
-    int32_t zero = (int32_t)(rnd() % 16);
+    int32_t zero = (int32_t)(unit_rnd() % 16);
     uint8_t *q = malloc((size_t)(N * nb * blob));
     float *scale = calloc((size_t)(N * ns), sizeof *scale);
     uint8_t *zp = calloc((size_t)(N * ns), 1);
@@ -42,14 +31,14 @@ static void one_case(kiln_nbits_q8_level level, kiln_threadpool *pool, kiln_scra
     float *Y = malloc((size_t)(M * N) * sizeof *Y);
     int8_t *qa = malloc((size_t)K);
     float *sa = malloc((size_t)nb * sizeof *sa);
-    for (int64_t i = 0; i < N * nb * blob; i++) q[i] = (uint8_t)(rnd() >> 32);
+    for (int64_t i = 0; i < N * nb * blob; i++) q[i] = (uint8_t)(unit_rnd() >> 32);
     for (int64_t n = 0; n < N; n++)
         for (int64_t b = 0; b < nb; b++) {
-            scale[n * ns + b] = unif(0.01f, 0.2f);
-            zp[n * ns + b] = (uint8_t)(rnd() % 16);
+            scale[n * ns + b] = unit_unif(0.01f, 0.2f);
+            zp[n * ns + b] = (uint8_t)(unit_rnd() % 16);
         }
-    for (int64_t i = 0; i < M * K; i++) A[i] = unif(-2.0f, 2.0f);
-    for (int64_t n = 0; n < N; n++) bias[n] = unif(-1.0f, 1.0f);
+    for (int64_t i = 0; i < M * K; i++) A[i] = unit_unif(-2.0f, 2.0f);
+    for (int64_t n = 0; n < N; n++) bias[n] = unit_unif(-1.0f, 1.0f);
     kiln_nbits_q8_w w = {K, N, bs, q, scale, per_block_zp ? zp : NULL, zero, ns};
     CHECK(kiln_nbits_q8_gemm(level, pool, scratch, &w, M, A, bias_on ? bias : NULL, Y) == KILN_OK);
     bool ok = true;
@@ -99,8 +88,8 @@ int main(void)
             int64_t Ks[] = {bs / 2 + 3, bs + 5, 3 * bs, 128 + 9, 1000 + bs / 2 + 1, 4096};
             for (int k = 0; k < 6; k++)
                 for (int t = 0; t < 3; t++) {
-                    unsigned f = (unsigned)rnd();
-                    one_case((kiln_nbits_q8_level)lv, f & 1 ? pool : NULL, scratch, Ms[rnd() % 7], Ks[k], Ns[rnd() % 6],
+                    unsigned f = (unsigned)unit_rnd();
+                    one_case((kiln_nbits_q8_level)lv, f & 1 ? pool : NULL, scratch, Ms[unit_rnd() % 7], Ks[k], Ns[unit_rnd() % 6],
                              bs, f & 2, f & 4, f & 8 ? 3 : 0);
                 }
         }
@@ -123,18 +112,18 @@ int main(void)
         static const int64_t gM[] = {4, 5, 7, 8, 13, 130}, gK[] = {16 * 7 + 3, 200, 1000, 2048 + 17}, gN[] = {1, 15, 17, 33, 51};
         int compared = 0;
         for (int t = 0; t < 24; t++) {
-            int64_t M = gM[rnd() % 6], K = gK[rnd() % 4], N = gN[rnd() % 5], bs = (int64_t)16 << (rnd() % 5);
-            bool per_block = rnd() & 1, has_bias = rnd() & 1;
-            int64_t nb = (K + bs - 1) / bs, ns = nb + (int64_t)(rnd() % 3), blob = bs / 2;
+            int64_t M = gM[unit_rnd() % 6], K = gK[unit_rnd() % 4], N = gN[unit_rnd() % 5], bs = (int64_t)16 << (unit_rnd() % 5);
+            bool per_block = unit_rnd() & 1, has_bias = unit_rnd() & 1;
+            int64_t nb = (K + bs - 1) / bs, ns = nb + (int64_t)(unit_rnd() % 3), blob = bs / 2;
             uint8_t *q = malloc((size_t)(N * nb * blob)), *zp = malloc((size_t)(N * ns));
             float *scale = malloc((size_t)(N * ns) * sizeof *scale), *A = malloc((size_t)(M * K) * sizeof *A);
             float *bias = malloc((size_t)N * sizeof *bias), *Y0 = malloc((size_t)(M * N) * sizeof *Y0);
             float *Y1 = malloc((size_t)(M * N) * sizeof *Y1);
-            for (int64_t i = 0; i < N * nb * blob; i++) q[i] = (uint8_t)(rnd() >> 32);
-            for (int64_t i = 0; i < N * ns; i++) scale[i] = unif(0.01f, 0.2f), zp[i] = (uint8_t)(rnd() % 16);
-            for (int64_t i = 0; i < M * K; i++) A[i] = unif(-2.0f, 2.0f);
-            for (int64_t n = 0; n < N; n++) bias[n] = unif(-1.0f, 1.0f);
-            kiln_nbits_q8_w w = {K, N, bs, q, scale, per_block ? zp : NULL, (int32_t)(rnd() % 16), ns};
+            for (int64_t i = 0; i < N * nb * blob; i++) q[i] = (uint8_t)(unit_rnd() >> 32);
+            for (int64_t i = 0; i < N * ns; i++) scale[i] = unit_unif(0.01f, 0.2f), zp[i] = (uint8_t)(unit_rnd() % 16);
+            for (int64_t i = 0; i < M * K; i++) A[i] = unit_unif(-2.0f, 2.0f);
+            for (int64_t n = 0; n < N; n++) bias[n] = unit_unif(-1.0f, 1.0f);
+            kiln_nbits_q8_w w = {K, N, bs, q, scale, per_block ? zp : NULL, (int32_t)(unit_rnd() % 16), ns};
             CHECK(kiln_nbits_q8_gemm(KILN_NBITS_Q8_BASELINE, NULL, scratch, &w, M, A, has_bias ? bias : NULL, Y0) == KILN_OK);
             for (int lv = KILN_NBITS_Q8_BASELINE + 1; lv < KILN_NBITS_Q8_LEVELS; lv++) {
                 if (!kiln_nbits_q8_level_supported((kiln_nbits_q8_level)lv)) continue;
@@ -164,7 +153,7 @@ int main(void)
             q[(n * nb + n / bs) * (bs / 2) + (n % bs) / 2] = (uint8_t)(1 << (4 * (n & 1)));
             for (int64_t b = 0; b < nb; b++) scale[n * ns + b] = 1.0f;
         }
-        for (int64_t i = 0; i < M * K; i++) A[i] = unif(-3.0f, 3.0f) * (i % 5 ? 1.0f : 1e-3f);
+        for (int64_t i = 0; i < M * K; i++) A[i] = unit_unif(-3.0f, 3.0f) * (i % 5 ? 1.0f : 1e-3f);
         kiln_nbits_q8_w w = {K, K, bs, q, scale, NULL, 0, ns};
         for (int lv = KILN_NBITS_Q8_BASELINE; lv < KILN_NBITS_Q8_LEVELS; lv++) {
             if (!kiln_nbits_q8_level_supported((kiln_nbits_q8_level)lv)) continue;

@@ -8,21 +8,12 @@
 
 #include "core/scratch.h"
 #include "cpu/qgemm.h"
+#define UNIT_SEED 0x2545f4914f6cdd1dull
 #include "unit.h"
-
-static uint64_t rng = 0x2545f4914f6cdd1dull;
-
-static uint64_t rnd(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
 
 static void fill(uint8_t *p, size_t n)
 {
-    for (size_t i = 0; i < n; i++) p[i] = (uint8_t)(rnd() >> 24);
+    for (size_t i = 0; i < n; i++) p[i] = (uint8_t)(unit_rnd() >> 24);
 }
 
 /* the epilogue: adds 7 * (i0 + j0) + 1 to each element of its block, counting calls */
@@ -49,8 +40,8 @@ static void one_case(kiln_qgemm_level level, kiln_threadpool *pool, kiln_scratch
     int32_t *C = malloc((size_t)(M * ldc + 1) * sizeof *C), *R = malloc((size_t)(M * ldc + 1) * sizeof *R);
     fill(A, (size_t)(M * lda));
     fill(B, (size_t)(K * ldb));
-    for (int64_t j = 0; j <= N; j++) zp[j] = b_signed ? (int8_t)(rnd() >> 24) : (uint8_t)(rnd() >> 24);
-    int32_t a_zp = a_signed ? (int8_t)(rnd() >> 24) : (uint8_t)(rnd() >> 24);
+    for (int64_t j = 0; j <= N; j++) zp[j] = b_signed ? (int8_t)(unit_rnd() >> 24) : (uint8_t)(unit_rnd() >> 24);
+    int32_t a_zp = a_signed ? (int8_t)(unit_rnd() >> 24) : (uint8_t)(unit_rnd() >> 24);
     for (int64_t i = 0; i < M * ldc + 1; i++) C[i] = R[i] = (int32_t)0x5a5a5a5a;
     kiln_qgemm_ctx ctx = {.pool = pool, .scratch = scratch, .level = level};
     kiln_qgemm_packed_b *pb = NULL;
@@ -102,8 +93,8 @@ int main(void)
         }
         int before = cases_run;
         for (int t = 0; t < 120; t++) {
-            int64_t M = sizes[rnd() % ns], N = sizes[rnd() % ns], K = sizes[rnd() % ns];
-            unsigned f = (unsigned)rnd();
+            int64_t M = sizes[unit_rnd() % ns], N = sizes[unit_rnd() % ns], K = sizes[unit_rnd() % ns];
+            unsigned f = (unsigned)unit_rnd();
             one_case((kiln_qgemm_level)lv, f & 1 ? pool : NULL, f & 2 ? scratch : NULL, M, N, K, f & 4, f & 8, f & 16,
                      f & 32, f & 64 ? 3 : 0, f & 128);
         }
