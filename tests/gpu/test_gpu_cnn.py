@@ -519,9 +519,18 @@ def main():
     except kiln.KilnError as e:
         print(f"SKIP: no CUDA session ({e})")
         return 0
+    if os.environ.get("KILN_CUDNN") == "nofuse":  # the child below: the fused layers alone
+        test_conv_fused()
+        return summary("test_gpu_cnn (KILN_CUDNN=nofuse): ")
     for t in (test_conv, test_conv_fused, test_cudnn_loaded, test_conv_transpose, test_pool, test_resize,
               test_depth_space):
         t()
+    # the fused layers again with cuDNN's convolution alone and kiln's bias, residual and ReLU
+    import subprocess
+    r = subprocess.run([sys.executable, __file__], env=dict(os.environ, KILN_CUDNN="nofuse"), capture_output=True,
+                       text=True)
+    tail = (r.stdout + r.stderr).strip().splitlines()[-3:]
+    check("the fused layers again with KILN_CUDNN=nofuse", r.returncode == 0, " | ".join(tail))
     return summary("test_gpu_cnn: ")
 
 
