@@ -1,5 +1,10 @@
-/* blas_load.c - opens cuBLAS (hipBLAS under HIP) when the first CUDA session needs it. */
+/* blas_load.c - opens cuBLAS (hipBLAS under HIP), and cuBLASLt, when the first CUDA session
+ * needs them. */
 #include "gpu/blas.h"
+
+#include <stdlib.h>
+#include <string.h>
+
 #include "gpu/libload.h"
 
 kiln_blas_api kiln_blas;
@@ -50,5 +55,11 @@ static kiln_gpu_lib lt_lib = {
     .names = lt_names, .slots = lt_slots, .n = sizeof lt_names / sizeof *lt_names, .lock = PTHREAD_MUTEX_INITIALIZER,
 };
 
-kiln_status kiln_gpu_blaslt_open(kiln_err *err) { return kiln_gpu_lib_open(&lt_lib, err); }
+/* KILN_BLASLT=0 in the environment leaves cuBLASLt closed: the products take cuBLAS (an A/B). */
+kiln_status kiln_gpu_blaslt_open(kiln_err *err)
+{
+    const char *off = getenv("KILN_BLASLT");
+    if (off && !strcmp(off, "0")) return kiln_errf(err, KILN_ERR_UNSUPPORTED, "cuBLASLt turned off (KILN_BLASLT=0)");
+    return kiln_gpu_lib_open(&lt_lib, err);
+}
 #endif

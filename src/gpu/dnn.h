@@ -44,5 +44,9 @@ extern kiln_dnn_api kiln_dnn;
 /* Opens cuDNN once per process and fills kiln_dnn. Thread-safe; a failure (the library or a
  * symbol missing, or a HIP build) is reported every time, with dlerror's words. */
 kiln_status kiln_gpu_dnn_open(kiln_err *err);
+/* Whether a convolution with a bias and a ReLU takes cuDNN's fused call: false under
+ * KILN_CUDNN=nofuse (the convolution alone, the rest by kiln's kernels: an A/B of the fused
+ * call, whose set-up at a new shape costs ~1 ms a node). */
+bool kiln_gpu_dnn_fused(void);
 
 #endif

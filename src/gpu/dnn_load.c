@@ -11,6 +11,8 @@ kiln_status kiln_gpu_dnn_open(kiln_err *err)
 {
     return kiln_errf(err, KILN_ERR_UNSUPPORTED, "no DNN library in HIP builds");
 }
+
+bool kiln_gpu_dnn_fused(void) { return false; }
 #else
 kiln_dnn_api kiln_dnn;
 
@@ -46,5 +48,11 @@ kiln_status kiln_gpu_dnn_open(kiln_err *err)
     const char *off = getenv("KILN_CUDNN");
     if (off && !strcmp(off, "0")) return kiln_errf(err, KILN_ERR_UNSUPPORTED, "cuDNN turned off (KILN_CUDNN=0)");
     return kiln_gpu_lib_open(&lib, err);
+}
+
+bool kiln_gpu_dnn_fused(void)
+{
+    const char *mode = getenv("KILN_CUDNN");
+    return !mode || strcmp(mode, "nofuse");
 }
 #endif

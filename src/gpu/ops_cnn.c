@@ -165,7 +165,7 @@ typedef struct dnn_conv {
     cudnnActivationDescriptor_t relu;
     dnn_algo chosen;
     size_t ws;      /* bytes of workspace the algorithm takes */
-    bool no_fused;  /* cuDNN refused the fused epilogue: convolution, then the caller's */
+    bool no_fused;  /* cuDNN refused the fused epilogue (or KILN_CUDNN=nofuse): convolution, then the caller's */
     bool refused;   /* cuDNN refused the convolution itself: im2col + GEMM */
     bool borrowed;  /* the algorithm another batch size of this node chose (dnn_conv_run) */
 } dnn_conv;
@@ -229,10 +229,7 @@ static dnn_conv *dnn_conv_make(cudnnHandle_t h, kiln_dtype dtype, const kiln_nn_
     cudnnMathType_t math = dtype == KILN_DTYPE_FLOAT32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH;
     dnn_conv *d = calloc(1, sizeof *d);
     if (!d) return NULL;
-    /* KILN_CUDNN=nofuse: the convolution alone, bias, residual and ReLU by kiln's kernels (an A/B
-     * of cuDNN's fused call, whose set-up at a new shape costs ~1 ms a node) */
-    const char *env = getenv("KILN_CUDNN");
-    d->no_fused = env && !strcmp(env, "nofuse");
+    d->no_fused = !kiln_gpu_dnn_fused();
     if (!dnn_tensor(&d->x, dt, n, x) || !dnn_tensor(&d->y, dt, n, y) || !dnn_tensor(&d->b, dt, n, b) ||
         kiln_dnn.create_filter(&d->w) || kiln_dnn.set_filter(d->w, dt, CUDNN_TENSOR_NCHW, n, w) ||
         kiln_dnn.create_conv(&d->conv) ||

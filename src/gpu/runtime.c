@@ -756,11 +756,9 @@ kiln_status kiln_gpu_blaslt(kiln_run_ctx *c, void **handle, void **ws, size_t *w
     kiln_gpu_run *r = c->dev;
     if (!r->blaslt && !r->blaslt_tried && !r->capturing) { /* a recorded binding ran plainly first */
         r->blaslt_tried = true;
-        const char *env = getenv("KILN_BLASLT");
         kiln_err quiet = {0};
         cublasLtHandle_t h;
-        if ((!env || strcmp(env, "0")) && !kiln_gpu_blaslt_open(&quiet) && kiln_blaslt.create(&h) == CUBLAS_STATUS_SUCCESS)
-            r->blaslt = h;
+        if (!kiln_gpu_blaslt_open(&quiet) && kiln_blaslt.create(&h) == CUBLAS_STATUS_SUCCESS) r->blaslt = h;
     }
     if (!r->blaslt) return KILN_OK;
     void *blas;
