@@ -50,24 +50,12 @@ struct alignas(16) bytes16 {
     uint32_t w[4];
 };
 
-/* y[i] = x[offset of i], the offset decomposed in I (32-bit while the counts fit: a 64-bit
- * division is several times the cost, and the copy was bound by it, not by memory). Strides
- * may be negative (Slice's negative steps). */
+/* y[i] = x[offset of i], the offset decomposed in I (32-bit while the counts fit: the copy was
+ * bound by 64-bit divisions, not by memory). Strides may be negative (Slice's negative steps). */
 template <typename T, typename I>
 __global__ void strided_kernel(T *__restrict__ y, const T *__restrict__ x, kiln_gpu_shape s, int64_t n)
 {
-    KILN_GRID_LOOP(i, n) {
-        I off = 0, rem = (I)i;
-        /* unrolled to constant indices, so the shape stays in parameter space */
-#pragma unroll
-        for (int k = KILN_GPU_MAX_RANK - 1; k > 0; k--) {
-            if (k >= s.rank) continue;
-            I d = (I)s.dims[k], q = rem / d;
-            off += (rem - q * d) * (I)s.strides[k];
-            rem = q;
-        }
-        y[i] = x[off + (s.rank ? rem * (I)s.strides[0] : 0)];
-    }
+    KILN_GRID_LOOP(i, n) y[i] = x[kiln_strided_offset<I>(s, i)];
 }
 
 /* The copy in units of `unit` bytes (a multiple of esize): the innermost dim contiguous in x,
@@ -84,6 +72,14 @@ static bool widen(kiln_gpu_shape *s, int esize, int unit, const void *y, const v
     for (int k = 0; k < r - 1; k++) s->strides[k] /= f;
     *x_off /= f;
     return true;
+}
+
+/* The elements between x's first and last reads (the kernel's index type must hold it). */
+static int64_t strided_span(const kiln_gpu_shape &s, int64_t x_off)
+{
+    int64_t span = x_off < 0 ? -x_off : x_off;
+    for (int k = 0; k < s.rank; k++) span += (s.dims[k] - 1) * (s.strides[k] < 0 ? -s.strides[k] : s.strides[k]);
+    return span;
 }
 
 template <typename T>
@@ -107,16 +103,13 @@ extern "C" gpuError_t kiln_gpu_layout_strided(int esize, void *y, const void *x,
         kiln_gpu_shape w = s;
         int64_t off = x_off;
         if (!widen(&w, esize, unit, y, xb + x_off * esize, &off)) continue;
-        int64_t m = n / (unit / esize), span = 0;
-        for (int k = 0; k < w.rank; k++) span += (w.dims[k] - 1) * (w.strides[k] < 0 ? -w.strides[k] : w.strides[k]);
-        span += off < 0 ? -off : off;
+        int64_t m = n / (unit / esize), span = strided_span(w, off);
         if (unit == 16) strided_launch((bytes16 *)y, (const bytes16 *)x + off, w, m, span, st);
         else if (unit == 8) strided_launch((unsigned long long *)y, (const unsigned long long *)x + off, w, m, span, st);
         else strided_launch((uint32_t *)y, (const uint32_t *)x + off, w, m, span, st);
         return gpuGetLastError();
     }
-    int64_t span = x_off < 0 ? -x_off : x_off;
-    for (int k = 0; k < s.rank; k++) span += (s.dims[k] - 1) * (s.strides[k] < 0 ? -s.strides[k] : s.strides[k]);
+    int64_t span = strided_span(s, x_off);
     BY_SIZE(esize, strided_launch((T *)y, (const T *)x + x_off, s, n, span, st));
     return gpuGetLastError();
 }

@@ -118,17 +118,21 @@ static inline gpuError_t kiln_gpu_grant_smem(unsigned *granted, F fn, int bytes)
     return e;
 }
 
-/* Offset, under s's strides, of the element at flat index i of a contiguous tensor with s's dims. */
-__device__ __forceinline__ int64_t kiln_strided_offset(const kiln_gpu_shape &s, int64_t i)
+/* Offset, under s's strides, of the element at flat index i (< s's element count) of a
+ * contiguous tensor with s's dims, computed in I: int32_t where the caller knows every index and
+ * offset fits (a 64-bit division costs several times more). Unrolled to constant indices, so s
+ * stays in parameter space. Strides may be negative. */
+template <typename I = int64_t> __device__ __forceinline__ I kiln_strided_offset(const kiln_gpu_shape &s, int64_t i)
 {
-    int64_t off = 0;
-    for (int k = s.rank - 1; k >= 0; k--) {
-        int64_t d = s.dims[k];
-        int64_t q = i / d;
-        off += (i - q * d) * s.strides[k];
-        i = q;
+    I off = 0, rem = (I)i;
+#pragma unroll
+    for (int k = KILN_GPU_MAX_RANK - 1; k > 0; k--) {
+        if (k >= s.rank) continue;
+        I d = (I)s.dims[k], q = rem / d;
+        off += (rem - q * d) * (I)s.strides[k];
+        rem = q;
     }
-    return off;
+    return s.rank ? off + rem * (I)s.strides[0] : 0;
 }
 
 #endif
