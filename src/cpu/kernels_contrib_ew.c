@@ -149,7 +149,7 @@ static kiln_status rms_run(kiln_run_ctx *c)
     if (!h || (axis != -1 && axis != X->rank - 1) || X->dtype != KILN_DTYPE_FLOAT32 || !G ||
         G->dtype != KILN_DTYPE_FLOAT32 || G->rank > 1 || G->numel != h ||
         (Inv && (Inv->dtype != KILN_DTYPE_FLOAT32 || Inv->numel * h != X->numel)))
-        return n->op->run(c);
+        return kiln_cpu_reference(c);
     sln_job j = {X->data, NULL, G->data, NULL, NULL, Y->data, NULL, Inv ? Inv->data : NULL, NULL, h, 1,
                  kiln_attr_float(n, "epsilon", 1e-5f), false};
     kiln_threadpool_parallel_for(X->numel < (1 << 15) ? NULL : kiln_run_threadpool(c), X->numel / h, sln_rows, &j);
