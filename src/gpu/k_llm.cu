@@ -381,14 +381,23 @@ static int64_t gv_kper(const kiln_gpu_nbits *a, int splits)
  * of those halves and Q = sum a. The mma sums (1024 + q) a exactly in float, and a group adds
  * scale * (C - P - zero * Q). */
 #define TC_COLS 16
-#define TC_STAGES 4        /* the ring's groups: 3 in flight while one is computed */
-#define TC_BLOCKS_PER_SM 3 /* resident blocks a multiprocessor, the grid's bound */
+/* The ring's groups (5 in flight while one is computed) and the resident blocks a multiprocessor
+ * (the grid's bound): measured on an H100 against 3 blocks of 4 stages, a decode step's GEMVs
+ * 2304 -> 2068 us (bench_gemv_gpu.cu); overridable for such measurements */
+#ifndef TC_STAGES
+#define TC_STAGES 6
+#endif
+#ifndef TC_BLOCKS_PER_SM
+#define TC_BLOCKS_PER_SM 2
+#endif
 #define TC_SMEM_MAX (227 * 1024 / TC_BLOCKS_PER_SM - 1024) /* that many blocks in 228 KB */
 #define TC_RED_BYTES (WARPS * TC_COLS * 8 * 4) /* the warps' sums of a tile */
 #define TC_RING_BYTES (TC_STAGES * BLOCK * 48) /* a slot: 2 x 16 bytes of weights, 2 + 2 words */
 
 /* Bytes of shared memory for M rows over `groups` groups: sums, ring, staged halves and P/Q. */
 static int64_t tc_smem(int64_t M, int64_t groups) { return TC_RED_BYTES + TC_RING_BYTES + groups * (256 * M + 64); }
+/* a group of the most rows fits (kiln_gpu_nbits_splits' loop ends) */
+static_assert(TC_RED_BYTES + TC_RING_BYTES + 256 * KILN_GPU_NBITS_GEMV_MAX_M + 64 <= TC_SMEM_MAX, "tensor-core GEMV ring too large");
 
 __device__ __forceinline__ uint32_t tc_lop(uint32_t w, uint32_t mask)
 {
@@ -757,7 +766,7 @@ static gpuError_t tc_launch(gpuStream_t s, const kiln_gpu_nbits *a, int splits, 
     gpuError_t e = kiln_gpu_grant_smem(&granted, nbits_tc_kernel<SF32, ZPM>, TC_SMEM_MAX);
     if (e != gpuSuccess) return e;
     int64_t groups = (a->K + 127) / 128, gper = (groups + splits - 1) / splits;
-    int64_t tiles = (a->N + TC_COLS - 1) / TC_COLS, most = (TC_BLOCKS_PER_SM * (int64_t)a->sm_count + splits - 1) / splits;
+    int64_t tiles = (a->N + TC_COLS - 1) / TC_COLS, most = TC_BLOCKS_PER_SM * (int64_t)a->sm_count / splits;
     if (most < 1) most = 1;
     dim3 grid((unsigned)(tiles < most ? tiles : most), (unsigned)splits);
     /* programmatic dependent launch: the first weights load while the kernel ahead finishes */
@@ -896,6 +905,7 @@ extern "C" gpuError_t kiln_gpu_rotary(gpuStream_t s, int dtype, const void *x, v
 template <typename T>
 __global__ void silu_mul_kernel(const T *g, const T *u, T *y, int64_t n)
 {
+    kiln_pdl_trigger(); /* the GEMV after it may start loading its weights */
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         float gv = kiln_to_f(g[i]);
         y[i] = kiln_from_f<T>(gv / (1.0f + __expf(-gv)) * kiln_to_f(u[i]));
