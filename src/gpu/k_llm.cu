@@ -902,21 +902,25 @@ extern "C" gpuError_t kiln_gpu_rotary(gpuStream_t s, int dtype, const void *x, v
 /* ---- kiln.SiluMul ---- */
 
 /* y = g * sigmoid(g) * u, in float, grid-stride. */
+/* y[r, i] = silu(g[r * stride + i]) * u[r * stride + i] over rows of n elements (stride n: two
+ * tensors; 2n with u = g + n: the packed form) */
 template <typename T>
-__global__ void silu_mul_kernel(const T *g, const T *u, T *y, int64_t n)
+__global__ void silu_mul_kernel(const T *g, const T *u, T *y, int64_t total, int64_t n, int64_t stride)
 {
     kiln_pdl_trigger(); /* the GEMV after it may start loading its weights */
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        float gv = kiln_to_f(g[i]);
-        y[i] = kiln_from_f<T>(gv / (1.0f + __expf(-gv)) * kiln_to_f(u[i]));
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t at = stride == n ? i : i / n * stride + i % n;
+        float gv = kiln_to_f(g[at]);
+        y[i] = kiln_from_f<T>(gv / (1.0f + __expf(-gv)) * kiln_to_f(u[at]));
     }
 }
 
-extern "C" gpuError_t kiln_gpu_silu_mul(gpuStream_t s, int dtype, const void *g, const void *u, void *y, int64_t n)
+extern "C" gpuError_t kiln_gpu_silu_mul(gpuStream_t s, int dtype, const void *g, const void *u, void *y, int64_t total,
+                                        int64_t n, int64_t stride)
 {
-    if (n <= 0) return gpuSuccess;
-    unsigned nb = kiln_gpu_blocks(n, BLOCK);
-#define SILU(T) silu_mul_kernel<T><<<nb, BLOCK, 0, s>>>((const T *)g, (const T *)u, (T *)y, n)
+    if (total <= 0) return gpuSuccess;
+    unsigned nb = kiln_gpu_blocks(total, BLOCK);
+#define SILU(T) silu_mul_kernel<T><<<nb, BLOCK, 0, s>>>((const T *)g, (const T *)u, (T *)y, total, n, stride)
     if (dtype == KILN_DTYPE_FLOAT32) SILU(float);
     else if (dtype == KILN_DTYPE_FLOAT16) SILU(kiln_gpu_half);
     else if (dtype == KILN_DTYPE_BFLOAT16) SILU(kiln_gpu_bf16);

@@ -110,8 +110,11 @@ gpuError_t kiln_gpu_rms_rows(gpuStream_t s, int dtype, const void *x, const void
                              const void *bias, const void *scale, int64_t scale_n, void *y, void *sum, float *mean,
                              float *inv, int64_t rows, int64_t h, float eps);
 
-/* kiln.SiluMul: y = g * sigmoid(g) * u over n elements of dtype (float32, float16, bfloat16). */
-gpuError_t kiln_gpu_silu_mul(gpuStream_t s, int dtype, const void *g, const void *u, void *y, int64_t n);
+/* kiln.SiluMul: y = g * sigmoid(g) * u over `total` elements of dtype (float32, float16,
+ * bfloat16), rows of n, row r of g and u at r * stride (two tensors: stride n; the packed form:
+ * stride 2n, u = g + n). */
+gpuError_t kiln_gpu_silu_mul(gpuStream_t s, int dtype, const void *g, const void *u, void *y, int64_t total, int64_t n,
+                             int64_t stride);
 
 #ifdef __cplusplus
 }

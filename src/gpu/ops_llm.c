@@ -302,15 +302,26 @@ static kiln_status skip_sln_run(kiln_run_ctx *c)
 
 static bool silu_mul_supports(const kiln_node *n, char *why, size_t size)
 {
-    return input_is(n, 0, true, floats, why, size) && input_is(n, 1, true, floats, why, size) && kiln_gpu_same_dtype(n, 1, 0, why, size);
+    return input_is(n, 0, true, floats, why, size) && (n->n_in < 2 || (input_is(n, 1, true, floats, why, size) &&
+                                                                        kiln_gpu_same_dtype(n, 1, 0, why, size)));
 }
 
 static kiln_status silu_mul_run(kiln_run_ctx *c)
 {
     const kiln_value *G = kiln_run_in(c, 0), *U = kiln_run_in(c, 1);
     kiln_value *Y = kiln_run_out(c, 0);
-    if (!Y || U->numel != G->numel || U->dtype != G->dtype || Y->dtype != G->dtype) return kiln_gpu_fallback(c);
-    return kiln_gpu_check(c, kiln_gpu_silu_mul(kiln_gpu_stream(c), G->dtype, G->data, U->data, Y->data, G->numel),
+    if (!Y || Y->dtype != G->dtype) return kiln_gpu_fallback(c);
+    gpuStream_t s = kiln_gpu_stream(c);
+    if (!U) { /* packed: the halves of each row of G */
+        int64_t h = G->rank ? G->dims[G->rank - 1] : 0;
+        if (!G->rank || h % 2 || Y->numel * 2 != G->numel) return kiln_gpu_fallback(c);
+        const char *g = G->data;
+        return kiln_gpu_check(c, kiln_gpu_silu_mul(s, G->dtype, g, g + (size_t)(h / 2) * kiln_dtype_size(G->dtype), Y->data,
+                                                   Y->numel, h / 2, h),
+                              "SiluMul");
+    }
+    if (U->numel != G->numel || U->dtype != G->dtype) return kiln_gpu_fallback(c);
+    return kiln_gpu_check(c, kiln_gpu_silu_mul(s, G->dtype, G->data, U->data, Y->data, G->numel, G->numel, G->numel),
                           "SiluMul");
 }
 

@@ -37,13 +37,15 @@ static kiln_kernel_fn gpu_select(kiln_provider *p, kiln_node *n, unsigned *host_
 
 /* The GPU's pass pipeline: a Conv's residual Add and ReLU join it (kiln.FusedConv), which cuDNN
  * applies in the convolution's epilogue; a dense layer's bias joins its MatMul (kiln.FusedMatMul,
- * cuBLASLt's epilogue); a gated MLP's SiLU(gate) * up becomes one kernel; what element-wise chains
+ * cuBLASLt's epilogue); a gated MLP's SiLU(gate) * up becomes one kernel, and its int4 gate and
+ * up products one product over the stacked weights; what element-wise chains
  * remain become one generated kernel each (kiln.FusedElementwise). */
 static const kiln_pass gpu_passes[] = {
     {"fuse_residual", kiln_pass_fuse_residual_gpu},
     {"fuse_activation", kiln_pass_fuse_activation_gpu},
     {"fuse_matmul_bias", kiln_pass_fuse_matmul_bias_gpu},
     {"fuse_silu_mul", kiln_pass_fuse_silu_mul},
+    {"fuse_gate_up", kiln_pass_fuse_gate_up},
     {"fuse_elementwise", kiln_gpu_pass_fuse_elementwise},
 };
 

@@ -254,10 +254,23 @@ static kiln_status channel_lookup_run(kiln_run_ctx *c)
 
 static kiln_status silu_mul_infer(kiln_infer_ctx *c)
 {
-    const kiln_type *g = kiln_infer_in(c, 0), *u = kiln_infer_in(c, 1);
-    if (!g || !u || kiln_infer_n_in(c) != 2) return kiln_infer_fail(c, KILN_ERR_MODEL, "needs inputs G and U");
+    int n_in = kiln_infer_n_in(c);
+    const kiln_type *g = kiln_infer_in(c, 0), *u = n_in == 2 ? kiln_infer_in(c, 1) : g;
+    if (!g || !u || n_in < 1 || n_in > 2) return kiln_infer_fail(c, KILN_ERR_MODEL, "needs inputs G and U, or H");
     if (g->dtype && !kiln_dtype_is_float(g->dtype))
         return kiln_infer_fail(c, KILN_ERR_MODEL, "G must be a float type, is %s", kiln_dtype_name(g->dtype));
+    if (n_in == 1) { /* packed: Y is H with its last dim halved */
+        if (g->rank == 0) return kiln_infer_fail(c, KILN_ERR_SHAPE, "H is a scalar");
+        if (g->rank < 0) return kiln_infer_set_out(c, 0, g->dtype, -1, NULL);
+        kiln_dim d[KILN_MAX_RANK];
+        memcpy(d, g->dims, (size_t)g->rank * sizeof *d);
+        kiln_dim last = d[g->rank - 1];
+        if (kiln_dim_is_const(last) && last.c % 2)
+            return kiln_infer_fail(c, KILN_ERR_SHAPE, "H's last dim %lld is odd", (long long)last.c);
+        d[g->rank - 1] = kiln_dim_is_const(last) ? kiln_dim_const(last.c / 2)
+                                                 : kiln_dim_floordiv(kiln_infer_dims(c), last, kiln_dim_const(2));
+        return kiln_infer_set_out(c, 0, g->dtype, g->rank, d);
+    }
     if (g->dtype && u->dtype && g->dtype != u->dtype)
         return kiln_infer_fail(c, KILN_ERR_MODEL, "G is %s, U %s", kiln_dtype_name(g->dtype), kiln_dtype_name(u->dtype));
     if (g->rank >= 0 && u->rank >= 0) {
@@ -267,20 +280,30 @@ static kiln_status silu_mul_infer(kiln_infer_ctx *c)
     return kiln_infer_same_as_input(c, 0, 0);
 }
 
-/* The unfused chain, each node's result rounded to the type: s = Sigmoid(G), t = G * s, Y = t * U. */
+/* The unfused chain, each node's result rounded to the type: s = Sigmoid(G), t = G * s, Y = t * U;
+ * G and U rows of n elements, at row r: g + r * gs, u + r * us. */
 static kiln_status silu_mul_run(kiln_run_ctx *c)
 {
     const kiln_value *g = kiln_run_in(c, 0), *u = kiln_run_in(c, 1);
     kiln_value *y = kiln_run_out(c, 0);
-    if (g->numel != u->numel || g->dtype != u->dtype)
+    int64_t n = g->numel, rows = 1, gs = 0, us = 0, uo = 0; /* two inputs: one row of all elements */
+    if (!u) { /* packed: G and U the halves of each row of H */
+        int64_t h = g->rank ? g->dims[g->rank - 1] : 0;
+        if (!g->rank || h % 2 || y->numel * 2 != g->numel)
+            return kiln_run_fail(c, KILN_ERR_SHAPE, "H's last dim (%lld) must be even", (long long)h);
+        n = h / 2, rows = h ? g->numel / h : 0, gs = us = h, uo = n;
+        u = g;
+    } else if (g->numel != u->numel || g->dtype != u->dtype) {
         return kiln_run_fail(c, KILN_ERR_SHAPE, "U (%s, %lld elements) does not fit G (%s, %lld elements)",
                              kiln_dtype_name(u->dtype), (long long)u->numel, kiln_dtype_name(g->dtype), (long long)g->numel);
-    for (int64_t i = 0; i < g->numel; i++) {
-        double gv = kiln_load_f64(g->dtype, g->data, i);
-        double sv = kiln_round_to(g->dtype, 1.0 / (1.0 + exp(-gv)));
-        double tv = kiln_round_to(g->dtype, gv * sv);
-        kiln_store_f64(y->dtype, y->data, i, tv * kiln_load_f64(u->dtype, u->data, i));
     }
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t i = 0; i < n; i++) {
+            double gv = kiln_load_f64(g->dtype, g->data, r * gs + i);
+            double sv = kiln_round_to(g->dtype, 1.0 / (1.0 + exp(-gv)));
+            double tv = kiln_round_to(g->dtype, gv * sv);
+            kiln_store_f64(y->dtype, y->data, r * n + i, tv * kiln_load_f64(u->dtype, u->data, r * us + uo + i));
+        }
     return KILN_OK;
 }
 

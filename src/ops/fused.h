@@ -11,6 +11,9 @@
  *                                   8-bit type: a QDQ chain per channel, tabulated (fuse_qdq.c)
  *   kiln.SiluMul(G, U)            = G * Sigmoid(G) * U       G and U of one float type and shape:
  *                                   a gated MLP's activation (fuse_silu_mul.c)
+ *   kiln.SiluMul(H)               = the same of G = H[..., :n], U = H[..., n:], n half H's last
+ *                                   dim: the output of one product over the stacked gate and up
+ *                                   weights (fuse_gate_up.c)
  *   kiln.FusedElementwise(X...)   = a chain of element-wise nodes as one program (kiln_ewp below,
  *                                   fuse_elementwise.c): Y's dims the broadcast of the inputs'
  *

@@ -32,6 +32,9 @@ kiln_status kiln_pass_fuse_activation_gpu(kiln_graph *g, int *fused, kiln_err *e
 /* Mul(Mul(g, Sigmoid(g)), u) -> kiln.SiluMul(g, u) for float g and u of equal dims, the inner
  * nodes read by nothing else (fuse_silu_mul.c). GPU sessions. *fused receives the count. */
 kiln_status kiln_pass_fuse_silu_mul(kiln_graph *g, int *fused, kiln_err *err);
+/* kiln.SiluMul(MatMulNBits(A, gate), MatMulNBits(A, up)) -> kiln.SiluMul(MatMulNBits(A, [gate; up]))
+ * for constant weights and equal attributes (fuse_gate_up.c). GPU sessions, after fuse_silu_mul. */
+kiln_status kiln_pass_fuse_gate_up(kiln_graph *g, int *fused, kiln_err *err);
 /* com.microsoft FusedConv -> kiln.FusedConv where the activation is one kiln fuses (adopt_ms_fused_conv.c). */
 kiln_status kiln_pass_adopt_ms_fused_conv(kiln_graph *g, int *changed, kiln_err *err);
 

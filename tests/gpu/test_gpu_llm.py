@@ -286,6 +286,42 @@ def test_silu_mul():
                     [{"G": rand(*shape, dtype=dt, scale=sc), "U": rand(*shape, dtype=dt)} for sc in (1, 6)], tol * 10, tol)
 
 
+def gate_up_case(M_shapes, K, N, bs, zp, sdt, bias):
+    """A gated MLP's products as the model builder writes them: gate and up MatMulNBits of one A,
+    SiLU(gate) * up written out."""
+    nodes, inits = [], []
+    for p in ("g", "u"):
+        m, _ = lo.nbits_case(((1,),), K, N, 4, bs, zp=zp, sdt=sdt, bias=bias)
+        node = m.graph.node[0]
+        for t in m.graph.initializer:
+            t.name = f"{p}_{t.name}"
+            inits.append(t)
+        ins = [n if i == 0 or not n else f"{p}_{n}" for i, n in enumerate(node.input)]
+        nodes.append(helper.make_node("MatMulNBits", ins, [p.upper()], domain=MS, K=K, N=N, bits=4, block_size=bs,
+                                      accuracy_level=0))
+    nodes += [helper.make_node("Sigmoid", ["G"], ["s"]), helper.make_node("Mul", ["G", "s"], ["a"]),
+              helper.make_node("Mul", ["a", "U"], ["Y"])]
+    m = lo.model(nodes, [lo.vi("A", lo.tt(sdt), 3)], [lo.out("Y")], inits=inits)
+    return m, [{"A": rand(*ms, K, dtype=sdt)} for ms in M_shapes]
+
+
+def test_gate_up():
+    """Gate and up MatMulNBits read by SiLU(gate) * up: the GPU passes make them one product over
+    the stacked weights read by kiln.SiluMul in its packed form; against the reference and ORT."""
+    for bs, sdt in ((128, np.float16), (32, np.float16), (32, np.float32)):
+        for K, N in ((bs * 2, 24), (bs * 3 + 5, 17), (4096, 300)):
+            for zp in ("packed", "none", "float"):
+                bias = K % 2 == 1
+                m, feeds = gate_up_case(((1, 1), (1, 3), (2, 5)), K, N, bs, zp, sdt, bias)
+                name = f"gate/up bs={bs} K={K} N={N} zp={zp} bias={bias} {np.dtype(sdt).name}"
+                tol = 1e-2 if sdt == np.float16 else 5e-4
+                compare(name, m, feeds, tol, tol)
+                if PROVIDER != "cuda":
+                    continue
+                ops = [op for _, op, _ in kiln.Session(m.SerializeToString(), provider=PROVIDER).nodes()]
+                check(f"{name}: one product, packed SiluMul", ops.count("MatMulNBits") == 1 and "SiluMul" in ops, ops)
+
+
 def test_rotary():
     for dt in (np.float32, np.float16):
         for inter in (0, 1):
@@ -473,6 +509,7 @@ def main():
         test_norms()
         test_rotary()
         test_silu_mul()
+        test_gate_up()
     if "gen" in PARTS or "cycles" in PARTS:
         with tempfile.TemporaryDirectory() as work:
             # accuracy_level 1 on every GQA folder: the GPU's MatMulNBits computes in float32 at

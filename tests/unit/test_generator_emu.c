@@ -10,6 +10,8 @@
 #include "emu_device.h"
 #include "exec/test_hooks.h"
 #include "kiln.h"
+#include "passes/pass.h"
+#include "passes/passes.h"
 #include "unit.h"
 
 #define STEPS 24
@@ -54,12 +56,19 @@ static kiln_status generate(const char *dir, kiln_provider_kind provider, int ba
     return st;
 }
 
-static void compare(const char *dir, int batch)
+/* The GPU provider's LLM passes on the emulated device: kiln.SiluMul, and the gate and up products
+ * as one over the stacked weights, which the SiluMul reads packed. */
+static const kiln_pass llm_passes[] = {{"fuse_silu_mul", kiln_pass_fuse_silu_mul}, {"fuse_gate_up", kiln_pass_fuse_gate_up}};
+
+/* Returns the device's node count. */
+static int compare(const char *dir, int batch, bool passes)
 {
     run cpu = {0}, emu = {0};
     kiln_test_device_provider(NULL);
     CHECK(generate(dir, KILN_PROVIDER_CPU, batch, &cpu) == KILN_OK);
-    kiln_test_device_provider(&emu_device);
+    kiln_provider_i dev = emu_device;
+    if (passes) dev.passes = llm_passes, dev.n_passes = 2;
+    kiln_test_device_provider(&dev);
     CHECK(generate(dir, KILN_PROVIDER_CUDA, batch, &emu) == KILN_OK);
     kiln_test_device_provider(NULL);
     if (cpu.logits && emu.logits && cpu.vocab == emu.vocab) {
@@ -73,8 +82,8 @@ static void compare(const char *dir, int batch)
                 if (d > worst) worst = d;
             }
         }
-        printf("test_generator_emu: %s batch %d: tokens %s, max relative logit difference %.3g\n", dir, batch,
-               same ? "equal" : "differ", worst);
+        printf("test_generator_emu: %s batch %d%s: tokens %s, max relative logit difference %.3g\n", dir, batch,
+               passes ? " (LLM passes)" : "", same ? "equal" : "differ", worst);
         CHECK(same);
         CHECK(worst < 1e-3);
         CHECK(emu.stats.compilations == 1);
@@ -83,12 +92,17 @@ static void compare(const char *dir, int batch)
     }
     free(cpu.logits);
     free(emu.logits);
+    return emu.stats.nodes_gpu;
 }
 
 int main(int argc, char **argv)
 {
     if (argc < 2) printf("test_generator_emu: no model folder given\n");
     for (int i = 1; i < argc; i++)
-        for (int batch = 1; batch <= 2; batch++) compare(argv[i], batch);
+        for (int batch = 1; batch <= 2; batch++) {
+            int plain = compare(argv[i], batch, false), fused = compare(argv[i], batch, true);
+            printf("test_generator_emu: %s: %d device nodes, %d with the LLM passes\n", argv[i], plain, fused);
+            CHECK(fused < plain); /* a layer's Sigmoid, Mul and up product fewer */
+        }
     return unit_report("test_generator_emu");
 }
