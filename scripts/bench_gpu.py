@@ -6,6 +6,9 @@ models and inputs, on the GPU machine. Figures, not a test: it fails only when i
   mobilenet_v3, efficientnet_b0, convnext_tiny, vit_b_16
             the torchvision models of those names (MobileNetV3-Large for mobilenet_v3), the same way
   bert      transformers BertModel (bert-base BertConfig, random init), seq 128, batch 1 and 32
+  gpt2      transformers GPT2LMHeadModel (gpt2 config, random init), one decode step with a KV cache
+            of 128 positions (inputs input_ids, attention_mask, past_key_values.N.key/value; outputs
+            logits and present.N.key/value), batch 1 and 32
   encoder   the TTS-like encoder of tests/models/make_models.py, batch 1, lengths 16, 64, 128, 256, 512
             (PyTorch runs a port of it on the ONNX model's own weights)
 
@@ -239,8 +242,9 @@ def vision(name, torch, dtype, tmp):
         m = m.half()
     tdt = torch.float16 if dtype == "fp16" else torch.float32
     path = os.path.join(tmp, f"{name}_{dtype}.onnx")
-    # (the TorchScript exporter writes ViT's attention reshapes with batch 1 as a constant)
-    how = export(torch, m, (torch.randn(1, 3, 224, 224, device="cuda", dtype=tdt),), path, ["input"], ["logits"],
+    # (the TorchScript exporter writes ViT's attention reshapes with batch 1 as a constant; the
+    # dynamo one specializes a dim whose example is 1: the example batch is 2)
+    how = export(torch, m, (torch.randn(2, 3, 224, 224, device="cuda", dtype=tdt),), path, ["input"], ["logits"],
                  {"input": {0: "batch"}, "logits": {0: "batch"}}, dynamo_first=name == "vit_b_16")
 
     def inputs(batch):
@@ -282,6 +286,68 @@ def bert(torch, dtype, tmp, seq=128):
         mask = torch.ones_like(i)
         return (i, mask), {"input_ids": i.cpu().numpy(), "attention_mask": mask.cpu().numpy()}
     return Wrap(fast).eval(), path, how, inputs, [(f"batch 1 seq {seq}", 1), (f"batch 32 seq {seq}", 32)]
+
+
+def gpt2(torch, dtype, tmp, past=128):
+    """GPT-2 (124M shape, random init) as a decode step: one new token a row against a KV cache of
+    `past` positions, logits and the presents out; PyTorch runs its SDPA attention, the export
+    traces the plain one (same weights)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+    cfg = GPT2Config()
+    torch.manual_seed(0)
+    try:
+        fast = GPT2LMHeadModel(GPT2Config(attn_implementation="sdpa"))
+        plain = GPT2LMHeadModel(GPT2Config(attn_implementation="eager"))
+        plain.load_state_dict(fast.state_dict())
+    except Exception:  # noqa: BLE001 - older transformers: one model
+        fast = plain = GPT2LMHeadModel(cfg)
+    fast, plain = fast.eval().cuda(), plain.eval().cuda()
+    if dtype == "fp16":
+        fast, plain = fast.half(), plain.half()
+    tdt = torch.float16 if dtype == "fp16" else torch.float32
+    L, H, D = cfg.n_layer, cfg.n_head, cfg.n_embd // cfg.n_head
+    path = os.path.join(tmp, f"gpt2_{dtype}.onnx")
+
+    class Step(torch.nn.Module):  # flat tensors in and out: ids, mask, past k/v per layer
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, input_ids, attention_mask, *kv):
+            try:
+                from transformers import DynamicCache
+                cache = DynamicCache()
+                for i in range(L):
+                    cache.update(kv[2 * i], kv[2 * i + 1], i)
+            except ImportError:  # older transformers: the tuple form
+                cache = tuple((kv[2 * i], kv[2 * i + 1]) for i in range(L))
+            out = self.m(input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache, use_cache=True)
+            pk = out.past_key_values
+            if hasattr(pk, "layers"):
+                flat = [t for layer in pk.layers for t in (layer.keys, layer.values)]
+            elif hasattr(pk, "key_cache"):
+                flat = [t for i in range(L) for t in (pk.key_cache[i], pk.value_cache[i])]
+            else:
+                flat = [t for kvp in pk for t in kvp]
+            return (out.logits, *flat)
+
+    def inputs(batch):
+        ids = torch.randint(0, cfg.vocab_size, (batch, 1), device="cuda")
+        mask = torch.ones(batch, past + 1, dtype=torch.int64, device="cuda")
+        kv = [torch.randn(batch, H, past, D, device="cuda", dtype=tdt) for _ in range(2 * L)]
+        feeds = {"input_ids": ids.cpu().numpy(), "attention_mask": mask.cpu().numpy()}
+        for i in range(L):
+            feeds[f"past_key_values.{i}.key"] = kv[2 * i].cpu().numpy()
+            feeds[f"past_key_values.{i}.value"] = kv[2 * i + 1].cpu().numpy()
+        return (ids, mask, *kv), feeds
+
+    names = [f"past_key_values.{i}.{t}" for i in range(L) for t in ("key", "value")]
+    outs = ["logits"] + [f"present.{i}.{t}" for i in range(L) for t in ("key", "value")]
+    axes = {"input_ids": {0: "batch"}, "attention_mask": {0: "batch", 1: "total"}, "logits": {0: "batch"}}
+    axes.update({n: {0: "batch", 2: "past"} for n in names})
+    axes.update({n: {0: "batch", 2: "total"} for n in outs[1:]})
+    how = export(torch, Step(plain), inputs(2)[0], path, ["input_ids", "attention_mask", *names], outs, axes)
+    return Step(fast).eval(), path, how, inputs, [("batch 1 past 128", 1), ("batch 32 past 128", 32)]
 
 
 class NumpyOps:
@@ -388,7 +454,7 @@ def main():
     ap.add_argument("--kiln-lib", default=os.environ.get("KILN_LIB"))
     ap.add_argument("--md", default=os.path.join(os.environ["OUT"], "bench_gpu.md") if os.environ.get("OUT") else None)
     ap.add_argument("--models", default="resnet50,bert,encoder",
-                    help="of resnet50, mobilenet_v3, efficientnet_b0, convnext_tiny, vit_b_16, bert, encoder")
+                    help="of resnet50, mobilenet_v3, efficientnet_b0, convnext_tiny, vit_b_16, bert, gpt2, encoder")
     ap.add_argument("--dtypes", default="fp32,fp16")
     ap.add_argument("--budget", type=float, default=230.0)
     ap.add_argument("--no-compile", action="store_true")
@@ -401,7 +467,7 @@ def main():
         os.environ["KILN_LIB"] = a.kiln_lib
     models = [m for m in a.models.split(",") if m]
     dtypes = [d for d in a.dtypes.split(",") if d]
-    bad = [m for m in models if m not in ("bert", "encoder", *VISION)] + [d for d in dtypes if d not in ("fp32", "fp16")]
+    bad = [m for m in models if m not in ("bert", "gpt2", "encoder", *VISION)] + [d for d in dtypes if d not in ("fp32", "fp16")]
     if bad:
         ap.error(f"unknown model or dtype: {bad}")
     try:
@@ -423,7 +489,7 @@ def main():
     rows, compile_jobs, new_shapes = [], [], []
     tmp = a.model_dir or tempfile.mkdtemp(prefix="kiln-bench-")
     os.makedirs(tmp, exist_ok=True)
-    builders = {"bert": bert, **{v: (lambda torch, dtype, tmp, v=v: vision(v, torch, dtype, tmp)) for v in VISION}}
+    builders = {"bert": bert, "gpt2": gpt2, **{v: (lambda torch, dtype, tmp, v=v: vision(v, torch, dtype, tmp)) for v in VISION}}
     for name in models:
         for dtype in dtypes:
             label = f"{name} {dtype}"
