@@ -544,8 +544,15 @@ def main():
                         loop = KilnLoop(sess, feeds, device=(tin, tout))
                         loop()
                         torch.cuda.synchronize()
-                        if not np.array_equal(tout[0].cpu().numpy(), got):
-                            raise RuntimeError("device-bound output differs from the host run's")
+                        bound = tout[0].cpu().numpy()
+                        if not np.array_equal(bound, got):
+                            # a repeated shape may run another GEMM algorithm than its first run
+                            # (which borrows its shape class's): rounding apart, the two agree
+                            d = float(np.max(np.abs(bound.astype(np.float64) - got))) if got.size else 0.0
+                            top = float(np.max(np.abs(got))) if got.size else 0.0
+                            if not d <= (1e-2 if dtype == "fp16" else 1e-4) * max(top, 1.0):
+                                raise RuntimeError(f"device-bound output differs from the host run's by {d:.3g}")
+                            row["note"] = f"bound run vs first run {d:.2g}"
                         row["kiln"] = median_ms(loop, warmup=5, max_runs=max_runs)
                         if a.profile and (a.profile == "all" or a.profile in shape_label):
                             log(f"{label} {shape_label}: kiln's kernels over 5 runs\n" + kernel_profile(torch, loop))
