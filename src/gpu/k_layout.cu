@@ -267,25 +267,48 @@ extern "C" gpuError_t kiln_gpu_layout_pad(int esize, void *y, const void *x, int
 
 /* ---- Gather, GatherElements, GatherND ---- */
 
-template <typename T>
-__global__ void gather_kernel(T *__restrict__ y, const T *__restrict__ x, const void *__restrict__ ind,
-                              int idx64, int64_t n, int64_t m, int64_t inner, int64_t total)
+/* y[o, j, e] = x[o, ind[j], e] (0 for an index out of range), e over `inner` units of U: the
+ * widest unit dividing a row of elements and both addresses; I the index arithmetic's type. */
+template <typename U, typename I>
+__global__ void gather_kernel(U *__restrict__ y, const U *__restrict__ x, const void *__restrict__ ind, int idx64, I n,
+                              I m, I inner, I total)
 {
-    KILN_GRID_LOOP(i, total) {
-        int64_t e = i % inner, r = i / inner, j = r % m, o = r / m;
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
+        I r = i / inner, e = i - r * inner, o = r / m, j = r - o * m;
         int64_t p = index_at(idx64, ind, j);
         if (p < 0) p += n;
-        y[i] = p >= 0 && p < n ? x[(o * n + p) * inner + e] : (T)0;
+        y[i] = p >= 0 && p < n ? x[(o * n + (I)p) * inner + e] : U();
     }
+}
+
+template <typename U>
+static void gather_launch(void *y, const void *x, const void *ind, int idx64, int64_t n, int64_t m, int64_t inner,
+                          int64_t total, gpuStream_t st)
+{
+    unsigned nb = kiln_gpu_blocks(total, BLOCK);
+    if (n * inner < INT32_MAX && total < INT32_MAX - (int64_t)nb * BLOCK)
+        gather_kernel<U, int><<<nb, BLOCK, 0, st>>>((U *)y, (const U *)x, ind, idx64, (int)n, (int)m, (int)inner, (int)total);
+    else
+        gather_kernel<U, int64_t><<<nb, BLOCK, 0, st>>>((U *)y, (const U *)x, ind, idx64, n, m, inner, total);
 }
 
 extern "C" gpuError_t kiln_gpu_layout_gather(int esize, int idx64, void *y, const void *x, const void *ind,
                                              int64_t outer, int64_t n, int64_t m, int64_t inner, gpuStream_t st)
 {
-    int64_t total = outer * m * inner;
-    if (total <= 0) return gpuSuccess;
-    unsigned nb = kiln_gpu_blocks(total, BLOCK);
-    BY_SIZE(esize, gather_kernel<T><<<nb, BLOCK, 0, st>>>((T *)y, (const T *)x, ind, idx64, n, m, inner, total));
+    if (outer * m * inner <= 0) return gpuSuccess;
+    if (esize != 1 && esize != 2 && esize != 4 && esize != 8) return gpuErrorInvalidValue;
+    int64_t row = inner * esize;
+    uint64_t all = (uint64_t)(uintptr_t)y | (uint64_t)(uintptr_t)x | (uint64_t)row;
+    int unit = 16;
+    while (unit > esize && (all & (uint64_t)(unit - 1))) unit /= 2;
+    int64_t units = row / unit, total = outer * m * units;
+    switch (unit) {
+    case 16: gather_launch<unit16>(y, x, ind, idx64, n, m, units, total, st); break;
+    case 8: gather_launch<unsigned long long>(y, x, ind, idx64, n, m, units, total, st); break;
+    case 4: gather_launch<uint32_t>(y, x, ind, idx64, n, m, units, total, st); break;
+    case 2: gather_launch<uint16_t>(y, x, ind, idx64, n, m, units, total, st); break;
+    default: gather_launch<uint8_t>(y, x, ind, idx64, n, m, units, total, st); break;
+    }
     return gpuGetLastError();
 }
 
