@@ -476,17 +476,63 @@ __global__ void softmax_cols_kernel(const T *x, T *y, int64_t outer, int64_t n, 
     }
 }
 
+/* Rows of n <= 32 R elements a warp each, held in registers: one read and one write of memory
+ * and one exp per element (softmax_rows_kernel reads a row three times and takes exp twice);
+ * the same arithmetic in the same order. */
+template <typename T, int R>
+__global__ void softmax_held_kernel(const T *x, T *y, int64_t outer, int n, bool lg)
+{
+    const int per_block = BLOCK / 32, lane = threadIdx.x % 32;
+    for (int64_t o = (int64_t)blockIdx.x * per_block + threadIdx.x / 32; o < outer;
+         o += (int64_t)gridDim.x * per_block) {
+        const T *xr = x + o * n;
+        T *yr = y + o * n;
+        float v[R], m = -INFINITY, sum = 0.f;
+#pragma unroll
+        for (int k = 0; k < R; k++) {
+            const int j = lane + 32 * k;
+            v[k] = j < n ? kiln_to_f<T>(xr[j]) : -INFINITY;
+            m = op_max_shift()(m, v[k]);
+        }
+        m = group_all<32>(m, op_max_shift());
+#pragma unroll
+        for (int k = 0; k < R; k++) {
+            const float d = v[k] - m, e = lane + 32 * k < n ? expf(d) : 0.f;
+            sum += e;
+            v[k] = lg ? d : e;
+        }
+        sum = group_all<32>(sum, op_add_f());
+        const float ls = logf(sum), inv = 1.f / sum;
+#pragma unroll
+        for (int k = 0; k < R; k++) {
+            const int j = lane + 32 * k;
+            if (j < n) yr[j] = kiln_from_f<T>(lg ? v[k] - ls : v[k] * inv);
+        }
+    }
+}
+
+/* Elements a lane holds for rows of n (0: more than the held kernels take). */
+static int held_per_lane(int64_t n)
+{
+    return n <= 128 ? 4 : n <= 256 ? 8 : n <= 512 ? 16 : n <= 1024 ? 32 : 0;
+}
+
 template <typename T>
 static void softmax_t(gpuStream_t s, const void *x, void *y, int64_t outer, int64_t n, int64_t inner, bool lg)
 {
     const T *xt = (const T *)x;
     T *yt = (T *)y;
+    unsigned warps = kiln_gpu_blocks(outer, BLOCK / 32);
     if (inner > 1)
         softmax_cols_kernel<T><<<kiln_gpu_blocks(outer * inner, BLOCK), BLOCK, 0, s>>>(xt, yt, outer, n, inner, lg);
     else if (n >= BLOCK_ROW_MIN || (outer < 256 && n >= 128))
         softmax_rows_kernel<T, BLOCK><<<kiln_gpu_blocks(outer, 1), BLOCK, 0, s>>>(xt, yt, outer, n, lg);
+    else if (held_per_lane(n) == 4) softmax_held_kernel<T, 4><<<warps, BLOCK, 0, s>>>(xt, yt, outer, (int)n, lg);
+    else if (held_per_lane(n) == 8) softmax_held_kernel<T, 8><<<warps, BLOCK, 0, s>>>(xt, yt, outer, (int)n, lg);
+    else if (held_per_lane(n) == 16) softmax_held_kernel<T, 16><<<warps, BLOCK, 0, s>>>(xt, yt, outer, (int)n, lg);
+    else if (held_per_lane(n) == 32) softmax_held_kernel<T, 32><<<warps, BLOCK, 0, s>>>(xt, yt, outer, (int)n, lg);
     else
-        softmax_rows_kernel<T, 32><<<kiln_gpu_blocks(outer, BLOCK / 32), BLOCK, 0, s>>>(xt, yt, outer, n, lg);
+        softmax_rows_kernel<T, 32><<<warps, BLOCK, 0, s>>>(xt, yt, outer, n, lg);
 }
 
 extern "C" gpuError_t kiln_gpu_softmax(gpuStream_t s, kiln_dtype dt, const void *x, void *y, int64_t outer,
@@ -583,16 +629,69 @@ static void norm_rows_launch(gpuStream_t s, unsigned blocks, const void *x, void
                                                                     p, mean_out, inv_out);
 }
 
+/* norm_rows_kernel for KILN_GPU_NP_COL parameters and rows of cols <= 32 R elements, a warp a row
+ * holding it in registers: one read and one write of memory a row (norm_rows_kernel reads it
+ * three times and decodes the parameters' offsets per element); the same arithmetic in the same
+ * order. */
+template <typename T, typename P, int R>
+__global__ void norm_held_kernel(const T *x, T *y, int64_t rows, int cols, float eps, bool center, const P *sc,
+                                 const P *bs, float *mean_out, float *inv_out)
+{
+    const int per_block = BLOCK / 32, lane = threadIdx.x % 32;
+    for (int64_t r = (int64_t)blockIdx.x * per_block + threadIdx.x / 32; r < rows;
+         r += (int64_t)gridDim.x * per_block) {
+        const T *xr = x + r * cols;
+        T *yr = y + r * cols;
+        float v[R], mean = 0.f, var = 0.f;
+#pragma unroll
+        for (int k = 0; k < R; k++) {
+            const int j = lane + 32 * k;
+            v[k] = j < cols ? kiln_to_f<T>(xr[j]) : 0.f;
+            mean += v[k];
+        }
+        mean = center ? group_all<32>(mean, op_add_f()) / (float)cols : 0.f;
+#pragma unroll
+        for (int k = 0; k < R; k++) {
+            const float d = v[k] - mean;
+            if (lane + 32 * k < cols) var += d * d;
+        }
+        var = group_all<32>(var, op_add_f()) / (float)cols;
+        const float inv = 1.f / sqrtf(var + eps);
+#pragma unroll
+        for (int k = 0; k < R; k++) {
+            const int j = lane + 32 * k;
+            if (j >= cols) continue;
+            float o = (v[k] - mean) * inv * kiln_to_f<P>(sc[j]);
+            if (bs) o += kiln_to_f<P>(bs[j]);
+            yr[j] = kiln_from_f<T>(o);
+        }
+        if (lane == 0) {
+            if (mean_out) mean_out[r] = mean;
+            if (inv_out) inv_out[r] = inv;
+        }
+    }
+}
+
 template <typename T, typename P>
 static void norm_rows_tp(gpuStream_t s, const void *x, void *y, int64_t rows, int64_t cols, float eps, bool center,
                          const norm_params &p, float *mean_out, float *inv_out)
 {
+    unsigned warps = kiln_gpu_blocks(rows, BLOCK / 32);
+    int held = p.pmode == KILN_GPU_NP_COL ? held_per_lane(cols) : 0;
+    const T *xt = (const T *)x;
+    T *yt = (T *)y;
+    const P *sc = (const P *)p.scale, *bs = (const P *)p.bias;
+#define HELD(R) norm_held_kernel<T, P, R><<<warps, BLOCK, 0, s>>>(xt, yt, rows, (int)cols, eps, center, sc, bs, mean_out, inv_out)
     if (cols >= BLOCK_ROW_MIN || (rows < 256 && cols >= 128))
         norm_rows_launch<T, P, BLOCK>(s, kiln_gpu_blocks(rows, 1), x, y, rows, cols, eps, center, p, mean_out,
                                       inv_out);
+    else if (held == 4) HELD(4);
+    else if (held == 8) HELD(8);
+    else if (held == 16) HELD(16);
+    else if (held == 32) HELD(32);
     else
-        norm_rows_launch<T, P, 32>(s, kiln_gpu_blocks(rows, BLOCK / 32), x, y, rows, cols, eps, center, p,
-                                   mean_out, inv_out);
+        norm_rows_launch<T, P, 32>(s, warps, x, y, rows, cols, eps, center, p, mean_out, inv_out);
+#undef HELD
 }
 
 /* norm_rows_tp<T, P> for the parameters' floating dtype pdt; false for another dtype. */
