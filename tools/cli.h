@@ -7,8 +7,6 @@
 
 #include "kiln.h"
 
-#define MAX_SPECS 64
-
 /* Prints "kiln: MESSAGE" on stderr; returns 1. */
 int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Opens a session, printing the error and returning NULL on failure. */
@@ -25,7 +23,7 @@ typedef struct spec {
 
 typedef struct run_args {
     const char *model;
-    spec specs[MAX_SPECS];
+    spec *specs; /* in the order given, n_specs of them */
     int n_specs;
     uint64_t seed;
     const char *out_dir;
@@ -40,8 +38,10 @@ typedef struct run_args {
 
 /* The provider named cpu or cuda; returns nonzero (after printing why) for another name. */
 int cli_parse_provider(const char *name, kiln_provider_kind *out);
-/* Parses the options of run ("run"), bench ("bench") or verify ("verify"). */
+/* Parses the options of run ("run"), bench ("bench") or verify ("verify"); on success the caller
+ * releases a with cli_free_run_args (on failure nothing is left to release). */
 int cli_parse_run_args(int argc, char **argv, const char *cmd, run_args *a);
+void cli_free_run_args(run_args *a);
 /* The inputs of run number k: the k-th --input/--shape for each input (the last one when it
  * has fewer), random data where only a shape or nothing is given. */
 int cli_make_inputs(kiln_session *s, const run_args *a, int k, uint64_t *rng, kiln_value **vals, const char **names);

@@ -71,7 +71,24 @@ int cli_parse_provider(const char *name, kiln_provider_kind *out)
     return 0;
 }
 
+void cli_free_run_args(run_args *a)
+{
+    for (int j = 0; j < a->n_specs; j++) free(a->specs[j].name);
+    free(a->specs);
+    a->specs = NULL;
+    a->n_specs = 0;
+}
+
+static int parse_run_args(int argc, char **argv, const char *cmd, run_args *a);
+
 int cli_parse_run_args(int argc, char **argv, const char *cmd, run_args *a)
+{
+    int rc = parse_run_args(argc, argv, cmd, a);
+    if (rc) cli_free_run_args(a);
+    return rc;
+}
+
+static int parse_run_args(int argc, char **argv, const char *cmd, run_args *a)
 {
     bool run = !strcmp(cmd, "run"), bench = !strcmp(cmd, "bench"), verify = !strcmp(cmd, "verify");
     memset(a, 0, sizeof *a);
@@ -86,9 +103,14 @@ int cli_parse_run_args(int argc, char **argv, const char *cmd, run_args *a)
             char *arg = argv[++i];
             char *eq = strrchr(arg, '=');
             if (!eq || eq == arg) return cli_fail("%s expects NAME=VALUE, got '%s'", opt, arg);
-            if (a->n_specs == MAX_SPECS) return cli_fail("too many --input/--shape options");
+            if (!(a->n_specs & (a->n_specs - 1))) { /* 0, 1, 2, 4, ...: grows to twice */
+                spec *grown = realloc(a->specs, (size_t)(a->n_specs ? 2 * a->n_specs : 1) * sizeof *grown);
+                if (!grown) return cli_fail("out of memory");
+                a->specs = grown;
+            }
             spec *sp = &a->specs[a->n_specs++];
-            sp->name = strndup(arg, (size_t)(eq - arg));
+            memset(sp, 0, sizeof *sp);
+            if (!(sp->name = strndup(arg, (size_t)(eq - arg)))) return cli_fail("out of memory");
             if (!strcmp(opt, "--input")) {
                 sp->file = eq + 1;
             } else if (parse_dims(eq + 1, sp->dims, &sp->rank)) {

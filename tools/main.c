@@ -366,7 +366,10 @@ static int cmd_run(int argc, char **argv, bool bench)
     opt.num_threads = a.threads;
     opt.provider = a.provider;
     kiln_session *s = cli_open_session(a.model, &opt);
-    if (!s) return 1;
+    if (!s) {
+        cli_free_run_args(&a);
+        return 1;
+    }
     double create_ms = now_ms() - t0;
     int n_in = kiln_session_input_count(s), n_out = kiln_session_output_count(s);
     kiln_value **in = calloc((size_t)n_in + 1, sizeof *in), **out = calloc((size_t)n_out + 1, sizeof *out);
@@ -476,7 +479,7 @@ out:
     free(out);
     free(in_names);
     free(out_names);
-    for (int j = 0; j < a.n_specs; j++) free(a.specs[j].name);
+    cli_free_run_args(&a);
     kiln_session_free(s);
     return rc;
 }

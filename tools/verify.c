@@ -297,6 +297,6 @@ int cmd_verify(int argc, char **argv)
 out:
     taps_free(&served);
     taps_free(&ref);
-    for (int j = 0; j < a.n_specs; j++) free(a.specs[j].name);
+    cli_free_run_args(&a);
     return rc;
 }
