@@ -53,7 +53,7 @@ static kiln_status gelu_run(kiln_run_ctx *c)
     kiln_value *Y = kiln_run_out(c, 0);
     int64_t h = X->rank ? X->dims[X->rank - 1] : 1;
     if (X->dtype != KILN_DTYPE_FLOAT32 || Y->numel != X->numel || (B && (B->dtype != KILN_DTYPE_FLOAT32 || B->numel != h)))
-        return n->op->run(c);
+        return kiln_cpu_reference(c);
     if (!X->numel) return KILN_OK;
     gelu_job j = {X->data, B ? B->data : NULL, Y->data, h, strcmp(n->op_type, "FastGelu") == 0};
     kiln_threadpool_parallel_for(X->numel < (1 << 15) ? NULL : kiln_run_threadpool(c), X->numel / h, gelu_rows, &j);
@@ -123,12 +123,12 @@ static kiln_status sln_run(kiln_run_ctx *c)
     if ((Mean && (Mean->dtype != KILN_DTYPE_FLOAT32 || Mean->numel * h != X->numel)) ||
         (Inv && (Inv->dtype != KILN_DTYPE_FLOAT32 || Inv->numel * h != X->numel)) ||
         (Sum && (Sum->dtype != KILN_DTYPE_FLOAT32 || Sum->numel != X->numel)))
-        return n->op->run(c);
+        return kiln_cpu_reference(c);
     bool vec = G && G->numel == h && G->dtype == KILN_DTYPE_FLOAT32 && (!Bt || (Bt->numel == h && Bt->dtype == KILN_DTYPE_FLOAT32)) &&
                (!Bi || (Bi->numel == h && Bi->dtype == KILN_DTYPE_FLOAT32));
     if ((X->rank != 2 && X->rank != 3) || !h || X->dtype != KILN_DTYPE_FLOAT32 || !S || S->dtype != KILN_DTYPE_FLOAT32 ||
         !vec || S->numel % h || X->numel % S->numel || S->dims[S->rank - 1] != h)
-        return n->op->run(c);
+        return kiln_cpu_reference(c);
     sln_job j = {X->data, S->data, G->data, Bt ? Bt->data : NULL, Bi ? Bi->data : NULL, Y->data,
                  Mean ? Mean->data : NULL, Inv ? Inv->data : NULL, Sum ? Sum->data : NULL, h, S->numel / h,
                  kiln_attr_float(n, "epsilon", 1e-12f), center};
@@ -216,12 +216,12 @@ static kiln_status embed_run(kiln_run_ctx *c)
         if (in[KILN_EMBED_WORD + i]) in[KILN_EMBED_WORD + i] = st->t[i];
     kiln_value *Y = kiln_run_out(c, 0), *MI = kiln_run_out(c, 1), *Sum = kiln_run_out(c, 2);
     char msg[192];
-    if (kiln_contrib_embed_check(in, msg, sizeof msg)) return n->op->run(c); /* it reports */
+    if (kiln_contrib_embed_check(in, msg, sizeof msg)) return kiln_cpu_reference(c); /* it reports */
     const kiln_value *ids = in[KILN_EMBED_IDS], *seg = in[KILN_EMBED_SEG], *pos = in[KILN_EMBED_POSIDS];
     const kiln_value *we = in[KILN_EMBED_WORD], *pe = in[KILN_EMBED_POS], *se = in[KILN_EMBED_SEGEMB];
     for (int i = KILN_EMBED_WORD; i <= KILN_EMBED_BETA; i++)
-        if (in[i] && in[i]->dtype != KILN_DTYPE_FLOAT32) return n->op->run(c);
-    if (!Y || Y->dtype != KILN_DTYPE_FLOAT32 || (Sum && Sum->dtype != KILN_DTYPE_FLOAT32)) return n->op->run(c);
+        if (in[i] && in[i]->dtype != KILN_DTYPE_FLOAT32) return kiln_cpu_reference(c);
+    if (!Y || Y->dtype != KILN_DTYPE_FLOAT32 || (Sum && Sum->dtype != KILN_DTYPE_FLOAT32)) return kiln_cpu_reference(c);
     int64_t B = ids->dims[0], S = ids->dims[1], H = we->dims[1], T = B * S;
     /* every id in range, else the reference names the token */
     for (int64_t t = 0; t < T; t++) {
@@ -229,9 +229,9 @@ static kiln_status embed_run(kiln_run_ctx *c)
         int64_t p = pos ? kiln_load_i64(pos->dtype, pos->data, pos->dims[0] == 1 ? t % S : t) : t % S;
         int64_t sg = seg ? kiln_load_i64(seg->dtype, seg->data, t) : 0;
         if (w < 0 || w >= we->dims[0] || p < 0 || p >= pe->dims[0] || (se && (sg < 0 || sg >= se->dims[0])))
-            return n->op->run(c);
+            return kiln_cpu_reference(c);
     }
-    if (!H || !T) return n->op->run(c);
+    if (!H || !T) return kiln_cpu_reference(c);
     embed_job j = {ids, seg, pos, we->data, pe->data, se ? se->data : NULL, in[KILN_EMBED_GAMMA]->data,
                    in[KILN_EMBED_BETA]->data, Y->data, Sum ? Sum->data : NULL, S, H,
                    kiln_attr_float(n, "epsilon", 1e-12f)};

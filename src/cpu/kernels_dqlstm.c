@@ -147,7 +147,7 @@ static kiln_status dqlstm_run(kiln_run_ctx *c)
                      *C0 = kiln_run_in(c, IN_C0);
     if (kiln_run_in(c, IN_LENS) || kiln_run_in(c, IN_P) || X->dtype != KILN_DTYPE_FLOAT32 || X->rank != 3 ||
         X->dims[2] != s->I)
-        return n->op->run(c);
+        return kiln_cpu_reference(c);
     int dirs = s->dirs;
     int64_t S = X->dims[0], Bn = X->dims[1], I = s->I, Hs = s->H, G = 4 * Hs;
     if ((Bv && (Bv->dtype != KILN_DTYPE_FLOAT32 || Bv->numel != dirs * 2 * G)) ||

@@ -115,13 +115,13 @@ static kiln_status lstm_run(kiln_run_ctx *c)
     const kiln_value *X = kiln_run_in(c, 0), *Bv = kiln_run_in(c, 3), *H0 = kiln_run_in(c, 5), *C0 = kiln_run_in(c, 6);
     int64_t layout = kiln_attr_int(n, "layout", 0);
     if (kiln_run_in(c, 4) || kiln_run_in(c, 7) || X->dtype != KILN_DTYPE_FLOAT32 || X->rank != 3 || X->dims[2] != s->I)
-        return n->op->run(c);
+        return kiln_cpu_reference(c);
     int dirs = s->dirs;
     int64_t S = X->dims[layout ? 1 : 0], Bn = X->dims[layout ? 0 : 1], I = s->I, Hs = s->H, G = 4 * Hs;
     if ((Bv && (Bv->dtype != KILN_DTYPE_FLOAT32 || Bv->numel != dirs * 2 * G)) ||
         (H0 && (H0->dtype != KILN_DTYPE_FLOAT32 || H0->numel != dirs * Bn * Hs)) ||
         (C0 && (C0->dtype != KILN_DTYPE_FLOAT32 || C0->numel != dirs * Bn * Hs)))
-        return n->op->run(c);
+        return kiln_cpu_reference(c);
     lstm_job j = {.s = s, .scratch = kiln_run_scratch(c), .H0 = H0, .C0 = C0, .Y = kiln_run_out(c, 0),
                   .Yh = kiln_run_out(c, 1), .Yc = kiln_run_out(c, 2), .S = S, .Bn = Bn, .layout = layout,
                   .reverse_only = !strcmp(kiln_attr_string(n, "direction", "forward"), "reverse")};

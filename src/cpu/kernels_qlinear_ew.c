@@ -142,7 +142,7 @@ static kiln_status qew_run(kiln_run_ctx *c)
         !kiln_contrib_q8_params(kiln_run_in(c, 1), kiln_run_in(c, 2), dt, &sa, &za) ||
         !kiln_contrib_q8_params(kiln_run_in(c, 4), kiln_run_in(c, 5), dt, &sb, &zb) ||
         !kiln_contrib_q8_params(kiln_run_in(c, 6), kiln_run_in(c, 7), dt, &sc, &zc))
-        return n->op->run(c);
+        return kiln_cpu_reference(c);
     if (!C->numel) return KILN_OK;
     qew_job job, *j = &job; /* 1.3 KB of tables: on the stack */
     memset(j, 0, sizeof *j);
@@ -150,7 +150,7 @@ static kiln_status qew_run(kiln_run_ctx *c)
     const kiln_value *X = j->swap ? B : A, *Y = j->swap ? A : B;
     j->general = X->numel != C->numel || !(Y->numel == 1 || Y->numel == C->numel || trailing(Y, C));
     if (j->general && (A->numel == 1 || B->numel == 1 || !kiln_bcast_rows_setup(&j->bc, A, B, C)))
-        return n->op->run(c);
+        return kiln_cpu_reference(c);
     j->x = X->data, j->y = Y->data, j->c = C->data, j->n = C->numel, j->yn = Y->numel;
     j->mul = !strcmp(n->op_type, "QLinearMul"), j->is_signed = dt == KILN_DTYPE_INT8;
     j->lo = j->is_signed ? -128 : 0, j->hi = j->is_signed ? 127 : 255, j->zc = zc;

@@ -36,13 +36,13 @@ static kiln_status qmmb_run(kiln_run_ctx *c)
     if (!is_q8(A->dtype) || !is_q8(B->dtype) || !Y || !is_q8(Y->dtype) || r < 3 || B->rank != r ||
         !scalar_param(as, KILN_DTYPE_FLOAT32) || !scalar_param(bs, KILN_DTYPE_FLOAT32) || !scalar_param(ys, KILN_DTYPE_FLOAT32) ||
         (az && !scalar_param(az, A->dtype)) || (bz && !scalar_param(bz, B->dtype)) || !scalar_param(yz, Y->dtype))
-        return n->op->run(c);
+        return kiln_cpu_reference(c);
     int64_t M = A->dims[r - 2], K = A->dims[r - 1], N = B->dims[r - 1], batch = 1;
     for (int k = 0; k < r - 2; k++) {
-        if (A->dims[k] != B->dims[k] || Y->dims[k] != A->dims[k]) return n->op->run(c);
+        if (A->dims[k] != B->dims[k] || Y->dims[k] != A->dims[k]) return kiln_cpu_reference(c);
         batch *= A->dims[k];
     }
-    if (B->dims[r - 2] != K || Y->dims[r - 2] != M || Y->dims[r - 1] != N) return n->op->run(c);
+    if (B->dims[r - 2] != K || Y->dims[r - 2] != M || Y->dims[r - 1] != N) return kiln_cpu_reference(c);
     const qmmb_state *s = n->kernel_state;
     if (M * K * N > (1 << 16) && s && s->big) return s->big(c);
     bool sa = A->dtype == KILN_DTYPE_INT8, sb = B->dtype == KILN_DTYPE_INT8, sy = Y->dtype == KILN_DTYPE_INT8;
