@@ -53,7 +53,18 @@ typedef struct kiln_gpu_onnx_attn {
     int64_t left, right; /* window sizes, -1: none */
     float qscale, softcap;
     bool causal;
+    /* the tensor-core kernel (kiln_gpu_onnx_attn_flash_takes says when it may) with the score
+     * scale applied in float to the dot products */
+    bool flash;
+    float scale;
 } kiln_gpu_onnx_attn;
+
+/* Whether the tensor-core kernel takes call a (flash aside): float16 or bfloat16, head sizes
+ * Dk = Dv of 32 or 64, at least 16 query rows, no qk output, softcap, window or nonpad, and 16-byte
+ * aligned rows (views' strides multiples of 8 elements). It computes the scores in float from
+ * the inputs as they are (the reference rounds q and k scaled by qscale, and the dot, to the
+ * dtype): results agree within the dtype's rounding, not bit for bit. CUDA only. */
+bool kiln_gpu_onnx_attn_flash_takes(const kiln_gpu_onnx_attn *a);
 
 gpuError_t kiln_gpu_onnx_attn_run(gpuStream_t s, const kiln_gpu_onnx_attn *a);
 

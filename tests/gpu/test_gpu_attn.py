@@ -300,6 +300,31 @@ def test_attention():
                   shapes=[(2, 5, 5, 4), (1, 1, 1, 9)])
 
 
+def test_attention_flash():
+    """Calls the tensor-core kernel takes under KILN_GPU_FLASH=1 (float16 and bfloat16, head sizes
+    32 and 64, 16 query rows or more): tails of query and key tiles, grouped KV heads, 3-D and
+    4-D, masks (a short last dim, all-masked rows), causal after a past. Without the switch the
+    same calls check the kernel of every case."""
+    for dt in (F16, BF16):
+        sm = {"softmax_precision": 1} if dt == BF16 else {}
+        d = DNAME[dt]
+        attn_case(f"flash {d} D64", dt, Hq=4, Hkv=4, Dk=64, attrs=sm,
+                  shapes=[(2, 64, 64, 0), (1, 197, 197, 0), (3, 16, 100, 0), (1, 130, 5, 0)])
+        attn_case(f"flash {d} rank3 GQA D32", dt, rank=3, Hq=6, Hkv=2, Dk=32, attrs=sm,
+                  shapes=[(2, 33, 70, 0), (1, 17, 17, 0)])
+        attn_case(f"flash {d} causal past", dt, Hq=4, Hkv=1, Dk=64, past=True, outs=(0, 1, 2),
+                  attrs=dict(sm, is_causal=1), shapes=[(2, 20, 20, 9), (1, 65, 65, 3)])
+        attn_case(f"flash {d} causal", dt, rank=3, Hq=2, Hkv=2, Dk=64, attrs=dict(sm, is_causal=1),
+                  shapes=[(1, 100, 100, 0), (2, 16, 40, 0)])
+        attn_case(f"flash {d} bool mask B1ST", dt, Hq=4, Hkv=2, Dk=32, mask=("bool", "B1ST"), attrs=sm,
+                  shapes=[(2, 40, 40, 0), (1, 16, 77, 0)], all_masked_row=True)
+        attn_case(f"flash {d} float mask B11T", dt, rank=3, Hq=12, Hkv=12, Dk=64, mask=("float", "B11T"), attrs=sm,
+                  shapes=[(2, 128, 128, 0)])
+        attn_case(f"flash {d} float mask ST-3", dt, Hq=2, Hkv=1, Dk=64, mask=("float", "ST-3"), attrs=sm,
+                  shapes=[(1, 20, 30, 0)])
+        attn_case(f"flash {d} scale", dt, Hq=3, Hkv=1, Dk=32, attrs=dict(sm, scale=0.3), shapes=[(2, 50, 61, 0)])
+
+
 # ---------------------------------------------------------------- RotaryEmbedding
 
 def rotary_case(name, dt, *, rank, H, D, rd=0, interleaved=0, with_pos=True, shapes, bad_pos=False):
@@ -423,8 +448,18 @@ def main():
     except (kiln.KilnError, OSError) as e:
         print(f"SKIP: no {PROVIDER} session ({e})")
         return 0
+    if os.environ.get("KILN_GPU_FLASH") == "1":  # the child below: the tensor-core kernel's calls
+        test_attention_flash()
+        return summary("test_gpu_attn (KILN_GPU_FLASH=1): ")
     if "attn" in PARTS:
         test_attention()
+        test_attention_flash()
+        if PROVIDER == "cuda":
+            import subprocess
+            r = subprocess.run([sys.executable, __file__] + sys.argv[1:], env=dict(os.environ, KILN_GPU_FLASH="1"),
+                               capture_output=True, text=True)
+            tail = (r.stdout + r.stderr).strip().splitlines()[-3:]
+            check("the flash cases again with KILN_GPU_FLASH=1 (tensor cores)", r.returncode == 0, " | ".join(tail))
     if "rotary" in PARTS:
         test_rotary()
     if "scatter" in PARTS:
