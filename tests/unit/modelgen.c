@@ -148,6 +148,28 @@ void mg_init_float(mg_model *m, const char *name, int rank, const int64_t *dims,
     m->graph.initializer[m->graph.n_initializer++] = t;
 }
 
+void mg_init_uint8(mg_model *m, const char *name, int rank, const int64_t *dims, const uint8_t *data)
+{
+    Onnx__TensorProto *t = calloc(1, sizeof *t);
+    onnx__tensor_proto__init(t);
+    t->name = strdup(name);
+    t->has_data_type = 1;
+    t->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__UINT8;
+    t->n_dims = (size_t)rank;
+    t->dims = calloc((size_t)rank + 1, sizeof *t->dims);
+    size_t n = 1;
+    for (int i = 0; i < rank; i++) {
+        t->dims[i] = dims[i];
+        n *= (size_t)dims[i];
+    }
+    t->has_raw_data = 1;
+    t->raw_data.len = n;
+    t->raw_data.data = malloc(n + 1);
+    memcpy(t->raw_data.data, data, n);
+    m->graph.initializer = grow(m->graph.initializer, m->graph.n_initializer, sizeof *m->graph.initializer);
+    m->graph.initializer[m->graph.n_initializer++] = t;
+}
+
 static Onnx__AttributeProto *new_attr(mg_model *m, const char *name, Onnx__AttributeProto__AttributeType type)
 {
     Onnx__NodeProto *n = m->graph.node[m->graph.n_node - 1];

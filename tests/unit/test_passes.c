@@ -11,6 +11,7 @@
 #include "onnx/load.h"
 #include "ops/eval.h"
 #include "ops/fused.h"
+#include "ops/llm.h"
 #include "passes/pass.h"
 #include "passes/passes.h"
 #include "unit.h"
@@ -517,6 +518,82 @@ static void test_fuse_silu_mul(void)
     }
 }
 
+/* SiluMul(MatMulNBits(A, gate), MatMulNBits(A, up)) -> SiluMul(MatMulNBits(A, [gate; up])) read
+ * packed: the stacked product and the packed SiluMul's reference kernels give the unfused
+ * graph's result bit for bit. Products of another A, or a bias on one side only, stay apart. */
+static void test_fuse_gate_up(void)
+{
+    static const kiln_pass P_GATE_UP = {"fuse_gate_up", kiln_pass_fuse_gate_up};
+    enum { K = 40, N = 5, BS = 16, NB = 3, BLOB = 8 };
+    for (int variant = 0; variant < 3; variant++) {
+        mg_model *m = mg_new(17);
+        mg_input(m, "unused", FLOAT, 1, (int64_t[]){1}, NULL);
+        init(m, "A", 3, (int64_t[]){2, 3, K});
+        init(m, "A2", 3, (int64_t[]){2, 3, K});
+        for (int p = 0; p < 2; p++) {
+            uint8_t b[N * NB * BLOB], z[N * 2];
+            for (size_t i = 0; i < sizeof b; i++) b[i] = (uint8_t)(unit_rnd() >> 24);
+            for (size_t i = 0; i < sizeof z; i++) z[i] = (uint8_t)(unit_rnd() >> 24);
+            float sc[N * NB];
+            for (int i = 0; i < N * NB; i++) sc[i] = unit_unif(0.01f, 0.11f);
+            char nb[8], ns[8], nz[8], nbias[8];
+            snprintf(nb, sizeof nb, "B%d", p), snprintf(ns, sizeof ns, "S%d", p), snprintf(nz, sizeof nz, "Z%d", p);
+            snprintf(nbias, sizeof nbias, "bias%d", p);
+            mg_init_uint8(m, nb, 3, (int64_t[]){N, NB, BLOB}, b);
+            mg_init_float(m, ns, 1, (int64_t[]){N * NB}, sc, NULL, 0);
+            mg_init_uint8(m, nz, 1, (int64_t[]){N * 2}, z);
+            init(m, nbias, 1, (int64_t[]){N});
+            const char *a = p == 1 && variant == 1 ? "A2" : "A", *bias = p == 0 && variant == 2 ? nbias : NULL;
+            mg_node(m, "MatMulNBits", "com.microsoft", (const char *[]){a, nb, ns, nz, bias ? "" : NULL, bias, NULL},
+                    (const char *[]){p ? "U" : "G", NULL});
+            mg_attr_int(m, "K", K);
+            mg_attr_int(m, "N", N);
+            mg_attr_int(m, "bits", 4);
+            mg_attr_int(m, "block_size", BS);
+        }
+        mg_node(m, "Sigmoid", "", (const char *[]){"G", NULL}, (const char *[]){"s", NULL});
+        mg_node(m, "Mul", "", (const char *[]){"G", "s", NULL}, (const char *[]){"t", NULL});
+        mg_node(m, "Mul", "", (const char *[]){"t", "U", NULL}, (const char *[]){"Y", NULL});
+        mg_output(m, "Y");
+        mg_output(m, "unused");
+        built b = finish(m);
+        kiln_model *md = load(&b);
+        CHECK(md && run_pass(md, &P_SILU) == 1);
+        int want = variant == 0 ? 1 : 0;
+        CHECK(md && run_pass(md, &P_GATE_UP) == want);
+        kiln_err err = {0};
+        if (md && want) {
+            kiln_node *f = find_op(md->graph, "com.microsoft", "MatMulNBits"), *s = find_op(md->graph, "kiln", "SiluMul");
+            CHECK(md->graph->n_nodes == 2 && f && s && s->n_in == 1 && s->in[0] == f->out[0] &&
+                  ((const kiln_nbits_params *)f->params)->N == 2 * N && kiln_ir_constant(f->in[1])->dims[0] == 2 * N &&
+                  kiln_ir_constant(f->in[2])->numel == 2 * N * NB && kiln_ir_constant(f->in[3])->numel == 4 * N);
+            kiln_value *h[1] = {NULL}, *got[1] = {NULL}, *want_y = NULL;
+            if (f && s && kiln_node_evaluate(f, 0, h, &err) == KILN_OK && kiln_model_own_value(md, h[0], &err) == KILN_OK) {
+                kiln_ir_value_set_constant(f->out[0], h[0]);
+                CHECK(kiln_node_evaluate(s, 0, got, &err) == KILN_OK);
+            }
+            kiln_session_options opt = kiln_session_options_default();
+            opt.unoptimized = true;
+            kiln_session *ss = NULL;
+            float one = 0;
+            kiln_value *in = NULL;
+            kiln_value_wrap_tensor(KILN_DTYPE_FLOAT32, 1, (int64_t[]){1}, &one, sizeof one, &in);
+            const char *in_names[] = {"unused"}, *out_names[] = {"Y"};
+            CHECK(kiln_session_create_from_memory(b.buf, b.len, NULL, &opt, &ss) == KILN_OK &&
+                  kiln_session_run(ss, 1, in_names, (const kiln_value *const *)&in, 1, out_names, &want_y) == KILN_OK);
+            CHECK(got[0] && want_y && kiln_value_numel(got[0]) == 2 * 3 * N && kiln_value_numel(want_y) == 2 * 3 * N &&
+                  !memcmp(kiln_value_data(got[0]), kiln_value_data(want_y), 2 * 3 * N * sizeof(float)));
+            kiln_session_free(ss);
+            kiln_value_free(in);
+            kiln_value_free(want_y);
+            kiln_value_free(got[0]);
+        }
+        if (md && !want) CHECK(count_op(md->graph, "com.microsoft", "MatMulNBits") == 2);
+        kiln_model_free(md);
+        free(b.buf);
+    }
+}
+
 /* MatMul(X, W) -> Add(b) [-> Relu] and Gemm -> Clip */
 static void test_fuse_matmul_bias_and_gemm(void)
 {
@@ -897,6 +974,7 @@ int main(void)
     test_fuse_activation_conv();
     test_fuse_conv_gpu();
     test_fuse_silu_mul();
+    test_fuse_gate_up();
     test_adopt_ms_fused_conv();
     test_fused_reference();
     test_fuse_matmul_bias_and_gemm();
