@@ -174,6 +174,7 @@ static bool read_elsewhere(const kiln_graph *g, const kiln_ir_value *v, const ki
         if (g->values[i] && g->values[i] != v && g->values[i]->init == v->init) return true;
     for (int k = 0; k < g->n_nodes; k++) {
         const kiln_node *n = g->nodes[k];
+        if (!n) continue; /* dropped by a pass that compacts g later */
         if (n != skip) {
             for (int i = 0; i < n->n_in; i++)
                 if (n->in[i] == v) return true;
@@ -190,6 +191,16 @@ static bool read_elsewhere(const kiln_graph *g, const kiln_ir_value *v, const ki
     return false;
 }
 
+/* Frees w's owned bytes or gives loader bytes back (release_bytes); w->data NULL when done. */
+static bool release_data(kiln_model *m, kiln_value *w)
+{
+    if (w->owns_data) free(w->data);
+    else if (!m->release_bytes || !m->release_bytes(m->source, w->data, w->nbytes)) return false;
+    w->data = NULL;
+    w->owns_data = false;
+    return true;
+}
+
 bool kiln_node_release_constant(kiln_node *n, int input)
 {
     kiln_ir_value *v = input >= 0 && input < n->n_in ? n->in[input] : NULL;
@@ -201,11 +212,17 @@ bool kiln_node_release_constant(kiln_node *n, int input)
     for (int i = 0; i < n->n_in; i++)
         if (i != input && n->in[i] == v) return false;
     if (read_elsewhere(n->graph, v, n)) return false;
-    if (w->owns_data) free(w->data);
-    else if (!m->release_bytes || !m->release_bytes(m->source, w->data, w->nbytes)) return false;
-    w->data = NULL;
-    w->owns_data = false;
-    return true;
+    return release_data(m, w);
+}
+
+bool kiln_ir_value_release_unread(kiln_ir_value *v)
+{
+    kiln_model *m = v->graph ? v->graph->model : NULL;
+    kiln_value *w = (kiln_value *)v->init; /* the model owns its constants */
+    if (!m || !w || !w->data || w->kind != KILN_VALUE_TENSOR || w->on_device || w->release || v->producer ||
+        v->is_input || v->is_output || read_elsewhere(v->graph, v, NULL))
+        return false;
+    return release_data(m, w);
 }
 
 void kiln_model_free(kiln_model *m)

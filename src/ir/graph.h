@@ -253,6 +253,10 @@ kiln_status kiln_model_own_value(kiln_model *m, kiln_value *v, kiln_err *err);
  * packed weight, right after packing it, so creation's high-water mark holds one weight twice
  * at most. O(nodes of n's graph). */
 bool kiln_node_release_constant(kiln_node *n, int input);
+/* A constant that a rewrite left unread (no node, subgraph or output of its graph reads it, no
+ * other value shares its tensor, not a graph input) gives its bytes back as
+ * kiln_node_release_constant does; returns true when its data is gone (init->data NULL). */
+bool kiln_ir_value_release_unread(kiln_ir_value *v);
 kiln_ir_value *kiln_graph_new_value(kiln_graph *g, const char *name, kiln_err *err);
 
 /* ---- consumer lists and rewiring (graph passes) ---- */

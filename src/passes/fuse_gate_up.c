@@ -85,11 +85,15 @@ kiln_status kiln_pass_fuse_gate_up(kiln_graph *g, int *fused, kiln_err *err)
         bool ok = true, present[4];
         for (int i = 0; i < 4 && ok; i++) ok = stackable(a, b, weights[i], &present[i]);
         if (!ok || !present[0] || !present[1]) continue;
-        /* a reads the stacked weights and writes H (N doubled); b leaves the graph */
+        /* a reads the stacked weights and writes H (N doubled); b leaves the graph, and the
+         * originals give their bytes back when nothing else reads them (an 8B model's gate and
+         * up weights are 2 GB) */
+        kiln_ir_value *orig[8] = {0};
         for (int i = 0; i < 4; i++) {
             if (!present[i]) continue;
             kiln_ir_value *v;
-            KILN_TRY(stack(g, a->in[weights[i]], b->in[weights[i]], &v, err));
+            orig[2 * i] = a->in[weights[i]], orig[2 * i + 1] = b->in[weights[i]];
+            KILN_TRY(stack(g, orig[2 * i], orig[2 * i + 1], &v, err));
             KILN_TRY(kiln_node_set_input(a, weights[i], v, err));
         }
         kiln_attr n_attr = {.name = "N", .type = KILN_ATTR_INT, .i = 2 * p->N};
@@ -99,6 +103,8 @@ kiln_status kiln_pass_fuse_gate_up(kiln_graph *g, int *fused, kiln_err *err)
         KILN_TRY(kiln_node_set_inputs(s, 1, (kiln_ir_value *const[]){a->out[0]}, err));
         kiln_node_unlink(b);
         g->nodes[b->index] = NULL;
+        for (int i = 0; i < 8; i++)
+            if (orig[i]) kiln_ir_value_release_unread(orig[i]);
         (*fused)++;
     }
     kiln_graph_compact(g);

@@ -176,7 +176,8 @@ static kiln_status emu_prepare(kiln_provider *p, const kiln_graph *g, kiln_err *
     p->n_uploads = g->n_values;
     for (int i = 0; i < g->n_values; i++) {
         const kiln_value *w = kiln_ir_constant(g->values[i]);
-        if (w && w->kind == KILN_VALUE_TENSOR && w->dtype != KILN_DTYPE_STRING && !w->on_device)
+        /* (a constant a pass left unread may have given its bytes back: data NULL) */
+        if (w && w->kind == KILN_VALUE_TENSOR && w->dtype != KILN_DTYPE_STRING && !w->on_device && (w->data || !w->nbytes))
             KILN_TRY(copy_tensor(w, true, NULL, &p->uploads[i], err));
     }
     return KILN_OK;
