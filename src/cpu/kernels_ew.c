@@ -399,6 +399,59 @@ static bool ew_f32(const kiln_node *n)
     return n->n_in >= 1 && n->n_out >= 1 && kiln_ir_is_f32(n->in[0]) && kiln_ir_is_f32(n->out[0]);
 }
 
+/* kiln.SiluMul (src/ops/fused.h): y = g * Sigmoid(g) * u as the CPU's Sigmoid and Mul kernels
+ * compute the chain (kiln_vec_sigmoid, then two float products), so fusing changes no bit. Rows of
+ * n elements, row r of g and u at r * stride (two tensors: one row of them all; packed: stride
+ * 2n, u = g + n). */
+typedef struct silu_mul_job {
+    const float *g, *u;
+    float *y;
+    int64_t total, n, stride;
+} silu_mul_job;
+
+static void silu_mul_chunks(void *ctx, int64_t begin, int64_t end)
+{
+    const silu_mul_job *j = ctx;
+    float s[256];
+    for (int64_t i = begin * KILN_CPU_CHUNK, e = end * KILN_CPU_CHUNK < j->total ? end * KILN_CPU_CHUNK : j->total;
+         i < e;) {
+        /* a piece within one row and 256 elements */
+        int64_t r = i / j->n, c = i - r * j->n, len = j->n - c;
+        if (len > e - i) len = e - i;
+        if (len > 256) len = 256;
+        const float *g = j->g + r * j->stride + c, *u = j->u + r * j->stride + c;
+        float *y = j->y + i;
+        kiln_vec_sigmoid(g, s, len);
+        for (int64_t k = 0; k < len; k++) {
+            float t = g[k] * s[k];
+            y[k] = t * u[k];
+        }
+        i += len;
+    }
+}
+
+static kiln_status silu_mul_run(kiln_run_ctx *c)
+{
+    const kiln_value *G = kiln_run_in(c, 0), *U = kiln_run_in(c, 1);
+    kiln_value *Y = kiln_run_out(c, 0);
+    if (!Y || G->dtype != KILN_DTYPE_FLOAT32 || Y->dtype != KILN_DTYPE_FLOAT32) return kiln_cpu_reference(c);
+    silu_mul_job j = {G->data, NULL, Y->data, Y->numel, Y->numel, Y->numel};
+    if (!U) { /* packed: the halves of each row of G */
+        int64_t h = G->rank ? G->dims[G->rank - 1] : 0;
+        if (!G->rank || h % 2 || Y->numel * 2 != G->numel) return kiln_cpu_reference(c);
+        j.u = (const float *)G->data + h / 2, j.n = h / 2, j.stride = h;
+    } else {
+        if (U->dtype != KILN_DTYPE_FLOAT32 || U->numel != G->numel || Y->numel != G->numel) return kiln_cpu_reference(c);
+        j.u = U->data;
+    }
+    if (!j.total) return KILN_OK;
+    kiln_threadpool_parallel_for(kiln_run_threadpool(c), (j.total + KILN_CPU_CHUNK - 1) / KILN_CPU_CHUNK, silu_mul_chunks,
+                                 &j);
+    return KILN_OK;
+}
+
+static kiln_kernel_fn select_silu_mul(kiln_node *n) { return ew_f32(n) ? silu_mul_run : NULL; }
+
 /* before opset 7, binary ops broadcast by legacy attributes: the reference runs them */
 static bool ew_binary(const kiln_node *n) { return ew_f32(n) && n->n_in == 2 && kiln_ir_is_f32(n->in[1]) && n->opset >= 7; }
 static bool ew_unary(const kiln_node *n) { return ew_f32(n) && n->n_in == 1; }
@@ -432,5 +485,6 @@ static const kiln_cpu_kernel kernels[] = {
     {"", "Div", select_div},         {"", "Relu", select_relu}, {"", "Exp", select_exp},
     {"", "Sigmoid", select_sigmoid}, {"", "Tanh", select_tanh}, {"", "Sqrt", select_sqrt},
     {"", "Erf", select_erf},         {"", "Gelu", select_gelu}, {"", "HardSwish", select_hard_swish},
+    {"kiln", "SiluMul", select_silu_mul},
 };
 KILN_CPU_KERNEL_TABLE(kiln_cpu_kernels_ew, kernels);

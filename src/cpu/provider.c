@@ -423,7 +423,8 @@ static const kiln_pass cpu_pre_passes[] = {
 };
 
 /* The CPU's pass pipeline over the inferred graph: int8 MatMul chains, attention, GELU, bias, residual and
- * activation fusion into the kernels above (bias and activation in subgraphs too), then the
+ * activation fusion into the kernels above (bias and activation in subgraphs too), a gated
+ * MLP's SiLU(gate) * up as one kernel and its int4 gate and up products as one, then the
  * blocked layout. */
 static const kiln_pass cpu_passes[] = {
     {"fuse_quant_matmul", kiln_pass_fuse_quant_matmul},
@@ -433,6 +434,8 @@ static const kiln_pass cpu_passes[] = {
     {"fuse_matmul_bias", kiln_pass_fuse_matmul_bias},
     {"fuse_residual", kiln_pass_fuse_residual},
     {"fuse_activation", kiln_pass_fuse_activation},
+    {"fuse_silu_mul", kiln_pass_fuse_silu_mul},
+    {"fuse_gate_up", kiln_pass_fuse_gate_up},
     {"fuse_in_subgraphs", subgraphs_fuse},
     {"layout_nchwc", layout_nchwc},
 };
