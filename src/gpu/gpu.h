@@ -108,6 +108,11 @@ kiln_status kiln_gpu_fallback(kiln_run_ctx *c);
  * ops_fused.c: a CUfunction for kiln_gpu_module_launch), or NULL when it has none. */
 void *kiln_gpu_generated_kernel(kiln_run_ctx *c);
 
+/* KILN_GPU_FLASH=1 in the environment (read once): the GPU pipeline fuses written-out attention
+ * of float16 and bfloat16 too (fuse_attention) and Attention calls the tensor-core kernel takes
+ * run there (k_attn.h). Off by default until that kernel has run on a GPU. */
+bool kiln_gpu_flash_enabled(void);
+
 /* Number of multiprocessors of the run's device (grid sizing). */
 int kiln_gpu_sm_count(kiln_run_ctx *c);
 

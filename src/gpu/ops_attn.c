@@ -123,9 +123,7 @@ static kiln_gpu_attn_view bhsd_view(const void *p, bool rank3, int64_t H, int64_
     return (kiln_gpu_attn_view){p, H * S * D, S * D, D, NULL};
 }
 
-/* KILN_GPU_FLASH=1: Attention calls the tensor-core kernel takes run there (k_attn.h). Off by
- * default until it has run on a GPU. */
-static bool flash_enabled(void)
+bool kiln_gpu_flash_enabled(void)
 {
     static int on = -1;
     if (on < 0) {
@@ -188,7 +186,7 @@ static kiln_status attention_run(kiln_run_ctx *c)
         .B = d.B, .Hq = d.Hq, .Hkv = d.Hkv, .Sq = d.Sq, .T = d.total, .Dk = d.Dk, .Dv = d.Dv, .past = d.past,
         .left = kiln_attr_int(n, "left_window_size", -1), .right = kiln_attr_int(n, "right_window_size", -1),
         .qscale = (float)kiln_round_to(dt, sqrt(scale)), .softcap = softcap_attr ? softcap_attr->f : 0.0f,
-        .causal = kiln_attr_int(n, "is_causal", 0) != 0, .flash = flash_enabled(), .scale = (float)scale,
+        .causal = kiln_attr_int(n, "is_causal", 0) != 0, .flash = kiln_gpu_flash_enabled(), .scale = (float)scale,
     };
     if (mask) {
         /* the mask's dims right-aligned to [B, Hq, Sq, T]; size-1 dims broadcast */

@@ -35,12 +35,22 @@ static kiln_kernel_fn gpu_select(kiln_provider *p, kiln_node *n, unsigned *host_
     return o ? o->run : NULL;
 }
 
-/* The GPU's pass pipeline: a Conv's residual Add and ReLU join it (kiln.FusedConv), which cuDNN
+/* Attention written out becomes ONNX Attention with KILN_GPU_FLASH=1 only: the kernel without
+ * tensor cores is slower than the unfused products on cuBLAS at long rows. */
+static kiln_status fuse_attention(kiln_graph *g, int *fused, kiln_err *err)
+{
+    *fused = 0;
+    return kiln_gpu_flash_enabled() ? kiln_pass_fuse_attention_gpu(g, fused, err) : KILN_OK;
+}
+
+/* The GPU's pass pipeline: written-out attention becomes one Attention (KILN_GPU_FLASH=1); a
+ * Conv's residual Add and ReLU join it (kiln.FusedConv), which cuDNN
  * applies in the convolution's epilogue; a dense layer's bias joins its MatMul (kiln.FusedMatMul,
  * cuBLASLt's epilogue); a gated MLP's SiLU(gate) * up becomes one kernel, and its int4 gate and
  * up products one product over the stacked weights; what element-wise chains
  * remain become one generated kernel each (kiln.FusedElementwise). */
 static const kiln_pass gpu_passes[] = {
+    {"fuse_attention", fuse_attention},
     {"fuse_residual", kiln_pass_fuse_residual_gpu},
     {"fuse_activation", kiln_pass_fuse_activation_gpu},
     {"fuse_matmul_bias", kiln_pass_fuse_matmul_bias_gpu},

@@ -4,8 +4,9 @@
  *   MatMul(Q, Transpose(K, [0,1,3,2])) -> Mul/Div by a constant (optional) -> Add mask (optional)
  *   -> Softmax(last axis) -> MatMul(., V)
  *
- * on float32 [B, H, S, D] tensors. When Q, K and V are themselves Transpose([0,2,1,3]) of
- * Reshapes of [B, S, H*D] tensors and the result goes through Transpose([0,2,1,3]) and a Reshape
+ * on float32 [B, H, S, D] tensors (the GPU's form, kiln_pass_fuse_attention_gpu: also float16
+ * and bfloat16, the scale and mask of that dtype). When Q, K and V are themselves
+ * Transpose([0,2,1,3]) of Reshapes of [B, S, H*D] tensors and the result goes through Transpose([0,2,1,3]) and a Reshape
  * back to [B, S, H*D], the 3-D form of Attention (q_num_heads) reads and writes those directly
  * and the transposes go. Intermediates must have no other readers. One difference: a query row
  * whose mask is -inf for every key gives zeros (Attention) instead of NaN (Softmax). */
@@ -48,27 +49,33 @@ static bool has_perm(const kiln_node *t, int64_t a, int64_t b, int64_t c, int64_
     return p && n == 4 && p[0] == a && p[1] == b && p[2] == c && p[3] == d;
 }
 
-/* The float32 scalar constant v holds, if it is one. */
-static bool scalar_const(const kiln_ir_value *v, float *out)
+/* The scalar constant v holds, if it is one of dtype dt. */
+static bool scalar_const(const kiln_ir_value *v, kiln_dtype dt, float *out)
 {
     const kiln_value *t = kiln_ir_constant(v);
-    if (!t || t->kind != KILN_VALUE_TENSOR || t->dtype != KILN_DTYPE_FLOAT32 || t->numel != 1) return false;
-    *out = *(const float *)t->data;
+    if (!t || t->kind != KILN_VALUE_TENSOR || t->dtype != dt || t->numel != 1 || !t->data) return false;
+    *out = (float)kiln_load_f64(dt, t->data, 0);
     return true;
 }
 
-static bool rank4(const kiln_ir_value *v) { return kiln_ir_is_f32(v) && v->type.rank == 4; }
+/* Whether v is a tensor of dtype dt by its compile-time type. */
+static bool is_dt(const kiln_ir_value *v, kiln_dtype dt)
+{
+    return v && v->type.kind == KILN_VALUE_TENSOR && v->type.dtype == dt;
+}
+
+static bool rank4(const kiln_ir_value *v, kiln_dtype dt) { return is_dt(v, dt) && v->type.rank == 4; }
 
 /* x [B, H, S, D] = Transpose(Reshape(x3 [B, S, H*D]), [0,2,1,3]) with constant H and D: x3, else NULL. */
-static kiln_ir_value *heads_source(const kiln_graph *g, const kiln_ir_value *x)
+static kiln_ir_value *heads_source(const kiln_graph *g, const kiln_ir_value *x, kiln_dtype dt)
 {
     kiln_node *t = producer(g, x, "Transpose");
     if (!t || !has_perm(t, 0, 2, 1, 3)) return NULL;
     kiln_node *r = producer(g, t->in[0], "Reshape");
-    if (!r || !r->in[0] || !rank4(r->out[0])) return NULL;
+    if (!r || !r->in[0] || !rank4(r->out[0], dt)) return NULL;
     kiln_ir_value *x3 = r->in[0];
     const kiln_dim *rd = r->out[0]->type.dims, *d3 = x3->type.dims;
-    if (!kiln_ir_is_f32(x3) || x3->type.rank != 3 || !kiln_dim_is_const(rd[2]) || !kiln_dim_is_const(rd[3]) ||
+    if (!is_dt(x3, dt) || x3->type.rank != 3 || !kiln_dim_is_const(rd[2]) || !kiln_dim_is_const(rd[3]) ||
         !kiln_dim_is_const(d3[2]) || d3[2].c != rd[2].c * rd[3].c || !kiln_dim_equal(d3[0], rd[0]) ||
         !kiln_dim_equal(d3[1], rd[1]))
         return NULL;
@@ -77,10 +84,10 @@ static kiln_ir_value *heads_source(const kiln_graph *g, const kiln_ir_value *x)
 
 /* Tries the pattern ending in the Softmax sm; on a match rewrites the graph (dead nodes stay
  * for the sweep) and sets *done. */
-static kiln_status fuse(kiln_graph *g, kiln_node *sm, bool *done, kiln_err *err)
+static kiln_status fuse(kiln_graph *g, kiln_node *sm, kiln_dtype dt, bool *done, kiln_err *err)
 {
     *done = false;
-    if (sm->n_in != 1 || sm->n_out != 1 || !sm->out[0] || !rank4(sm->in[0])) return KILN_OK;
+    if (sm->n_in != 1 || sm->n_out != 1 || !sm->out[0] || !rank4(sm->in[0], dt)) return KILN_OK;
     int64_t axis = kiln_attr_int(sm, "axis", sm->opset < 13 ? 1 : -1);
     if (axis != -1 && axis != 3) return KILN_OK;
     kiln_ir_value *scores = sm->in[0], *mask = NULL;
@@ -91,9 +98,9 @@ static kiln_status fuse(kiln_graph *g, kiln_node *sm, bool *done, kiln_err *err)
         /* one side is the scaled Q K^T, the other the mask; the mask must not widen the scores */
         for (int side = 0; side < 2 && !mask; side++) {
             kiln_ir_value *a = add->in[side], *m = add->in[1 - side];
-            if (!a || !m || !kiln_ir_is_f32(m) || m->type.rank < 1 || m->type.rank > 4) continue;
+            if (!a || !m || !is_dt(m, dt) || m->type.rank < 1 || m->type.rank > 4) continue;
             if (!producer(g, a, "Mul") && !producer(g, a, "Div") && !producer(g, a, "MatMul")) continue;
-            if (!rank4(a) || !single_use(g, a)) continue;
+            if (!rank4(a, dt) || !single_use(g, a)) continue;
             bool same = true;
             for (int k = 0; k < 4; k++) same = same && kiln_dim_equal(a->type.dims[k], scores->type.dims[k]);
             if (!same || !kiln_dim_equal(m->type.dims[m->type.rank - 1], scores->type.dims[3])) continue;
@@ -108,19 +115,19 @@ static kiln_status fuse(kiln_graph *g, kiln_node *sm, bool *done, kiln_err *err)
     if (!sc) sc = producer(g, x, "Div");
     if (sc) {
         bool div = !strcmp(sc->op_type, "Div");
-        int side = scalar_const(sc->in[1], &c) ? 1 : (!div && scalar_const(sc->in[0], &c) ? 0 : -1);
-        if (side < 0 || (div && c == 0.0f) || !single_use(g, sc->in[1 - side]) || !rank4(sc->in[1 - side]))
+        int side = scalar_const(sc->in[1], dt, &c) ? 1 : (!div && scalar_const(sc->in[0], dt, &c) ? 0 : -1);
+        if (side < 0 || (div && c == 0.0f) || !single_use(g, sc->in[1 - side]) || !rank4(sc->in[1 - side], dt))
             return KILN_OK;
         scale = div ? 1.0f / c : c;
         scaled = true;
         x = sc->in[1 - side];
     }
     kiln_node *qk = producer(g, x, "MatMul");
-    if (!qk || !rank4(qk->in[0]) || !rank4(qk->in[1]) || !single_use(g, qk->in[1])) return KILN_OK;
+    if (!qk || !rank4(qk->in[0], dt) || !rank4(qk->in[1], dt) || !single_use(g, qk->in[1])) return KILN_OK;
     kiln_node *kt = producer(g, qk->in[1], "Transpose");
-    if (!kt || !has_perm(kt, 0, 1, 3, 2) || !rank4(kt->in[0])) return KILN_OK;
+    if (!kt || !has_perm(kt, 0, 1, 3, 2) || !rank4(kt->in[0], dt)) return KILN_OK;
     kiln_node *av = only_reader(g, sm->out[0], "MatMul");
-    if (!av || av->in[0] != sm->out[0] || av->in[1] == sm->out[0] || !rank4(av->in[1]) || !rank4(av->out[0]))
+    if (!av || av->in[0] != sm->out[0] || av->in[1] == sm->out[0] || !rank4(av->in[1], dt) || !rank4(av->out[0], dt))
         return KILN_OK;
     kiln_ir_value *q = qk->in[0], *k = kt->in[0], *v = av->in[1];
     /* Q [B, H, Sq, D], K [B, H, Skv, D], V [B, H, Skv, Dv]: no broadcasting between them */
@@ -133,10 +140,10 @@ static kiln_status fuse(kiln_graph *g, kiln_node *sm, bool *done, kiln_err *err)
 
     /* the 3-D form: Q, K, V from [B, S, H*D] and the output back into that layout */
     kiln_node *target = av;
-    kiln_ir_value *q3 = heads_source(g, q), *k3 = heads_source(g, k), *v3 = heads_source(g, v);
+    kiln_ir_value *q3 = heads_source(g, q, dt), *k3 = heads_source(g, k, dt), *v3 = heads_source(g, v, dt);
     kiln_node *ot = only_reader(g, av->out[0], "Transpose"), *orr = NULL;
     if (ot && has_perm(ot, 0, 2, 1, 3)) orr = only_reader(g, ot->out[0], "Reshape");
-    bool three = q3 && k3 && v3 && orr && orr->in[0] == ot->out[0] && orr->out[0] && kiln_ir_is_f32(orr->out[0]) &&
+    bool three = q3 && k3 && v3 && orr && orr->in[0] == ot->out[0] && orr->out[0] && is_dt(orr->out[0], dt) &&
                  orr->out[0]->type.rank == 3 && kiln_dim_is_const(vd[3]) &&
                  kiln_dim_equal(orr->out[0]->type.dims[0], qd[0]) && kiln_dim_equal(orr->out[0]->type.dims[1], qd[2]) &&
                  kiln_dim_is_const(orr->out[0]->type.dims[2]) && orr->out[0]->type.dims[2].c == heads * vd[3].c;
@@ -164,7 +171,8 @@ static kiln_status fuse(kiln_graph *g, kiln_node *sm, bool *done, kiln_err *err)
     return KILN_OK;
 }
 
-kiln_status kiln_pass_fuse_attention(kiln_graph *g, int *fused, kiln_err *err)
+/* The pattern over the Softmax inputs of dtypes float32 only (CPU) or also float16 and bfloat16. */
+static kiln_status fuse_all(kiln_graph *g, bool all_floats, int *fused, kiln_err *err)
 {
     *fused = 0;
     bool any = false;
@@ -182,12 +190,18 @@ kiln_status kiln_pass_fuse_attention(kiln_graph *g, int *fused, kiln_err *err)
     int n0 = g->n_nodes;
     for (int k = 0; k < n0; k++) {
         kiln_node *n = g->nodes[k];
-        if (*n->domain || strcmp(n->op_type, "Softmax")) continue;
+        if (*n->domain || strcmp(n->op_type, "Softmax") || n->n_in < 1 || !n->in[0]) continue;
+        kiln_dtype dt = n->in[0]->type.dtype;
+        if (dt != KILN_DTYPE_FLOAT32 && (!all_floats || (dt != KILN_DTYPE_FLOAT16 && dt != KILN_DTYPE_BFLOAT16))) continue;
         bool done;
-        KILN_TRY(fuse(g, n, &done, err));
+        KILN_TRY(fuse(g, n, dt, &done, err));
         *fused += done;
     }
     if (!*fused) return KILN_OK;
     kiln_passes_sweep(g, candidate);
     return KILN_OK;
 }
+
+kiln_status kiln_pass_fuse_attention(kiln_graph *g, int *fused, kiln_err *err) { return fuse_all(g, false, fused, err); }
+
+kiln_status kiln_pass_fuse_attention_gpu(kiln_graph *g, int *fused, kiln_err *err) { return fuse_all(g, true, fused, err); }

@@ -30,7 +30,7 @@ import os
 import sys
 
 import numpy as np
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "common"))
@@ -300,6 +300,33 @@ def test_attention():
                   shapes=[(2, 5, 5, 4), (1, 1, 1, 9)])
 
 
+def written_attention(dt, B, S, H, D):
+    """BERT's self-attention as exporters write it out, in dt (float16 / bfloat16 as such, no
+    casts): heads split by Reshape + Transpose from [B, S, H*D] Q, K, V, K transposed again,
+    MatMul, Div by sqrt(D), Add of a [B, 1, 1, S] mask, Softmax, MatMul, heads merged back."""
+    t = lambda n, perm, o: helper.make_node("Transpose", [n], [o], perm=perm)  # noqa: E731
+    nodes = []
+    for x in "QKV":
+        nodes += [helper.make_node("Reshape", [x, "heads"], [x + "4"]), t(x + "4", [0, 2, 1, 3], x + "h")]
+    nodes += [t("Kh", [0, 1, 3, 2], "Kt"), helper.make_node("MatMul", ["Qh", "Kt"], ["s"]),
+              helper.make_node("Div", ["s", "root"], ["sd"]), helper.make_node("Add", ["sd", "M"], ["sm"]),
+              helper.make_node("Softmax", ["sm"], ["p"], axis=-1), helper.make_node("MatMul", ["p", "Vh"], ["o"]),
+              t("o", [0, 2, 1, 3], "ot"), helper.make_node("Reshape", ["ot", "merged"], ["Y"])]
+    ins = [helper.make_tensor_value_info(x, dt, ["b", "s", H * D]) for x in "QKV"]
+    ins.append(helper.make_tensor_value_info("M", dt, ["b", 1, 1, "s"]))
+    inits = [numpy_helper.from_array(np.array([0, 0, H, D], np.int64), "heads"),
+             numpy_helper.from_array(np.array([0, 0, H * D], np.int64), "merged"),
+             numpy_helper.from_array(feed_np(np.array(np.sqrt(D), np.float32), dt) if dt != BF16 else
+                                     np.array(np.sqrt(D), np.float32), "root")]
+    g = helper.make_graph(nodes, "written", ins, [helper.make_tensor_value_info("Y", dt, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    feeds = {x: feed_np(rand(B, S, H * D), dt) for x in "QKV"}
+    mask = np.where(rng.random((B, 1, 1, S)) < 0.2, -10000.0, 0.0)
+    feeds["M"] = feed_np(mask, dt)
+    return m.SerializeToString(), feeds
+
+
 def test_attention_flash():
     """Calls the tensor-core kernel takes under KILN_GPU_FLASH=1 (float16 and bfloat16, head sizes
     32 and 64, 16 query rows or more): tails of query and key tiles, grouped KV heads, 3-D and
@@ -323,6 +350,25 @@ def test_attention_flash():
         attn_case(f"flash {d} float mask ST-3", dt, Hq=2, Hkv=1, Dk=64, mask=("float", "ST-3"), attrs=sm,
                   shapes=[(1, 20, 30, 0)])
         attn_case(f"flash {d} scale", dt, Hq=3, Hkv=1, Dk=32, attrs=dict(sm, scale=0.3), shapes=[(2, 50, 61, 0)])
+    # attention written out (float16: numpy has no bfloat16 feeds): fused by the GPU pipeline
+    # under the switch, and the same numbers either way
+    for B, S in ((2, 128), (1, 197)):
+        blob, feeds = written_attention(F16, B, S, 12, 64)
+        name = f"written attention f16 B{B} S{S}"
+        if FILTER and FILTER not in name:
+            continue
+        try:
+            gpu = kiln.Session(blob, provider=PROVIDER)
+            want = kiln.Session(blob, unoptimized=True).run(feeds)
+            got = gpu.run(feeds)
+        except kiln.KilnError as e:
+            check(name, False, str(e))
+            continue
+        close(f"{name} vs reference", got, want, *TOL[F16])
+        if PROVIDER == "cuda":
+            ops = [op for _, op, _ in gpu.nodes()]
+            fused = os.environ.get("KILN_GPU_FLASH") == "1"
+            check(f"{name}: Attention {'fused' if fused else 'not fused'}", ("Attention" in ops) == fused, ops)
 
 
 # ---------------------------------------------------------------- RotaryEmbedding

@@ -148,16 +148,16 @@ void mg_init_float(mg_model *m, const char *name, int rank, const int64_t *dims,
     m->graph.initializer[m->graph.n_initializer++] = t;
 }
 
-void mg_init_uint8(mg_model *m, const char *name, int rank, const int64_t *dims, const uint8_t *data)
+void mg_init_raw(mg_model *m, const char *name, int dtype, size_t esize, int rank, const int64_t *dims, const void *data)
 {
     Onnx__TensorProto *t = calloc(1, sizeof *t);
     onnx__tensor_proto__init(t);
     t->name = strdup(name);
     t->has_data_type = 1;
-    t->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__UINT8;
+    t->data_type = dtype;
     t->n_dims = (size_t)rank;
     t->dims = calloc((size_t)rank + 1, sizeof *t->dims);
-    size_t n = 1;
+    size_t n = esize;
     for (int i = 0; i < rank; i++) {
         t->dims[i] = dims[i];
         n *= (size_t)dims[i];

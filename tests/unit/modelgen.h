@@ -18,8 +18,8 @@ void mg_node(mg_model *m, const char *op, const char *domain, const char *const 
  * (relative to the model's folder) with the given offset */
 void mg_init_float(mg_model *m, const char *name, int rank, const int64_t *dims, const float *data,
                    const char *location, int64_t offset);
-/* uint8 initializer (raw_data) */
-void mg_init_uint8(mg_model *m, const char *name, int rank, const int64_t *dims, const uint8_t *data);
+/* initializer of ONNX element type dtype, esize bytes an element, stored as raw_data */
+void mg_init_raw(mg_model *m, const char *name, int dtype, size_t esize, int rank, const int64_t *dims, const void *data);
 /* Attributes of the last node added. */
 void mg_attr_int(mg_model *m, const char *name, int64_t v);
 void mg_attr_float(mg_model *m, const char *name, float v);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/dtype.h"
 #include "modelgen.h"
 #include "onnx/load.h"
 #include "ops/eval.h"
@@ -16,7 +17,7 @@
 #include "passes/passes.h"
 #include "unit.h"
 
-enum { FLOAT = 1 };
+enum { FLOAT = 1, UINT8 = 2, FLOAT16 = 10 };
 
 static const kiln_pass P_FOLD = {"fold_constants", kiln_pass_fold_constants};
 static const kiln_pass P_CONV_BN = {"fold_conv_bn", kiln_pass_fold_conv_bn};
@@ -356,7 +357,6 @@ static void test_fuse_activation_conv(void)
  * join no activation but Relu. */
 static built conv_add_act_f16(const char *act)
 {
-    enum { FLOAT16 = 10 };
     mg_model *m = mg_new(13);
     int64_t x[4] = {1, 8, 8, 8}, w[4] = {16, 4, 3, 3}, bd[1] = {16}, r[4] = {1, 16, 6, 6};
     mg_input(m, "X", FLOAT16, 4, x, NULL);
@@ -539,9 +539,9 @@ static void test_fuse_gate_up(void)
             char nb[8], ns[8], nz[8], nbias[8];
             snprintf(nb, sizeof nb, "B%d", p), snprintf(ns, sizeof ns, "S%d", p), snprintf(nz, sizeof nz, "Z%d", p);
             snprintf(nbias, sizeof nbias, "bias%d", p);
-            mg_init_uint8(m, nb, 3, (int64_t[]){N, NB, BLOB}, b);
+            mg_init_raw(m, nb, UINT8, 1, 3, (int64_t[]){N, NB, BLOB}, b);
             mg_init_float(m, ns, 1, (int64_t[]){N * NB}, sc, NULL, 0);
-            mg_init_uint8(m, nz, 1, (int64_t[]){N * 2}, z);
+            mg_init_raw(m, nz, UINT8, 1, 1, (int64_t[]){N * 2}, z);
             init(m, nbias, 1, (int64_t[]){N});
             const char *a = p == 1 && variant == 1 ? "A2" : "A", *bias = p == 0 && variant == 2 ? nbias : NULL;
             mg_node(m, "MatMulNBits", "com.microsoft", (const char *[]){a, nb, ns, nz, bias ? "" : NULL, bias, NULL},
@@ -710,6 +710,68 @@ static void test_fuse_attention(void)
     int ranks[] = {4, 4, 4};
     int64_t dims[][4] = {{1, 2, 5, 4}, {1, 2, 5, 4}, {1, 2, 5, 4}};
     CHECK(session_diff(&b, 3, names, ranks, dims) <= 1e-5);
+    free(b.buf);
+}
+
+/* The same pattern in float16 (Q, K, V and the scale constants): the CPU's pass leaves it, the
+ * GPU's (kiln_pass_fuse_attention_gpu) makes one Attention whose reference result is the
+ * unfused graph's within float16 rounding. */
+static void test_fuse_attention_f16(void)
+{
+    static const kiln_pass P_ATTN_GPU = {"fuse_attention", kiln_pass_fuse_attention_gpu};
+    enum { N = 1 * 2 * 5 * 8 };
+    mg_model *m = mg_new(13);
+    mg_input(m, "unused", FLOAT, 1, (int64_t[]){1}, NULL);
+    const char *names[3] = {"Q", "K", "V"};
+    for (int t = 0; t < 3; t++) {
+        uint16_t h[N];
+        for (int i = 0; i < N; i++) h[i] = kiln_f32_to_f16(unit_unif(-1.0f, 1.0f));
+        mg_init_raw(m, names[t], FLOAT16, 2, 4, (int64_t[]){1, 2, 5, 8}, h);
+    }
+    uint16_t sc = kiln_f32_to_f16(0.5f);
+    mg_init_raw(m, "scale", FLOAT16, 2, 0, NULL, &sc);
+    mg_node(m, "Transpose", "", (const char *[]){"K", NULL}, (const char *[]){"kt", NULL});
+    mg_attr_ints(m, "perm", 4, (int64_t[]){0, 1, 3, 2});
+    mg_node(m, "MatMul", "", (const char *[]){"Q", "kt", NULL}, (const char *[]){"qk", NULL});
+    mg_node(m, "Div", "", (const char *[]){"qk", "scale", NULL}, (const char *[]){"sc", NULL});
+    mg_node(m, "Softmax", "", (const char *[]){"sc", NULL}, (const char *[]){"p", NULL});
+    mg_attr_int(m, "axis", -1);
+    mg_node(m, "MatMul", "", (const char *[]){"p", "V", NULL}, (const char *[]){"Y", NULL});
+    mg_output(m, "Y");
+    mg_output(m, "unused");
+    built b = finish(m);
+    kiln_model *md = load(&b);
+    CHECK(md && run_pass(md, &P_ATTN) == 0 && run_pass(md, &P_ATTN_GPU) == 1);
+    kiln_value *got[1] = {NULL}, *want = NULL;
+    kiln_err err = {0};
+    kiln_node *at = md ? find_op(md->graph, "", "Attention") : NULL;
+    CHECK(at && md->graph->n_nodes == 1 && at->n_in == 3 && kiln_attr_float(at, "scale", 0) == 2.0f);
+    if (at) CHECK(kiln_node_evaluate(at, 0, got, &err) == KILN_OK);
+    kiln_session_options opt = kiln_session_options_default();
+    opt.unoptimized = true;
+    kiln_session *ss = NULL;
+    float one = 0;
+    kiln_value *in = NULL;
+    kiln_value_wrap_tensor(KILN_DTYPE_FLOAT32, 1, (int64_t[]){1}, &one, sizeof one, &in);
+    const char *in_names[] = {"unused"}, *out_names[] = {"Y"};
+    CHECK(kiln_session_create_from_memory(b.buf, b.len, NULL, &opt, &ss) == KILN_OK &&
+          kiln_session_run(ss, 1, in_names, (const kiln_value *const *)&in, 1, out_names, &want) == KILN_OK);
+    if (got[0] && want && kiln_value_numel(got[0]) == N && kiln_value_numel(want) == N) {
+        const uint16_t *g = kiln_value_data(got[0]), *w = kiln_value_data(want);
+        double worst = 0;
+        for (int i = 0; i < N; i++) {
+            double d = fabs((double)kiln_f16_to_f32(g[i]) - (double)kiln_f16_to_f32(w[i]));
+            if (!(d <= worst)) worst = d;
+        }
+        CHECK(worst <= 4e-3);
+    } else {
+        CHECK(!"both computed Y");
+    }
+    kiln_session_free(ss);
+    kiln_value_free(in);
+    kiln_value_free(want);
+    kiln_value_free(got[0]);
+    kiln_model_free(md);
     free(b.buf);
 }
 
@@ -980,6 +1042,7 @@ int main(void)
     test_fuse_matmul_bias_and_gemm();
     test_fuse_gelu();
     test_fuse_attention();
+    test_fuse_attention_f16();
     test_layout_nchwc();
     test_consumer_lists();
     test_fuse_elementwise();
