@@ -143,35 +143,26 @@ template <typename T> __global__ void onnx_attn_kernel(kiln_gpu_onnx_attn a)
 #define FA_BN 64
 #define FA_WARPS 4
 
+/* mma.m16n8k16 with float accumulators, and two floats rounded into one register of T pairs. */
 template <typename T> struct fa_ops;
-template <> struct fa_ops<kiln_gpu_half> {
-    static __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
-    {
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                     "{%0,%1,%2,%3};"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-    }
-    static __device__ __forceinline__ uint32_t pack(float lo, float hi)
-    {
-        __half2 h = __floats2half2_rn(lo, hi);
-        return *(uint32_t *)&h;
-    }
-};
-template <> struct fa_ops<kiln_gpu_bf16> {
-    static __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
-    {
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                     "{%0,%1,%2,%3};"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-    }
-    static __device__ __forceinline__ uint32_t pack(float lo, float hi)
-    {
-        __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-        return *(uint32_t *)&h;
-    }
-};
+#define FA_OPS(T, PTX, PAIR, CONVERT)                                                                            \
+    template <> struct fa_ops<T> {                                                                               \
+        static __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) \
+        {                                                                                                        \
+            asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." PTX "." PTX ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, " \
+                         "{%8,%9}, {%0,%1,%2,%3};"                                                               \
+                         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                                        \
+                         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));                        \
+        }                                                                                                        \
+        static __device__ __forceinline__ uint32_t pack(float lo, float hi)                                      \
+        {                                                                                                        \
+            PAIR h = CONVERT(lo, hi);                                                                            \
+            return *(uint32_t *)&h;                                                                              \
+        }                                                                                                        \
+    };
+FA_OPS(kiln_gpu_half, "f16", __half2, __floats2half2_rn)
+FA_OPS(kiln_gpu_bf16, "bf16", __nv_bfloat162, __floats2bfloat162_rn)
+#undef FA_OPS
 
 /* The bias of key j for query row i of (b, h) (onnx_bias without window or nonpad); -inf past
  * the keys, 0 for a row past the queries (computed, never stored). */

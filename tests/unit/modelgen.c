@@ -113,21 +113,31 @@ static Onnx__StringStringEntryProto *entry(const char *k, const char *v)
     return e;
 }
 
-void mg_init_float(mg_model *m, const char *name, int rank, const int64_t *dims, const float *data,
-                   const char *location, int64_t offset)
+/* A new initializer of m (appended): name, element type and dims set; *n its element count. */
+static Onnx__TensorProto *new_init(mg_model *m, const char *name, int dtype, int rank, const int64_t *dims, int64_t *n)
 {
     Onnx__TensorProto *t = calloc(1, sizeof *t);
     onnx__tensor_proto__init(t);
     t->name = strdup(name);
     t->has_data_type = 1;
-    t->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+    t->data_type = dtype;
     t->n_dims = (size_t)rank;
     t->dims = calloc((size_t)rank + 1, sizeof *t->dims);
-    int64_t n = 1;
+    *n = 1;
     for (int i = 0; i < rank; i++) {
         t->dims[i] = dims[i];
-        n *= dims[i];
+        *n *= dims[i];
     }
+    m->graph.initializer = grow(m->graph.initializer, m->graph.n_initializer, sizeof *m->graph.initializer);
+    m->graph.initializer[m->graph.n_initializer++] = t;
+    return t;
+}
+
+void mg_init_float(mg_model *m, const char *name, int rank, const int64_t *dims, const float *data,
+                   const char *location, int64_t offset)
+{
+    int64_t n;
+    Onnx__TensorProto *t = new_init(m, name, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, rank, dims, &n);
     if (location) {
         char buf[32];
         t->has_data_location = 1;
@@ -144,30 +154,16 @@ void mg_init_float(mg_model *m, const char *name, int rank, const int64_t *dims,
         t->float_data = malloc((size_t)n * sizeof(float) + 1);
         memcpy(t->float_data, data, (size_t)n * sizeof(float));
     }
-    m->graph.initializer = grow(m->graph.initializer, m->graph.n_initializer, sizeof *m->graph.initializer);
-    m->graph.initializer[m->graph.n_initializer++] = t;
 }
 
 void mg_init_raw(mg_model *m, const char *name, int dtype, size_t esize, int rank, const int64_t *dims, const void *data)
 {
-    Onnx__TensorProto *t = calloc(1, sizeof *t);
-    onnx__tensor_proto__init(t);
-    t->name = strdup(name);
-    t->has_data_type = 1;
-    t->data_type = dtype;
-    t->n_dims = (size_t)rank;
-    t->dims = calloc((size_t)rank + 1, sizeof *t->dims);
-    size_t n = esize;
-    for (int i = 0; i < rank; i++) {
-        t->dims[i] = dims[i];
-        n *= (size_t)dims[i];
-    }
+    int64_t n;
+    Onnx__TensorProto *t = new_init(m, name, dtype, rank, dims, &n);
     t->has_raw_data = 1;
-    t->raw_data.len = n;
-    t->raw_data.data = malloc(n + 1);
-    memcpy(t->raw_data.data, data, n);
-    m->graph.initializer = grow(m->graph.initializer, m->graph.n_initializer, sizeof *m->graph.initializer);
-    m->graph.initializer[m->graph.n_initializer++] = t;
+    t->raw_data.len = (size_t)n * esize;
+    t->raw_data.data = malloc(t->raw_data.len + 1);
+    memcpy(t->raw_data.data, data, t->raw_data.len);
 }
 
 static Onnx__AttributeProto *new_attr(mg_model *m, const char *name, Onnx__AttributeProto__AttributeType type)

@@ -112,6 +112,25 @@ static kiln_node *find_op(const kiln_graph *g, const char *domain, const char *o
     return NULL;
 }
 
+/* Output "Y" of b's unoptimised session run with its one input "unused" (a float32 [1]), for the
+ * models whose other inputs are all initializers; NULL when it fails. */
+static kiln_value *unoptimized_y(const built *b)
+{
+    kiln_session_options opt = kiln_session_options_default();
+    opt.unoptimized = true;
+    kiln_session *ss = NULL;
+    float one = 0;
+    kiln_value *in = NULL, *y = NULL;
+    const char *in_names[] = {"unused"}, *out_names[] = {"Y"};
+    if (kiln_value_wrap_tensor(KILN_DTYPE_FLOAT32, 1, (int64_t[]){1}, &one, sizeof one, &in) ||
+        kiln_session_create_from_memory(b->buf, b->len, NULL, &opt, &ss) ||
+        kiln_session_run(ss, 1, in_names, (const kiln_value *const *)&in, 1, out_names, &y))
+        y = NULL;
+    kiln_session_free(ss);
+    kiln_value_free(in);
+    return y;
+}
+
 /* Runs the optimised and the unoptimised session on the same random inputs; the max abs
  * difference of output "Y" (or INFINITY when a run fails). */
 static double session_diff(const built *b, int n_in, const char *const *names, const int *ranks,
@@ -496,19 +515,9 @@ static void test_fuse_silu_mul(void)
             CHECK(md->graph->n_nodes == 1 && f && f->n_in == 2 && !strcmp(f->in[0]->name, "G") &&
                   !strcmp(f->in[1]->name, "U") && !strcmp(f->out[0]->name, "Y"));
             if (f) CHECK(kiln_node_evaluate(f, 0, got, &err) == KILN_OK);
-            kiln_session_options opt = kiln_session_options_default();
-            opt.unoptimized = true;
-            kiln_session *ss = NULL;
-            float one = 0;
-            kiln_value *in = NULL;
-            kiln_value_wrap_tensor(KILN_DTYPE_FLOAT32, 1, (int64_t[]){1}, &one, sizeof one, &in);
-            const char *in_names[] = {"unused"}, *out_names[] = {"Y"};
-            CHECK(kiln_session_create_from_memory(b.buf, b.len, NULL, &opt, &ss) == KILN_OK &&
-                  kiln_session_run(ss, 1, in_names, (const kiln_value *const *)&in, 1, out_names, &want) == KILN_OK);
+            CHECK((want = unoptimized_y(&b)) != NULL);
             CHECK(got[0] && want && kiln_value_numel(got[0]) == 33 && kiln_value_numel(want) == 33 &&
                   !memcmp(kiln_value_data(got[0]), kiln_value_data(want), 33 * sizeof(float)));
-            kiln_session_free(ss);
-            kiln_value_free(in);
         }
         if (md && !want_fused) CHECK(md->graph->n_nodes == 3 && count_op(md->graph, "kiln", "SiluMul") == 0);
         kiln_value_free(want);
@@ -572,19 +581,9 @@ static void test_fuse_gate_up(void)
                 kiln_ir_value_set_constant(f->out[0], h[0]);
                 CHECK(kiln_node_evaluate(s, 0, got, &err) == KILN_OK);
             }
-            kiln_session_options opt = kiln_session_options_default();
-            opt.unoptimized = true;
-            kiln_session *ss = NULL;
-            float one = 0;
-            kiln_value *in = NULL;
-            kiln_value_wrap_tensor(KILN_DTYPE_FLOAT32, 1, (int64_t[]){1}, &one, sizeof one, &in);
-            const char *in_names[] = {"unused"}, *out_names[] = {"Y"};
-            CHECK(kiln_session_create_from_memory(b.buf, b.len, NULL, &opt, &ss) == KILN_OK &&
-                  kiln_session_run(ss, 1, in_names, (const kiln_value *const *)&in, 1, out_names, &want_y) == KILN_OK);
+            CHECK((want_y = unoptimized_y(&b)) != NULL);
             CHECK(got[0] && want_y && kiln_value_numel(got[0]) == 2 * 3 * N && kiln_value_numel(want_y) == 2 * 3 * N &&
                   !memcmp(kiln_value_data(got[0]), kiln_value_data(want_y), 2 * 3 * N * sizeof(float)));
-            kiln_session_free(ss);
-            kiln_value_free(in);
             kiln_value_free(want_y);
             kiln_value_free(got[0]);
         }
@@ -747,15 +746,7 @@ static void test_fuse_attention_f16(void)
     kiln_node *at = md ? find_op(md->graph, "", "Attention") : NULL;
     CHECK(at && md->graph->n_nodes == 1 && at->n_in == 3 && kiln_attr_float(at, "scale", 0) == 2.0f);
     if (at) CHECK(kiln_node_evaluate(at, 0, got, &err) == KILN_OK);
-    kiln_session_options opt = kiln_session_options_default();
-    opt.unoptimized = true;
-    kiln_session *ss = NULL;
-    float one = 0;
-    kiln_value *in = NULL;
-    kiln_value_wrap_tensor(KILN_DTYPE_FLOAT32, 1, (int64_t[]){1}, &one, sizeof one, &in);
-    const char *in_names[] = {"unused"}, *out_names[] = {"Y"};
-    CHECK(kiln_session_create_from_memory(b.buf, b.len, NULL, &opt, &ss) == KILN_OK &&
-          kiln_session_run(ss, 1, in_names, (const kiln_value *const *)&in, 1, out_names, &want) == KILN_OK);
+    CHECK((want = unoptimized_y(&b)) != NULL);
     if (got[0] && want && kiln_value_numel(got[0]) == N && kiln_value_numel(want) == N) {
         const uint16_t *g = kiln_value_data(got[0]), *w = kiln_value_data(want);
         double worst = 0;
@@ -767,8 +758,6 @@ static void test_fuse_attention_f16(void)
     } else {
         CHECK(!"both computed Y");
     }
-    kiln_session_free(ss);
-    kiln_value_free(in);
     kiln_value_free(want);
     kiln_value_free(got[0]);
     kiln_model_free(md);
