@@ -50,6 +50,25 @@ struct alignas(16) bytes16 {
     uint32_t w[4];
 };
 
+/* The widest unit of 16, 8, 4, 2 or 1 bytes, at least `least`, whose multiples all the bits of
+ * `all` (sizes and addresses OR-ed together) are. */
+static int widest_unit(uint64_t all, int least)
+{
+    int unit = 16;
+    while (unit > least && (all & (uint64_t)(unit - 1))) unit /= 2;
+    return unit;
+}
+
+/* Runs the statement(s) with U the type moving `unit` bytes (widest_unit's). */
+#define BY_UNIT(unit, ...)                                                                     \
+    switch (unit) {                                                                            \
+    case 16: { typedef bytes16 U; __VA_ARGS__; } break;                                        \
+    case 8: { typedef unsigned long long U; __VA_ARGS__; } break;                              \
+    case 4: { typedef uint32_t U; __VA_ARGS__; } break;                                        \
+    case 2: { typedef uint16_t U; __VA_ARGS__; } break;                                        \
+    default: { typedef uint8_t U; __VA_ARGS__; } break;                                        \
+    }
+
 /* y[i] = x[offset of i], the offset decomposed in I (32-bit while the counts fit: the copy was
  * bound by 64-bit divisions, not by memory). Strides may be negative (Slice's negative steps). */
 template <typename T, typename I>
@@ -168,27 +187,16 @@ __global__ void copy2d_kernel(char *__restrict__ y, int64_t y_ld, const char *__
     }
 }
 
-struct alignas(16) unit16 { unsigned long long a, b; };
-
 extern "C" gpuError_t kiln_gpu_layout_copy2d(void *y, int64_t y_ld, const void *x, int64_t x_ld, int64_t rows,
                                              int64_t row_bytes, gpuStream_t st)
 {
     if (rows <= 0 || row_bytes <= 0) return gpuSuccess;
-    uint64_t all = (uint64_t)(uintptr_t)y | (uint64_t)(uintptr_t)x | (uint64_t)y_ld | (uint64_t)x_ld |
-                   (uint64_t)row_bytes;
-    int unit = 16;
-    while (unit > 1 && (all & (uint64_t)(unit - 1))) unit /= 2;
+    int unit = widest_unit((uint64_t)(uintptr_t)y | (uint64_t)(uintptr_t)x | (uint64_t)y_ld | (uint64_t)x_ld |
+                               (uint64_t)row_bytes,
+                           1);
     int64_t row_units = row_bytes / unit, n = rows * row_units;
     unsigned nb = kiln_gpu_blocks(n, BLOCK);
-    char *yc = (char *)y;
-    const char *xc = (const char *)x;
-    switch (unit) {
-    case 16: copy2d_kernel<unit16><<<nb, BLOCK, 0, st>>>(yc, y_ld, xc, x_ld, row_units, n); break;
-    case 8: copy2d_kernel<unsigned long long><<<nb, BLOCK, 0, st>>>(yc, y_ld, xc, x_ld, row_units, n); break;
-    case 4: copy2d_kernel<uint32_t><<<nb, BLOCK, 0, st>>>(yc, y_ld, xc, x_ld, row_units, n); break;
-    case 2: copy2d_kernel<uint16_t><<<nb, BLOCK, 0, st>>>(yc, y_ld, xc, x_ld, row_units, n); break;
-    default: copy2d_kernel<uint8_t><<<nb, BLOCK, 0, st>>>(yc, y_ld, xc, x_ld, row_units, n); break;
-    }
+    BY_UNIT(unit, copy2d_kernel<U><<<nb, BLOCK, 0, st>>>((char *)y, y_ld, (const char *)x, x_ld, row_units, n));
     return gpuGetLastError();
 }
 
@@ -298,17 +306,9 @@ extern "C" gpuError_t kiln_gpu_layout_gather(int esize, int idx64, void *y, cons
     if (outer * m * inner <= 0) return gpuSuccess;
     if (esize != 1 && esize != 2 && esize != 4 && esize != 8) return gpuErrorInvalidValue;
     int64_t row = inner * esize;
-    uint64_t all = (uint64_t)(uintptr_t)y | (uint64_t)(uintptr_t)x | (uint64_t)row;
-    int unit = 16;
-    while (unit > esize && (all & (uint64_t)(unit - 1))) unit /= 2;
-    int64_t units = row / unit, total = outer * m * units;
-    switch (unit) {
-    case 16: gather_launch<unit16>(y, x, ind, idx64, n, m, units, total, st); break;
-    case 8: gather_launch<unsigned long long>(y, x, ind, idx64, n, m, units, total, st); break;
-    case 4: gather_launch<uint32_t>(y, x, ind, idx64, n, m, units, total, st); break;
-    case 2: gather_launch<uint16_t>(y, x, ind, idx64, n, m, units, total, st); break;
-    default: gather_launch<uint8_t>(y, x, ind, idx64, n, m, units, total, st); break;
-    }
+    int unit = widest_unit((uint64_t)(uintptr_t)y | (uint64_t)(uintptr_t)x | (uint64_t)row, esize);
+    int64_t units = row / unit;
+    BY_UNIT(unit, gather_launch<U>(y, x, ind, idx64, n, m, units, outer * m * units, st));
     return gpuGetLastError();
 }
 

@@ -523,16 +523,19 @@ static void softmax_t(gpuStream_t s, const void *x, void *y, int64_t outer, int6
     const T *xt = (const T *)x;
     T *yt = (T *)y;
     unsigned warps = kiln_gpu_blocks(outer, BLOCK / 32);
+    int held = held_per_lane(n);
+#define HELD(R) softmax_held_kernel<T, R><<<warps, BLOCK, 0, s>>>(xt, yt, outer, (int)n, lg)
     if (inner > 1)
         softmax_cols_kernel<T><<<kiln_gpu_blocks(outer * inner, BLOCK), BLOCK, 0, s>>>(xt, yt, outer, n, inner, lg);
     else if (n >= BLOCK_ROW_MIN || (outer < 256 && n >= 128))
         softmax_rows_kernel<T, BLOCK><<<kiln_gpu_blocks(outer, 1), BLOCK, 0, s>>>(xt, yt, outer, n, lg);
-    else if (held_per_lane(n) == 4) softmax_held_kernel<T, 4><<<warps, BLOCK, 0, s>>>(xt, yt, outer, (int)n, lg);
-    else if (held_per_lane(n) == 8) softmax_held_kernel<T, 8><<<warps, BLOCK, 0, s>>>(xt, yt, outer, (int)n, lg);
-    else if (held_per_lane(n) == 16) softmax_held_kernel<T, 16><<<warps, BLOCK, 0, s>>>(xt, yt, outer, (int)n, lg);
-    else if (held_per_lane(n) == 32) softmax_held_kernel<T, 32><<<warps, BLOCK, 0, s>>>(xt, yt, outer, (int)n, lg);
+    else if (held == 4) HELD(4);
+    else if (held == 8) HELD(8);
+    else if (held == 16) HELD(16);
+    else if (held == 32) HELD(32);
     else
         softmax_rows_kernel<T, 32><<<warps, BLOCK, 0, s>>>(xt, yt, outer, n, lg);
+#undef HELD
 }
 
 extern "C" gpuError_t kiln_gpu_softmax(gpuStream_t s, kiln_dtype dt, const void *x, void *y, int64_t outer,
