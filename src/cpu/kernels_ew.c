@@ -14,6 +14,7 @@
 #include "cpu/kernels.h"
 #include "core/threadpool.h"
 #include "cpu/vecmath.h"
+#include "ops/fused.h"
 
 /* ---- binary ---- */
 
@@ -400,26 +401,24 @@ static bool ew_f32(const kiln_node *n)
 }
 
 /* kiln.SiluMul (src/ops/fused.h): y = g * Sigmoid(g) * u as the CPU's Sigmoid and Mul kernels
- * compute the chain (kiln_vec_sigmoid, then two float products), so fusing changes no bit. Rows of
- * n elements, row r of g and u at r * stride (two tensors: one row of them all; packed: stride
- * 2n, u = g + n). */
+ * compute the chain (kiln_vec_sigmoid, then two float products), so fusing changes no bit; over
+ * the op's rows (kiln_silu_mul_rows), in pieces within a row. */
 typedef struct silu_mul_job {
-    const float *g, *u;
+    kiln_silu_mul_rows r;
     float *y;
-    int64_t total, n, stride;
 } silu_mul_job;
 
 static void silu_mul_chunks(void *ctx, int64_t begin, int64_t end)
 {
     const silu_mul_job *j = ctx;
+    const kiln_silu_mul_rows *r = &j->r;
     float s[256];
-    for (int64_t i = begin * KILN_CPU_CHUNK, e = end * KILN_CPU_CHUNK < j->total ? end * KILN_CPU_CHUNK : j->total;
+    for (int64_t i = begin * KILN_CPU_CHUNK, e = end * KILN_CPU_CHUNK < r->total ? end * KILN_CPU_CHUNK : r->total;
          i < e;) {
-        /* a piece within one row and 256 elements */
-        int64_t r = i / j->n, c = i - r * j->n, len = j->n - c;
+        int64_t row = i / r->n, c = i - row * r->n, len = r->n - c;
         if (len > e - i) len = e - i;
         if (len > 256) len = 256;
-        const float *g = j->g + r * j->stride + c, *u = j->u + r * j->stride + c;
+        const float *g = (const float *)r->g + row * r->stride + c, *u = (const float *)r->u + row * r->stride + c;
         float *y = j->y + i;
         kiln_vec_sigmoid(g, s, len);
         for (int64_t k = 0; k < len; k++) {
@@ -434,19 +433,12 @@ static kiln_status silu_mul_run(kiln_run_ctx *c)
 {
     const kiln_value *G = kiln_run_in(c, 0), *U = kiln_run_in(c, 1);
     kiln_value *Y = kiln_run_out(c, 0);
-    if (!Y || G->dtype != KILN_DTYPE_FLOAT32 || Y->dtype != KILN_DTYPE_FLOAT32) return kiln_cpu_reference(c);
-    silu_mul_job j = {G->data, NULL, Y->data, Y->numel, Y->numel, Y->numel};
-    if (!U) { /* packed: the halves of each row of G */
-        int64_t h = G->rank ? G->dims[G->rank - 1] : 0;
-        if (!G->rank || h % 2 || Y->numel * 2 != G->numel) return kiln_cpu_reference(c);
-        j.u = (const float *)G->data + h / 2, j.n = h / 2, j.stride = h;
-    } else {
-        if (U->dtype != KILN_DTYPE_FLOAT32 || U->numel != G->numel || Y->numel != G->numel) return kiln_cpu_reference(c);
-        j.u = U->data;
-    }
-    if (!j.total) return KILN_OK;
-    kiln_threadpool_parallel_for(kiln_run_threadpool(c), (j.total + KILN_CPU_CHUNK - 1) / KILN_CPU_CHUNK, silu_mul_chunks,
-                                 &j);
+    silu_mul_job j = {.y = Y ? Y->data : NULL};
+    if (!Y || G->dtype != KILN_DTYPE_FLOAT32 || Y->dtype != KILN_DTYPE_FLOAT32 || !kiln_silu_mul_rows_of(G, U, Y, &j.r))
+        return kiln_cpu_reference(c);
+    if (!j.r.total) return KILN_OK;
+    kiln_threadpool_parallel_for(kiln_run_threadpool(c), (j.r.total + KILN_CPU_CHUNK - 1) / KILN_CPU_CHUNK,
+                                 silu_mul_chunks, &j);
     return KILN_OK;
 }
 

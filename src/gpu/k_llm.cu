@@ -901,9 +901,8 @@ extern "C" gpuError_t kiln_gpu_rotary(gpuStream_t s, int dtype, const void *x, v
 
 /* ---- kiln.SiluMul ---- */
 
-/* y = g * sigmoid(g) * u, in float, grid-stride. */
-/* y[r, i] = silu(g[r * stride + i]) * u[r * stride + i] over rows of n elements (stride n: two
- * tensors; 2n with u = g + n: the packed form) */
+/* y[r, i] = silu(g[r * stride + i]) * u[r * stride + i] in float over rows of n elements (stride
+ * n: two tensors; 2n with u = g + n: the packed form; kiln_silu_mul_rows), grid-stride */
 template <typename T>
 __global__ void silu_mul_kernel(const T *g, const T *u, T *y, int64_t total, int64_t n, int64_t stride)
 {

@@ -16,6 +16,7 @@
 #include "gpu/gpu.h"
 #include "gpu/support.h"
 #include "gpu/k_llm.h"
+#include "ops/fused.h"
 #include "ops/llm.h"
 #include "ops/util.h"
 
@@ -310,18 +311,9 @@ static kiln_status silu_mul_run(kiln_run_ctx *c)
 {
     const kiln_value *G = kiln_run_in(c, 0), *U = kiln_run_in(c, 1);
     kiln_value *Y = kiln_run_out(c, 0);
-    if (!Y || Y->dtype != G->dtype) return kiln_gpu_fallback(c);
-    gpuStream_t s = kiln_gpu_stream(c);
-    if (!U) { /* packed: the halves of each row of G */
-        int64_t h = G->rank ? G->dims[G->rank - 1] : 0;
-        if (!G->rank || h % 2 || Y->numel * 2 != G->numel) return kiln_gpu_fallback(c);
-        const char *g = G->data;
-        return kiln_gpu_check(c, kiln_gpu_silu_mul(s, G->dtype, g, g + (size_t)(h / 2) * kiln_dtype_size(G->dtype), Y->data,
-                                                   Y->numel, h / 2, h),
-                              "SiluMul");
-    }
-    if (U->numel != G->numel || U->dtype != G->dtype) return kiln_gpu_fallback(c);
-    return kiln_gpu_check(c, kiln_gpu_silu_mul(s, G->dtype, G->data, U->data, Y->data, G->numel, G->numel, G->numel),
+    kiln_silu_mul_rows r;
+    if (!Y || Y->dtype != G->dtype || !kiln_silu_mul_rows_of(G, U, Y, &r)) return kiln_gpu_fallback(c);
+    return kiln_gpu_check(c, kiln_gpu_silu_mul(kiln_gpu_stream(c), G->dtype, r.g, r.u, Y->data, r.total, r.n, r.stride),
                           "SiluMul");
 }
 

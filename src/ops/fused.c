@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/dtype.h"
 #include "ops/fused.h"
 #include "ops/nn_internal.h"
 #include "ops/op.h"
@@ -280,30 +281,39 @@ static kiln_status silu_mul_infer(kiln_infer_ctx *c)
     return kiln_infer_same_as_input(c, 0, 0);
 }
 
-/* The unfused chain, each node's result rounded to the type: s = Sigmoid(G), t = G * s, Y = t * U;
- * G and U rows of n elements, at row r: g + r * gs, u + r * us. */
+bool kiln_silu_mul_rows_of(const kiln_value *G, const kiln_value *U, const kiln_value *Y, kiln_silu_mul_rows *r)
+{
+    r->g = G->data, r->total = Y->numel;
+    if (U) {
+        r->u = U->data, r->n = r->stride = Y->numel;
+        return U->dtype == G->dtype && U->numel == G->numel && Y->numel == G->numel;
+    }
+    int64_t h = G->rank ? G->dims[G->rank - 1] : 0;
+    r->n = h / 2, r->stride = h;
+    r->u = G->data ? (const char *)G->data + (size_t)(h / 2) * kiln_dtype_size(G->dtype) : NULL;
+    return G->rank && h % 2 == 0 && Y->numel * 2 == G->numel;
+}
+
+/* The unfused chain, each node's result rounded to the type: s = Sigmoid(G), t = G * s, Y = t * U. */
 static kiln_status silu_mul_run(kiln_run_ctx *c)
 {
     const kiln_value *g = kiln_run_in(c, 0), *u = kiln_run_in(c, 1);
     kiln_value *y = kiln_run_out(c, 0);
-    int64_t n = g->numel, rows = 1, gs = 0, us = 0, uo = 0; /* two inputs: one row of all elements */
-    if (!u) { /* packed: G and U the halves of each row of H */
-        int64_t h = g->rank ? g->dims[g->rank - 1] : 0;
-        if (!g->rank || h % 2 || y->numel * 2 != g->numel)
-            return kiln_run_fail(c, KILN_ERR_SHAPE, "H's last dim (%lld) must be even", (long long)h);
-        n = h / 2, rows = h ? g->numel / h : 0, gs = us = h, uo = n;
-        u = g;
-    } else if (g->numel != u->numel || g->dtype != u->dtype) {
+    kiln_silu_mul_rows r;
+    if (!kiln_silu_mul_rows_of(g, u, y, &r)) {
+        if (!u)
+            return kiln_run_fail(c, KILN_ERR_SHAPE, "H's last dim (%lld) must be even",
+                                 (long long)(g->rank ? g->dims[g->rank - 1] : 0));
         return kiln_run_fail(c, KILN_ERR_SHAPE, "U (%s, %lld elements) does not fit G (%s, %lld elements)",
                              kiln_dtype_name(u->dtype), (long long)u->numel, kiln_dtype_name(g->dtype), (long long)g->numel);
     }
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t i = 0; i < n; i++) {
-            double gv = kiln_load_f64(g->dtype, g->data, r * gs + i);
-            double sv = kiln_round_to(g->dtype, 1.0 / (1.0 + exp(-gv)));
-            double tv = kiln_round_to(g->dtype, gv * sv);
-            kiln_store_f64(y->dtype, y->data, r * n + i, tv * kiln_load_f64(u->dtype, u->data, r * us + uo + i));
-        }
+    for (int64_t i = 0; i < r.total; i++) {
+        int64_t at = i / r.n * r.stride + i % r.n;
+        double gv = kiln_load_f64(g->dtype, r.g, at);
+        double sv = kiln_round_to(g->dtype, 1.0 / (1.0 + exp(-gv)));
+        double tv = kiln_round_to(g->dtype, gv * sv);
+        kiln_store_f64(y->dtype, y->data, i, tv * kiln_load_f64(g->dtype, r.u, at));
+    }
     return KILN_OK;
 }
 

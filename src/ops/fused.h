@@ -65,6 +65,19 @@ const char *kiln_fused_op_type(const char *op_type);
 /* The activation attribute's spelling of k ("" for none). */
 const char *kiln_act_name(kiln_act_kind k);
 
+/* Where kiln.SiluMul reads, one description for its reference and its CPU and GPU kernels: Y's
+ * `total` elements in rows of n, row r of G at g + r * stride elements and of U at u + r *
+ * stride. Two inputs: one row, U's own data; the packed form (U NULL): rows of H's last dim, U
+ * their second halves. */
+typedef struct kiln_silu_mul_rows {
+    const void *g, *u;
+    int64_t total, n, stride;
+} kiln_silu_mul_rows;
+
+/* kiln.SiluMul's rows for inputs G and U (NULL: packed) and output Y; false when they do not
+ * fit (U of another dtype or count than G, Y of another count, H's last dim odd). */
+bool kiln_silu_mul_rows_of(const kiln_value *G, const kiln_value *U, const kiln_value *Y, kiln_silu_mul_rows *r);
+
 /* ---- kiln.FusedElementwise: its program ----
  *
  * Registers 0..n_in-1 hold the inputs' elements (each input broadcast to Y's dims), register
