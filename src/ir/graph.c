@@ -191,6 +191,17 @@ static bool read_elsewhere(const kiln_graph *g, const kiln_ir_value *v, const ki
     return false;
 }
 
+/* v's constant when v is one whose bytes may be given back: a tensor of the model's, still in
+ * host memory, with no release hook, not computed, not a graph input or output; else NULL. */
+static kiln_value *releasable(const kiln_ir_value *v)
+{
+    kiln_value *w = v ? (kiln_value *)v->init : NULL; /* the model owns its constants */
+    if (!w || !w->data || w->kind != KILN_VALUE_TENSOR || w->on_device || w->release || v->producer || v->is_input ||
+        v->is_output)
+        return NULL;
+    return w;
+}
+
 /* Frees w's owned bytes or gives loader bytes back (release_bytes); w->data NULL when done. */
 static bool release_data(kiln_model *m, kiln_value *w)
 {
@@ -205,10 +216,8 @@ bool kiln_node_release_constant(kiln_node *n, int input)
 {
     kiln_ir_value *v = input >= 0 && input < n->n_in ? n->in[input] : NULL;
     kiln_model *m = n->graph ? n->graph->model : NULL;
-    kiln_value *w = v ? (kiln_value *)v->init : NULL; /* the model owns its constants */
-    if (!m || !m->release_packed || !w || !w->data || w->kind != KILN_VALUE_TENSOR || w->on_device || w->release ||
-        v->graph != n->graph || v->producer || v->is_input || v->is_output)
-        return false;
+    kiln_value *w = releasable(v);
+    if (!m || !m->release_packed || !w || v->graph != n->graph) return false;
     for (int i = 0; i < n->n_in; i++)
         if (i != input && n->in[i] == v) return false;
     if (read_elsewhere(n->graph, v, n)) return false;
@@ -218,10 +227,8 @@ bool kiln_node_release_constant(kiln_node *n, int input)
 bool kiln_ir_value_release_unread(kiln_ir_value *v)
 {
     kiln_model *m = v->graph ? v->graph->model : NULL;
-    kiln_value *w = (kiln_value *)v->init; /* the model owns its constants */
-    if (!m || !w || !w->data || w->kind != KILN_VALUE_TENSOR || w->on_device || w->release || v->producer ||
-        v->is_input || v->is_output || read_elsewhere(v->graph, v, NULL))
-        return false;
+    kiln_value *w = releasable(v);
+    if (!m || !w || read_elsewhere(v->graph, v, NULL)) return false;
     return release_data(m, w);
 }
 
