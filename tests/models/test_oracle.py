@@ -959,6 +959,31 @@ def gelu_nodes(x, y, form, prefix="g"):
 GELU_FORMS = ("div", "mul_sqrt", "tanh_pow", "tanh_mul")
 
 
+def test_silu_mul_fusion():
+    """A gated MLP's Mul(Mul(g, Sigmoid(g)), u), operands in either order, fused into kiln.SiluMul by
+    the optimised session (its CPU kernel: the unfused kernels' arithmetic); odd, zero-size and
+    large shapes, special values. Not fused: the Sigmoid also a graph output."""
+    shapes = [(0,), (1,), (3, 5), (2, 0, 3), (7, 13), (3, 4099), (2, 3, 17), (5, 300)]
+    for swap in (False, True):
+        nodes = [helper.make_node("Sigmoid", ["G"], ["s"]),
+                 helper.make_node("Mul", ["s", "G"] if swap else ["G", "s"], ["t"]),
+                 helper.make_node("Mul", ["U", "t"] if swap else ["t", "U"], ["Y"])]
+        for rank in (1, 2, 3):
+            blob = model(nodes, [sym("G", rank, "x"), sym("U", rank, "x")], [out()])
+            ops = [op for _, op, _ in kiln.Session(blob).nodes()]
+            check(f"SiluMul pattern swap={swap} rank {rank}: fused", ops == ["SiluMul"], ops)
+            feeds = [{"G": rand(*sh) * 4, "U": rand(*sh)} for sh in shapes if len(sh) == rank]
+            if rank == 1:
+                g = np.array([0.0, -0.0, 1e-3, -5.5, 9.0, -90.0, 90.0, 1e4, -1e4, np.inf, -np.inf, np.nan], np.float32)
+                feeds.append({"G": g, "U": rand(g.size)})
+            compare(f"SiluMul pattern swap={swap} rank {rank}", blob, feeds, atol=1e-6)
+    nodes = [helper.make_node("Sigmoid", ["G"], ["s"]), helper.make_node("Mul", ["G", "s"], ["t"]),
+             helper.make_node("Mul", ["t", "U"], ["Y"])]
+    blob = model(nodes, [sym("G", 2, "x"), sym("U", 2, "x")], [out(), out("s")])
+    check("SiluMul pattern with the Sigmoid an output: not fused", "SiluMul" not in [op for _, op, _ in kiln.Session(blob).nodes()])
+    compare("SiluMul pattern with the Sigmoid an output", blob, [{"G": rand(3, 5), "U": rand(3, 5)}])
+
+
 def test_gelu_fusion():
     """Gelu written out (exact with Div or Mul by 1/sqrt 2, tanh with Pow or x*x*x; the three
     associations of the products), fused into one Gelu node by the optimised session; odd,
@@ -1595,7 +1620,7 @@ def main():
                  test_softmax, test_layernorm, test_reduce_mean, test_transpose, test_concat, test_batchnorm, test_clip, test_pool,
                  test_global_pool, test_depthwise_conv, test_conv_packed, test_conv_residual, test_add_activation,
                  test_conv_few_pixels, test_conv_narrow, test_attention,
-                 test_gelu_fusion, test_matmul_bias, test_conv_transpose, test_blocked_cnn,
+                 test_gelu_fusion, test_silu_mul_fusion, test_matmul_bias, test_conv_transpose, test_blocked_cnn,
                  test_blocked_pointwise_passes, test_blocked_depthwise, test_blocked_few_tasks, test_blocked_winograd):
         test()
     return summary()

@@ -679,6 +679,18 @@ static void test_fuse_gelu(void)
     free(b.buf);
 }
 
+/* Y = Softmax(scale_op(Q K^T, scale)) V over values Q, K, V and scale of m, written out. */
+static void attention_nodes(mg_model *m, const char *scale_op)
+{
+    mg_node(m, "Transpose", "", (const char *[]){"K", NULL}, (const char *[]){"kt", NULL});
+    mg_attr_ints(m, "perm", 4, (int64_t[]){0, 1, 3, 2});
+    mg_node(m, "MatMul", "", (const char *[]){"Q", "kt", NULL}, (const char *[]){"qk", NULL});
+    mg_node(m, scale_op, "", (const char *[]){"qk", "scale", NULL}, (const char *[]){"sc", NULL});
+    mg_node(m, "Softmax", "", (const char *[]){"sc", NULL}, (const char *[]){"p", NULL});
+    mg_attr_int(m, "axis", -1);
+    mg_node(m, "MatMul", "", (const char *[]){"p", "V", NULL}, (const char *[]){"Y", NULL});
+}
+
 /* Softmax(Q K^T * scale) V on [B, H, S, D] */
 static void test_fuse_attention(void)
 {
@@ -688,13 +700,7 @@ static void test_fuse_attention(void)
     mg_input(m, "K", FLOAT, 4, q, NULL);
     mg_input(m, "V", FLOAT, 4, q, NULL);
     scalar(m, "scale", 0.5f);
-    mg_node(m, "Transpose", "", (const char *[]){"K", NULL}, (const char *[]){"kt", NULL});
-    mg_attr_ints(m, "perm", 4, (int64_t[]){0, 1, 3, 2});
-    mg_node(m, "MatMul", "", (const char *[]){"Q", "kt", NULL}, (const char *[]){"qk", NULL});
-    mg_node(m, "Mul", "", (const char *[]){"qk", "scale", NULL}, (const char *[]){"sc", NULL});
-    mg_node(m, "Softmax", "", (const char *[]){"sc", NULL}, (const char *[]){"p", NULL});
-    mg_attr_int(m, "axis", -1);
-    mg_node(m, "MatMul", "", (const char *[]){"p", "V", NULL}, (const char *[]){"Y", NULL});
+    attention_nodes(m, "Mul");
     mg_output(m, "Y");
     built b = finish(m);
     kiln_model *md = load(&b);
@@ -729,13 +735,7 @@ static void test_fuse_attention_f16(void)
     }
     uint16_t sc = kiln_f32_to_f16(0.5f);
     mg_init_raw(m, "scale", FLOAT16, 2, 0, NULL, &sc);
-    mg_node(m, "Transpose", "", (const char *[]){"K", NULL}, (const char *[]){"kt", NULL});
-    mg_attr_ints(m, "perm", 4, (int64_t[]){0, 1, 3, 2});
-    mg_node(m, "MatMul", "", (const char *[]){"Q", "kt", NULL}, (const char *[]){"qk", NULL});
-    mg_node(m, "Div", "", (const char *[]){"qk", "scale", NULL}, (const char *[]){"sc", NULL});
-    mg_node(m, "Softmax", "", (const char *[]){"sc", NULL}, (const char *[]){"p", NULL});
-    mg_attr_int(m, "axis", -1);
-    mg_node(m, "MatMul", "", (const char *[]){"p", "V", NULL}, (const char *[]){"Y", NULL});
+    attention_nodes(m, "Div");
     mg_output(m, "Y");
     mg_output(m, "unused");
     built b = finish(m);
