@@ -1,9 +1,10 @@
 /* fuse_attention.c - scaled dot-product attention written out as ops becomes one ONNX Attention
  * node (opset 23), which the CPU provider runs in one pass (src/cpu/kernels_attn.c):
  *
- *   MatMul(Q, Transpose(K, [0,1,3,2])) -> Mul/Div by a constant (optional) -> Add mask (optional)
+ *   MatMul(Q, K^T) -> Mul/Div by a constant (optional) -> Add mask (optional)
  *   -> Softmax(last axis) -> MatMul(., V)
  *
+ * with K^T as key_of reads it, or MatMul(Q * c, K^T * c') (scale c c');
  * on float32 [B, H, S, D] tensors (the GPU's form, kiln_pass_fuse_attention_gpu: also float16
  * and bfloat16, the scale and mask of that dtype). When Q, K and V are themselves
  * Transpose([0,2,1,3]) of Reshapes of [B, S, H*D] tensors and the result goes through Transpose([0,2,1,3]) and a Reshape
@@ -66,11 +67,13 @@ static bool is_dt(const kiln_ir_value *v, kiln_dtype dt)
 
 static bool rank4(const kiln_ir_value *v, kiln_dtype dt) { return is_dt(v, dt) && v->type.rank == 4; }
 
-/* x [B, H, S, D] = Transpose(Reshape(x3 [B, S, H*D]), [0,2,1,3]) with constant H and D: x3, else NULL. */
-static kiln_ir_value *heads_source(const kiln_graph *g, const kiln_ir_value *x, kiln_dtype dt)
+/* x = Transpose(Reshape(x3 [B, S, H*D]) -> [B, S, H, D], perm) with constant H and D: x3, else
+ * NULL. perm [0,2,1,3] gives the heads [B, H, S, D]; [0,2,3,1] gives them transposed, [B, H, D, S]
+ * (the TorchScript exporter folds K's two transposes into that one). */
+static kiln_ir_value *heads_source_perm(const kiln_graph *g, const kiln_ir_value *x, kiln_dtype dt, bool transposed)
 {
     kiln_node *t = producer(g, x, "Transpose");
-    if (!t || !has_perm(t, 0, 2, 1, 3)) return NULL;
+    if (!t || !(transposed ? has_perm(t, 0, 2, 3, 1) : has_perm(t, 0, 2, 1, 3))) return NULL;
     kiln_node *r = producer(g, t->in[0], "Reshape");
     if (!r || !r->in[0] || !rank4(r->out[0], dt)) return NULL;
     kiln_ir_value *x3 = r->in[0];
@@ -80,6 +83,59 @@ static kiln_ir_value *heads_source(const kiln_graph *g, const kiln_ir_value *x, 
         !kiln_dim_equal(d3[1], rd[1]))
         return NULL;
     return x3;
+}
+
+static kiln_ir_value *heads_source(const kiln_graph *g, const kiln_ir_value *x, kiln_dtype dt)
+{
+    return heads_source_perm(g, x, dt, false);
+}
+
+static bool dims_are(const kiln_ir_value *v, const kiln_dim *a, const kiln_dim *b, const kiln_dim *c, const kiln_dim *d)
+{
+    const kiln_dim *want[4] = {a, b, c, d};
+    for (int i = 0; i < v->type.rank; i++)
+        if (!kiln_dim_equal(v->type.dims[i], *want[i])) return false;
+    return true;
+}
+
+/* K^T [B, H, D, S] as the second operand of Q K^T: K [B, H, S, D] when kt is
+ *  - Transpose(K, [0,1,3,2]), or
+ *  - Reshape(Transpose(Reshape(K) -> [B*H, S, D], [0,2,1]) -> [B, H, D, S]) (the dynamo
+ *    exporter's scaled_dot_product_attention), the dims proven equal by inference;
+ * NULL otherwise (*k3 then set when kt is heads_source_perm's transposed form, which has no
+ * [B, H, S, D] value: only the 3-D form of Attention can read it). */
+static kiln_ir_value *key_of(const kiln_graph *g, const kiln_ir_value *kt, kiln_dtype dt, kiln_ir_value **k3)
+{
+    *k3 = NULL;
+    kiln_node *t = producer(g, kt, "Transpose");
+    if (t && has_perm(t, 0, 1, 3, 2)) return rank4(t->in[0], dt) ? t->in[0] : NULL;
+    if (t) {
+        *k3 = heads_source_perm(g, kt, dt, true);
+        return NULL;
+    }
+    kiln_node *r2 = producer(g, kt, "Reshape");
+    kiln_node *t3 = r2 ? producer(g, r2->in[0], "Transpose") : NULL;
+    kiln_node *r1 = t3 ? producer(g, t3->in[0], "Reshape") : NULL;
+    if (!r1 || !single_use(g, r2->in[0]) || !single_use(g, t3->in[0]) || !rank4(r1->in[0], dt))
+        return NULL;
+    int n;
+    const int64_t *p = kiln_attr_ints(t3, "perm", &n);
+    const kiln_ir_value *k = r1->in[0], *m = t3->in[0];
+    const kiln_dim *kd = k->type.dims;
+    if (!p || n != 3 || p[0] != 0 || p[1] != 2 || p[2] != 1 || !is_dt(m, dt) || m->type.rank != 3 ||
+        !kiln_dim_equal(m->type.dims[1], kd[2]) || !kiln_dim_equal(m->type.dims[2], kd[3]) ||
+        !dims_are(kt, &kd[0], &kd[1], &kd[3], &kd[2]))
+        return NULL;
+    return r1->in[0];
+}
+
+/* x = Mul(x0, c) or Mul(c, x0) with c a scalar constant of dtype dt: x0 and *c, else NULL. */
+static kiln_ir_value *scaled_by(const kiln_graph *g, const kiln_ir_value *x, kiln_dtype dt, float *c)
+{
+    kiln_node *mul = producer(g, x, "Mul");
+    if (!mul || !single_use(g, x)) return NULL;
+    int side = scalar_const(mul->in[1], dt, c) ? 1 : scalar_const(mul->in[0], dt, c) ? 0 : -1;
+    return side >= 0 && rank4(mul->in[1 - side], dt) ? mul->in[1 - side] : NULL;
 }
 
 /* Tries the pattern ending in the Softmax sm; on a match rewrites the graph (dead nodes stay
@@ -124,14 +180,25 @@ static kiln_status fuse(kiln_graph *g, kiln_node *sm, kiln_dtype dt, bool *done,
     }
     kiln_node *qk = producer(g, x, "MatMul");
     if (!qk || !rank4(qk->in[0], dt) || !rank4(qk->in[1], dt) || !single_use(g, qk->in[1])) return KILN_OK;
-    kiln_node *kt = producer(g, qk->in[1], "Transpose");
-    if (!kt || !has_perm(kt, 0, 1, 3, 2) || !rank4(kt->in[0], dt)) return KILN_OK;
+    kiln_ir_value *q = qk->in[0], *kt = qk->in[1], *q0, *kt0;
+    float cq, ck;
+    if (!scaled && (q0 = scaled_by(g, q, dt, &cq)) && (kt0 = scaled_by(g, kt, dt, &ck))) {
+        /* Q and K^T each scaled (by sqrt(scale): the dynamo exporter's decomposition) */
+        scale = cq * ck;
+        scaled = true;
+        q = q0, kt = kt0;
+    }
+    kiln_ir_value *k3t = NULL, *k = key_of(g, kt, dt, &k3t);
+    if (!k && !k3t) return KILN_OK;
     kiln_node *av = only_reader(g, sm->out[0], "MatMul");
     if (!av || av->in[0] != sm->out[0] || av->in[1] == sm->out[0] || !rank4(av->in[1], dt) || !rank4(av->out[0], dt))
         return KILN_OK;
-    kiln_ir_value *q = qk->in[0], *k = kt->in[0], *v = av->in[1];
-    /* Q [B, H, Sq, D], K [B, H, Skv, D], V [B, H, Skv, Dv]: no broadcasting between them */
-    const kiln_dim *qd = q->type.dims, *kd = k->type.dims, *vd = v->type.dims;
+    kiln_ir_value *v = av->in[1];
+    /* Q [B, H, Sq, D], K [B, H, Skv, D] (K^T's dims swapped back), V [B, H, Skv, Dv]: no
+     * broadcasting between them */
+    const kiln_dim *ktd = kt->type.dims;
+    const kiln_dim kd[4] = {ktd[0], ktd[1], ktd[3], ktd[2]};
+    const kiln_dim *qd = q->type.dims, *vd = v->type.dims;
     for (int i = 0; i < 2; i++)
         if (!kiln_dim_equal(qd[i], kd[i]) || !kiln_dim_equal(qd[i], vd[i])) return KILN_OK;
     if (!kiln_dim_equal(qd[3], kd[3]) || !kiln_dim_equal(kd[2], vd[2])) return KILN_OK;
@@ -140,7 +207,7 @@ static kiln_status fuse(kiln_graph *g, kiln_node *sm, kiln_dtype dt, bool *done,
 
     /* the 3-D form: Q, K, V from [B, S, H*D] and the output back into that layout */
     kiln_node *target = av;
-    kiln_ir_value *q3 = heads_source(g, q, dt), *k3 = heads_source(g, k, dt), *v3 = heads_source(g, v, dt);
+    kiln_ir_value *q3 = heads_source(g, q, dt), *k3 = k ? heads_source(g, k, dt) : k3t, *v3 = heads_source(g, v, dt);
     kiln_node *ot = only_reader(g, av->out[0], "Transpose"), *orr = NULL;
     if (ot && has_perm(ot, 0, 2, 1, 3)) orr = only_reader(g, ot->out[0], "Reshape");
     bool three = q3 && k3 && v3 && orr && orr->in[0] == ot->out[0] && orr->out[0] && is_dt(orr->out[0], dt) &&
@@ -148,6 +215,7 @@ static kiln_status fuse(kiln_graph *g, kiln_node *sm, kiln_dtype dt, bool *done,
                  kiln_dim_equal(orr->out[0]->type.dims[0], qd[0]) && kiln_dim_equal(orr->out[0]->type.dims[1], qd[2]) &&
                  kiln_dim_is_const(orr->out[0]->type.dims[2]) && orr->out[0]->type.dims[2].c == heads * vd[3].c;
     if (three) target = orr;
+    else if (!k) return KILN_OK;
 
     kiln_ir_value *in[4];
     kiln_attr *at = kiln_passes_new_attrs(g, 3);

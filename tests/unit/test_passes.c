@@ -718,6 +718,93 @@ static void test_fuse_attention(void)
     free(b.buf);
 }
 
+static void transpose_node(mg_model *m, const char *x, const char *y, int n, const int64_t *perm)
+{
+    mg_node(m, "Transpose", "", (const char *[]){x, NULL}, (const char *[]){y, NULL});
+    mg_attr_ints(m, "perm", n, perm);
+}
+
+static void shape_init(mg_model *m, const char *name, int n, const int64_t *dims)
+{
+    mg_init_raw(m, name, 7 /* INT64 */, sizeof(int64_t), 1, (int64_t[]){n}, dims);
+}
+
+/* Two exporters' forms of attention fuse, and the fused session computes the unfused one's Y:
+ *  - TorchScript's BERT: heads by Reshape + Transpose of [B, S, H*D] inputs, K^T as one
+ *    Transpose [0,2,3,1], a scale, a [B, 1, 1, S] mask, the heads merged back (3-D Attention);
+ *  - dynamo's scaled_dot_product_attention: K^T by Reshape [B*H, S, D] -> Transpose [0,2,1] ->
+ *    Reshape [B, H, D, S], Q and K^T each scaled by sqrt(scale) (4-D Attention, scale c^2). */
+static void test_fuse_attention_exported(void)
+{
+    mg_model *m = mg_new(13);
+    int64_t x3[3] = {2, 5, 8}, mk[4] = {2, 1, 1, 5};
+    const char *in3[] = {"Q3", "K3", "V3", "M"};
+    for (int i = 0; i < 3; i++) mg_input(m, in3[i], FLOAT, 3, x3, NULL);
+    mg_input(m, "M", FLOAT, 4, mk, NULL);
+    shape_init(m, "shp", 4, (int64_t[]){2, 5, 2, 4});
+    shape_init(m, "oshp", 3, x3);
+    scalar(m, "scale", 0.5f);
+    static const int64_t heads[4] = {0, 2, 1, 3}, heads_t[4] = {0, 2, 3, 1};
+    const char *r[] = {"qr", "kr", "vr"}, *t[] = {"q", "kt", "v"};
+    for (int i = 0; i < 3; i++) {
+        mg_node(m, "Reshape", "", (const char *[]){in3[i], "shp", NULL}, (const char *[]){r[i], NULL});
+        transpose_node(m, r[i], t[i], 4, i == 1 ? heads_t : heads);
+    }
+    mg_node(m, "MatMul", "", (const char *[]){"q", "kt", NULL}, (const char *[]){"qk", NULL});
+    mg_node(m, "Mul", "", (const char *[]){"qk", "scale", NULL}, (const char *[]){"sc", NULL});
+    mg_node(m, "Add", "", (const char *[]){"sc", "M", NULL}, (const char *[]){"am", NULL});
+    mg_node(m, "Softmax", "", (const char *[]){"am", NULL}, (const char *[]){"p", NULL});
+    mg_attr_int(m, "axis", -1);
+    mg_node(m, "MatMul", "", (const char *[]){"p", "v", NULL}, (const char *[]){"o", NULL});
+    transpose_node(m, "o", "ot", 4, heads);
+    mg_node(m, "Reshape", "", (const char *[]){"ot", "oshp", NULL}, (const char *[]){"Y", NULL});
+    mg_output(m, "Y");
+    built b = finish(m);
+    kiln_model *md = load(&b);
+    CHECK(md && run_pass(md, &P_ATTN) == 1);
+    if (md) {
+        kiln_node *at = find_op(md->graph, "", "Attention");
+        CHECK(md->graph->n_nodes == 1 && at && at->n_in == 4 && kiln_attr_int(at, "q_num_heads", 0) == 2);
+        CHECK(at && !strcmp(at->in[1]->name, "K3") && !strcmp(at->in[3]->name, "M") && !strcmp(at->out[0]->name, "Y"));
+    }
+    kiln_model_free(md);
+    int ranks[] = {3, 3, 3, 4};
+    int64_t dims[][4] = {{2, 5, 8}, {2, 5, 8}, {2, 5, 8}, {2, 1, 1, 5}};
+    CHECK(session_diff(&b, 4, in3, ranks, dims) <= 1e-5);
+    free(b.buf);
+
+    m = mg_new(13);
+    int64_t x4[4] = {1, 2, 5, 4};
+    const char *in4[] = {"Q", "K", "V"};
+    for (int i = 0; i < 3; i++) mg_input(m, in4[i], FLOAT, 4, x4, NULL);
+    shape_init(m, "r1", 3, (int64_t[]){-1, 5, 4});
+    shape_init(m, "r2", 4, (int64_t[]){1, 2, 4, 5});
+    scalar(m, "c", 0.70710677f);
+    mg_node(m, "Reshape", "", (const char *[]){"K", "r1", NULL}, (const char *[]){"k1", NULL});
+    transpose_node(m, "k1", "k2", 3, (int64_t[]){0, 2, 1});
+    mg_node(m, "Reshape", "", (const char *[]){"k2", "r2", NULL}, (const char *[]){"kt", NULL});
+    mg_node(m, "Mul", "", (const char *[]){"Q", "c", NULL}, (const char *[]){"qs", NULL});
+    mg_node(m, "Mul", "", (const char *[]){"kt", "c", NULL}, (const char *[]){"ks", NULL});
+    mg_node(m, "MatMul", "", (const char *[]){"qs", "ks", NULL}, (const char *[]){"qk", NULL});
+    mg_node(m, "Softmax", "", (const char *[]){"qk", NULL}, (const char *[]){"p", NULL});
+    mg_attr_int(m, "axis", -1);
+    mg_node(m, "MatMul", "", (const char *[]){"p", "V", NULL}, (const char *[]){"Y", NULL});
+    mg_output(m, "Y");
+    b = finish(m);
+    md = load(&b);
+    CHECK(md && run_pass(md, &P_ATTN) == 1);
+    if (md) {
+        kiln_node *at = find_op(md->graph, "", "Attention");
+        CHECK(md->graph->n_nodes == 1 && at && at->n_in == 3 && !strcmp(at->in[1]->name, "K"));
+        CHECK(at && fabsf(kiln_attr_float(at, "scale", 0) - 0.5f) < 1e-6f && !strcmp(at->in[0]->name, "Q"));
+    }
+    kiln_model_free(md);
+    int r4[] = {4, 4, 4};
+    int64_t d4[][4] = {{1, 2, 5, 4}, {1, 2, 5, 4}, {1, 2, 5, 4}};
+    CHECK(session_diff(&b, 3, in4, r4, d4) <= 1e-5);
+    free(b.buf);
+}
+
 /* The same pattern in float16 (Q, K, V and the scale constants): the CPU's pass leaves it, the
  * GPU's (kiln_pass_fuse_attention_gpu) makes one Attention whose reference result is the
  * unfused graph's within float16 rounding. */
@@ -1032,6 +1119,7 @@ int main(void)
     test_fuse_gelu();
     test_fuse_attention();
     test_fuse_attention_f16();
+    test_fuse_attention_exported();
     test_layout_nchwc();
     test_consumer_lists();
     test_fuse_elementwise();
