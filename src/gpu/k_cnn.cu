@@ -228,6 +228,164 @@ extern "C" gpuError_t kiln_gpu_cnn_conv_direct(int dtype, const void *X, const v
     return gpuGetLastError();
 }
 
+/* ---- 2-D depthwise convolution, tiled through shared memory ---- */
+
+/* Each thread computes DW_R x DW_R adjacent outputs of one plane; the block's threads
+ * (blockDim.x x blockDim.y a plane, blockDim.z planes) cover a tile of
+ * (blockDim.y DW_R) x (blockDim.x DW_R) outputs of blockDim.z planes. The input window of the
+ * tile is staged in shared memory as float (zeros for padding), rows of `sw` floats (a multiple
+ * of 4), and a thread reads each input row it needs once, as float4s, into registers, where the
+ * row serves every output row and tap that uses it: about (DW_R - 1) S + K loads of a row for
+ * DW_R^2 K^2 multiply-adds. K (square kernel), S (stride) and DW_R are compile-time, so the
+ * loops unroll and the tap test below folds away; dilation 1. */
+#define DW_R 4
+
+/* The input columns a thread reads from a row, rounded up to whole float4s. */
+#define DW_IW(K, S) ((((DW_R - 1) * (S) + (K)) + 3) / 4 * 4)
+
+template <typename T, int K, int S>
+__global__ void __launch_bounds__(256)
+    dw2d_kernel(const T *__restrict__ X, const T *__restrict__ W, const T *__restrict__ B, const T *__restrict__ Z,
+                T *__restrict__ Y, int planes, int C, int M, int Mg, int H, int Wd, int OH, int OW, int pad_t, int pad_l,
+                int sh, int sw, bool relu)
+{
+    extern __shared__ float dw_tile[];
+    const int tx = threadIdx.x, ty = threadIdx.y, tz = threadIdx.z, nthr = blockDim.x * blockDim.y;
+    float *tile = dw_tile + tz * sh * sw;
+    const int ox0 = blockIdx.x * blockDim.x * DW_R, oy0 = blockIdx.y * blockDim.y * DW_R;
+    const int ix0 = ox0 * S - pad_l, iy0 = oy0 * S - pad_t;
+    constexpr int ROWS = (DW_R - 1) * S + K, IW = DW_IW(K, S);
+    for (int pz = blockIdx.z * blockDim.z; pz < planes; pz += gridDim.z * blockDim.z) { /* uniform in the block */
+        const int p = pz + tz;
+        const bool live = p < planes;
+        const int n = live ? p / M : 0, m = live ? p - n * M : 0;
+        __syncthreads(); /* the last plane's readers are done with the tile */
+        if (live) {
+            const T *x = X + ((int64_t)n * C + m / Mg) * H * Wd;
+            for (int i = ty * blockDim.x + tx; i < sh * sw; i += nthr) {
+                int r = i / sw, cc = i - r * sw, iy = iy0 + r, ix = ix0 + cc;
+                tile[i] = iy >= 0 && iy < H && ix >= 0 && ix < Wd ? kiln_to_f(x[(int64_t)iy * Wd + ix]) : 0.0f;
+            }
+        }
+        __syncthreads();
+        if (!live) continue;
+        float w[K * K];
+#pragma unroll
+        for (int i = 0; i < K * K; i++) w[i] = kiln_to_f(W[(int64_t)m * K * K + i]);
+        const float b = B ? kiln_to_f(B[m]) : 0.0f;
+        float acc[DW_R][DW_R];
+#pragma unroll
+        for (int i = 0; i < DW_R; i++)
+#pragma unroll
+            for (int j = 0; j < DW_R; j++) acc[i][j] = b;
+        const float *t0 = tile + ty * DW_R * S * sw + tx * DW_R * S;
+#pragma unroll
+        for (int r = 0; r < ROWS; r++) {
+            float row[IW];
+#pragma unroll
+            for (int j = 0; j < IW / 4; j++) {
+                float4 v = reinterpret_cast<const float4 *>(t0 + r * sw)[j];
+                row[4 * j] = v.x, row[4 * j + 1] = v.y, row[4 * j + 2] = v.z, row[4 * j + 3] = v.w;
+            }
+#pragma unroll
+            for (int i = 0; i < DW_R; i++) {
+                const int ky = r - i * S;
+                if (ky < 0 || ky >= K) continue;
+#pragma unroll
+                for (int j = 0; j < DW_R; j++)
+#pragma unroll
+                    for (int kx = 0; kx < K; kx++) acc[i][j] = fmaf(row[j * S + kx], w[ky * K + kx], acc[i][j]);
+            }
+        }
+        const int64_t plane = (int64_t)p * OH * OW;
+#pragma unroll
+        for (int i = 0; i < DW_R; i++) {
+            const int oy = oy0 + ty * DW_R + i;
+            if (oy >= OH) break;
+#pragma unroll
+            for (int j = 0; j < DW_R; j++) {
+                const int ox = ox0 + tx * DW_R + j;
+                if (ox >= OW) break;
+                const int64_t at = plane + (int64_t)oy * OW + ox;
+                float v = acc[i][j];
+                if (Z) v += kiln_to_f(Z[at]);
+                if (relu && v < 0.0f) v = 0.0f; /* NaN stays */
+                Y[at] = kiln_from_f<T>(v);
+            }
+        }
+    }
+}
+
+/* The block shape of a dw2d launch and its shared memory; false where the window is not one
+ * dw2d_kernel is instantiated for or its tile cannot fit. */
+static bool dw2d_plan(const kiln_gpu_window *w, int64_t planes, dim3 *block, dim3 *grid, int *sh, int *sw, size_t *smem)
+{
+    if (w->nsp != 2 || w->k[0] != w->k[1] || w->stride[0] != w->stride[1] || w->dil[0] != 1 || w->dil[1] != 1)
+        return false;
+    int64_t K = w->k[0], S = w->stride[0];
+    if ((K != 3 && K != 5 && K != 7) || (S != 1 && S != 2) || planes > INT32_MAX || w->in[0] * w->in[1] > INT32_MAX ||
+        w->out[0] * w->out[1] > INT32_MAX || w->out[0] < 1 || w->out[1] < 1)
+        return false;
+    int64_t tw = (w->out[1] + DW_R - 1) / DW_R, th = (w->out[0] + DW_R - 1) / DW_R;
+    int bx = (int)(tw < 16 ? tw : 16);
+    int by = (int)(th < 128 / bx ? th : 128 / bx);
+    if (by < 1) by = 1;
+    int bz = 128 / (bx * by);
+    if (bz < 1) bz = 1;
+    if (bz > planes) bz = (int)planes;
+    const int iw = DW_IW(K, S);
+    for (;;) {
+        int64_t cols = (int64_t)(bx * DW_R - 1) * S + K, last = (int64_t)(bx - 1) * DW_R * S + iw;
+        *sw = (int)(((cols > last ? cols : last) + 3) / 4 * 4);
+        *sh = (int)((by * DW_R - 1) * S + K);
+        *smem = (size_t)bz * (size_t)*sh * (size_t)*sw * sizeof(float);
+        if (*smem <= 48 * 1024) break;
+        if (bz > 1) bz = (bz + 1) / 2;
+        else if (by > 1) by = (by + 1) / 2;
+        else return false;
+    }
+    *block = dim3((unsigned)bx, (unsigned)by, (unsigned)bz);
+    int64_t gz = (planes + bz - 1) / bz;
+    *grid = dim3((unsigned)((tw + bx - 1) / bx), (unsigned)((th + by - 1) / by), (unsigned)(gz < 65535 ? gz : 65535));
+    return grid->x <= INT32_MAX && grid->y <= 65535;
+}
+
+extern "C" bool kiln_gpu_cnn_dw2d_fits(const kiln_gpu_window *w, int64_t planes)
+{
+    dim3 b, g;
+    int sh, sw;
+    size_t smem;
+    return dw2d_plan(w, planes, &b, &g, &sh, &sw, &smem);
+}
+
+#define DW2D_LAUNCH(T, KK, SS)                                                                                   \
+    dw2d_kernel<T, KK, SS><<<grid, block, smem, s>>>((const T *)X, (const T *)W, (const T *)B, (const T *)Z, (T *)Y, \
+                                                    (int)planes, (int)C, (int)M, (int)(M / C), (int)w.in[0],      \
+                                                    (int)w.in[1], (int)w.out[0], (int)w.out[1], (int)w.pad[0],    \
+                                                    (int)w.pad[1], sh, sw, relu)
+
+#define DW2D_BY_S(T, KK)                     \
+    if (w.stride[0] == 1) DW2D_LAUNCH(T, KK, 1); \
+    else DW2D_LAUNCH(T, KK, 2)
+
+extern "C" gpuError_t kiln_gpu_cnn_conv_dw2d(int dtype, const void *X, const void *W, const void *B, const void *Z,
+                                             bool relu, void *Y, int64_t N, int64_t C, int64_t M, kiln_gpu_window w,
+                                             gpuStream_t s)
+{
+    int64_t planes = N * M;
+    dim3 block, grid;
+    int sh, sw;
+    size_t smem;
+    if (C <= 0 || M % C || !dw2d_plan(&w, planes, &block, &grid, &sh, &sw, &smem)) return gpuErrorInvalidValue;
+    if (planes == 0) return gpuSuccess;
+    CNN_DISPATCH_FLOAT(dtype, T, {
+        if (w.k[0] == 3) { DW2D_BY_S(T, 3); }
+        else if (w.k[0] == 5) { DW2D_BY_S(T, 5); }
+        else { DW2D_BY_S(T, 7); }
+    })
+    return gpuGetLastError();
+}
+
 /* ---- col2im (ConvTranspose) ---- */
 
 /* rows = nb * M, row n*M + m; Y[row][op] gathers cols[row][kp][ii]. */

@@ -372,14 +372,21 @@ kiln_status kiln_gpu_conv_core(kiln_run_ctx *c, kiln_gpu_conv_epi *epi, bool *do
         if (epi) epi->applied = true;
         return KILN_OK;
     }
+    kiln_gpu_window w = make_window(&g, X->dims + 2, od);
+    gpuStream_t s = kiln_gpu_stream(c);
+    int dt = X->dtype;
+    if (Cg == 1 && kiln_gpu_cnn_dw2d_fits(&w, N * M)) { /* cuDNN's NCHW depthwise kernels are direct and slow */
+        *done = true;
+        if (epi) epi->applied = true;
+        return kiln_gpu_check(c, kiln_gpu_cnn_conv_dw2d(dt, X->data, W->data, B ? B->data : NULL, epi ? epi->Z : NULL,
+                                                        epi && epi->relu, Y->data, N, C, M, w, s),
+                              "conv_dw2d");
+    }
 #if !defined(KILN_HIP)
     KILN_TRY(dnn_conv_run(c, &g, group, X, W, B, Y, epi, done));
     if (*done) return KILN_OK;
 #endif
     *done = true;
-    kiln_gpu_window w = make_window(&g, X->dims + 2, od);
-    gpuStream_t s = kiln_gpu_stream(c);
-    int dt = X->dtype;
     if (Cg == 1) /* one input channel per group: depthwise and its channel multipliers */
         return kiln_gpu_check(c, kiln_gpu_cnn_conv_direct(dt, X->data, W->data, B ? B->data : NULL, Y->data, N, C, M, w, s),
                               "conv_direct");

@@ -204,6 +204,17 @@ def test_conv():
                                 ((5, 5, 5), (3, 3, 3), (1, 1, 1), (1,) * 6, 4)]:
             conv_case(f"D{D} k{k} s{s} p{p} g{g}", dt, [1, 4, *D], [4, 4 // g, *k], True,
                       dict(kernel_shape=list(k), strides=list(s), pads=list(p), group=g))
+    # 2-D depthwise (the tiled kernel: square 3/5/7 kernels at stride 1 and 2; one tile or many,
+    # planes batched in a block or one a block; channel multipliers; other windows: the direct kernel)
+    for dt in (F32, F16, BF16):
+        for (h, w, C, M, k, s, p) in [(1, 1, 3, 3, 3, 1, (1, 1, 1, 1)), (7, 7, 40, 40, 7, 1, (3, 3, 3, 3)),
+                                      (57, 61, 5, 5, 7, 1, (3, 3, 3, 3)), (56, 56, 3, 6, 3, 2, (0, 1, 1, 0)),
+                                      (13, 70, 4, 4, 5, 2, (2, 2, 2, 2)), (33, 9, 6, 6, 5, 1, (0, 0, 0, 0)),
+                                      (140, 3, 2, 2, 3, 1, (1, 0, 2, 1)), (9, 9, 300, 300, 3, 2, (1, 1, 1, 1)),
+                                      (12, 12, 4, 4, 4, 1, (1, 2, 1, 2))]:
+            for n in (1, 3):
+                conv_case(f"depthwise h{h}w{w} C{C} M{M} k{k} s{s} p{p} N{n}", dt, [n, C, h, w], [M, 1, k, k], n == 1,
+                          dict(kernel_shape=[k, k], strides=[s, s], pads=list(p), group=C))
     # a wider 2-D conv (GEMM path with K in the hundreds)
     conv_case("wide", F32, [2, 32, 13, 13], [48, 32, 3, 3], True, dict(pads=[1, 1, 1, 1]))
     conv_case("wide 1x1", F32, [3, 64, 7, 5], [40, 64, 1, 1], False, {})
@@ -253,6 +264,10 @@ def test_conv_fused():
                    None, True, batch_shapes=[[2, 32, 15, 15], [1, 32, 28, 28]])
         fused_case("grouped", dt, [2, 16, 11, 11], [16, 4, 3, 3], True, dict(pads=[1, 1, 1, 1], group=4), "left", True)
         fused_case("depthwise", dt, [2, 16, 11, 11], [16, 1, 3, 3], True, dict(pads=[1, 1, 1, 1], group=16), None, True)
+        fused_case("depthwise 7x7 + residual", dt, [3, 24, 29, 30], [24, 1, 7, 7], True,
+                   dict(pads=[3, 3, 3, 3], group=24), "left", True)
+        fused_case("depthwise 5x5 + residual, no relu", dt, [2, 8, 19, 20], [8, 1, 5, 5], False,
+                   dict(pads=[2, 2, 2, 2], group=8), "right", False)
 
 
 def test_cudnn_loaded():
