@@ -108,9 +108,9 @@ kiln_status kiln_gpu_fallback(kiln_run_ctx *c);
  * ops_fused.c: a CUfunction for kiln_gpu_module_launch), or NULL when it has none. */
 void *kiln_gpu_generated_kernel(kiln_run_ctx *c);
 
-/* KILN_GPU_FLASH=1 in the environment (read once): the GPU pipeline fuses written-out attention
- * of float16 and bfloat16 too (fuse_attention) and Attention calls the tensor-core kernel takes
- * run there (k_attn.h). Off by default until that kernel has run on a GPU. */
+/* Unless KILN_GPU_FLASH=0 in the environment (read once): the GPU pipeline fuses written-out
+ * attention of float16 and bfloat16 (fuse_attention) and Attention calls the tensor-core kernel
+ * takes run there (k_attn.h). =0 keeps the CUDA-core kernel and the unfused products, an A/B. */
 bool kiln_gpu_flash_enabled(void);
 
 /* Number of multiprocessors of the run's device (grid sizing). */

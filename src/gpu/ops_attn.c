@@ -128,7 +128,7 @@ bool kiln_gpu_flash_enabled(void)
     static int on = -1;
     if (on < 0) {
         const char *e = getenv("KILN_GPU_FLASH");
-        on = e && !strcmp(e, "1");
+        on = !(e && !strcmp(e, "0"));
     }
     return on;
 }

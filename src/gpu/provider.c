@@ -35,15 +35,17 @@ static kiln_kernel_fn gpu_select(kiln_provider *p, kiln_node *n, unsigned *host_
     return o ? o->run : NULL;
 }
 
-/* Attention written out becomes ONNX Attention with KILN_GPU_FLASH=1 only: the kernel without
- * tensor cores is slower than the unfused products on cuBLAS at long rows. */
+/* Attention written out becomes ONNX Attention where the tensor-core kernel takes it (16-bit
+ * floats, head size 32 or 64), unless KILN_GPU_FLASH=0: the kernel without tensor cores is
+ * slower than the unfused products on cuBLAS at long rows (ViT-B/16 float32 batch 32: 94 ms
+ * fused against 33 ms). */
 static kiln_status fuse_attention(kiln_graph *g, int *fused, kiln_err *err)
 {
     *fused = 0;
     return kiln_gpu_flash_enabled() ? kiln_pass_fuse_attention_gpu(g, fused, err) : KILN_OK;
 }
 
-/* The GPU's pass pipeline: written-out attention becomes one Attention (KILN_GPU_FLASH=1); a
+/* The GPU's pass pipeline: written-out 16-bit attention becomes one Attention; a
  * Conv's residual Add and ReLU join it (kiln.FusedConv), which cuDNN
  * applies in the convolution's epilogue; a dense layer's bias joins its MatMul (kiln.FusedMatMul,
  * cuBLASLt's epilogue); a gated MLP's SiLU(gate) * up becomes one kernel, and its int4 gate and

@@ -5,8 +5,8 @@
  *   -> Softmax(last axis) -> MatMul(., V)
  *
  * with K^T as key_of reads it, or MatMul(Q * c, K^T * c') (scale c c');
- * on float32 [B, H, S, D] tensors (the GPU's form, kiln_pass_fuse_attention_gpu: also float16
- * and bfloat16, the scale and mask of that dtype). When Q, K and V are themselves
+ * on float32 [B, H, S, D] tensors (the GPU's form, kiln_pass_fuse_attention_gpu: float16 and
+ * bfloat16 of head size 32 or 64, the scale and mask of that dtype). When Q, K and V are themselves
  * Transpose([0,2,1,3]) of Reshapes of [B, S, H*D] tensors and the result goes through Transpose([0,2,1,3]) and a Reshape
  * back to [B, S, H*D], the 3-D form of Attention (q_num_heads) reads and writes those directly
  * and the transposes go. Intermediates must have no other readers. One difference: a query row
@@ -138,9 +138,25 @@ static kiln_ir_value *scaled_by(const kiln_graph *g, const kiln_ir_value *x, kil
     return side >= 0 && rank4(mul->in[1 - side], dt) ? mul->in[1 - side] : NULL;
 }
 
+/* Whether mask m may be Attention's attn_mask for scores a [B, H, Sq, Skv]: its dims, aligned
+ * right, are a's or 1 (the key dim a's only) where they are constants. A dim inference cannot
+ * tell (an exporter's mask built by Expand from data-dependent shapes has dims of its own) is
+ * taken: a valid model's mask broadcasts into the scores without widening them, and one that
+ * does not fails in the Attention kernel with a message instead of widening the Softmax. */
+static bool mask_fits(const kiln_ir_value *m, const kiln_ir_value *a)
+{
+    const kiln_dim *md = m->type.dims, *ad = a->type.dims;
+    for (int i = 0; i < m->type.rank; i++) {
+        kiln_dim x = md[m->type.rank - 1 - i], y = ad[3 - i];
+        if (kiln_dim_equal(x, y) || !kiln_dim_is_const(x)) continue;
+        if (x.c != 1 || i == 0) return false; /* another size, or 1 over the keys */
+    }
+    return true;
+}
+
 /* Tries the pattern ending in the Softmax sm; on a match rewrites the graph (dead nodes stay
  * for the sweep) and sets *done. */
-static kiln_status fuse(kiln_graph *g, kiln_node *sm, kiln_dtype dt, bool *done, kiln_err *err)
+static kiln_status fuse(kiln_graph *g, kiln_node *sm, kiln_dtype dt, bool gpu16, bool *done, kiln_err *err)
 {
     *done = false;
     if (sm->n_in != 1 || sm->n_out != 1 || !sm->out[0] || !rank4(sm->in[0], dt)) return KILN_OK;
@@ -156,10 +172,7 @@ static kiln_status fuse(kiln_graph *g, kiln_node *sm, kiln_dtype dt, bool *done,
             kiln_ir_value *a = add->in[side], *m = add->in[1 - side];
             if (!a || !m || !is_dt(m, dt) || m->type.rank < 1 || m->type.rank > 4) continue;
             if (!producer(g, a, "Mul") && !producer(g, a, "Div") && !producer(g, a, "MatMul")) continue;
-            if (!rank4(a, dt) || !single_use(g, a)) continue;
-            bool same = true;
-            for (int k = 0; k < 4; k++) same = same && kiln_dim_equal(a->type.dims[k], scores->type.dims[k]);
-            if (!same || !kiln_dim_equal(m->type.dims[m->type.rank - 1], scores->type.dims[3])) continue;
+            if (!rank4(a, dt) || !single_use(g, a) || !mask_fits(m, a)) continue;
             mask = m;
             x = a;
         }
@@ -203,9 +216,13 @@ static kiln_status fuse(kiln_graph *g, kiln_node *sm, kiln_dtype dt, bool *done,
         if (!kiln_dim_equal(qd[i], kd[i]) || !kiln_dim_equal(qd[i], vd[i])) return KILN_OK;
     if (!kiln_dim_equal(qd[3], kd[3]) || !kiln_dim_equal(kd[2], vd[2])) return KILN_OK;
     if (!kiln_dim_is_const(qd[1]) || qd[1].c <= 0) return KILN_OK;
+    if (gpu16 && (!kiln_dim_is_const(qd[3]) || (qd[3].c != 32 && qd[3].c != 64) || !kiln_dim_equal(qd[3], vd[3])))
+        return KILN_OK;
     int64_t heads = qd[1].c;
 
-    /* the 3-D form: Q, K, V from [B, S, H*D] and the output back into that layout */
+    /* the 3-D form: Q, K, V from [B, S, H*D] and the output back into that layout. The merging
+     * Reshape's [B, Sq, ?] keeps the element count, so its last dim is H*Dv even where inference
+     * cannot tell (the exporters' [B, S, -1] after a mask of dims of its own) */
     kiln_node *target = av;
     kiln_ir_value *q3 = heads_source(g, q, dt), *k3 = k ? heads_source(g, k, dt) : k3t, *v3 = heads_source(g, v, dt);
     kiln_node *ot = only_reader(g, av->out[0], "Transpose"), *orr = NULL;
@@ -213,7 +230,7 @@ static kiln_status fuse(kiln_graph *g, kiln_node *sm, kiln_dtype dt, bool *done,
     bool three = q3 && k3 && v3 && orr && orr->in[0] == ot->out[0] && orr->out[0] && is_dt(orr->out[0], dt) &&
                  orr->out[0]->type.rank == 3 && kiln_dim_is_const(vd[3]) &&
                  kiln_dim_equal(orr->out[0]->type.dims[0], qd[0]) && kiln_dim_equal(orr->out[0]->type.dims[1], qd[2]) &&
-                 kiln_dim_is_const(orr->out[0]->type.dims[2]) && orr->out[0]->type.dims[2].c == heads * vd[3].c;
+                 (!kiln_dim_is_const(orr->out[0]->type.dims[2]) || orr->out[0]->type.dims[2].c == heads * vd[3].c);
     if (three) target = orr;
     else if (!k) return KILN_OK;
 
@@ -239,8 +256,10 @@ static kiln_status fuse(kiln_graph *g, kiln_node *sm, kiln_dtype dt, bool *done,
     return KILN_OK;
 }
 
-/* The pattern over the Softmax inputs of dtypes float32 only (CPU) or also float16 and bfloat16. */
-static kiln_status fuse_all(kiln_graph *g, bool all_floats, int *fused, kiln_err *err)
+/* The pattern over the Softmax inputs of float32 (the CPU's), or of float16 and bfloat16 with
+ * head sizes of 32 or 64 (gpu16: the calls the GPU's tensor-core Attention takes, k_attn.h; its
+ * other kernels are slower than the unfused products on cuBLAS). */
+static kiln_status fuse_all(kiln_graph *g, bool gpu16, int *fused, kiln_err *err)
 {
     *fused = 0;
     bool any = false;
@@ -260,9 +279,9 @@ static kiln_status fuse_all(kiln_graph *g, bool all_floats, int *fused, kiln_err
         kiln_node *n = g->nodes[k];
         if (*n->domain || strcmp(n->op_type, "Softmax") || n->n_in < 1 || !n->in[0]) continue;
         kiln_dtype dt = n->in[0]->type.dtype;
-        if (dt != KILN_DTYPE_FLOAT32 && (!all_floats || (dt != KILN_DTYPE_FLOAT16 && dt != KILN_DTYPE_BFLOAT16))) continue;
+        if (gpu16 ? dt != KILN_DTYPE_FLOAT16 && dt != KILN_DTYPE_BFLOAT16 : dt != KILN_DTYPE_FLOAT32) continue;
         bool done;
-        KILN_TRY(fuse(g, n, dt, &done, err));
+        KILN_TRY(fuse(g, n, dt, gpu16, &done, err));
         *fused += done;
     }
     if (!*fused) return KILN_OK;

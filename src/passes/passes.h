@@ -51,7 +51,8 @@ kiln_status kiln_pass_fuse_residual_gpu(kiln_graph *g, int *fused, kiln_err *err
  * from and merged back into [B, S, H*D] by Reshape/Transpose (fuse_attention.c). CPU sessions
  * only. *fused receives the count. */
 kiln_status kiln_pass_fuse_attention(kiln_graph *g, int *fused, kiln_err *err);
-/* The same over float32, float16 and bfloat16 (the GPU pipeline's, with KILN_GPU_FLASH=1). */
+/* The same over float16 and bfloat16 of head size 32 or 64 (the GPU pipeline's, the calls its
+ * tensor-core Attention takes; not with KILN_GPU_FLASH=0). */
 kiln_status kiln_pass_fuse_attention_gpu(kiln_graph *g, int *fused, kiln_err *err);
 
 /* Gelu written out as x * 0.5 * (1 + Erf(x / sqrt 2)), or with the tanh approximation, in any
