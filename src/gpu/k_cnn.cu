@@ -350,12 +350,13 @@ static bool dw2d_plan(const kiln_gpu_window *w, int64_t planes, dim3 *block, dim
     return grid->x <= INT32_MAX && grid->y <= 65535;
 }
 
-extern "C" bool kiln_gpu_cnn_dw2d_fits(const kiln_gpu_window *w, int64_t planes)
+extern "C" int64_t kiln_gpu_cnn_dw2d_threads(const kiln_gpu_window *w, int64_t planes)
 {
     dim3 b, g;
     int sh, sw;
     size_t smem;
-    return dw2d_plan(w, planes, &b, &g, &sh, &sw, &smem);
+    if (!dw2d_plan(w, planes, &b, &g, &sh, &sw, &smem)) return 0;
+    return planes * ((w->out[0] + DW_R - 1) / DW_R) * ((w->out[1] + DW_R - 1) / DW_R);
 }
 
 #define DW2D_LAUNCH(T, KK, SS)                                                                                   \

@@ -56,10 +56,11 @@ gpuError_t kiln_gpu_cnn_bias_fill(int dtype, void *Y, const void *B, int64_t N, 
  * X [N, C, in...], W [M, 1, k...], B [M] or NULL, Y [N, M, out...], M a multiple of C. */
 gpuError_t kiln_gpu_cnn_conv_direct(int dtype, const void *X, const void *W, const void *B, void *Y, int64_t N,
                                     int64_t C, int64_t M, kiln_gpu_window w, gpuStream_t s);
-/* The same for 2-D windows of a square 3x3, 5x5 or 7x7 kernel at stride 1 or 2, dilation 1
- * (kiln_gpu_cnn_dw2d_fits; planes = N * M), tiled through shared memory, with the epilogue of
- * kiln.FusedConv: Y = relu?(conv + B + Z), Z [N, M, out...] or NULL. */
-bool kiln_gpu_cnn_dw2d_fits(const kiln_gpu_window *w, int64_t planes);
+/* The same for 2-D windows of a square 3x3, 5x5 or 7x7 kernel at stride 1 or 2, dilation 1,
+ * tiled through shared memory, with the epilogue of kiln.FusedConv: Y = relu?(conv + B + Z),
+ * Z [N, M, out...] or NULL. kiln_gpu_cnn_dw2d_threads: the threads its launch for N * M planes
+ * of window w would run (each computes 4 x 4 outputs), 0 where the kernel does not take w. */
+int64_t kiln_gpu_cnn_dw2d_threads(const kiln_gpu_window *w, int64_t planes);
 gpuError_t kiln_gpu_cnn_conv_dw2d(int dtype, const void *X, const void *W, const void *B, const void *Z, bool relu,
                                   void *Y, int64_t N, int64_t C, int64_t M, kiln_gpu_window w, gpuStream_t s);
 /* ConvTranspose's gather: Y [nb, M, out...] = sum of cols [nb, M, k..., in...] over the taps

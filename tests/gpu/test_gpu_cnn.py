@@ -205,7 +205,14 @@ def test_conv():
             conv_case(f"D{D} k{k} s{s} p{p} g{g}", dt, [1, 4, *D], [4, 4 // g, *k], True,
                       dict(kernel_shape=list(k), strides=list(s), pads=list(p), group=g))
     # 2-D depthwise (the tiled kernel: square 3/5/7 kernels at stride 1 and 2; one tile or many,
-    # planes batched in a block or one a block; channel multipliers; other windows: the direct kernel)
+    # planes batched in a block or one a block; channel multipliers; other windows: the direct
+    # kernel). Launches of 64K threads or more take the tiled kernel ahead of cuDNN (the large
+    # cases), smaller ones where cuDNN declines (asymmetric pads) or is not there
+    for dt in (F32, F16):
+        for (n, C, h, w, k, s, p) in [(2, 128, 64, 64, 3, 1, 1), (4, 96, 56, 56, 7, 1, 3), (16, 64, 64, 64, 5, 2, 2),
+                                      (64, 256, 7, 7, 7, 1, 3)]:
+            conv_case(f"depthwise large N{n} C{C} h{h}w{w} k{k} s{s}", dt, [n, C, h, w], [C, 1, k, k], True,
+                      dict(kernel_shape=[k, k], strides=[s, s], pads=[p] * 4, group=C))
     for dt in (F32, F16, BF16):
         for (h, w, C, M, k, s, p) in [(1, 1, 3, 3, 3, 1, (1, 1, 1, 1)), (7, 7, 40, 40, 7, 1, (3, 3, 3, 3)),
                                       (57, 61, 5, 5, 7, 1, (3, 3, 3, 3)), (56, 56, 3, 6, 3, 2, (0, 1, 1, 0)),
