@@ -181,14 +181,12 @@ static bool bin_classify(const kiln_value *s, const kiln_value *Y, bin_form *for
     return true;
 }
 
-static kiln_status bin_run(kiln_run_ctx *c, bin_op op, const kiln_act *act)
+/* Y = act(A op B) of float32 A and B broadcast to Y (act NULL: none); false, with nothing
+ * computed, for a broadcast of more dims than kiln_bcast_rows merges. */
+static bool bin_compute(kiln_threadpool *pool, bin_op op, const kiln_value *A, const kiln_value *B, kiln_value *Y,
+                        const kiln_act *act)
 {
-    const kiln_value *A = kiln_run_in(c, 0), *B = kiln_run_in(c, 1);
-    kiln_value *Y = kiln_run_out(c, 0);
-    if (!Y || !A || !B || A->dtype != KILN_DTYPE_FLOAT32 || B->dtype != KILN_DTYPE_FLOAT32 ||
-        Y->dtype != KILN_DTYPE_FLOAT32)
-        return kiln_cpu_reference(c);
-    if (!Y->numel) return KILN_OK;
+    if (!Y->numel) return true;
     /* run-time inference has checked that A and B broadcast to Y: an operand with Y's element
      * count has Y's layout */
     bin_job j = {.op = op, .a = A->data, .b = B->data, .y = Y->data, .numel = Y->numel, .inner = 1,
@@ -200,16 +198,30 @@ static kiln_status bin_run(kiln_run_ctx *c, bin_op op, const kiln_act *act)
     else classified = false;
     if (!classified) {
         j.form = FORM_GENERAL, j.small_a = false;
-        if (!kiln_bcast_rows_setup(&j.bc, A, B, Y)) return kiln_cpu_reference(c);
+        if (!kiln_bcast_rows_setup(&j.bc, A, B, Y)) return false;
         /* rows in chunks of about KILN_CPU_CHUNK elements */
         j.rows_per_chunk = KILN_CPU_CHUNK / j.bc.inner > 1 ? KILN_CPU_CHUNK / j.bc.inner : 1;
-        kiln_threadpool_parallel_for(kiln_run_threadpool(c), (j.bc.rows + j.rows_per_chunk - 1) / j.rows_per_chunk,
-                                     bin_chunks, &j);
-        return KILN_OK;
+        kiln_threadpool_parallel_for(pool, (j.bc.rows + j.rows_per_chunk - 1) / j.rows_per_chunk, bin_chunks, &j);
+        return true;
     }
-    kiln_threadpool_parallel_for(kiln_run_threadpool(c), (Y->numel + KILN_CPU_CHUNK - 1) / KILN_CPU_CHUNK,
-                                 bin_chunks, &j);
-    return KILN_OK;
+    kiln_threadpool_parallel_for(pool, (Y->numel + KILN_CPU_CHUNK - 1) / KILN_CPU_CHUNK, bin_chunks, &j);
+    return true;
+}
+
+bool kiln_cpu_add_f32(kiln_threadpool *pool, const kiln_value *A, const kiln_value *B, kiln_value *Y,
+                      const kiln_act *act)
+{
+    return bin_compute(pool, BIN_ADD, A, B, Y, act);
+}
+
+static kiln_status bin_run(kiln_run_ctx *c, bin_op op, const kiln_act *act)
+{
+    const kiln_value *A = kiln_run_in(c, 0), *B = kiln_run_in(c, 1);
+    kiln_value *Y = kiln_run_out(c, 0);
+    if (!Y || !A || !B || A->dtype != KILN_DTYPE_FLOAT32 || B->dtype != KILN_DTYPE_FLOAT32 ||
+        Y->dtype != KILN_DTYPE_FLOAT32)
+        return kiln_cpu_reference(c);
+    return bin_compute(kiln_run_threadpool(c), op, A, B, Y, act) ? KILN_OK : kiln_cpu_reference(c);
 }
 
 static kiln_status add_run(kiln_run_ctx *c) { return bin_run(c, BIN_ADD, NULL); }

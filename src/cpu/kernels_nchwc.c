@@ -1,12 +1,15 @@
 /* kernels_nchwc.c - the kernels of the nodes that read or write a value blocked by 16 channels
- * (kiln_layout NCHW16C, chosen by src/passes/layout_nchwc.c): Conv, MaxPool, AveragePool and
- * GlobalAveragePool over src/cpu/nchwc.h. They never hand a node to the reference kernels,
- * which read plain layouts only: what they cannot run fails with a message. */
+ * (kiln_layout NCHW16C, chosen by src/passes/layout_nchwc.c): Conv, MaxPool, AveragePool,
+ * GlobalAveragePool, GlobalMaxPool and nearest Resize / Upsample over src/cpu/nchwc.h, and Add /
+ * kiln.FusedAdd over the element-wise kernel (kernels_ew.c). They never hand a node to the
+ * reference kernels, which read plain layouts only: what they cannot run fails with a message. */
 #include <string.h>
 
+#include "core/scratch.h"
 #include "cpu/kernels.h"
 #include "cpu/nchwc.h"
 #include "ops/nn_internal.h"
+#include "ops/resize.h"
 
 static bool is_blocked(const kiln_ir_value *v) { return v && v->layout == KILN_LAYOUT_NCHW16C; }
 
@@ -103,6 +106,106 @@ static kiln_status global_avg_run(kiln_run_ctx *c)
     return KILN_OK;
 }
 
+static kiln_status global_max_run(kiln_run_ctx *c)
+{
+    const kiln_value *X = kiln_run_in(c, 0);
+    kiln_value *Y = kiln_run_out(c, 0);
+    if (!f32_4d(X) || X->dims[1] % KILN_NCHWC_BLOCK || !Y || Y->dtype != KILN_DTYPE_FLOAT32 ||
+        Y->numel != X->dims[0] * X->dims[1])
+        return kiln_run_fail(c, KILN_ERR_RUNTIME, "blocked GlobalMaxPool: X is not float32 [N, C, H, W]");
+    kiln_cpu_nchwc_global_max(kiln_run_threadpool(c), X->data, Y->data, X->dims[0], X->dims[1],
+                              X->dims[2] * X->dims[3]);
+    return KILN_OK;
+}
+
+/* v [N, C, H, W] blocked as the 5-D tensor [N, C / 16, H, W, 16] it is stored as */
+static kiln_value blocks_5d(const kiln_value *v)
+{
+    kiln_value b = *v;
+    b.rank = 5;
+    b.dims[1] = v->dims[1] / KILN_NCHWC_BLOCK;
+    b.dims[4] = KILN_NCHWC_BLOCK;
+    memcpy(b.dims + 2, v->dims + 2, 2 * sizeof v->dims[0]);
+    return b;
+}
+
+/* Add and kiln.FusedAdd of blocked A and B into blocked Y: of equal dims, the element-wise
+ * kernel's one flat loop; else (N, H or W of A or B 1 where Y's is not) that kernel's broadcast
+ * over the 5-D tensors the values are stored as, [N, C / 16, H, W, 16], whose channels line up. */
+static kiln_status add_run(kiln_run_ctx *c)
+{
+    const kiln_node *n = kiln_run_node(c);
+    const kiln_value *A = kiln_run_in(c, 0), *B = kiln_run_in(c, 1);
+    kiln_value *Y = kiln_run_out(c, 0);
+    if (!f32_4d(A) || !f32_4d(B) || !Y || !f32_4d(Y) || !is_blocked(n->in[0]) || !is_blocked(n->in[1]) ||
+        !is_blocked(n->out[0]) || Y->dims[1] % KILN_NCHWC_BLOCK)
+        return kiln_run_fail(c, KILN_ERR_RUNTIME, "blocked Add: A, B and Y are not all blocked float32 [N, C, H, W]");
+    bool same = true;
+    for (int k = 0; k < 4; k++) {
+        bool a = A->dims[k] == Y->dims[k], b = B->dims[k] == Y->dims[k];
+        same = same && a && b;
+        if (!(a || (k != 1 && A->dims[k] == 1)) || !(b || (k != 1 && B->dims[k] == 1)))
+            return kiln_run_fail(c, KILN_ERR_RUNTIME,
+                                 "blocked Add: A [%lld, %lld, %lld, %lld] and B [%lld, %lld, %lld, %lld] do not have "
+                                 "Y's dims [%lld, %lld, %lld, %lld] or 1 in N, H and W",
+                                 (long long)A->dims[0], (long long)A->dims[1], (long long)A->dims[2],
+                                 (long long)A->dims[3], (long long)B->dims[0], (long long)B->dims[1],
+                                 (long long)B->dims[2], (long long)B->dims[3], (long long)Y->dims[0],
+                                 (long long)Y->dims[1], (long long)Y->dims[2], (long long)Y->dims[3]);
+    }
+    const kiln_act *act = &kiln_fused_of(n)->act;
+    bool done;
+    if (same) {
+        done = kiln_cpu_add_f32(kiln_run_threadpool(c), A, B, Y, act);
+    } else {
+        kiln_value a5 = blocks_5d(A), b5 = blocks_5d(B), y5 = blocks_5d(Y);
+        done = kiln_cpu_add_f32(kiln_run_threadpool(c), &a5, &b5, &y5, act);
+    }
+    return done ? KILN_OK : kiln_run_fail(c, KILN_ERR_RUNTIME, "blocked Add: a broadcast the kernel does not take");
+}
+
+/* Nearest Resize / Upsample of H and W between blocked values: the reference's plan and source
+ * indices (src/ops/resize.h), the N and C axes left as they are. */
+static kiln_status resize_run(kiln_run_ctx *c)
+{
+    const kiln_node *n = kiln_run_node(c);
+    const kiln_value *X = kiln_run_in(c, 0);
+    kiln_value *Y = kiln_run_out(c, 0);
+    if (!f32_4d(X) || !Y || !f32_4d(Y) || X->dims[1] % KILN_NCHWC_BLOCK || !is_blocked(n->in[0]) ||
+        !is_blocked(n->out[0]))
+        return kiln_run_fail(c, KILN_ERR_RUNTIME, "blocked Resize: X and Y are not both blocked float32 [N, C, H, W]");
+    kiln_resize_attrs a;
+    char msg[200];
+    if (!kiln_resize_parse(n, kiln_run_opset(c), 4, &a, msg, sizeof msg))
+        return kiln_run_fail(c, KILN_ERR_MODEL, "%s", msg);
+    if (a.mode != KILN_RESIZE_NEAREST || a.ct == KILN_RESIZE_CT_TF_CROP)
+        return kiln_run_fail(c, KILN_ERR_RUNTIME, "blocked Resize: not a nearest resize");
+    const kiln_value *scales = a.scales_in >= 0 ? kiln_run_in(c, a.scales_in) : NULL;
+    const kiln_value *sizes = a.sizes_in >= 0 ? kiln_run_in(c, a.sizes_in) : NULL;
+    if (scales && scales->numel == 0 && sizes) scales = NULL;
+    int64_t out[4];
+    double scale[4];
+    kiln_status st = kiln_resize_plan(&a, 4, X->dims, scales, scales ? NULL : sizes, out, scale, msg, sizeof msg);
+    if (st) return kiln_run_fail(c, st, "%s", msg);
+    if (out[0] != X->dims[0] || scale[0] != 1.0 || out[1] != X->dims[1] || scale[1] != 1.0)
+        return kiln_run_fail(c, KILN_ERR_RUNTIME, "blocked Resize: resizes N or C (scales %g, %g)", scale[0], scale[1]);
+    if (memcmp(out, Y->dims, sizeof out))
+        return kiln_run_fail(c, KILN_ERR_RUNTIME, "blocked Resize: Y is not [%lld, %lld, %lld, %lld]",
+                             (long long)out[0], (long long)out[1], (long long)out[2], (long long)out[3]);
+    if (!Y->numel) return KILN_OK;
+    if (!X->numel) return kiln_run_fail(c, KILN_ERR_SHAPE, "cannot resize an empty input to a non-empty output");
+    kiln_scratch *scratch = kiln_run_scratch(c);
+    int64_t *iy = kiln_scratch_get(scratch, (size_t)(out[2] + out[3]) * sizeof *iy);
+    if (!iy) return kiln_run_fail(c, KILN_ERR_NOMEM, "blocked Resize: out of memory for its index tables");
+    kiln_resize_nearest_index(&a, scale[2], X->dims[2], out[2], iy);
+    kiln_resize_nearest_index(&a, scale[3], X->dims[3], out[3], iy + out[2]);
+    kiln_nchwc_resize_io io = {.x = X->data, .y = Y->data, .N = X->dims[0], .C = X->dims[1], .H = X->dims[2],
+                               .W = X->dims[3], .oh = out[2], .ow = out[3], .iy = iy, .ix = iy + out[2]};
+    kiln_cpu_nchwc_resize_nearest(kiln_run_threadpool(c), &io);
+    kiln_scratch_put(scratch, iy);
+    return KILN_OK;
+}
+
 static kiln_status unsupported_run(kiln_run_ctx *c)
 {
     return kiln_run_fail(c, KILN_ERR_UNSUPPORTED, "no kernel for a value blocked by 16 channels");
@@ -127,6 +230,9 @@ static kiln_kernel_fn select_conv(kiln_node *n)
 
 static kiln_kernel_fn select_pool(kiln_node *n) { return (void)n, pool_run; }
 static kiln_kernel_fn select_global_avg(kiln_node *n) { return (void)n, global_avg_run; }
+static kiln_kernel_fn select_global_max(kiln_node *n) { return (void)n, global_max_run; }
+static kiln_kernel_fn select_add(kiln_node *n) { return (void)n, add_run; }
+static kiln_kernel_fn select_resize(kiln_node *n) { return (void)n, resize_run; }
 
 static const kiln_cpu_kernel kernels[] = {
     {"", "Conv", select_conv},
@@ -134,6 +240,11 @@ static const kiln_cpu_kernel kernels[] = {
     {"", "MaxPool", select_pool},
     {"", "AveragePool", select_pool},
     {"", "GlobalAveragePool", select_global_avg},
+    {"", "GlobalMaxPool", select_global_max},
+    {"", "Add", select_add},
+    {"kiln", "FusedAdd", select_add},
+    {"", "Resize", select_resize},
+    {"", "Upsample", select_resize},
 };
 KILN_CPU_KERNEL_TABLE(kiln_cpu_kernels_nchwc, kernels);
 

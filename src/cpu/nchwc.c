@@ -1,4 +1,5 @@
-/* nchwc.c - convolutions and pooling over activations blocked by 16 channels (see nchwc.h).
+/* nchwc.c - convolutions, pooling and nearest resizing over activations blocked by 16 channels
+ * (see nchwc.h).
  *
  * A convolution task is a run of output pixels of one row, of one image, for a group of up to
  * four 16-channel output blocks. Its tiles are up to six consecutive pixels by those blocks: 24
@@ -882,6 +883,55 @@ void kiln_cpu_nchwc_global_avg(kiln_threadpool *pool, const float *x, float *y, 
     kiln_threadpool_parallel_for(tasks * area * BLK >= (1 << 16) ? pool : NULL, tasks, gavg_tasks, &j);
 }
 
+/* Task t: block t of all images: its pixels in order through max_step16 (one chain, so the
+ * first NaN of each channel is kept, as the plain kernel keeps it). */
+static void gmax_tasks(void *ctx, int64_t begin, int64_t end)
+{
+    const gavg_job *j = ctx;
+    for (int64_t t = begin; t < end; t++) {
+        const float *x = j->x + t * j->area * BLK;
+        __m512 m = _mm512_set1_ps(-INFINITY);
+        for (int64_t i = 0; i < j->area; i++) m = max_step16(m, _mm512_loadu_ps(x + i * BLK));
+        _mm512_storeu_ps(j->y + t * BLK, m);
+    }
+}
+
+void kiln_cpu_nchwc_global_max(kiln_threadpool *pool, const float *x, float *y, int64_t N, int64_t C, int64_t area)
+{
+    gavg_job j = {x, y, area};
+    int64_t tasks = N * (C / BLK);
+    kiln_threadpool_parallel_for(tasks * area * BLK >= (1 << 16) ? pool : NULL, tasks, gmax_tasks, &j);
+}
+
+/* ---- nearest resize ---- */
+
+/* Task t: output row oy of block cb of image b (t = (b * C / 16 + cb) * oh + oy): a row whose
+ * source row is the previous output row's, in the same task range, is a copy of that row (an
+ * upsampling by 2 copies every other row whole). */
+static void resize_tasks(void *ctx, int64_t begin, int64_t end)
+{
+    const kiln_nchwc_resize_io *io = ctx;
+    const int64_t ow = io->ow, row = ow * BLK;
+    for (int64_t t = begin; t < end; t++) {
+        int64_t oy = t % io->oh, plane = t / io->oh;
+        float *y = io->y + t * row;
+        if (t > begin && oy > 0 && io->iy[oy] == io->iy[oy - 1]) {
+            memcpy(y, y - row, (size_t)row * sizeof *y);
+            continue;
+        }
+        const float *x = io->x + (plane * io->H + io->iy[oy]) * io->W * BLK;
+        for (int64_t ox = 0; ox < ow; ox++) _mm512_storeu_ps(y + ox * BLK, _mm512_loadu_ps(x + io->ix[ox] * BLK));
+    }
+}
+
+void kiln_cpu_nchwc_resize_nearest(kiln_threadpool *pool, const kiln_nchwc_resize_io *io)
+{
+    int64_t tasks = io->N * (io->C / BLK) * io->oh;
+    if (tasks <= 0 || io->ow <= 0) return;
+    double work = (double)tasks * (double)io->ow * BLK;
+    kiln_threadpool_parallel_for(work >= (double)(1 << 16) ? pool : NULL, tasks, resize_tasks, (void *)io);
+}
+
 #if defined(__clang__)
 #pragma clang attribute pop
 #else
@@ -902,5 +952,12 @@ void kiln_cpu_nchwc_global_avg(kiln_threadpool *pool, const float *x, float *y, 
 {
     (void)pool, (void)x, (void)y, (void)N, (void)C, (void)area;
 }
+
+void kiln_cpu_nchwc_global_max(kiln_threadpool *pool, const float *x, float *y, int64_t N, int64_t C, int64_t area)
+{
+    (void)pool, (void)x, (void)y, (void)N, (void)C, (void)area;
+}
+
+void kiln_cpu_nchwc_resize_nearest(kiln_threadpool *pool, const kiln_nchwc_resize_io *io) { (void)pool, (void)io; }
 
 #endif

@@ -1,6 +1,6 @@
-/* nchwc.h - float32 convolutions and pooling over activations blocked by 16 channels
- * (NCHW16c: a [N, C, H, W] tensor stored as [N][C / 16][H][W][16], C a multiple of 16), on
- * AVX-512. A CNN whose activations stay blocked from one layer to the next (the layout pass,
+/* nchwc.h - float32 convolutions, pooling and nearest resizing over activations blocked by 16
+ * channels (NCHW16c: a [N, C, H, W] tensor stored as [N][C / 16][H][W][16], C a multiple of 16),
+ * on AVX-512. A CNN whose activations stay blocked from one layer to the next (the layout pass,
  * src/passes/layout_nchwc.c) has each kernel read its input and write its output as whole
  * 16-channel vectors: a convolution's micro-kernel broadcasts one input channel of a pixel
  * against 16 output channels of packed weights and stores its accumulators as they are, with no
@@ -86,6 +86,22 @@ void kiln_cpu_nchwc_pool_run(kiln_threadpool *pool, const kiln_nchwc_pool_io *io
 /* Y [N, C] = the mean of each channel of a blocked X [N, C, H, W] (GlobalAveragePool: its plain
  * output [N, C, 1, 1] is the same bytes as a blocked one). */
 void kiln_cpu_nchwc_global_avg(kiln_threadpool *pool, const float *x, float *y, int64_t N, int64_t C, int64_t area);
+
+/* Y [N, C] = the max of each channel of a blocked X [N, C, H, W] (GlobalMaxPool; its plain
+ * output [N, C, 1, 1] is the same bytes as a blocked one), as the plain kernel computes it: the
+ * first NaN of a channel is its max, -inf for an empty plane. */
+void kiln_cpu_nchwc_global_max(kiln_threadpool *pool, const float *x, float *y, int64_t N, int64_t C, int64_t area);
+
+/* Nearest resize of H and W between blocked values: Y [N, C, oh, ow] with each pixel's 16-channel
+ * vectors copied whole, y[n][c][oy][ox] = x[n][c][iy[oy]][ix[ox]], iy [oh] and ix [ow] source
+ * rows and columns inside X [N, C, H, W]. */
+typedef struct kiln_nchwc_resize_io {
+    const float *x;
+    float *y;
+    int64_t N, C, H, W, oh, ow;
+    const int64_t *iy, *ix;
+} kiln_nchwc_resize_io;
+void kiln_cpu_nchwc_resize_nearest(kiln_threadpool *pool, const kiln_nchwc_resize_io *io);
 
 /* Layout conversions of [N, C, area] with C a multiple of 16 (plain <-> blocked). */
 void kiln_cpu_nchwc_block(const float *x, float *y, int64_t N, int64_t C, int64_t area);

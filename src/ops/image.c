@@ -283,6 +283,26 @@ static double resize_coord(const kiln_resize_attrs *a, int64_t j, double scale, 
     }
 }
 
+/* The input index nearest to source coordinate x (nearest_mode), clamped into [0, last]. */
+static int64_t nearest_index(const kiln_resize_attrs *a, double x, double last)
+{
+    double f = floor(x), r = x - f, p;
+    switch (a->nr) {
+    case KILN_RESIZE_NR_PREFER_CEIL: p = r < 0.5 ? f : f + 1; break;
+    case KILN_RESIZE_NR_FLOOR: p = f; break;
+    case KILN_RESIZE_NR_CEIL: p = ceil(x); break;
+    default: p = r <= 0.5 ? f : f + 1; break;
+    }
+    return (int64_t)fmax(0, fmin(p, last));
+}
+
+void kiln_resize_nearest_index(const kiln_resize_attrs *a, double scale, int64_t in_n, int64_t out_n, int64_t *idx)
+{
+    bool identity = out_n == in_n && scale == 1.0;
+    for (int64_t j = 0; j < out_n; j++)
+        idx[j] = identity ? j : nearest_index(a, resize_coord(a, j, scale, in_n, out_n, 0, 1), (double)(in_n - 1));
+}
+
 /* Interpolation taps along one axis: for each output index, n source indices (clamped into
  * the input) and weights, and whether it is extrapolated (tf_crop_and_resize). */
 typedef struct resize_taps {
@@ -330,14 +350,7 @@ static kiln_status resize_taps_build(const kiln_resize_attrs *a, double scale, i
         double *w = t->w + j * t->n;
         if (a->ct == KILN_RESIZE_CT_TF_CROP && (x < 0 || x > last)) t->extrap[j] = true;
         if (a->mode == KILN_RESIZE_NEAREST) {
-            double f = floor(x), r = x - f, p;
-            switch (a->nr) {
-            case KILN_RESIZE_NR_PREFER_CEIL: p = r < 0.5 ? f : f + 1; break;
-            case KILN_RESIZE_NR_FLOOR: p = f; break;
-            case KILN_RESIZE_NR_CEIL: p = ceil(x); break;
-            default: p = r <= 0.5 ? f : f + 1; break;
-            }
-            idx[0] = (int64_t)fmax(0, fmin(p, last));
+            idx[0] = nearest_index(a, x, last);
             w[0] = 1;
             continue;
         }
@@ -390,23 +403,12 @@ static kiln_status resize_nearest(kiln_run_ctx *c, const kiln_resize_attrs *a, c
 {
     int rank = x->rank;
     int64_t *idx[KILN_MAX_RANK] = {0};
-    char msg[200];
     kiln_status st = KILN_OK;
     for (int k = 0; k < rank && !st; k++) {
-        if (out[k] == x->dims[k] && scale[k] == 1.0) { /* left as it is, as resize_run does */
-            if (!(idx[k] = malloc((size_t)out[k] * sizeof *idx[k] + 1))) st = kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory");
-            for (int64_t j = 0; !st && j < out[k]; j++) idx[k][j] = j;
-            continue;
-        }
-        resize_taps t;
-        st = resize_taps_build(a, scale[k], x->dims[k], out[k], 0, 1, &t, msg, sizeof msg);
-        if (st) {
-            st = kiln_run_fail(c, st, "%s", msg);
-            break;
-        }
-        idx[k] = t.idx; /* one tap per output index */
-        t.idx = NULL;
-        resize_taps_free(&t);
+        if (!(idx[k] = malloc((size_t)out[k] * sizeof *idx[k] + 1)))
+            st = kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory");
+        else
+            kiln_resize_nearest_index(a, scale[k], x->dims[k], out[k], idx[k]);
     }
     if (!st) {
         size_t es = kiln_dtype_size(x->dtype);

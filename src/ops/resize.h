@@ -1,5 +1,7 @@
-/* resize.h - Resize/Upsample attributes and output planning, shared by the reference kernel
- * (src/ops/image.c) and the GPU kernel (src/gpu/ops_cnn.c), which must resize identically.
+/* resize.h - Resize/Upsample attributes, output planning and nearest source indices, shared by
+ * the reference kernel (src/ops/image.c), the GPU kernel (src/gpu/ops_cnn.c), the CPU's blocked
+ * kernel (src/cpu/kernels_nchwc.c) and the layout pass (src/passes/layout_nchwc.c), which must
+ * resize identically.
  * The mode enums also reach kernel sources (C++): they are plain constants. */
 #ifndef KILN_OPS_RESIZE_H
 #define KILN_OPS_RESIZE_H
@@ -46,6 +48,11 @@ bool kiln_resize_parse(const kiln_node *n, int opset, int rank, kiln_resize_attr
  * those inputs (the one in use; both NULL for Upsample-7's attribute). */
 kiln_status kiln_resize_plan(const kiln_resize_attrs *a, int rank, const int64_t *in, const kiln_value *scales,
                              const kiln_value *sizes, int64_t *out, double *scale, char *msg, size_t msz);
+/* The source index of each output index along one axis of a nearest resize other than
+ * tf_crop_and_resize, as the reference kernel gathers it: idx [out_n] from in_n input indices at
+ * the axis' scale (kiln_resize_plan's); j itself where out_n == in_n and scale is 1 (the axis
+ * is left as it is). */
+void kiln_resize_nearest_index(const kiln_resize_attrs *a, double scale, int64_t in_n, int64_t out_n, int64_t *idx);
 #endif
 
 #endif

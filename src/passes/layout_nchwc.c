@@ -9,7 +9,15 @@
  *    layout, and so does kiln.FusedConv, except that a depthwise one needs both blocked and
  *    FusedConv's residual Z needs Y's layout;
  *  - MaxPool (without Indices) and AveragePool (2-D) need X and Y in the same layout;
- *  - GlobalAveragePool reads a blocked X (its [N, C, 1, 1] output is the same bytes either way);
+ *  - Add (opset 7 on) and kiln.FusedAdd of two [N, C, H, W] values with the same channels need A,
+ *    B and Y in one layout: of equal dims, the bytes are added as they lie; where N, H or W of
+ *    one is 1 at run time (inference could not prove the dims equal: an upsampled pyramid level
+ *    against the full one), the blocked kernel broadcasts them as [N, C / 16, H, W, 16], as ONNX
+ *    Runtime's NchwcTransformer does;
+ *  - a nearest Resize (not tf_crop_and_resize) or Upsample whose scales or sizes, known when
+ *    compiling, leave N and C as they are needs X and Y in the same layout;
+ *  - GlobalAveragePool and GlobalMaxPool read a blocked X (their [N, C, 1, 1] output is the same
+ *    bytes either way);
  *  - Shape reads the dims only.
  * The first choice blocks every value whose producer and readers qualify; then the pairs that
  * must agree are made to, by unblocking, until nothing changes (blocks only ever go). A
@@ -18,6 +26,7 @@
 
 #include "core/dtype.h"
 #include "ops/fused.h"
+#include "ops/resize.h"
 #include "passes/passes.h"
 
 static bool is_op(const kiln_node *n, const char *op) { return !*n->domain && !strcmp(n->op_type, op); }
@@ -54,11 +63,63 @@ static bool pool_ok(const kiln_node *n)
            is_f32_4d(n->out[0]);
 }
 
+/* An Add (opset 7 on: numpy broadcasting) or kiln.FusedAdd of float32 A and B [N, C, H, W] into Y
+ * with the same channels: the blocked kernel broadcasts N, H and W. */
+static bool add_ok(const kiln_node *n)
+{
+    if ((!is_op(n, "Add") && !kiln_node_is_fused(n, "Add")) || n->opset < 7 || n->n_in != 2 || n->n_out != 1 ||
+        !is_f32_4d(n->in[0]) || !is_f32_4d(n->in[1]) || !is_f32_4d(n->out[0]))
+        return false;
+    kiln_dim c = n->out[0]->type.dims[1];
+    return kiln_dim_equal(n->in[0]->type.dims[1], c) && kiln_dim_equal(n->in[1]->type.dims[1], c);
+}
+
+/* Whether the scales or sizes of Resize / Upsample n with attributes a leave axis ax of X as it
+ * is (scale 1, out = in: the reference copies it), known when compiling: scales of a constant or
+ * of Upsample-7's attribute, sizes of a constant or of shape arithmetic (stretched, so a size
+ * equal to the dim is scale 1). */
+static bool resize_keeps(const kiln_node *n, const kiln_resize_attrs *a, int ax)
+{
+    int i = 0;
+    while (i < a->n_axes && a->axes[i] != ax) i++;
+    if (i == a->n_axes) return true; /* not among the resized axes */
+    const kiln_ir_value *sv = a->scales_in >= 0 && a->scales_in < n->n_in ? n->in[a->scales_in] : NULL;
+    const kiln_ir_value *zv = a->sizes_in >= 0 && a->sizes_in < n->n_in ? n->in[a->sizes_in] : NULL;
+    bool no_scales = !sv || (sv->type.rank == 1 && kiln_dim_is_const(sv->type.dims[0]) && sv->type.dims[0].c == 0);
+    if (zv && no_scales) {
+        const kiln_value *z = kiln_ir_constant(zv);
+        if (a->ka != KILN_RESIZE_KA_STRETCH) return false;
+        if (z && z->numel == a->n_axes && kiln_dtype_is_int(z->dtype))
+            return kiln_dim_equal(kiln_dim_const(kiln_load_i64(z->dtype, z->data, i)), n->in[0]->type.dims[ax]);
+        return !z && zv->shape_value && zv->shape_value_n == a->n_axes &&
+               kiln_dim_equal(zv->shape_value[i], n->in[0]->type.dims[ax]);
+    }
+    if (a->scales_attr) return a->n_scales_attr == a->n_axes && a->scales_attr[i] == 1.0f;
+    const kiln_value *s = kiln_ir_constant(sv);
+    return s && s->numel == a->n_axes && kiln_dtype_is_float(s->dtype) && kiln_load_f64(s->dtype, s->data, i) == 1.0;
+}
+
+/* A nearest Resize or Upsample of float32 [N, C, H, W] (not tf_crop_and_resize) that resizes
+ * only H and W. */
+static bool resize_ok(const kiln_node *n)
+{
+    kiln_resize_attrs a;
+    char msg[200];
+    bool resize = is_op(n, "Resize") && n->opset >= 10, upsample = is_op(n, "Upsample") && n->opset >= 7;
+    if ((!resize && !upsample) || n->n_in < 1 || n->n_out != 1 || !is_f32_4d(n->in[0]) || !is_f32_4d(n->out[0]) ||
+        !kiln_resize_parse(n, n->opset, 4, &a, msg, sizeof msg) || a.mode != KILN_RESIZE_NEAREST ||
+        a.ct == KILN_RESIZE_CT_TF_CROP)
+        return false;
+    const kiln_dim *x = n->in[0]->type.dims, *y = n->out[0]->type.dims;
+    return kiln_dim_equal(x[0], y[0]) && kiln_dim_equal(x[1], y[1]) && resize_keeps(n, &a, 0) &&
+           resize_keeps(n, &a, 1);
+}
+
 /* Whether node n has a kernel that writes v (its output 0) blocked. */
 static bool writes_blocked(const kiln_node *n, const kiln_ir_value *v)
 {
     bool dw;
-    return n->out[0] == v && (conv_ok(n, &dw) || pool_ok(n));
+    return n->out[0] == v && (conv_ok(n, &dw) || pool_ok(n) || add_ok(n) || resize_ok(n));
 }
 
 /* Whether node n has a kernel that reads v blocked wherever v is among its inputs. */
@@ -66,8 +127,15 @@ static bool reads_blocked(const kiln_node *n, const kiln_ir_value *v)
 {
     bool dw;
     if (is_op(n, "Shape")) return true;
-    if (is_op(n, "GlobalAveragePool")) return n->n_in == 1 && n->n_out == 1 && is_f32_4d(n->out[0]);
+    if (is_op(n, "GlobalAveragePool") || is_op(n, "GlobalMaxPool"))
+        return n->n_in == 1 && n->n_out == 1 && is_f32_4d(n->out[0]);
     if (pool_ok(n)) return n->n_in == 1;
+    if (add_ok(n)) return true;
+    if (resize_ok(n)) {
+        for (int i = 1; i < n->n_in; i++)
+            if (n->in[i] == v) return false; /* as roi, scales or sizes */
+        return true;
+    }
     if (!conv_ok(n, &dw)) return false;
     for (int i = 1; i < n->n_in; i++)
         if (n->in[i] == v && i != kiln_fused_of(n)->residual) return false; /* as weights or bias */
@@ -117,7 +185,8 @@ kiln_status kiln_pass_layout_nchwc(kiln_graph *g, int *blocked_count, kiln_err *
         for (int k = 0; k < g->n_nodes; k++) {
             kiln_node *n = g->nodes[k];
             bool conv = conv_ok(n, &(bool){false}), dw = false;
-            if (pool_ok(n) || (conv_ok(n, &dw) && dw)) changed |= agree(n->in[0], n->out[0]);
+            if (pool_ok(n) || (conv_ok(n, &dw) && dw) || resize_ok(n)) changed |= agree(n->in[0], n->out[0]);
+            if (add_ok(n)) changed |= agree(n->in[0], n->out[0]) | agree(n->in[1], n->out[0]);
             int z = kiln_fused_of(n)->residual;
             if (conv && z) changed |= agree(n->in[z], n->out[0]);
         }

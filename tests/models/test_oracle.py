@@ -1516,6 +1516,169 @@ def test_blocked_winograd():
                                                       (2, 37, 41)]])
 
 
+def compare_ort(name, blob, feeds_list, rtol=1e-5, atol=1e-5):
+    """The optimised CPU session against ONNX Runtime without its graph optimisations, output by
+    output within atol + rtol |want|; a run ONNX Runtime refuses must fail here too."""
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.log_severity_level = 4  # the runs it refuses are checked here, not logged
+    want_sess = ort.InferenceSession(blob, so, providers=["CPUExecutionProvider"])
+    fast = kiln.Session(blob, num_threads=2)
+    for feeds in feeds_list:
+        label = f"{name} vs ORT " + " ".join(f"{k}={v.shape}" for k, v in feeds.items())
+        try:
+            want = want_sess.run(None, feeds)
+        except Exception as e:  # noqa: BLE001 (ORT's errors have no common base)
+            try:
+                fast.run(feeds)
+                check(label, False, f"ORT failed ({str(e)[:120]}) but kiln ran")
+            except kiln.KilnError:
+                check(label, True)
+            continue
+        got = fast.run(feeds)
+        for g, w in zip(got, want):
+            ok = g.shape == w.shape and np.allclose(g, w, rtol=rtol, atol=atol)
+            diff = float(np.max(np.abs(g - w))) if not ok and g.shape == w.shape and g.size else 0
+            check(label, ok, f"shape {g.shape} vs {w.shape}, max diff {diff}")
+
+
+def test_blocked_pyramid():
+    """Feature-pyramid nets around 16 and 32-channel convolutions, whose values the layout pass
+    blocks through Add (kiln.FusedAdd with a Relu), GlobalMaxPool and nearest Resize / Upsample
+    (tests/unit/test_passes.c checks which values are blocked): a level pooled by AveragePool,
+    convolved and resized back by sizes taken through Shape (dims proved equal, any H and W)
+    added to the full one; that sum resized x2 and x1.5 by scales, into convolutions; a [N, C,
+    1, 1] convolution of its GlobalAveragePool added to it (broadcast over H and W); its
+    GlobalMaxPool; every coordinate_transformation_mode and nearest_mode over opsets 11, 13 and
+    19 (axes); Upsample 7 and 9; a level resized x2 by scales added to the full one (segnet's
+    form: equal for even H and W only, both refuse odd ones); and what stays plain (24 channels,
+    a channel-broadcasting Add, a Resize of C). Batch 1-3, sizes 1x1 to 10x22, odd ones; against
+    the reference kernels and ONNX Runtime within 1e-5 relative."""
+    from onnx import numpy_helper
+
+    def net(opset, C, cin, r_mode, u2_mode, u15_mode, axes=False):
+        nodes, inits = [], []
+
+        def conv(x, y, c, m, k, act=None):
+            inits.append(numpy_helper.from_array((rand(m, c, k, k) / np.sqrt(c * k * k)).astype(np.float32), f"W_{y}"))
+            inits.append(numpy_helper.from_array(rand(m), f"B_{y}"))
+            pre = f"{y}_pre" if act else y
+            nodes.append(helper.make_node("Conv", [x, f"W_{y}", f"B_{y}"], [pre], pads=[k // 2] * 4))
+            if act:
+                nodes.append(helper.make_node(act, [pre], [y]))
+
+        def const(name, arr):
+            inits.append(numpy_helper.from_array(arr, name))
+            return name
+
+        def resize(x, y, mode, scales=None, sizes=None):
+            ct, nr = mode
+            if opset < 13:
+                ins = [x, const(f"roi_{y}", np.zeros(0, np.float32)),
+                       const(f"S_{y}", np.array(scales if sizes is None else [], np.float32))]
+            elif axes and sizes is None:
+                ins = [x, "", const(f"S_{y}", np.array(scales[2:], np.float32))]
+            else:
+                ins = [x, "", "" if scales is None else const(f"S_{y}", np.array(scales, np.float32))]
+            if sizes is not None:
+                ins.append(sizes)
+            attrs = dict(axes=[2, 3]) if axes and sizes is None else {}
+            nodes.append(helper.make_node("Resize", ins, [y], mode="nearest", coordinate_transformation_mode=ct,
+                                          nearest_mode=nr, **attrs))
+
+        conv("X", "s", cin, C, 3, act="Relu")
+        nodes.append(helper.make_node("AveragePool", ["s"], ["p"], kernel_shape=[3, 3], strides=[2, 2],
+                                      pads=[1, 1, 1, 1]))
+        conv("p", "q", C, C, 3)
+        i64 = lambda name, v: const(name, np.array(v, np.int64))  # noqa: E731
+        nodes += [helper.make_node("Shape", ["q"], ["q_shape"]), helper.make_node("Shape", ["s"], ["s_shape"]),
+                  helper.make_node("Slice", ["q_shape", i64("k0", [0]), i64("k2", [2])], ["q_nc"]),
+                  helper.make_node("Slice", ["s_shape", "k2", i64("k4", [4])], ["s_hw"]),
+                  helper.make_node("Concat", ["q_nc", "s_hw"], ["r_sizes"], axis=0)]
+        resize("q", "r", r_mode, sizes="r_sizes")
+        nodes += [helper.make_node("Add", ["r", "s"], ["a"]), helper.make_node("Relu", ["a"], ["m"]),
+                  helper.make_node("GlobalMaxPool", ["m"], ["G"]), helper.make_node("GlobalAveragePool", ["m"], ["gp"])]
+        resize("m", "u2", u2_mode, scales=[1, 1, 2, 2])
+        conv("u2", "Y2", C, 8, 3)
+        resize("m", "u15", u15_mode, scales=[1, 1, 1.5, 1.5])
+        conv("u15", "Y15", C, 8, 1)
+        conv("gp", "e", C, C, 1)
+        nodes.append(helper.make_node("Add", ["e", "m"], ["b"]))
+        conv("b", "Yb", C, 8, 1)
+        x = helper.make_tensor_value_info("X", TensorProto.FLOAT, ["n", cin, "h", "w"])
+        g = helper.make_graph(nodes, "pyramid", [x], [out("Y2"), out("Y15"), out("Yb"), out("G")], inits)
+        mdl = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+        mdl.ir_version = 8
+        return mdl.SerializeToString()
+
+    sizes = [(1, 7, 9), (3, 10, 22), (1, 1, 1), (3, 7, 9), (1, 10, 22), (2, 2, 3), (1, 5, 1), (2, 16, 16)]
+    # align_corners and half_pixel_symmetric at x2 only: at x1.5 ONNX Runtime takes the floored
+    # output length where the ONNX reference (and kiln's) takes scale * input
+    variants = [
+        (13, ("half_pixel", "round_prefer_floor"), ("asymmetric", "floor"), ("half_pixel", "round_prefer_floor")),
+        (13, ("pytorch_half_pixel", "round_prefer_ceil"), ("align_corners", "round_prefer_ceil"),
+         ("asymmetric", "floor")),
+        (11, ("tf_half_pixel_for_nn", "round_prefer_ceil"), ("align_corners", "floor"), ("half_pixel", "ceil")),
+        (19, ("asymmetric", "ceil"), ("half_pixel_symmetric", "floor"), ("pytorch_half_pixel", "round_prefer_floor")),
+    ]
+    for vi, (opset, r_mode, u2_mode, u15_mode) in enumerate(variants):
+        for C, cin in [(16, 16), (32, 3), (24, 5)]:
+            blob = net(opset, C, cin, r_mode, u2_mode, u15_mode, axes=opset >= 18)
+            feeds = [{"X": rand(n, cin, h, w)} for n, h, w in sizes]
+            label = f"blocked pyramid opset {opset} C={C} r {r_mode} x2 {u2_mode} x1.5 {u15_mode}"
+            compare(label, blob, feeds, atol=1e-5)
+            compare_ort(label, blob, feeds)
+
+    # segnet's form: a level resized x2 by scales added to the full one, and Upsample 7 / 9
+    for opset in (7, 9, 13):
+        for C in (16, 32):
+            nodes, inits = [], []
+            w = lambda name, *shape: inits.append(numpy_helper.from_array(  # noqa: E731
+                (rand(*shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32), name)) or name
+            nodes.append(helper.make_node("Conv", ["X", w("Ws", C, 16, 3, 3)], ["s"], pads=[1, 1, 1, 1]))
+            nodes.append(helper.make_node("MaxPool", ["s"], ["p"], kernel_shape=[2, 2], strides=[2, 2]))
+            nodes.append(helper.make_node("Conv", ["p", w("Wq", C, C, 1, 1)], ["q"]))
+            if opset == 7:
+                nodes.append(helper.make_node("Upsample", ["q"], ["r"], scales=[1.0, 1.0, 2.0, 2.0]))
+            else:
+                inits.append(numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "S"))
+                op = "Upsample" if opset == 9 else "Resize"
+                ins = ["q", "S"] if opset == 9 else ["q", "", "S"]
+                attrs = {} if opset == 9 else dict(coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+                nodes.append(helper.make_node(op, ins, ["r"], mode="nearest", **attrs))
+            nodes.append(helper.make_node("Add", ["r", "s"], ["a"]))
+            nodes.append(helper.make_node("Conv", ["a", w("Wy", 8, C, 3, 3)], ["Y"], pads=[1, 1, 1, 1]))
+            nodes.append(helper.make_node("GlobalMaxPool", ["s"], ["G"]))
+            x = helper.make_tensor_value_info("X", TensorProto.FLOAT, ["n", 16, "h", "w"])
+            g = helper.make_graph(nodes, "segnet_form", [x], [out("Y"), out("G")], inits)
+            mdl = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+            mdl.ir_version = 8
+            feeds = [{"X": rand(n, 16, h, w)}
+                     for n, h, w in [(1, 10, 22), (3, 2, 2), (2, 16, 16), (1, 8, 6), (1, 7, 9)]]
+            label = f"blocked x2 pyramid level, opset {opset} C={C}"
+            compare(label, mdl.SerializeToString(), feeds, atol=1e-5)
+            compare_ort(label, mdl.SerializeToString(), feeds)
+
+    # what stays plain: an Add broadcasting channels, a Resize of C
+    nodes, inits = [], []
+    for name, shape in [("Ws", (16, 16, 3, 3)), ("Wc", (1, 16, 1, 1)), ("Wy", (8, 32, 1, 1))]:
+        inits.append(numpy_helper.from_array((rand(*shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32), name))
+    inits.append(numpy_helper.from_array(np.array([1, 2, 1, 1], np.float32), "S"))
+    nodes += [helper.make_node("Conv", ["X", "Ws"], ["s"], pads=[1, 1, 1, 1]),
+              helper.make_node("Conv", ["X", "Wc"], ["c1"]), helper.make_node("Add", ["s", "c1"], ["a"]),
+              helper.make_node("Resize", ["a", "", "S"], ["r"], mode="nearest",
+                               coordinate_transformation_mode="asymmetric", nearest_mode="floor"),
+              helper.make_node("Conv", ["r", "Wy"], ["Y"])]
+    x = helper.make_tensor_value_info("X", TensorProto.FLOAT, ["n", 16, "h", "w"])
+    g = helper.make_graph(nodes, "plain_pyramid", [x], [out("Y")], inits)
+    mdl = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    mdl.ir_version = 8
+    feeds = [{"X": rand(n, 16, h, w)} for n, h, w in [(1, 7, 9), (3, 10, 22), (1, 1, 1)]]
+    compare("plain pyramid (channel broadcast, Resize of C)", mdl.SerializeToString(), feeds, atol=1e-5)
+    compare_ort("plain pyramid (channel broadcast, Resize of C)", mdl.SerializeToString(), feeds)
+
+
 def test_conv_transpose():
     """ConvTranspose 2-D: strides, dilations, groups, explicit / SAME / output_padding pads, bias,
     empty and odd sizes; one session per weight shape, the input shape changing per call."""
@@ -1621,7 +1784,8 @@ def main():
                  test_global_pool, test_depthwise_conv, test_conv_packed, test_conv_residual, test_add_activation,
                  test_conv_few_pixels, test_conv_narrow, test_attention,
                  test_gelu_fusion, test_silu_mul_fusion, test_matmul_bias, test_conv_transpose, test_blocked_cnn,
-                 test_blocked_pointwise_passes, test_blocked_depthwise, test_blocked_few_tasks, test_blocked_winograd):
+                 test_blocked_pointwise_passes, test_blocked_depthwise, test_blocked_few_tasks, test_blocked_winograd,
+                 test_blocked_pyramid):
         test()
     return summary()
 

@@ -8,6 +8,9 @@
 #include <string.h>
 
 #include "core/dtype.h"
+#include "cpu/kernels.h"
+#include "cpu/nchwc.h"
+#include "exec/providers.h"
 #include "modelgen.h"
 #include "onnx/load.h"
 #include "ops/eval.h"
@@ -893,6 +896,312 @@ static void test_layout_nchwc(void)
     free(b.buf);
 }
 
+/* ---- layout_nchwc over feature pyramids: Add, GlobalMaxPool and nearest Resize ---- */
+
+enum { INT64 = 7 };
+
+/* b compiled as a CPU session compiles it before choosing kernels (src/exec/session.c): the
+ * CPU's early passes, the generic ones, inference and the CPU's own, the layout pass among them
+ * where this CPU has the blocked kernels (else that pass alone: it does not depend on the CPU). */
+static kiln_model *compile_cpu(const built *b)
+{
+    const kiln_provider_i *cpu = kiln_provider_find(KILN_PROVIDER_CPU);
+    kiln_model *m = NULL;
+    kiln_err err = {0};
+    int blocked = 0;
+    if (kiln_onnx_load(b->buf, b->len, NULL, &m, &err) || kiln_bind_ops(m->graph, true, &err) ||
+        kiln_passes_run(m->graph, cpu->pre_passes, cpu->n_pre_passes, NULL, &err) ||
+        kiln_passes_run(m->graph, kiln_passes_generic, kiln_passes_generic_n, NULL, &err) ||
+        kiln_graph_infer(m->graph, NULL) || kiln_passes_run(m->graph, cpu->passes, cpu->n_passes, NULL, &err) ||
+        (!kiln_cpu_nchwc_available() && kiln_passes_run(m->graph, &P_NCHWC, 1, &blocked, &err))) {
+        fprintf(stderr, "compile: %s\n", err.msg);
+        kiln_model_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* The blocked values of md are exactly those named in `names` (NULL-terminated), and each node
+ * reading or writing one has a blocked kernel (kernels_nchwc.c) rather than the one that fails. */
+static void check_blocked(const kiln_model *md, const char *const *names)
+{
+    CHECK(md != NULL);
+    if (!md) return;
+    const kiln_graph *g = md->graph;
+    int want = 0, got = 0;
+    while (names[want]) want++;
+    for (int i = 0; i < g->n_values; i++) {
+        const kiln_ir_value *v = g->values[i];
+        bool named = false, blocked = v->layout == KILN_LAYOUT_NCHW16C;
+        for (int k = 0; names[k]; k++) named = named || !strcmp(v->name, names[k]);
+        if (blocked != named) fprintf(stderr, "layout_nchwc: '%s' is %s\n", v->name, blocked ? "blocked" : "plain");
+        CHECK(blocked == named);
+        got += blocked;
+    }
+    CHECK(got == want);
+    for (int k = 0; k < g->n_nodes; k++) {
+        const kiln_node *n = g->nodes[k];
+        bool touches = false;
+        for (int i = 0; i < n->n_in; i++) touches = touches || (n->in[i] && n->in[i]->layout == KILN_LAYOUT_NCHW16C);
+        for (int i = 0; i < n->n_out; i++) touches = touches || (n->out[i] && n->out[i]->layout == KILN_LAYOUT_NCHW16C);
+        if (touches && strcmp(n->op_type, "Shape")) CHECK(kiln_cpu_kernel_find(&kiln_cpu_kernels_nchwc, n->op) != NULL);
+    }
+}
+
+/* The largest |got - want| / max(1, |want|) over outputs out_names of b's optimised and
+ * unoptimised sessions on the same random inputs; INFINITY when a run fails or a shape differs. */
+static double outputs_rel_diff(const built *b, int n_in, const char *const *names, const int64_t (*dims)[4], int n_out,
+                               const char *const *out_names)
+{
+    kiln_value *in[4] = {0}, *out[2][4] = {{0}};
+    float *data[4] = {0};
+    for (int i = 0; i < n_in; i++) {
+        int64_t n = dims[i][0] * dims[i][1] * dims[i][2] * dims[i][3];
+        data[i] = rand_floats(n);
+        kiln_value_wrap_tensor(KILN_DTYPE_FLOAT32, 4, dims[i], data[i], (size_t)n * sizeof(float), &in[i]);
+    }
+    bool ran = true;
+    for (int ref = 0; ref < 2; ref++) {
+        kiln_session_options opt = kiln_session_options_default();
+        opt.unoptimized = ref;
+        opt.num_threads = 2;
+        kiln_session *s = NULL;
+        if (kiln_session_create_from_memory(b->buf, b->len, NULL, &opt, &s) ||
+            kiln_session_run(s, n_in, names, (const kiln_value *const *)in, n_out, out_names, out[ref])) {
+            fprintf(stderr, "session (%s): %s\n", ref ? "reference" : "optimised", kiln_last_error(s));
+            ran = false;
+        }
+        kiln_session_free(s);
+    }
+    double worst = ran ? 0 : INFINITY;
+    for (int o = 0; ran && o < n_out; o++) {
+        const kiln_value *a = out[0][o], *r = out[1][o];
+        if (kiln_value_rank(a) != kiln_value_rank(r) ||
+            memcmp(kiln_value_dims(a), kiln_value_dims(r), sizeof(int64_t) * (size_t)kiln_value_rank(a))) {
+            worst = INFINITY;
+            break;
+        }
+        const float *x = kiln_value_data(a), *y = kiln_value_data(r);
+        for (int64_t i = 0; i < kiln_value_numel(a); i++) {
+            double d = fabs((double)x[i] - y[i]) / fmax(1.0, fabs((double)y[i]));
+            if (!(d <= worst)) worst = d; /* NaN propagates */
+        }
+    }
+    for (int o = 0; o < n_out; o++) kiln_value_free(out[0][o]), kiln_value_free(out[1][o]);
+    for (int i = 0; i < n_in; i++) {
+        kiln_value_free(in[i]);
+        free(data[i]);
+    }
+    return worst;
+}
+
+/* Random weights [dims] scaled by 1 / sqrt(the fan-in, dims[1..] multiplied). */
+static void init_w(mg_model *m, const char *name, int rank, const int64_t *dims)
+{
+    int64_t n = dims[0], fan = 1;
+    for (int k = 1; k < rank; k++) fan *= dims[k], n *= dims[k];
+    float *v = rand_floats(n);
+    for (int64_t i = 0; i < n; i++) v[i] /= sqrtf((float)fan);
+    mg_init_float(m, name, rank, dims, v, NULL, 0);
+    free(v);
+}
+
+/* y = Conv(x) of c -> k channels, a kh x kh window padded to keep H and W, with a bias */
+static void conv_node(mg_model *m, const char *x, const char *y, int64_t c, int64_t k, int64_t kh)
+{
+    char w[64], bias[64];
+    snprintf(w, sizeof w, "W_%s", y);
+    snprintf(bias, sizeof bias, "B_%s", y);
+    init_w(m, w, 4, (int64_t[]){k, c, kh, kh});
+    init(m, bias, 1, (int64_t[]){k});
+    mg_node(m, "Conv", "", (const char *[]){x, w, bias, NULL}, (const char *[]){y, NULL});
+    mg_attr_ints(m, "pads", 4, (int64_t[]){kh / 2, kh / 2, kh / 2, kh / 2});
+}
+
+/* y = Resize(x) nearest (opset 11 on) by constant scales [4] */
+static void resize_node(mg_model *m, const char *x, const char *y, const float *scales, const char *ct, const char *nr)
+{
+    char sc[64];
+    snprintf(sc, sizeof sc, "S_%s", y);
+    mg_init_float(m, sc, 1, (int64_t[]){4}, scales, NULL, 0);
+    mg_node(m, "Resize", "", (const char *[]){x, "", sc, NULL}, (const char *[]){y, NULL});
+    mg_attr_string(m, "mode", "nearest");
+    mg_attr_string(m, "coordinate_transformation_mode", ct);
+    mg_attr_string(m, "nearest_mode", nr);
+}
+
+/* X [n, C, h, w] -> s = Conv 3x3 -> p = AveragePool 2x2 / 2 (ceil) -> q = Conv 1x1 (2C) ->
+ * r = Resize to s's H and W -> t = Conv 1x1 (C) -> G = GlobalMaxPool(t); m = Relu(t + s)
+ * (kiln.FusedAdd) -> u = Resize x1.5 (half_pixel, round_prefer_floor) -> Y = Conv 1x1 (8).
+ * r by scales x2 (asymmetric, floor: t's dims are s's for even h and w only, which inference
+ * cannot prove: the Add's broadcast) or by sizes of q's N and C and s's H and W through Shape,
+ * Slice and Concat (half_pixel, round_prefer_ceil: the dims proved equal, any h and w). */
+static built pyramid(int64_t C, bool sizes)
+{
+    mg_model *m = mg_new(13);
+    mg_input(m, "X", FLOAT, 4, (int64_t[]){-1, C, -1, -1}, (const char *[]){"n", NULL, "h", "w"});
+    conv_node(m, "X", "s", C, C, 3);
+    mg_node(m, "AveragePool", "", (const char *[]){"s", NULL}, (const char *[]){"p", NULL});
+    mg_attr_ints(m, "kernel_shape", 2, (int64_t[]){2, 2});
+    mg_attr_ints(m, "strides", 2, (int64_t[]){2, 2});
+    mg_attr_ints(m, "pads", 4, (int64_t[]){0, 0, 1, 1});
+    conv_node(m, "p", "q", C, 2 * C, 1);
+    if (sizes) {
+        mg_init_raw(m, "k0", INT64, 8, 1, (int64_t[]){1}, (int64_t[]){0});
+        mg_init_raw(m, "k2", INT64, 8, 1, (int64_t[]){1}, (int64_t[]){2});
+        mg_init_raw(m, "k4", INT64, 8, 1, (int64_t[]){1}, (int64_t[]){4});
+        mg_node(m, "Shape", "", (const char *[]){"q", NULL}, (const char *[]){"q_shape", NULL});
+        mg_node(m, "Slice", "", (const char *[]){"q_shape", "k0", "k2", NULL}, (const char *[]){"q_nc", NULL});
+        mg_node(m, "Shape", "", (const char *[]){"s", NULL}, (const char *[]){"s_shape", NULL});
+        mg_node(m, "Slice", "", (const char *[]){"s_shape", "k2", "k4", NULL}, (const char *[]){"s_hw", NULL});
+        mg_node(m, "Concat", "", (const char *[]){"q_nc", "s_hw", NULL}, (const char *[]){"r_sizes", NULL});
+        mg_attr_int(m, "axis", 0);
+        mg_node(m, "Resize", "", (const char *[]){"q", "", "", "r_sizes", NULL}, (const char *[]){"r", NULL});
+        mg_attr_string(m, "mode", "nearest");
+        mg_attr_string(m, "nearest_mode", "round_prefer_ceil");
+    } else {
+        resize_node(m, "q", "r", (const float[]){1, 1, 2, 2}, "asymmetric", "floor");
+    }
+    conv_node(m, "r", "t", 2 * C, C, 1);
+    mg_node(m, "GlobalMaxPool", "", (const char *[]){"t", NULL}, (const char *[]){"G", NULL});
+    mg_node(m, "Add", "", (const char *[]){"t", "s", NULL}, (const char *[]){"a", NULL});
+    mg_node(m, "Relu", "", (const char *[]){"a", NULL}, (const char *[]){"m", NULL});
+    resize_node(m, "m", "u", (const float[]){1, 1, 1.5f, 1.5f}, "half_pixel", "round_prefer_floor");
+    conv_node(m, "u", "Y", C, 8, 1);
+    mg_output(m, "Y");
+    mg_output(m, "G");
+    return finish(m);
+}
+
+/* Pyramids of 16 and 32 channels block every value between the input and the outputs: the
+ * Add (kiln.FusedAdd with its Relu), both Resizes and GlobalMaxPool run blocked kernels, and
+ * the outputs match the unoptimised session's on batches 1 to 3 and sizes from 1x1 (by sizes,
+ * odd ones; by scales x2, even ones, whose dims inference cannot prove equal). At 24 channels
+ * only the 48-channel values between q's convolution and t's are blocked. */
+static void test_layout_nchwc_pyramid(void)
+{
+    static const char *const inner[] = {"s", "p", "q", "r", "t", "m", "u", NULL}, *const wide[] = {"q", "r", NULL};
+    static const char *const x_only[] = {"X"}, *const outs[] = {"Y", "G"};
+    for (int c = 0; c < 3; c++) {
+        int64_t C = (int64_t[]){16, 32, 24}[c];
+        for (int sizes = 0; sizes < 2; sizes++) {
+            built b = pyramid(C, sizes);
+            kiln_model *md = compile_cpu(&b);
+            check_blocked(md, C % 16 ? wide : inner);
+            CHECK(md && count_op(md->graph, "kiln", "FusedAdd") == 1 && count_op(md->graph, "", "Add") == 0);
+            kiln_model_free(md);
+            static const int64_t even[][3] = {{1, 10, 22}, {3, 6, 14}, {2, 2, 2}, {1, 4, 8}};
+            static const int64_t odd[][3] = {{1, 7, 9}, {3, 1, 1}, {2, 10, 22}, {1, 5, 2}, {3, 9, 13}};
+            int n_shapes = sizes ? 5 : 4;
+            for (int k = 0; k < n_shapes; k++) {
+                const int64_t *d = sizes ? odd[k] : even[k];
+                int64_t dims[1][4] = {{d[0], C, d[1], d[2]}};
+                double diff = outputs_rel_diff(&b, 1, x_only, dims, 2, outs);
+                if (!(diff <= 1e-5))
+                    fprintf(stderr, "pyramid C=%lld sizes=%d [%lld, %lld, %lld]: %g\n", (long long)C, sizes,
+                            (long long)d[0], (long long)d[1], (long long)d[2], diff);
+                CHECK(diff <= 1e-5);
+            }
+            free(b.buf);
+        }
+    }
+}
+
+/* s = Conv 3x3 (X [n, 16, h, w]) plus e = Conv 1x1 (GlobalAveragePool(s)) [n, 16, 1, 1], plus
+ * z = Conv 3x3 (Z [m, 16, h2, w2]) -> Y = Conv 1x1 (8): Adds whose operands' N, H and W differ or
+ * may, all blocked, broadcast at run time as [N, C / 16, H, W, 16]. */
+static void test_layout_nchwc_broadcast_add(void)
+{
+    mg_model *m = mg_new(13);
+    mg_input(m, "X", FLOAT, 4, (int64_t[]){-1, 16, -1, -1}, (const char *[]){"n", NULL, "h", "w"});
+    mg_input(m, "Z", FLOAT, 4, (int64_t[]){-1, 16, -1, -1}, (const char *[]){"m", NULL, "h2", "w2"});
+    conv_node(m, "X", "s", 16, 16, 3);
+    mg_node(m, "GlobalAveragePool", "", (const char *[]){"s", NULL}, (const char *[]){"gp", NULL});
+    conv_node(m, "gp", "e", 16, 16, 1);
+    mg_node(m, "Add", "", (const char *[]){"s", "e", NULL}, (const char *[]){"a", NULL});
+    conv_node(m, "Z", "z", 16, 16, 3);
+    mg_node(m, "Add", "", (const char *[]){"a", "z", NULL}, (const char *[]){"b", NULL});
+    conv_node(m, "b", "Y", 16, 8, 1);
+    mg_output(m, "Y");
+    built b = finish(m);
+    kiln_model *md = compile_cpu(&b);
+    check_blocked(md, (const char *const[]){"s", "e", "a", "z", "b", NULL});
+    kiln_model_free(md);
+    static const char *const names[] = {"X", "Z"}, *const outs[] = {"Y"};
+    static const int64_t shapes[][2][4] = {
+        {{1, 16, 5, 7}, {1, 16, 5, 7}}, {{3, 16, 5, 7}, {1, 16, 1, 7}}, {{1, 16, 1, 1}, {2, 16, 4, 6}},
+        {{2, 16, 6, 1}, {2, 16, 1, 9}}, {{3, 16, 9, 11}, {3, 16, 9, 1}}, {{1, 16, 2, 3}, {4, 16, 2, 3}},
+    };
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        double diff = outputs_rel_diff(&b, 2, names, shapes[k], 1, outs);
+        if (!(diff <= 1e-5)) fprintf(stderr, "broadcast Add, shapes %zu: %g\n", k, diff);
+        CHECK(diff <= 1e-5);
+    }
+    free(b.buf);
+}
+
+/* What must stay plain around a blocked-capable convolution s = Conv 3x3 (X [n, 16, h, w]): an
+ * Add that broadcasts channels (a 1-channel operand) or adds a constant [1, 16, 1, 1], a Resize
+ * that resizes C or N or whose scales are a graph input (with a default, so not constant), and
+ * Upsample / Resize of scale 1 on C and N keeps both sides blocked (opsets 7, 9, 19 with axes). */
+static void test_layout_nchwc_resize_add_plain(void)
+{
+    static const char *const x_only[] = {"X"}, *const outs[] = {"Y"};
+    for (int kind = 0; kind < 8; kind++) {
+        int opset = kind == 5 ? 7 : kind == 6 ? 9 : kind == 7 ? 19 : 13;
+        mg_model *m = mg_new(opset);
+        mg_input(m, "X", FLOAT, 4, (int64_t[]){-1, 16, -1, -1}, (const char *[]){"n", NULL, "h", "w"});
+        int64_t yc = 16;
+        const char *blocked[3] = {NULL, NULL, NULL};
+        conv_node(m, "X", "s", 16, 16, 3);
+        if (kind == 0) { /* channels broadcast */
+            conv_node(m, "X", "c1", 16, 1, 1);
+            mg_node(m, "Add", "", (const char *[]){"s", "c1", NULL}, (const char *[]){"r", NULL});
+        } else if (kind == 1) { /* a constant operand (after a MaxPool: Conv + constant folds into the bias) */
+            mg_node(m, "MaxPool", "", (const char *[]){"s", NULL}, (const char *[]){"p", NULL});
+            mg_attr_ints(m, "kernel_shape", 2, (int64_t[]){3, 3});
+            mg_attr_ints(m, "pads", 4, (int64_t[]){1, 1, 1, 1});
+            init(m, "K", 4, (int64_t[]){1, 16, 1, 1});
+            mg_node(m, "Add", "", (const char *[]){"p", "K", NULL}, (const char *[]){"r", NULL});
+        } else if (kind == 2 || kind == 3) { /* C x2, N x2 */
+            const float *sc = kind == 2 ? (const float[]){1, 2, 1, 1} : (const float[]){2, 1, 1, 1};
+            resize_node(m, "s", "r", sc, "asymmetric", "floor");
+            yc = kind == 2 ? 32 : 16;
+        } else if (kind == 4) { /* scales a graph input with a default */
+            mg_input(m, "S_r", FLOAT, 1, (int64_t[]){4}, NULL);
+            resize_node(m, "s", "r", (const float[]){1, 1, 2, 2}, "asymmetric", "floor");
+        } else if (kind == 5) { /* Upsample-7: scales an attribute */
+            mg_node(m, "Upsample", "", (const char *[]){"s", NULL}, (const char *[]){"r", NULL});
+            mg_attr_floats(m, "scales", 4, (const float[]){1, 1, 2, 3});
+        } else if (kind == 6) { /* Upsample-9: scales an input */
+            mg_init_float(m, "S_r", 1, (int64_t[]){4}, (const float[]){1, 1, 3, 2}, NULL, 0);
+            mg_node(m, "Upsample", "", (const char *[]){"s", "S_r", NULL}, (const char *[]){"r", NULL});
+        } else { /* Resize-19 of H and W only (axes), by constant sizes */
+            mg_init_raw(m, "Z_r", INT64, 8, 1, (int64_t[]){2}, (int64_t[]){5, 3});
+            mg_node(m, "Resize", "", (const char *[]){"s", "", "", "Z_r", NULL}, (const char *[]){"r", NULL});
+            mg_attr_ints(m, "axes", 2, (int64_t[]){2, 3});
+            mg_attr_string(m, "coordinate_transformation_mode", "half_pixel_symmetric");
+        }
+        if (kind >= 5) blocked[0] = "s", blocked[1] = "r";
+        conv_node(m, "r", "Y", yc, 8, 1);
+        mg_output(m, "Y");
+        built b = finish(m);
+        kiln_model *md = compile_cpu(&b);
+        int failures = unit_failures;
+        check_blocked(md, blocked);
+        if (unit_failures != failures) fprintf(stderr, "layout_nchwc plain/resize case %d: layouts\n", kind);
+        kiln_model_free(md);
+        static const int64_t shapes[][3] = {{1, 5, 7}, {3, 4, 6}, {1, 1, 1}, {2, 9, 2}};
+        for (int k = 0; k < 4; k++) {
+            int64_t dims[1][4] = {{shapes[k][0], 16, shapes[k][1], shapes[k][2]}};
+            double diff = outputs_rel_diff(&b, 1, x_only, dims, 1, outs);
+            if (!(diff <= 1e-5)) fprintf(stderr, "layout_nchwc plain/resize case %d, shape %d: %g\n", kind, k, diff);
+            CHECK(diff <= 1e-5);
+        }
+        free(b.buf);
+    }
+}
+
 /* The rewiring helpers keep the consumer lists: set_input, set_inputs, unlink. */
 static void test_consumer_lists(void)
 {
@@ -1130,6 +1439,9 @@ int main(void)
     test_fuse_attention_f16();
     test_fuse_attention_exported();
     test_layout_nchwc();
+    test_layout_nchwc_pyramid();
+    test_layout_nchwc_broadcast_add();
+    test_layout_nchwc_resize_add_plain();
     test_consumer_lists();
     test_fuse_elementwise();
     return unit_report("test_passes");
