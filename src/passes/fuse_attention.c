@@ -12,6 +12,7 @@
  * and the transposes go. Intermediates must have no other readers. One difference: a query row
  * whose mask is -inf for every key gives zeros (Attention) instead of NaN (Softmax). */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "core/dtype.h"
@@ -27,6 +28,26 @@ static kiln_node *producer(const kiln_graph *g, const kiln_ir_value *v, const ch
     if (!p || p->graph != g || *p->domain || strcmp(p->op_type, op_type) || p->n_out != 1 || p->out[0] != v)
         return NULL;
     return p;
+}
+
+/* The com.microsoft FusedMatMul of g producing v without transposes (ORT's offline files fold
+ * the scores' scale into its alpha), or NULL. */
+static kiln_node *ms_scaled_matmul(const kiln_graph *g, const kiln_ir_value *v)
+{
+    kiln_node *p = v ? v->producer : NULL;
+    if (!p || p->graph != g || strcmp(p->domain, "com.microsoft") || strcmp(p->op_type, "FusedMatMul") ||
+        p->n_in != 2 || p->n_out != 1 || p->out[0] != v)
+        return NULL;
+    static const char *const trans[] = {"transA", "transB", "transBatchA", "transBatchB"};
+    for (size_t i = 0; i < sizeof trans / sizeof *trans; i++)
+        if (kiln_attr_int(p, trans[i], 0)) return NULL;
+    return p;
+}
+
+/* Whether v, the scores before the mask, comes from Q K^T (its MatMul, or the scale after it). */
+static bool scores_of_product(const kiln_graph *g, const kiln_ir_value *v)
+{
+    return producer(g, v, "Mul") || producer(g, v, "Div") || producer(g, v, "MatMul") || ms_scaled_matmul(g, v);
 }
 
 /* The only reader of v (a node of g with this op type, one output), or NULL. */
@@ -154,6 +175,28 @@ static bool mask_fits(const kiln_ir_value *m, const kiln_ir_value *a)
     return true;
 }
 
+/* Where(keep, scores, fill) becomes the additive mask Where(keep, 0, fill) of keep's shape, into
+ * *mask (the node's output, retyped). */
+static kiln_status where_to_mask(kiln_graph *g, kiln_node *wh, kiln_dtype dt, kiln_ir_value **mask, kiln_err *err)
+{
+    char name[512];
+    kiln_value *zero = NULL;
+    KILN_TRY(kiln_tensor_new(dt, 0, NULL, &zero, err));
+    if (kiln_model_own_value(g->model, zero, err)) return err->code;
+    snprintf(name, sizeof name, "%s/mask_zero", wh->name);
+    kiln_ir_value *zv = kiln_graph_new_value(g, name, err);
+    if (!zv) return err->code;
+    kiln_ir_value_set_constant(zv, zero);
+    kiln_ir_value *in[3] = {wh->in[0], zv, wh->in[2]};
+    KILN_TRY(kiln_node_set_inputs(wh, 3, in, err));
+    kiln_type t = wh->in[0]->type;
+    t.dtype = dt;
+    wh->out[0]->type = t;
+    KILN_TRY(kiln_node_bind(wh, err));
+    *mask = wh->out[0];
+    return KILN_OK;
+}
+
 /* Tries the pattern ending in the Softmax sm; on a match rewrites the graph (dead nodes stay
  * for the sweep) and sets *done. */
 static kiln_status fuse(kiln_graph *g, kiln_node *sm, kiln_dtype dt, bool gpu16, bool *done, kiln_err *err)
@@ -166,12 +209,25 @@ static kiln_status fuse(kiln_graph *g, kiln_node *sm, kiln_dtype dt, bool gpu16,
     if (!single_use(g, scores)) return KILN_OK;
     kiln_node *add = producer(g, scores, "Add");
     kiln_ir_value *x = scores;
+    /* Where(keep, scores, fill), fill a float32 constant of -1e30 or less (GPT-2's causal mask):
+     * the additive mask Where(keep, 0, fill) as far as a Softmax can tell (a finite fill swallows
+     * the score it is added to). The CPU's only: the GPU's decode steps have not been measured
+     * on its Attention. */
+    kiln_node *wh = gpu16 ? NULL : producer(g, scores, "Where");
+    float fill;
+    if (wh && wh->n_in == 3 && wh->in[0] && wh->in[1] && is_dt(wh->in[0], KILN_DTYPE_BOOL) &&
+        wh->in[0]->type.rank >= 1 && wh->in[0]->type.rank <= 4 && scalar_const(wh->in[2], dt, &fill) &&
+        fill <= -1e30f && rank4(wh->in[1], dt) && single_use(g, wh->in[1]) && mask_fits(wh->in[0], wh->in[1]) &&
+        scores_of_product(g, wh->in[1]))
+        x = wh->in[1];
+    else
+        wh = NULL;
     if (add) {
         /* one side is the scaled Q K^T, the other the mask; the mask must not widen the scores */
         for (int side = 0; side < 2 && !mask; side++) {
             kiln_ir_value *a = add->in[side], *m = add->in[1 - side];
             if (!a || !m || !is_dt(m, dt) || m->type.rank < 1 || m->type.rank > 4) continue;
-            if (!producer(g, a, "Mul") && !producer(g, a, "Div") && !producer(g, a, "MatMul")) continue;
+            if (!scores_of_product(g, a)) continue;
             if (!rank4(a, dt) || !single_use(g, a) || !mask_fits(m, a)) continue;
             mask = m;
             x = a;
@@ -192,6 +248,10 @@ static kiln_status fuse(kiln_graph *g, kiln_node *sm, kiln_dtype dt, bool gpu16,
         x = sc->in[1 - side];
     }
     kiln_node *qk = producer(g, x, "MatMul");
+    if (!qk && !scaled && (qk = ms_scaled_matmul(g, x))) {
+        scale = kiln_attr_float(qk, "alpha", 1.0f);
+        scaled = true;
+    }
     if (!qk || !rank4(qk->in[0], dt) || !rank4(qk->in[1], dt) || !single_use(g, qk->in[1])) return KILN_OK;
     kiln_ir_value *q = qk->in[0], *kt = qk->in[1], *q0, *kt0;
     float cq, ck;
@@ -245,7 +305,8 @@ static kiln_status fuse(kiln_graph *g, kiln_node *sm, kiln_dtype dt, bool gpu16,
     at[1] = (kiln_attr){.name = "q_num_heads", .type = KILN_ATTR_INT, .i = heads};
     at[2] = (kiln_attr){.name = "kv_num_heads", .type = KILN_ATTR_INT, .i = heads};
     if (!kiln_op_lookup("", "Attention", 23)) return KILN_OK;
-    KILN_TRY(kiln_node_set_inputs(target, mask ? 4 : 3, in, err));
+    if (wh) KILN_TRY(where_to_mask(g, wh, dt, &in[3], err));
+    KILN_TRY(kiln_node_set_inputs(target, in[3] ? 4 : 3, in, err));
     target->op_type = "Attention";
     target->domain = "";
     target->opset = 23;

@@ -817,6 +817,45 @@ static void test_fuse_attention_exported(void)
     free(b.buf);
 }
 
+/* GPT-2's causal form as ORT's offline file writes it: Where(keep, FusedMatMul(Q, K^T, alpha),
+ * -FLT_MAX) -> Softmax -> MatMul(., V) fuses on the CPU (mask Where(keep, 0, -FLT_MAX), scale
+ * alpha) and computes the unfused Y; the GPU's pass leaves it. */
+static void test_fuse_attention_causal_where(void)
+{
+    static const kiln_pass P_ATTN_GPU = {"fuse_attention", kiln_pass_fuse_attention_gpu};
+    mg_model *m = mg_new(13);
+    int64_t x4[4] = {2, 2, 6, 4};
+    const char *in4[] = {"Q", "K", "V"};
+    for (int i = 0; i < 3; i++) mg_input(m, in4[i], FLOAT, 4, x4, NULL);
+    unsigned char keep[6 * 6];
+    for (int r = 0; r < 6; r++)
+        for (int c = 0; c < 6; c++) keep[r * 6 + c] = c <= r;
+    mg_init_raw(m, "keep", 9 /* BOOL */, 1, 4, (int64_t[]){1, 1, 6, 6}, keep);
+    scalar(m, "fill", -3.4028234663852886e38f);
+    transpose_node(m, "K", "kt", 4, (int64_t[]){0, 1, 3, 2});
+    mg_node(m, "FusedMatMul", "com.microsoft", (const char *[]){"Q", "kt", NULL}, (const char *[]){"qk", NULL});
+    mg_attr_float(m, "alpha", 0.5f);
+    mg_node(m, "Where", "", (const char *[]){"keep", "qk", "fill", NULL}, (const char *[]){"w", NULL});
+    mg_node(m, "Softmax", "", (const char *[]){"w", NULL}, (const char *[]){"p", NULL});
+    mg_attr_int(m, "axis", -1);
+    mg_node(m, "MatMul", "", (const char *[]){"p", "V", NULL}, (const char *[]){"Y", NULL});
+    mg_output(m, "Y");
+    built b = finish(m);
+    kiln_model *md = load(&b);
+    CHECK(md && run_pass(md, &P_ATTN_GPU) == 0 && run_pass(md, &P_ATTN) == 1);
+    if (md) {
+        kiln_node *at = find_op(md->graph, "", "Attention"), *wh = find_op(md->graph, "", "Where");
+        CHECK(at && at->n_in == 4 && kiln_attr_float(at, "scale", 0) == 0.5f && !strcmp(at->in[1]->name, "K"));
+        CHECK(at && wh && at->in[3] == wh->out[0] && wh->out[0]->type.dtype == KILN_DTYPE_FLOAT32 &&
+              wh->out[0]->type.rank == 4 && count_op(md->graph, "", "Softmax") == 0);
+    }
+    kiln_model_free(md);
+    int r4[] = {4, 4, 4};
+    int64_t d4[][4] = {{2, 2, 6, 4}, {2, 2, 6, 4}, {2, 2, 6, 4}};
+    CHECK(session_diff(&b, 3, in4, r4, d4) <= 1e-5);
+    free(b.buf);
+}
+
 /* The same pattern in float16 (Q, K, V and the scale constants), head size 32: the CPU's pass
  * leaves it, the GPU's (kiln_pass_fuse_attention_gpu) makes one Attention whose reference result
  * is the unfused graph's within float16 rounding. */
@@ -1438,6 +1477,7 @@ int main(void)
     test_fuse_attention();
     test_fuse_attention_f16();
     test_fuse_attention_exported();
+    test_fuse_attention_causal_where();
     test_layout_nchwc();
     test_layout_nchwc_pyramid();
     test_layout_nchwc_broadcast_add();
