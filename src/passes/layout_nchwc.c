@@ -186,7 +186,10 @@ kiln_status kiln_pass_layout_nchwc(kiln_graph *g, int *blocked_count, kiln_err *
             kiln_node *n = g->nodes[k];
             bool conv = conv_ok(n, &(bool){false}), dw = false;
             if (pool_ok(n) || (conv_ok(n, &dw) && dw) || resize_ok(n)) changed |= agree(n->in[0], n->out[0]);
-            if (add_ok(n)) changed |= agree(n->in[0], n->out[0]) | agree(n->in[1], n->out[0]);
+            if (add_ok(n)) {
+                changed |= agree(n->in[0], n->out[0]);
+                changed |= agree(n->in[1], n->out[0]);
+            }
             int z = kiln_fused_of(n)->residual;
             if (conv && z) changed |= agree(n->in[z], n->out[0]);
         }
