@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/scratch.h"
 #include "cpu/kernels.h"
 #include "cpu/nchwc.h"
 #include "ops/contrib_nchwc.h"
@@ -156,30 +157,20 @@ static kiln_status global_avg_run(kiln_run_ctx *c)
     return KILN_OK;
 }
 
-/* GlobalMaxPool over blocked X [N, C, H, W] into blocked Y [N, C, 1, 1]: per block, the
- * elementwise max of its pixels' 16-vectors (NaN propagating, as the plain kernel) */
+/* GlobalMaxPool over blocked X [N, C, H, W] into blocked Y [N, C, 1, 1] (nchwc.h; NaN
+ * propagating, as the plain kernel) */
 static kiln_status global_max_run(kiln_run_ctx *c)
 {
     const kiln_value *X = kiln_run_in(c, 0);
     kiln_value *Y = kiln_run_out(c, 0);
     if (X->rank != 4 || X->dims[1] % B16 || X->dims[2] == 0 || X->dims[3] == 0)
         return kiln_run_fail(c, KILN_ERR_SHAPE, "X must be a non-empty [N, C, H, W], C a multiple of 16");
-    int64_t blocks = X->dims[0] * X->dims[1] / B16, P = X->dims[2] * X->dims[3];
-    const float *x = X->data;
-    float *y = Y->data;
-    for (int64_t b = 0; b < blocks; b++) {
-        float m[B16];
-        memcpy(m, x + b * P * B16, sizeof m);
-        for (int64_t p = 1; p < P; p++) {
-            const float *v = x + (b * P + p) * B16;
-            for (int k = 0; k < B16; k++) m[k] = v[k] > m[k] || v[k] != v[k] ? v[k] : m[k];
-        }
-        memcpy(y + b * B16, m, sizeof m);
-    }
+    kiln_cpu_nchwc_global_max(kiln_run_threadpool(c), X->data, Y->data, X->dims[0], X->dims[1], X->dims[2] * X->dims[3]);
     return KILN_OK;
 }
 
-/* Upsample, nearest, integer scales: each output pixel's 16-vector copied from its source pixel */
+/* Upsample, nearest, integer scales: source row oy / sh and column ox / sw, 16-vectors copied by
+ * the blocked resize (nchwc.h) */
 static kiln_status upsample_run(kiln_run_ctx *c)
 {
     const kiln_node *n = kiln_run_node(c);
@@ -189,15 +180,18 @@ static kiln_status upsample_run(kiln_run_ctx *c)
     const int64_t *sc = kiln_attr_ints(n, "scales", &ns);
     if (X->rank != 4 || X->dims[1] % B16 || !sc || ns != 4 || sc[2] < 1 || sc[3] < 1)
         return kiln_run_fail(c, KILN_ERR_SHAPE, "X must be [N, C, H, W], C a multiple of 16, scales [1, 1, sh, sw]");
-    int64_t blocks = X->dims[0] * X->dims[1] / B16, H = X->dims[2], W = X->dims[3], sh = sc[2], sw = sc[3];
-    int64_t oh = H * sh, ow = W * sw;
+    int64_t H = X->dims[2], W = X->dims[3], sh = sc[2], sw = sc[3], oh = H * sh, ow = W * sw;
     if (Y->dims[2] != oh || Y->dims[3] != ow) return kiln_run_fail(c, KILN_ERR_SHAPE, "output size mismatch");
-    const float *x = X->data;
-    float *y = Y->data;
-    for (int64_t b = 0; b < blocks; b++)
-        for (int64_t oy = 0; oy < oh; oy++)
-            for (int64_t ox = 0; ox < ow; ox++)
-                memcpy(y + ((b * oh + oy) * ow + ox) * B16, x + ((b * H + oy / sh) * W + ox / sw) * B16, B16 * sizeof *y);
+    if (!Y->numel) return KILN_OK;
+    kiln_scratch *scratch = kiln_run_scratch(c);
+    int64_t *iy = kiln_scratch_get(scratch, (size_t)(oh + ow) * sizeof *iy);
+    if (!iy) return kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory for the upsampling's index tables");
+    for (int64_t i = 0; i < oh; i++) iy[i] = i / sh;
+    for (int64_t i = 0; i < ow; i++) iy[oh + i] = i / sw;
+    kiln_nchwc_resize_io io = {.x = X->data, .y = Y->data, .N = X->dims[0], .C = X->dims[1], .H = H, .W = W,
+                               .oh = oh, .ow = ow, .iy = iy, .ix = iy + oh};
+    kiln_cpu_nchwc_resize_nearest(kiln_run_threadpool(c), &io);
+    kiln_scratch_put(scratch, iy);
     return KILN_OK;
 }
 

@@ -4,7 +4,9 @@
  *   MatMul(Q, K^T) -> Mul/Div by a constant (optional) -> Add mask (optional)
  *   -> Softmax(last axis) -> MatMul(., V)
  *
- * with K^T as key_of reads it, or MatMul(Q * c, K^T * c') (scale c c');
+ * with K^T as key_of reads it, or MatMul(Q * c, K^T * c') (scale c c'), or com.microsoft
+ * FusedMatMul(Q, K^T, alpha) (scale alpha), and on the CPU a causal Where(keep, scores, -big)
+ * for the mask Add;
  * on float32 [B, H, S, D] tensors (the GPU's form, kiln_pass_fuse_attention_gpu: float16 and
  * bfloat16 of head size 32 or 64, the scale and mask of that dtype). When Q, K and V are themselves
  * Transpose([0,2,1,3]) of Reshapes of [B, S, H*D] tensors and the result goes through Transpose([0,2,1,3]) and a Reshape
