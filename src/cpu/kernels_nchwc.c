@@ -94,27 +94,17 @@ static kiln_status pool_run(kiln_run_ctx *c)
     return KILN_OK;
 }
 
-static kiln_status global_avg_run(kiln_run_ctx *c)
+/* GlobalAveragePool and GlobalMaxPool of a blocked X */
+static kiln_status global_pool_run(kiln_run_ctx *c)
 {
+    const char *op = kiln_run_node(c)->op_type;
     const kiln_value *X = kiln_run_in(c, 0);
     kiln_value *Y = kiln_run_out(c, 0);
     if (!f32_4d(X) || X->dims[1] % KILN_NCHWC_BLOCK || !Y || Y->dtype != KILN_DTYPE_FLOAT32 ||
         Y->numel != X->dims[0] * X->dims[1])
-        return kiln_run_fail(c, KILN_ERR_RUNTIME, "blocked GlobalAveragePool: X is not float32 [N, C, H, W]");
-    kiln_cpu_nchwc_global_avg(kiln_run_threadpool(c), X->data, Y->data, X->dims[0], X->dims[1],
-                              X->dims[2] * X->dims[3]);
-    return KILN_OK;
-}
-
-static kiln_status global_max_run(kiln_run_ctx *c)
-{
-    const kiln_value *X = kiln_run_in(c, 0);
-    kiln_value *Y = kiln_run_out(c, 0);
-    if (!f32_4d(X) || X->dims[1] % KILN_NCHWC_BLOCK || !Y || Y->dtype != KILN_DTYPE_FLOAT32 ||
-        Y->numel != X->dims[0] * X->dims[1])
-        return kiln_run_fail(c, KILN_ERR_RUNTIME, "blocked GlobalMaxPool: X is not float32 [N, C, H, W]");
-    kiln_cpu_nchwc_global_max(kiln_run_threadpool(c), X->data, Y->data, X->dims[0], X->dims[1],
-                              X->dims[2] * X->dims[3]);
+        return kiln_run_fail(c, KILN_ERR_RUNTIME, "blocked %s: X is not float32 [N, C, H, W]", op);
+    kiln_cpu_nchwc_global_pool(kiln_run_threadpool(c), X->data, Y->data, X->dims[0], X->dims[1],
+                               X->dims[2] * X->dims[3], !strcmp(op, "GlobalMaxPool"));
     return KILN_OK;
 }
 
@@ -229,8 +219,7 @@ static kiln_kernel_fn select_conv(kiln_node *n)
 }
 
 static kiln_kernel_fn select_pool(kiln_node *n) { return (void)n, pool_run; }
-static kiln_kernel_fn select_global_avg(kiln_node *n) { return (void)n, global_avg_run; }
-static kiln_kernel_fn select_global_max(kiln_node *n) { return (void)n, global_max_run; }
+static kiln_kernel_fn select_global_pool(kiln_node *n) { return (void)n, global_pool_run; }
 static kiln_kernel_fn select_add(kiln_node *n) { return (void)n, add_run; }
 static kiln_kernel_fn select_resize(kiln_node *n) { return (void)n, resize_run; }
 
@@ -239,8 +228,8 @@ static const kiln_cpu_kernel kernels[] = {
     {"kiln", "FusedConv", select_conv},
     {"", "MaxPool", select_pool},
     {"", "AveragePool", select_pool},
-    {"", "GlobalAveragePool", select_global_avg},
-    {"", "GlobalMaxPool", select_global_max},
+    {"", "GlobalAveragePool", select_global_pool},
+    {"", "GlobalMaxPool", select_global_pool},
     {"", "Add", select_add},
     {"kiln", "FusedAdd", select_add},
     {"", "Resize", select_resize},

@@ -147,25 +147,16 @@ static kiln_status pool_run(kiln_run_ctx *c)
     return KILN_OK;
 }
 
-static kiln_status global_avg_run(kiln_run_ctx *c)
+/* GlobalAveragePool and GlobalMaxPool over blocked X [N, C, H, W] into blocked Y [N, C, 1, 1]
+ * (nchwc.h; the max NaN propagating, as the plain kernel) */
+static kiln_status global_pool_run(kiln_run_ctx *c)
 {
     const kiln_value *X = kiln_run_in(c, 0);
     kiln_value *Y = kiln_run_out(c, 0);
     if (X->rank != 4 || X->dims[1] % B16 || X->dims[2] == 0 || X->dims[3] == 0)
         return kiln_run_fail(c, KILN_ERR_SHAPE, "X must be a non-empty [N, C, H, W], C a multiple of 16");
-    kiln_cpu_nchwc_global_avg(kiln_run_threadpool(c), X->data, Y->data, X->dims[0], X->dims[1], X->dims[2] * X->dims[3]);
-    return KILN_OK;
-}
-
-/* GlobalMaxPool over blocked X [N, C, H, W] into blocked Y [N, C, 1, 1] (nchwc.h; NaN
- * propagating, as the plain kernel) */
-static kiln_status global_max_run(kiln_run_ctx *c)
-{
-    const kiln_value *X = kiln_run_in(c, 0);
-    kiln_value *Y = kiln_run_out(c, 0);
-    if (X->rank != 4 || X->dims[1] % B16 || X->dims[2] == 0 || X->dims[3] == 0)
-        return kiln_run_fail(c, KILN_ERR_SHAPE, "X must be a non-empty [N, C, H, W], C a multiple of 16");
-    kiln_cpu_nchwc_global_max(kiln_run_threadpool(c), X->data, Y->data, X->dims[0], X->dims[1], X->dims[2] * X->dims[3]);
+    kiln_cpu_nchwc_global_pool(kiln_run_threadpool(c), X->data, Y->data, X->dims[0], X->dims[1],
+                               X->dims[2] * X->dims[3], !strcmp(kiln_run_node(c)->op_type, "GlobalMaxPool"));
     return KILN_OK;
 }
 
@@ -195,7 +186,6 @@ static kiln_status upsample_run(kiln_run_ctx *c)
     return KILN_OK;
 }
 
-static kiln_kernel_fn select_global_max(kiln_node *n) { return block16(n) ? global_max_run : NULL; }
 
 static kiln_kernel_fn select_upsample(kiln_node *n)
 {
@@ -203,7 +193,7 @@ static kiln_kernel_fn select_upsample(kiln_node *n)
 }
 
 static kiln_kernel_fn select_pool(kiln_node *n) { return block16(n) ? pool_run : NULL; }
-static kiln_kernel_fn select_global_avg(kiln_node *n) { return block16(n) ? global_avg_run : NULL; }
+static kiln_kernel_fn select_global_pool(kiln_node *n) { return block16(n) ? global_pool_run : NULL; }
 
 /* ---- reorders of NCHW with whole blocks ---- */
 
@@ -245,8 +235,8 @@ static const kiln_cpu_kernel kernels[] = {
     {NCHWC, "Conv", select_conv},
     {NCHWC, "MaxPool", select_pool},
     {NCHWC, "AveragePool", select_pool},
-    {NCHWC, "GlobalAveragePool", select_global_avg},
-    {NCHWC, "GlobalMaxPool", select_global_max},
+    {NCHWC, "GlobalAveragePool", select_global_pool},
+    {NCHWC, "GlobalMaxPool", select_global_pool},
     {NCHWC, "Upsample", select_upsample},
     {NCHWC, "ReorderInput", select_reorder_in},
     {NCHWC, "ReorderOutput", select_reorder_out},

@@ -876,13 +876,6 @@ static void gavg_tasks(void *ctx, int64_t begin, int64_t end)
     }
 }
 
-void kiln_cpu_nchwc_global_avg(kiln_threadpool *pool, const float *x, float *y, int64_t N, int64_t C, int64_t area)
-{
-    gavg_job j = {x, y, area};
-    int64_t tasks = N * (C / BLK);
-    kiln_threadpool_parallel_for(tasks * area * BLK >= (1 << 16) ? pool : NULL, tasks, gavg_tasks, &j);
-}
-
 /* Task t: block t of all images: its pixels in order through max_step16 (one chain, so the
  * first NaN of each channel is kept, as the plain kernel keeps it). */
 static void gmax_tasks(void *ctx, int64_t begin, int64_t end)
@@ -896,11 +889,13 @@ static void gmax_tasks(void *ctx, int64_t begin, int64_t end)
     }
 }
 
-void kiln_cpu_nchwc_global_max(kiln_threadpool *pool, const float *x, float *y, int64_t N, int64_t C, int64_t area)
+void kiln_cpu_nchwc_global_pool(kiln_threadpool *pool, const float *x, float *y, int64_t N, int64_t C, int64_t area,
+                                bool max)
 {
     gavg_job j = {x, y, area};
     int64_t tasks = N * (C / BLK);
-    kiln_threadpool_parallel_for(tasks * area * BLK >= (1 << 16) ? pool : NULL, tasks, gmax_tasks, &j);
+    kiln_threadpool_parallel_for(tasks * area * BLK >= (1 << 16) ? pool : NULL, tasks, max ? gmax_tasks : gavg_tasks,
+                                 &j);
 }
 
 /* ---- nearest resize ---- */
@@ -948,14 +943,10 @@ kiln_status kiln_cpu_nchwc_conv_run(kiln_threadpool *pool, const kiln_nchwc_conv
 
 void kiln_cpu_nchwc_pool_run(kiln_threadpool *pool, const kiln_nchwc_pool_io *io) { (void)pool, (void)io; }
 
-void kiln_cpu_nchwc_global_avg(kiln_threadpool *pool, const float *x, float *y, int64_t N, int64_t C, int64_t area)
+void kiln_cpu_nchwc_global_pool(kiln_threadpool *pool, const float *x, float *y, int64_t N, int64_t C, int64_t area,
+                                bool max)
 {
-    (void)pool, (void)x, (void)y, (void)N, (void)C, (void)area;
-}
-
-void kiln_cpu_nchwc_global_max(kiln_threadpool *pool, const float *x, float *y, int64_t N, int64_t C, int64_t area)
-{
-    (void)pool, (void)x, (void)y, (void)N, (void)C, (void)area;
+    (void)pool, (void)x, (void)y, (void)N, (void)C, (void)area, (void)max;
 }
 
 void kiln_cpu_nchwc_resize_nearest(kiln_threadpool *pool, const kiln_nchwc_resize_io *io) { (void)pool, (void)io; }

@@ -83,14 +83,12 @@ typedef struct kiln_nchwc_pool_io {
 } kiln_nchwc_pool_io;
 void kiln_cpu_nchwc_pool_run(kiln_threadpool *pool, const kiln_nchwc_pool_io *io);
 
-/* Y [N, C] = the mean of each channel of a blocked X [N, C, H, W] (GlobalAveragePool: its plain
- * output [N, C, 1, 1] is the same bytes as a blocked one). */
-void kiln_cpu_nchwc_global_avg(kiln_threadpool *pool, const float *x, float *y, int64_t N, int64_t C, int64_t area);
-
-/* Y [N, C] = the max of each channel of a blocked X [N, C, H, W] (GlobalMaxPool; its plain
- * output [N, C, 1, 1] is the same bytes as a blocked one), as the plain kernel computes it: the
- * first NaN of a channel is its max, -inf for an empty plane. */
-void kiln_cpu_nchwc_global_max(kiln_threadpool *pool, const float *x, float *y, int64_t N, int64_t C, int64_t area);
+/* Y [N, C] = the mean (GlobalAveragePool) or, with max, the max (GlobalMaxPool) of each channel
+ * of a blocked X [N, C, H, W] over its `area` pixels; the plain output [N, C, 1, 1] is the same
+ * bytes as a blocked one. The max as the plain kernel computes it: the first NaN of a channel is
+ * its max, -inf for an empty plane. */
+void kiln_cpu_nchwc_global_pool(kiln_threadpool *pool, const float *x, float *y, int64_t N, int64_t C, int64_t area,
+                                bool max);
 
 /* Nearest resize of H and W between blocked values: Y [N, C, oh, ow] with each pixel's 16-channel
  * vectors copied whole, y[n][c][oy][ox] = x[n][c][iy[oy]][ix[ox]], iy [oh] and ix [ow] source
