@@ -177,6 +177,14 @@ static bool mask_fits(const kiln_ir_value *m, const kiln_ir_value *a)
     return true;
 }
 
+/* Whether a, masked by m, are the scores of Q K^T: from its product or scale, [B, H, Sq, Skv]
+ * of dtype dt read by nothing else, and m of rank 1 to 4 fits as Attention's mask. */
+static bool masked_scores(const kiln_graph *g, const kiln_ir_value *a, const kiln_ir_value *m, kiln_dtype dt)
+{
+    return m->type.rank >= 1 && m->type.rank <= 4 && scores_of_product(g, a) && rank4(a, dt) && single_use(g, a) &&
+           mask_fits(m, a);
+}
+
 /* Where(keep, scores, fill) becomes the additive mask Where(keep, 0, fill) of keep's shape, into
  * *mask (the node's output, retyped). */
 static kiln_status where_to_mask(kiln_graph *g, kiln_node *wh, kiln_dtype dt, kiln_ir_value **mask, kiln_err *err)
@@ -218,9 +226,7 @@ static kiln_status fuse(kiln_graph *g, kiln_node *sm, kiln_dtype dt, bool gpu16,
     kiln_node *wh = gpu16 ? NULL : producer(g, scores, "Where");
     float fill;
     if (wh && wh->n_in == 3 && wh->in[0] && wh->in[1] && is_dt(wh->in[0], KILN_DTYPE_BOOL) &&
-        wh->in[0]->type.rank >= 1 && wh->in[0]->type.rank <= 4 && scalar_const(wh->in[2], dt, &fill) &&
-        fill <= -1e30f && rank4(wh->in[1], dt) && single_use(g, wh->in[1]) && mask_fits(wh->in[0], wh->in[1]) &&
-        scores_of_product(g, wh->in[1]))
+        scalar_const(wh->in[2], dt, &fill) && fill <= -1e30f && masked_scores(g, wh->in[1], wh->in[0], dt))
         x = wh->in[1];
     else
         wh = NULL;
@@ -228,9 +234,7 @@ static kiln_status fuse(kiln_graph *g, kiln_node *sm, kiln_dtype dt, bool gpu16,
         /* one side is the scaled Q K^T, the other the mask; the mask must not widen the scores */
         for (int side = 0; side < 2 && !mask; side++) {
             kiln_ir_value *a = add->in[side], *m = add->in[1 - side];
-            if (!a || !m || !is_dt(m, dt) || m->type.rank < 1 || m->type.rank > 4) continue;
-            if (!scores_of_product(g, a)) continue;
-            if (!rank4(a, dt) || !single_use(g, a) || !mask_fits(m, a)) continue;
+            if (!a || !m || !is_dt(m, dt) || !masked_scores(g, a, m, dt)) continue;
             mask = m;
             x = a;
         }
