@@ -29,6 +29,7 @@ static const kiln_pass P_ACT = {"fuse_activation", kiln_pass_fuse_activation};
 static const kiln_pass P_BIAS = {"fuse_matmul_bias", kiln_pass_fuse_matmul_bias};
 static const kiln_pass P_GELU = {"fuse_gelu", kiln_pass_fuse_gelu};
 static const kiln_pass P_ATTN = {"fuse_attention", kiln_pass_fuse_attention};
+static const kiln_pass P_ATTN_GPU = {"fuse_attention", kiln_pass_fuse_attention_gpu};
 static const kiln_pass P_NCHWC = {"layout_nchwc", kiln_pass_layout_nchwc};
 static const kiln_pass P_ADOPT = {"adopt_ms_fused_conv", kiln_pass_adopt_ms_fused_conv};
 static const kiln_pass P_RESIDUAL_GPU = {"fuse_residual", kiln_pass_fuse_residual_gpu};
@@ -822,7 +823,6 @@ static void test_fuse_attention_exported(void)
  * alpha) and computes the unfused Y; the GPU's pass leaves it. */
 static void test_fuse_attention_causal_where(void)
 {
-    static const kiln_pass P_ATTN_GPU = {"fuse_attention", kiln_pass_fuse_attention_gpu};
     mg_model *m = mg_new(13);
     int64_t x4[4] = {2, 2, 6, 4};
     const char *in4[] = {"Q", "K", "V"};
@@ -861,7 +861,6 @@ static void test_fuse_attention_causal_where(void)
  * is the unfused graph's within float16 rounding. */
 static void test_fuse_attention_f16(void)
 {
-    static const kiln_pass P_ATTN_GPU = {"fuse_attention", kiln_pass_fuse_attention_gpu};
     enum { N = 1 * 2 * 5 * 32 };
     mg_model *m = mg_new(13);
     mg_input(m, "unused", FLOAT, 1, (int64_t[]){1}, NULL);
