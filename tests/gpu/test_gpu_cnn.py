@@ -275,6 +275,9 @@ def test_conv_fused():
                    dict(pads=[3, 3, 3, 3], group=24), "left", True)
         fused_case("depthwise 5x5 + residual, no relu", dt, [2, 8, 19, 20], [8, 1, 5, 5], False,
                    dict(pads=[2, 2, 2, 2], group=8), "right", False)
+        # a launch above the 64K-thread cut: the tiled kernel's own bias + residual + ReLU epilogue
+        fused_case("depthwise 7x7 + residual, large", dt, [4, 96, 56, 56], [96, 1, 7, 7], True,
+                   dict(pads=[3, 3, 3, 3], group=96), "left", True)
 
 
 def test_cudnn_loaded():
