@@ -93,16 +93,20 @@ kiln_status kiln_cpu_conv_depthwise(kiln_run_ctx *c, const struct kiln_nn_geom *
                                     int64_t H, int64_t W, int64_t oh, int64_t ow);
 /* The kernel of a node that reads or writes a value blocked by 16 channels (kernels_nchwc.c):
  * kiln_cpu_kernels_nchwc's for Conv (packing its weights into n->kernel_state), MaxPool,
- * AveragePool, GlobalAveragePool, GlobalMaxPool, Add, kiln.FusedAdd, Resize and Upsample, or one
- * that fails with a message for any other op; NULL for ops that read only types (Shape) and for
- * nodes without blocked values. */
+ * AveragePool, GlobalAveragePool, GlobalMaxPool, Add, Sub, Mul, Div, kiln.FusedAdd, Resize and
+ * Upsample, or one that fails with a message for any other op; NULL for ops that read only types
+ * (Shape), for the element-wise nodes whose own kernels run on the bytes as they lie
+ * (kiln_pass_nchwc_flat_input) and for nodes without blocked values. */
 kiln_kernel_fn kiln_cpu_select_nchwc(kiln_node *n);
-/* Y = act(A + B) of float32 tensors A and B broadcast to Y (the caller has checked that they
- * do), as the Add and kiln.FusedAdd kernels compute it (kernels_ew.c); act NULL or none for an
- * Add. Threads from pool (NULL: the calling thread). False, with nothing computed, for a
- * broadcast of more dims than kiln_bcast_rows merges (those kernels leave it to the reference). */
-bool kiln_cpu_add_f32(kiln_threadpool *pool, const kiln_value *A, const kiln_value *B, kiln_value *Y,
-                      const kiln_act *act);
+/* The arithmetic of Add, Sub, Mul and Div. */
+typedef enum kiln_bin_op { KILN_BIN_ADD, KILN_BIN_SUB, KILN_BIN_MUL, KILN_BIN_DIV } kiln_bin_op;
+/* Y = act(A op B) of float32 tensors A and B broadcast to Y (the caller has checked that they
+ * do), as the Add/Sub/Mul/Div and kiln.FusedAdd kernels compute it (kernels_ew.c); act NULL or
+ * none for the plain ops. Threads from pool (NULL: the calling thread). False, with nothing
+ * computed, for a broadcast of more dims than kiln_bcast_rows merges (those kernels leave it to
+ * the reference). */
+bool kiln_cpu_binary_f32(kiln_threadpool *pool, kiln_bin_op op, const kiln_value *A, const kiln_value *B, kiln_value *Y,
+                         const kiln_act *act);
 /* y[i] = Gelu(x[i]) (exact, erf form) for i < n; y may be x. AVX-512 where the CPU has it
  * (kernels_ew.c). */
 void kiln_cpu_gelu(const float *x, float *y, int64_t n);

@@ -18,7 +18,6 @@
 
 /* ---- binary ---- */
 
-typedef enum bin_op { BIN_ADD, BIN_SUB, BIN_MUL, BIN_DIV } bin_op;
 
 /* y = a op b over n elements; vv: both vectors, vs: b one value, sv: a one value. */
 typedef void (*bin_vv_fn)(const float *a, const float *b, float *y, int64_t n);
@@ -78,7 +77,7 @@ typedef enum bin_form {
 } bin_form;
 
 typedef struct bin_job {
-    bin_op op;
+    kiln_bin_op op;
     bin_form form;
     bool small_a;        /* the smaller operand is A (input 0), else B */
     const float *a, *b;  /* A and B */
@@ -181,10 +180,8 @@ static bool bin_classify(const kiln_value *s, const kiln_value *Y, bin_form *for
     return true;
 }
 
-/* Y = act(A op B) of float32 A and B broadcast to Y (act NULL: none); false, with nothing
- * computed, for a broadcast of more dims than kiln_bcast_rows merges. */
-static bool bin_compute(kiln_threadpool *pool, bin_op op, const kiln_value *A, const kiln_value *B, kiln_value *Y,
-                        const kiln_act *act)
+bool kiln_cpu_binary_f32(kiln_threadpool *pool, kiln_bin_op op, const kiln_value *A, const kiln_value *B, kiln_value *Y,
+                         const kiln_act *act)
 {
     if (!Y->numel) return true;
     /* run-time inference has checked that A and B broadcast to Y: an operand with Y's element
@@ -208,28 +205,22 @@ static bool bin_compute(kiln_threadpool *pool, bin_op op, const kiln_value *A, c
     return true;
 }
 
-bool kiln_cpu_add_f32(kiln_threadpool *pool, const kiln_value *A, const kiln_value *B, kiln_value *Y,
-                      const kiln_act *act)
-{
-    return bin_compute(pool, BIN_ADD, A, B, Y, act);
-}
-
-static kiln_status bin_run(kiln_run_ctx *c, bin_op op, const kiln_act *act)
+static kiln_status bin_run(kiln_run_ctx *c, kiln_bin_op op, const kiln_act *act)
 {
     const kiln_value *A = kiln_run_in(c, 0), *B = kiln_run_in(c, 1);
     kiln_value *Y = kiln_run_out(c, 0);
     if (!Y || !A || !B || A->dtype != KILN_DTYPE_FLOAT32 || B->dtype != KILN_DTYPE_FLOAT32 ||
         Y->dtype != KILN_DTYPE_FLOAT32)
         return kiln_cpu_reference(c);
-    return bin_compute(kiln_run_threadpool(c), op, A, B, Y, act) ? KILN_OK : kiln_cpu_reference(c);
+    return kiln_cpu_binary_f32(kiln_run_threadpool(c), op, A, B, Y, act) ? KILN_OK : kiln_cpu_reference(c);
 }
 
-static kiln_status add_run(kiln_run_ctx *c) { return bin_run(c, BIN_ADD, NULL); }
-static kiln_status sub_run(kiln_run_ctx *c) { return bin_run(c, BIN_SUB, NULL); }
-static kiln_status mul_run(kiln_run_ctx *c) { return bin_run(c, BIN_MUL, NULL); }
-static kiln_status div_run(kiln_run_ctx *c) { return bin_run(c, BIN_DIV, NULL); }
+static kiln_status add_run(kiln_run_ctx *c) { return bin_run(c, KILN_BIN_ADD, NULL); }
+static kiln_status sub_run(kiln_run_ctx *c) { return bin_run(c, KILN_BIN_SUB, NULL); }
+static kiln_status mul_run(kiln_run_ctx *c) { return bin_run(c, KILN_BIN_MUL, NULL); }
+static kiln_status div_run(kiln_run_ctx *c) { return bin_run(c, KILN_BIN_DIV, NULL); }
 /* kiln.FusedAdd: act(A + B) */
-static kiln_status fused_add_run(kiln_run_ctx *c) { return bin_run(c, BIN_ADD, &kiln_fused_of(kiln_run_node(c))->act); }
+static kiln_status fused_add_run(kiln_run_ctx *c) { return bin_run(c, KILN_BIN_ADD, &kiln_fused_of(kiln_run_node(c))->act); }
 
 /* ---- unary ---- */
 

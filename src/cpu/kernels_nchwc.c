@@ -1,8 +1,10 @@
 /* kernels_nchwc.c - the kernels of the nodes that read or write a value blocked by 16 channels
  * (kiln_layout NCHW16C, chosen by src/passes/layout_nchwc.c): Conv, MaxPool, AveragePool,
  * GlobalAveragePool, GlobalMaxPool and nearest Resize / Upsample over src/cpu/nchwc.h, and Add /
- * kiln.FusedAdd over the element-wise kernel (kernels_ew.c). They never hand a node to the
- * reference kernels, which read plain layouts only: what they cannot run fails with a message. */
+ * Sub / Mul / Div / kiln.FusedAdd of two blocked values over the element-wise kernel
+ * (kernels_ew.c). They never hand a node to the reference kernels, which read plain layouts only:
+ * what they cannot run fails with a message. An element-wise node of one blocked input
+ * (kiln_pass_nchwc_flat_input) keeps its own kernel, which computes element i from element i. */
 #include <string.h>
 
 #include "core/scratch.h"
@@ -10,6 +12,7 @@
 #include "cpu/nchwc.h"
 #include "ops/nn_internal.h"
 #include "ops/resize.h"
+#include "passes/passes.h"
 
 static bool is_blocked(const kiln_ir_value *v) { return v && v->layout == KILN_LAYOUT_NCHW16C; }
 
@@ -119,26 +122,34 @@ static kiln_value blocks_5d(const kiln_value *v)
     return b;
 }
 
-/* Add and kiln.FusedAdd of blocked A and B into blocked Y: of equal dims, the element-wise
- * kernel's one flat loop; else (N, H or W of A or B 1 where Y's is not) that kernel's broadcast
- * over the 5-D tensors the values are stored as, [N, C / 16, H, W, 16], whose channels line up. */
-static kiln_status add_run(kiln_run_ctx *c)
+/* A [N, C, 1, 1] tensor: the same bytes blocked or plain. */
+static bool hw_one(const kiln_value *v) { return v->dims[2] == 1 && v->dims[3] == 1; }
+
+/* Add, Sub, Mul, Div and kiln.FusedAdd of blocked A and B into blocked Y (any of them may be
+ * plain where its H and W are 1: the same bytes): of equal dims, the
+ * element-wise kernel's one flat loop; else (N, H or W of A or B 1 where Y's is not) that
+ * kernel's broadcast over the 5-D tensors the values are stored as, [N, C / 16, H, W, 16], whose
+ * channels line up. */
+static kiln_status binary_run(kiln_run_ctx *c)
 {
     const kiln_node *n = kiln_run_node(c);
+    const char *name = n->op_type;
+    kiln_bin_op op = !strcmp(name, "Sub") ? KILN_BIN_SUB : !strcmp(name, "Mul") ? KILN_BIN_MUL
+                     : !strcmp(name, "Div") ? KILN_BIN_DIV : KILN_BIN_ADD;
     const kiln_value *A = kiln_run_in(c, 0), *B = kiln_run_in(c, 1);
     kiln_value *Y = kiln_run_out(c, 0);
-    if (!f32_4d(A) || !f32_4d(B) || !Y || !f32_4d(Y) || !is_blocked(n->in[0]) || !is_blocked(n->in[1]) ||
-        !is_blocked(n->out[0]) || Y->dims[1] % KILN_NCHWC_BLOCK)
-        return kiln_run_fail(c, KILN_ERR_RUNTIME, "blocked Add: A, B and Y are not all blocked float32 [N, C, H, W]");
+    if (!f32_4d(A) || !f32_4d(B) || !Y || !f32_4d(Y) || !(is_blocked(n->in[0]) || hw_one(A)) ||
+        !(is_blocked(n->in[1]) || hw_one(B)) || !(is_blocked(n->out[0]) || hw_one(Y)) || Y->dims[1] % KILN_NCHWC_BLOCK)
+        return kiln_run_fail(c, KILN_ERR_RUNTIME, "blocked %s: A, B and Y are not all blocked float32 [N, C, H, W]", name);
     bool same = true;
     for (int k = 0; k < 4; k++) {
         bool a = A->dims[k] == Y->dims[k], b = B->dims[k] == Y->dims[k];
         same = same && a && b;
         if (!(a || (k != 1 && A->dims[k] == 1)) || !(b || (k != 1 && B->dims[k] == 1)))
             return kiln_run_fail(c, KILN_ERR_RUNTIME,
-                                 "blocked Add: A [%lld, %lld, %lld, %lld] and B [%lld, %lld, %lld, %lld] do not have "
+                                 "blocked %s: A [%lld, %lld, %lld, %lld] and B [%lld, %lld, %lld, %lld] do not have "
                                  "Y's dims [%lld, %lld, %lld, %lld] or 1 in N, H and W",
-                                 (long long)A->dims[0], (long long)A->dims[1], (long long)A->dims[2],
+                                 name, (long long)A->dims[0], (long long)A->dims[1], (long long)A->dims[2],
                                  (long long)A->dims[3], (long long)B->dims[0], (long long)B->dims[1],
                                  (long long)B->dims[2], (long long)B->dims[3], (long long)Y->dims[0],
                                  (long long)Y->dims[1], (long long)Y->dims[2], (long long)Y->dims[3]);
@@ -146,12 +157,12 @@ static kiln_status add_run(kiln_run_ctx *c)
     const kiln_act *act = &kiln_fused_of(n)->act;
     bool done;
     if (same) {
-        done = kiln_cpu_add_f32(kiln_run_threadpool(c), A, B, Y, act);
+        done = kiln_cpu_binary_f32(kiln_run_threadpool(c), op, A, B, Y, act);
     } else {
         kiln_value a5 = blocks_5d(A), b5 = blocks_5d(B), y5 = blocks_5d(Y);
-        done = kiln_cpu_add_f32(kiln_run_threadpool(c), &a5, &b5, &y5, act);
+        done = kiln_cpu_binary_f32(kiln_run_threadpool(c), op, &a5, &b5, &y5, act);
     }
-    return done ? KILN_OK : kiln_run_fail(c, KILN_ERR_RUNTIME, "blocked Add: a broadcast the kernel does not take");
+    return done ? KILN_OK : kiln_run_fail(c, KILN_ERR_RUNTIME, "blocked %s: a broadcast the kernel does not take", name);
 }
 
 /* Nearest Resize / Upsample of H and W between blocked values: the reference's plan and source
@@ -220,7 +231,7 @@ static kiln_kernel_fn select_conv(kiln_node *n)
 
 static kiln_kernel_fn select_pool(kiln_node *n) { return (void)n, pool_run; }
 static kiln_kernel_fn select_global_pool(kiln_node *n) { return (void)n, global_pool_run; }
-static kiln_kernel_fn select_add(kiln_node *n) { return (void)n, add_run; }
+static kiln_kernel_fn select_binary(kiln_node *n) { return (void)n, binary_run; }
 static kiln_kernel_fn select_resize(kiln_node *n) { return (void)n, resize_run; }
 
 static const kiln_cpu_kernel kernels[] = {
@@ -230,8 +241,11 @@ static const kiln_cpu_kernel kernels[] = {
     {"", "AveragePool", select_pool},
     {"", "GlobalAveragePool", select_global_pool},
     {"", "GlobalMaxPool", select_global_pool},
-    {"", "Add", select_add},
-    {"kiln", "FusedAdd", select_add},
+    {"", "Add", select_binary},
+    {"", "Sub", select_binary},
+    {"", "Mul", select_binary},
+    {"", "Div", select_binary},
+    {"kiln", "FusedAdd", select_binary},
     {"", "Resize", select_resize},
     {"", "Upsample", select_resize},
 };
@@ -239,7 +253,8 @@ KILN_CPU_KERNEL_TABLE(kiln_cpu_kernels_nchwc, kernels);
 
 kiln_kernel_fn kiln_cpu_select_nchwc(kiln_node *n)
 {
-    if (!touches_blocked(n) || (n->op->flags & KILN_OP_READS_TYPE_ONLY)) return NULL;
+    if (!touches_blocked(n) || (n->op->flags & KILN_OP_READS_TYPE_ONLY) || kiln_pass_nchwc_flat_input(n) >= 0)
+        return NULL;
     const kiln_cpu_kernel *k = kiln_cpu_kernel_find(&kiln_cpu_kernels_nchwc, n->op);
     return k ? k->select(n) : unsupported_run;
 }

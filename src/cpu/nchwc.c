@@ -11,7 +11,7 @@
  * image) is first copied with its pads as zeros, so every tap of every tile lands. A row's
  * pixels are cut into tiles of nearly equal size (7 = 4 + 3, not 6 + 1: a one-pixel tile is a
  * chain of dependent multiply-adds). A 1x1 stride-1 layer without pads is one long row per image
- * (its pixels are consecutive in both layouts). A 3x3 stride-1 layer between blocked values runs
+ * (its pixels are consecutive in both layouts). A 3x3 stride-1 layer with blocked input runs
  * by Winograd's F(2x2, 3x3) or F(4x4, 3x3) instead, from 12x12 outputs up (nchwc_winograd.c). Measured and not
  * kept: the wide layers at the end of a CNN (256-2048 channels at 5x5-10x10) as a GEMM of output
  * pixels by W^T prepacked as B, the input gathered per tap as 16-channel vectors into the packed
@@ -40,7 +40,7 @@ enum { BLK = KILN_NCHWC_BLOCK, GROUP_BLOCKS = 4, TILE_PX = 6, WIDE_PX = 12, CHUN
  * 1x1 layers after a depthwise one split by channels); MobileNetV2 0.96 / 0.98 / 0.98 at 160 /
  * 224 / 288, ResNet-50 0.97 / 0.98 at 160 / 224 (two threads, in-process alternation). */
 enum { PF_AHEAD = 4 * KILN_NCHWC_BLOCK * KILN_NCHWC_BLOCK };
-/* 3x3 stride-1 layers between blocked values run by Winograd (nchwc_winograd.h) from 144
+/* 3x3 stride-1 layers of blocked input run by Winograd (nchwc_winograd.h) from 144
  * output pixels (12x12) up, when they have at most WINO_MAX_MC output x input channels (their
  * transformed weights, 16/9 of W, made when packing, up to 4 MB). Per layer of ResNet-50 at
  * 224x224, two threads, in the model: 56x56 64 channels 0.73 -> 0.54 ms, 28x28 128 channels 0.75
@@ -510,7 +510,7 @@ kiln_status kiln_cpu_nchwc_conv_run(kiln_threadpool *pool, const kiln_nchwc_conv
     if (p->depthwise) return nchwc_dw_run(pool, p, io);
     if ((io->x_blocked && p->C % BLK) || (io->y_blocked && p->M % BLK)) return KILN_ERR_INVALID_ARG;
     if (io->N <= 0 || io->oh <= 0 || io->ow <= 0) return KILN_OK;
-    if (p->wino2 && io->x_blocked && io->y_blocked && io->strides[0] == 1 && io->strides[1] == 1 &&
+    if (p->wino2 && io->x_blocked && io->strides[0] == 1 && io->strides[1] == 1 &&
         io->dilations[0] == 1 && io->dilations[1] == 1 && io->oh * io->ow >= WINO_MIN_PX) {
         int64_t tiles2 = (io->oh + 1) / 2 * ((io->ow + 1) / 2), tiles4 = (io->oh + 3) / 4 * ((io->ow + 3) / 4);
         if (p->wino4 && 36 * tiles4 * 3 <= 16 * tiles2 * 2) return kiln_cpu_nchwc_wino_run(pool, p->wino4, 4, p->M, p->C, io);

@@ -36,7 +36,7 @@ typedef struct kiln_nchwc_conv kiln_nchwc_conv;
  * [kh][kw][ceil(C / 16)][blocks of the group][cn in][16 out], cn the channels of that input
  * block (16, or C % 16 for a last partial one: a 3-channel image's weights stay dense), zero
  * past M; or, for a depthwise layer (C = 1, group M), [M / 16][kh][kw][16]. A 3x3 layer of up to
- * 256 x 256 channels (multiples of 16) also gets its Winograd weights (nchwc_winograd.h: those of
+ * 256 x 256 channels (C a multiple of 16) also gets its Winograd weights (nchwc_winograd.h: those of
  * F(2x2, 3x3), and up to 128 x 128 channels those of F(4x4, 3x3) as well). NULL
  * when the CPU lacks AVX-512F, when out of memory or for empty sizes. Immutable: any number of
  * threads may use it. */

@@ -33,21 +33,22 @@ enum { BATCH_TILES = 36, BATCH_MAX = 64 };
 
 float *kiln_cpu_nchwc_wino_pack(const float *w, int64_t M, int64_t C, int m)
 {
-    if (M <= 0 || C <= 0 || M % BLK || C % BLK || (m != 2 && m != 4)) return NULL;
+    if (M <= 0 || C <= 0 || C % BLK || (m != 2 && m != 4)) return NULL;
     static const double G2[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
     static const double G4[6][3] = {{1.0 / 4, 0, 0},           {-1.0 / 6, -1.0 / 6, -1.0 / 6}, {-1.0 / 6, 1.0 / 6, -1.0 / 6},
                                     {1.0 / 24, 1.0 / 12, 1.0 / 6}, {1.0 / 24, -1.0 / 12, 1.0 / 6}, {0, 0, 1}};
     const double(*G)[3] = m == 2 ? G2 : G4;
     int n = m + 2, pts = n * n;
-    float *u = kiln_pages_alloc((size_t)(pts * C * M) * sizeof *u);
+    int64_t MB = (M + BLK - 1) / BLK;
+    float *u = kiln_pages_alloc((size_t)(pts * C * MB * BLK) * sizeof *u);
     if (!u) return NULL;
-    int64_t MB = M / BLK;
     for (int64_t ob0 = 0; ob0 < MB; ob0 += GROUP_BLOCKS) {
         int64_t fb = MB - ob0 < GROUP_BLOCKS ? MB - ob0 : GROUP_BLOCKS;
         float *ug = u + ob0 * pts * C * BLK;
         for (int64_t c = 0; c < C; c++) /* each point's [C][fb][16] written in order */
             for (int64_t mi = 0; mi < fb * BLK; mi++) {
-                const float *g = w + ((ob0 * BLK + mi) * C + c) * 9;
+                static const float none[9];
+                const float *g = ob0 * BLK + mi < M ? w + ((ob0 * BLK + mi) * C + c) * 9 : none; /* zeros past M */
                 double t[6][3]; /* G g */
                 for (int i = 0; i < n; i++)
                     for (int k = 0; k < 3; k++) t[i][k] = G[i][0] * g[k] + G[i][1] * g[3 + k] + G[i][2] * g[6 + k];
@@ -74,7 +75,7 @@ float *kiln_cpu_nchwc_wino_pack(const float *w, int64_t M, int64_t C, int m)
 typedef struct wino_job {
     const float *u;
     const kiln_nchwc_conv_io *io;
-    int64_t C, MB, CB;
+    int64_t M, C, MB, CB;               /* MB: output blocks, the last one partial where M is not a multiple of 16 */
     int m, pts;                         /* outputs per tile side (2 or 4); points of a transformed tile */
     int64_t tw, tiles, batches, groups; /* tiles: per output row, per image; batches (tasks) per image; output groups */
     int64_t x_img, y_img, plane;        /* floats of X's image, Y's image, one output plane of one channel */
@@ -183,16 +184,62 @@ static void input_tiles(const wino_job *j, int64_t b, int64_t t0, int64_t nt, fl
         }
 }
 
-/* One output pixel's 16 channels: bias already in v, then the residual and the activation. */
-static inline void store_px(const wino_job *j, float *y, const float *res, __m512 v)
+/* Output block ob's bias (zero past M), or zeros. */
+static inline __m512 bias_of(const wino_job *j, int64_t ob)
 {
-    if (j->clamp) {
-        if (res) v = _mm512_add_ps(v, _mm512_loadu_ps(res));
-        _mm512_storeu_ps(y, _mm512_min_ps(_mm512_set1_ps(j->hi), _mm512_max_ps(_mm512_set1_ps(j->lo), v)));
+    return j->io->bias ? _mm512_maskz_loadu_ps(kiln_lanes(j->M - ob * BLK), j->io->bias + ob * BLK) : _mm512_setzero_ps();
+}
+
+/* The activation (or clamp) of v. */
+static inline __m512 act_px(const wino_job *j, __m512 v)
+{
+    if (j->clamp) return _mm512_min_ps(_mm512_set1_ps(j->hi), _mm512_max_ps(_mm512_set1_ps(j->lo), v));
+    return kiln_act512(j->io->act, v);
+}
+
+/* The rows x cols outputs of one tile of output block ob (from pixel oy, ox of image b), px[4 i
+ * + k] the 16 channels of its pixel (i, k) with the bias in them: the residual added, the
+ * activation applied and each pixel stored whole into a blocked Y, or, into a plain one, the
+ * tile turned into one vector per channel (pixel (i, k) at lane 4 i + k) and each row of each
+ * of the block's channels below M stored as up to 4 floats. */
+static void store_tile(const wino_job *j, int64_t b, int64_t ob, int64_t oy, int64_t ox, int rows, int cols, __m512 *px)
+{
+    const kiln_nchwc_conv_io *io = j->io;
+    if (io->y_blocked) {
+        int64_t at = b * j->y_img + ob * j->plane * BLK + (oy * io->ow + ox) * BLK;
+        for (int i = 0; i < rows; i++, at += io->ow * BLK)
+            for (int k = 0; k < cols; k++) {
+                __m512 v = px[4 * i + k];
+                if (io->res) v = _mm512_add_ps(v, _mm512_loadu_ps(io->res + at + k * BLK));
+                _mm512_storeu_ps(io->y + at + k * BLK, act_px(j, v));
+            }
         return;
     }
-    if (res) v = _mm512_add_ps(v, _mm512_loadu_ps(res));
-    _mm512_storeu_ps(y, kiln_act512(j->io->act, v));
+    kiln_transpose16(px);
+    __mmask16 cm = (__mmask16)((1u << cols) - 1); /* a row's columns, in lanes 0-3 (AVX-512F has no 4-lane masks) */
+    int64_t n = j->M - ob * BLK < BLK ? j->M - ob * BLK : BLK;
+    for (int64_t c = 0; c < n; c++) {
+        float *y = io->y + b * j->y_img + (ob * BLK + c) * j->plane + oy * io->ow + ox;
+        const float *res = io->res ? io->res + (y - io->y) : NULL;
+        __m512 v = px[c];
+        if (res) {
+            __m512 r = _mm512_setzero_ps();
+#define ROW_IN(I) _mm512_insertf32x4(r, _mm512_castps512_ps128(_mm512_maskz_loadu_ps(cm, res + (I) * io->ow)), I)
+            r = ROW_IN(0);
+            if (rows > 1) r = ROW_IN(1);
+            if (rows > 2) r = ROW_IN(2);
+            if (rows > 3) r = ROW_IN(3);
+#undef ROW_IN
+            v = _mm512_add_ps(v, r);
+        }
+        v = act_px(j, v);
+#define ROW_OUT(I) _mm512_mask_storeu_ps(y + (I) * io->ow, cm, _mm512_castps128_ps512(_mm512_extractf32x4_ps(v, I)))
+        ROW_OUT(0);
+        if (rows > 1) ROW_OUT(1);
+        if (rows > 2) ROW_OUT(2);
+        if (rows > 3) ROW_OUT(3);
+#undef ROW_OUT
+    }
 }
 
 /* Point pt of product tile [q0, q0 + P) of the task's nt tiles by output blocks [ob0, ob0 + FB):
@@ -236,16 +283,14 @@ static void output_tiles2(const wino_job *j, int64_t b, int64_t ob0, int FB, int
                 z[s] = _mm512_add_ps(_mm512_add_ps(m[s], m[4 + s]), m[8 + s]);
                 z[4 + s] = _mm512_sub_ps(_mm512_sub_ps(m[4 + s], m[8 + s]), m[12 + s]);
             }
-            __m512 bias = io->bias ? _mm512_loadu_ps(io->bias + (ob0 + f) * BLK) : _mm512_setzero_ps();
-            int64_t at = b * j->y_img + (ob0 + f) * j->plane * BLK + (oy * io->ow + ox) * BLK;
-            for (int i = 0; i < (two_rows ? 2 : 1); i++, at += io->ow * BLK) { /* (A^T m) A */
+            __m512 bias = bias_of(j, ob0 + f), px[16];
+            for (int k = 0; k < 16; k++) px[k] = _mm512_setzero_ps();
+            for (int i = 0; i < 2; i++) { /* (A^T m) A */
                 const __m512 *zi = z + 4 * i;
-                __m512 y0 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(zi[0], zi[1]), zi[2]), bias);
-                store_px(j, io->y + at, io->res ? io->res + at : NULL, y0);
-                if (!two_cols) continue;
-                __m512 y1 = _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(zi[1], zi[2]), zi[3]), bias);
-                store_px(j, io->y + at + BLK, io->res ? io->res + at + BLK : NULL, y1);
+                px[4 * i] = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(zi[0], zi[1]), zi[2]), bias);
+                px[4 * i + 1] = _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(zi[1], zi[2]), zi[3]), bias);
             }
+            store_tile(j, b, ob0 + f, oy, ox, two_rows ? 2 : 1, two_cols ? 2 : 1, px);
         }
     }
 }
@@ -274,13 +319,13 @@ static void output_tiles4(const wino_job *j, int64_t b, int64_t ob0, int FB, int
             __m512 m[36], z[24], y[4];
             for (int k = 0; k < 36; k++) m[k] = _mm512_load_ps(Mb + ((k * FB + f) * nt + q) * BLK);
             for (int s = 0; s < 6; s++) at6(m + s, 6, z + s, 6); /* A^T m: z [4][6] */
-            __m512 bias = io->bias ? _mm512_loadu_ps(io->bias + (ob0 + f) * BLK) : _mm512_setzero_ps();
-            int64_t at = b * j->y_img + (ob0 + f) * j->plane * BLK + (oy * io->ow + ox) * BLK;
-            for (int i = 0; i < rows; i++, at += io->ow * BLK) { /* (A^T m) A */
+            __m512 bias = bias_of(j, ob0 + f), px[16];
+            for (int k = 0; k < 16; k++) px[k] = _mm512_setzero_ps();
+            for (int i = 0; i < rows; i++) { /* (A^T m) A */
                 at6(z + i * 6, 1, y, 1);
-                for (int k = 0; k < cols; k++)
-                    store_px(j, io->y + at + k * BLK, io->res ? io->res + at + k * BLK : NULL, _mm512_add_ps(y[k], bias));
+                for (int k = 0; k < 4; k++) px[4 * i + k] = _mm512_add_ps(y[k], bias);
             }
+            store_tile(j, b, ob0 + f, oy, ox, rows, cols, px);
         }
     }
 }
@@ -334,7 +379,7 @@ kiln_status kiln_cpu_nchwc_wino_run(kiln_threadpool *pool, const float *u, int m
                                     const kiln_nchwc_conv_io *io)
 {
     if (io->N <= 0 || io->oh <= 0 || io->ow <= 0) return KILN_OK;
-    wino_job j = {.u = u, .io = io, .C = C, .MB = M / BLK, .CB = C / BLK, .m = m, .pts = (m + 2) * (m + 2),
+    wino_job j = {.u = u, .io = io, .M = M, .C = C, .MB = (M + BLK - 1) / BLK, .CB = C / BLK, .m = m, .pts = (m + 2) * (m + 2),
                   .tw = (io->ow + m - 1) / m, .x_img = C * io->H * io->W, .y_img = M * io->oh * io->ow,
                   .plane = io->oh * io->ow};
     j.tiles = j.tw * ((io->oh + m - 1) / m);

@@ -9,11 +9,17 @@
  *    layout, and so does kiln.FusedConv, except that a depthwise one needs both blocked and
  *    FusedConv's residual Z needs Y's layout;
  *  - MaxPool (without Indices) and AveragePool (2-D) need X and Y in the same layout;
- *  - Add (opset 7 on) and kiln.FusedAdd of two [N, C, H, W] values with the same channels need A,
- *    B and Y in one layout: of equal dims, the bytes are added as they lie; where N, H or W of
- *    one is 1 at run time (inference could not prove the dims equal: an upsampled pyramid level
- *    against the full one), the blocked kernel broadcasts them as [N, C / 16, H, W, 16], as ONNX
- *    Runtime's NchwcTransformer does;
+ *  - Add, Sub, Mul, Div (opset 7 on) and kiln.FusedAdd of two [N, C, H, W] values with the same
+ *    channels need A, B and Y in one layout: of equal dims, the bytes are combined as they lie;
+ *    where N, H or W of one is 1 at run time (a squeeze-excitation scale [N, C, 1, 1], or an
+ *    upsampled pyramid level against the full one, which inference cannot prove equal), the
+ *    blocked kernel broadcasts them as [N, C / 16, H, W, 16], as ONNX Runtime's
+ *    NchwcTransformer does; an operand whose H and W are known to be 1 has the same bytes in
+ *    both layouts and may be plain (a constant [1, C, 1, 1]);
+ *  - an element-wise node whose output element i depends on element i of its one [N, C, H, W]
+ *    input alone (kiln_pass_nchwc_flat_input: an activation between two convolutions, or a
+ *    learnable scale or shift of one element) needs X and Y in the same layout and runs its own
+ *    kernel on the bytes as they lie;
  *  - a nearest Resize (not tf_crop_and_resize) or Upsample whose scales or sizes, known when
  *    compiling, leave N and C as they are needs X and Y in the same layout;
  *  - GlobalAveragePool and GlobalMaxPool read a blocked X (their [N, C, 1, 1] output is the same
@@ -53,6 +59,27 @@ static bool conv_ok(const kiln_node *n, bool *depthwise)
     return group == 1 || *depthwise;
 }
 
+int kiln_pass_nchwc_flat_input(const kiln_node *n)
+{
+    if (*n->domain || n->n_out != 1 || !is_f32_4d(n->out[0])) return -1;
+    double params[4];
+    if (kiln_ops_unary_code(n, params) >= 0) return n->n_in == 1 && is_f32_4d(n->in[0]) ? 0 : -1;
+    if (!strcmp(n->op_type, "Clip")) {
+        if (n->n_in < 1 || n->n_in > 3 || !is_f32_4d(n->in[0])) return -1;
+        for (int i = 1; i < n->n_in; i++)
+            if (n->in[i] && !kiln_ir_constant(n->in[i])) return -1; /* the bounds known when compiling */
+        return 0;
+    }
+    bool bin = !strcmp(n->op_type, "Add") || !strcmp(n->op_type, "Sub") || !strcmp(n->op_type, "Mul") ||
+               !strcmp(n->op_type, "Div");
+    if (!bin || n->opset < 7 || n->n_in != 2) return -1;
+    for (int x = 0; x < 2; x++) {
+        const kiln_value *k = kiln_ir_constant(n->in[1 - x]);
+        if (is_f32_4d(n->in[x]) && k && k->numel == 1 && k->dtype == KILN_DTYPE_FLOAT32) return x;
+    }
+    return -1;
+}
+
 /* A 2-D MaxPool without Indices or AveragePool. */
 static bool pool_ok(const kiln_node *n)
 {
@@ -63,11 +90,12 @@ static bool pool_ok(const kiln_node *n)
            is_f32_4d(n->out[0]);
 }
 
-/* An Add (opset 7 on: numpy broadcasting) or kiln.FusedAdd of float32 A and B [N, C, H, W] into Y
- * with the same channels: the blocked kernel broadcasts N, H and W. */
-static bool add_ok(const kiln_node *n)
+/* An Add, Sub, Mul or Div (opset 7 on: numpy broadcasting) or kiln.FusedAdd of float32 A and B
+ * [N, C, H, W] into Y with the same channels: the blocked kernel broadcasts N, H and W. */
+static bool binary_ok(const kiln_node *n)
 {
-    if ((!is_op(n, "Add") && !kiln_node_is_fused(n, "Add")) || n->opset < 7 || n->n_in != 2 || n->n_out != 1 ||
+    bool op = is_op(n, "Add") || is_op(n, "Sub") || is_op(n, "Mul") || is_op(n, "Div") || kiln_node_is_fused(n, "Add");
+    if (!op || n->opset < 7 || n->n_in != 2 || n->n_out != 1 ||
         !is_f32_4d(n->in[0]) || !is_f32_4d(n->in[1]) || !is_f32_4d(n->out[0]))
         return false;
     kiln_dim c = n->out[0]->type.dims[1];
@@ -115,11 +143,21 @@ static bool resize_ok(const kiln_node *n)
            resize_keeps(n, &a, 1);
 }
 
+/* A [N, C, 1, 1] value (H and W known to be 1): its bytes are the same in either layout, so a
+ * binary node's operand of this kind need not agree with the others (a squeeze-excitation scale,
+ * a constant per-channel scale or shift). */
+static bool hw_one(const kiln_ir_value *v)
+{
+    return is_f32_4d(v) && kiln_dim_is_const(v->type.dims[2]) && v->type.dims[2].c == 1 &&
+           kiln_dim_is_const(v->type.dims[3]) && v->type.dims[3].c == 1;
+}
+
 /* Whether node n has a kernel that writes v (its output 0) blocked. */
 static bool writes_blocked(const kiln_node *n, const kiln_ir_value *v)
 {
     bool dw;
-    return n->out[0] == v && (conv_ok(n, &dw) || pool_ok(n) || add_ok(n) || resize_ok(n));
+    return n->out[0] == v &&
+           (conv_ok(n, &dw) || pool_ok(n) || binary_ok(n) || resize_ok(n) || kiln_pass_nchwc_flat_input(n) >= 0);
 }
 
 /* Whether node n has a kernel that reads v blocked wherever v is among its inputs. */
@@ -127,10 +165,12 @@ static bool reads_blocked(const kiln_node *n, const kiln_ir_value *v)
 {
     bool dw;
     if (is_op(n, "Shape")) return true;
+    int flat = kiln_pass_nchwc_flat_input(n);
+    if (flat >= 0) return n->in[flat] == v; /* not a bound or the other operand */
     if (is_op(n, "GlobalAveragePool") || is_op(n, "GlobalMaxPool"))
         return n->n_in == 1 && n->n_out == 1 && is_f32_4d(n->out[0]);
     if (pool_ok(n)) return n->n_in == 1;
-    if (add_ok(n)) return true;
+    if (binary_ok(n)) return true;
     if (resize_ok(n)) {
         for (int i = 1; i < n->n_in; i++)
             if (n->in[i] == v) return false; /* as roi, scales or sizes */
@@ -186,10 +226,11 @@ kiln_status kiln_pass_layout_nchwc(kiln_graph *g, int *blocked_count, kiln_err *
             kiln_node *n = g->nodes[k];
             bool conv = conv_ok(n, &(bool){false}), dw = false;
             if (pool_ok(n) || (conv_ok(n, &dw) && dw) || resize_ok(n)) changed |= agree(n->in[0], n->out[0]);
-            if (add_ok(n)) {
-                changed |= agree(n->in[0], n->out[0]);
-                changed |= agree(n->in[1], n->out[0]);
-            }
+            int flat = kiln_pass_nchwc_flat_input(n);
+            if (flat >= 0) changed |= agree(n->in[flat], n->out[0]);
+            if (binary_ok(n))
+                for (int i = 0; i < 2; i++)
+                    if (!hw_one(n->in[i]) || hw_one(n->out[0])) changed |= agree(n->in[i], n->out[0]);
             int z = kiln_fused_of(n)->residual;
             if (conv && z) changed |= agree(n->in[z], n->out[0]);
         }

@@ -91,5 +91,10 @@ kiln_status kiln_pass_fuse_elementwise(kiln_graph *g, int *fused, kiln_err *err)
  * (layout_nchwc.c). CPU sessions whose CPU runs src/cpu/nchwc.h's kernels only; run last.
  * *blocked receives the count of blocked values. */
 kiln_status kiln_pass_layout_nchwc(kiln_graph *g, int *blocked, kiln_err *err);
+/* The input of node n that an element-wise kernel may read blocked because output element i
+ * depends on its element i alone, or -1: a default-domain unary op (kiln_ops_unary_code) or Clip
+ * with constant or absent bounds on float32 [N, C, H, W], or Add/Sub/Mul/Div of such a value and
+ * a one-element float32 constant (either side). */
+int kiln_pass_nchwc_flat_input(const kiln_node *n);
 
 #endif
