@@ -98,6 +98,9 @@ kiln_status kiln_cpu_conv_depthwise(kiln_run_ctx *c, const struct kiln_nn_geom *
  * (Shape), for the element-wise nodes whose own kernels run on the bytes as they lie
  * (kiln_pass_nchwc_flat_input) and for nodes without blocked values. */
 kiln_kernel_fn kiln_cpu_select_nchwc(kiln_node *n);
+/* The blocked kernels' Conv / kiln.FusedConv (either side blocked or plain; src/cpu/nchwc.h),
+ * its weights packed into n->kernel_state. */
+kiln_kernel_fn kiln_cpu_nchwc_select_conv(kiln_node *n);
 /* The arithmetic of Add, Sub, Mul and Div. */
 typedef enum kiln_bin_op { KILN_BIN_ADD, KILN_BIN_SUB, KILN_BIN_MUL, KILN_BIN_DIV } kiln_bin_op;
 /* Y = act(A op B) of float32 tensors A and B broadcast to Y (the caller has checked that they

@@ -213,7 +213,7 @@ static kiln_status unsupported_run(kiln_run_ctx *c)
 }
 
 /* Conv and kiln.FusedConv, packing the weights into n->kernel_state */
-static kiln_kernel_fn select_conv(kiln_node *n)
+kiln_kernel_fn kiln_cpu_nchwc_select_conv(kiln_node *n)
 {
     if (!n->kernel_state) {
         const kiln_value *w = kiln_ir_constant(n->in[1]);
@@ -235,8 +235,8 @@ static kiln_kernel_fn select_binary(kiln_node *n) { return (void)n, binary_run; 
 static kiln_kernel_fn select_resize(kiln_node *n) { return (void)n, resize_run; }
 
 static const kiln_cpu_kernel kernels[] = {
-    {"", "Conv", select_conv},
-    {"kiln", "FusedConv", select_conv},
+    {"", "Conv", kiln_cpu_nchwc_select_conv},
+    {"kiln", "FusedConv", kiln_cpu_nchwc_select_conv},
     {"", "MaxPool", select_pool},
     {"", "AveragePool", select_pool},
     {"", "GlobalAveragePool", select_global_pool},

@@ -203,7 +203,7 @@ static kiln_status reorder_in_run(kiln_run_ctx *c)
     kiln_value *Y = kiln_run_out(c, 0);
     if (X->rank != 4 || X->dims[1] % B16 || Y->dims[1] != X->dims[1])
         return kiln_run_fail(c, KILN_ERR_SHAPE, "X must be [N, C, H, W], C a multiple of 16");
-    kiln_cpu_nchwc_block(X->data, Y->data, X->dims[0], X->dims[1], X->dims[2] * X->dims[3]);
+    kiln_cpu_nchwc_block(kiln_run_threadpool(c), X->data, Y->data, X->dims[0], X->dims[1], X->dims[2] * X->dims[3]);
     return KILN_OK;
 }
 
@@ -213,7 +213,7 @@ static kiln_status reorder_out_run(kiln_run_ctx *c)
     kiln_value *Y = kiln_run_out(c, 0);
     if (X->rank != 4 || X->dims[1] % B16 || Y->dims[1] != X->dims[1])
         return kiln_run_fail(c, KILN_ERR_SHAPE, "X must be [N, C, H, W], C a multiple of 16 and every channel kept");
-    kiln_cpu_nchwc_unblock(X->data, Y->data, X->dims[0], X->dims[1], X->dims[2] * X->dims[3]);
+    kiln_cpu_nchwc_unblock(kiln_run_threadpool(c), X->data, Y->data, X->dims[0], X->dims[1], X->dims[2] * X->dims[3]);
     return KILN_OK;
 }
 

@@ -40,20 +40,26 @@ enum { BLK = KILN_NCHWC_BLOCK, GROUP_BLOCKS = 4, TILE_PX = 6, WIDE_PX = 12, CHUN
  * 1x1 layers after a depthwise one split by channels); MobileNetV2 0.96 / 0.98 / 0.98 at 160 /
  * 224 / 288, ResNet-50 0.97 / 0.98 at 160 / 224 (two threads, in-process alternation). */
 enum { PF_AHEAD = 4 * KILN_NCHWC_BLOCK * KILN_NCHWC_BLOCK };
-/* 3x3 stride-1 layers of blocked input run by Winograd (nchwc_winograd.h) from 144
- * output pixels (12x12) up, when they have at most WINO_MAX_MC output x input channels (their
+/* 3x3 stride-1 layers of blocked input (or plain input of 16k channels, blocked for them) run
+ * by Winograd (nchwc_winograd.h) from 36 output pixels (6x6) up, when they have at most
+ * WINO_MAX_MC output x input channels (their
  * transformed weights, 16/9 of W, made when packing, up to 4 MB). Per layer of ResNet-50 at
  * 224x224, two threads, in the model: 56x56 64 channels 0.73 -> 0.54 ms, 28x28 128 channels 0.75
  * -> 0.58, 14x14 256 channels 0.78 -> 0.69-0.76; at 7x7 (512 channels) 1.0 -> 1.4 ms: its 16
  * tiles (64 outputs for 49) do not pay for streaming 16 MB of transformed weights. ResNet-50 at
- * 224 holds 29 MB more. From 100 pixels (its 10x10 layers at 160x160): 1.00 end to end.
+ * 224 holds 29 MB more. From 100 pixels (its 10x10 layers at 160x160): 1.00 end to end. The
+ * threshold was 144 pixels: down to 36, single layers at batch 1, two threads, plain in and out
+ * (the reorder included), ms: 16 -> 16 channels at 7x7 0.0050 -> 0.0040, 64 -> 64 at 6x8
+ * 0.040 -> 0.023, 96 -> 24 at 7x7 0.035 -> 0.016, 128 -> 128 at 7x7 0.10-0.16 -> 0.06, 256 ->
+ * 256 at 10x12 0.72 -> 0.37; the small ResNet family (16 channels at 9x12, 32 at 5x6, blocked)
+ * 0.0606 -> 0.0565 ms end to end, one thread.
  * Layers of up to WINO4_MAX_MC channel pairs also get F(4x4, 3x3)'s weights (36/9 of W) and run
  * by it where its products (36 per 4x4 tile) are at most 2/3 of F(2x2, 3x3)'s (16 per 2x2 tile):
  * planes that 4x4 tiles cover with little waste (56x56, 28x28, 20x20, 12x12, not 14x14 or
  * 18x18). ResNet-50's 3x3 layers at 224x224, one thread: 56x56 1.00 -> 0.72 ms, 28x28 0.99 ->
  * 0.75; at 14x14 (16 tiles of 4x4 for 49 of 2x2) 1.25 -> 1.55, so those stay on F(2x2, 3x3), and
  * 256-channel layers (9.4 MB of F(4x4, 3x3) weights each) do not get them. */
-enum { WINO_MIN_PX = 144, WINO_MAX_MC = 256 * 256, WINO4_MAX_MC = 128 * 128 };
+enum { WINO_MIN_PX = 36, WINO_MAX_MC = 256 * 256, WINO4_MAX_MC = 128 * 128 };
 /* input passes of a large 1x1 layer (see kiln_cpu_nchwc_conv_run) */
 enum { PASS_KB = 32, PASS_MIN_KB = 128 };
 
@@ -125,20 +131,31 @@ void kiln_cpu_nchwc_conv_unpack(const kiln_nchwc_conv *p, float *dst)
                 for (int64_t j = 0; j < p->kw; j++) dst[((m * p->C + c) * p->kh + i) * p->kw + j] = p->w[packed_at(p, m, c, i, j)];
 }
 
-void kiln_cpu_nchwc_block(const float *x, float *y, int64_t N, int64_t C, int64_t area)
+/* x [N, C, area] plain into y blocked (to_blocked) or back, an element at a time: where the CPU
+ * lacks AVX-512 (ONNX Runtime's reorder nodes run on any CPU). */
+static void reorder_scalar(const float *x, float *y, int64_t N, int64_t C, int64_t area, bool to_blocked)
 {
     for (int64_t b = 0; b < N; b++)
         for (int64_t c = 0; c < C; c++)
-            for (int64_t i = 0; i < area; i++)
-                y[((b * C + c / BLK * BLK) * area + i * BLK) + c % BLK] = x[(b * C + c) * area + i];
+            for (int64_t i = 0; i < area; i++) {
+                int64_t plain = (b * C + c) * area + i, blocked = (b * C + c / BLK * BLK) * area + i * BLK + c % BLK;
+                if (to_blocked) y[blocked] = x[plain];
+                else y[plain] = x[blocked];
+            }
 }
 
-void kiln_cpu_nchwc_unblock(const float *x, float *y, int64_t N, int64_t C, int64_t area)
+static void reorder(kiln_threadpool *pool, const float *x, float *y, int64_t N, int64_t C, int64_t area, bool to_blocked);
+
+void kiln_cpu_nchwc_block(kiln_threadpool *pool, const float *x, float *y, int64_t N, int64_t C, int64_t area)
 {
-    for (int64_t b = 0; b < N; b++)
-        for (int64_t c = 0; c < C; c++)
-            for (int64_t i = 0; i < area; i++)
-                y[(b * C + c) * area + i] = x[((b * C + c / BLK * BLK) * area + i * BLK) + c % BLK];
+    if (kiln_cpu_nchwc_available()) reorder(pool, x, y, N, C, area, true);
+    else reorder_scalar(x, y, N, C, area, true);
+}
+
+void kiln_cpu_nchwc_unblock(kiln_threadpool *pool, const float *x, float *y, int64_t N, int64_t C, int64_t area)
+{
+    if (kiln_cpu_nchwc_available()) reorder(pool, x, y, N, C, area, false);
+    else reorder_scalar(x, y, N, C, area, false);
 }
 
 #if defined(__x86_64__)
@@ -510,11 +527,24 @@ kiln_status kiln_cpu_nchwc_conv_run(kiln_threadpool *pool, const kiln_nchwc_conv
     if (p->depthwise) return nchwc_dw_run(pool, p, io);
     if ((io->x_blocked && p->C % BLK) || (io->y_blocked && p->M % BLK)) return KILN_ERR_INVALID_ARG;
     if (io->N <= 0 || io->oh <= 0 || io->ow <= 0) return KILN_OK;
-    if (p->wino2 && io->x_blocked && io->strides[0] == 1 && io->strides[1] == 1 &&
-        io->dilations[0] == 1 && io->dilations[1] == 1 && io->oh * io->ow >= WINO_MIN_PX) {
+    if (p->wino2 && io->strides[0] == 1 && io->strides[1] == 1 && io->dilations[0] == 1 && io->dilations[1] == 1 &&
+        io->oh * io->ow >= WINO_MIN_PX) {
         int64_t tiles2 = (io->oh + 1) / 2 * ((io->ow + 1) / 2), tiles4 = (io->oh + 3) / 4 * ((io->ow + 3) / 4);
-        if (p->wino4 && 36 * tiles4 * 3 <= 16 * tiles2 * 2) return kiln_cpu_nchwc_wino_run(pool, p->wino4, 4, p->M, p->C, io);
-        return kiln_cpu_nchwc_wino_run(pool, p->wino2, 2, p->M, p->C, io);
+        /* a plain X (its channels a multiple of 16: a Concat of narrower values before the layer)
+         * is blocked into scratch first, as ONNX Runtime's ReorderInput does */
+        kiln_nchwc_conv_io blocked_io = *io;
+        float *xb = NULL;
+        if (!io->x_blocked) {
+            xb = kiln_scratch_get(io->scratch, (size_t)(io->N * p->C * io->H * io->W) * sizeof *xb);
+            if (!xb) return KILN_ERR_NOMEM;
+            kiln_cpu_nchwc_block(pool, io->x, xb, io->N, p->C, io->H * io->W);
+            blocked_io.x = xb, blocked_io.x_blocked = true;
+        }
+        kiln_status st = p->wino4 && 36 * tiles4 * 3 <= 16 * tiles2 * 2
+                             ? kiln_cpu_nchwc_wino_run(pool, p->wino4, 4, p->M, p->C, &blocked_io)
+                             : kiln_cpu_nchwc_wino_run(pool, p->wino2, 2, p->M, p->C, &blocked_io);
+        kiln_scratch_put(io->scratch, xb);
+        return st;
     }
     /* a plain X with pads (a network's image into its stem) runs from a copy with the pads as
      * zeros, exactly the rows and columns the taps reach: every tile then runs whole, all its
@@ -927,6 +957,51 @@ void kiln_cpu_nchwc_resize_nearest(kiln_threadpool *pool, const kiln_nchwc_resiz
     kiln_threadpool_parallel_for(work >= (double)(1 << 16) ? pool : NULL, tasks, resize_tasks, (void *)io);
 }
 
+/* ---- layout reorders: 16 channels by 16 pixels at a time, turned over in registers ---- */
+
+enum { REORDER_PX = 256 }; /* pixels per task */
+
+typedef struct reorder_job {
+    const float *x;
+    float *y;
+    int64_t C, area, chunks; /* chunks: tasks per 16-channel block */
+    bool to_blocked;
+} reorder_job;
+
+/* Task t: pixels [REORDER_PX * chunk, ...) of one block of 16 channels of one image. */
+static void reorder_tasks(void *ctx, int64_t begin, int64_t end)
+{
+    const reorder_job *j = ctx;
+    for (int64_t t = begin; t < end; t++) {
+        int64_t blk = t / j->chunks, p0 = t % j->chunks * REORDER_PX;
+        int64_t p1 = p0 + REORDER_PX < j->area ? p0 + REORDER_PX : j->area;
+        const float *x = j->x + blk * BLK * j->area; /* the block's 16 planes, or its [area][16] */
+        float *y = j->y + blk * BLK * j->area;
+        for (int64_t i = p0; i < p1; i += BLK) {
+            int n = p1 - i < BLK ? (int)(p1 - i) : BLK;
+            __mmask16 keep = kiln_lanes(n);
+            __m512 r[BLK];
+            if (j->to_blocked) {
+                for (int c = 0; c < BLK; c++) r[c] = _mm512_maskz_loadu_ps(keep, x + c * j->area + i);
+                kiln_transpose16(r); /* r[q]: pixel i + q's 16 channels */
+                for (int q = 0; q < n; q++) _mm512_storeu_ps(y + (i + q) * BLK, r[q]);
+            } else {
+                for (int q = 0; q < BLK; q++) r[q] = q < n ? _mm512_loadu_ps(x + (i + q) * BLK) : _mm512_setzero_ps();
+                kiln_transpose16(r); /* r[c]: channel c's pixels i .. i + 15 */
+                for (int c = 0; c < BLK; c++) _mm512_mask_storeu_ps(y + c * j->area + i, keep, r[c]);
+            }
+        }
+    }
+}
+
+static void reorder(kiln_threadpool *pool, const float *x, float *y, int64_t N, int64_t C, int64_t area, bool to_blocked)
+{
+    if (N <= 0 || C <= 0 || area <= 0) return;
+    reorder_job j = {x, y, C, area, (area + REORDER_PX - 1) / REORDER_PX, to_blocked};
+    double floats = (double)N * (double)C * (double)area;
+    kiln_threadpool_parallel_for(floats >= (double)(1 << 16) ? pool : NULL, N * (C / BLK) * j.chunks, reorder_tasks, &j);
+}
+
 #if defined(__clang__)
 #pragma clang attribute pop
 #else
@@ -934,6 +1009,12 @@ void kiln_cpu_nchwc_resize_nearest(kiln_threadpool *pool, const kiln_nchwc_resiz
 #endif
 
 #else /* not x86-64: kiln_cpu_nchwc_available() is false, nothing is packed */
+
+static void reorder(kiln_threadpool *pool, const float *x, float *y, int64_t N, int64_t C, int64_t area, bool to_blocked)
+{
+    (void)pool;
+    reorder_scalar(x, y, N, C, area, to_blocked);
+}
 
 kiln_status kiln_cpu_nchwc_conv_run(kiln_threadpool *pool, const kiln_nchwc_conv *p, const kiln_nchwc_conv_io *io)
 {

@@ -101,8 +101,10 @@ typedef struct kiln_nchwc_resize_io {
 } kiln_nchwc_resize_io;
 void kiln_cpu_nchwc_resize_nearest(kiln_threadpool *pool, const kiln_nchwc_resize_io *io);
 
-/* Layout conversions of [N, C, area] with C a multiple of 16 (plain <-> blocked). */
-void kiln_cpu_nchwc_block(const float *x, float *y, int64_t N, int64_t C, int64_t area);
-void kiln_cpu_nchwc_unblock(const float *x, float *y, int64_t N, int64_t C, int64_t area);
+/* Layout conversions of [N, C, area] with C a multiple of 16 (plain <-> blocked), on any CPU
+ * (16 x 16 transposes in registers where it has AVX-512F). Threads from pool (NULL: the calling
+ * thread). */
+void kiln_cpu_nchwc_block(kiln_threadpool *pool, const float *x, float *y, int64_t N, int64_t C, int64_t area);
+void kiln_cpu_nchwc_unblock(kiln_threadpool *pool, const float *x, float *y, int64_t N, int64_t C, int64_t area);
 
 #endif

@@ -446,7 +446,7 @@ static kiln_status cpu_to_plain(const kiln_ir_value *iv, const kiln_value *v, ki
     *out = NULL;
     if (iv->layout != KILN_LAYOUT_NCHW16C) return KILN_OK;
     KILN_TRY(kiln_value_copy(v, out, err));
-    kiln_cpu_nchwc_unblock(v->data, (*out)->data, v->dims[0], v->dims[1], v->dims[2] * v->dims[3]);
+    kiln_cpu_nchwc_unblock(NULL, v->data, (*out)->data, v->dims[0], v->dims[1], v->dims[2] * v->dims[3]);
     return KILN_OK;
 }
 
