@@ -37,14 +37,16 @@ const kiln_cpu_kernel *kiln_cpu_kernel_find(const kiln_cpu_kernel_table *t, cons
  * MatMulIntegerToFloat and DynamicQuantizeMatMul), int8 convolutions (ConvInteger, QLinearConv:
  * 1-D, 2-D, groups), per-tensor QuantizeLinear and 8-bit MaxPool (kernels_qdq.c), Conv 1-D/2-D,
  * kiln.FusedConv and
- * ConvTranspose (kernels_conv.c), and the blocked-layout kernels (kernels_nchwc.c). All float32
+ * ConvTranspose (kernels_conv.c), nearest and linear Resize / Upsample (kernels_resize.c), and
+ * the blocked-layout kernels (kernels_nchwc.c). All float32
  * but Concat and the int8 ops. */
 extern const kiln_cpu_kernel_table kiln_cpu_kernels_ew, kiln_cpu_kernels_norm, kiln_cpu_kernels_layout,
     kiln_cpu_kernels_cnn, kiln_cpu_kernels_attn, kiln_cpu_kernels_contrib_attn, kiln_cpu_kernels_quant,
     kiln_cpu_kernels_qconv, kiln_cpu_kernels_qdq, kiln_cpu_kernels_conv, kiln_cpu_kernels_nchwc,
     kiln_cpu_kernels_ort_nchwc, kiln_cpu_kernels_dqlstm, kiln_cpu_kernels_qattn, kiln_cpu_kernels_lstm,
     kiln_cpu_kernels_contrib_ew, kiln_cpu_kernels_qlinear_ew, kiln_cpu_kernels_ew_more,
-    kiln_cpu_kernels_conv1d, kiln_cpu_kernels_qmatmul_batched, kiln_cpu_kernels_nbits, kiln_cpu_kernels_gqa;
+    kiln_cpu_kernels_conv1d, kiln_cpu_kernels_qmatmul_batched, kiln_cpu_kernels_nbits, kiln_cpu_kernels_gqa,
+    kiln_cpu_kernels_resize;
 
 /* Elements per parallel chunk of a streaming loop. */
 #define KILN_CPU_CHUNK 4096

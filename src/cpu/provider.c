@@ -358,7 +358,7 @@ static const kiln_cpu_kernel_table *const families[] = {
     &kiln_cpu_kernels_qconv, &kiln_cpu_kernels_qdq, &kiln_cpu_kernels_ort_nchwc, &kiln_cpu_kernels_dqlstm,
     &kiln_cpu_kernels_qattn, &kiln_cpu_kernels_lstm, &kiln_cpu_kernels_contrib_ew,
     &kiln_cpu_kernels_qlinear_ew, &kiln_cpu_kernels_ew_more, &kiln_cpu_kernels_conv1d,
-    &kiln_cpu_kernels_nbits, &kiln_cpu_kernels_gqa,
+    &kiln_cpu_kernels_nbits, &kiln_cpu_kernels_gqa, &kiln_cpu_kernels_resize,
 };
 
 const kiln_cpu_kernel *kiln_cpu_kernel_find(const kiln_cpu_kernel_table *t, const kiln_op_def *op)

@@ -87,8 +87,9 @@ bool kiln_resize_parse(const kiln_node *n, int opset, int rank, kiln_resize_attr
         a->ct = name_index(ct, ct_modes, 7);
         a->nr = name_index(nr, nr_modes, 4);
         a->ka = name_index(ka, ka_policies, 3);
-        if (a->ct < 0 || (a->ct == KILN_RESIZE_CT_TF_HALF_PIXEL_NN && opset >= 13) ||
-            (a->ct == KILN_RESIZE_CT_HALF_PIXEL_SYM && opset < 19)) {
+        /* tf_half_pixel_for_nn left the spec at opset 13; ONNX Runtime still runs it (with a
+         * deprecation warning), and so does this */
+        if (a->ct < 0 || (a->ct == KILN_RESIZE_CT_HALF_PIXEL_SYM && opset < 19)) {
             snprintf(msg, msz, "unsupported coordinate_transformation_mode '%s'", ct);
             return false;
         }
@@ -301,6 +302,22 @@ void kiln_resize_nearest_index(const kiln_resize_attrs *a, double scale, int64_t
     bool identity = out_n == in_n && scale == 1.0;
     for (int64_t j = 0; j < out_n; j++)
         idx[j] = identity ? j : nearest_index(a, resize_coord(a, j, scale, in_n, out_n, 0, 1), (double)(in_n - 1));
+}
+
+void kiln_resize_linear_taps(const kiln_resize_attrs *a, double scale, int64_t in_n, int64_t out_n, int64_t *i0,
+                             int64_t *i1, float *w0, float *w1)
+{
+    double last = (double)(in_n - 1);
+    for (int64_t j = 0; j < out_n; j++) {
+        double x = resize_coord(a, j, scale, in_n, out_n, 0, 1);
+        /* as resize_taps_build: base + ratio = x with ratio in (0, 1] */
+        double base = floor(x), ratio = x - base;
+        if (ratio == 0) base -= 1, ratio = 1;
+        i0[j] = (int64_t)fmax(0, fmin(base, last));
+        i1[j] = (int64_t)fmax(0, fmin(base + 1, last));
+        w0[j] = (float)fmax(0, 1 - fabs(-ratio));
+        w1[j] = (float)fmax(0, 1 - fabs(1 - ratio));
+    }
 }
 
 /* Interpolation taps along one axis: for each output index, n source indices (clamped into

@@ -1,7 +1,7 @@
 /* resize.h - Resize/Upsample attributes, output planning and nearest source indices, shared by
- * the reference kernel (src/ops/image.c), the GPU kernel (src/gpu/ops_cnn.c), the CPU's blocked
- * kernel (src/cpu/kernels_nchwc.c) and the layout pass (src/passes/layout_nchwc.c), which must
- * resize identically.
+ * the reference kernel (src/ops/image.c), the GPU kernel (src/gpu/ops_cnn.c), the CPU's kernels
+ * (src/cpu/kernels_resize.c, the blocked one in src/cpu/kernels_nchwc.c) and the layout pass
+ * (src/passes/layout_nchwc.c), which must resize identically.
  * The mode enums also reach kernel sources (C++): they are plain constants. */
 #ifndef KILN_OPS_RESIZE_H
 #define KILN_OPS_RESIZE_H
@@ -53,6 +53,11 @@ kiln_status kiln_resize_plan(const kiln_resize_attrs *a, int rank, const int64_t
  * the axis' scale (kiln_resize_plan's); j itself where out_n == in_n and scale is 1 (the axis
  * is left as it is). */
 void kiln_resize_nearest_index(const kiln_resize_attrs *a, double scale, int64_t in_n, int64_t out_n, int64_t *idx);
+/* The two taps of each output index along one axis of a linear resize (not antialiased, not
+ * tf_crop_and_resize), as the reference kernel weighs them: source indices i0, i1 (clamped into
+ * the input) and weights w0, w1, each [out_n]. */
+void kiln_resize_linear_taps(const kiln_resize_attrs *a, double scale, int64_t in_n, int64_t out_n, int64_t *i0,
+                             int64_t *i1, float *w0, float *w1);
 #endif
 
 #endif

@@ -1793,6 +1793,79 @@ def test_constant_folding():
         check("constant folding: failing constant node", "bad_reshape" in str(e), str(e))
 
 
+def test_resize_plain():
+    """Resize / Upsample of plain float32 tensors (src/cpu/kernels_resize.c): nearest and linear
+    over every coordinate_transformation_mode (half_pixel_symmetric at opset 19,
+    tf_half_pixel_for_nn for nearest) and nearest_mode, up and down by scales (x2, x1.5, x0.5,
+    x0.7, one axis only) and by sizes (odd ones, 1); ranks 3, 4 and 5 (N and C kept), rank 4 with
+    C resized too (the reference's case); Upsample 7 and 9 in both modes. Against the reference
+    kernel (1e-5 relative: the reference sums linear taps in double, this kernel in float32) and
+    ONNX Runtime, which computes source coordinates in float32 where the ONNX reference (and
+    kiln) use double: at a scale that float32 holds inexactly (0.7, 1.7, 0.6) a coordinate that
+    is a whole number in float32 is not in double, so nearest's floor and ceil pick neighbouring
+    pixels, and those nearest cases are checked against the reference only; so is linear with N
+    or C resized, which ONNX Runtime refuses (its linear mode resizes 4-D inputs' H and W only),
+    and align_corners by scales: ONNX's reference divides by scale * length - 1 (test data
+    test_resize_downsample_scales_linear_align_corners: 3.142857), ONNX Runtime and PyTorch by
+    the whole output length - 1, which differ where scale * length is not a whole number."""
+    from onnx import numpy_helper
+    cts = ["half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric"]
+    cases = []
+    for mode in ("nearest", "linear"):
+        for ct in cts + (["tf_half_pixel_for_nn"] if mode == "nearest" else []):
+            for nr in (["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"] if mode == "nearest" else [None]):
+                for sc in ([1, 1, 2, 2], [1, 1, 1.5, 0.7], [1, 1, 0.5, 1], [1, 1, 1, 2.25]):
+                    cases.append((13, mode, ct, nr, sc, None, 4))
+        cases.append((13, mode, "half_pixel", "round_prefer_floor", None, [2, 3, 7, 1], 4))
+        cases.append((13, mode, "align_corners", "floor", None, [1, 2, 1, 9], 4))
+        cases.append((19, mode, "half_pixel_symmetric", "round_prefer_ceil", [1, 1, 1.7, 0.6], None, 4))
+        cases.append((13, mode, "half_pixel", "floor", [1, 1, 3], None, 3))
+        cases.append((13, mode, "asymmetric", "floor", [1, 1, 1, 2, 0.5], None, 5))
+        cases.append((13, mode, "half_pixel", "floor", [1, 2, 2, 2], None, 4))
+    for opset, mode, ct, nr, sc, sizes, rank in cases:
+        inits = [numpy_helper.from_array(np.zeros(0, np.float32), "roi")]
+        ins = ["X", "roi"]
+        if sc is not None:
+            inits.append(numpy_helper.from_array(np.array(sc, np.float32), "S"))
+            ins.append("S")
+        else:
+            inits += [numpy_helper.from_array(np.zeros(0, np.float32), "S"),
+                      numpy_helper.from_array(np.array(sizes, np.int64), "Z")]
+            ins += ["S", "Z"]
+        attrs = dict(mode=mode, coordinate_transformation_mode=ct)
+        if nr:
+            attrs["nearest_mode"] = nr
+        node = helper.make_node("Resize", ins, ["Y"], **attrs)
+        blob = model(node, [sym("X", rank, "d")], [out()], opset=opset, initializers=inits)
+        if sizes is not None:
+            shapes = [(2, 3, 5, 4), (2, 3, 1, 1)]
+        else:
+            shapes = [(1, 3, 5, 7), (2, 2, 9, 6), (1, 1, 1, 1), (1, 2, 17, 33)]
+        shapes = [s[:rank] if rank <= 4 else (1, 2, 3, 5, 7) for s in shapes]
+        feeds = [{"X": rand(*shp)} for shp in shapes]
+        label = f"Resize {mode} {ct} {nr} scales={sc} sizes={sizes} rank {rank} opset {opset}"
+        compare(label, blob, feeds, atol=1e-5)
+        exact = sc is None or all(float(np.float32(v)) == v and (1 / v) * v == 1 and v in (0.5, 1, 1.5, 2, 2.25, 3)
+                                  for v in sc)
+        nc_resized = (sc is not None and rank == 4 and sc[1] != 1) or (sizes is not None and sizes[:2] != [2, 3])
+        ort_same = not (mode == "linear" and nc_resized) and not (mode == "nearest" and not exact) and \
+            not (ct == "align_corners" and sc is not None)
+        if ort_same:
+            compare_ort(label, blob, feeds)
+    for opset in (7, 9):
+        for mode in ("nearest", "linear"):
+            if opset == 7:
+                node = helper.make_node("Upsample", ["X"], ["Y"], mode=mode, scales=[1.0, 1.0, 2.0, 1.5])
+                inits = []
+            else:
+                node = helper.make_node("Upsample", ["X", "S"], ["Y"], mode=mode)
+                inits = [numpy_helper.from_array(np.array([1, 1, 3, 2], np.float32), "S")]
+            blob = model(node, [sym("X", 4, "d")], [out()], opset=opset, initializers=inits)
+            feeds = [{"X": rand(*shp)} for shp in [(1, 3, 5, 7), (2, 1, 4, 4), (1, 1, 1, 1)]]
+            compare(f"Upsample-{opset} {mode}", blob, feeds, atol=1e-5)
+            compare_ort(f"Upsample-{opset} {mode}", blob, feeds)
+
+
 def main():
     for test in (test_constant_folding, test_conv_bn_folding, test_fused_activation, test_matmul, test_gemm, test_packed_weights, test_conv, test_binary, test_unary, test_inplace_chain,
                  test_softmax, test_layernorm, test_reduce_mean, test_transpose, test_concat, test_batchnorm, test_clip, test_pool,
@@ -1800,7 +1873,7 @@ def main():
                  test_conv_few_pixels, test_conv_narrow, test_attention,
                  test_gelu_fusion, test_silu_mul_fusion, test_matmul_bias, test_conv_transpose, test_blocked_cnn,
                  test_blocked_pointwise_passes, test_blocked_depthwise, test_blocked_few_tasks, test_blocked_winograd,
-                 test_blocked_pyramid):
+                 test_blocked_pyramid, test_resize_plain):
         test()
     return summary()
 
