@@ -315,6 +315,24 @@ __attribute__((target("avx512f"))) static void maxpool3_plane_avx512(const plane
 }
 #endif
 
+/* The taps [*k0, *k1) of a window starting at i0 (stride dilation d, k taps) that fall inside
+ * [0, n), and how many fall before n + pad_end (count_include_pad's count). */
+static void window_taps(int64_t i0, int64_t d, int64_t k, int64_t n, int64_t pad_end, int64_t *k0, int64_t *k1,
+                        int64_t *counted)
+{
+    int64_t a = 0, b = 0, c = 0;
+    for (int64_t t = 0; t < k; t++) {
+        int64_t i = i0 + t * d;
+        if (i < 0) a = t + 1;
+        if (i < n) b = t + 1;
+        if (i < n + pad_end) c = t + 1;
+    }
+    *k0 = a, *k1 = b > a ? b : a, *counted = c;
+}
+
+/* The taps of each output row and column found once per row and column (not per element); each
+ * output sums its taps in the reference's order (columns outer, rows inner) from 0 and divides
+ * in double, so the results are the reference's bit for bit. */
 static void avgpool_plane(const plane_job *j, int64_t p)
 {
     const kiln_nn_geom *g = j->g;
@@ -323,27 +341,17 @@ static void avgpool_plane(const plane_job *j, int64_t p)
     int64_t sy = g->strides[0], sx = g->strides[1], dy = g->dilations[0], dx = g->dilations[1];
     int64_t kh = g->kernel[0], kw = g->kernel[1], ow = j->ow, H = j->H, W = j->W;
     for (int64_t oy = 0; oy < j->oh; oy++) {
-        /* window rows inside X, and those counted with count_include_pad (below H + pad end) */
-        int64_t ny = 0, cy = 0;
-        for (int64_t ky = 0; ky < kh; ky++) {
-            int64_t iy = oy * sy - g->pads[0] + ky * dy;
-            cy += iy < H + g->pads[2];
-            ny += iy >= 0 && iy < H;
-        }
+        int64_t iy0 = oy * sy - g->pads[0], ky0, ky1, cy;
+        window_taps(iy0, dy, kh, H, g->pads[2], &ky0, &ky1, &cy);
         for (int64_t ox = 0; ox < ow; ox++) {
-            int64_t nx = 0, cx = 0;
+            int64_t ix0 = ox * sx - g->pads[1], kx0, kx1, cx;
+            window_taps(ix0, dx, kw, W, g->pads[3], &kx0, &kx1, &cx);
             float acc = 0.0f;
-            for (int64_t kx = 0; kx < kw; kx++) {
-                int64_t ix = ox * sx - g->pads[1] + kx * dx;
-                cx += ix < W + g->pads[3];
-                if (ix < 0 || ix >= W) continue;
-                nx++;
-                for (int64_t ky = 0; ky < kh; ky++) {
-                    int64_t iy = oy * sy - g->pads[0] + ky * dy;
-                    if (iy >= 0 && iy < H) acc += x[iy * W + ix];
-                }
+            for (int64_t kx = kx0; kx < kx1; kx++) {
+                const float *col = x + (iy0 + ky0 * dy) * W + ix0 + kx * dx;
+                for (int64_t ky = ky0; ky < ky1; ky++, col += dy * W) acc += *col;
             }
-            int64_t cntv = j->include_pad ? cy * cx : ny * nx;
+            int64_t cntv = j->include_pad ? cy * cx : (ky1 - ky0) * (kx1 - kx0);
             y[oy * ow + ox] = (float)((double)acc / (double)cntv);
         }
     }
