@@ -422,7 +422,8 @@ static const kiln_pass cpu_pre_passes[] = {
     {"fuse_qdq", kiln_pass_fuse_qdq},
 };
 
-/* The CPU's pass pipeline over the inferred graph: int8 MatMul chains, attention, GELU, bias, residual and
+/* The CPU's pass pipeline over the inferred graph: int8 MatMul chains, attention, GELU, layer
+ * normalisation written out, bias, residual and
  * activation fusion into the kernels above (bias and activation in subgraphs too), a gated
  * MLP's SiLU(gate) * up as one kernel and its int4 gate and up products as one, then the
  * blocked layout. */
@@ -431,6 +432,7 @@ static const kiln_pass cpu_passes[] = {
     {"adopt_ms_fused_conv", kiln_pass_adopt_ms_fused_conv},
     {"fuse_attention", kiln_pass_fuse_attention},
     {"fuse_gelu", kiln_pass_fuse_gelu},
+    {"fuse_layernorm", kiln_pass_fuse_layernorm},
     {"fuse_matmul_bias", kiln_pass_fuse_matmul_bias},
     {"fuse_residual", kiln_pass_fuse_residual},
     {"fuse_activation", kiln_pass_fuse_activation},

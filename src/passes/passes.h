@@ -90,6 +90,9 @@ kiln_status kiln_pass_fuse_elementwise(kiln_graph *g, int *fused, kiln_err *err)
  * pooling pass to each other, where every reader and the producer have a blocked kernel
  * (layout_nchwc.c). CPU sessions whose CPU runs src/cpu/nchwc.h's kernels only; run last.
  * *blocked receives the count of blocked values. */
+/* Layer normalisation written out (ReduceMean, Sub, Pow, ReduceMean, Add eps, Sqrt, Div, Mul
+ * gamma, Add beta) becomes one LayerNormalization (fuse_layernorm.c). *fused receives the count. */
+kiln_status kiln_pass_fuse_layernorm(kiln_graph *g, int *fused, kiln_err *err);
 kiln_status kiln_pass_layout_nchwc(kiln_graph *g, int *blocked, kiln_err *err);
 /* The input of node n that an element-wise kernel may read blocked because output element i
  * depends on its element i alone, or -1: a default-domain unary op (kiln_ops_unary_code) or Clip

@@ -20,7 +20,7 @@
 #include "passes/passes.h"
 #include "unit.h"
 
-enum { FLOAT = 1, UINT8 = 2, FLOAT16 = 10 };
+enum { FLOAT = 1, UINT8 = 2, INT64 = 7, FLOAT16 = 10 };
 
 static const kiln_pass P_FOLD = {"fold_constants", kiln_pass_fold_constants};
 static const kiln_pass P_CONV_BN = {"fold_conv_bn", kiln_pass_fold_conv_bn};
@@ -28,6 +28,7 @@ static const kiln_pass P_RESIDUAL = {"fuse_residual", kiln_pass_fuse_residual};
 static const kiln_pass P_ACT = {"fuse_activation", kiln_pass_fuse_activation};
 static const kiln_pass P_BIAS = {"fuse_matmul_bias", kiln_pass_fuse_matmul_bias};
 static const kiln_pass P_GELU = {"fuse_gelu", kiln_pass_fuse_gelu};
+static const kiln_pass P_LN = {"fuse_layernorm", kiln_pass_fuse_layernorm};
 static const kiln_pass P_ATTN = {"fuse_attention", kiln_pass_fuse_attention};
 static const kiln_pass P_ATTN_GPU = {"fuse_attention", kiln_pass_fuse_attention_gpu};
 static const kiln_pass P_NCHWC = {"layout_nchwc", kiln_pass_layout_nchwc};
@@ -683,6 +684,80 @@ static void test_fuse_gelu(void)
     free(b.buf);
 }
 
+/* Layer normalisation written out over the last `axes` axes of X [3, 5, 8] (opset 13: axes
+ * attributes; 18: an axes input), in the variants exporters write; form:
+ *   0  Pow(d, 2), Add(v, eps), Mul(n, gamma), Add(y, beta)
+ *   1  Mul(d, d), Add(eps, v), Mul(gamma, n), Add(beta, y)
+ *   2  no beta
+ *   3  over the last two axes
+ *   4  opset 18
+ * and what must stay: 5 Mul(d, sd) for the Div (not a normalisation), 6 a mean over axis 1, 7 d
+ * read outside the pattern, 8 gamma of the wrong shape. Fused: one LayerNormalization (axis, epsilon), outputs
+ * as the unfused session's within 1e-5. */
+static void test_fuse_layernorm(void)
+{
+    for (int form = 0; form < 9; form++) {
+        int opset = form == 4 ? 18 : 13, k = form == 3 ? 2 : 1;
+        mg_model *m = mg_new(opset);
+        mg_input(m, "X", FLOAT, 3, (int64_t[]){3, 5, 8}, NULL);
+        int64_t axes[2] = {k == 2 ? 1 : 2, 2};
+        if (form == 6) axes[0] = 1;
+        for (int r = 0; r < 2; r++) {
+            const char *in = r ? "sq" : "X", *outv = r ? "v" : "mu";
+            if (opset >= 18) {
+                mg_init_raw(m, r ? "ax1" : "ax0", INT64, 8, 1, (int64_t[]){k}, axes);
+                mg_node(m, "ReduceMean", "", (const char *[]){in, r ? "ax1" : "ax0", NULL}, (const char *[]){outv, NULL});
+            } else {
+                mg_node(m, "ReduceMean", "", (const char *[]){in, NULL}, (const char *[]){outv, NULL});
+                mg_attr_ints(m, "axes", k, axes);
+            }
+        }
+        /* (the second ReduceMean is added above before its input: nodes are sorted at load) */
+        mg_node(m, "Sub", "", (const char *[]){"X", "mu", NULL}, (const char *[]){"d", NULL});
+        scalar(m, "two", 2.0f);
+        if (form == 1) mg_node(m, "Mul", "", (const char *[]){"d", "d", NULL}, (const char *[]){"sq", NULL});
+        else mg_node(m, "Pow", "", (const char *[]){"d", "two", NULL}, (const char *[]){"sq", NULL});
+        scalar(m, "eps", 1e-5f);
+        mg_node(m, "Add", "", form == 1 ? (const char *[]){"eps", "v", NULL} : (const char *[]){"v", "eps", NULL},
+                (const char *[]){"ve", NULL});
+        mg_node(m, "Sqrt", "", (const char *[]){"ve", NULL}, (const char *[]){"sd", NULL});
+        mg_node(m, form == 5 ? "Mul" : "Div", "", (const char *[]){"d", "sd", NULL}, (const char *[]){"nrm", NULL});
+        int64_t gd[2] = {k == 2 ? 5 : 8, 8};
+        init(m, "gamma", form == 8 ? 2 : k, form == 8 ? (int64_t[]){1, 8} : gd);
+        init(m, "beta", k, gd);
+        bool beta = form != 2;
+        mg_node(m, "Mul", "", form == 1 ? (const char *[]){"gamma", "nrm", NULL} : (const char *[]){"nrm", "gamma", NULL},
+                (const char *[]){beta ? "sc" : "Y", NULL});
+        if (beta)
+            mg_node(m, "Add", "", form == 1 ? (const char *[]){"beta", "sc", NULL} : (const char *[]){"sc", "beta", NULL},
+                    (const char *[]){"Y", NULL});
+        mg_output(m, "Y");
+        if (form == 7) {
+            mg_node(m, "Relu", "", (const char *[]){"d", NULL}, (const char *[]){"Z", NULL});
+            mg_output(m, "Z");
+        }
+        built b = finish(m);
+        kiln_model *md = load(&b);
+        bool want = form <= 4;
+        int fused = md ? run_pass(md, &P_LN) : -1;
+        if (fused != (want ? 1 : 0)) fprintf(stderr, "fuse_layernorm form %d: %d fused\n", form, fused);
+        CHECK(fused == (want ? 1 : 0));
+        if (md && want) {
+            kiln_node *ln = find_op(md->graph, "", "LayerNormalization");
+            CHECK(md->graph->n_nodes == 1 && ln && ln->op && ln->n_in == (beta ? 3 : 2) && !strcmp(ln->in[0]->name, "X"));
+            CHECK(ln && kiln_attr_int(ln, "axis", 0) == 3 - k && kiln_attr_float(ln, "epsilon", 0) == 1e-5f &&
+                  !strcmp(ln->out[0]->name, "Y"));
+        }
+        kiln_model_free(md);
+        int ranks[] = {3};
+        int64_t dims[][4] = {{3, 5, 8}};
+        double diff = session_diff(&b, 1, X_ONLY, ranks, dims);
+        if (!(diff <= 1e-5)) fprintf(stderr, "fuse_layernorm form %d: %g\n", form, diff);
+        CHECK(diff <= 1e-5);
+        free(b.buf);
+    }
+}
+
 /* Y = Softmax(scale_op(Q K^T, scale)) V over values Q, K, V and scale of m, written out. */
 static void attention_nodes(mg_model *m, const char *scale_op)
 {
@@ -935,8 +1010,6 @@ static void test_layout_nchwc(void)
 }
 
 /* ---- layout_nchwc over feature pyramids: Add, GlobalMaxPool and nearest Resize ---- */
-
-enum { INT64 = 7 };
 
 /* b compiled as a CPU session compiles it before choosing kernels (src/exec/session.c): the
  * CPU's early passes, the generic ones, inference and the CPU's own, the layout pass among them
@@ -1545,6 +1618,7 @@ int main(void)
     test_fused_reference();
     test_fuse_matmul_bias_and_gemm();
     test_fuse_gelu();
+    test_fuse_layernorm();
     test_fuse_attention();
     test_fuse_attention_f16();
     test_fuse_attention_exported();
