@@ -45,13 +45,16 @@ def package_file(module, rel):
 
 def package_cases():
     """The ONNX files that public PyPI packages ship (requirements.txt), at
-    the shapes those packages run them: RapidOCR's PP-OCRv4 det on a 480x640 page and rec on a
+    the shapes those packages run them: RapidOCR's PP-OCRv4 det on a 480x640 page and a 96x320
+    strip, rec on a
     48x320 text line, its cls on 48x192; faster-whisper's Silero VAD v6 on one 512-sample chunk
     (+ 64 samples of context) with its LSTM state; text2tashkeel's int8 BiLSTMs on a 40-letter
     sentence."""
     ocr = "rapidocr_onnxruntime"
     yield "RapidOCR det (PP-OCRv4)", "480x640", package_file(ocr, "models/ch_PP-OCRv4_det_infer.onnx"), \
         {"x": [1, 3, 480, 640]}
+    yield "RapidOCR det (PP-OCRv4)", "96x320", package_file(ocr, "models/ch_PP-OCRv4_det_infer.onnx"), \
+        {"x": [1, 3, 96, 320]}
     yield "RapidOCR rec (PP-OCRv4)", "48x320", package_file(ocr, "models/ch_PP-OCRv4_rec_infer.onnx"), \
         {"x": [1, 3, 48, 320]}
     yield "RapidOCR cls (mobile v2)", "48x192", package_file(ocr, "models/ch_ppocr_mobile_v2.0_cls_infer.onnx"), \
