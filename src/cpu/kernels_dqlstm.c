@@ -18,8 +18,7 @@
 enum { IN_X, IN_W, IN_R, IN_B, IN_LENS, IN_H0, IN_C0, IN_P, IN_WS, IN_WZ, IN_RS, IN_RZ };
 
 typedef struct dqlstm_dir {
-    kiln_qgemm_packed_b *w, *r; /* [I, 4H], [H, 4H] */
-    int32_t *wz, *rz;           /* [4H] zero points */
+    kiln_qgemm_packed_b *w, *r; /* [I, 4H], [H, 4H], their zero points bound */
     float *ws, *rs;             /* [4H] scales */
 } dqlstm_dir;
 
@@ -36,8 +35,6 @@ static void state_free(void *p)
     for (int d = 0; d < 2; d++) {
         kiln_qgemm_packed_b_free(s->d[d].w);
         kiln_qgemm_packed_b_free(s->d[d].r);
-        free(s->d[d].wz);
-        free(s->d[d].rz);
         free(s->d[d].ws);
         free(s->d[d].rs);
     }
@@ -64,9 +61,10 @@ static void scale_out(const int32_t *acc, int64_t M, int64_t G, float as, const 
     for (int64_t m = 0; m < M; m++) kiln_cpu_dequant_row(acc + m * G, G, as, sc, true, NULL, out + m * G);
 }
 
-/* A [M, K] float quantized to uint8 over all its values, times packed B, into acc */
+/* A [M, K] float quantized to uint8 over all its values, times packed B (its zero points bound
+ * to it), into acc [M, G] */
 static kiln_status qmul(const kiln_qgemm_ctx *ctx, const float *A, int64_t M, int64_t K, const kiln_qgemm_packed_b *pb,
-                        const int32_t *bz, int64_t G, uint8_t *qa, int32_t *acc, float *as)
+                        int64_t G, uint8_t *qa, int32_t *acc, float *as)
 {
     float mn, mx;
     int32_t az;
@@ -77,7 +75,7 @@ static kiln_status qmul(const kiln_qgemm_ctx *ctx, const float *A, int64_t M, in
     kiln_dynquant_params(mn, mx, as, &az);
     kiln_cpu_quantize(ctx->pool, A, M * K, *as, az, false, qa);
     kiln_qgemm_args a = {.M = M, .N = G, .K = K, .A = qa, .lda = K, .a_signed = false, .a_zp = az, .pb = pb,
-                         .b_zp = bz, .n_bzp = G, .C = acc, .ldc = G};
+                         .b_zp_bound = true, .C = acc, .ldc = G};
     return kiln_qgemm(ctx, &a);
 }
 
@@ -119,7 +117,7 @@ static kiln_status dqlstm_direction(const dqlstm_job *j, int d)
     for (int64_t step = 0; step < S && !st; step++) {
         int64_t t = rev ? S - 1 - step : step;
         float as;
-        if ((st = qmul(&ctx, h, Bn, Hs, dd->r, dd->rz, G, qa, acc, &as))) break;
+        if ((st = qmul(&ctx, h, Bn, Hs, dd->r, G, qa, acc, &as))) break;
         scale_out(acc, Bn, G, as, dd->rs, gh);
         for (int64_t b = 0; b < Bn; b++) {
             float *hb = h + b * Hs, *cb = cs + b * Hs;
@@ -172,7 +170,7 @@ static kiln_status dqlstm_run(kiln_run_ctx *c)
     for (int d = 0; d < dirs && !st; d++) {
         float as;
         j.gx[d] = gx + d * rows * G;
-        if ((st = qmul(&ctx, X->data, rows, I, s->d[d].w, s->d[d].wz, G, qa, acc, &as)))
+        if ((st = qmul(&ctx, X->data, rows, I, s->d[d].w, G, qa, acc, &as)))
             st = kiln_run_fail(c, st, "int8 GEMM failed");
         else scale_out(acc, rows, G, as, s->d[d].ws, gx + d * rows * G);
     }
@@ -194,10 +192,10 @@ static kiln_kernel_fn select_dqlstm(kiln_node *n)
         kiln_attr_int(n, "input_forget", 0))
         return NULL;
     const kiln_value *W = kiln_ir_constant(n->in[IN_W]), *R = kiln_ir_constant(n->in[IN_R]);
-    const kiln_value *ws = kiln_ir_constant(n->in[IN_WS]), *wz = kiln_ir_constant(n->in[IN_WZ]);
-    const kiln_value *rs = kiln_ir_constant(n->in[IN_RS]), *rz = kiln_ir_constant(n->in[IN_RZ]);
+    const kiln_value *ws = kiln_ir_constant(n->in[IN_WS]), *wzv = kiln_ir_constant(n->in[IN_WZ]);
+    const kiln_value *rs = kiln_ir_constant(n->in[IN_RS]), *rzv = kiln_ir_constant(n->in[IN_RZ]);
     int dirs = !strcmp(kiln_attr_string(n, "direction", "forward"), "bidirectional") ? 2 : 1;
-    if (!W || !R || !ws || !wz || !rs || !rz || W->rank != 3 || R->rank != 3 || W->dtype != R->dtype ||
+    if (!W || !R || !ws || !wzv || !rs || !rzv || W->rank != 3 || R->rank != 3 || W->dtype != R->dtype ||
         (W->dtype != KILN_DTYPE_INT8 && W->dtype != KILN_DTYPE_UINT8) || W->dims[0] != dirs || R->dims[0] != dirs)
         return NULL;
     int64_t I = W->dims[1], H = R->dims[1], G = 4 * H;
@@ -208,15 +206,19 @@ static kiln_kernel_fn select_dqlstm(kiln_node *n)
     s->dirs = dirs, s->I = I, s->H = H;
     bool sg = W->dtype == KILN_DTYPE_INT8, ok = true;
     kiln_qgemm_ctx ctx = {0};
+    int32_t *wz = malloc((size_t)G * sizeof *wz), *rz = malloc((size_t)G * sizeof *rz); /* one direction's */
+    ok = wz && rz;
     for (int d = 0; d < dirs && ok; d++) {
         dqlstm_dir *dd = &s->d[d];
-        dd->wz = malloc((size_t)G * sizeof *dd->wz), dd->rz = malloc((size_t)G * sizeof *dd->rz);
         dd->ws = malloc((size_t)G * sizeof *dd->ws), dd->rs = malloc((size_t)G * sizeof *dd->rs);
-        ok = dd->wz && dd->rz && dd->ws && dd->rs && params_at(ws, wz, W->dtype, dirs, G, d, dd->ws, dd->wz) &&
-             params_at(rs, rz, R->dtype, dirs, G, d, dd->rs, dd->rz) &&
+        ok = dd->ws && dd->rs && params_at(ws, wzv, W->dtype, dirs, G, d, dd->ws, wz) &&
+             params_at(rs, rzv, R->dtype, dirs, G, d, dd->rs, rz) &&
              !kiln_qgemm_packed_b_create(&ctx, I, G, (const int8_t *)W->data + d * I * G, G, sg, &dd->w) &&
-             !kiln_qgemm_packed_b_create(&ctx, H, G, (const int8_t *)R->data + d * H * G, G, sg, &dd->r);
+             !kiln_qgemm_packed_b_create(&ctx, H, G, (const int8_t *)R->data + d * H * G, G, sg, &dd->r) &&
+             !kiln_qgemm_packed_b_bind_zp(dd->w, wz, G) && !kiln_qgemm_packed_b_bind_zp(dd->r, rz, G);
     }
+    free(wz);
+    free(rz);
     if (!ok) {
         state_free(s);
         return NULL;

@@ -163,6 +163,10 @@ struct kiln_qgemm_packed_b {
     uint8_t *data;       /* panel p at data + p * panel_bytes, 64-byte aligned */
     int32_t *colsum;     /* [n_pad] sums of the stored (signed) values per column */
     void *raw;
+    /* zero points bound by kiln_qgemm_packed_b_bind_zp, or NULL: a copy of them (zp, n_zp), and
+     * the kernels' per-column terms kiln_qgemm derives from them (zb, cs: [n_pad] each) */
+    int32_t *zp, *zb, *cs;
+    int64_t n_zp;
 };
 
 /* The sizes of a packed B for kernel k; false on overflow. */
@@ -208,10 +212,47 @@ kiln_status kiln_qgemm_packed_b_create(const kiln_qgemm_ctx *ctx, int64_t K, int
     return KILN_OK;
 }
 
+/* zb = the zero points as the kernels subtract them (per column, or the first for every column,
+ * padding columns included; shifted by 128 for unsigned B), cs = colsum - K zb (wrapping). */
+static void zero_terms(const int32_t *b_zp, int64_t n_bzp, bool b_signed, int64_t K, int64_t N, int64_t n_pad,
+                       const int32_t *colsum, int32_t *zb, int32_t *cs)
+{
+    /* (two loops without a branch inside, as a step of a recurrent GEMV runs this for every call) */
+    int32_t shift_b = b_signed ? 0 : 128, zb0 = (b_zp ? b_zp[0] : 0) - shift_b;
+    int64_t c = 0;
+    if (b_zp && n_bzp != 1)
+        for (; c < N; c++) zb[c] = b_zp[c] - shift_b;
+    for (; c < n_pad; c++) zb[c] = zb0;
+    /* 4 lanes at a time (n_pad is a multiple of the panel width) */
+    typedef uint32_t u32x4 __attribute__((vector_size(16)));
+    for (c = 0; c + 4 <= n_pad; c += 4) {
+        u32x4 sv, z;
+        memcpy(&sv, colsum + c, sizeof sv);
+        memcpy(&z, zb + c, sizeof z);
+        sv -= (uint32_t)K * z;
+        memcpy(cs + c, &sv, sizeof sv);
+    }
+    for (; c < n_pad; c++) cs[c] = (int32_t)((uint32_t)colsum[c] - (uint32_t)K * (uint32_t)zb[c]);
+}
+
+kiln_status kiln_qgemm_packed_b_bind_zp(kiln_qgemm_packed_b *pb, const int32_t *b_zp, int64_t n_bzp)
+{
+    if (!pb || (b_zp && n_bzp != 1 && n_bzp != pb->N) || (!b_zp && n_bzp)) return KILN_ERR_INVALID_ARG;
+    int64_t n = b_zp ? n_bzp : 0;
+    int32_t *buf = malloc((size_t)(n + 2 * pb->n_pad + 1) * sizeof *buf);
+    if (!buf) return KILN_ERR_NOMEM;
+    free(pb->zp);
+    pb->zp = buf, pb->zb = buf + n, pb->cs = pb->zb + pb->n_pad, pb->n_zp = n;
+    if (n) memcpy(pb->zp, b_zp, (size_t)n * sizeof *buf);
+    zero_terms(n ? pb->zp : NULL, n, pb->b_signed, pb->K, pb->N, pb->n_pad, pb->colsum, pb->zb, pb->cs);
+    return KILN_OK;
+}
+
 void kiln_qgemm_packed_b_free(kiln_qgemm_packed_b *pb)
 {
     if (!pb) return;
     free(pb->raw);
+    free(pb->zp);
     free(pb);
 }
 
@@ -371,6 +412,10 @@ kiln_status kiln_qgemm(const kiln_qgemm_ctx *ctx, const kiln_qgemm_args *a)
     if (pb) level = pb->level;
     kiln_qgemm_args g = *a;
     if (pb) g.K = pb->K, g.N = pb->N, g.b_signed = pb->b_signed;
+    if (g.b_zp_bound) {
+        if (!pb || !pb->zb) return KILN_ERR_INVALID_ARG;
+        g.b_zp = pb->n_zp ? pb->zp : NULL, g.n_bzp = pb->n_zp;
+    }
     int64_t M = g.M, N = g.N, K = g.K;
     if (N < 0 || K < 0) return KILN_ERR_INVALID_ARG;
     if (M == 0 || N == 0) return KILN_OK;
@@ -413,23 +458,8 @@ kiln_status kiln_qgemm(const kiln_qgemm_ctx *ctx, const kiln_qgemm_args *a)
     }
     /* the operands as the kernels multiply them: A unsigned, B signed; the zero points shifted alike */
     j.za = g.a_zp + (g.a_signed ? 128 : 0);
-    /* (per column when B has one zero point a column; padding columns take the first; two loops
-     * without a branch inside, as a step of a recurrent GEMV runs this for every call) */
-    int32_t shift_b = g.b_signed ? 0 : 128, zb0 = (g.b_zp ? g.b_zp[0] : 0) - shift_b;
-    int64_t c = 0;
-    if (g.b_zp && g.n_bzp != 1)
-        for (; c < N; c++) j.zb[c] = g.b_zp[c] - shift_b;
-    for (; c < n_pad; c++) j.zb[c] = zb0;
-    /* cs = colsum - K zb, wrapping; 4 lanes at a time (n_pad is a multiple of the panel width) */
-    typedef uint32_t u32x4 __attribute__((vector_size(16)));
-    for (c = 0; c + 4 <= n_pad; c += 4) {
-        u32x4 s, z;
-        memcpy(&s, j.colsum + c, sizeof s);
-        memcpy(&z, j.zb + c, sizeof z);
-        s -= (uint32_t)K * z;
-        memcpy(j.cs + c, &s, sizeof s);
-    }
-    for (; c < n_pad; c++) j.cs[c] = (int32_t)((uint32_t)j.colsum[c] - (uint32_t)K * (uint32_t)j.zb[c]);
+    if (g.b_zp_bound) j.zb = pb->zb, j.cs = pb->cs; /* derived once, when bound */
+    else zero_terms(g.b_zp, g.n_bzp, g.b_signed, K, N, n_pad, j.colsum, j.zb, j.cs);
     int64_t chunks = threads > 1 ? min64(j.m_pad / k->mr, 4 * (int64_t)threads) : 1;
     j.rows_per_chunk = round_up((j.m_pad + chunks - 1) / chunks, k->mr);
     kiln_threadpool_parallel_for(pool, (j.m_pad + j.rows_per_chunk - 1) / j.rows_per_chunk, pack_a_chunks, &j);

@@ -47,7 +47,8 @@ bool kiln_qgemm_level_supported(kiln_qgemm_level level);
 const char *kiln_qgemm_level_name(kiln_qgemm_level level);
 
 /* B [K, N] packed once for one level's kernels, with its column sums: constant weights skip the
- * packing of every call. Immutable, shareable across threads. Zero points are not part of it. */
+ * packing of every call. Immutable once made (and its zero points bound, if they are), shareable
+ * across threads. */
 typedef struct kiln_qgemm_packed_b kiln_qgemm_packed_b;
 
 /* Packs B [K, N] (row stride ldb bytes; int8 when b_signed, else uint8) at ctx's level (AUTO:
@@ -58,6 +59,11 @@ kiln_status kiln_qgemm_packed_b_create(const kiln_qgemm_ctx *ctx, int64_t K, int
                                        bool b_signed, kiln_qgemm_packed_b **out);
 /* NULL is a no-op. */
 void kiln_qgemm_packed_b_free(kiln_qgemm_packed_b *pb);
+/* Binds zero points to pb (b_zp: n_bzp of them, 1 or N; NULL with 0: zero), before pb is
+ * shared: calls with b_zp_bound take them and the per-column terms derived from them here, once
+ * (a recurrent GEMV of constant weights skips an O(N) pass a step). Errors:
+ * KILN_ERR_INVALID_ARG (a count neither 1 nor N), KILN_ERR_NOMEM. */
+kiln_status kiln_qgemm_packed_b_bind_zp(kiln_qgemm_packed_b *pb, const int32_t *b_zp, int64_t n_bzp);
 /* The inverse of the packing: writes B [K, N] densely, bytewise as it was given. O(K * N). */
 void kiln_qgemm_packed_b_unpack(const kiln_qgemm_packed_b *pb, void *B);
 /* K, N and signedness it was packed with. */
@@ -78,6 +84,7 @@ typedef struct kiln_qgemm_args {
     const kiln_qgemm_packed_b *pb;
     const int32_t *b_zp;
     int64_t n_bzp;
+    bool b_zp_bound; /* the zero points bound to pb (kiln_qgemm_packed_b_bind_zp): b_zp and n_bzp ignored */
     int32_t *C; /* [M, ldc] */
     int64_t ldc;
     kiln_qgemm_tile_fn tile; /* optional epilogue */

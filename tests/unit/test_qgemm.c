@@ -2,7 +2,8 @@
  * bit for bit: every instruction-set level this build has, forced one by one (a level the CPU
  * lacks is skipped, saying so), u8/s8 operands in all four combinations, per-tensor and
  * per-column zero points, odd and empty shapes, padded strides, B packed once or per call,
- * pools of 1 and 2 threads, the tile epilogue, and the packed B's unpacking. */
+ * pools of 1 and 2 threads, the tile epilogue, zero points bound to a packed B, and the packed
+ * B's unpacking. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,6 +73,14 @@ static void one_case(kiln_qgemm_level level, kiln_threadpool *pool, kiln_scratch
                 per_col ? "per-column" : "per-tensor", prepack ? "prepacked" : "packed per call", (long long)pad, tile);
     CHECK(same);
     if (tile && M && N) CHECK(tc.calls >= 1);
+    if (pb) { /* the same zero points bound to the packed B: the same results */
+        CHECK(kiln_qgemm_packed_b_bind_zp(pb, zp, per_col ? N : 1) == KILN_OK);
+        for (int64_t i = 0; i < M * ldc + 1; i++) C[i] = (int32_t)0x5a5a5a5a;
+        kiln_qgemm_args bound = args;
+        bound.b_zp = NULL, bound.n_bzp = 0, bound.b_zp_bound = true;
+        CHECK(kiln_qgemm(&ctx, &bound) == KILN_OK);
+        CHECK(!memcmp(C, R, (size_t)(M * ldc + 1) * sizeof *C));
+    }
     cases_run++;
 out:
     kiln_qgemm_packed_b_free(pb);
