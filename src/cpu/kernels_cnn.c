@@ -28,6 +28,7 @@ typedef struct plane_job {
     int64_t H, W, oh, ow;         /* 2-D windows */
     const kiln_nn_geom *g;
     bool include_pad;
+    bool wide;                    /* AveragePool: the CPU has AVX-512 (avg_row_avx512) */
     const float *x, *w, *bias;    /* bias: per channel (depthwise conv) */
     const kiln_act *act;          /* depthwise conv: fused activation */
     const float *a, *b;           /* BatchNormalization: y = x * a[c] + b[c] */
@@ -330,21 +331,77 @@ static void window_taps(int64_t i0, int64_t d, int64_t k, int64_t n, int64_t pad
     *k0 = a, *k1 = b > a ? b : a, *counted = c;
 }
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+/* Outputs [ox0, ox1) of one row whose windows lie wholly inside the row (columns kx 0 .. kw - 1
+ * at stride 1 or 2, no column dilation), 16 at a time: each lane sums its taps in avgpool_plane's
+ * order (columns outer, rows inner, from 0) and divides in double, so the lanes are its scalar
+ * bits. Returns the first output it left (the rest of a 16-wide step). */
+__attribute__((target("avx512f"))) static int64_t avg_row_avx512(const float *x, int64_t W, int64_t iy0, int64_t ky0,
+                                                                  int64_t ky1, int64_t dy, int64_t kw, int64_t sx,
+                                                                  int64_t pl, int64_t ox0, int64_t ox1, int64_t cnt,
+                                                                  float *y)
+{
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512d dc = _mm512_set1_pd((double)cnt);
+    int64_t ox = ox0;
+    for (; ox + 16 <= ox1; ox += 16) {
+        __m512 acc = _mm512_setzero_ps();
+        for (int64_t kx = 0; kx < kw; kx++) {
+            const float *col = x + (iy0 + ky0 * dy) * W + ox * sx - pl + kx;
+            for (int64_t ky = ky0; ky < ky1; ky++, col += dy * W)
+                acc = _mm512_add_ps(acc, sx == 1 ? _mm512_loadu_ps(col)
+                                                 : _mm512_permutex2var_ps(_mm512_loadu_ps(col), even,
+                                                                          _mm512_loadu_ps(col + 16)));
+        }
+        __m512d lo = _mm512_div_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(acc)), dc);
+        __m512d hi = _mm512_div_pd(_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1))), dc);
+        _mm256_storeu_ps(y + ox, _mm512_cvtpd_ps(lo));
+        _mm256_storeu_ps(y + ox + 8, _mm512_cvtpd_ps(hi));
+    }
+    return ox;
+}
+#endif
+
 /* The taps of each output row and column found once per row and column (not per element); each
- * output sums its taps in the reference's order (columns outer, rows inner) from 0 and divides
- * in double, so the results are the reference's bit for bit. */
+ * output sums its taps in float32 (columns outer, rows inner, from 0: the reference sums in
+ * double, within float32 rounding of this) and divides in double. Runs of outputs whose windows
+ * lie inside the row take 16 at a time where the CPU has AVX-512 (stride 1 or 2, no column
+ * dilation), each lane the scalar path's bits. */
 static void avgpool_plane(const plane_job *j, int64_t p)
 {
     const kiln_nn_geom *g = j->g;
     const float *x = j->x + p * j->in_sz;
     float *y = j->y + p * j->out_sz;
     int64_t sy = g->strides[0], sx = g->strides[1], dy = g->dilations[0], dx = g->dilations[1];
-    int64_t kh = g->kernel[0], kw = g->kernel[1], ow = j->ow, H = j->H, W = j->W;
+    int64_t kh = g->kernel[0], kw = g->kernel[1], ow = j->ow, H = j->H, W = j->W, pl = g->pads[1];
+    /* the outputs whose windows lie inside the row: ox * sx - pl >= 0 and ox * sx - pl + kw - 1 < W
+     * (a stride-2 step reads 32 floats from its first tap: up to 2 * 15 + kw - 1 past it) */
+    int64_t in0 = 0, in1 = 0;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (j->wide && dx == 1 && (sx == 1 || sx == 2) && W - kw + pl >= 0) {
+        in0 = (pl + sx - 1) / sx;
+        in1 = (W - kw + pl) / sx + 1; /* past the last ox with ox * sx - pl + kw - 1 <= W - 1 */
+        if (sx == 2) { /* a step from s reads 32 floats from its last tap: s * 2 - pl + kw + 30 <= W - 1 */
+            int64_t room = W - 31 - kw + pl;
+            int64_t load1 = room >= 0 ? room / 2 + 16 : 0;
+            if (in1 > load1) in1 = load1;
+        }
+        if (in1 > ow) in1 = ow;
+        if (in1 < in0) in1 = in0;
+    }
+#endif
     for (int64_t oy = 0; oy < j->oh; oy++) {
         int64_t iy0 = oy * sy - g->pads[0], ky0, ky1, cy;
         window_taps(iy0, dy, kh, H, g->pads[2], &ky0, &ky1, &cy);
         for (int64_t ox = 0; ox < ow; ox++) {
-            int64_t ix0 = ox * sx - g->pads[1], kx0, kx1, cx;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+            if (ox == in0 && in1 - in0 >= 16) {
+                int64_t cnt = j->include_pad ? cy * kw : (ky1 - ky0) * kw;
+                ox = avg_row_avx512(x, W, iy0, ky0, ky1, dy, kw, sx, pl, in0, in1, cnt, y + oy * ow);
+                if (ox >= ow) break;
+            }
+#endif
+            int64_t ix0 = ox * sx - pl, kx0, kx1, cx;
             window_taps(ix0, dx, kw, W, g->pads[3], &kx0, &kx1, &cx);
             float acc = 0.0f;
             for (int64_t kx = kx0; kx < kx1; kx++) {
@@ -382,7 +439,8 @@ static kiln_status pool2d_run(kiln_run_ctx *c, bool is_max)
     plane_job j = {.plane = is_max ? maxpool_plane : avgpool_plane, .planes = X->dims[0] * X->dims[1],
                    .in_sz = X->dims[2] * X->dims[3], .out_sz = od[0] * od[1], .H = X->dims[2], .W = X->dims[3],
                    .oh = od[0], .ow = od[1], .g = &g, .x = X->data, .y = Y->data,
-                   .include_pad = kiln_attr_int(nd, "count_include_pad", 0) != 0};
+                   .include_pad = kiln_attr_int(nd, "count_include_pad", 0) != 0,
+                   .wide = kiln_gemm_level_detect() == KILN_GEMM_LEVEL_AVX512};
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     if (is_max && maxpool3_fits(&j)) j.plane = maxpool3_plane_avx512;
 #endif
