@@ -333,14 +333,9 @@ static kiln_status fuse_all(kiln_graph *g, bool gpu16, int *fused, kiln_err *err
     for (int k = 0; k < g->n_nodes && !any; k++) any = !strcmp(g->nodes[k]->op_type, "Softmax");
     if (!any) return KILN_OK;
     /* the types the pattern checks are the compile's inference, which runs before the CPU's passes */
-    bool *candidate = kiln_arena_calloc(&g->model->arena, (size_t)g->n_nodes + 1, sizeof *candidate);
+    static const char *const pure[] = {"MatMul", "Mul", "Div", "Add", "Softmax", "Transpose", "Reshape"};
+    bool *candidate = kiln_passes_mark_ops(g, pure, (int)(sizeof pure / sizeof *pure));
     if (!candidate) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
-    for (int k = 0; k < g->n_nodes; k++) {
-        kiln_node *n = g->nodes[k];
-        static const char *const pure[] = {"MatMul", "Mul", "Div", "Add", "Softmax", "Transpose", "Reshape"};
-        for (size_t i = 0; i < sizeof pure / sizeof *pure; i++)
-            candidate[k] = candidate[k] || (!*n->domain && !strcmp(n->op_type, pure[i]));
-    }
     int n0 = g->n_nodes;
     for (int k = 0; k < n0; k++) {
         kiln_node *n = g->nodes[k];

@@ -13,7 +13,6 @@
 #include <string.h>
 
 #include "core/dtype.h"
-#include "ops/eval.h"
 #include "ops/op.h"
 #include "passes/passes.h"
 #include "passes/rewrite.h"
@@ -147,13 +146,7 @@ static kiln_status fuse(kiln_graph *g, kiln_node *e, bool tanh_form, bool *done,
     kiln_attr *at = kiln_passes_new_attrs(g, 1);
     if (!at) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
     at[0] = (kiln_attr){.name = "approximate", .type = KILN_ATTR_STRING, .s = "tanh", .s_len = 4};
-    KILN_TRY(kiln_node_set_inputs(target, 1, &x, err));
-    target->op_type = "Gelu";
-    target->domain = "";
-    target->opset = 20;
-    target->attrs = at;
-    target->n_attrs = tanh_form ? 1 : 0;
-    KILN_TRY(kiln_node_bind(target, err));
+    KILN_TRY(kiln_passes_become(target, "Gelu", "", 20, 1, &x, at, tanh_form ? 1 : 0, err));
     *done = true;
     return KILN_OK;
 }
@@ -199,13 +192,7 @@ static kiln_status fuse_hardswish(kiln_graph *g, kiln_node *c, bool *done, kiln_
         return KILN_OK;
     if (!kiln_ir_is_f32(target->out[0]) || target->out[0]->type.rank != r || !kiln_op_lookup("", "HardSwish", 14))
         return KILN_OK;
-    KILN_TRY(kiln_node_set_inputs(target, 1, &x, err));
-    target->op_type = "HardSwish";
-    target->domain = "";
-    target->opset = 14;
-    target->attrs = NULL;
-    target->n_attrs = 0;
-    KILN_TRY(kiln_node_bind(target, err));
+    KILN_TRY(kiln_passes_become(target, "HardSwish", "", 14, 1, &x, NULL, 0, err));
     *done = true;
     return KILN_OK;
 }
@@ -218,15 +205,10 @@ kiln_status kiln_pass_fuse_gelu(kiln_graph *g, int *fused, kiln_err *err)
         any = !*g->nodes[k]->domain && (!strcmp(g->nodes[k]->op_type, "Erf") || !strcmp(g->nodes[k]->op_type, "Tanh") ||
                                         !strcmp(g->nodes[k]->op_type, "Clip"));
     if (!any) return KILN_OK;
-    bool *candidate = kiln_arena_calloc(&g->model->arena, (size_t)g->n_nodes + 1, sizeof *candidate);
+    static const char *const pure[] = {"Mul", "Div", "Add", "Erf", "Tanh", "Pow", "Clip"};
+    bool *candidate = kiln_passes_mark_ops(g, pure, (int)(sizeof pure / sizeof *pure));
     if (!candidate) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
     int n0 = g->n_nodes;
-    for (int k = 0; k < n0; k++) {
-        kiln_node *n = g->nodes[k];
-        static const char *const pure[] = {"Mul", "Div", "Add", "Erf", "Tanh", "Pow", "Clip"};
-        for (size_t i = 0; i < sizeof pure / sizeof *pure; i++)
-            candidate[k] = candidate[k] || (!*n->domain && !strcmp(n->op_type, pure[i]));
-    }
     for (int k = 0; k < n0; k++) {
         kiln_node *n = g->nodes[k];
         bool erf = !strcmp(n->op_type, "Erf"), tanh_form = !strcmp(n->op_type, "Tanh"), clip = !strcmp(n->op_type, "Clip");

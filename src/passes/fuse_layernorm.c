@@ -14,7 +14,6 @@
 #include <string.h>
 
 #include "core/dtype.h"
-#include "ops/eval.h"
 #include "ops/op.h"
 #include "passes/passes.h"
 #include "passes/rewrite.h"
@@ -132,13 +131,7 @@ static kiln_status fuse(kiln_graph *g, kiln_node *m, bool *done, kiln_err *err)
     at[0] = (kiln_attr){.name = "axis", .type = KILN_ATTR_INT, .i = k};
     at[1] = (kiln_attr){.name = "epsilon", .type = KILN_ATTR_FLOAT, .f = (float)eps};
     kiln_ir_value *ins[3] = {x, gamma, beta};
-    KILN_TRY(kiln_node_set_inputs(target, beta ? 3 : 2, ins, err));
-    target->op_type = "LayerNormalization";
-    target->domain = "";
-    target->opset = 17;
-    target->attrs = at;
-    target->n_attrs = 2;
-    KILN_TRY(kiln_node_bind(target, err));
+    KILN_TRY(kiln_passes_become(target, "LayerNormalization", "", 17, beta ? 3 : 2, ins, at, 2, err));
     *done = true;
     return KILN_OK;
 }
@@ -149,15 +142,10 @@ kiln_status kiln_pass_fuse_layernorm(kiln_graph *g, int *fused, kiln_err *err)
     bool any = false;
     for (int k = 0; k < g->n_nodes && !any; k++) any = !*g->nodes[k]->domain && !strcmp(g->nodes[k]->op_type, "ReduceMean");
     if (!any) return KILN_OK;
-    bool *candidate = kiln_arena_calloc(&g->model->arena, (size_t)g->n_nodes + 1, sizeof *candidate);
+    static const char *const pure[] = {"ReduceMean", "Sub", "Pow", "Mul", "Add", "Sqrt", "Div"};
+    bool *candidate = kiln_passes_mark_ops(g, pure, (int)(sizeof pure / sizeof *pure));
     if (!candidate) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
     int n0 = g->n_nodes;
-    for (int k = 0; k < n0; k++) {
-        kiln_node *n = g->nodes[k];
-        static const char *const pure[] = {"ReduceMean", "Sub", "Pow", "Mul", "Add", "Sqrt", "Div"};
-        for (size_t i = 0; i < sizeof pure / sizeof *pure; i++)
-            candidate[k] = candidate[k] || (!*n->domain && !strcmp(n->op_type, pure[i]));
-    }
     for (int k = 0; k < n0; k++) {
         kiln_node *n = g->nodes[k];
         if (*n->domain || strcmp(n->op_type, "ReduceMean") || n->n_in < 1 || !n->in[0]) continue;

@@ -129,14 +129,10 @@ kiln_status kiln_pass_fuse_quant_matmul(kiln_graph *g, int *fused, kiln_err *err
     bool any = false;
     for (int k = 0; k < g->n_nodes && !any; k++) any = !*g->nodes[k]->domain && !strcmp(g->nodes[k]->op_type, "MatMulInteger");
     if (!any) return KILN_OK;
-    bool *candidate = kiln_arena_calloc(&g->model->arena, (size_t)g->n_nodes + 1, sizeof *candidate);
+    static const char *const pure[] = {"MatMulInteger", "Cast", "Mul"};
+    bool *candidate = kiln_passes_mark_ops(g, pure, (int)(sizeof pure / sizeof *pure));
     if (!candidate) return kiln_errf(err, KILN_ERR_NOMEM, "out of memory");
     int n0 = g->n_nodes;
-    for (int k = 0; k < n0; k++) {
-        kiln_node *n = g->nodes[k];
-        candidate[k] = !*n->domain && (!strcmp(n->op_type, "MatMulInteger") || !strcmp(n->op_type, "Cast") ||
-                                       !strcmp(n->op_type, "Mul"));
-    }
     for (int k = 0; k < n0; k++) {
         kiln_node *n = g->nodes[k];
         if (*n->domain || strcmp(n->op_type, "MatMulInteger")) continue;

@@ -1,5 +1,8 @@
 /* pipeline.c - the pass runner and the generic pipeline (pass.h). */
+#include <string.h>
+
 #include "core/arena.h"
+#include "ops/eval.h"
 #include "passes/pass.h"
 #include "passes/passes.h"
 #include "passes/rewrite.h"
@@ -44,4 +47,27 @@ void kiln_passes_sweep(kiln_graph *g, const bool *candidate)
 kiln_attr *kiln_passes_new_attrs(kiln_graph *g, int n)
 {
     return kiln_arena_calloc(&g->model->arena, (size_t)n, sizeof(kiln_attr));
+}
+
+bool *kiln_passes_mark_ops(kiln_graph *g, const char *const *ops, int n)
+{
+    bool *candidate = kiln_arena_calloc(&g->model->arena, (size_t)g->n_nodes + 1, sizeof *candidate);
+    if (!candidate) return NULL;
+    for (int k = 0; k < g->n_nodes; k++) {
+        const kiln_node *nd = g->nodes[k];
+        for (int i = 0; i < n && !candidate[k]; i++) candidate[k] = !*nd->domain && !strcmp(nd->op_type, ops[i]);
+    }
+    return candidate;
+}
+
+kiln_status kiln_passes_become(kiln_node *nd, const char *op_type, const char *domain, int opset, int n_in,
+                               kiln_ir_value *const *in, kiln_attr *at, int n_attrs, kiln_err *err)
+{
+    KILN_TRY(kiln_node_set_inputs(nd, n_in, in, err));
+    nd->op_type = op_type;
+    nd->domain = domain;
+    nd->opset = opset;
+    nd->attrs = at;
+    nd->n_attrs = n_attrs;
+    return kiln_node_bind(nd, err);
 }

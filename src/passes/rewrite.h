@@ -11,5 +11,13 @@
 void kiln_passes_sweep(kiln_graph *g, const bool *candidate);
 /* n zeroed attributes in g's model arena (NULL when out of memory), for a rewritten node. */
 kiln_attr *kiln_passes_new_attrs(kiln_graph *g, int n);
+/* candidate[k] for kiln_passes_sweep: whether g's node k (of those it has now) is of the default
+ * domain and one of the n op types `ops` (the pure ops a pattern may leave behind). In g's model
+ * arena; NULL when out of memory. */
+bool *kiln_passes_mark_ops(kiln_graph *g, const char *const *ops, int n);
+/* Rewrites node nd in place into op_type (domain, opset) with inputs in[0..n_in) (uses moved)
+ * and attributes at[0..n_attrs) (kiln_passes_new_attrs, or NULL), then binds it to the registry. */
+kiln_status kiln_passes_become(kiln_node *nd, const char *op_type, const char *domain, int opset, int n_in,
+                               kiln_ir_value *const *in, kiln_attr *at, int n_attrs, kiln_err *err);
 
 #endif
