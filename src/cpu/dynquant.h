@@ -22,8 +22,8 @@ void kiln_cpu_quantize(kiln_threadpool *pool, const float *x, int64_t n, float s
 
 /* out[j] = float(acc[j]) * (a_scale * b_scale[per_col ? j : 0]) (+ bias[j]) for j < n: a row of
  * an int8 GEMM's sums back to float (MatMulIntegerToFloat's epilogue, DynamicQuantizeLSTM's
- * projections and steps), 16 lanes at a time where the CPU has AVX-512, else 4. bias may be NULL; out may be acc's own storage
- * (each element is read before it is written). */
+ * projections and steps), 16 lanes at a time where the CPU has AVX-512, else 4. bias may be
+ * NULL; out may be acc's own storage (each element is read before it is written). */
 void kiln_cpu_dequant_row(const int32_t *acc, int64_t n, float a_scale, const float *b_scale, bool per_col,
                           const float *bias, float *out);
 

@@ -1224,11 +1224,11 @@ static kiln_kernel_fn select_conv_transpose(kiln_node *n)
 }
 
 /* Whether node n, a 2-D 3x3 convolution at stride 1 without dilation or groups of 16k input
- * channels (constant float32 weights), runs on the blocked kernels with both sides plain: its
- * input blocked into scratch for their Winograd transforms (nchwc.h) where the output has 144
- * pixels or more, their plain-input tiles below. PP-OCRv4 det's 96 -> 24 layer after a Concat
- * of 24-channel values, 120x160: 4.3 ms by winograd.c's F(2x2, 3x3) on plain values, ~1.5 by
- * the blocked F(4x4, 3x3) with the reorder. */
+ * channels (constant float32 weights, small enough for Winograd weights), runs on the blocked
+ * kernels with both sides plain: its input blocked into scratch for their Winograd transforms
+ * (nchwc.c) from 36 output pixels, their plain-input tiles below. PP-OCRv4 det's 96 -> 24
+ * layer after a Concat of 24-channel values, 120x160, two threads: 4.6 ms by winograd.c's
+ * F(2x2, 3x3) on plain values, 2.6 by the blocked F(4x4, 3x3) with the reorder (ORT 5.3). */
 static bool conv_nchwc_winograd_fits(const kiln_node *n)
 {
     const kiln_value *w = kiln_ir_constant(n->in[1]);
@@ -1236,7 +1236,7 @@ static bool conv_nchwc_winograd_fits(const kiln_node *n)
     char msg[128];
     return kiln_cpu_nchwc_available() && w && w->dtype == KILN_DTYPE_FLOAT32 && w->rank == 4 && n->in[0]->type.rank == 4 &&
            kiln_attr_int(n, "group", 1) == 1 && w->dims[2] == 3 && w->dims[3] == 3 && w->dims[1] % 16 == 0 &&
-           w->dims[0] * w->dims[1] <= 256 * 256 && conv_geom(n, 4, &g, msg, sizeof msg) && g.strides[0] == 1 &&
+           w->dims[0] * w->dims[1] <= KILN_NCHWC_WINO_MAX_MC && conv_geom(n, 4, &g, msg, sizeof msg) && g.strides[0] == 1 &&
            g.strides[1] == 1 && g.dilations[0] == 1 && g.dilations[1] == 1;
 }
 

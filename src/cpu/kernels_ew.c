@@ -18,7 +18,6 @@
 
 /* ---- binary ---- */
 
-
 /* y = a op b over n elements; vv: both vectors, vs: b one value, sv: a one value. */
 typedef void (*bin_vv_fn)(const float *a, const float *b, float *y, int64_t n);
 typedef void (*bin_vs_fn)(const float *a, float s, float *y, int64_t n);

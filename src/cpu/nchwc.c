@@ -12,7 +12,7 @@
  * pixels are cut into tiles of nearly equal size (7 = 4 + 3, not 6 + 1: a one-pixel tile is a
  * chain of dependent multiply-adds). A 1x1 stride-1 layer without pads is one long row per image
  * (its pixels are consecutive in both layouts). A 3x3 stride-1 layer with blocked input runs
- * by Winograd's F(2x2, 3x3) or F(4x4, 3x3) instead, from 12x12 outputs up (nchwc_winograd.c). Measured and not
+ * by Winograd's F(2x2, 3x3) or F(4x4, 3x3) instead, from 6x6 outputs up (nchwc_winograd.c). Measured and not
  * kept: the wide layers at the end of a CNN (256-2048 channels at 5x5-10x10) as a GEMM of output
  * pixels by W^T prepacked as B, the input gathered per tap as 16-channel vectors into the packed
  * A: 1x1 chains 0.94-0.99 of these tiles, 3x3 at 5x5 and 10x10 1.03-1.13, ResNet-50 end to end
@@ -59,7 +59,7 @@ enum { PF_AHEAD = 4 * KILN_NCHWC_BLOCK * KILN_NCHWC_BLOCK };
  * 18x18). ResNet-50's 3x3 layers at 224x224, one thread: 56x56 1.00 -> 0.72 ms, 28x28 0.99 ->
  * 0.75; at 14x14 (16 tiles of 4x4 for 49 of 2x2) 1.25 -> 1.55, so those stay on F(2x2, 3x3), and
  * 256-channel layers (9.4 MB of F(4x4, 3x3) weights each) do not get them. */
-enum { WINO_MIN_PX = 36, WINO_MAX_MC = 256 * 256, WINO4_MAX_MC = 128 * 128 };
+enum { WINO_MIN_PX = 36, WINO_MAX_MC = KILN_NCHWC_WINO_MAX_MC, WINO4_MAX_MC = 128 * 128 };
 /* input passes of a large 1x1 layer (see kiln_cpu_nchwc_conv_run) */
 enum { PASS_KB = 32, PASS_MIN_KB = 128 };
 

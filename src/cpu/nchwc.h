@@ -27,6 +27,9 @@
 /* Channels per block. */
 #define KILN_NCHWC_BLOCK 16
 
+/* Output x input channels up to which a 3x3 layer gets Winograd weights (kiln_cpu_nchwc_conv_pack). */
+#define KILN_NCHWC_WINO_MAX_MC (256 * 256)
+
 /* Whether this CPU runs the kernels here (AVX-512F). */
 bool kiln_cpu_nchwc_available(void);
 
@@ -35,9 +38,10 @@ typedef struct kiln_nchwc_conv kiln_nchwc_conv;
 /* W [M, C, kh, kw] (group 1) packed, per group of up to 4 blocks of 16 output channels, as
  * [kh][kw][ceil(C / 16)][blocks of the group][cn in][16 out], cn the channels of that input
  * block (16, or C % 16 for a last partial one: a 3-channel image's weights stay dense), zero
- * past M; or, for a depthwise layer (C = 1, group M), [M / 16][kh][kw][16]. A 3x3 layer of up to
- * 256 x 256 channels (C a multiple of 16) also gets its Winograd weights (nchwc_winograd.h: those of
- * F(2x2, 3x3), and up to 128 x 128 channels those of F(4x4, 3x3) as well). NULL
+ * past M; or, for a depthwise layer (C = 1, group M), [M / 16][kh][kw][16]. A 3x3 layer of at
+ * most KILN_NCHWC_WINO_MAX_MC output x input channels (C a multiple of 16) also gets its Winograd
+ * weights (nchwc_winograd.h: those of F(2x2, 3x3), and up to 128 x 128 channels those of
+ * F(4x4, 3x3) as well). NULL
  * when the CPU lacks AVX-512F, when out of memory or for empty sizes. Immutable: any number of
  * threads may use it. */
 kiln_nchwc_conv *kiln_cpu_nchwc_conv_pack(const float *w, int64_t M, int64_t C, int64_t kh, int64_t kw,

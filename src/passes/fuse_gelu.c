@@ -53,12 +53,6 @@ static bool is_const(const kiln_ir_value *v, double want, int max_rank)
     return fabs(c - want) <= 1e-4 * fabs(want);
 }
 
-/* For a binary node b with one input `known`: the other input. */
-static kiln_ir_value *other(const kiln_node *b, const kiln_ir_value *known)
-{
-    return b->in[0] == known ? b->in[1] : b->in[1] == known ? b->in[0] : NULL;
-}
-
 /* b = Mul(v, c) in either order with the constant c: v, else NULL. */
 static kiln_ir_value *mul_by(const kiln_node *b, double c, int rank)
 {
@@ -94,7 +88,7 @@ static bool is_cube(const kiln_graph *g, const kiln_ir_value *c, const kiln_ir_v
         return false;
     }
     kiln_node *m = producer(g, c, "Mul");
-    kiln_ir_value *sq = m ? other(m, x) : NULL;
+    kiln_ir_value *sq = m ? kiln_passes_other_input(m, x) : NULL;
     kiln_node *s = sq && sq != x && single_use(g, sq) ? producer(g, sq, "Mul") : NULL;
     return s && s->in[0] == x && s->in[1] == x;
 }
@@ -125,17 +119,17 @@ static kiln_status fuse(kiln_graph *g, kiln_node *e, bool tanh_form, bool *done,
     int r = x->type.rank;
     /* s = 1 + e */
     kiln_node *add = only_reader(g, e->out[0], "Add");
-    if (!add || !is_const(other(add, e->out[0]), 1.0, r)) return KILN_OK;
+    if (!add || !is_const(kiln_passes_other_input(add, e->out[0]), 1.0, r)) return KILN_OK;
     kiln_ir_value *s = add->out[0];
     kiln_node *m1 = only_reader(g, s, "Mul"), *target = NULL;
     if (!m1 || !kiln_ir_is_f32(m1->out[0])) return KILN_OK;
-    kiln_ir_value *f = other(m1, s); /* s's factor */
+    kiln_ir_value *f = kiln_passes_other_input(m1, s); /* s's factor */
     if (!f) return KILN_OK;
     kiln_node *m2 = NULL;
     if (is_const(f, 0.5, r) || f == x) {
         /* (s * 0.5) * x or (s * x) * 0.5 */
         m2 = only_reader(g, m1->out[0], "Mul");
-        kiln_ir_value *f2 = m2 ? other(m2, m1->out[0]) : NULL;
+        kiln_ir_value *f2 = m2 ? kiln_passes_other_input(m2, m1->out[0]) : NULL;
         if (f2 && (f == x ? is_const(f2, 0.5, r) : f2 == x)) target = m2;
     } else if (single_use(g, f) && mul_by(producer(g, f, "Mul"), 0.5, r) == x) {
         target = m1; /* (x * 0.5) * s */
@@ -185,7 +179,7 @@ static kiln_status fuse_hardswish(kiln_graph *g, kiln_node *c, bool *done, kiln_
     kiln_ir_value *x = is_const(add->in[1], 3.0, r) ? add->in[0] : is_const(add->in[0], 3.0, r) ? add->in[1] : NULL;
     if (!kiln_ir_is_f32(x) || x->type.rank != r || r < 0) return KILN_OK;
     kiln_node *m = only_reader(g, c->out[0], "Mul");
-    if (!m || other(m, c->out[0]) != x) return KILN_OK;
+    if (!m || kiln_passes_other_input(m, c->out[0]) != x) return KILN_OK;
     kiln_node *target = only_reader(g, m->out[0], "Div");
     if (target ? !is_const(target->in[1], 6.0, r) || target->in[0] != m->out[0]
                : !mul_by(target = only_reader(g, m->out[0], "Mul"), 1.0 / 6.0, r))

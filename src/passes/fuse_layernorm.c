@@ -31,13 +31,6 @@ static kiln_node *only_reader(const kiln_ir_value *v, const char *op_type)
     return nd && !*nd->domain && !strcmp(nd->op_type, op_type) && nd->n_out == 1 ? nd : NULL;
 }
 
-/* For a binary node b with one input `known`: the other input. */
-static kiln_ir_value *other(const kiln_node *b, const kiln_ir_value *known)
-{
-    if (!b || b->n_in != 2) return NULL;
-    return b->in[0] == known ? b->in[1] : b->in[1] == known ? b->in[0] : NULL;
-}
-
 /* A float32 constant with one element: its value in *c. */
 static bool scalar(const kiln_ir_value *v, double *c)
 {
@@ -114,14 +107,14 @@ static kiln_status fuse(kiln_graph *g, kiln_node *m, bool *done, kiln_err *err)
     if (!vm || vm->in[0] != sq->out[0] || reduced_from(vm, r) != k) return KILN_OK;
     kiln_node *add_eps = only_reader(vm->out[0], "Add");
     double eps;
-    if (!add_eps || !scalar(other(add_eps, vm->out[0]), &eps) || !(eps >= 0)) return KILN_OK;
+    if (!add_eps || !scalar(kiln_passes_other_input(add_eps, vm->out[0]), &eps) || !(eps >= 0)) return KILN_OK;
     kiln_node *sqrt = only_reader(add_eps->out[0], "Sqrt");
     if (!sqrt || sqrt->out[0] != div->in[1] || !inner(sqrt->out[0], 1)) return KILN_OK;
     kiln_node *mul = only_reader(div->out[0], "Mul");
-    kiln_ir_value *gamma = other(mul, div->out[0]);
+    kiln_ir_value *gamma = kiln_passes_other_input(mul, div->out[0]);
     if (!mul || !per_element(gamma, x, k)) return KILN_OK;
     kiln_node *target = mul, *add_b = only_reader(mul->out[0], "Add");
-    kiln_ir_value *beta = other(add_b, mul->out[0]);
+    kiln_ir_value *beta = kiln_passes_other_input(add_b, mul->out[0]);
     if (add_b && per_element(beta, x, k)) target = add_b;
     else beta = NULL;
     if (!kiln_ir_is_f32(target->out[0]) || target->out[0]->type.rank != r || !kiln_op_lookup("", "LayerNormalization", 17))

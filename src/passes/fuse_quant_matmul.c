@@ -53,13 +53,6 @@ static kiln_node *only_reader(const kiln_graph *g, const kiln_ir_value *v, const
                : NULL;
 }
 
-/* The other input of a binary node. */
-static kiln_ir_value *other(const kiln_node *n, const kiln_ir_value *v)
-{
-    if (n->n_in != 2) return NULL;
-    return n->in[0] == v ? n->in[1] : n->in[1] == v ? n->in[0] : NULL;
-}
-
 /* Whether t, a float32 constant, holds 1 or N values along its last axis (rank <= 1). */
 static bool per_column(const kiln_value *t, int64_t N, bool allow_one)
 {
@@ -86,7 +79,7 @@ static kiln_status fuse(kiln_graph *g, kiln_node *m, bool *done, kiln_err *err)
         !is_t(cast->out[0], KILN_DTYPE_FLOAT32))
         return KILN_OK;
     kiln_node *mul = only_reader(g, cast->out[0], "Mul");
-    kiln_ir_value *s = mul ? other(mul, cast->out[0]) : NULL;
+    kiln_ir_value *s = mul ? kiln_passes_other_input(mul, cast->out[0]) : NULL;
     kiln_node *sm = producer(g, s, "Mul");
     if (!sm || sm->n_in != 2 || !is_t(s, KILN_DTYPE_FLOAT32) || !is_t(mul->out[0], KILN_DTYPE_FLOAT32))
         return KILN_OK;
@@ -104,7 +97,7 @@ static kiln_status fuse(kiln_graph *g, kiln_node *m, bool *done, kiln_err *err)
     kiln_node *last = mul, *add = only_reader(g, mul->out[0], "Add");
     kiln_ir_value *bias = NULL;
     if (add) {
-        kiln_ir_value *b = other(add, mul->out[0]);
+        kiln_ir_value *b = kiln_passes_other_input(add, mul->out[0]);
         if (b && !b->producer && per_column(kiln_ir_constant(b), N, false) && is_t(add->out[0], KILN_DTYPE_FLOAT32))
             bias = b, last = add;
     }

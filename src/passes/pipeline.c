@@ -49,6 +49,12 @@ kiln_attr *kiln_passes_new_attrs(kiln_graph *g, int n)
     return kiln_arena_calloc(&g->model->arena, (size_t)n, sizeof(kiln_attr));
 }
 
+kiln_ir_value *kiln_passes_other_input(const kiln_node *b, const kiln_ir_value *known)
+{
+    if (!b || b->n_in != 2) return NULL;
+    return b->in[0] == known ? b->in[1] : b->in[1] == known ? b->in[0] : NULL;
+}
+
 bool *kiln_passes_mark_ops(kiln_graph *g, const char *const *ops, int n)
 {
     bool *candidate = kiln_arena_calloc(&g->model->arena, (size_t)g->n_nodes + 1, sizeof *candidate);

@@ -11,6 +11,9 @@
 void kiln_passes_sweep(kiln_graph *g, const bool *candidate);
 /* n zeroed attributes in g's model arena (NULL when out of memory), for a rewritten node. */
 kiln_attr *kiln_passes_new_attrs(kiln_graph *g, int n);
+/* For a node b of two inputs, one of them `known`: the other one; NULL when b is NULL, has not
+ * two inputs or does not read `known`. */
+kiln_ir_value *kiln_passes_other_input(const kiln_node *b, const kiln_ir_value *known);
 /* candidate[k] for kiln_passes_sweep: whether g's node k (of those it has now) is of the default
  * domain and one of the n op types `ops` (the pure ops a pattern may leave behind). In g's model
  * arena; NULL when out of memory. */
