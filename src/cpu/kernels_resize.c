@@ -44,7 +44,7 @@ static void resize_rows(void *ctx, int64_t begin, int64_t end)
             row = tmp;
         }
         if (!j->cols_resized) {
-            if (row != y) memcpy(y, row, (size_t)j->ow * sizeof *y);
+            memcpy(y, row, (size_t)j->ow * sizeof *y);
         } else if (j->linear) {
             for (int64_t ox = 0; ox < j->ow; ox++) y[ox] = j->wx0[ox] * row[j->x0[ox]] + j->wx1[ox] * row[j->x1[ox]];
         } else {
