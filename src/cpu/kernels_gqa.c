@@ -4,13 +4,14 @@
  * rest zeroed as ONNX Runtime leaves it), then per task a (batch, head, block of query rows),
  * each query row rotated into the task's scratch: scores over the row's causal / local window,
  * softcap, bias, softmax (with the sink or smooth-softmax term) and the weighted sum of V, each
- * 8 floats at a time.
+ * 8 floats at a time; prompts on AVX-512 by blocks of query rows and keys (block_tasks).
  * Tasks are spread over the thread pool. Without present outputs, the reference kernel runs. */
 #include <math.h>
 #include <string.h>
 
 #include "core/scratch.h"
 #include "core/threadpool.h"
+#include "cpu/gemm.h"
 #include "cpu/kernels.h"
 #include "ops/llm.h"
 
@@ -41,7 +42,7 @@ static inline __attribute__((always_inline)) void axpy(float *y, float a, const 
 }
 
 /* Row x [H] rotated into out (rd first dims; the rest copied); cs/sn at the row's position. */
-static void rotate(const kiln_gqa_call *g, const float *x, float *out, int64_t pos)
+static inline __attribute__((always_inline)) void rotate(const kiln_gqa_call *g, const float *x, float *out, int64_t pos)
 {
     int64_t half = g->rd / 2, H = g->H;
     const float *cs = (const float *)g->cos->data + pos * half, *sn = (const float *)g->sin->data + pos * half;
@@ -118,6 +119,217 @@ static bool has_avx2(void)
 }
 #endif
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define HAVE_GQA_BLOCKS 1
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+#endif
+#include "cpu/act512.h"
+#include "cpu/avx512_util.h"
+
+/* ---- Prompts on AVX-512: QB query rows of one head at a time against 16 keys at a time, keys
+ * read from a transposed copy of present K, so each score tile is QB x 16 lanes of broadcast
+ * multiply-adds (no horizontal sums); softmax online over the tiles (a running maximum and sum
+ * per row, the weighted V rows rescaled when the maximum grows), each row's V rows summed in
+ * registers over its own window only. Heads of 16k dims up to GQA_BLOCK_MAX_H; others, and
+ * prompts of under GQA_BLOCK_MIN_S rows, run gqa_tasks. Measured on one node (packed QKV, 8 / 4
+ * heads of 64 dims, rotary, a 64-token first prompt, one thread, `kiln bench`, which also
+ * allocates the two 256-row present outputs): 0.44 -> 0.29 ms. */
+enum { QB = 8, GQA_BLOCK_MAX_H = 256, GQA_BLOCK_MIN_S = 4 };
+
+typedef struct block_job {
+    const kiln_gqa_call *g;
+    const float *q;     /* as gqa_job */
+    int64_t qs;
+    float *kt;          /* [B, Nkv, tiles, H, 16]: key k of a tile in lane k % 16, zeros past the keys */
+    int64_t tiles;      /* key tiles per (b, kv head): every window ends within them */
+    int64_t blocks;     /* row blocks per (b, h) */
+} block_job;
+
+/* Task t: tile t % tiles of (b, kv head) t / tiles of present K transposed into kt. */
+static void kt_tasks(void *ctx, int64_t t0, int64_t t1)
+{
+    const block_job *j = ctx;
+    const kiln_gqa_call *g = j->g;
+    int64_t H = g->H, L = g->present_len;
+    for (int64_t t = t0; t < t1; t++) {
+        int64_t bkv = t / j->tiles, k0 = t % j->tiles * 16, n = L - k0 < 16 ? L - k0 : 16;
+        const float *k = (const float *)g->present_k->data + bkv * L * H + k0 * H;
+        float *dst = j->kt + t * H * 16;
+        for (int64_t d0 = 0; d0 < H; d0 += 16) {
+            __m512 r[16];
+            for (int i = 0; i < 16; i++) r[i] = i < n ? _mm512_loadu_ps(k + i * H + d0) : _mm512_setzero_ps();
+            kiln_transpose16(r);
+            for (int i = 0; i < 16; i++) _mm512_storeu_ps(dst + (d0 + i) * 16, r[i]);
+        }
+    }
+}
+
+/* y [64] += the V rows (row stride H) of the set lanes of live, weighted by p's lanes */
+static inline __attribute__((always_inline)) void pv_add4(float *y, const float *v, int64_t H, const float *p,
+                                                          __mmask16 live)
+{
+    __m512 a0 = _mm512_loadu_ps(y), a1 = _mm512_loadu_ps(y + 16), a2 = _mm512_loadu_ps(y + 32),
+           a3 = _mm512_loadu_ps(y + 48);
+    for (unsigned m = live; m; m &= m - 1) {
+        int k = __builtin_ctz(m);
+        __m512 pk = _mm512_set1_ps(p[k]);
+        const float *vk = v + k * H;
+        a0 = _mm512_fmadd_ps(pk, _mm512_loadu_ps(vk), a0);
+        a1 = _mm512_fmadd_ps(pk, _mm512_loadu_ps(vk + 16), a1);
+        a2 = _mm512_fmadd_ps(pk, _mm512_loadu_ps(vk + 32), a2);
+        a3 = _mm512_fmadd_ps(pk, _mm512_loadu_ps(vk + 48), a3);
+    }
+    _mm512_storeu_ps(y, a0), _mm512_storeu_ps(y + 16, a1), _mm512_storeu_ps(y + 32, a2), _mm512_storeu_ps(y + 48, a3);
+}
+
+/* y [16] likewise */
+static inline __attribute__((always_inline)) void pv_add1(float *y, const float *v, int64_t H, const float *p,
+                                                          __mmask16 live)
+{
+    __m512 a0 = _mm512_loadu_ps(y);
+    for (unsigned m = live; m; m &= m - 1) {
+        int k = __builtin_ctz(m);
+        a0 = _mm512_fmadd_ps(_mm512_set1_ps(p[k]), _mm512_loadu_ps(v + k * H), a0);
+    }
+    _mm512_storeu_ps(y, a0);
+}
+
+/* row y [H] += the weighted V rows of the set lanes of live (H a multiple of 16) */
+static inline __attribute__((always_inline)) void pv_add(float *y, const float *v, int64_t H, const float *p,
+                                                         __mmask16 live)
+{
+    int64_t c = 0;
+    for (; c + 64 <= H; c += 64) pv_add4(y + c, v + c, H, p, live);
+    for (; c < H; c += 16) pv_add1(y + c, v + c, H, p, live);
+}
+
+/* rotate on 16 lanes: the first rd dims of x, not interleaved, rd / 2 a multiple of 16 */
+static inline __attribute__((always_inline)) void rotate16(const kiln_gqa_call *g, const float *x, float *out, int64_t pos)
+{
+    int64_t half = g->rd / 2;
+    const float *cs = (const float *)g->cos->data + pos * half, *sn = (const float *)g->sin->data + pos * half;
+    for (int64_t j = 0; j < half; j += 16) {
+        __m512 a = _mm512_loadu_ps(x + j), b = _mm512_loadu_ps(x + j + half), c = _mm512_loadu_ps(cs + j),
+               s = _mm512_loadu_ps(sn + j);
+        _mm512_storeu_ps(out + j, _mm512_fmsub_ps(a, c, _mm512_mul_ps(b, s)));
+        _mm512_storeu_ps(out + j + half, _mm512_fmadd_ps(b, c, _mm512_mul_ps(a, s)));
+    }
+    memcpy(out + g->rd, x + g->rd, (size_t)(g->H - g->rd) * sizeof *out);
+}
+
+/* Task t: query rows [blk * QB, +QB) of head h of batch row b. */
+static void block_tasks(void *ctx, int64_t t0, int64_t t1)
+{
+    const block_job *j = ctx;
+    const kiln_gqa_call *g = j->g;
+    int64_t H = g->H, L = g->present_len, group = g->N / g->Nkv;
+    bool sinked = g->sink || g->smooth;
+    float qrot[QB * GQA_BLOCK_MAX_H] __attribute__((aligned(64))), acc_y[QB * GQA_BLOCK_MAX_H] __attribute__((aligned(64)));
+    for (int64_t t = t0; t < t1; t++) {
+        int64_t bh = t / j->blocks, i0 = t % j->blocks * QB, b = bh / g->N, h = bh % g->N;
+        int nr = g->S - i0 < QB ? (int)(g->S - i0) : QB;
+        int64_t bkv = b * g->Nkv + h / group, start[QB], end[QB], lo = INT64_MAX, hi = 0;
+        const float *vh = (const float *)g->present_v->data + bkv * L * H, *kt = j->kt + bkv * j->tiles * H * 16;
+        float mx[QB], sum[QB], sink = g->sink ? ((const float *)g->sink->data)[h] : 0.0f;
+        for (int r = 0; r < nr; r++) {
+            int64_t i = i0 + r, len;
+            const float *q = j->q + (b * g->S + i) * j->qs + h * H;
+            if (g->rd && !g->interleaved && g->rd % 32 == 0) rotate16(g, q, qrot + r * H, kiln_gqa_position(g, b, i));
+            else if (g->rd) rotate(g, q, qrot + r * H, kiln_gqa_position(g, b, i));
+            else memcpy(qrot + r * H, q, (size_t)H * sizeof *qrot);
+            kiln_gqa_window(g, b, i, &start[r], &len);
+            end[r] = start[r] + len;
+            lo = start[r] < lo ? start[r] : lo, hi = end[r] > hi ? end[r] : hi;
+            mx[r] = sinked ? sink : -INFINITY, sum[r] = sinked ? 1.0f : 0.0f; /* the sink's e^(sink - max) */
+            memset(acc_y + r * H, 0, (size_t)H * sizeof *acc_y);
+        }
+        memset(qrot + nr * H, 0, (size_t)((QB - nr) * H) * sizeof *qrot); /* rows past the block's end score 0 */
+        for (int64_t k0 = lo / 16 * 16; k0 < hi; k0 += 16) {
+            const float *kd = kt + k0 * H; /* tile k0 / 16: [H][16] */
+            __m512 s[QB];
+            for (int r = 0; r < QB; r++) s[r] = _mm512_setzero_ps();
+            for (int64_t d = 0; d < H; d++) {
+                __m512 w = _mm512_loadu_ps(kd + d * 16);
+#pragma GCC unroll 8
+                for (int r = 0; r < QB; r++) s[r] = _mm512_fmadd_ps(_mm512_set1_ps(qrot[r * H + d]), w, s[r]);
+            }
+            for (int r = 0; r < nr; r++) {
+                __mmask16 live = kiln_lanes(end[r] - k0) & (__mmask16)~kiln_lanes(start[r] - k0);
+                if (!live) continue;
+                __m512 v = _mm512_mul_ps(s[r], _mm512_set1_ps(g->scale));
+                if (g->softcap > 0) {
+                    __m512 cap = _mm512_set1_ps(g->softcap);
+                    v = _mm512_mul_ps(cap, (__m512)kiln_a16_tanh((kiln_a16f)_mm512_div_ps(v, cap)));
+                }
+                if (g->bias) {
+                    const float *bias = (const float *)g->bias->data + b * g->bias_b + h * g->bias_h + (i0 + r) * g->bias_s;
+                    v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(live, bias + k0));
+                }
+                float tmax = _mm512_mask_reduce_max_ps(live, v), m = tmax > mx[r] ? tmax : mx[r];
+                if (m > mx[r]) { /* rescale what was summed at the old maximum */
+                    float alpha = expf(mx[r] - m);
+                    sum[r] *= alpha;
+                    for (int64_t c = 0; c < H; c += 16)
+                        _mm512_storeu_ps(acc_y + r * H + c, _mm512_mul_ps(_mm512_loadu_ps(acc_y + r * H + c), _mm512_set1_ps(alpha)));
+                    mx[r] = m;
+                }
+                __m512 p = _mm512_maskz_mov_ps(live, (__m512)kiln_a16_exp_flush((kiln_a16f)_mm512_sub_ps(v, _mm512_set1_ps(m))));
+                sum[r] += _mm512_reduce_add_ps(p);
+                float pk[16];
+                _mm512_storeu_ps(pk, p);
+                pv_add(acc_y + r * H, vh + k0 * H, H, pk, live);
+            }
+        }
+        for (int r = 0; r < nr; r++) {
+            float *y = (float *)g->y->data + ((b * g->S + i0 + r) * g->N + h) * H;
+            __m512 inv = _mm512_set1_ps(sum[r] > 0 ? 1.0f / sum[r] : 0.0f);
+            for (int64_t c = 0; c < H; c += 16) _mm512_storeu_ps(y + c, _mm512_mul_ps(_mm512_loadu_ps(acc_y + r * H + c), inv));
+        }
+    }
+}
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+/* Runs a prompt call on the block kernels where they apply (true), after present K and V are
+ * written; *rc is the call's status then. */
+static bool gqa_blocks(kiln_run_ctx *c, const kiln_gqa_call *g, const float *q, int64_t qs, kiln_status *rc)
+{
+    int64_t H = g->H, B = g->B;
+    if (g->S < GQA_BLOCK_MIN_S || H % 16 || H > GQA_BLOCK_MAX_H || kiln_gemm_level_detect() != KILN_GEMM_LEVEL_AVX512)
+        return false;
+    int64_t hi = 0; /* keys past every window's end are not read */
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t i = 0; i < g->S; i++) {
+            int64_t start, len;
+            kiln_gqa_window(g, b, i, &start, &len);
+            hi = start + len > hi ? start + len : hi;
+        }
+    block_job j = {g, q, qs, NULL, (hi + 15) / 16, (g->S + QB - 1) / QB};
+    struct kiln_scratch *scr = kiln_run_scratch(c);
+    kiln_threadpool *pool = kiln_run_threadpool(c);
+    j.kt = kiln_scratch_get(scr, (size_t)(B * g->Nkv * j.tiles * H * 16 + 1) * sizeof *j.kt);
+    if (!j.kt) {
+        *rc = kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory");
+        return true;
+    }
+    double macs = (double)B * (double)g->N * (double)g->S * (double)hi * (double)(2 * H);
+    kiln_threadpool *p = macs < (double)(1 << 15) ? NULL : pool;
+    kiln_threadpool_parallel_for(p, B * g->Nkv * j.tiles, kt_tasks, &j);
+    kiln_threadpool_parallel_for(p, B * g->N * j.blocks, block_tasks, &j);
+    kiln_scratch_put(scr, j.kt);
+    *rc = KILN_OK;
+    return true;
+}
+#endif
+
 static kiln_status gqa_run(kiln_run_ctx *c)
 {
     kiln_gqa_call g;
@@ -148,6 +360,10 @@ static kiln_status gqa_run(kiln_run_ctx *c)
                 }
             }
     }
+#if HAVE_GQA_BLOCKS
+    kiln_status rc;
+    if (gqa_blocks(c, &g, qin, qs, &rc)) return rc;
+#endif
     struct kiln_scratch *scr = kiln_run_scratch(c);
     kiln_threadpool *pool = kiln_run_threadpool(c);
     /* tasks: (b, h) x chunks of query rows, at most ~256 of them so the score rows stay small */

@@ -216,6 +216,26 @@ def test_gqa():
           dict(N=4, Nkv=2, H=16, rd=16, pos=[[20], [7]], **base[1]),
           dict(N=4, Nkv=2, H=16, rd=16, pos=[[6, 7, 8, 9]], **base[2])]
     cases.append(("rotary position_ids", dict(rotary=True, pos_ids=True), fl))
+    # prompts long enough for several row blocks and key tiles of the CPU's blocked kernel
+    # (kernels_gqa.c: 8 query rows x 16 keys; heads of 16k dims): odd lengths, right padding,
+    # a subsequent prompt over a long past, a shared max_length buffer
+    long = [dict(B=2, S=37, seqlens=[36, 20], total=37, past_len=0),
+            dict(B=1, S=19, seqlens=[52], total=53, past_len=34),
+            dict(B=2, S=23, seqlens=[22, 22], total=23, past_len=64)]
+    for H, N, Nkv in [(64, 4, 2), (128, 3, 1), (32, 2, 2)]:
+        cases.append((f"long prompts N={N} Nkv={Nkv} H={H}", dict(rotary=True),
+                      [dict(N=N, Nkv=Nkv, H=H, rd=H, max_pos=64, **f) for f in long]))
+    for attrs in [dict(softcap=2.0), dict(smooth_softmax=1)]:
+        cases.append((f"long prompts {attrs}", attrs, [dict(N=4, Nkv=2, H=16, **f) for f in long]))
+    # (windows without padding rows: on a padding row of a first prompt ORT's window differs from
+    # the reference's, which takes the row's causal length as the padded total)
+    unpadded = [dict(long[0], seqlens=[36, 36])] + long[1:]
+    for lws in (5, 17):
+        cases.append((f"long prompts local_window_size={lws}", dict(local_window_size=lws),
+                      [dict(N=4, Nkv=2, H=16, **f) for f in unpadded]))
+    cases.append(("long prompts head_sink", dict(sink=True), [dict(N=4, Nkv=2, H=16, sink=True, **f) for f in long]))
+    cases.append(("long prompts attention_bias", dict(bias=True),
+                  [dict(N=4, Nkv=2, H=16, bias=(f["B"], 4, f["S"], f["total"]), **f) for f in long]))
     # errors: seqlens past the buffer, positions past the caches
     bad = [dict(N=4, Nkv=2, H=8, B=2, S=1, seqlens=[8, 11], total=9, past_len=11),
            dict(N=4, Nkv=2, H=8, B=2, S=1, seqlens=[8, -1], total=9, past_len=11),
