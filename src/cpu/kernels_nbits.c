@@ -280,6 +280,43 @@ static void a_pack_rows(void *ctx, float *dst, int64_t p0, int64_t kc, int64_t i
         }
 }
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define HAVE_A_PACK16 1
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+#endif
+#include "cpu/avx512_util.h"
+
+/* a_pack_rows for panels of at most 16 rows: 16 columns of the panel's rows transposed in
+ * registers per step, the columns' first w lanes stored (a panel row is w floats) */
+static void a_pack_rows16(void *ctx, float *dst, int64_t p0, int64_t kc, int64_t i0, int64_t m, int w)
+{
+    const a_pack *j = ctx;
+    if (w > 16) return a_pack_rows(ctx, dst, p0, kc, i0, m, w);
+    for (int64_t r0 = 0; r0 < m; r0 += w, dst += kc * w) {
+        int rows = m - r0 < w ? (int)(m - r0) : w;
+        const float *src = j->A + (i0 + r0) * j->K + p0;
+        for (int64_t k = 0; k < kc; k += 16) {
+            __mmask16 live = kiln_lanes(kc - k);
+            __m512 r[16];
+            for (int i = 0; i < 16; i++) r[i] = i < rows ? _mm512_maskz_loadu_ps(live, src + i * j->K + k) : _mm512_setzero_ps();
+            kiln_transpose16(r);
+            int n = kc - k < 16 ? (int)(kc - k) : 16;
+            for (int i = 0; i < n; i++) _mm512_mask_storeu_ps(dst + (k + i) * w, kiln_lanes(w), r[i]);
+        }
+    }
+}
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+#endif
+
 static kiln_status nbits_run(kiln_run_ctx *c)
 {
     const kiln_node *n = kiln_run_node(c);
@@ -303,7 +340,11 @@ static kiln_status nbits_run(kiln_run_ctx *c)
         a_pack ap = {A->data, K};
         wt_pack wp = {&st->f, g.level};
         kiln_gemm_packed_a *pa = NULL;
-        kiln_status rc = kiln_gemm_packed_a_create_from(&g, M, K, a_pack_rows, &ap, &pa);
+        kiln_gemm_pack_fn pack = a_pack_rows;
+#if HAVE_A_PACK16
+        if (g.level == KILN_GEMM_LEVEL_AVX512) pack = a_pack_rows16;
+#endif
+        kiln_status rc = kiln_gemm_packed_a_create_from(&g, M, K, pack, &ap, &pa);
         kiln_gemm_epilogue ep = {.bias = bias ? (const float *)bias->data : NULL};
         if (!rc) rc = kiln_sgemm_packed_a(&g, pa, N, NULL, 0, wt_pack_b, &wp, Y->data, N, &ep);
         kiln_gemm_packed_a_free(pa);
