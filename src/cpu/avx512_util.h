@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 /* In-register transpose: r[i] holds row i of a 16x16 block on entry, column i on return. */
-static inline void kiln_transpose16(__m512 r[16])
+static inline __attribute__((always_inline)) void kiln_transpose16(__m512 r[16])
 {
     __m512 t[16];
     for (int i = 0; i < 8; i++) {

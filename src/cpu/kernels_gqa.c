@@ -221,31 +221,90 @@ static inline __attribute__((always_inline)) void rotate16(const kiln_gqa_call *
     memcpy(out + g->rd, x + g->rd, (size_t)(g->H - g->rd) * sizeof *out);
 }
 
+/* One query row's softmax so far over the tiles it has seen: the running maximum, the sum of
+ * e^(score - max), and y, the V rows summed with those weights. */
+typedef struct row_acc {
+    float mx, sum;
+    float *y; /* [H] */
+} row_acc;
+
+static void row_start(row_acc *a, const kiln_gqa_call *g, int64_t h, float *y)
+{
+    bool sinked = g->sink || g->smooth;
+    a->mx = sinked ? (g->sink ? ((const float *)g->sink->data)[h] : 0.0f) : -INFINITY;
+    a->sum = sinked ? 1.0f : 0.0f; /* the sink's e^(sink - max) */
+    a->y = y;
+    memset(y, 0, (size_t)g->H * sizeof *y);
+}
+
+/* Adds the keys k0 + lane of the set lanes of live to row a: s holds their q.k products; bias is
+ * the row's attention_bias at key 0 (NULL: none); vh the (b, kv head)'s V rows. */
+static inline __attribute__((always_inline)) void row_tile(const kiln_gqa_call *g, row_acc *a, __m512 s, __mmask16 live,
+                                                           const float *bias, int64_t k0, const float *vh)
+{
+    int64_t H = g->H;
+    __m512 v = _mm512_mul_ps(s, _mm512_set1_ps(g->scale));
+    if (g->softcap > 0) {
+        __m512 cap = _mm512_set1_ps(g->softcap);
+        v = _mm512_mul_ps(cap, (__m512)kiln_a16_tanh((kiln_a16f)_mm512_div_ps(v, cap)));
+    }
+    if (bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(live, bias + k0));
+    float tmax = _mm512_mask_reduce_max_ps(live, v), m = tmax > a->mx ? tmax : a->mx;
+    if (m > a->mx) { /* rescale what was summed at the old maximum */
+        float alpha = expf(a->mx - m);
+        a->sum *= alpha;
+        for (int64_t c = 0; c < H; c += 16)
+            _mm512_storeu_ps(a->y + c, _mm512_mul_ps(_mm512_loadu_ps(a->y + c), _mm512_set1_ps(alpha)));
+        a->mx = m;
+    }
+    __m512 p = _mm512_maskz_mov_ps(live, (__m512)kiln_a16_exp_flush((kiln_a16f)_mm512_sub_ps(v, _mm512_set1_ps(m))));
+    a->sum += _mm512_reduce_add_ps(p);
+    float pk[16];
+    _mm512_storeu_ps(pk, p);
+    pv_add(a->y, vh + k0 * H, H, pk, live);
+}
+
+/* Output row y [H] = a's weighted sum over its sum (zeros where nothing was attended). */
+static void row_finish(const kiln_gqa_call *g, const row_acc *a, float *y)
+{
+    __m512 inv = _mm512_set1_ps(a->sum > 0 ? 1.0f / a->sum : 0.0f);
+    for (int64_t c = 0; c < g->H; c += 16) _mm512_storeu_ps(y + c, _mm512_mul_ps(_mm512_loadu_ps(a->y + c), inv));
+}
+
+/* Query row i of batch row b of head h rotated (or copied) into out [H]. */
+static void query_row(const kiln_gqa_call *g, const float *q, int64_t qs, int64_t b, int64_t i, int64_t h, float *out)
+{
+    const float *x = q + (b * g->S + i) * qs + h * g->H;
+    if (g->rd && !g->interleaved && g->rd % 32 == 0) rotate16(g, x, out, kiln_gqa_position(g, b, i));
+    else if (g->rd) rotate(g, x, out, kiln_gqa_position(g, b, i));
+    else memcpy(out, x, (size_t)g->H * sizeof *out);
+}
+
+static const float *row_bias(const kiln_gqa_call *g, int64_t b, int64_t h, int64_t i)
+{
+    return g->bias ? (const float *)g->bias->data + b * g->bias_b + h * g->bias_h + i * g->bias_s : NULL;
+}
+
 /* Task t: query rows [blk * QB, +QB) of head h of batch row b. */
 static void block_tasks(void *ctx, int64_t t0, int64_t t1)
 {
     const block_job *j = ctx;
     const kiln_gqa_call *g = j->g;
     int64_t H = g->H, L = g->present_len, group = g->N / g->Nkv;
-    bool sinked = g->sink || g->smooth;
     float qrot[QB * GQA_BLOCK_MAX_H] __attribute__((aligned(64))), acc_y[QB * GQA_BLOCK_MAX_H] __attribute__((aligned(64)));
     for (int64_t t = t0; t < t1; t++) {
         int64_t bh = t / j->blocks, i0 = t % j->blocks * QB, b = bh / g->N, h = bh % g->N;
         int nr = g->S - i0 < QB ? (int)(g->S - i0) : QB;
         int64_t bkv = b * g->Nkv + h / group, start[QB], end[QB], lo = INT64_MAX, hi = 0;
         const float *vh = (const float *)g->present_v->data + bkv * L * H, *kt = j->kt + bkv * j->tiles * H * 16;
-        float mx[QB], sum[QB], sink = g->sink ? ((const float *)g->sink->data)[h] : 0.0f;
+        row_acc acc[QB];
         for (int r = 0; r < nr; r++) {
-            int64_t i = i0 + r, len;
-            const float *q = j->q + (b * g->S + i) * j->qs + h * H;
-            if (g->rd && !g->interleaved && g->rd % 32 == 0) rotate16(g, q, qrot + r * H, kiln_gqa_position(g, b, i));
-            else if (g->rd) rotate(g, q, qrot + r * H, kiln_gqa_position(g, b, i));
-            else memcpy(qrot + r * H, q, (size_t)H * sizeof *qrot);
-            kiln_gqa_window(g, b, i, &start[r], &len);
+            int64_t len;
+            query_row(g, j->q, j->qs, b, i0 + r, h, qrot + r * H);
+            kiln_gqa_window(g, b, i0 + r, &start[r], &len);
             end[r] = start[r] + len;
             lo = start[r] < lo ? start[r] : lo, hi = end[r] > hi ? end[r] : hi;
-            mx[r] = sinked ? sink : -INFINITY, sum[r] = sinked ? 1.0f : 0.0f; /* the sink's e^(sink - max) */
-            memset(acc_y + r * H, 0, (size_t)H * sizeof *acc_y);
+            row_start(&acc[r], g, h, acc_y + r * H);
         }
         memset(qrot + nr * H, 0, (size_t)((QB - nr) * H) * sizeof *qrot); /* rows past the block's end score 0 */
         for (int64_t k0 = lo / 16 * 16; k0 < hi; k0 += 16) {
@@ -259,35 +318,62 @@ static void block_tasks(void *ctx, int64_t t0, int64_t t1)
             }
             for (int r = 0; r < nr; r++) {
                 __mmask16 live = kiln_lanes(end[r] - k0) & (__mmask16)~kiln_lanes(start[r] - k0);
-                if (!live) continue;
-                __m512 v = _mm512_mul_ps(s[r], _mm512_set1_ps(g->scale));
-                if (g->softcap > 0) {
-                    __m512 cap = _mm512_set1_ps(g->softcap);
-                    v = _mm512_mul_ps(cap, (__m512)kiln_a16_tanh((kiln_a16f)_mm512_div_ps(v, cap)));
-                }
-                if (g->bias) {
-                    const float *bias = (const float *)g->bias->data + b * g->bias_b + h * g->bias_h + (i0 + r) * g->bias_s;
-                    v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(live, bias + k0));
-                }
-                float tmax = _mm512_mask_reduce_max_ps(live, v), m = tmax > mx[r] ? tmax : mx[r];
-                if (m > mx[r]) { /* rescale what was summed at the old maximum */
-                    float alpha = expf(mx[r] - m);
-                    sum[r] *= alpha;
-                    for (int64_t c = 0; c < H; c += 16)
-                        _mm512_storeu_ps(acc_y + r * H + c, _mm512_mul_ps(_mm512_loadu_ps(acc_y + r * H + c), _mm512_set1_ps(alpha)));
-                    mx[r] = m;
-                }
-                __m512 p = _mm512_maskz_mov_ps(live, (__m512)kiln_a16_exp_flush((kiln_a16f)_mm512_sub_ps(v, _mm512_set1_ps(m))));
-                sum[r] += _mm512_reduce_add_ps(p);
-                float pk[16];
-                _mm512_storeu_ps(pk, p);
-                pv_add(acc_y + r * H, vh + k0 * H, H, pk, live);
+                if (live) row_tile(g, &acc[r], s[r], live, row_bias(g, b, h, i0 + r), k0, vh);
             }
         }
-        for (int r = 0; r < nr; r++) {
-            float *y = (float *)g->y->data + ((b * g->S + i0 + r) * g->N + h) * H;
-            __m512 inv = _mm512_set1_ps(sum[r] > 0 ? 1.0f / sum[r] : 0.0f);
-            for (int64_t c = 0; c < H; c += 16) _mm512_storeu_ps(y + c, _mm512_mul_ps(_mm512_loadu_ps(acc_y + r * H + c), inv));
+        for (int r = 0; r < nr; r++) row_finish(g, &acc[r], (float *)g->y->data + ((b * g->S + i0 + r) * g->N + h) * H);
+    }
+}
+
+/* ---- Decode steps and short prompts on AVX-512: per task one query row of the query heads of
+ * one KV head (up to QB at a time), each KV row read once for them; 16 keys a step, their q.k
+ * products summed as 16 vectors of H / 16 multiply-adds, one 16x16 transpose and 15 adds giving
+ * the 16 scores in lanes; then the blocked kernels' online softmax and V sums (row_tile). */
+typedef struct group_job {
+    const kiln_gqa_call *g;
+    const float *q;
+    int64_t qs;
+} group_job;
+
+/* Task t: query row t % S of batch row b, KV head kvh ((b, kvh) = t / S). */
+static void group_tasks(void *ctx, int64_t t0, int64_t t1)
+{
+    const group_job *j = ctx;
+    const kiln_gqa_call *g = j->g;
+    int64_t H = g->H, L = g->present_len, group = g->N / g->Nkv;
+    float qrot[QB * GQA_BLOCK_MAX_H] __attribute__((aligned(64))), acc_y[QB * GQA_BLOCK_MAX_H] __attribute__((aligned(64)));
+    for (int64_t t = t0; t < t1; t++) {
+        int64_t bkv = t / g->S, i = t % g->S, b = bkv / g->Nkv, start, len;
+        const float *kh = (const float *)g->present_k->data + bkv * L * H;
+        const float *vh = (const float *)g->present_v->data + bkv * L * H;
+        kiln_gqa_window(g, b, i, &start, &len);
+        for (int64_t h0 = bkv % g->Nkv * group; h0 < (bkv % g->Nkv + 1) * group; h0 += QB) {
+            int nh = (bkv % g->Nkv + 1) * group - h0 < QB ? (int)((bkv % g->Nkv + 1) * group - h0) : QB;
+            row_acc acc[QB];
+            for (int r = 0; r < nh; r++) {
+                query_row(g, j->q, j->qs, b, i, h0 + r, qrot + r * H);
+                row_start(&acc[r], g, h0 + r, acc_y + r * H);
+            }
+            for (int64_t k0 = start; k0 < start + len; k0 += 16) {
+                int n = start + len - k0 < 16 ? (int)(start + len - k0) : 16;
+                __mmask16 live = kiln_lanes(n);
+                const float *krow[16]; /* past the window's end, its last row again (lanes not live) */
+                for (int k = 0; k < 16; k++) krow[k] = kh + (k0 + (k < n ? k : n - 1)) * H;
+                for (int r = 0; r < nh; r++) {
+                    __m512 part[16];
+                    for (int k = 0; k < 16; k++) part[k] = _mm512_setzero_ps();
+                    for (int64_t c = 0; c < H; c += 16) { /* 16 independent chains */
+                        __m512 qv = _mm512_loadu_ps(qrot + r * H + c);
+#pragma GCC unroll 16
+                        for (int k = 0; k < 16; k++) part[k] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(krow[k] + c), part[k]);
+                    }
+                    kiln_transpose16(part);
+                    for (int k = 1; k < 16; k++) part[0] = _mm512_add_ps(part[0], part[k]);
+                    const float *bias = row_bias(g, b, h0 + r, i);
+                    row_tile(g, &acc[r], part[0], live, bias, k0, vh);
+                }
+            }
+            for (int r = 0; r < nh; r++) row_finish(g, &acc[r], (float *)g->y->data + ((b * g->S + i) * g->N + h0 + r) * H);
         }
     }
 }
@@ -298,13 +384,21 @@ static void block_tasks(void *ctx, int64_t t0, int64_t t1)
 #pragma GCC pop_options
 #endif
 
-/* Runs a prompt call on the block kernels where they apply (true), after present K and V are
- * written; *rc is the call's status then. */
-static bool gqa_blocks(kiln_run_ctx *c, const kiln_gqa_call *g, const float *q, int64_t qs, kiln_status *rc)
+/* Runs the call on the AVX-512 kernels where they apply (true), after present K and V are
+ * written: prompts of GQA_BLOCK_MIN_S rows or more on block_tasks, the rest on group_tasks;
+ * *rc is the call's status then. */
+static bool gqa_avx512(kiln_run_ctx *c, const kiln_gqa_call *g, const float *q, int64_t qs, kiln_status *rc)
 {
     int64_t H = g->H, B = g->B;
-    if (g->S < GQA_BLOCK_MIN_S || H % 16 || H > GQA_BLOCK_MAX_H || kiln_gemm_level_detect() != KILN_GEMM_LEVEL_AVX512)
-        return false;
+    if (H % 16 || H > GQA_BLOCK_MAX_H || kiln_gemm_level_detect() != KILN_GEMM_LEVEL_AVX512) return false;
+    kiln_threadpool *pool = kiln_run_threadpool(c);
+    *rc = KILN_OK;
+    if (g->S < GQA_BLOCK_MIN_S) {
+        group_job j = {g, q, qs};
+        double macs = (double)B * (double)g->N * (double)g->S * (double)g->total * (double)(2 * H);
+        kiln_threadpool_parallel_for(macs < (double)(1 << 15) ? NULL : pool, B * g->Nkv * g->S, group_tasks, &j);
+        return true;
+    }
     int64_t hi = 0; /* keys past every window's end are not read */
     for (int64_t b = 0; b < B; b++)
         for (int64_t i = 0; i < g->S; i++) {
@@ -314,7 +408,6 @@ static bool gqa_blocks(kiln_run_ctx *c, const kiln_gqa_call *g, const float *q, 
         }
     block_job j = {g, q, qs, NULL, (hi + 15) / 16, (g->S + QB - 1) / QB};
     struct kiln_scratch *scr = kiln_run_scratch(c);
-    kiln_threadpool *pool = kiln_run_threadpool(c);
     j.kt = kiln_scratch_get(scr, (size_t)(B * g->Nkv * j.tiles * H * 16 + 1) * sizeof *j.kt);
     if (!j.kt) {
         *rc = kiln_run_fail(c, KILN_ERR_NOMEM, "out of memory");
@@ -325,7 +418,6 @@ static bool gqa_blocks(kiln_run_ctx *c, const kiln_gqa_call *g, const float *q, 
     kiln_threadpool_parallel_for(p, B * g->Nkv * j.tiles, kt_tasks, &j);
     kiln_threadpool_parallel_for(p, B * g->N * j.blocks, block_tasks, &j);
     kiln_scratch_put(scr, j.kt);
-    *rc = KILN_OK;
     return true;
 }
 #endif
@@ -362,7 +454,7 @@ static kiln_status gqa_run(kiln_run_ctx *c)
     }
 #if HAVE_GQA_BLOCKS
     kiln_status rc;
-    if (gqa_blocks(c, &g, qin, qs, &rc)) return rc;
+    if (gqa_avx512(c, &g, qin, qs, &rc)) return rc;
 #endif
     struct kiln_scratch *scr = kiln_run_scratch(c);
     kiln_threadpool *pool = kiln_run_threadpool(c);

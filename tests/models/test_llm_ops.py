@@ -236,6 +236,17 @@ def test_gqa():
     cases.append(("long prompts head_sink", dict(sink=True), [dict(N=4, Nkv=2, H=16, sink=True, **f) for f in long]))
     cases.append(("long prompts attention_bias", dict(bias=True),
                   [dict(N=4, Nkv=2, H=16, bias=(f["B"], 4, f["S"], f["total"]), **f) for f in long]))
+    # decode steps and short prompts on the CPU's grouped kernel (the query heads of a KV head
+    # together, up to 8 at a time; heads of 16k dims): attributes, bias, sinks, 16 heads a group
+    short = [dict(B=2, S=1, seqlens=[8, 5], total=9, past_len=11), dict(B=1, S=3, seqlens=[40], total=41, past_len=45),
+             dict(B=2, S=1, seqlens=[33, 17], total=34, past_len=34)]
+    for attrs in [dict(softcap=2.0), dict(local_window_size=3), dict(local_window_size=20), dict(smooth_softmax=1)]:
+        cases.append((f"decode {attrs}", attrs, [dict(N=4, Nkv=2, H=16, **f) for f in short]))
+    cases.append(("decode head_sink", dict(sink=True), [dict(N=4, Nkv=2, H=16, sink=True, **f) for f in short]))
+    cases.append(("decode attention_bias", dict(bias=True),
+                  [dict(N=4, Nkv=2, H=16, bias=(f["B"], 4, f["S"], f["total"]), **f) for f in short]))
+    cases.append(("decode 16 query heads a KV head", dict(rotary=True),
+                  [dict(N=16, Nkv=1, H=64, rd=64, **f) for f in short]))
     # errors: seqlens past the buffer, positions past the caches
     bad = [dict(N=4, Nkv=2, H=8, B=2, S=1, seqlens=[8, 11], total=9, past_len=11),
            dict(N=4, Nkv=2, H=8, B=2, S=1, seqlens=[8, -1], total=9, past_len=11),
