@@ -3,12 +3,9 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <stdint.h>
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f")
-#endif
+#include "cpu/target.h"
+
+KILN_TARGET_BEGIN("avx512f")
 
 #include "cpu/act512.h"
 #include "cpu/avx512_util.h"
@@ -51,9 +48,5 @@ void kiln_cpu_act_apply_sum_avx512(const kiln_act *a, float *y, const float *res
     }
 }
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+KILN_TARGET_END
 #endif

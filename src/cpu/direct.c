@@ -22,6 +22,7 @@
 
 #include "core/pages.h"
 #include "cpu/kernels.h"
+#include "cpu/target.h"
 
 enum { DIRECT_COLS = 32 };
 /* narrow layers: channels per panel, pixels per task (a multiple of the tiles' 48 and 96) */
@@ -68,12 +69,7 @@ void kiln_cpu_direct_unpack(const kiln_direct *d, float *w)
 
 #if defined(__x86_64__)
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f")
-#endif
+KILN_TARGET_BEGIN("avx512f")
 
 #include "cpu/avx512_util.h"
 
@@ -297,11 +293,7 @@ kiln_status kiln_cpu_direct_run(const kiln_gemm_ctx *ctx, const kiln_direct *d, 
     return KILN_OK;
 }
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+KILN_TARGET_END
 
 #else /* pack returns NULL where there is no AVX-512: nothing to run */
 

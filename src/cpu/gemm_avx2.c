@@ -5,12 +5,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
-#endif
+#include "cpu/target.h"
+
+KILN_TARGET_BEGIN("avx2,fma")
 
 #include "cpu/avx2_util.h"
 #include "cpu/gemm_internal.h"
@@ -148,9 +145,5 @@ const kiln_gemm_kernel kiln_gemm_kernel_avx2 = {
     .pack_a = pack_a, .pack_b = pack_b, .kernel = kernel,
 };
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+KILN_TARGET_END
 #endif

@@ -7,12 +7,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f")
-#endif
+#include "cpu/target.h"
+
+KILN_TARGET_BEGIN("avx512f")
 
 #include "cpu/avx512_util.h"
 #include "cpu/gemm_internal.h"
@@ -214,9 +211,5 @@ const kiln_gemm_kernel kiln_gemm_kernel_avx512 = {
     .pack_a = pack_a, .pack_b = pack_b, .kernel = kernel,
 };
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+KILN_TARGET_END
 #endif

@@ -13,6 +13,7 @@
 #include "core/threadpool.h"
 #include "cpu/gemm.h"
 #include "cpu/kernels.h"
+#include "cpu/target.h"
 #include "cpu/vecmath.h"
 #include "ops/contrib_internal.h"
 #include "ops/util.h"
@@ -113,12 +114,7 @@ static void sln_rows(void *ctx, int64_t r0, int64_t r1)
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define HAVE_SLN16 1
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f")
-#endif
+KILN_TARGET_BEGIN("avx512f")
 #include "cpu/avx512_util.h"
 
 /* The sum over k < h of y[k] - m, or of its square, in double, 16 floats a step. */
@@ -169,11 +165,7 @@ static void sln_rows16(void *ctx, int64_t r0, int64_t r1)
     }
 }
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+KILN_TARGET_END
 #endif
 
 /* The row function for this CPU. */

@@ -13,6 +13,7 @@
 #include "core/threadpool.h"
 #include "cpu/gemm.h"
 #include "cpu/kernels.h"
+#include "cpu/target.h"
 #include "ops/llm.h"
 
 typedef float v8f __attribute__((vector_size(32), aligned(4)));
@@ -121,12 +122,7 @@ static bool has_avx2(void)
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define HAVE_GQA_BLOCKS 1
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f")
-#endif
+KILN_TARGET_BEGIN("avx512f")
 #include "cpu/act512.h"
 #include "cpu/avx512_util.h"
 
@@ -378,11 +374,7 @@ static void group_tasks(void *ctx, int64_t t0, int64_t t1)
     }
 }
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+KILN_TARGET_END
 
 /* Runs the call on the AVX-512 kernels where they apply (true), after present K and V are
  * written: prompts of GQA_BLOCK_MIN_S rows or more on block_tasks, the rest on group_tasks;

@@ -22,6 +22,7 @@
 #include "cpu/kernels.h"
 #include "cpu/nbits_f32.h"
 #include "cpu/nbits_q8.h"
+#include "cpu/target.h"
 #include "ops/llm.h"
 
 #if defined(__x86_64__)
@@ -282,12 +283,7 @@ static void a_pack_rows(void *ctx, float *dst, int64_t p0, int64_t kc, int64_t i
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define HAVE_A_PACK16 1
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f")
-#endif
+KILN_TARGET_BEGIN("avx512f")
 #include "cpu/avx512_util.h"
 
 /* a_pack_rows for panels of at most 16 rows: 16 columns of the panel's rows transposed in
@@ -310,11 +306,7 @@ static void a_pack_rows16(void *ctx, float *dst, int64_t p0, int64_t kc, int64_t
     }
 }
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+KILN_TARGET_END
 #endif
 
 static kiln_status nbits_run(kiln_run_ctx *c)

@@ -8,8 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu/kernels.h"
 #include "core/threadpool.h"
+#include "cpu/kernels.h"
+#include "cpu/target.h"
 #include "cpu/vecmath.h"
 #include "ops/util.h"
 
@@ -57,12 +58,7 @@ static double sum_f64(const float *x, int64_t n)
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define HAVE_SOFTMAX16 1
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f")
-#endif
+KILN_TARGET_BEGIN("avx512f")
 #include "cpu/act512.h"
 #include "cpu/avx512_util.h"
 
@@ -101,11 +97,7 @@ static void softmax_row16(const float *x, float *y, int64_t n, float mx)
         _mm512_mask_storeu_ps(y + k, l, _mm512_mul_ps(_mm512_maskz_loadu_ps(l, y + k), s));
     }
 }
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+KILN_TARGET_END
 #endif
 
 static void softmax_row(const row_job *j, int64_t r)

@@ -28,6 +28,7 @@
 #include "cpu/gemm.h"
 #include "cpu/kernels.h"
 #include "cpu/nchwc_winograd.h"
+#include "cpu/target.h"
 
 /* tiles: up to 4 output blocks by up to 6 pixels, or up to 2 blocks by up to 12 (24
  * accumulators); tasks: up to 8 tiles */
@@ -160,12 +161,7 @@ void kiln_cpu_nchwc_unblock(kiln_threadpool *pool, const float *x, float *y, int
 
 #if defined(__x86_64__)
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f")
-#endif
+KILN_TARGET_BEGIN("avx512f")
 
 #include "cpu/act512.h"
 #include "cpu/avx512_util.h"
@@ -1002,11 +998,7 @@ static void reorder(kiln_threadpool *pool, const float *x, float *y, int64_t N, 
     kiln_threadpool_parallel_for(floats >= (double)(1 << 16) ? pool : NULL, N * (C / BLK) * j.chunks, reorder_tasks, &j);
 }
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+KILN_TARGET_END
 
 #else /* not x86-64: kiln_cpu_nchwc_available() is false, nothing is packed */
 

@@ -22,6 +22,7 @@
 #include "core/pages.h"
 #include "core/scratch.h"
 #include "cpu/kernels.h"
+#include "cpu/target.h"
 
 /* points of a transformed tile (at most); output blocks per task; tiles per product tile */
 enum { BLK = KILN_NCHWC_BLOCK, PTS_MAX = 36, GROUP_BLOCKS = 4, SUB_TILES = 6 };
@@ -62,12 +63,7 @@ float *kiln_cpu_nchwc_wino_pack(const float *w, int64_t M, int64_t C, int m)
 
 #if defined(__x86_64__)
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f")
-#endif
+KILN_TARGET_BEGIN("avx512f")
 
 #include "cpu/act512.h"
 #include "cpu/avx512_util.h"
@@ -404,11 +400,7 @@ kiln_status kiln_cpu_nchwc_wino_run(kiln_threadpool *pool, const float *u, int m
     return KILN_OK;
 }
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+KILN_TARGET_END
 
 #else /* not x86-64: kiln_cpu_nchwc_available() is false, nothing runs here */
 

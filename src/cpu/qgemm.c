@@ -440,26 +440,29 @@ kiln_status kiln_qgemm(const kiln_qgemm_ctx *ctx, const kiln_qgemm_args *a)
     j.panel_bytes = panel_bytes;
     if ((uint64_t)j.m_pad > (SIZE_MAX / 4) / (uint64_t)(j.Kp * k->esize + 16)) return KILN_ERR_NOMEM;
     size_t a_bytes = (size_t)(j.m_pad * j.Kp * k->esize) + ALIGN;
-    size_t side = (size_t)(j.m_pad + 2 * n_pad) * sizeof(int32_t) + ALIGN;
+    /* row sums, then the per-column terms unless the zero points are bound (pb has them) */
+    size_t side = (size_t)(j.m_pad + (g.b_zp_bound ? 0 : 2 * n_pad)) * sizeof(int32_t) + ALIGN;
     size_t total = a_bytes + side + (pb ? 0 : b_bytes);
     void *work = kiln_scratch_get(scratch, total);
     if (!work) return KILN_ERR_NOMEM;
     j.apack = align_up(work);
     j.rs = align_up(j.apack + a_bytes - ALIGN);
-    j.zb = j.rs + j.m_pad;
-    j.cs = j.zb + n_pad;
+    if (g.b_zp_bound) {
+        j.zb = pb->zb, j.cs = pb->cs; /* derived once, when bound */
+    } else {
+        j.zb = j.rs + j.m_pad, j.cs = j.zb + n_pad;
+    }
     if (pb) {
         j.bdata = pb->data;
         j.colsum = pb->colsum;
     } else {
-        j.bdata = align_up((uint8_t *)j.cs + n_pad * sizeof(int32_t));
+        j.bdata = align_up((uint8_t *)(j.rs + j.m_pad + 2 * n_pad)); /* not bound: pb is NULL */
         j.colsum = (int32_t *)align_up((uint8_t *)j.bdata + (size_t)(n_pad / k->nr) * (size_t)panel_bytes);
         kiln_threadpool_parallel_for(pool, n_pad / k->nr, pack_b_chunks, &j);
     }
     /* the operands as the kernels multiply them: A unsigned, B signed; the zero points shifted alike */
     j.za = g.a_zp + (g.a_signed ? 128 : 0);
-    if (g.b_zp_bound) j.zb = pb->zb, j.cs = pb->cs; /* derived once, when bound */
-    else zero_terms(g.b_zp, g.n_bzp, g.b_signed, K, N, n_pad, j.colsum, j.zb, j.cs);
+    if (!g.b_zp_bound) zero_terms(g.b_zp, g.n_bzp, g.b_signed, K, N, n_pad, j.colsum, j.zb, j.cs);
     int64_t chunks = threads > 1 ? min64(j.m_pad / k->mr, 4 * (int64_t)threads) : 1;
     j.rows_per_chunk = round_up((j.m_pad + chunks - 1) / chunks, k->mr);
     kiln_threadpool_parallel_for(pool, (j.m_pad + j.rows_per_chunk - 1) / j.rows_per_chunk, pack_a_chunks, &j);

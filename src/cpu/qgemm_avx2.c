@@ -7,12 +7,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2")
-#endif
+#include "cpu/target.h"
+
+KILN_TARGET_BEGIN("avx2")
 
 #define QGEMM_MAC(c, a, b) ((c) = _mm256_add_epi32((c), _mm256_madd_epi16((a), (b))))
 #include "cpu/qgemm_avx256.h"
@@ -59,9 +56,5 @@ void kiln_qgemm_dot_avx2(const int16_t *b, int64_t K, const uint8_t *a, int64_t 
 const kiln_qgemm_kernel kiln_qgemm_kernel_avx2 = {
     .mr = MR, .nr = NR, .kg = KG, .esize = 2, .kernel = kernel, .dot = kiln_qgemm_dot_avx2};
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+KILN_TARGET_END
 #endif

@@ -6,12 +6,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,avx512f,avx512vnni"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,avx512f,avx512vnni")
-#endif
+#include "cpu/target.h"
+
+KILN_TARGET_BEGIN("avx2,avx512f,avx512vnni")
 
 #include "cpu/qgemm_internal.h"
 
@@ -140,9 +137,5 @@ static void pack_b(void *dst, const uint8_t *B, int64_t ldb, bool b_signed, int6
 const kiln_qgemm_kernel kiln_qgemm_kernel_avx512vnni = {.mr = MR, .nr = NR, .kg = KG, .esize = 1, .kernel = kernel,
     .dot = kiln_qgemm_dot_avx2 /* both have AVX2 */, .pack_b = pack_b};
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+KILN_TARGET_END
 #endif

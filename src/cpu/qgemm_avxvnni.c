@@ -6,12 +6,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,avxvnni"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,avxvnni")
-#endif
+#include "cpu/target.h"
+
+KILN_TARGET_BEGIN("avx2,avxvnni")
 
 #define QGEMM_MAC(c, a, b) ((c) = _mm256_dpbusd_avx_epi32((c), (a), (b)))
 #include "cpu/qgemm_avx256.h"
@@ -31,9 +28,5 @@ static void kernel(int64_t groups, const void *a, int64_t as, const void *b, int
 const kiln_qgemm_kernel kiln_qgemm_kernel_avxvnni = {.mr = MR, .nr = NR, .kg = KG, .esize = 1, .kernel = kernel,
     .dot = kiln_qgemm_dot_avx2 /* both have AVX2 */};
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+KILN_TARGET_END
 #endif

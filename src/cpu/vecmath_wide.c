@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cpu/gemm.h"
+#include "cpu/target.h"
 #include "cpu/vecmath.h"
 
 /* y[i] = F(x[i]) over whole vectors of L lanes, the tail through one zero-padded vector */
@@ -68,12 +69,7 @@ DEF_ARRAYS(v4, 4)
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define HAVE_WIDE 1
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
-#endif
+KILN_TARGET_BEGIN("avx2,fma")
 typedef float v8f __attribute__((vector_size(32)));
 typedef int32_t v8i __attribute__((vector_size(32)));
 typedef uint32_t v8u __attribute__((vector_size(32)));
@@ -84,18 +80,9 @@ typedef uint32_t v8u __attribute__((vector_size(32)));
 #define VM(name) v8_##name
 #include "cpu/vecmath_body.h"
 DEF_ARRAYS(v8, 8)
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+KILN_TARGET_END
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f")
-#endif
+KILN_TARGET_BEGIN("avx512f")
 typedef float v16f __attribute__((vector_size(64)));
 typedef int32_t v16i __attribute__((vector_size(64)));
 typedef uint32_t v16u __attribute__((vector_size(64)));
@@ -106,11 +93,7 @@ typedef uint32_t v16u __attribute__((vector_size(64)));
 #define VM(name) v16_##name
 #include "cpu/vecmath_body.h"
 DEF_ARRAYS(v16, 16)
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+KILN_TARGET_END
 #endif
 
 typedef void (*array_fn)(const float *x, float *y, int64_t n);
