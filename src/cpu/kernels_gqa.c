@@ -4,7 +4,8 @@
  * rest zeroed as ONNX Runtime leaves it), then per task a (batch, head, block of query rows),
  * each query row rotated into the task's scratch: scores over the row's causal / local window,
  * softcap, bias, softmax (with the sink or smooth-softmax term) and the weighted sum of V, each
- * 8 floats at a time; prompts on AVX-512 by blocks of query rows and keys (block_tasks).
+ * 8 floats at a time; on AVX-512, prompts by blocks of query rows and keys (block_tasks) and
+ * decode steps by the query heads of a KV head together (group_tasks).
  * Tasks are spread over the thread pool. Without present outputs, the reference kernel runs. */
 #include <math.h>
 #include <string.h>
@@ -121,7 +122,7 @@ static bool has_avx2(void)
 #endif
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define HAVE_GQA_BLOCKS 1
+#define HAVE_GQA_AVX512 1
 KILN_TARGET_BEGIN("avx512f")
 #include "cpu/act512.h"
 #include "cpu/avx512_util.h"
@@ -130,8 +131,8 @@ KILN_TARGET_BEGIN("avx512f")
  * read from a transposed copy of present K, so each score tile is QB x 16 lanes of broadcast
  * multiply-adds (no horizontal sums); softmax online over the tiles (a running maximum and sum
  * per row, the weighted V rows rescaled when the maximum grows), each row's V rows summed in
- * registers over its own window only. Heads of 16k dims up to GQA_BLOCK_MAX_H; others, and
- * prompts of under GQA_BLOCK_MIN_S rows, run gqa_tasks. Measured on one node (packed QKV, 8 / 4
+ * registers over its own window only. Heads of 16k dims up to GQA_BLOCK_MAX_H (others run
+ * gqa_tasks); prompts of under GQA_BLOCK_MIN_S rows run group_tasks below. Measured on one node (packed QKV, 8 / 4
  * heads of 64 dims, rotary, a 64-token first prompt, one thread, `kiln bench`, which also
  * allocates the two 256-row present outputs): 0.44 -> 0.29 ms. */
 enum { QB = 8, GQA_BLOCK_MAX_H = 256, GQA_BLOCK_MIN_S = 4 };
@@ -444,7 +445,7 @@ static kiln_status gqa_run(kiln_run_ctx *c)
                 }
             }
     }
-#if HAVE_GQA_BLOCKS
+#if HAVE_GQA_AVX512
     kiln_status rc;
     if (gqa_avx512(c, &g, qin, qs, &rc)) return rc;
 #endif
