@@ -484,11 +484,35 @@ typedef struct kiln_generator_params {
 /* Greedy, batch 1, max_length and the rest from the config, seed 0, the CPU provider. */
 kiln_generator_params kiln_generator_params_default(void);
 
-/* Opens the model folder model_dir (genai_config.json and the model it names), compiles the
- * model and allocates the KV cache for params->batch_size x max_length tokens. params may be
- * NULL (defaults). On failure *out is still set to a handle holding only the error message
- * (kiln_generator_last_error; release with kiln_generator_free), or NULL if even that could
+/* A model folder opened and compiled once, for any number of generators (onnxruntime-genai's
+ * Model): each generator holds a reference, so the model lives until the caller's
+ * kiln_genai_model_free and the last of its generators' kiln_generator_free. Generators of one
+ * model may run on several threads at once (their session is shared; runs on it are
+ * thread-safe); each has its own KV cache. */
+typedef struct kiln_genai_model kiln_genai_model;
+
+/* Opens the model folder model_dir (genai_config.json and the model it names) and compiles the
+ * model with the session options opt (NULL: kiln_session_options_default(), the CPU). On
+ * failure *out is still set to a handle holding only the error message
+ * (kiln_genai_model_last_error; release with kiln_genai_model_free), or NULL if even that could
  * not be allocated. */
+kiln_status kiln_genai_model_open(const char *model_dir, const kiln_session_options *opt, kiln_genai_model **out);
+/* Message of the failure that opened m ("" if none); a static message for NULL. Borrowed. */
+const char *kiln_genai_model_last_error(const kiln_genai_model *m);
+/* Releases the caller's reference (the generators keep theirs). NULL is a no-op. */
+void kiln_genai_model_free(kiln_genai_model *m);
+
+/* A generator of model m (which it references) with its KV cache for params->batch_size x
+ * max_length tokens; no compilation. params may be NULL (defaults); its provider and
+ * num_threads are not used (m's session options apply). On failure *out as for
+ * kiln_generator_create. */
+kiln_status kiln_generator_create_from(kiln_genai_model *m, const kiln_generator_params *params,
+                                       kiln_generator **out);
+/* Opens the model folder model_dir for this generator alone (kiln_genai_model_open with
+ * params' provider and num_threads, then kiln_generator_create_from): it compiles the model and
+ * allocates the KV cache. params may be NULL (defaults). On failure *out is still set to a
+ * handle holding only the error message (kiln_generator_last_error; release with
+ * kiln_generator_free), or NULL if even that could not be allocated. */
 kiln_status kiln_generator_create(const char *model_dir, const kiln_generator_params *params,
                                   kiln_generator **out);
 /* Runs the prompt: tokens is [batch, max(lengths)] row-major, row b's first lengths[b] ids
@@ -514,11 +538,12 @@ kiln_status kiln_generator_get_logits(const kiln_generator *g, const float **log
 const int64_t *kiln_generator_get_sequence(const kiln_generator *g, int b, int64_t *len);
 /* Whether every sequence has produced an eos id or reached max_length. NULL: true. */
 bool kiln_generator_is_done(const kiln_generator *g);
-/* The counters of the generator's session (compilations stays 1 over all steps). */
+/* The counters of the generator's session, its model's (compilations stays 1 over all steps
+ * and all generators of one model). */
 kiln_status kiln_generator_session_stats(const kiln_generator *g, kiln_session_stats *out);
 /* Message of the last failure on g ("" if none); a static message for NULL. Borrowed. */
 const char *kiln_generator_last_error(const kiln_generator *g);
-/* Releases the generator, its session and its KV cache. NULL is a no-op. */
+/* Releases the generator, its KV cache and its reference to its model. NULL is a no-op. */
 void kiln_generator_free(kiln_generator *g);
 
 #ifdef __cplusplus

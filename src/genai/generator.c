@@ -6,6 +6,7 @@
 #define _GNU_SOURCE
 #include <limits.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,10 +21,19 @@
 
 #define MAX_BATCH 4096
 
-struct kiln_generator {
+/* A model folder opened and compiled once; generators hold references (the last one out frees). */
+struct kiln_genai_model {
     kiln_err err;
     kiln_session *s;
     kiln_genai_config cfg;
+    atomic_int refs;
+};
+
+struct kiln_generator {
+    kiln_err err;
+    kiln_genai_model *m;         /* a reference */
+    kiln_session *s;             /* m's */
+    kiln_genai_config cfg;       /* a copy of m's */
     kiln_generator_params p;     /* resolved: no "from the config" values left */
     int B, L;                    /* batch, layers */
     int64_t T;                   /* max_length: the cache's capacity in positions */
@@ -258,16 +268,53 @@ static kiln_status alloc_state(kiln_generator *g)
     return KILN_OK;
 }
 
-kiln_status kiln_generator_create(const char *model_dir, const kiln_generator_params *params, kiln_generator **out)
+kiln_status kiln_genai_model_open(const char *model_dir, const kiln_session_options *opt, kiln_genai_model **out)
+{
+    if (!out) return KILN_ERR_INVALID_ARG;
+    kiln_genai_model *m = calloc(1, sizeof *m);
+    *out = m;
+    if (!m) return KILN_ERR_NOMEM;
+    atomic_init(&m->refs, 1);
+    char model_path[PATH_MAX];
+    kiln_status st = kiln_genai_config_load(model_dir, &m->cfg, model_path, sizeof model_path, &m->err);
+    if (st) return st;
+    kiln_session_options so = opt ? *opt : kiln_session_options_default();
+    if (so.num_threads < 0) {
+        m->err.code = KILN_ERR_INVALID_ARG;
+        snprintf(m->err.msg, sizeof m->err.msg, "num_threads %d is negative", so.num_threads);
+        return KILN_ERR_INVALID_ARG;
+    }
+    if ((st = kiln_session_create(model_path, &so, &m->s))) {
+        m->err.code = st;
+        snprintf(m->err.msg, sizeof m->err.msg, "%s", kiln_last_error(m->s));
+        kiln_session_free(m->s);
+        m->s = NULL;
+    }
+    return st;
+}
+
+const char *kiln_genai_model_last_error(const kiln_genai_model *m)
+{
+    return m ? m->err.msg : "no model (opening it ran out of memory)";
+}
+
+void kiln_genai_model_free(kiln_genai_model *m)
+{
+    if (!m || atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) != 1) return;
+    kiln_session_free(m->s);
+    free(m);
+}
+
+kiln_status kiln_generator_create_from(kiln_genai_model *m, const kiln_generator_params *params, kiln_generator **out)
 {
     if (!out) return KILN_ERR_INVALID_ARG;
     kiln_generator *g = calloc(1, sizeof *g);
     *out = g;
     if (!g) return KILN_ERR_NOMEM;
+    if (!m || !m->s) return fail(g, KILN_ERR_INVALID_ARG, "no model (kiln_genai_model_open failed or was not called)");
+    atomic_fetch_add_explicit(&m->refs, 1, memory_order_relaxed);
+    g->m = m, g->s = m->s, g->cfg = m->cfg;
     kiln_generator_params p = params ? *params : kiln_generator_params_default();
-    char model_path[PATH_MAX];
-    kiln_status st = kiln_genai_config_load(model_dir, &g->cfg, model_path, sizeof model_path, &g->err);
-    if (st) return st;
     const kiln_genai_config *c = &g->cfg;
     if (p.batch_size < 1 || p.batch_size > MAX_BATCH)
         return fail(g, KILN_ERR_INVALID_ARG, "batch_size %d is out of range [1, %d]", p.batch_size, MAX_BATCH);
@@ -283,26 +330,38 @@ kiln_status kiln_generator_create(const char *model_dir, const kiln_generator_pa
     if (!(p.temperature > 0 && p.temperature <= 1e4))
         return fail(g, KILN_ERR_INVALID_ARG, "temperature %g is out of range (0, 10000]", p.temperature);
     if (!(p.top_p > 0 && p.top_p <= 1)) return fail(g, KILN_ERR_INVALID_ARG, "top_p %g is out of range (0, 1]", p.top_p);
-    if (p.num_threads < 0) return fail(g, KILN_ERR_INVALID_ARG, "num_threads %d is negative", p.num_threads);
     g->p = p;
     g->B = p.batch_size;
     g->T = p.max_length;
     g->L = c->layers;
     g->rng = p.seed ^ 0x9e3779b97f4a7c15ull;
-    if ((st = setup_names(g))) return st;
-    kiln_session_options so = kiln_session_options_default();
-    so.provider = p.provider;
-    so.num_threads = p.num_threads;
-    if ((st = kiln_session_create(model_path, &so, &g->s))) {
-        fail(g, st, "%s", kiln_last_error(g->s));
-        kiln_session_free(g->s);
-        g->s = NULL;
-        return st;
-    }
-    if ((st = check_session(g))) return st;
+    kiln_status st;
+    if ((st = setup_names(g)) || (st = check_session(g))) return st;
     g->on_device = kiln_session_on_device(g->s);
     g->static_mask = g->on_device && g->cfg.share_buffer;
     return alloc_state(g);
+}
+
+kiln_status kiln_generator_create(const char *model_dir, const kiln_generator_params *params, kiln_generator **out)
+{
+    if (!out) return KILN_ERR_INVALID_ARG;
+    *out = NULL;
+    kiln_generator_params p = params ? *params : kiln_generator_params_default();
+    kiln_session_options so = kiln_session_options_default();
+    so.provider = p.provider;
+    so.num_threads = p.num_threads;
+    kiln_genai_model *m = NULL;
+    kiln_status st = kiln_genai_model_open(model_dir, &so, &m);
+    if (st) { /* the model's error, in a generator handle */
+        kiln_generator *g = calloc(1, sizeof *g);
+        *out = g;
+        if (g) fail(g, st, "%s", kiln_genai_model_last_error(m));
+        kiln_genai_model_free(m);
+        return st;
+    }
+    st = kiln_generator_create_from(m, params, out);
+    kiln_genai_model_free(m); /* the generator's reference keeps it */
+    return st;
 }
 
 static bool is_eos(const kiln_generator *g, int64_t t)
@@ -619,7 +678,7 @@ void kiln_generator_free(kiln_generator *g)
                     else free(g->kv[l][w][b]);
                 }
     free(g->kv);
-    kiln_session_free(g->s);
+    kiln_genai_model_free(g->m);
     for (int i = 0; g->in_vals && i < g->n_in; i++) kiln_value_free(g->in_vals[i]);
     for (int j = 0; g->bind && j < g->n_out; j++) kiln_value_free(g->bind[j]);
     free(g->in_vals);

@@ -1,7 +1,9 @@
 /* test_genai.c - genai_config.json parsing (valid, truncated, mistyped and hostile configs, a
  * filename leaving the folder) and generator create/append/generate/free cycles on a generated
- * model folder (argument 1; tests/models/make_llm.py) with memory that stays flat. */
+ * model folder (argument 1; tests/models/make_llm.py) with memory that stays flat, from the folder
+ * each time and from one kiln_genai_model (in turn, on two threads, outliving its handle). */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -156,16 +158,45 @@ static long rss_kb(void)
     return kb;
 }
 
-/* 100 create / prompt / generate / free cycles: same tokens each time, flat memory. */
-static void test_cycles(const char *dir)
+static const int64_t cycle_prompt[2][6] = {{5, 17, 33, 100, 7, 250}, {9, 44, 301, 0, 0, 0}}, cycle_lens[2] = {6, 3};
+
+static kiln_generator_params cycle_params(void)
 {
-    int64_t prompt[2][6] = {{5, 17, 33, 100, 7, 250}, {9, 44, 301, 0, 0, 0}}, lens[2] = {6, 3};
-    int64_t first[2][8] = {{0}};
+    kiln_generator_params p = kiln_generator_params_default();
+    p.batch_size = 2;
+    p.max_length = 14;
+    return p;
+}
+
+/* One cycle's prompt and 8 greedy steps on g (batch 2, max_length 14): the tokens into out,
+ * the API's refusals checked on the way. */
+static void run_cycle(kiln_generator *g, int64_t out[2][8])
+{
+    CHECK(kiln_generator_generate_next(g) == KILN_ERR_INVALID_ARG); /* no prompt yet */
+    CHECK(kiln_generator_append_tokens(g, 1, cycle_lens, cycle_prompt[0]) == KILN_ERR_INVALID_ARG);
+    CHECK(kiln_generator_append_tokens(g, 2, cycle_lens, cycle_prompt[0]) == KILN_OK);
+    CHECK(kiln_generator_append_tokens(g, 2, cycle_lens, cycle_prompt[0]) == KILN_ERR_INVALID_ARG); /* once */
+    int steps = 0;
+    while (!kiln_generator_is_done(g) && kiln_generator_generate_next(g) == KILN_OK) {
+        const int64_t *next;
+        int n = 0;
+        CHECK(kiln_generator_get_next_tokens(g, &next, &n) == KILN_OK && n == 2);
+        for (int b = 0; b < 2 && steps < 8; b++) out[b][steps] = next[b];
+        steps++;
+    }
+    CHECK(steps == 8);
+    CHECK(kiln_generator_generate_next(g) == KILN_ERR_INVALID_ARG && strstr(kiln_generator_last_error(g), "max_length"));
+}
+
+static bool same_tokens(int64_t a[2][8], int64_t b[2][8]) { return !memcmp(a, b, sizeof(int64_t[2][8])); }
+
+/* 100 create / prompt / generate / free cycles: same tokens each time, flat memory. The
+ * tokens of the first cycle into first. */
+static void test_cycles(const char *dir, int64_t first[2][8])
+{
     long rss10 = 0;
     for (int cyc = 0; cyc < 100; cyc++) {
-        kiln_generator_params p = kiln_generator_params_default();
-        p.batch_size = 2;
-        p.max_length = 14;
+        kiln_generator_params p = cycle_params();
         kiln_generator *g = NULL;
         kiln_status st = kiln_generator_create(dir, &p, &g);
         if (st) fprintf(stderr, "test_genai: %s\n", kiln_generator_last_error(g));
@@ -174,23 +205,9 @@ static void test_cycles(const char *dir)
             kiln_generator_free(g);
             return;
         }
-        CHECK(kiln_generator_generate_next(g) == KILN_ERR_INVALID_ARG); /* no prompt yet */
-        CHECK(kiln_generator_append_tokens(g, 1, lens, prompt[0]) == KILN_ERR_INVALID_ARG);
-        CHECK(kiln_generator_append_tokens(g, 2, lens, prompt[0]) == KILN_OK);
-        CHECK(kiln_generator_append_tokens(g, 2, lens, prompt[0]) == KILN_ERR_INVALID_ARG); /* once */
-        int steps = 0;
-        while (!kiln_generator_is_done(g) && kiln_generator_generate_next(g) == KILN_OK) {
-            const int64_t *next;
-            int n = 0;
-            CHECK(kiln_generator_get_next_tokens(g, &next, &n) == KILN_OK && n == 2);
-            for (int b = 0; b < 2 && steps < 8; b++) {
-                if (cyc == 0) first[b][steps] = next[b];
-                else if (first[b][steps] != next[b]) CHECK(!"the same tokens every cycle");
-            }
-            steps++;
-        }
-        CHECK(steps == 8);
-        CHECK(kiln_generator_generate_next(g) == KILN_ERR_INVALID_ARG && strstr(kiln_generator_last_error(g), "max_length"));
+        int64_t toks[2][8];
+        run_cycle(g, cyc ? toks : first);
+        if (cyc) CHECK(same_tokens(toks, first));
         kiln_session_stats s;
         CHECK(kiln_generator_session_stats(g, &s) == KILN_OK && s.compilations == 1 && s.runs == 8);
         kiln_generator_free(g);
@@ -207,11 +224,109 @@ static void test_cycles(const char *dir)
 #endif
 }
 
+typedef struct thread_run {
+    kiln_genai_model *m;
+    int64_t toks[2][8];
+    kiln_status st;
+} thread_run;
+
+static void *generate_on_thread(void *arg)
+{
+    thread_run *t = arg;
+    kiln_generator_params p = cycle_params();
+    kiln_generator *g = NULL;
+    t->st = kiln_generator_create_from(t->m, &p, &g);
+    if (!t->st) run_cycle(g, t->toks);
+    kiln_generator_free(g);
+    return NULL;
+}
+
+/* One model, compiled once, for many generators: 100 cycles of kiln_generator_create_from with
+ * the tokens of test_cycles and flat memory; two generators stepped in turn; two on two threads
+ * at once; generators outliving the caller's reference; the errors. */
+static void test_shared_model(const char *dir, int64_t first[2][8])
+{
+    kiln_genai_model *m = NULL;
+    kiln_status st = kiln_genai_model_open(dir, NULL, &m);
+    if (st) fprintf(stderr, "test_genai: %s\n", kiln_genai_model_last_error(m));
+    CHECK(st == KILN_OK && m && !*kiln_genai_model_last_error(m));
+    if (st) {
+        kiln_genai_model_free(m);
+        return;
+    }
+    long rss10 = 0;
+    kiln_session_stats s = {0};
+    for (int cyc = 0; cyc < 100; cyc++) {
+        kiln_generator_params p = cycle_params();
+        p.provider = KILN_PROVIDER_CUDA; /* not used: the model's options apply */
+        kiln_generator *g = NULL;
+        CHECK(kiln_generator_create_from(m, &p, &g) == KILN_OK);
+        int64_t toks[2][8];
+        run_cycle(g, toks);
+        CHECK(same_tokens(toks, first));
+        CHECK(kiln_generator_session_stats(g, &s) == KILN_OK);
+        kiln_generator_free(g);
+        if (cyc == 9) rss10 = rss_kb();
+    }
+    CHECK(s.compilations == 1 && s.runs == 800);
+    long rss100 = rss_kb();
+    printf("test_genai: 100 generators of one model, RSS %ld kB after 10, %ld kB after 100\n", rss10, rss100);
+#if !defined(__SANITIZE_ADDRESS__)
+    CHECK(rss100 - rss10 < 2048);
+#endif
+    /* two generators stepped in turn: each its own cache */
+    kiln_generator_params p = cycle_params();
+    kiln_generator *a = NULL, *b = NULL;
+    CHECK(kiln_generator_create_from(m, &p, &a) == KILN_OK && kiln_generator_create_from(m, &p, &b) == KILN_OK);
+    CHECK(kiln_generator_append_tokens(a, 2, cycle_lens, cycle_prompt[0]) == KILN_OK);
+    CHECK(kiln_generator_append_tokens(b, 2, cycle_lens, cycle_prompt[0]) == KILN_OK);
+    int64_t ta[2][8], tb[2][8];
+    for (int k = 0; k < 8; k++) {
+        const int64_t *next;
+        CHECK(kiln_generator_generate_next(a) == KILN_OK && kiln_generator_get_next_tokens(a, &next, NULL) == KILN_OK);
+        ta[0][k] = next[0], ta[1][k] = next[1];
+        CHECK(kiln_generator_generate_next(b) == KILN_OK && kiln_generator_get_next_tokens(b, &next, NULL) == KILN_OK);
+        tb[0][k] = next[0], tb[1][k] = next[1];
+    }
+    CHECK(same_tokens(ta, first) && same_tokens(tb, first));
+    kiln_generator_free(a);
+    kiln_generator_free(b);
+    /* two threads at once */
+    thread_run tr[2] = {{.m = m}, {.m = m}};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) CHECK(pthread_create(&th[i], NULL, generate_on_thread, &tr[i]) == 0);
+    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 2; i++) CHECK(tr[i].st == KILN_OK && same_tokens(tr[i].toks, first));
+    /* a generator outlives the caller's reference */
+    kiln_generator *g = NULL;
+    CHECK(kiln_generator_create_from(m, &p, &g) == KILN_OK);
+    kiln_genai_model_free(m);
+    int64_t toks[2][8];
+    run_cycle(g, toks);
+    CHECK(same_tokens(toks, first));
+    kiln_generator_free(g);
+    /* errors */
+    g = NULL;
+    CHECK(kiln_generator_create_from(NULL, &p, &g) == KILN_ERR_INVALID_ARG && g &&
+          strstr(kiln_generator_last_error(g), "no model"));
+    kiln_generator_free(g);
+    m = NULL;
+    CHECK(kiln_genai_model_open("/nonexistent/folder", NULL, &m) == KILN_ERR_IO && m &&
+          strstr(kiln_genai_model_last_error(m), "genai_config.json"));
+    g = NULL;
+    CHECK(kiln_generator_create_from(m, &p, &g) == KILN_ERR_INVALID_ARG && g); /* a failed open's handle */
+    kiln_generator_free(g);
+    kiln_genai_model_free(m);
+    kiln_genai_model_free(NULL);
+    CHECK(kiln_genai_model_open(dir, NULL, NULL) == KILN_ERR_INVALID_ARG);
+}
+
 int main(int argc, char **argv)
 {
     test_parse();
     test_symlink_escape();
-    if (argc > 1) test_cycles(argv[1]);
+    int64_t first[2][8];
+    if (argc > 1) test_cycles(argv[1], first), test_shared_model(argv[1], first);
     else printf("test_genai: no model folder given, generator cycles not run\n");
     return unit_report("test_genai");
 }
