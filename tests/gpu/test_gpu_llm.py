@@ -483,6 +483,50 @@ def test_create_free_cycles(folder, cycles=100):
         check("create/free: flat device memory", grow < 8, f"{grow:.1f} MB growth")
 
 
+def test_shared_model(folder, generators=20, steps=16):
+    """One kiln_genai_model for many generators (kiln_generator_create_from): each one's greedy
+    tokens equal the CPU provider's (a generator of the folder alone), two stepped in turn and one
+    outliving the model's handle too; one compilation; flat device memory."""
+    want, _, _ = greedy(folder, PROMPTS, steps, 0)
+    max_length = max(len(p) for p in PROMPTS) + steps
+    rt = Cudart() if PROVIDER == "cuda" else None
+    m = gc.Model(folder, provider=gen_provider())
+
+    def run(g, n):
+        return np.array([(g.generate_next(), g.next_tokens())[1] for _ in range(n)])
+
+    used, equal = [], 0
+    for i in range(generators):
+        g = gc.Generator(model=m, batch=2, max_length=max_length)
+        g.append_tokens(PROMPTS)
+        equal += bool((run(g, steps) == want).all())
+        st = g.stats()
+        g.close()
+        if rt and i in (4, generators - 1):
+            used.append(rt.used())
+    check(f"shared model: {generators} generators' greedy tokens equal the CPU provider's", equal == generators,
+          f"{equal} of {generators}")
+    check("shared model: one compilation", st.compilations == 1, st.compilations)
+    if PROVIDER == "cuda":
+        check("shared model: decode steps replay recordings", st.graphs_replayed >= generators * (steps - 3),
+              f"captured {st.graphs_captured}, replayed {st.graphs_replayed}; note: {st.graphs_note!r}")
+    a, b = gc.Generator(model=m, batch=2, max_length=max_length), gc.Generator(model=m, batch=2, max_length=max_length)
+    a.append_tokens(PROMPTS)
+    b.append_tokens(PROMPTS)
+    ta, tb = [], []
+    for _ in range(steps // 2):
+        ta.append(run(a, 1)[0])
+        tb.append(run(b, 1)[0])
+    m.close()  # a and b keep the model
+    ta, tb = np.concatenate([ta, run(a, steps // 2)]), np.concatenate([tb, run(b, steps // 2)])
+    check("shared model: two generators stepped in turn, the handle freed halfway", (ta == want).all() and (tb == want).all())
+    a.close()
+    b.close()
+    if rt:
+        grow = (used[1] - used[0]) / 2**20
+        check("shared model: flat device memory", grow < 8, f"{grow:.1f} MB growth over {generators - 5} generators")
+
+
 def main():
     global lo, gc
     try:
@@ -531,6 +575,7 @@ def main():
                 test_max_length(folders[0][1])
             if "cycles" in PARTS:
                 test_create_free_cycles(folders[0][1])
+                test_shared_model(folders[0][1])
     return summary()
 
 

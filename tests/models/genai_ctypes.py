@@ -1,5 +1,5 @@
-"""genai_ctypes.py - a ctypes binding of kiln's kiln_generator_* C API (include/kiln.h), for the
-generation tests; the library is $KILN_LIB."""
+"""genai_ctypes.py - a ctypes binding of kiln's kiln_genai_model_* and kiln_generator_* C API
+(include/kiln.h), for the generation tests; the library is $KILN_LIB."""
 import ctypes
 import os
 
@@ -28,6 +28,10 @@ class Stats(ctypes.Structure):  # kiln_session_stats (room after it for fields a
 lib = ctypes.CDLL(os.environ["KILN_LIB"])
 lib.kiln_generator_params_default.restype = Params
 lib.kiln_generator_create.argtypes = [ctypes.c_char_p, ctypes.POINTER(Params), ctypes.POINTER(ctypes.c_void_p)]
+lib.kiln_generator_create_from.argtypes = [ctypes.c_void_p, ctypes.POINTER(Params), ctypes.POINTER(ctypes.c_void_p)]
+lib.kiln_genai_model_last_error.argtypes = [ctypes.c_void_p]
+lib.kiln_genai_model_last_error.restype = ctypes.c_char_p
+lib.kiln_genai_model_free.argtypes = [ctypes.c_void_p]
 lib.kiln_generator_append_tokens.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_int64),
                                              ctypes.POINTER(ctypes.c_int64)]
 lib.kiln_generator_generate_next.argtypes = [ctypes.c_void_p]
@@ -47,16 +51,50 @@ class KilnError(RuntimeError):
     pass
 
 
+class SessionOptions(ctypes.Structure):  # the head of kiln_session_options (kiln_session_options_default fills it)
+    _fields_ = [("provider", ctypes.c_int), ("pad", ctypes.c_char * 4096)]
+
+
+lib.kiln_session_options_default.restype = SessionOptions
+lib.kiln_genai_model_open.argtypes = [ctypes.c_char_p, ctypes.POINTER(SessionOptions), ctypes.POINTER(ctypes.c_void_p)]
+
+
+class Model:
+    """A folder opened and compiled once (kiln_genai_model) for Generator(model=...)."""
+
+    def __init__(self, folder, provider=0):
+        o = lib.kiln_session_options_default()
+        o.provider = provider
+        self.h = ctypes.c_void_p()
+        st = lib.kiln_genai_model_open(folder.encode(), ctypes.byref(o), ctypes.byref(self.h))
+        if st:
+            msg = lib.kiln_genai_model_last_error(self.h).decode()
+            self.close()
+            raise KilnError(msg)
+
+    def close(self):
+        if self.h:
+            lib.kiln_genai_model_free(self.h)
+            self.h = None
+
+    def __del__(self):
+        self.close()
+
+
 class Generator:
-    def __init__(self, folder, batch=1, max_length=0, do_sample=0, temperature=0.0, top_k=-1, top_p=0.0, seed=0,
-                 provider=0):
-        """provider: 0 the CPU, 1 CUDA (kiln_provider_kind)."""
+    def __init__(self, folder=None, batch=1, max_length=0, do_sample=0, temperature=0.0, top_k=-1, top_p=0.0, seed=0,
+                 provider=0, model=None):
+        """provider: 0 the CPU, 1 CUDA (kiln_provider_kind). With model (a Model), a generator of it
+        (kiln_generator_create_from: the model's provider); otherwise of folder alone."""
         p = lib.kiln_generator_params_default()
         p.batch_size, p.max_length, p.do_sample, p.provider = batch, max_length, do_sample, provider
         p.temperature, p.top_k, p.top_p, p.seed = temperature, top_k, top_p, seed
         self.h = ctypes.c_void_p()
         self.batch = batch
-        st = lib.kiln_generator_create(folder.encode(), ctypes.byref(p), ctypes.byref(self.h))
+        if model is not None:
+            st = lib.kiln_generator_create_from(model.h, ctypes.byref(p), ctypes.byref(self.h))
+        else:
+            st = lib.kiln_generator_create(folder.encode(), ctypes.byref(p), ctypes.byref(self.h))
         if st:
             msg = lib.kiln_generator_last_error(self.h).decode()
             lib.kiln_generator_free(self.h)
