@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The whole test suite: an AddressSanitizer + UndefinedBehaviorSanitizer build running the unit
-# and conformance tests, a ThreadSanitizer build running the threading tests, a 60-second
-# fuzzing smoke run, the HIP compile check of the GPU kernels, and last the warnings-as-errors
-# build (with the CUDA provider when a CUDA toolkit is installed) with every test (unit, ONNX
-# conformance, model, CLI, cross-provider oracle and GPU tests, which print SKIP and the reason
-# where no GPU is usable), whose ctest summary closes the output. Run scripts/setup.sh once before.
+# and conformance tests, a ThreadSanitizer build running the threading tests (generators of one
+# model on two threads among them), a 60-second fuzzing smoke run, the HIP compile check of the
+# GPU kernels, and last the warnings-as-errors build (with the CUDA provider when a CUDA toolkit
+# is installed) with every test (unit, ONNX conformance, model, CLI, cross-provider oracle and GPU
+# tests, which print SKIP and the reason where no GPU is usable), whose ctest summary closes the
+# output. Run scripts/setup.sh once before.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs="$(nproc)"
@@ -18,7 +19,7 @@ cmake --build build-asan -j"$jobs"
 ctest --test-dir build-asan --output-on-failure -j"$jobs" -L 'unit|conformance'
 
 cmake -B build-tsan -DKILN_WERROR=ON -DKILN_CUDA=OFF -DKILN_SANITIZE=thread -DCMAKE_BUILD_TYPE=Debug >/dev/null
-cmake --build build-tsan -j"$jobs" --target test_threads test_threadpool test_scratch test_cache
+cmake --build build-tsan -j"$jobs" --target test_threads test_threadpool test_scratch test_cache test_genai
 ctest --test-dir build-tsan --output-on-failure -L threads
 
 # Fuzz smoke: a libFuzzer build (clang) fuzzes from the seeds for 60 seconds. A crash or sanitizer
