@@ -24,14 +24,6 @@
 #include "passes/rewrite.h"
 
 /* The node of g producing v with this op type (default domain, one output), or NULL. */
-static kiln_node *producer(const kiln_graph *g, const kiln_ir_value *v, const char *op_type)
-{
-    kiln_node *p = v ? v->producer : NULL;
-    if (!p || p->graph != g || *p->domain || strcmp(p->op_type, op_type) || p->n_out != 1 || p->out[0] != v)
-        return NULL;
-    return p;
-}
-
 /* The com.microsoft FusedMatMul of g producing v without transposes (ORT's offline files fold
  * the scores' scale into its alpha), or NULL. */
 static kiln_node *ms_scaled_matmul(const kiln_graph *g, const kiln_ir_value *v)
@@ -49,15 +41,8 @@ static kiln_node *ms_scaled_matmul(const kiln_graph *g, const kiln_ir_value *v)
 /* Whether v, the scores before the mask, comes from Q K^T (its MatMul, or the scale after it). */
 static bool scores_of_product(const kiln_graph *g, const kiln_ir_value *v)
 {
-    return producer(g, v, "Mul") || producer(g, v, "Div") || producer(g, v, "MatMul") || ms_scaled_matmul(g, v);
-}
-
-/* The only reader of v (a node of g with this op type, one output), or NULL. */
-static kiln_node *only_reader(const kiln_graph *g, const kiln_ir_value *v, const char *op_type)
-{
-    (void)g;
-    kiln_node *nd = kiln_ir_value_only_reader(v);
-    return nd && !*nd->domain && !strcmp(nd->op_type, op_type) && nd->n_out == 1 ? nd : NULL;
+    return kiln_passes_producer(g, v, "Mul") || kiln_passes_producer(g, v, "Div") ||
+           kiln_passes_producer(g, v, "MatMul") || ms_scaled_matmul(g, v);
 }
 
 static bool single_use(const kiln_graph *g, const kiln_ir_value *v)
@@ -95,9 +80,9 @@ static bool rank4(const kiln_ir_value *v, kiln_dtype dt) { return is_dt(v, dt) &
  * (the TorchScript exporter folds K's two transposes into that one). */
 static kiln_ir_value *heads_source_perm(const kiln_graph *g, const kiln_ir_value *x, kiln_dtype dt, bool transposed)
 {
-    kiln_node *t = producer(g, x, "Transpose");
+    kiln_node *t = kiln_passes_producer(g, x, "Transpose");
     if (!t || !(transposed ? has_perm(t, 0, 2, 3, 1) : has_perm(t, 0, 2, 1, 3))) return NULL;
-    kiln_node *r = producer(g, t->in[0], "Reshape");
+    kiln_node *r = kiln_passes_producer(g, t->in[0], "Reshape");
     if (!r || !r->in[0] || !rank4(r->out[0], dt)) return NULL;
     kiln_ir_value *x3 = r->in[0];
     const kiln_dim *rd = r->out[0]->type.dims, *d3 = x3->type.dims;
@@ -130,15 +115,15 @@ static bool dims_are(const kiln_ir_value *v, const kiln_dim *a, const kiln_dim *
 static kiln_ir_value *key_of(const kiln_graph *g, const kiln_ir_value *kt, kiln_dtype dt, kiln_ir_value **k3)
 {
     *k3 = NULL;
-    kiln_node *t = producer(g, kt, "Transpose");
+    kiln_node *t = kiln_passes_producer(g, kt, "Transpose");
     if (t && has_perm(t, 0, 1, 3, 2)) return rank4(t->in[0], dt) ? t->in[0] : NULL;
     if (t) {
         *k3 = heads_source_perm(g, kt, dt, true);
         return NULL;
     }
-    kiln_node *r2 = producer(g, kt, "Reshape");
-    kiln_node *t3 = r2 ? producer(g, r2->in[0], "Transpose") : NULL;
-    kiln_node *r1 = t3 ? producer(g, t3->in[0], "Reshape") : NULL;
+    kiln_node *r2 = kiln_passes_producer(g, kt, "Reshape");
+    kiln_node *t3 = r2 ? kiln_passes_producer(g, r2->in[0], "Transpose") : NULL;
+    kiln_node *r1 = t3 ? kiln_passes_producer(g, t3->in[0], "Reshape") : NULL;
     if (!r1 || !single_use(g, r2->in[0]) || !single_use(g, t3->in[0]) || !rank4(r1->in[0], dt))
         return NULL;
     int n;
@@ -155,7 +140,7 @@ static kiln_ir_value *key_of(const kiln_graph *g, const kiln_ir_value *kt, kiln_
 /* x = Mul(x0, c) or Mul(c, x0) with c a scalar constant of dtype dt: x0 and *c, else NULL. */
 static kiln_ir_value *scaled_by(const kiln_graph *g, const kiln_ir_value *x, kiln_dtype dt, float *c)
 {
-    kiln_node *mul = producer(g, x, "Mul");
+    kiln_node *mul = kiln_passes_producer(g, x, "Mul");
     if (!mul || !single_use(g, x)) return NULL;
     int side = scalar_const(mul->in[1], dt, c) ? 1 : scalar_const(mul->in[0], dt, c) ? 0 : -1;
     return side >= 0 && rank4(mul->in[1 - side], dt) ? mul->in[1 - side] : NULL;
@@ -217,13 +202,13 @@ static kiln_status fuse(kiln_graph *g, kiln_node *sm, kiln_dtype dt, bool gpu16,
     if (axis != -1 && axis != 3) return KILN_OK;
     kiln_ir_value *scores = sm->in[0], *mask = NULL;
     if (!single_use(g, scores)) return KILN_OK;
-    kiln_node *add = producer(g, scores, "Add");
+    kiln_node *add = kiln_passes_producer(g, scores, "Add");
     kiln_ir_value *x = scores;
     /* Where(keep, scores, fill), fill a float32 constant of -1e30 or less (GPT-2's causal mask):
      * the additive mask Where(keep, 0, fill) as far as a Softmax can tell (a finite fill swallows
      * the score it is added to). The CPU's only: the GPU's decode steps have not been measured
      * on its Attention. */
-    kiln_node *wh = gpu16 ? NULL : producer(g, scores, "Where");
+    kiln_node *wh = gpu16 ? NULL : kiln_passes_producer(g, scores, "Where");
     float fill;
     if (wh && wh->n_in == 3 && wh->in[0] && wh->in[1] && is_dt(wh->in[0], KILN_DTYPE_BOOL) &&
         scalar_const(wh->in[2], dt, &fill) && fill <= -1e30f && masked_scores(g, wh->in[1], wh->in[0], dt))
@@ -242,8 +227,8 @@ static kiln_status fuse(kiln_graph *g, kiln_node *sm, kiln_dtype dt, bool gpu16,
     }
     float scale = 1.0f, c;
     bool scaled = false;
-    kiln_node *sc = producer(g, x, "Mul");
-    if (!sc) sc = producer(g, x, "Div");
+    kiln_node *sc = kiln_passes_producer(g, x, "Mul");
+    if (!sc) sc = kiln_passes_producer(g, x, "Div");
     if (sc) {
         bool div = !strcmp(sc->op_type, "Div");
         int side = scalar_const(sc->in[1], dt, &c) ? 1 : (!div && scalar_const(sc->in[0], dt, &c) ? 0 : -1);
@@ -253,7 +238,7 @@ static kiln_status fuse(kiln_graph *g, kiln_node *sm, kiln_dtype dt, bool gpu16,
         scaled = true;
         x = sc->in[1 - side];
     }
-    kiln_node *qk = producer(g, x, "MatMul");
+    kiln_node *qk = kiln_passes_producer(g, x, "MatMul");
     if (!qk && !scaled && (qk = ms_scaled_matmul(g, x))) {
         scale = kiln_attr_float(qk, "alpha", 1.0f);
         scaled = true;
@@ -269,7 +254,7 @@ static kiln_status fuse(kiln_graph *g, kiln_node *sm, kiln_dtype dt, bool gpu16,
     }
     kiln_ir_value *k3t = NULL, *k = key_of(g, kt, dt, &k3t);
     if (!k && !k3t) return KILN_OK;
-    kiln_node *av = only_reader(g, sm->out[0], "MatMul");
+    kiln_node *av = kiln_passes_only_reader(sm->out[0], "MatMul");
     if (!av || av->in[0] != sm->out[0] || av->in[1] == sm->out[0] || !rank4(av->in[1], dt) || !rank4(av->out[0], dt))
         return KILN_OK;
     kiln_ir_value *v = av->in[1];
@@ -291,8 +276,8 @@ static kiln_status fuse(kiln_graph *g, kiln_node *sm, kiln_dtype dt, bool gpu16,
      * cannot tell (the exporters' [B, S, -1] after a mask of dims of its own) */
     kiln_node *target = av;
     kiln_ir_value *q3 = heads_source(g, q, dt), *k3 = k ? heads_source(g, k, dt) : k3t, *v3 = heads_source(g, v, dt);
-    kiln_node *ot = only_reader(g, av->out[0], "Transpose"), *orr = NULL;
-    if (ot && has_perm(ot, 0, 2, 1, 3)) orr = only_reader(g, ot->out[0], "Reshape");
+    kiln_node *ot = kiln_passes_only_reader(av->out[0], "Transpose"), *orr = NULL;
+    if (ot && has_perm(ot, 0, 2, 1, 3)) orr = kiln_passes_only_reader(ot->out[0], "Reshape");
     bool three = q3 && k3 && v3 && orr && orr->in[0] == ot->out[0] && orr->out[0] && is_dt(orr->out[0], dt) &&
                  orr->out[0]->type.rank == 3 && kiln_dim_is_const(vd[3]) &&
                  kiln_dim_equal(orr->out[0]->type.dims[0], qd[0]) && kiln_dim_equal(orr->out[0]->type.dims[1], qd[2]) &&

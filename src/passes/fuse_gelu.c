@@ -23,22 +23,20 @@ static bool single_use(const kiln_graph *g, const kiln_ir_value *v)
     return kiln_ir_is_f32(v) && !v->is_output && kiln_ir_value_readers(v) == 1;
 }
 
-/* The node of g producing v with this op type (default domain, two inputs for binary ops), or NULL. */
+/* kiln_passes_producer, with every input present */
 static kiln_node *producer(const kiln_graph *g, const kiln_ir_value *v, const char *op_type)
 {
-    kiln_node *p = v ? v->producer : NULL;
-    if (!p || p->graph != g || *p->domain || strcmp(p->op_type, op_type) || p->n_out != 1 || p->out[0] != v)
-        return NULL;
-    for (int i = 0; i < p->n_in; i++)
+    kiln_node *p = kiln_passes_producer(g, v, op_type);
+    for (int i = 0; p && i < p->n_in; i++)
         if (!p->in[i]) return NULL;
     return p;
 }
 
-/* The only reader of v (a node of g with this op type, two inputs), or NULL. */
-static kiln_node *only_reader(const kiln_graph *g, const kiln_ir_value *v, const char *op_type)
+/* kiln_passes_only_reader of a float32 v, of two inputs */
+static kiln_node *only_reader(const kiln_ir_value *v, const char *op_type)
 {
-    kiln_node *nd = single_use(g, v) ? kiln_ir_value_only_reader(v) : NULL;
-    return nd && !*nd->domain && !strcmp(nd->op_type, op_type) && nd->n_out == 1 && nd->n_in == 2 ? nd : NULL;
+    kiln_node *nd = kiln_ir_is_f32(v) ? kiln_passes_only_reader(v, op_type) : NULL;
+    return nd && nd->n_in == 2 ? nd : NULL;
 }
 
 /* Whether v is a float32 scalar constant (one element, rank at most max_rank) within a relative
@@ -118,17 +116,17 @@ static kiln_status fuse(kiln_graph *g, kiln_node *e, bool tanh_form, bool *done,
     if (!kiln_ir_is_f32(x) || x->type.rank < 0) return KILN_OK;
     int r = x->type.rank;
     /* s = 1 + e */
-    kiln_node *add = only_reader(g, e->out[0], "Add");
+    kiln_node *add = only_reader(e->out[0], "Add");
     if (!add || !is_const(kiln_passes_other_input(add, e->out[0]), 1.0, r)) return KILN_OK;
     kiln_ir_value *s = add->out[0];
-    kiln_node *m1 = only_reader(g, s, "Mul"), *target = NULL;
+    kiln_node *m1 = only_reader(s, "Mul"), *target = NULL;
     if (!m1 || !kiln_ir_is_f32(m1->out[0])) return KILN_OK;
     kiln_ir_value *f = kiln_passes_other_input(m1, s); /* s's factor */
     if (!f) return KILN_OK;
     kiln_node *m2 = NULL;
     if (is_const(f, 0.5, r) || f == x) {
         /* (s * 0.5) * x or (s * x) * 0.5 */
-        m2 = only_reader(g, m1->out[0], "Mul");
+        m2 = only_reader(m1->out[0], "Mul");
         kiln_ir_value *f2 = m2 ? kiln_passes_other_input(m2, m1->out[0]) : NULL;
         if (f2 && (f == x ? is_const(f2, 0.5, r) : f2 == x)) target = m2;
     } else if (single_use(g, f) && mul_by(producer(g, f, "Mul"), 0.5, r) == x) {
@@ -178,11 +176,11 @@ static kiln_status fuse_hardswish(kiln_graph *g, kiln_node *c, bool *done, kiln_
     int r = c->in[0]->type.rank;
     kiln_ir_value *x = is_const(add->in[1], 3.0, r) ? add->in[0] : is_const(add->in[0], 3.0, r) ? add->in[1] : NULL;
     if (!kiln_ir_is_f32(x) || x->type.rank != r || r < 0) return KILN_OK;
-    kiln_node *m = only_reader(g, c->out[0], "Mul");
+    kiln_node *m = only_reader(c->out[0], "Mul");
     if (!m || kiln_passes_other_input(m, c->out[0]) != x) return KILN_OK;
-    kiln_node *target = only_reader(g, m->out[0], "Div");
+    kiln_node *target = only_reader(m->out[0], "Div");
     if (target ? !is_const(target->in[1], 6.0, r) || target->in[0] != m->out[0]
-               : !mul_by(target = only_reader(g, m->out[0], "Mul"), 1.0 / 6.0, r))
+               : !mul_by(target = only_reader(m->out[0], "Mul"), 1.0 / 6.0, r))
         return KILN_OK;
     if (!kiln_ir_is_f32(target->out[0]) || target->out[0]->type.rank != r || !kiln_op_lookup("", "HardSwish", 14))
         return KILN_OK;

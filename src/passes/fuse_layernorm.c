@@ -24,11 +24,10 @@ static bool inner(const kiln_ir_value *v, int readers)
     return kiln_ir_is_f32(v) && !v->is_output && kiln_ir_value_readers(v) == readers;
 }
 
-/* The only reader of v (default domain, this op type), or NULL. */
+/* kiln_passes_only_reader of a float32 v */
 static kiln_node *only_reader(const kiln_ir_value *v, const char *op_type)
 {
-    kiln_node *nd = inner(v, 1) ? kiln_ir_value_only_reader(v) : NULL;
-    return nd && !*nd->domain && !strcmp(nd->op_type, op_type) && nd->n_out == 1 ? nd : NULL;
+    return kiln_ir_is_f32(v) ? kiln_passes_only_reader(v, op_type) : NULL;
 }
 
 /* A float32 constant with one element: its value in *c. */

@@ -36,23 +36,6 @@ static bool is_scalar(const kiln_ir_value *v)
 
 
 /* The node of g producing v as its only output with this op type (default domain), or NULL. */
-static kiln_node *producer(const kiln_graph *g, const kiln_ir_value *v, const char *op_type)
-{
-    kiln_node *p = v ? v->producer : NULL;
-    if (!p || p->graph != g || *p->domain || strcmp(p->op_type, op_type) || p->n_out != 1 || p->out[0] != v)
-        return NULL;
-    return p;
-}
-
-/* The only reader of v (a default-domain node of g with this op type), or NULL. */
-static kiln_node *only_reader(const kiln_graph *g, const kiln_ir_value *v, const char *op_type)
-{
-    kiln_node *nd = v ? kiln_ir_value_only_reader(v) : NULL;
-    return nd && nd->graph == g && !*nd->domain && !strcmp(nd->op_type, op_type) && nd->n_out == 1 && nd->out[0]
-               ? nd
-               : NULL;
-}
-
 /* Whether t, a float32 constant, holds 1 or N values along its last axis (rank <= 1). */
 static bool per_column(const kiln_value *t, int64_t N, bool allow_one)
 {
@@ -74,13 +57,13 @@ static kiln_status fuse(kiln_graph *g, kiln_node *m, bool *done, kiln_err *err)
     if (azp && !is_scalar(azp)) return KILN_OK; /* per-row zero points: MatMulIntegerToFloat has none */
     /* the output is [..., N] (rank >= 1, B being 2-D): scales and bias of rank <= 1 never widen it */
     /* Cast(to float), then Mul by the scales' product */
-    kiln_node *cast = only_reader(g, m->out[0], "Cast");
+    kiln_node *cast = kiln_passes_only_reader(m->out[0], "Cast");
     if (!cast || cast->n_in != 1 || kiln_attr_int(cast, "to", 0) != KILN_DTYPE_FLOAT32 ||
         !is_t(cast->out[0], KILN_DTYPE_FLOAT32))
         return KILN_OK;
-    kiln_node *mul = only_reader(g, cast->out[0], "Mul");
+    kiln_node *mul = kiln_passes_only_reader(cast->out[0], "Mul");
     kiln_ir_value *s = mul ? kiln_passes_other_input(mul, cast->out[0]) : NULL;
-    kiln_node *sm = producer(g, s, "Mul");
+    kiln_node *sm = kiln_passes_producer(g, s, "Mul");
     if (!sm || sm->n_in != 2 || !is_t(s, KILN_DTYPE_FLOAT32) || !is_t(mul->out[0], KILN_DTYPE_FLOAT32))
         return KILN_OK;
     /* x the scalar, y the constant per-column scales (fl(x * y) == fl(y * x)) */
@@ -94,7 +77,7 @@ static kiln_status fuse(kiln_graph *g, kiln_node *m, bool *done, kiln_err *err)
     if (!x) return KILN_OK;
 
     /* an Add of a constant bias [N] after it joins the node */
-    kiln_node *last = mul, *add = only_reader(g, mul->out[0], "Add");
+    kiln_node *last = mul, *add = kiln_passes_only_reader(mul->out[0], "Add");
     kiln_ir_value *bias = NULL;
     if (add) {
         kiln_ir_value *b = kiln_passes_other_input(add, mul->out[0]);

@@ -55,6 +55,19 @@ kiln_ir_value *kiln_passes_other_input(const kiln_node *b, const kiln_ir_value *
     return b->in[0] == known ? b->in[1] : b->in[1] == known ? b->in[0] : NULL;
 }
 
+kiln_node *kiln_passes_producer(const kiln_graph *g, const kiln_ir_value *v, const char *op_type)
+{
+    kiln_node *p = v ? v->producer : NULL;
+    return p && p->graph == g && !*p->domain && !strcmp(p->op_type, op_type) && p->n_out == 1 && p->out[0] == v ? p
+                                                                                                                : NULL;
+}
+
+kiln_node *kiln_passes_only_reader(const kiln_ir_value *v, const char *op_type)
+{
+    kiln_node *nd = v && !v->is_output ? kiln_ir_value_only_reader(v) : NULL;
+    return nd && !*nd->domain && !strcmp(nd->op_type, op_type) && nd->n_out == 1 && nd->out[0] ? nd : NULL;
+}
+
 bool *kiln_passes_mark_ops(kiln_graph *g, const char *const *ops, int n)
 {
     bool *candidate = kiln_arena_calloc(&g->model->arena, (size_t)g->n_nodes + 1, sizeof *candidate);
