@@ -506,8 +506,7 @@ void kiln_genai_model_free(kiln_genai_model *m);
  * max_length tokens; no compilation. params may be NULL (defaults); its provider and
  * num_threads are not used (m's session options apply). On failure *out as for
  * kiln_generator_create. */
-kiln_status kiln_generator_create_from(kiln_genai_model *m, const kiln_generator_params *params,
-                                       kiln_generator **out);
+kiln_status kiln_generator_create_from(kiln_genai_model *m, const kiln_generator_params *params, kiln_generator **out);
 /* Opens the model folder model_dir for this generator alone (kiln_genai_model_open with
  * params' provider and num_threads, then kiln_generator_create_from): it compiles the model and
  * allocates the KV cache. params may be NULL (defaults). On failure *out is still set to a

@@ -44,7 +44,8 @@ static inline __attribute__((always_inline)) void axpy(float *y, float a, const 
 }
 
 /* Row x [H] rotated into out (rd first dims; the rest copied); cs/sn at the row's position. */
-static inline __attribute__((always_inline)) void rotate(const kiln_gqa_call *g, const float *x, float *out, int64_t pos)
+static inline __attribute__((always_inline)) void rotate(const kiln_gqa_call *g, const float *x, float *out,
+                                                         int64_t pos)
 {
     int64_t half = g->rd / 2, H = g->H;
     const float *cs = (const float *)g->cos->data + pos * half, *sn = (const float *)g->sin->data + pos * half;
@@ -139,11 +140,11 @@ enum { QB = 8, GQA_BLOCK_MAX_H = 256, GQA_BLOCK_MIN_S = 4 };
 
 typedef struct block_job {
     const kiln_gqa_call *g;
-    const float *q;     /* as gqa_job */
+    const float *q; /* as gqa_job */
     int64_t qs;
-    float *kt;          /* [B, Nkv, tiles, H, 16]: key k of a tile in lane k % 16, zeros past the keys */
-    int64_t tiles;      /* key tiles per (b, kv head): every window ends within them */
-    int64_t blocks;     /* row blocks per (b, h) */
+    float *kt; /* [B, Nkv, tiles, H, 16]: key k of a tile in lane k % 16, zeros past the keys */
+    int64_t tiles; /* key tiles per (b, kv head): every window ends within them */
+    int64_t blocks; /* row blocks per (b, h) */
 } block_job;
 
 /* Task t: tile t % tiles of (b, kv head) t / tiles of present K transposed into kt. */
@@ -205,7 +206,8 @@ static inline __attribute__((always_inline)) void pv_add(float *y, const float *
 }
 
 /* rotate on 16 lanes: the first rd dims of x, not interleaved, rd / 2 a multiple of 16 */
-static inline __attribute__((always_inline)) void rotate16(const kiln_gqa_call *g, const float *x, float *out, int64_t pos)
+static inline __attribute__((always_inline)) void rotate16(const kiln_gqa_call *g, const float *x, float *out,
+                                                           int64_t pos)
 {
     int64_t half = g->rd / 2;
     const float *cs = (const float *)g->cos->data + pos * half, *sn = (const float *)g->sin->data + pos * half;
@@ -288,7 +290,8 @@ static void block_tasks(void *ctx, int64_t t0, int64_t t1)
     const block_job *j = ctx;
     const kiln_gqa_call *g = j->g;
     int64_t H = g->H, L = g->present_len, group = g->N / g->Nkv;
-    float qrot[QB * GQA_BLOCK_MAX_H] __attribute__((aligned(64))), acc_y[QB * GQA_BLOCK_MAX_H] __attribute__((aligned(64)));
+    float qrot[QB * GQA_BLOCK_MAX_H] __attribute__((aligned(64))),
+        acc_y[QB * GQA_BLOCK_MAX_H] __attribute__((aligned(64)));
     for (int64_t t = t0; t < t1; t++) {
         int64_t bh = t / j->blocks, i0 = t % j->blocks * QB, b = bh / g->N, h = bh % g->N;
         int nr = g->S - i0 < QB ? (int)(g->S - i0) : QB;
@@ -338,7 +341,8 @@ static void group_tasks(void *ctx, int64_t t0, int64_t t1)
     const group_job *j = ctx;
     const kiln_gqa_call *g = j->g;
     int64_t H = g->H, L = g->present_len, group = g->N / g->Nkv;
-    float qrot[QB * GQA_BLOCK_MAX_H] __attribute__((aligned(64))), acc_y[QB * GQA_BLOCK_MAX_H] __attribute__((aligned(64)));
+    float qrot[QB * GQA_BLOCK_MAX_H] __attribute__((aligned(64))),
+        acc_y[QB * GQA_BLOCK_MAX_H] __attribute__((aligned(64)));
     for (int64_t t = t0; t < t1; t++) {
         int64_t bkv = t / g->S, i = t % g->S, b = bkv / g->Nkv, start, len;
         const float *kh = (const float *)g->present_k->data + bkv * L * H;
@@ -362,7 +366,8 @@ static void group_tasks(void *ctx, int64_t t0, int64_t t1)
                     for (int64_t c = 0; c < H; c += 16) { /* 16 independent chains */
                         __m512 qv = _mm512_loadu_ps(qrot + r * H + c);
 #pragma GCC unroll 16
-                        for (int k = 0; k < 16; k++) part[k] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(krow[k] + c), part[k]);
+                        for (int k = 0; k < 16; k++)
+                            part[k] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(krow[k] + c), part[k]);
                     }
                     kiln_transpose16(part);
                     for (int k = 1; k < 16; k++) part[0] = _mm512_add_ps(part[0], part[k]);
@@ -370,7 +375,8 @@ static void group_tasks(void *ctx, int64_t t0, int64_t t1)
                     row_tile(g, &acc[r], part[0], live, bias, k0, vh);
                 }
             }
-            for (int r = 0; r < nh; r++) row_finish(g, &acc[r], (float *)g->y->data + ((b * g->S + i) * g->N + h0 + r) * H);
+            for (int r = 0; r < nh; r++)
+                row_finish(g, &acc[r], (float *)g->y->data + ((b * g->S + i) * g->N + h0 + r) * H);
         }
     }
 }

@@ -298,7 +298,8 @@ static void a_pack_rows16(void *ctx, float *dst, int64_t p0, int64_t kc, int64_t
         for (int64_t k = 0; k < kc; k += 16) {
             __mmask16 live = kiln_lanes(kc - k);
             __m512 r[16];
-            for (int i = 0; i < 16; i++) r[i] = i < rows ? _mm512_maskz_loadu_ps(live, src + i * j->K + k) : _mm512_setzero_ps();
+            for (int i = 0; i < 16; i++)
+                r[i] = i < rows ? _mm512_maskz_loadu_ps(live, src + i * j->K + k) : _mm512_setzero_ps();
             kiln_transpose16(r);
             int n = kc - k < 16 ? (int)(kc - k) : 16;
             for (int i = 0; i < n; i++) _mm512_mask_storeu_ps(dst + (k + i) * w, kiln_lanes(w), r[i]);

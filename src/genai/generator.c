@@ -5,9 +5,9 @@
  * to it, so only the ids, the mask and the logits cross the bus. */
 #define _GNU_SOURCE
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdatomic.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,9 +31,9 @@ struct kiln_genai_model {
 
 struct kiln_generator {
     kiln_err err;
-    kiln_genai_model *m;         /* a reference */
-    kiln_session *s;             /* m's */
-    kiln_genai_config cfg;       /* a copy of m's */
+    kiln_genai_model *m; /* a reference */
+    kiln_session *s; /* m's */
+    kiln_genai_config cfg; /* a copy of m's */
     kiln_generator_params p;     /* resolved: no "from the config" values left */
     int B, L;                    /* batch, layers */
     int64_t T;                   /* max_length: the cache's capacity in positions */
@@ -331,7 +331,8 @@ kiln_status kiln_generator_create_from(kiln_genai_model *m, const kiln_generator
     if (p.top_p == 0) p.top_p = c->top_p;
     if (!(p.temperature > 0 && p.temperature <= 1e4))
         return fail(g, KILN_ERR_INVALID_ARG, "temperature %g is out of range (0, 10000]", p.temperature);
-    if (!(p.top_p > 0 && p.top_p <= 1)) return fail(g, KILN_ERR_INVALID_ARG, "top_p %g is out of range (0, 1]", p.top_p);
+    if (!(p.top_p > 0 && p.top_p <= 1))
+        return fail(g, KILN_ERR_INVALID_ARG, "top_p %g is out of range (0, 1]", p.top_p);
     g->p = p;
     g->B = p.batch_size;
     g->T = p.max_length;

@@ -34,7 +34,6 @@ static bool is_scalar(const kiln_ir_value *v)
     return v->type.rank == 1 && kiln_dim_is_const(v->type.dims[0]) && v->type.dims[0].c == 1;
 }
 
-
 /* The node of g producing v as its only output with this op type (default domain), or NULL. */
 /* Whether t, a float32 constant, holds 1 or N values along its last axis (rank <= 1). */
 static bool per_column(const kiln_value *t, int64_t N, bool allow_one)

@@ -185,7 +185,8 @@ static void run_cycle(kiln_generator *g, int64_t out[2][8])
         steps++;
     }
     CHECK(steps == 8);
-    CHECK(kiln_generator_generate_next(g) == KILN_ERR_INVALID_ARG && strstr(kiln_generator_last_error(g), "max_length"));
+    CHECK(kiln_generator_generate_next(g) == KILN_ERR_INVALID_ARG &&
+          strstr(kiln_generator_last_error(g), "max_length"));
 }
 
 static bool same_tokens(int64_t a[2][8], int64_t b[2][8]) { return !memcmp(a, b, sizeof(int64_t[2][8])); }
