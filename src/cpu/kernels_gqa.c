@@ -249,6 +249,7 @@ static inline __attribute__((always_inline)) void row_tile(const kiln_gqa_call *
     }
     if (bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(live, bias + k0));
     float tmax = _mm512_mask_reduce_max_ps(live, v), m = tmax > a->mx ? tmax : a->mx;
+    if (m == -INFINITY) return; /* every score so far -inf (a bias masking them all): weights 0, not NaN */
     if (m > a->mx) { /* rescale what was summed at the old maximum */
         float alpha = expf(a->mx - m);
         a->sum *= alpha;

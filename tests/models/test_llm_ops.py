@@ -264,6 +264,15 @@ def test_gqa():
             N, Nkv, H = f.pop("N"), f.pop("Nkv"), f.pop("H")
             feeds.append(gqa_feeds(N=N, Nkv=Nkv, H=H, dt=dt, **f))
         compare(f"GQA {label}", m, feeds, rtol=1e-4, atol=2e-5, expect_fail="range" in label or "past the" in label)
+    # an attention_bias row of -inf for every key: that row's output is zeros (as ORT), not NaN,
+    # on the blocked prompt kernel and the grouped decode kernel
+    m = gqa_model(4, 2, 16, bias=True)
+    fl = []
+    for f in (dict(B=1, S=5, seqlens=[4], total=5, past_len=0), dict(B=2, S=1, seqlens=[8, 5], total=9, past_len=11)):
+        fd = gqa_feeds(N=4, Nkv=2, H=16, bias=(f["B"], 4, f["S"], f["total"]), **f)
+        fd["attention_bias"][0, 1, f["S"] - 1, :] = -np.inf
+        fl.append(fd)
+    compare("GQA attention_bias masking every key of a row", m, fl, rtol=1e-4, atol=2e-5)
     # no past inputs at all (prompt only)
     m = gqa_model(6, 3, 8, past=False)
     compare("GQA no past", m, [gqa_feeds(2, 5, 6, 3, 8, [4, 3], 5), gqa_feeds(1, 1, 6, 3, 8, [0], 1)])
