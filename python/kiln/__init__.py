@@ -7,6 +7,8 @@
     import kiln.onnxruntime as ort                     # a drop-in onnxruntime module
     kiln.install_as_onnxruntime()                      # `import onnxruntime` gives kiln from now on
 
+    import kiln.genai as og                            # onnxruntime-genai's generation API
+
 The package binds libkiln (include/kiln.h) with ctypes: one wheel serves every Python 3. Session,
 DeviceArray and PROVIDERS are the lower-level binding the repository's tests use."""
 import sys as _sys
