@@ -1,5 +1,6 @@
 """checks.py - the pass/fail counting the Python tests share: check() records one result and
-prints a line for a failure; summary() prints the closing `N passed, N failed` line."""
+prints a line for a failure; summary() prints the closing `N passed, N failed` line; close()
+compares a run's outputs and run_feeds() a session against the reference feed by feed."""
 import os
 import sys
 
@@ -54,3 +55,35 @@ def close(label, got, want, rtol, atol):
             return check(label, False, f"output {k}: max diff {d.max():.3g} at {i}: {g64[i]!r} vs {w64[i]!r} "
                                        f"(allowed {atol + rtol * mag:.3g})")
     return check(label, True)
+
+
+def run_feeds(name, session, reference, feeds_list, rtol, atol, provider, ort_session=None):
+    """Each feed on session (a kiln.Session on `provider`) and on reference: a feed the reference
+    refuses must be refused by session too; otherwise session's outputs within rtol / atol of the
+    reference's (close), and within twice those of ort_session's (an onnxruntime session, or None)
+    where ORT runs the feed."""
+    import kiln
+    for feeds in feeds_list:
+        shapes = " ".join(f"{k}={v.shape}" for k, v in feeds.items())
+        label = f"{name} {shapes}"
+        try:
+            want = reference.run(feeds)
+        except kiln.KilnError as e:
+            try:
+                session.run(feeds)
+                check(f"{label} refused like the reference", False, f"reference: {e}; {provider} ran")
+            except kiln.KilnError:
+                check(f"{label} refused like the reference", True)
+            continue
+        try:
+            got = session.run(feeds)
+        except kiln.KilnError as e:
+            check(label, False, f"{provider} session failed: {e}")
+            continue
+        close(f"{label} vs reference", got, want, rtol, atol)
+        if ort_session is not None:
+            try:
+                ow = ort_session.run(None, feeds)
+            except Exception:  # noqa: BLE001 - ORT refuses this feed
+                continue
+            close(f"{label} vs ORT", got, ow, rtol * 2, atol * 2)

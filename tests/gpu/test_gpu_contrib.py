@@ -32,7 +32,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "common"))
-from checks import check, close, summary  # noqa: E402
+from checks import check, run_feeds, summary  # noqa: E402
 import kiln  # noqa: E402
 
 try:
@@ -114,30 +114,7 @@ def compare(name, m, feeds_list, dt, on_gpu=True, ort_too=True, tol=None):
             ort_s = ort_session(m)
         except Exception:  # noqa: BLE001 - ORT's CPU provider lacks the case: the reference alone
             ort_s = None
-    for feeds in feeds_list:
-        shapes = " ".join(f"{k}={v.shape}" for k, v in feeds.items())
-        label = f"{name} {shapes}"
-        try:
-            want = ref.run(feeds)
-        except kiln.KilnError as e:
-            try:
-                gpu.run(feeds)
-                check(f"{label} refused like the reference", False, f"reference: {e}; {PROVIDER} ran")
-            except kiln.KilnError:
-                check(f"{label} refused like the reference", True)
-            continue
-        try:
-            got = gpu.run(feeds)
-        except kiln.KilnError as e:
-            check(label, False, f"{PROVIDER} session failed: {e}")
-            continue
-        close(f"{label} vs reference", got, want, rtol, atol)
-        if ort_s is not None:
-            try:
-                ow = ort_s.run(None, feeds)
-            except Exception:  # noqa: BLE001 - ORT refuses this feed
-                continue
-            close(f"{label} vs ORT", got, ow, rtol * 2, atol * 2)
+    run_feeds(name, gpu, ref, feeds_list, rtol, atol, PROVIDER, ort_s)
 
 
 # ---------------------------------------------------------------- the Gelu family, BiasAdd

@@ -47,7 +47,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "common"))
-from checks import check, close, summary  # noqa: E402
+from checks import check, close, run_feeds, summary  # noqa: E402
 import kiln  # noqa: E402
 
 PROVIDER = os.environ.get("KILN_GPU_TEST_PROVIDER", "cuda")
@@ -120,24 +120,7 @@ def compare(name, m, feeds_list, on_gpu=True, rtol=1e-5, atol=1e-6):
         placed = [(op, prov) for _, op, prov in nodes if op in QUANT_OPS]
         want = "cuda" if on_gpu else "cpu"
         check(f"{name}: quant nodes on {want}", placed and all(p == want for _, p in placed), placed)
-    for feeds in feeds_list:
-        shapes = " ".join(f"{k}={v.shape}" for k, v in feeds.items())
-        label = f"{name} {shapes}"
-        try:
-            want = ref.run(feeds)
-        except kiln.KilnError as e:
-            try:
-                gpu.run(feeds)
-                check(f"{label} refused like the reference", False, f"reference: {e}; {PROVIDER} ran")
-            except kiln.KilnError:
-                check(f"{label} refused like the reference", True)
-            continue
-        try:
-            got = gpu.run(feeds)
-        except kiln.KilnError as e:
-            check(label, False, f"{PROVIDER} session failed: {e}")
-            continue
-        close(f"{label} vs reference", got, want, rtol, atol)
+    run_feeds(name, gpu, ref, feeds_list, rtol, atol, PROVIDER)
     if PROVIDER == "cuda" and on_gpu:
         st = gpu.stats()
         check(f"{name}: no node falls back to the CPU", st["nodes_fallback"] == 0,
