@@ -1,6 +1,7 @@
 """checks.py - the pass/fail counting the Python tests share: check() records one result and
 prints a line for a failure; summary() prints the closing `N passed, N failed` line; close()
-compares a run's outputs and run_feeds() a session against the reference feed by feed."""
+compares a run's outputs and run_feeds() a session against the reference feed by feed;
+skip_without() ends a test that has no session on its provider."""
 import os
 import sys
 
@@ -87,3 +88,20 @@ def run_feeds(name, session, reference, feeds_list, rtol, atol, provider, ort_se
             except Exception:  # noqa: BLE001 - ORT refuses this feed
                 continue
             close(f"{label} vs ORT", got, ow, rtol * 2, atol * 2)
+
+
+def skip_without(provider):
+    """True, after printing `SKIP: no <provider> session (why)`, when a one-node session cannot be
+    made on provider (no GPU or no driver): that line is then the test's whole output."""
+    import kiln
+    from onnx import TensorProto, helper
+    g = helper.make_graph([helper.make_node("Relu", ["X"], ["Y"])], "probe",
+                          [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)])
+    blob = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    try:
+        kiln.Session(blob, provider=provider)
+    except (kiln.KilnError, OSError) as e:
+        print(f"SKIP: no {provider} session ({e})")
+        return True
+    return False
