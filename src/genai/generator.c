@@ -6,7 +6,6 @@
 #define _GNU_SOURCE
 #include <limits.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,17 +77,6 @@ struct kiln_generator {
     int64_t kv_copies;           /* presents the session did not write in place (copied in) */
 };
 
-static kiln_status fail(kiln_generator *g, kiln_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static kiln_status fail(kiln_generator *g, kiln_status st, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(g->err.msg, sizeof g->err.msg, fmt, ap);
-    va_end(ap);
-    g->err.code = st;
-    return st;
-}
-
 kiln_generator_params kiln_generator_params_default(void)
 {
     return (kiln_generator_params){.max_length = 0, .batch_size = 1, .do_sample = 0, .temperature = 0,
@@ -130,17 +118,22 @@ static kiln_status check_kv_io(kiln_generator *g, const kiln_io_info *io, const 
 {
     const kiln_genai_config *c = &g->cfg;
     if (io->kind != KILN_VALUE_TENSOR || io->rank != 4)
-        return fail(g, KILN_ERR_MODEL, "%s '%s' must be a rank-4 tensor [batch, kv_heads, seq, head_size]", what, io->name);
+        return kiln_errf(&g->err, KILN_ERR_MODEL, "%s '%s' must be a rank-4 tensor [batch, kv_heads, seq, head_size]",
+                         what, io->name);
     if ((io->dims[1] >= 0 && io->dims[1] != c->kv_heads) || (io->dims[3] >= 0 && io->dims[3] != c->head_size) ||
         (io->dims[0] >= 0 && io->dims[0] != g->B))
-        return fail(g, KILN_ERR_MODEL, "%s '%s' has dims that disagree with genai_config.json (batch %d, kv_heads %d, "
-                                       "head_size %d)", what, io->name, g->B, c->kv_heads, c->head_size);
+        return kiln_errf(&g->err, KILN_ERR_MODEL,
+                         "%s '%s' has dims that disagree with genai_config.json (batch %d, kv_heads %d, "
+                         "head_size %d)",
+                         what, io->name, g->B, c->kv_heads, c->head_size);
     size_t e = kiln_dtype_size(io->dtype);
     if (io->dtype != KILN_DTYPE_FLOAT32 && io->dtype != KILN_DTYPE_FLOAT16 && io->dtype != KILN_DTYPE_BFLOAT16)
-        return fail(g, KILN_ERR_UNSUPPORTED, "%s '%s' is %s: the KV cache takes float32, float16 or bfloat16", what,
-                    io->name, kiln_dtype_name(io->dtype));
+        return kiln_errf(&g->err, KILN_ERR_UNSUPPORTED,
+                         "%s '%s' is %s: the KV cache takes float32, float16 or bfloat16", what, io->name,
+                         kiln_dtype_name(io->dtype));
     if (g->kv_elem && g->kv_elem != e)
-        return fail(g, KILN_ERR_MODEL, "%s '%s' has another element type than the other cache tensors", what, io->name);
+        return kiln_errf(&g->err, KILN_ERR_MODEL, "%s '%s' has another element type than the other cache tensors", what,
+                         io->name);
     g->kv_elem = e;
     return KILN_OK;
 }
@@ -161,7 +154,7 @@ static kiln_status setup_names(kiln_generator *g)
     g->bind = calloc((size_t)g->n_out, sizeof *g->bind);
     g->outs = calloc((size_t)g->n_out, sizeof *g->outs);
     if (!g->names || !g->in_names || !g->out_names || !g->in_vals || !g->bind || !g->outs)
-        return fail(g, KILN_ERR_NOMEM, "out of memory");
+        return kiln_errf(&g->err, KILN_ERR_NOMEM, "out of memory");
     char(*nm)[KILN_GENAI_NAME_MAX] = g->names;
     snprintf(nm[0], sizeof nm[0], "%s", c->input_ids);
     if (g->in_mask) snprintf(nm[1], sizeof nm[1], "%s", c->attention_mask);
@@ -187,9 +180,10 @@ static kiln_status check_session(kiln_generator *g)
     kiln_io_info io;
     for (int i = 0; i < g->n_in; i++) {
         if (find_io(g->s, false, g->in_names[i], &io) < 0)
-            return fail(g, KILN_ERR_MODEL, "the model has no input '%s' (named by genai_config.json)", g->in_names[i]);
+            return kiln_errf(&g->err, KILN_ERR_MODEL, "the model has no input '%s' (named by genai_config.json)",
+                             g->in_names[i]);
         if (i < g->in_past && (io.kind != KILN_VALUE_TENSOR || io.dtype != KILN_DTYPE_INT64 || io.rank != 2))
-            return fail(g, KILN_ERR_UNSUPPORTED, "input '%s' must be an int64 tensor of rank 2", io.name);
+            return kiln_errf(&g->err, KILN_ERR_UNSUPPORTED, "input '%s' must be an int64 tensor of rank 2", io.name);
         if (i >= g->in_past) KILN_TRY(check_kv_io(g, &io, "past input"));
     }
     int n_model_in = kiln_session_input_count(g->s);
@@ -198,15 +192,19 @@ static kiln_status check_session(kiln_generator *g)
         bool known = false;
         for (int k = 0; k < g->n_in && !known; k++) known = !strcmp(g->in_names[k], io.name);
         if (!known)
-            return fail(g, KILN_ERR_UNSUPPORTED, "the model's input '%s' is not one genai_config.json names", io.name);
+            return kiln_errf(&g->err, KILN_ERR_UNSUPPORTED, "the model's input '%s' is not one genai_config.json names",
+                             io.name);
     }
     for (int j = 0; j < g->n_out; j++) {
         if (find_io(g->s, true, g->out_names[j], &io) < 0)
-            return fail(g, KILN_ERR_MODEL, "the model has no output '%s' (named by genai_config.json)", g->out_names[j]);
+            return kiln_errf(&g->err, KILN_ERR_MODEL, "the model has no output '%s' (named by genai_config.json)",
+                             g->out_names[j]);
         if (j == 0 && (io.kind != KILN_VALUE_TENSOR || (io.dtype != KILN_DTYPE_FLOAT32 && io.dtype != KILN_DTYPE_FLOAT16 &&
                                                          io.dtype != KILN_DTYPE_BFLOAT16)))
-            return fail(g, KILN_ERR_UNSUPPORTED, "output '%s' is %s: kiln's generator reads float32, float16 or bfloat16 "
-                        "logits", io.name, kiln_dtype_name(io.dtype));
+            return kiln_errf(&g->err, KILN_ERR_UNSUPPORTED,
+                             "output '%s' is %s: kiln's generator reads float32, float16 or bfloat16 "
+                             "logits",
+                             io.name, kiln_dtype_name(io.dtype));
         if (j == 0) g->logit_dtype = io.dtype;
         if (j > 0) KILN_TRY(check_kv_io(g, &io, "present output"));
     }
@@ -219,20 +217,22 @@ static kiln_status alloc_state(kiln_generator *g)
     size_t BT, per, bytes;
     if (mul_size((size_t)g->B, (size_t)g->T, &BT) || mul_size(BT, (size_t)c->kv_heads, &per) ||
         mul_size(per, (size_t)c->head_size, &per) || mul_size(per, g->kv_elem, &bytes))
-        return fail(g, KILN_ERR_NOMEM, "a KV cache of batch %d x %lld tokens overflows", g->B, (long long)g->T);
+        return kiln_errf(&g->err, KILN_ERR_NOMEM, "a KV cache of batch %d x %lld tokens overflows", g->B,
+                         (long long)g->T);
     g->kv = calloc((size_t)g->L, sizeof *g->kv);
-    if (!g->kv) return fail(g, KILN_ERR_NOMEM, "out of memory");
+    if (!g->kv) return kiln_errf(&g->err, KILN_ERR_NOMEM, "out of memory");
     int nbuf = c->share_buffer ? 1 : 2;
     for (int l = 0; l < g->L; l++)
         for (int w = 0; w < 2; w++)
             for (int b = 0; b < nbuf; b++) {
                 if (g->on_device) {
                     if (kiln_session_device_alloc(g->s, bytes ? bytes : 1, &g->kv[l][w][b]))
-                        return fail(g, KILN_ERR_NOMEM, "allocating a %zu-byte KV cache buffer (layer %d) on the device: %s",
-                                    bytes, l, kiln_last_error(g->s));
+                        return kiln_errf(&g->err, KILN_ERR_NOMEM,
+                                         "allocating a %zu-byte KV cache buffer (layer %d) on the device: %s", bytes, l,
+                                         kiln_last_error(g->s));
                 } else if (!(g->kv[l][w][b] = calloc(1, bytes ? bytes : 1))) {
-                    return fail(g, KILN_ERR_NOMEM, "out of memory allocating a %zu-byte KV cache buffer (layer %d)",
-                                bytes, l);
+                    return kiln_errf(&g->err, KILN_ERR_NOMEM,
+                                     "out of memory allocating a %zu-byte KV cache buffer (layer %d)", bytes, l);
                 }
             }
     g->ids = calloc(BT, sizeof *g->ids);
@@ -246,7 +246,7 @@ static kiln_status alloc_state(kiln_generator *g)
     g->ones = calloc((size_t)g->B, sizeof *g->ones);
     g->eos = calloc((size_t)g->B, sizeof *g->eos);
     if (!g->ids || !g->mask || !g->pos || !g->mask_hist || !g->seq || !g->seq_len || !g->plen || !g->next || !g->ones || !g->eos)
-        return fail(g, KILN_ERR_NOMEM, "out of memory");
+        return kiln_errf(&g->err, KILN_ERR_NOMEM, "out of memory");
     int64_t zero[4] = {0, 0, 0, 0};
     for (int i = 0; i < g->n_in; i++) {
         kiln_dtype dt = KILN_DTYPE_INT64;
@@ -258,14 +258,14 @@ static kiln_status alloc_state(kiln_generator *g)
         kiln_status st = i >= g->in_past && g->on_device ? kiln_value_wrap_device_tensor(dt, 4, zero, NULL, 0, &g->in_vals[i])
                                                          : kiln_value_wrap_tensor(dt, i < g->in_past ? 2 : 4, zero, NULL, 0,
                                                                                   &g->in_vals[i]);
-        if (st) return fail(g, KILN_ERR_NOMEM, "out of memory");
+        if (st) return kiln_errf(&g->err, KILN_ERR_NOMEM, "out of memory");
     }
     for (int j = 1; j < g->n_out; j++) {
         kiln_io_info io;
         find_io(g->s, true, g->out_names[j], &io);
         kiln_status st = g->on_device ? kiln_value_wrap_device_tensor(io.dtype, 4, zero, NULL, 0, &g->bind[j])
                                       : kiln_value_wrap_tensor(io.dtype, 4, zero, NULL, 0, &g->bind[j]);
-        if (st) return fail(g, KILN_ERR_NOMEM, "out of memory");
+        if (st) return kiln_errf(&g->err, KILN_ERR_NOMEM, "out of memory");
     }
     return KILN_OK;
 }
@@ -281,14 +281,10 @@ kiln_status kiln_genai_model_open(const char *model_dir, const kiln_session_opti
     kiln_status st = kiln_genai_config_load(model_dir, &m->cfg, model_path, sizeof model_path, &m->err);
     if (st) return st;
     kiln_session_options so = opt ? *opt : kiln_session_options_default();
-    if (so.num_threads < 0) {
-        m->err.code = KILN_ERR_INVALID_ARG;
-        snprintf(m->err.msg, sizeof m->err.msg, "num_threads %d is negative", so.num_threads);
-        return KILN_ERR_INVALID_ARG;
-    }
+    if (so.num_threads < 0)
+        return kiln_errf(&m->err, KILN_ERR_INVALID_ARG, "num_threads %d is negative", so.num_threads);
     if ((st = kiln_session_create(model_path, &so, &m->s))) {
-        m->err.code = st;
-        snprintf(m->err.msg, sizeof m->err.msg, "%s", kiln_last_error(m->s));
+        kiln_errf(&m->err, st, "%s", kiln_last_error(m->s));
         kiln_session_free(m->s);
         m->s = NULL;
     }
@@ -313,26 +309,29 @@ kiln_status kiln_generator_create_from(kiln_genai_model *m, const kiln_generator
     kiln_generator *g = calloc(1, sizeof *g);
     *out = g;
     if (!g) return KILN_ERR_NOMEM;
-    if (!m || !m->s) return fail(g, KILN_ERR_INVALID_ARG, "no model (kiln_genai_model_open failed or was not called)");
+    if (!m || !m->s)
+        return kiln_errf(&g->err, KILN_ERR_INVALID_ARG, "no model (kiln_genai_model_open failed or was not called)");
     atomic_fetch_add_explicit(&m->refs, 1, memory_order_relaxed);
     g->m = m, g->s = m->s, g->cfg = m->cfg;
     kiln_generator_params p = params ? *params : kiln_generator_params_default();
     const kiln_genai_config *c = &g->cfg;
     if (p.batch_size < 1 || p.batch_size > MAX_BATCH)
-        return fail(g, KILN_ERR_INVALID_ARG, "batch_size %d is out of range [1, %d]", p.batch_size, MAX_BATCH);
+        return kiln_errf(&g->err, KILN_ERR_INVALID_ARG, "batch_size %d is out of range [1, %d]", p.batch_size,
+                         MAX_BATCH);
     if (p.max_length == 0) p.max_length = c->max_length;
     if (p.max_length < 2 || p.max_length > c->context_length)
-        return fail(g, KILN_ERR_INVALID_ARG, "max_length %lld is out of range [2, %lld] (the model's context_length)",
-                    (long long)p.max_length, (long long)c->context_length);
+        return kiln_errf(&g->err, KILN_ERR_INVALID_ARG,
+                         "max_length %lld is out of range [2, %lld] (the model's context_length)",
+                         (long long)p.max_length, (long long)c->context_length);
     if (p.do_sample < 0) p.do_sample = c->do_sample;
-    if (p.do_sample > 1) return fail(g, KILN_ERR_INVALID_ARG, "do_sample must be -1, 0 or 1");
+    if (p.do_sample > 1) return kiln_errf(&g->err, KILN_ERR_INVALID_ARG, "do_sample must be -1, 0 or 1");
     if (p.temperature == 0) p.temperature = c->temperature;
     if (p.top_k < 0) p.top_k = c->top_k;
     if (p.top_p == 0) p.top_p = c->top_p;
     if (!(p.temperature > 0 && p.temperature <= 1e4))
-        return fail(g, KILN_ERR_INVALID_ARG, "temperature %g is out of range (0, 10000]", p.temperature);
+        return kiln_errf(&g->err, KILN_ERR_INVALID_ARG, "temperature %g is out of range (0, 10000]", p.temperature);
     if (!(p.top_p > 0 && p.top_p <= 1))
-        return fail(g, KILN_ERR_INVALID_ARG, "top_p %g is out of range (0, 1]", p.top_p);
+        return kiln_errf(&g->err, KILN_ERR_INVALID_ARG, "top_p %g is out of range (0, 1]", p.top_p);
     g->p = p;
     g->B = p.batch_size;
     g->T = p.max_length;
@@ -358,7 +357,7 @@ kiln_status kiln_generator_create(const char *model_dir, const kiln_generator_pa
     if (st) { /* the model's error, in a generator handle */
         kiln_generator *g = calloc(1, sizeof *g);
         *out = g;
-        if (g) fail(g, st, "%s", kiln_genai_model_last_error(m));
+        if (g) kiln_errf(&g->err, st, "%s", kiln_genai_model_last_error(m));
         kiln_genai_model_free(m);
         return st;
     }
@@ -385,8 +384,8 @@ static kiln_status run_step(kiln_generator *g, int64_t S)
     int B = g->B;
     int64_t width = g->past + S;
     if (width > g->T)
-        return fail(g, KILN_ERR_INVALID_ARG, "step of %lld tokens after %lld would pass max_length %lld",
-                    (long long)S, (long long)g->past, (long long)g->T);
+        return kiln_errf(&g->err, KILN_ERR_INVALID_ARG, "step of %lld tokens after %lld would pass max_length %lld",
+                         (long long)S, (long long)g->past, (long long)g->T);
     int64_t d_ids[2] = {B, S}, d_mask[2] = {B, mask_width(g, S)};
     set_view(g->in_vals[0], g->ids, 2, d_ids, sizeof(int64_t));
     if (g->in_mask) set_view(g->in_vals[1], g->mask, 2, d_mask, sizeof(int64_t));
@@ -404,23 +403,23 @@ static kiln_status run_step(kiln_generator *g, int64_t S)
         int64_t d[3] = {B, 1, g->V};
         if (kiln_value_wrap_tensor(g->logit_dtype, 3, d, g->step_logits,
                                    (size_t)B * (size_t)g->V * kiln_dtype_size(g->logit_dtype), &logit_bind))
-            return fail(g, KILN_ERR_NOMEM, "out of memory");
+            return kiln_errf(&g->err, KILN_ERR_NOMEM, "out of memory");
     }
     g->bind[0] = logit_bind;
     kiln_status st = kiln_session_run_bound(g->s, g->n_in, g->in_names, (const kiln_value *const *)g->in_vals, g->n_out,
                                             g->out_names, g->outs, g->bind);
     g->bind[0] = NULL;
     kiln_value_free(logit_bind);
-    if (st) return fail(g, st, "%s", kiln_last_error(g->s));
+    if (st) return kiln_errf(&g->err, st, "%s", kiln_last_error(g->s));
     /* the logits: [B, S, V] */
     const kiln_value *lg = g->outs[0];
     int64_t V = lg->rank == 3 ? lg->dims[2] : -1;
     if (lg->rank != 3 || lg->dims[0] != B || lg->dims[1] != S || V < 1 || V > INT32_MAX ||
         (g->V && V != g->V) || (c->vocab_size && V != c->vocab_size)) {
-        st = fail(g, KILN_ERR_MODEL, "output '%s' has shape [%lld, %lld, %lld], expected [%d, %lld, vocab%s]",
-                  g->out_names[0], (long long)(lg->rank > 0 ? lg->dims[0] : -1),
-                  (long long)(lg->rank > 1 ? lg->dims[1] : -1), (long long)V, B, (long long)S,
-                  c->vocab_size ? " of genai_config.json" : "");
+        st = kiln_errf(&g->err, KILN_ERR_MODEL,
+                       "output '%s' has shape [%lld, %lld, %lld], expected [%d, %lld, vocab%s]", g->out_names[0],
+                       (long long)(lg->rank > 0 ? lg->dims[0] : -1), (long long)(lg->rank > 1 ? lg->dims[1] : -1),
+                       (long long)V, B, (long long)S, c->vocab_size ? " of genai_config.json" : "");
         goto out;
     }
     if (!g->V) {
@@ -431,7 +430,7 @@ static kiln_status run_step(kiln_generator *g, int64_t S)
         g->idx = malloc((size_t)V * sizeof *g->idx);
         g->prob = malloc((size_t)V * sizeof *g->prob);
         if (!g->logits || !g->step_logits || !g->idx || !g->prob) {
-            st = fail(g, KILN_ERR_NOMEM, "out of memory");
+            st = kiln_errf(&g->err, KILN_ERR_NOMEM, "out of memory");
             goto out;
         }
     }
@@ -451,14 +450,16 @@ static kiln_status run_step(kiln_generator *g, int64_t S)
         int64_t want = c->share_buffer ? g->T : width;
         if (pr->rank != 4 || pr->dims[0] != B || pr->dims[1] != c->kv_heads || pr->dims[2] != want ||
             pr->dims[3] != c->head_size || kiln_dtype_size(pr->dtype) != g->kv_elem) {
-            st = fail(g, KILN_ERR_MODEL, "output '%s' is not [%d, %d, %lld, %d] as the KV cache needs", g->out_names[j],
-                      B, c->kv_heads, (long long)want, c->head_size);
+            st = kiln_errf(&g->err, KILN_ERR_MODEL, "output '%s' is not [%d, %d, %lld, %d] as the KV cache needs",
+                           g->out_names[j], B, c->kv_heads, (long long)want, c->head_size);
             goto out;
         }
         if (pr->data != g->bind[j]->data) { /* not written in place (an output the model copies from elsewhere) */
             if (g->on_device) {
-                st = fail(g, KILN_ERR_UNSUPPORTED, "output '%s' was not computed on the device: the device KV cache "
-                          "takes presents that GPU nodes write", g->out_names[j]);
+                st = kiln_errf(&g->err, KILN_ERR_UNSUPPORTED,
+                               "output '%s' was not computed on the device: the device KV cache "
+                               "takes presents that GPU nodes write",
+                               g->out_names[j]);
                 goto out;
             }
             memcpy(g->bind[j]->data, pr->data, pr->nbytes);
@@ -501,15 +502,17 @@ static void fill_masks(kiln_generator *g, int64_t S, const int64_t *valid_new)
 kiln_status kiln_generator_append_tokens(kiln_generator *g, int batch, const int64_t *lengths, const int64_t *tokens)
 {
     if (!g) return KILN_ERR_INVALID_ARG;
-    if (!g->s) return fail(g, KILN_ERR_INVALID_ARG, "the generator failed to open: %s", g->err.msg);
-    if (g->prompted) return fail(g, KILN_ERR_INVALID_ARG, "the generator already has its prompt");
-    if (batch != g->B) return fail(g, KILN_ERR_INVALID_ARG, "batch %d, but the generator was made for %d", batch, g->B);
-    if (!lengths || !tokens) return fail(g, KILN_ERR_INVALID_ARG, "lengths or tokens is NULL");
+    if (!g->s) return kiln_errf(&g->err, KILN_ERR_INVALID_ARG, "the generator failed to open: %s", g->err.msg);
+    if (g->prompted) return kiln_errf(&g->err, KILN_ERR_INVALID_ARG, "the generator already has its prompt");
+    if (batch != g->B)
+        return kiln_errf(&g->err, KILN_ERR_INVALID_ARG, "batch %d, but the generator was made for %d", batch, g->B);
+    if (!lengths || !tokens) return kiln_errf(&g->err, KILN_ERR_INVALID_ARG, "lengths or tokens is NULL");
     int64_t S = 0;
     for (int b = 0; b < g->B; b++) {
         if (lengths[b] < 1 || lengths[b] >= g->T)
-            return fail(g, KILN_ERR_INVALID_ARG, "prompt %d has %lld tokens: must be 1 to %lld (max_length - 1)", b,
-                        (long long)lengths[b], (long long)g->T - 1);
+            return kiln_errf(&g->err, KILN_ERR_INVALID_ARG,
+                             "prompt %d has %lld tokens: must be 1 to %lld (max_length - 1)", b, (long long)lengths[b],
+                             (long long)g->T - 1);
         if (lengths[b] > S) S = lengths[b];
     }
     int64_t pad = g->cfg.pad >= 0 ? g->cfg.pad : 0;
@@ -517,8 +520,9 @@ kiln_status kiln_generator_append_tokens(kiln_generator *g, int batch, const int
         for (int64_t t = 0; t < S; t++) {
             int64_t id = tokens[(size_t)b * (size_t)S + (size_t)t];
             if (t < lengths[b] && (id < 0 || id > INT32_MAX || (g->cfg.vocab_size && id >= g->cfg.vocab_size)))
-                return fail(g, KILN_ERR_INVALID_ARG, "prompt %d, token %lld: id %lld is not in the vocabulary", b,
-                            (long long)t, (long long)id);
+                return kiln_errf(&g->err, KILN_ERR_INVALID_ARG,
+                                 "prompt %d, token %lld: id %lld is not in the vocabulary", b, (long long)t,
+                                 (long long)id);
             g->ids[(size_t)b * (size_t)S + (size_t)t] = t < lengths[b] ? id : pad;
         }
     for (int b = 0; b < g->B; b++) g->plen[b] = lengths[b];
@@ -608,10 +612,12 @@ bool kiln_generator_is_done(const kiln_generator *g)
 kiln_status kiln_generator_generate_next(kiln_generator *g)
 {
     if (!g) return KILN_ERR_INVALID_ARG;
-    if (!g->prompted) return fail(g, KILN_ERR_INVALID_ARG, "generate_next before append_tokens: no prompt yet");
+    if (!g->prompted)
+        return kiln_errf(&g->err, KILN_ERR_INVALID_ARG, "generate_next before append_tokens: no prompt yet");
     if (kiln_generator_is_done(g))
-        return fail(g, KILN_ERR_INVALID_ARG, "the generator is done: %s",
-                    g->prompt_max + g->gen >= g->T ? "the sequences reached max_length" : "every sequence ended with eos");
+        return kiln_errf(&g->err, KILN_ERR_INVALID_ARG, "the generator is done: %s",
+                         g->prompt_max + g->gen >= g->T ? "the sequences reached max_length"
+                                                        : "every sequence ended with eos");
     if (g->pending) {
         for (int b = 0; b < g->B; b++) {
             g->ids[b] = g->next[b];
@@ -637,7 +643,7 @@ kiln_status kiln_generator_generate_next(kiln_generator *g)
 kiln_status kiln_generator_get_next_tokens(const kiln_generator *g, const int64_t **tokens, int *n)
 {
     if (!g || !tokens) return KILN_ERR_INVALID_ARG;
-    if (!g->gen) return fail((kiln_generator *)g, KILN_ERR_INVALID_ARG, "no token generated yet");
+    if (!g->gen) return kiln_errf(&((kiln_generator *)g)->err, KILN_ERR_INVALID_ARG, "no token generated yet");
     *tokens = g->next;
     if (n) *n = g->B;
     return KILN_OK;
@@ -646,7 +652,8 @@ kiln_status kiln_generator_get_next_tokens(const kiln_generator *g, const int64_
 kiln_status kiln_generator_get_logits(const kiln_generator *g, const float **logits, int64_t *vocab)
 {
     if (!g || !logits) return KILN_ERR_INVALID_ARG;
-    if (!g->prompted) return fail((kiln_generator *)g, KILN_ERR_INVALID_ARG, "no logits before append_tokens");
+    if (!g->prompted)
+        return kiln_errf(&((kiln_generator *)g)->err, KILN_ERR_INVALID_ARG, "no logits before append_tokens");
     *logits = g->logits;
     if (vocab) *vocab = g->V;
     return KILN_OK;
