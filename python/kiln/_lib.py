@@ -76,6 +76,12 @@ class OutputBinding(C.Structure):
     _fields_ = [("on_device", C.c_bool), ("storage", C.c_void_p)]
 
 
+class GeneratorParams(C.Structure):  # kiln_generator_params
+    _fields_ = [("max_length", C.c_int64), ("batch_size", C.c_int), ("do_sample", C.c_int),
+                ("temperature", C.c_double), ("top_k", C.c_int), ("top_p", C.c_double),
+                ("seed", C.c_uint64), ("provider", C.c_int), ("num_threads", C.c_int)]
+
+
 OBSERVER_FN = C.CFUNCTYPE(C.c_int, C.c_void_p, C.POINTER(NodeEvent))
 
 
@@ -142,6 +148,21 @@ def _declare(lib):
         "kiln_value_sequence_length": (I64, [P]),
         "kiln_value_sequence_at": (P, [P, I64]),
         "kiln_value_optional_get": (P, [P]),
+        "kiln_genai_model_open": (I, [S, C.POINTER(Options), PP]),
+        "kiln_genai_model_last_error": (S, [P]),
+        "kiln_genai_model_free": (None, [P]),
+        "kiln_generator_params_default": (GeneratorParams, []),
+        "kiln_generator_create": (I, [S, C.POINTER(GeneratorParams), PP]),
+        "kiln_generator_create_from": (I, [P, C.POINTER(GeneratorParams), PP]),
+        "kiln_generator_append_tokens": (I, [P, I, C.POINTER(I64), C.POINTER(I64)]),
+        "kiln_generator_generate_next": (I, [P]),
+        "kiln_generator_get_next_tokens": (I, [P, C.POINTER(C.POINTER(I64)), C.POINTER(I)]),
+        "kiln_generator_get_logits": (I, [P, C.POINTER(C.POINTER(C.c_float)), C.POINTER(I64)]),
+        "kiln_generator_get_sequence": (C.POINTER(I64), [P, I, C.POINTER(I64)]),
+        "kiln_generator_is_done": (B, [P]),
+        "kiln_generator_session_stats": (I, [P, C.POINTER(Stats)]),
+        "kiln_generator_last_error": (S, [P]),
+        "kiln_generator_free": (None, [P]),
     }
     for name, (res, args) in sigs.items():
         f = getattr(lib, name)

@@ -31,43 +31,6 @@ _NEUTRAL = {"num_beams": 1, "num_return_sequences": 1, "repetition_penalty": 1.0
             "past_present_share_buffer": None, "chunk_size": 0}
 
 
-class _Params(C.Structure):  # kiln_generator_params
-    _fields_ = [("max_length", C.c_int64), ("batch_size", C.c_int), ("do_sample", C.c_int),
-                ("temperature", C.c_double), ("top_k", C.c_int), ("top_p", C.c_double),
-                ("seed", C.c_uint64), ("provider", C.c_int), ("num_threads", C.c_int)]
-
-
-def _declare(lib):
-    if getattr(lib, "_genai_declared", False):
-        return lib
-    P, I, S = C.c_void_p, C.c_int, C.c_char_p
-    PP = C.POINTER(P)
-    sigs = {
-        "kiln_genai_model_open": (I, [S, C.POINTER(_lib.Options), PP]),
-        "kiln_genai_model_last_error": (S, [P]),
-        "kiln_genai_model_free": (None, [P]),
-        "kiln_generator_params_default": (_Params, []),
-        "kiln_generator_create_from": (I, [P, C.POINTER(_Params), PP]),
-        "kiln_generator_append_tokens": (I, [P, I, C.POINTER(C.c_int64), C.POINTER(C.c_int64)]),
-        "kiln_generator_generate_next": (I, [P]),
-        "kiln_generator_get_next_tokens": (I, [P, C.POINTER(C.POINTER(C.c_int64)), C.POINTER(I)]),
-        "kiln_generator_get_logits": (I, [P, C.POINTER(C.POINTER(C.c_float)), C.POINTER(C.c_int64)]),
-        "kiln_generator_get_sequence": (C.POINTER(C.c_int64), [P, I, C.POINTER(C.c_int64)]),
-        "kiln_generator_is_done": (C.c_bool, [P]),
-        "kiln_generator_last_error": (S, [P]),
-        "kiln_generator_free": (None, [P]),
-    }
-    for name, (res, args) in sigs.items():
-        f = getattr(lib, name)
-        f.restype, f.argtypes = res, args
-    lib._genai_declared = True
-    return lib
-
-
-def _library():
-    return _declare(_lib.library())
-
-
 class Config:
     """A model folder's configuration with the execution providers to use (onnxruntime-genai's
     og.Config): kiln runs "cpu" and "cuda"."""
@@ -96,7 +59,7 @@ class Model:
 
     def __init__(self, path):
         cfg = path if isinstance(path, Config) else Config(path)
-        self._lib = _library()
+        self._lib = _lib.library()
         self.path = cfg.path
         provider = cfg._provider or "cpu"
         self.device_type = provider.upper()
@@ -146,7 +109,7 @@ class Generator:
     """One generation over a Model with its own KV cache (onnxruntime-genai's og.Generator)."""
 
     def __init__(self, model, params):
-        self._lib = _library()
+        self._lib = _lib.library()
         self.model = model
         s = params._search
         p = self._lib.kiln_generator_params_default()

@@ -1,62 +1,20 @@
-"""genai_ctypes.py - a ctypes binding of kiln's kiln_genai_model_* and kiln_generator_* C API
-(include/kiln.h), for the generation tests; the library is $KILN_LIB."""
+"""genai_ctypes.py - the generation tests' binding of kiln's kiln_genai_model_* and kiln_generator_*
+C API (include/kiln.h) over the package's declarations of it (kiln._lib); the library is $KILN_LIB."""
 import ctypes
 import os
+import sys
 
 import numpy as np
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+from kiln import _lib as _kl  # noqa: E402
 
-class Params(ctypes.Structure):
-    _fields_ = [("max_length", ctypes.c_int64), ("batch_size", ctypes.c_int), ("do_sample", ctypes.c_int),
-                ("temperature", ctypes.c_double), ("top_k", ctypes.c_int), ("top_p", ctypes.c_double),
-                ("seed", ctypes.c_uint64), ("provider", ctypes.c_int), ("num_threads", ctypes.c_int)]
-
-
-class Stats(ctypes.Structure):  # kiln_session_stats (room after it for fields added later)
-    _fields_ = [("compilations", ctypes.c_int64), ("runs", ctypes.c_int64), ("plan_cache_hits", ctypes.c_int64),
-                ("plan_cache_misses", ctypes.c_int64), ("plan_cache_entries", ctypes.c_int),
-                ("plan_cache_capacity", ctypes.c_int), ("arena_peak_bytes", ctypes.c_int64),
-                ("arena_last_bytes", ctypes.c_int64), ("lower_bound_last_bytes", ctypes.c_int64),
-                ("heap_fallbacks", ctypes.c_int64), ("bind_plan_ns", ctypes.c_int64), ("run_ns", ctypes.c_int64),
-                ("nodes_gpu", ctypes.c_int), ("nodes_cpu", ctypes.c_int), ("node_runs_gpu", ctypes.c_int64),
-                ("node_runs_cpu", ctypes.c_int64), ("device_mallocs", ctypes.c_int64),
-                ("copies_to_device", ctypes.c_int64), ("copies_to_host", ctypes.c_int64),
-                ("graphs_captured", ctypes.c_int64), ("graphs_replayed", ctypes.c_int64),
-                ("graphs_note", ctypes.c_char * 192), ("pad", ctypes.c_char * 1024)]
-
-
-lib = ctypes.CDLL(os.environ["KILN_LIB"])
-lib.kiln_generator_params_default.restype = Params
-lib.kiln_generator_create.argtypes = [ctypes.c_char_p, ctypes.POINTER(Params), ctypes.POINTER(ctypes.c_void_p)]
-lib.kiln_generator_create_from.argtypes = [ctypes.c_void_p, ctypes.POINTER(Params), ctypes.POINTER(ctypes.c_void_p)]
-lib.kiln_genai_model_last_error.argtypes = [ctypes.c_void_p]
-lib.kiln_genai_model_last_error.restype = ctypes.c_char_p
-lib.kiln_genai_model_free.argtypes = [ctypes.c_void_p]
-lib.kiln_generator_append_tokens.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_int64),
-                                             ctypes.POINTER(ctypes.c_int64)]
-lib.kiln_generator_generate_next.argtypes = [ctypes.c_void_p]
-lib.kiln_generator_get_next_tokens.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.POINTER(ctypes.c_int64)),
-                                               ctypes.POINTER(ctypes.c_int)]
-lib.kiln_generator_get_logits.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.POINTER(ctypes.c_float)),
-                                          ctypes.POINTER(ctypes.c_int64)]
-lib.kiln_generator_is_done.argtypes = [ctypes.c_void_p]
-lib.kiln_generator_is_done.restype = ctypes.c_bool
-lib.kiln_generator_last_error.argtypes = [ctypes.c_void_p]
-lib.kiln_generator_last_error.restype = ctypes.c_char_p
-lib.kiln_generator_session_stats.argtypes = [ctypes.c_void_p, ctypes.POINTER(Stats)]
-lib.kiln_generator_free.argtypes = [ctypes.c_void_p]
+Stats = _kl.Stats
+lib = _kl.library()
 
 
 class KilnError(RuntimeError):
     pass
-
-
-class SessionOptions(ctypes.Structure):  # the head of kiln_session_options (kiln_session_options_default fills it)
-    _fields_ = [("provider", ctypes.c_int), ("pad", ctypes.c_char * 4096)]
-
-
-lib.kiln_session_options_default.restype = SessionOptions
-lib.kiln_genai_model_open.argtypes = [ctypes.c_char_p, ctypes.POINTER(SessionOptions), ctypes.POINTER(ctypes.c_void_p)]
 
 
 class Model:
