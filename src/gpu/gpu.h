@@ -90,6 +90,14 @@ kiln_status kiln_gpu_workspace(kiln_run_ctx *c, size_t bytes, void **p);
  * a kernel that finds an input it reads on the device out of range (per-row lengths, positions)
  * skips that work and atomicCAS(word, 0, code)s; the run then fails naming the node. */
 kiln_status kiln_gpu_check_word(kiln_run_ctx *c, int32_t **word, int32_t *code);
+/* The run context's tickets: KILN_GPU_TICKETS device int32 counters, zero, which a kernel may
+ * count on with atomics (its blocks taking tickets, the last one finishing the work) as long as
+ * it leaves each counter it used at zero when it ends; nodes use them in turn (stream order).
+ * *tickets is NULL, with KILN_OK, when n > KILN_GPU_TICKETS or while the first run that asks
+ * for them is recorded: the caller takes a path without them. Allocated once per run context, so
+ * a recording keeps a valid address. */
+#define KILN_GPU_TICKETS 16384
+kiln_status kiln_gpu_tickets(kiln_run_ctx *c, int64_t n, int32_t **tickets);
 /* Copies `bytes` of host memory src to device memory dst (workspace) in stream order, through
  * the run's pinned staging (while a run is recorded: pinned memory the recording keeps), so src
  * may change as soon as this returns: for host inputs whose contents a kernel reads on the

@@ -770,17 +770,8 @@ static gpuError_t tc_launch(gpuStream_t s, const kiln_gpu_nbits *a, int splits, 
     if (most < 1) most = 1;
     dim3 grid((unsigned)(tiles < most ? tiles : most), (unsigned)splits);
     /* programmatic dependent launch: the first weights load while the kernel ahead finishes */
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = dim3(BLOCK);
-    cfg.dynamicSmemBytes = (size_t)tc_smem(a->M, gper);
-    cfg.stream = s;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = 1;
-    return cudaLaunchKernelEx(&cfg, nbits_tc_kernel<SF32, ZPM>, *a, nbits_shift(a), (int)gper, part);
+    return kiln_launch_pdl(nbits_tc_kernel<SF32, ZPM>, grid, dim3(BLOCK), (size_t)tc_smem(a->M, gper), s, *a,
+                           nbits_shift(a), (int)gper, part);
 }
 
 #endif
@@ -907,6 +898,7 @@ template <typename T>
 __global__ void silu_mul_kernel(const T *g, const T *u, T *y, int64_t total, int64_t n, int64_t stride)
 {
     kiln_pdl_trigger(); /* the GEMV after it may start loading its weights */
+    kiln_pdl_wait();    /* launched early itself (kiln_launch_pdl) */
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t at = stride == n ? i : i / n * stride + i % n;
         float gv = kiln_to_f(g[at]);
@@ -919,13 +911,16 @@ extern "C" gpuError_t kiln_gpu_silu_mul(gpuStream_t s, int dtype, const void *g,
 {
     if (total <= 0) return gpuSuccess;
     unsigned nb = kiln_gpu_blocks(total, BLOCK);
-#define SILU(T) silu_mul_kernel<T><<<nb, BLOCK, 0, s>>>((const T *)g, (const T *)u, (T *)y, total, n, stride)
+    gpuError_t e;
+#define SILU(T)                                                                                                        \
+    e = kiln_launch_pdl(silu_mul_kernel<T>, dim3(nb), dim3(BLOCK), 0, s, (const T *)g, (const T *)u, (T *)y, total, n, \
+                        stride)
     if (dtype == KILN_DTYPE_FLOAT32) SILU(float);
     else if (dtype == KILN_DTYPE_FLOAT16) SILU(kiln_gpu_half);
     else if (dtype == KILN_DTYPE_BFLOAT16) SILU(kiln_gpu_bf16);
     else return kiln_gpu_bad_arg();
 #undef SILU
-    return gpuGetLastError();
+    return e;
 }
 
 /* ---- GroupQueryAttention ---- */
@@ -1021,74 +1016,57 @@ __global__ void gqa_append_kernel(kiln_gpu_gqa a)
 #define HEAD_PER_LANE (KILN_GPU_GQA_MAX_HEAD / 32)
 #define GQA_KEYS 4 /* keys a warp takes at a time */
 
-/* grid (S * splits, N, B), BLOCK threads: split c of query row i of head h of batch row b. The
- * query (rotated, rounded to T) goes to shared memory; the row's keys are cut into `splits`
- * equal runs, and warp w takes GQA_KEYS keys at a time, w, w + WARPS, ... of run c's groups of
- * GQA_KEYS: lanes split the dot product
- * over d and keep their d's of the weighted V sum, with the running maximum and sum of an
- * online softmax. A head sink (or smooth_softmax's 0) is one more logit with a zero value row,
- * taken by warp 0 of run 0. One split writes the output; several write their maximum, sum and
- * unnormalized sums to part for gqa_combine_kernel. */
-template <typename T>
-__global__ void gqa_attn_kernel(kiln_gpu_gqa a)
+/* The keys query row i of batch row b sees (kiln_gqa_window): [*start, *start + *len). */
+__device__ __forceinline__ void gqa_window(const kiln_gpu_gqa &a, int64_t b, int64_t i, int64_t *start, int64_t *len)
 {
-    kiln_pdl_trigger(); /* the GEMV after it may start loading its weights */
-    __shared__ float qs[KILN_GPU_GQA_MAX_HEAD];
-    __shared__ float wm[WARPS], wl[WARPS];
-    __shared__ float wacc[WARPS][KILN_GPU_GQA_MAX_HEAD];
-    const int64_t i = blockIdx.x / a.splits, h = blockIdx.y, b = blockIdx.z;
-    const int split = (int)(blockIdx.x % a.splits);
-    const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int64_t H = a.H, hk = h / (a.N / a.Nkv);
-    const T *qr = qkv_row<T>(a, b, i, h);
-    T *y = (T *)a.y + ((b * a.S + i) * a.N + h) * a.H;
-    float *part = a.splits > 1 ? a.part + ((((b * a.N + h) * a.S + i) * a.splits + split) * (a.H + 2)) : NULL;
-    if (!gqa_row_ok(a, b, i)) {
-        for (int64_t d = threadIdx.x; d < a.H; d += BLOCK) y[d] = kiln_from_f<T>(0.0f);
-        if (part && threadIdx.x == 0) part[0] = -INFINITY, part[1] = 0.0f; /* the combine writes zeros too */
-        return;
-    }
-    int64_t p = a.rd ? gqa_pos(a, b, i) : 0, half = a.rd / 2;
-    for (int64_t d = threadIdx.x; d < H; d += BLOCK) {
-        float v = a.rd ? kiln_to_f<T>(kiln_from_f<T>(rotate_at<T>(qr, d, a.rd, a.interleaved, (const T *)a.cos + p * half,
-                                                                  (const T *)a.sin + p * half)))
-                       : kiln_to_f<T>(qr[d]);
-        qs[d] = v;
-    }
-    __syncthreads();
-    /* the keys this row sees (kiln_gqa_window) */
     int64_t total = (int64_t)a.seqlens[b] + 1;
     int64_t causal = (a.has_past && !a.first_prompt ? total - a.S : 0) + i + 1;
     if (causal > total) causal = total;
-    int64_t start = 0, len = causal;
-    if (a.window >= 0 && causal > a.window) start = causal - a.window, len = a.window;
-    if (a.splits > 1) { /* this block's run of the keys */
-        const int64_t per = (len + a.splits - 1) / a.splits, s0 = start + split * per;
-        const int64_t s1 = s0 + per < start + len ? s0 + per : start + len;
-        start = s0, len = s1 > s0 ? s1 - s0 : 0;
-    }
-    const T *kb = (const T *)a.kc + (b * a.Nkv + hk) * a.L * H;
-    const T *vb = (const T *)a.vc + (b * a.Nkv + hk) * a.L * H;
-    float m = -INFINITY, l = 0.0f, acc[HEAD_PER_LANE];
+    *start = 0, *len = causal;
+    if (a.window >= 0 && causal > a.window) *start = causal - a.window, *len = a.window;
+}
+
+/* Query row i of head h (batch row b), rotated and rounded to T as the reference keeps it, in
+ * the lane's registers: q[k] is element lane + 32 k. */
+template <typename T>
+__device__ __forceinline__ void gqa_query(const kiln_gpu_gqa &a, int64_t b, int64_t i, int64_t h, int lane,
+                                          float (&q)[HEAD_PER_LANE])
+{
+    const T *qr = qkv_row<T>(a, b, i, h);
+    const int64_t p = a.rd ? gqa_pos(a, b, i) : 0, half = a.rd / 2;
 #pragma unroll
-    for (int k = 0; k < HEAD_PER_LANE; k++) acc[k] = 0.0f;
-    if (w == 0 && split == 0 && (a.sink || a.smooth)) {
-        m = a.sink ? kiln_to_f<T>(((const T *)a.sink)[h]) : 0.0f;
-        l = 1.0f;
+    for (int k = 0; k < HEAD_PER_LANE; k++) {
+        const int64_t d = lane + 32 * k;
+        if (d >= a.H) q[k] = 0.0f;
+        else if (!a.rd) q[k] = kiln_to_f<T>(qr[d]);
+        else
+            q[k] = kiln_to_f<T>(kiln_from_f<T>(
+                rotate_at<T>(qr, d, a.rd, a.interleaved, (const T *)a.cos + p * half, (const T *)a.sin + p * half)));
     }
-    /* GQA_KEYS keys a warp at a time (its loads in flight together, the dot products' shuffles
-     * interleaved): keys j0 + u of j0 = start + GQA_KEYS (w + WARPS t) */
-    for (int64_t j0 = start + GQA_KEYS * w; j0 < start + len; j0 += GQA_KEYS * WARPS) {
+}
+
+/* One warp's keys of query row i of head h (batch row b): GQA_KEYS keys at a time (their loads
+ * in flight together, the dot products' shuffles interleaved), keys j0 + u for j0 = first,
+ * first + step, ... below end. Lanes split the dot product over d and keep their d's of the
+ * weighted V sum, with the running maximum m and sum l of an online softmax. */
+template <typename T>
+__device__ __forceinline__ void gqa_warp_keys(const kiln_gpu_gqa &a, const float (&q)[HEAD_PER_LANE], const T *kb,
+                                              const T *vb, int64_t b, int64_t h, int64_t i, int64_t first, int64_t end,
+                                              int64_t step, float &m, float &l, float (&acc)[HEAD_PER_LANE])
+{
+    const int lane = threadIdx.x % 32;
+    const int64_t H = a.H;
+    for (int64_t j0 = first; j0 < end; j0 += step) {
         float dot[GQA_KEYS];
 #pragma unroll
         for (int u = 0; u < GQA_KEYS; u++) {
             const T *kr = kb + (j0 + u) * H;
             dot[u] = 0.0f;
-            if (j0 + u < start + len)
+            if (j0 + u < end)
 #pragma unroll
                 for (int k = 0; k < HEAD_PER_LANE; k++) {
                     int64_t d = lane + 32 * k;
-                    if (d < H) dot[u] += qs[d] * kiln_to_f<T>(kr[d]);
+                    if (d < H) dot[u] += q[k] * kiln_to_f<T>(kr[d]);
                 }
         }
 #pragma unroll
@@ -1100,7 +1078,7 @@ __global__ void gqa_attn_kernel(kiln_gpu_gqa a)
         for (int u = 0; u < GQA_KEYS; u++) {
             const int64_t j = j0 + u;
             sc[u] = -INFINITY;
-            if (j >= start + len) continue;
+            if (j >= end) continue;
             sc[u] = dot[u] * a.scale;
             if (a.softcap > 0.0f) sc[u] = a.softcap * tanhf(sc[u] / a.softcap);
             if (a.bias) sc[u] += kiln_to_f<T>(((const T *)a.bias)[b * a.bias_b + h * a.bias_h + i * a.bias_s + j]);
@@ -1127,6 +1105,77 @@ __global__ void gqa_attn_kernel(kiln_gpu_gqa a)
         }
         m = mn;
     }
+}
+
+/* y [H] from the partial softmax states of n key runs at part (float [n][H + 2]: maximum, sum,
+ * unnormalized sums; written by other blocks, so read past L1), elements t0, t0 + tstep, ... */
+template <typename T>
+__device__ __forceinline__ void gqa_combine_row(const kiln_gpu_gqa &a, const float *part, int n, T *y, int t0,
+                                                int tstep)
+{
+    const int64_t stride = a.H + 2;
+    float M = -INFINITY;
+    for (int c = 0; c < n; c++) {
+        const float mc = kiln_load_l2(part + c * stride), lc = kiln_load_l2(part + c * stride + 1);
+        if (lc > 0.0f && mc > M) M = mc;
+    }
+    for (int64_t d = t0; d < a.H; d += tstep) {
+        float sum = 0.0f, o = 0.0f;
+        for (int c = 0; c < n; c++) {
+            const float *pc = part + c * stride;
+            const float lc = kiln_load_l2(pc + 1);
+            if (lc > 0.0f) {
+                float f = expf(kiln_load_l2(pc) - M);
+                sum += lc * f;
+                o += kiln_load_l2(pc + 2 + d) * f;
+            }
+        }
+        y[d] = kiln_from_f<T>(sum > 0.0f ? o / sum : 0.0f);
+    }
+}
+
+/* grid (S * splits, N, B), BLOCK threads: split c of query row i of head h of batch row b. The
+ * row's keys are cut into `splits` equal runs, and warp w takes GQA_KEYS keys at a time, w, w +
+ * WARPS, ... of run c's groups of GQA_KEYS (gqa_warp_keys). A head sink (or smooth_softmax's 0)
+ * is one more logit with a zero value row, taken by warp 0 of run 0. One split writes the
+ * output; several write their maximum, sum and unnormalized sums to part for
+ * gqa_combine_kernel. */
+template <typename T>
+__global__ void gqa_attn_kernel(kiln_gpu_gqa a)
+{
+    kiln_pdl_trigger(); /* the GEMV after it may start loading its weights */
+    __shared__ float wm[WARPS], wl[WARPS];
+    __shared__ float wacc[WARPS][KILN_GPU_GQA_MAX_HEAD];
+    const int64_t i = blockIdx.x / a.splits, h = blockIdx.y, b = blockIdx.z;
+    const int split = (int)(blockIdx.x % a.splits);
+    const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int64_t H = a.H, hk = h / (a.N / a.Nkv);
+    T *y = (T *)a.y + ((b * a.S + i) * a.N + h) * a.H;
+    float *part = a.splits > 1 ? a.part + ((((b * a.N + h) * a.S + i) * a.splits + split) * (a.H + 2)) : NULL;
+    if (!gqa_row_ok(a, b, i)) {
+        for (int64_t d = threadIdx.x; d < a.H; d += BLOCK) y[d] = kiln_from_f<T>(0.0f);
+        if (part && threadIdx.x == 0) part[0] = -INFINITY, part[1] = 0.0f; /* the combine writes zeros too */
+        return;
+    }
+    float q[HEAD_PER_LANE];
+    gqa_query<T>(a, b, i, h, lane, q);
+    int64_t start, len;
+    gqa_window(a, b, i, &start, &len);
+    if (a.splits > 1) { /* this block's run of the keys */
+        const int64_t per = (len + a.splits - 1) / a.splits, s0 = start + split * per;
+        const int64_t s1 = s0 + per < start + len ? s0 + per : start + len;
+        start = s0, len = s1 > s0 ? s1 - s0 : 0;
+    }
+    const T *kb = (const T *)a.kc + (b * a.Nkv + hk) * a.L * H;
+    const T *vb = (const T *)a.vc + (b * a.Nkv + hk) * a.L * H;
+    float m = -INFINITY, l = 0.0f, acc[HEAD_PER_LANE];
+#pragma unroll
+    for (int k = 0; k < HEAD_PER_LANE; k++) acc[k] = 0.0f;
+    if (w == 0 && split == 0 && (a.sink || a.smooth)) {
+        m = a.sink ? kiln_to_f<T>(((const T *)a.sink)[h]) : 0.0f;
+        l = 1.0f;
+    }
+    gqa_warp_keys<T>(a, q, kb, vb, b, h, i, start + GQA_KEYS * w, start + len, GQA_KEYS * WARPS, m, l, acc);
     if (lane == 0) wm[w] = m, wl[w] = l;
 #pragma unroll
     for (int k = 0; k < HEAD_PER_LANE; k++) {
@@ -1160,36 +1209,105 @@ template <typename T>
 __global__ void gqa_combine_kernel(kiln_gpu_gqa a)
 {
     kiln_pdl_trigger(); /* the GEMV after it may start loading its weights */
-    const int64_t i = blockIdx.x, h = blockIdx.y, b = blockIdx.z, stride = a.H + 2;
-    const float *part = a.part + ((b * a.N + h) * a.S + i) * a.splits * stride;
-    T *y = (T *)a.y + ((b * a.S + i) * a.N + h) * a.H;
-    float M = -INFINITY;
-    for (int c = 0; c < a.splits; c++)
-        if (part[c * stride + 1] > 0.0f && part[c * stride] > M) M = part[c * stride];
-    for (int64_t d = threadIdx.x; d < a.H; d += blockDim.x) {
-        float sum = 0.0f, o = 0.0f;
-        for (int c = 0; c < a.splits; c++) {
-            const float *pc = part + c * stride;
-            if (pc[1] > 0.0f) {
-                float f = expf(pc[0] - M);
-                sum += pc[1] * f;
-                o += pc[2 + d] * f;
-            }
-        }
-        y[d] = kiln_from_f<T>(sum > 0.0f ? o / sum : 0.0f);
+    const int64_t i = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    gqa_combine_row<T>(a, a.part + ((b * a.N + h) * a.S + i) * a.splits * (a.H + 2), a.splits,
+                       (T *)a.y + ((b * a.S + i) * a.N + h) * a.H, threadIdx.x, blockDim.x);
+}
+
+/* Key runs of at least this many keys in the decode kernel (fewer runs to combine). */
+#define GQA_DECODE_RUN 16
+
+/* Decode (S = 1), grid (splits, Nkv, B), 32 G threads for the G = N / Nkv query heads of a KV
+ * head (G <= KILN_GPU_GQA_DECODE_MAX_G): warp g takes query head hk G + g over run c of the row's
+ * keys, so the G warps read each K and V row together (from L1 after the first). The runs are
+ * of GQA_DECODE_RUN keys or more, `runs` of them (the rest of the grid returns at once). With a
+ * shared buffer, the block whose run holds the new row writes it (K rotated) first and reads it
+ * back; unshared, gqa_present_kernel has written it. One run writes the output; several write
+ * their states to part and take a ticket each: the last one combines them and puts the ticket
+ * back to zero. */
+template <typename T>
+__global__ void __launch_bounds__(32 * KILN_GPU_GQA_DECODE_MAX_G) gqa_decode_kernel(kiln_gpu_gqa a)
+{
+    kiln_pdl_trigger(); /* the GEMV after it may start loading its weights */
+    kiln_pdl_wait();    /* launched early itself (kiln_launch_pdl) */
+    __shared__ int last;
+    const int split = (int)blockIdx.x, w = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int64_t hk = blockIdx.y, b = blockIdx.z, G = a.N / a.Nkv, h = hk * G + w, H = a.H;
+    T *y = (T *)a.y + (b * a.N + h) * H;
+    if (!gqa_row_ok(a, b, 0)) { /* every block of the row returns here: no tickets */
+        if (split == 0)
+            for (int64_t d = lane; d < H; d += 32) y[d] = kiln_from_f<T>(0.0f);
+        return;
     }
+    int64_t start, len;
+    gqa_window(a, b, 0, &start, &len);
+    int64_t per = (len + a.splits - 1) / a.splits;
+    if (per < GQA_DECODE_RUN) per = GQA_DECODE_RUN;
+    const int runs = len > 0 ? (int)((len + per - 1) / per) : 1;
+    if (split >= runs) return;
+    T *kc = (T *)a.kc + (b * a.Nkv + hk) * a.L * H;
+    T *vc = (T *)a.vc + (b * a.Nkv + hk) * a.L * H;
+    if (a.shared && split == (len > 0 ? (int)((len - 1) / per) : 0)) {
+        const int64_t row = gqa_past_rows(a, b) * H;
+        for (int64_t d = threadIdx.x; d < H; d += blockDim.x) {
+            kc[row + d] = gqa_new_kv<T>(a, true, b, 0, hk, d);
+            vc[row + d] = gqa_new_kv<T>(a, false, b, 0, hk, d);
+        }
+        __syncthreads(); /* the block reads the row back */
+    }
+    const int64_t s0 = start + split * per, s1 = s0 + per < start + len ? s0 + per : start + len;
+    float q[HEAD_PER_LANE];
+    gqa_query<T>(a, b, 0, h, lane, q);
+    float m = -INFINITY, l = 0.0f, acc[HEAD_PER_LANE];
+#pragma unroll
+    for (int k = 0; k < HEAD_PER_LANE; k++) acc[k] = 0.0f;
+    if (split == 0 && (a.sink || a.smooth)) {
+        m = a.sink ? kiln_to_f<T>(((const T *)a.sink)[h]) : 0.0f;
+        l = 1.0f;
+    }
+    gqa_warp_keys<T>(a, q, kc, vc, b, h, 0, s0, s1, GQA_KEYS, m, l, acc);
+    if (runs == 1) {
+#pragma unroll
+        for (int k = 0; k < HEAD_PER_LANE; k++) {
+            const int64_t d = lane + 32 * k;
+            if (d < H) y[d] = kiln_from_f<T>(l > 0.0f ? acc[k] / l : 0.0f);
+        }
+        return;
+    }
+    float *part = a.part + (b * a.N + h) * a.splits * (H + 2);
+#pragma unroll
+    for (int k = 0; k < HEAD_PER_LANE; k++) {
+        const int64_t d = lane + 32 * k;
+        if (d < H) part[split * (H + 2) + 2 + d] = acc[k];
+    }
+    if (lane == 0) part[split * (H + 2)] = m, part[split * (H + 2) + 1] = l;
+    __threadfence(); /* the states are visible before the ticket */
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int32_t *ticket = a.tickets + b * a.Nkv + hk;
+        last = atomicAdd(ticket, 1) == runs - 1;
+        if (last) *ticket = 0; /* every run has taken its ticket */
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    gqa_combine_row<T>(a, part, runs, y, lane, 32);
 }
 
 template <typename T>
 static gpuError_t gqa_launch(gpuStream_t s, const kiln_gpu_gqa &a)
 {
-    if (a.shared) {
+    const bool decode = a.decode;
+    if (a.shared && !decode) {
         gqa_append_kernel<T><<<kiln_gpu_blocks(a.B * a.Nkv * a.S * a.H, BLOCK), BLOCK, 0, s>>>(a);
-    } else {
+    } else if (!a.shared) {
         gqa_present_kernel<T><<<kiln_gpu_blocks(a.B * a.Nkv * a.L * a.H, BLOCK), BLOCK, 0, s>>>(a);
     }
     gpuError_t e = gpuGetLastError();
     if (e != gpuSuccess) return e;
+    if (decode)
+        return kiln_launch_pdl(gqa_decode_kernel<T>, dim3((unsigned)a.splits, (unsigned)a.Nkv, (unsigned)a.B),
+                               dim3((unsigned)(32 * (a.N / a.Nkv))), 0, s, a);
     gqa_attn_kernel<T><<<dim3((unsigned)(a.S * a.splits), (unsigned)a.N, (unsigned)a.B), BLOCK, 0, s>>>(a);
     if (a.splits > 1) {
         if ((e = gpuGetLastError()) != gpuSuccess) return e;
@@ -1239,6 +1357,8 @@ template <typename T>
 __global__ void rms_rows_kernel(const T *x, const T *skip, int64_t skip_n, const T *bias, const T *scale, int64_t scale_n,
                                 T *y, T *sum, float *mean, float *inv, int64_t rows, int64_t h, float eps)
 {
+    kiln_pdl_trigger(); /* the GEMV after it may start loading its weights */
+    kiln_pdl_wait();    /* launched early itself (kiln_launch_pdl) */
     __shared__ float part[WARPS];
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         float ss = 0.0f;
@@ -1277,6 +1397,7 @@ __global__ void __launch_bounds__(RMS_MAX_THREADS) rms_held_kernel(const T *x, c
                                                                    float eps)
 {
     kiln_pdl_trigger(); /* the GEMV after it may start loading its weights */
+    kiln_pdl_wait();    /* launched early itself (kiln_launch_pdl) */
     __shared__ float part[RMS_MAX_THREADS / 32];
     const int64_t r = blockIdx.x;
     const int nt = blockDim.x, nw = nt / 32;
@@ -1337,6 +1458,7 @@ __global__ void __launch_bounds__(RMS_MAX_THREADS) rms_vec_kernel(const T *x, co
                                                                   float *mean, float *inv, int64_t h, float eps)
 {
     kiln_pdl_trigger(); /* the GEMV after it may start loading its weights */
+    kiln_pdl_wait();    /* launched early itself (kiln_launch_pdl) */
     __shared__ float part[RMS_MAX_THREADS / 32];
     const int64_t r = blockIdx.x, j = (int64_t)threadIdx.x * 8;
     const int nw = blockDim.x / 32;
@@ -1391,24 +1513,25 @@ extern "C" gpuError_t kiln_gpu_rms_rows(gpuStream_t s, int dtype, const void *x,
                (!sum || aligned16(sum));
     /* threads: the fewest warps that hold the row, RMS_VALS values each */
     int64_t nt = ((h + RMS_VALS - 1) / RMS_VALS + 31) / 32 * 32;
+    gpuError_t e;
 #define RMS_LAUNCH(T)                                                                                                  \
     do {                                                                                                               \
         if (vec)                                                                                                       \
-            rms_vec_kernel<T><<<nb, (unsigned)nt, 0, s>>>((const T *)x, (const T *)skip, skip_n == h, (const T *)bias, \
-                                                          (const T *)scale, (T *)y, (T *)sum, mean, inv, h, eps);      \
+            e = kiln_launch_pdl(rms_vec_kernel<T>, dim3(nb), dim3((unsigned)nt), 0, s, (const T *)x, (const T *)skip,  \
+                                skip_n == h, (const T *)bias, (const T *)scale, (T *)y, (T *)sum, mean, inv, h, eps);  \
         else if (fits)                                                                                                 \
-            rms_held_kernel<T><<<nb, (unsigned)nt, 0, s>>>((const T *)x, (const T *)skip, skip_n, (const T *)bias,     \
-                                                           (const T *)scale, scale_n, (T *)y, (T *)sum, mean, inv, h,  \
-                                                           eps);                                                       \
+            e = kiln_launch_pdl(rms_held_kernel<T>, dim3(nb), dim3((unsigned)nt), 0, s, (const T *)x, (const T *)skip, \
+                                skip_n, (const T *)bias, (const T *)scale, scale_n, (T *)y, (T *)sum, mean, inv, h,    \
+                                eps);                                                                                  \
         else                                                                                                           \
-            rms_rows_kernel<T><<<nb, BLOCK, 0, s>>>((const T *)x, (const T *)skip, skip_n, (const T *)bias,            \
-                                                    (const T *)scale, scale_n, (T *)y, (T *)sum, mean, inv, rows, h,   \
-                                                    eps);                                                              \
+            e = kiln_launch_pdl(rms_rows_kernel<T>, dim3(nb), dim3(BLOCK), 0, s, (const T *)x, (const T *)skip,        \
+                                skip_n, (const T *)bias, (const T *)scale, scale_n, (T *)y, (T *)sum, mean, inv, rows, \
+                                h, eps);                                                                               \
     } while (0)
     if (dtype == KILN_DTYPE_FLOAT32) RMS_LAUNCH(float);
     else if (dtype == KILN_DTYPE_FLOAT16) RMS_LAUNCH(kiln_gpu_half);
     else if (dtype == KILN_DTYPE_BFLOAT16) RMS_LAUNCH(kiln_gpu_bf16);
     else return kiln_gpu_bad_arg();
 #undef RMS_LAUNCH
-    return gpuGetLastError();
+    return e;
 }

@@ -21,6 +21,8 @@ extern "C" {
 #define KILN_GPU_NBITS_GEMV_MAX_M 8
 /* Largest head size of the attention kernel (8 values per lane of a warp). */
 #define KILN_GPU_GQA_MAX_HEAD 256
+/* Most query heads a KV head of the decode kernel (a warp each). */
+#define KILN_GPU_GQA_DECODE_MAX_G 8
 
 /* Zero points of MatMulNBits. */
 enum {
@@ -85,6 +87,11 @@ typedef struct kiln_gpu_gqa {
      * softmax states in part (float [B, N, S, splits, H + 2]) combined by a second kernel */
     int splits;
     float *part;
+    /* S = 1 with N / Nkv <= KILN_GPU_GQA_DECODE_MAX_G: one kernel (the new row written, the query
+     * heads of a KV head together, the runs of keys combined by the last of them to finish);
+     * tickets (kiln_gpu_tickets, B * Nkv of them) when splits > 1 */
+    bool decode;
+    int32_t *tickets;
 } kiln_gpu_gqa;
 
 /* The key splits for a call (decode: few rows, so the keys of a row spread over blocks): 1 when

@@ -56,6 +56,41 @@ __device__ __forceinline__ void kiln_pdl_wait(void)
 #endif
 }
 
+/* *p, read past the multiprocessor's L1 (another block wrote it in this kernel, before a
+ * __threadfence and an atomic this block saw). */
+__device__ __forceinline__ float kiln_load_l2(const float *p)
+{
+#if defined(KILN_HIP)
+    return *(const volatile float *)p;
+#else
+    return __ldcg(p);
+#endif
+}
+
+/* Launches kernel k on stream s with the programmatic-serialization attribute: it may start
+ * while the kernel ahead of it runs (after that one's kiln_pdl_trigger), so k calls
+ * kiln_pdl_wait before it touches memory. A plain launch on HIP. Returns the launch's error. */
+template <typename... KArgs, typename... Args>
+static gpuError_t kiln_launch_pdl(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, gpuStream_t s, Args... args)
+{
+#if defined(KILN_HIP)
+    hipLaunchKernelGGL(k, grid, block, smem, s, ((KArgs)args)...);
+    return gpuGetLastError();
+#else
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, k, ((KArgs)args)...);
+#endif
+}
+
 template <typename T> __device__ __forceinline__ float kiln_to_f(T x) { return (float)x; }
 template <> __device__ __forceinline__ float kiln_to_f<kiln_gpu_half>(kiln_gpu_half x) { return __half2float(x); }
 template <> __device__ __forceinline__ float kiln_to_f<kiln_gpu_bf16>(kiln_gpu_bf16 x) { return __bfloat162float(x); }

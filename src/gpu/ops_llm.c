@@ -151,7 +151,13 @@ static kiln_status gqa_run(kiln_run_ctx *c)
     size_t at_pos = at_sl + ws_align((size_t)g.B * sizeof(int32_t));
     size_t pos_bytes = g.pos ? (size_t)(g.B * g.S) * sizeof(int64_t) : 0;
     /* split keys: the partial softmax states (a run is 16 keys and more of the buffer) */
-    int splits = kiln_gpu_gqa_splits(g.B * g.S * g.N, L, kiln_gpu_sm_count(c));
+    bool decode = g.S == 1 && g.N % g.Nkv == 0 && g.N / g.Nkv <= KILN_GPU_GQA_DECODE_MAX_G;
+    int splits = kiln_gpu_gqa_splits(decode ? g.B * g.Nkv : g.B * g.S * g.N, L, kiln_gpu_sm_count(c));
+    int32_t *tickets = NULL;
+    if (decode && splits > 1) {
+        KILN_TRY(kiln_gpu_tickets(c, g.B * g.Nkv, &tickets));
+        if (!tickets) splits = kiln_gpu_gqa_splits(g.B * g.S * g.N, L, kiln_gpu_sm_count(c)), decode = false;
+    }
     size_t at_part = ws_align(at_pos + pos_bytes);
     size_t part_bytes = splits > 1 ? (size_t)(g.B * g.N * g.S * splits * (g.H + 2)) * sizeof(float) : 0;
     unsigned char *ws;
@@ -178,7 +184,7 @@ static kiln_status gqa_run(kiln_run_ctx *c)
         .B = g.B, .S = g.S, .N = g.N, .Nkv = g.Nkv, .H = g.H, .past_len = g.past_len, .L = L, .rd = g.rd,
         .window = g.window, .scale = g.scale, .softcap = g.softcap, .packed = g.packed, .first_prompt = g.first_prompt,
         .has_past = g.past_k != NULL, .shared = g.shared, .interleaved = g.interleaved, .smooth = g.smooth,
-        .splits = splits, .part = splits > 1 ? (float *)(ws + at_part) : NULL,
+        .splits = splits, .part = splits > 1 ? (float *)(ws + at_part) : NULL, .decode = decode, .tickets = tickets,
     };
     return kiln_gpu_check(c, kiln_gpu_gqa_run(kiln_gpu_stream(c), &a), "GroupQueryAttention");
 }

@@ -75,6 +75,8 @@ struct kiln_provider_run {
      * kernel found its device-side input out of range; read back at the run's end when used */
     int32_t *check, *check_host;
     bool check_used;
+    /* the tickets (kiln_gpu_tickets): KILN_GPU_TICKETS device int32 zeros, or NULL before first use */
+    int32_t *tickets;
     bool capturing, unrecordable;
     char why[192];         /* the first reason the run cannot be recorded */
     held_buf *held;        /* memory of the capture in progress */
@@ -262,6 +264,7 @@ static void run_free(kiln_gpu_run *r)
     gpuFree(r->workspace);
     if (r->pinned) gpuFreeHost(r->pinned);
     gpuFree(r->check);
+    gpuFree(r->tickets);
     if (r->check_host) gpuFreeHost(r->check_host);
     if (r->stream) gpuStreamDestroy(r->stream);
     free(r);
@@ -457,6 +460,25 @@ kiln_status kiln_gpu_check_word(kiln_run_ctx *c, int32_t **word, int32_t *code)
     r->check_used = true;
     *word = r->check;
     *code = c->node->index + 1;
+    return KILN_OK;
+}
+
+kiln_status kiln_gpu_tickets(kiln_run_ctx *c, int64_t n, int32_t **tickets)
+{
+    kiln_gpu_run *r = c->dev;
+    *tickets = NULL;
+    if (n > KILN_GPU_TICKETS) return KILN_OK;
+    if (!r->tickets) {
+        if (r->capturing) return KILN_OK; /* allocated by an unrecorded run first */
+        gpuError_t e = gpuMalloc((void **)&r->tickets, KILN_GPU_TICKETS * sizeof *r->tickets);
+        if (e == gpuSuccess) e = gpuMemsetAsync(r->tickets, 0, KILN_GPU_TICKETS * sizeof *r->tickets, r->stream);
+        if (e != gpuSuccess) {
+            gpuFree(r->tickets);
+            r->tickets = NULL;
+            return kiln_gpu_check(c, e, "allocating the tickets");
+        }
+    }
+    *tickets = r->tickets;
     return KILN_OK;
 }
 
