@@ -770,7 +770,7 @@ static gpuError_t tc_launch(gpuStream_t s, const kiln_gpu_nbits *a, int splits, 
     if (most < 1) most = 1;
     dim3 grid((unsigned)(tiles < most ? tiles : most), (unsigned)splits);
     /* programmatic dependent launch: the first weights load while the kernel ahead finishes */
-    return kiln_launch_pdl(nbits_tc_kernel<SF32, ZPM>, grid, dim3(BLOCK), (size_t)tc_smem(a->M, gper), s, *a,
+    return kiln_launch_pdl(KILN_PDL_PREFETCH, nbits_tc_kernel<SF32, ZPM>, grid, dim3(BLOCK), (size_t)tc_smem(a->M, gper), s, *a,
                            nbits_shift(a), (int)gper, part);
 }
 
@@ -913,7 +913,7 @@ extern "C" gpuError_t kiln_gpu_silu_mul(gpuStream_t s, int dtype, const void *g,
     unsigned nb = kiln_gpu_blocks(total, BLOCK);
     gpuError_t e;
 #define SILU(T)                                                                                                        \
-    e = kiln_launch_pdl(silu_mul_kernel<T>, dim3(nb), dim3(BLOCK), 0, s, (const T *)g, (const T *)u, (T *)y, total, n, \
+    e = kiln_launch_pdl(KILN_PDL_ALL, silu_mul_kernel<T>, dim3(nb), dim3(BLOCK), 0, s, (const T *)g, (const T *)u, (T *)y, total, n, \
                         stride)
     if (dtype == KILN_DTYPE_FLOAT32) SILU(float);
     else if (dtype == KILN_DTYPE_FLOAT16) SILU(kiln_gpu_half);
@@ -1099,8 +1099,11 @@ __device__ __forceinline__ void gqa_warp_keys(const kiln_gpu_gqa &a, const float
             if (d >= H) continue;
             float v = acc[k] * corr;
 #pragma unroll
-            for (int u = 0; u < GQA_KEYS; u++)
-                if (e[u] != 0.0f) v += e[u] * kiln_to_f<T>((vb + (j0 + u) * H)[d]);
+            for (int u = 0; u < GQA_KEYS; u++) {
+                /* loaded whatever the weight (so with K's loads), added only where it is not 0 */
+                const float x = j0 + u < end ? kiln_to_f<T>((vb + (j0 + u) * H)[d]) : 0.0f;
+                v += e[u] != 0.0f ? e[u] * x : 0.0f;
+            }
             acc[k] = v;
         }
         m = mn;
@@ -1216,26 +1219,39 @@ __global__ void gqa_combine_kernel(kiln_gpu_gqa a)
 
 /* Key runs of at least this many keys in the decode kernel (fewer runs to combine). */
 #define GQA_DECODE_RUN 16
+/* Threads of a decode block: G query heads, gqa_decode_warps(G) warps each. */
+#define GQA_DECODE_THREADS 512
 
-/* Decode (S = 1), grid (splits, Nkv, B), 32 G threads for the G = N / Nkv query heads of a KV
- * head (G <= KILN_GPU_GQA_DECODE_MAX_G): warp g takes query head hk G + g over run c of the row's
- * keys, so the G warps read each K and V row together (from L1 after the first). The runs are
- * of GQA_DECODE_RUN keys or more, `runs` of them (the rest of the grid returns at once). With a
- * shared buffer, the block whose run holds the new row writes it (K rotated) first and reads it
- * back; unshared, gqa_present_kernel has written it. One run writes the output; several write
- * their states to part and take a ticket each: the last one combines them and puts the ticket
- * back to zero. */
+/* Warps a query head of the decode kernel: up to 4, within GQA_DECODE_THREADS. */
+__host__ __device__ __forceinline__ int gqa_decode_warps(int64_t G)
+{
+    return G <= 4 ? 4 : (int)(GQA_DECODE_THREADS / 32 / G);
+}
+
+/* Decode (S = 1), grid (splits, Nkv, B), 32 G W threads for the G = N / Nkv query heads of a
+ * KV head (G <= KILN_GPU_GQA_DECODE_MAX_G) and W = gqa_decode_warps(G): warps g W .. g W + W - 1
+ * take query head hk G + g over run c of the row's keys, W keys apart (gqa_warp_keys), so the
+ * heads' warps read each K and V row together (from L1 after the first); the W warps of a head
+ * are combined in shared memory. The runs are of GQA_DECODE_RUN keys or more, `runs` of them
+ * (the rest of the grid returns at once). With a shared buffer, the block whose run holds the
+ * new row writes it (K rotated) first and reads it back; unshared, gqa_present_kernel has
+ * written it. One run writes the output; several write their states to part and take a ticket
+ * each: the last one combines them and puts the ticket back to zero. */
 template <typename T>
-__global__ void __launch_bounds__(32 * KILN_GPU_GQA_DECODE_MAX_G) gqa_decode_kernel(kiln_gpu_gqa a)
+__global__ void __launch_bounds__(GQA_DECODE_THREADS) gqa_decode_kernel(kiln_gpu_gqa a)
 {
     kiln_pdl_trigger(); /* the GEMV after it may start loading its weights */
     kiln_pdl_wait();    /* launched early itself (kiln_launch_pdl) */
     __shared__ int last;
-    const int split = (int)blockIdx.x, w = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int64_t hk = blockIdx.y, b = blockIdx.z, G = a.N / a.Nkv, h = hk * G + w, H = a.H;
+    __shared__ float wm[GQA_DECODE_THREADS / 32], wl[GQA_DECODE_THREADS / 32];
+    __shared__ float wacc[GQA_DECODE_THREADS / 32][KILN_GPU_GQA_MAX_HEAD];
+    const int64_t hk = blockIdx.y, b = blockIdx.z, G = a.N / a.Nkv, H = a.H;
+    const int W = gqa_decode_warps(G), split = (int)blockIdx.x, wid = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int g = wid / W, w = wid % W;
+    const int64_t h = hk * G + g;
     T *y = (T *)a.y + (b * a.N + h) * H;
     if (!gqa_row_ok(a, b, 0)) { /* every block of the row returns here: no tickets */
-        if (split == 0)
+        if (split == 0 && w == 0)
             for (int64_t d = lane; d < H; d += 32) y[d] = kiln_from_f<T>(0.0f);
         return;
     }
@@ -1261,26 +1277,36 @@ __global__ void __launch_bounds__(32 * KILN_GPU_GQA_DECODE_MAX_G) gqa_decode_ker
     float m = -INFINITY, l = 0.0f, acc[HEAD_PER_LANE];
 #pragma unroll
     for (int k = 0; k < HEAD_PER_LANE; k++) acc[k] = 0.0f;
-    if (split == 0 && (a.sink || a.smooth)) {
+    if (split == 0 && w == 0 && (a.sink || a.smooth)) {
         m = a.sink ? kiln_to_f<T>(((const T *)a.sink)[h]) : 0.0f;
         l = 1.0f;
     }
-    gqa_warp_keys<T>(a, q, kc, vc, b, h, 0, s0, s1, GQA_KEYS, m, l, acc);
-    if (runs == 1) {
-#pragma unroll
-        for (int k = 0; k < HEAD_PER_LANE; k++) {
-            const int64_t d = lane + 32 * k;
-            if (d < H) y[d] = kiln_from_f<T>(l > 0.0f ? acc[k] / l : 0.0f);
-        }
-        return;
-    }
-    float *part = a.part + (b * a.N + h) * a.splits * (H + 2);
+    gqa_warp_keys<T>(a, q, kc, vc, b, h, 0, s0 + GQA_KEYS * w, s1, GQA_KEYS * W, m, l, acc);
+    if (lane == 0) wm[wid] = m, wl[wid] = l;
 #pragma unroll
     for (int k = 0; k < HEAD_PER_LANE; k++) {
         const int64_t d = lane + 32 * k;
-        if (d < H) part[split * (H + 2) + 2 + d] = acc[k];
+        if (d < H) wacc[wid][d] = acc[k];
     }
-    if (lane == 0) part[split * (H + 2)] = m, part[split * (H + 2) + 1] = l;
+    __syncthreads();
+    /* the head's W warps combined, by its first warp */
+    float *part = runs > 1 ? a.part + (b * a.N + h) * a.splits * (H + 2) : NULL;
+    if (w == 0) {
+        float M = -INFINITY, sum = 0.0f;
+        for (int k = g * W; k < g * W + W; k++)
+            if (wl[k] > 0.0f && wm[k] > M) M = wm[k];
+        for (int k = g * W; k < g * W + W; k++)
+            if (wl[k] > 0.0f) sum += wl[k] * expf(wm[k] - M);
+        for (int64_t d = lane; d < H; d += 32) {
+            float o = 0.0f;
+            for (int k = g * W; k < g * W + W; k++)
+                if (wl[k] > 0.0f) o += wacc[k][d] * expf(wm[k] - M);
+            if (runs == 1) y[d] = kiln_from_f<T>(sum > 0.0f ? o / sum : 0.0f);
+            else part[split * (H + 2) + 2 + d] = o;
+        }
+        if (runs > 1 && lane == 0) part[split * (H + 2)] = M, part[split * (H + 2) + 1] = sum;
+    }
+    if (runs == 1) return;
     __threadfence(); /* the states are visible before the ticket */
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -1291,7 +1317,8 @@ __global__ void __launch_bounds__(32 * KILN_GPU_GQA_DECODE_MAX_G) gqa_decode_ker
     __syncthreads();
     if (!last) return;
     __threadfence();
-    gqa_combine_row<T>(a, part, runs, y, lane, 32);
+    /* the runs combined: the head's W warps take its elements in turn */
+    gqa_combine_row<T>(a, part, runs, y, w * 32 + lane, 32 * W);
 }
 
 template <typename T>
@@ -1306,8 +1333,8 @@ static gpuError_t gqa_launch(gpuStream_t s, const kiln_gpu_gqa &a)
     gpuError_t e = gpuGetLastError();
     if (e != gpuSuccess) return e;
     if (decode)
-        return kiln_launch_pdl(gqa_decode_kernel<T>, dim3((unsigned)a.splits, (unsigned)a.Nkv, (unsigned)a.B),
-                               dim3((unsigned)(32 * (a.N / a.Nkv))), 0, s, a);
+        return kiln_launch_pdl(KILN_PDL_ALL, gqa_decode_kernel<T>, dim3((unsigned)a.splits, (unsigned)a.Nkv, (unsigned)a.B),
+                               dim3((unsigned)(32 * (a.N / a.Nkv) * gqa_decode_warps(a.N / a.Nkv))), 0, s, a);
     gqa_attn_kernel<T><<<dim3((unsigned)(a.S * a.splits), (unsigned)a.N, (unsigned)a.B), BLOCK, 0, s>>>(a);
     if (a.splits > 1) {
         if ((e = gpuGetLastError()) != gpuSuccess) return e;
@@ -1517,14 +1544,14 @@ extern "C" gpuError_t kiln_gpu_rms_rows(gpuStream_t s, int dtype, const void *x,
 #define RMS_LAUNCH(T)                                                                                                  \
     do {                                                                                                               \
         if (vec)                                                                                                       \
-            e = kiln_launch_pdl(rms_vec_kernel<T>, dim3(nb), dim3((unsigned)nt), 0, s, (const T *)x, (const T *)skip,  \
+            e = kiln_launch_pdl(KILN_PDL_ALL, rms_vec_kernel<T>, dim3(nb), dim3((unsigned)nt), 0, s, (const T *)x, (const T *)skip,  \
                                 skip_n == h, (const T *)bias, (const T *)scale, (T *)y, (T *)sum, mean, inv, h, eps);  \
         else if (fits)                                                                                                 \
-            e = kiln_launch_pdl(rms_held_kernel<T>, dim3(nb), dim3((unsigned)nt), 0, s, (const T *)x, (const T *)skip, \
+            e = kiln_launch_pdl(KILN_PDL_ALL, rms_held_kernel<T>, dim3(nb), dim3((unsigned)nt), 0, s, (const T *)x, (const T *)skip, \
                                 skip_n, (const T *)bias, (const T *)scale, scale_n, (T *)y, (T *)sum, mean, inv, h,    \
                                 eps);                                                                                  \
         else                                                                                                           \
-            e = kiln_launch_pdl(rms_rows_kernel<T>, dim3(nb), dim3(BLOCK), 0, s, (const T *)x, (const T *)skip,        \
+            e = kiln_launch_pdl(KILN_PDL_ALL, rms_rows_kernel<T>, dim3(nb), dim3(BLOCK), 0, s, (const T *)x, (const T *)skip,        \
                                 skip_n, (const T *)bias, (const T *)scale, scale_n, (T *)y, (T *)sum, mean, inv, rows, \
                                 h, eps);                                                                               \
     } while (0)

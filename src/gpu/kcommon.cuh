@@ -67,13 +67,22 @@ __device__ __forceinline__ float kiln_load_l2(const float *p)
 #endif
 }
 
-/* Launches kernel k on stream s with the programmatic-serialization attribute: it may start
- * while the kernel ahead of it runs (after that one's kiln_pdl_trigger), so k calls
- * kiln_pdl_wait before it touches memory. A plain launch on HIP. Returns the launch's error. */
+/* The kernels kiln_launch_pdl launches early (KILN_GPU_PDL in the environment, read once, an
+ * A/B): KILN_PDL_ALL (unset or "all"), KILN_PDL_PREFETCH ("prefetch": only kernels that load
+ * constants before they wait, the tensor-core GEMV) or none ("0"). */
+enum { KILN_PDL_NONE, KILN_PDL_PREFETCH, KILN_PDL_ALL };
+extern "C" int kiln_gpu_pdl_level(void); /* gpu.h (runtime.c) */
+
+/* Launches kernel k on stream s, with the programmatic-serialization attribute when kiln_gpu_pdl_level()
+ * >= level: it may start while the kernel ahead of it runs (after that one's kiln_pdl_trigger), so
+ * k calls kiln_pdl_wait before it touches memory. A plain launch on HIP. Returns the launch's
+ * error. */
 template <typename... KArgs, typename... Args>
-static gpuError_t kiln_launch_pdl(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, gpuStream_t s, Args... args)
+static gpuError_t kiln_launch_pdl(int level, void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, gpuStream_t s,
+                                  Args... args)
 {
 #if defined(KILN_HIP)
+    (void)level;
     hipLaunchKernelGGL(k, grid, block, smem, s, ((KArgs)args)...);
     return gpuGetLastError();
 #else
@@ -86,7 +95,7 @@ static gpuError_t kiln_launch_pdl(void (*k)(KArgs...), dim3 grid, dim3 block, si
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
-    cfg.numAttrs = 1;
+    cfg.numAttrs = kiln_gpu_pdl_level() >= level ? 1 : 0;
     return cudaLaunchKernelEx(&cfg, k, ((KArgs)args)...);
 #endif
 }

@@ -9,6 +9,7 @@
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/dtype.h"
@@ -131,6 +132,18 @@ static bool gqa_supports(const kiln_node *n, char *why, size_t size)
     return true;
 }
 
+/* Unless KILN_GPU_GQA_DECODE=0 in the environment (read once, an A/B): decode steps of up to
+ * KILN_GPU_GQA_DECODE_MAX_G query heads a KV head take the one-kernel path (k_llm.h). */
+static bool gqa_decode_enabled(void)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("KILN_GPU_GQA_DECODE");
+        on = !(e && !strcmp(e, "0"));
+    }
+    return on;
+}
+
 /* 256-byte steps in the workspace. */
 static size_t ws_align(size_t n) { return (n + 255) / 256 * 256; }
 
@@ -151,7 +164,7 @@ static kiln_status gqa_run(kiln_run_ctx *c)
     size_t at_pos = at_sl + ws_align((size_t)g.B * sizeof(int32_t));
     size_t pos_bytes = g.pos ? (size_t)(g.B * g.S) * sizeof(int64_t) : 0;
     /* split keys: the partial softmax states (a run is 16 keys and more of the buffer) */
-    bool decode = g.S == 1 && g.N % g.Nkv == 0 && g.N / g.Nkv <= KILN_GPU_GQA_DECODE_MAX_G;
+    bool decode = g.S == 1 && g.N % g.Nkv == 0 && g.N / g.Nkv <= KILN_GPU_GQA_DECODE_MAX_G && gqa_decode_enabled();
     int splits = kiln_gpu_gqa_splits(decode ? g.B * g.Nkv : g.B * g.S * g.N, L, kiln_gpu_sm_count(c));
     int32_t *tickets = NULL;
     if (decode && splits > 1) {
