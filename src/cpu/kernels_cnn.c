@@ -468,11 +468,30 @@ static void gavg_plane(const plane_job *j, int64_t p)
     j->y[p] = (float)(((s0 + s1) + (s2 + s3)) / (double)n);
 }
 
+/* The largest element, or the first NaN. 8 lanes run ahead while no NaN shows; a plane with one
+ * is read again from the start by the scalar loop (its payload is the first NaN's). */
 static void gmax_plane(const plane_job *j, int64_t p)
 {
     const float *x = j->x + p * j->in_sz;
     float m = -INFINITY;
-    for (int64_t i = 0; i < j->in_sz; i++) {
+    int64_t i = 0;
+    if (j->in_sz >= 8) {
+        v4f m0 = v4_splat(-INFINITY), m1 = m0;
+        v4i nan = {0, 0, 0, 0};
+        for (; i + 8 <= j->in_sz; i += 8) {
+            v4f a = v4_load(x + i), b = v4_load(x + i + 4);
+            nan |= (a != a) | (b != b);
+            m0 = v4_sel(a > m0, a, m0);
+            m1 = v4_sel(b > m1, b, m1);
+        }
+        if (nan[0] | nan[1] | nan[2] | nan[3]) {
+            i = 0;
+        } else {
+            m0 = v4_sel(m1 > m0, m1, m0);
+            for (int k = 0; k < 4; k++) m = m0[k] > m ? m0[k] : m;
+        }
+    }
+    for (; i < j->in_sz; i++) {
         float v = x[i];
         if (v != v) {
             m = v;

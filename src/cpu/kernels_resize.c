@@ -1,5 +1,6 @@
 /* kernels_resize.c - float32 Resize / Upsample of plain tensors on the CPU, nearest and linear
- * (not antialiased, not tf_crop_and_resize), where only the last one or two axes change (N and C
+ * (not antialiased, not tf_crop_and_resize), and nearest of 8-bit ones (a QDQ graph's Resize on
+ * its quantized values, src/passes/fuse_qdq.c), where only the last one or two axes change (N and C
  * of an image, or the batch and channels of a 1-D signal: out = in at scale 1). The source
  * indices and weights along each axis are the reference's (src/ops/resize.h), computed once per
  * call; each output row then gathers from one input row (nearest) or blends two input rows into
@@ -20,6 +21,8 @@ enum { ROW_MAX = 16384 }; /* input row length a task blends on its stack (floats
 typedef struct resize_job {
     const float *x;
     float *y;
+    const uint8_t *x8; /* an 8-bit X and Y (nearest only; x and y NULL) */
+    uint8_t *y8;
     int64_t H, W, oh, ow, rows; /* rows: planes * oh */
     bool linear, rows_resized, cols_resized;
     const int64_t *y0, *y1, *x0, *x1; /* [oh], [oh], [ow], [ow] (nearest: y0 and x0 only) */
@@ -27,9 +30,27 @@ typedef struct resize_job {
     int64_t rows_per_task;
 } resize_job;
 
+/* Nearest rows of 8-bit values (a QDQ graph's Resize on its quantized values, fuse_qdq.c). */
+static void resize_rows8(const resize_job *j, int64_t begin, int64_t end)
+{
+    int64_t r1 = end * j->rows_per_task < j->rows ? end * j->rows_per_task : j->rows;
+    for (int64_t r = begin * j->rows_per_task; r < r1; r++) {
+        int64_t p = r / j->oh, oy = r % j->oh;
+        const uint8_t *row = j->x8 + (p * j->H + j->y0[oy]) * j->W;
+        uint8_t *y = j->y8 + r * j->ow;
+        if (!j->cols_resized) memcpy(y, row, (size_t)j->ow);
+        else
+            for (int64_t ox = 0; ox < j->ow; ox++) y[ox] = row[j->x0[ox]];
+    }
+}
+
 static void resize_rows(void *ctx, int64_t begin, int64_t end)
 {
     const resize_job *j = ctx;
+    if (j->x8) {
+        resize_rows8(j, begin, end);
+        return;
+    }
     float tmp[ROW_MAX];
     int64_t r1 = end * j->rows_per_task < j->rows ? end * j->rows_per_task : j->rows;
     for (int64_t r = begin * j->rows_per_task; r < r1; r++) {
@@ -60,9 +81,11 @@ static kiln_status resize_run(kiln_run_ctx *c)
     kiln_value *Y = kiln_run_out(c, 0);
     kiln_resize_attrs a;
     char msg[200];
-    if (!Y || X->dtype != KILN_DTYPE_FLOAT32 || Y->dtype != KILN_DTYPE_FLOAT32 || X->rank < 1 ||
+    bool byte = X->dtype == KILN_DTYPE_UINT8 || X->dtype == KILN_DTYPE_INT8;
+    if (!Y || (X->dtype != KILN_DTYPE_FLOAT32 && !byte) || Y->dtype != X->dtype || X->rank < 1 ||
         !kiln_resize_parse(n, kiln_run_opset(c), X->rank, &a, msg, sizeof msg) || a.antialias ||
-        a.ct == KILN_RESIZE_CT_TF_CROP || (a.mode != KILN_RESIZE_NEAREST && a.mode != KILN_RESIZE_LINEAR))
+        a.ct == KILN_RESIZE_CT_TF_CROP || (a.mode != KILN_RESIZE_NEAREST && a.mode != KILN_RESIZE_LINEAR) ||
+        (byte && a.mode != KILN_RESIZE_NEAREST))
         return kiln_cpu_reference(c);
     const kiln_value *scales = a.scales_in >= 0 ? kiln_run_in(c, a.scales_in) : NULL;
     const kiln_value *sizes = a.sizes_in >= 0 ? kiln_run_in(c, a.sizes_in) : NULL;
@@ -81,8 +104,17 @@ static kiln_status resize_run(kiln_run_ctx *c)
     if (!Y->numel) return KILN_OK;
     if (!X->numel) return kiln_run_fail(c, KILN_ERR_SHAPE, "cannot resize an empty input to a non-empty output");
     if (W > ROW_MAX) return kiln_cpu_reference(c);
-    resize_job j = {.x = X->data, .y = Y->data, .H = H, .W = W, .oh = oh, .ow = ow, .linear = a.mode == KILN_RESIZE_LINEAR,
-                    .rows_resized = hx >= 0 && (oh != H || scale[hx] != 1.0), .cols_resized = ow != W || scale[rank - 1] != 1.0};
+    resize_job j = {.x = byte ? NULL : X->data,
+                    .y = byte ? NULL : Y->data,
+                    .x8 = byte ? X->data : NULL,
+                    .y8 = byte ? Y->data : NULL,
+                    .H = H,
+                    .W = W,
+                    .oh = oh,
+                    .ow = ow,
+                    .linear = a.mode == KILN_RESIZE_LINEAR,
+                    .rows_resized = hx >= 0 && (oh != H || scale[hx] != 1.0),
+                    .cols_resized = ow != W || scale[rank - 1] != 1.0};
     j.rows = Y->numel / ow;
     /* per axis: i0 and i1 [n] then w0 and w1 [n] */
     kiln_scratch *scr = kiln_run_scratch(c);
@@ -110,7 +142,10 @@ static kiln_status resize_run(kiln_run_ctx *c)
 
 static kiln_kernel_fn select_resize(kiln_node *n)
 {
-    return n->n_in >= 1 && n->n_out == 1 && kiln_ir_is_f32(n->in[0]) ? resize_run : NULL;
+    if (n->n_in < 1 || n->n_out != 1 || !n->in[0]) return NULL;
+    const kiln_type *t = &n->in[0]->type;
+    bool byte = t->kind == KILN_VALUE_TENSOR && (t->dtype == KILN_DTYPE_UINT8 || t->dtype == KILN_DTYPE_INT8);
+    return kiln_ir_is_f32(n->in[0]) || byte ? resize_run : NULL; /* 8-bit: nearest (run time) */
 }
 
 static const kiln_cpu_kernel kernels[] = {

@@ -6,7 +6,8 @@
  *     (b constant weights, or an activation with per-tensor parameters: attention's products)
  *   DQ(a) , DQ(b)           -> Add | Mul -> Q  ==>  com.microsoft QLinearAdd | QLinearMul
  *     (per-tensor parameters, one 8-bit type throughout)
- *   DQ(x) -> MaxPool | Reshape | Transpose | Flatten | Squeeze | Unsqueeze -> Q  ==>  the op on x
+ *   DQ(x) -> MaxPool | Reshape | Transpose | Flatten | Squeeze | Unsqueeze | Resize (nearest) -> Q
+ *     ==>  the op on x
  *     (the Q's scale and zero point equal the DQ's: max and data movement commute with the
  *      monotone DQ, and Q(DQ(v)) == v, so this one is exact)
  *   DQ(x) -> BatchNormalization (inference, constant or DQ'd constant parameters) -> Q
@@ -200,6 +201,8 @@ static kiln_status drop_pair(kiln_graph *g, kiln_node *op, int *dropped, kiln_er
     kiln_node *q = d ? q_after(g, op->out[0], &pq) : NULL;
     if (!q || !same_params(&pd, &pq)) return KILN_OK;
     if (is_op(op, "MaxPool") && op->opset < 12) return KILN_OK; /* 8-bit MaxPool since opset 12 */
+    if (is_op(op, "Resize") && (op->opset < 11 || strcmp(kiln_attr_string(op, "mode", "nearest"), "nearest")))
+        return KILN_OK; /* nearest only copies values (opset 11 and later, as quantize_static writes) */
     kiln_ir_value *y = q->out[0];
     KILN_TRY(kiln_node_set_input(op, 0, d->in[0], err));
     kiln_node_unlink(q);
@@ -303,7 +306,7 @@ kiln_status kiln_pass_fuse_qdq(kiln_graph *g, int *fused, kiln_err *err)
         else if (is_op(n, "Add")) KILN_TRY(fuse_binary(g, n, "QLinearAdd", &done, err));
         else if (is_op(n, "Mul")) KILN_TRY(fuse_binary(g, n, "QLinearMul", &done, err));
         else if (is_op(n, "MaxPool") || is_op(n, "Reshape") || is_op(n, "Transpose") || is_op(n, "Flatten") ||
-                 is_op(n, "Squeeze") || is_op(n, "Unsqueeze"))
+                 is_op(n, "Squeeze") || is_op(n, "Unsqueeze") || is_op(n, "Resize"))
             KILN_TRY(drop_pair(g, n, fused, err));
         *fused += done;
     }

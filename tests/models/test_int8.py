@@ -573,6 +573,38 @@ def test_qdq_static():
                               f"{int(np.sum(diff > 0))} of {diff.size} differ")
 
 
+def test_qdq_resize():
+    """DQ -> Resize -> Q with the DQ's scale and zero point (quantize_static's upsampling): nearest
+    runs on the 8-bit values (the pair dropped), bit for bit the unoptimised session's and ORT's
+    outputs; linear keeps the pair (the float32 blend may round a value across a step from the
+    reference's double one: within one step of ORT)."""
+    for dt in (np.uint8, np.int8):
+        for mode, sc in (("nearest", [1, 1, 2, 2]), ("nearest", [1, 1, 1.5, 0.5]), ("linear", [1, 1, 2, 2])):
+            inits = [numpy_helper.from_array(np.array(0.0213, np.float32), "s"), numpy_helper.from_array(q8(dt), "z"),
+                     numpy_helper.from_array(np.zeros(0, np.float32), "roi"),
+                     numpy_helper.from_array(np.array(sc, np.float32), "S")]
+            nodes = [helper.make_node("DequantizeLinear", ["X", "s", "z"], ["xf"]),
+                     helper.make_node("Resize", ["xf", "roi", "S"], ["yf"], mode=mode),
+                     helper.make_node("QuantizeLinear", ["yf", "s", "z"], ["Y"])]
+            blob = model(nodes, [vi("X", dt, ["N", 3, "H", "W"])], [vi("Y", dt, None)], inits, opset=13)
+            label = f"QDQ Resize {mode} x{sc[2:]} {dt.__name__}"
+            ops = kiln_ops(blob)
+            if ops is not None:
+                pair = "DequantizeLinear" in ops or "QuantizeLinear" in ops
+                check(f"{label}: the DQ/Q pair {'kept' if mode == 'linear' else 'dropped'}", pair == (mode == "linear"),
+                      str(ops))
+            feeds = [{"X": q8(dt, *shp)} for shp in [(1, 3, 6, 8), (2, 3, 9, 7), (1, 3, 1, 1)]]
+            if mode == "nearest":
+                exact_vs_reference(label, blob, feeds)
+            ref = ort_session(blob)
+            ks = kiln.Session(blob, num_threads=2)
+            for f in feeds:
+                got, want = np.asarray(ks.run(f)[0]), ref.run(None, f)[0]
+                diff = np.abs(got.astype(np.int64) - want) if got.shape == want.shape else None
+                check(f"{label} {f['X'].shape} vs ORT", diff is not None and diff.max(initial=0) <= (mode == "linear"),
+                      "shape" if diff is None else f"max diff {diff.max(initial=0)}")
+
+
 def test_qdq_batchnorm():
     """DQ -> BatchNormalization -> Q, which the QDQ pass tabulates per channel (kiln.ChannelLookup):
     bit for bit the reference kernels' chain (an unoptimised session), and within one step of ORT's
@@ -654,6 +686,7 @@ if __name__ == "__main__":
     test_qlinear_conv()
     test_quant_matmul_fusion()
     test_qdq_static()
+    test_qdq_resize()
     test_qdq_batchnorm()
     test_quantize_linear_maxpool8()
     test_quantize_dynamic_encoder()

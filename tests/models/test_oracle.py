@@ -1864,6 +1864,26 @@ def test_resize_plain():
             feeds = [{"X": rand(*shp)} for shp in [(1, 3, 5, 7), (2, 1, 4, 4), (1, 1, 1, 1)]]
             compare(f"Upsample-{opset} {mode}", blob, feeds, atol=1e-5)
             compare_ort(f"Upsample-{opset} {mode}", blob, feeds)
+    # 8-bit nearest (a QDQ graph's Resize on its quantized values, fuse_qdq.c): the kernel copies
+    # bytes; linear of 8-bit values stays the reference's
+    for dt, tp in ((np.uint8, TensorProto.UINT8), (np.int8, TensorProto.INT8)):
+        for mode, ct, nr, sc in (("nearest", "asymmetric", "floor", [1, 1, 2, 2]),
+                                 ("nearest", "half_pixel", "round_prefer_floor", [1, 1, 1.5, 0.5]),
+                                 ("nearest", "align_corners", "ceil", [1, 1, 1, 2.25]),
+                                 ("linear", "half_pixel", None, [1, 1, 2, 2])):
+            inits = [numpy_helper.from_array(np.zeros(0, np.float32), "roi"),
+                     numpy_helper.from_array(np.array(sc, np.float32), "S")]
+            attrs = dict(mode=mode, coordinate_transformation_mode=ct, **({"nearest_mode": nr} if nr else {}))
+            node = helper.make_node("Resize", ["X", "roi", "S"], ["Y"], **attrs)
+            blob = model(node, [helper.make_tensor_value_info("X", tp, ["d0", "d1", "d2", "d3"])],
+                         [helper.make_tensor_value_info("Y", tp, None)], opset=13, initializers=inits)
+            info = np.iinfo(dt)
+            feeds = [{"X": rng.integers(info.min, info.max + 1, shp).astype(dt)}
+                     for shp in [(1, 3, 5, 7), (2, 2, 9, 6), (1, 1, 1, 1), (1, 2, 17, 33)]]
+            label = f"Resize {np.dtype(dt).name} {mode} {ct} {nr} scales={sc}"
+            compare(label, blob, feeds, atol=0)
+            if ct != "align_corners" and mode == "nearest":
+                compare_ort(label, blob, feeds, rtol=0, atol=0)
 
 
 def main():
