@@ -121,10 +121,6 @@ void *kiln_gpu_generated_kernel(kiln_run_ctx *c);
  * takes run there (k_attn.h). =0 keeps the CUDA-core kernel and the unfused products, an A/B. */
 bool kiln_gpu_flash_enabled(void);
 
-/* Which kernels launch early through kiln_launch_pdl (kcommon.cuh): KILN_GPU_PDL=all (the
- * default: 2), prefetch (1: the tensor-core GEMV only) or 0, read once. */
-int kiln_gpu_pdl_level(void);
-
 /* Number of multiprocessors of the run's device (grid sizing). */
 int kiln_gpu_sm_count(kiln_run_ctx *c);
 

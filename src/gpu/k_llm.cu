@@ -1045,6 +1045,22 @@ __device__ __forceinline__ void gqa_query(const kiln_gpu_gqa &a, int64_t b, int6
     }
 }
 
+/* The online-softmax state a warp of query head h starts from: nothing weighed (m -inf, l 0, acc
+ * 0), or, for the one warp of a row that takes it (first), a head sink (or smooth_softmax's 0)
+ * as one more logit with a zero value row. */
+template <typename T>
+__device__ __forceinline__ void gqa_state_init(const kiln_gpu_gqa &a, int64_t h, bool first, float &m, float &l,
+                                               float (&acc)[HEAD_PER_LANE])
+{
+    m = -INFINITY, l = 0.0f;
+#pragma unroll
+    for (int k = 0; k < HEAD_PER_LANE; k++) acc[k] = 0.0f;
+    if (first && (a.sink || a.smooth)) {
+        m = a.sink ? kiln_to_f<T>(((const T *)a.sink)[h]) : 0.0f;
+        l = 1.0f;
+    }
+}
+
 /* One warp's keys of query row i of head h (batch row b): GQA_KEYS keys at a time (their loads
  * in flight together, the dot products' shuffles interleaved), keys j0 + u for j0 = first,
  * first + step, ... below end. Lanes split the dot product over d and keep their d's of the
@@ -1171,13 +1187,8 @@ __global__ void gqa_attn_kernel(kiln_gpu_gqa a)
     }
     const T *kb = (const T *)a.kc + (b * a.Nkv + hk) * a.L * H;
     const T *vb = (const T *)a.vc + (b * a.Nkv + hk) * a.L * H;
-    float m = -INFINITY, l = 0.0f, acc[HEAD_PER_LANE];
-#pragma unroll
-    for (int k = 0; k < HEAD_PER_LANE; k++) acc[k] = 0.0f;
-    if (w == 0 && split == 0 && (a.sink || a.smooth)) {
-        m = a.sink ? kiln_to_f<T>(((const T *)a.sink)[h]) : 0.0f;
-        l = 1.0f;
-    }
+    float m, l, acc[HEAD_PER_LANE];
+    gqa_state_init<T>(a, h, w == 0 && split == 0, m, l, acc);
     gqa_warp_keys<T>(a, q, kb, vb, b, h, i, start + GQA_KEYS * w, start + len, GQA_KEYS * WARPS, m, l, acc);
     if (lane == 0) wm[w] = m, wl[w] = l;
 #pragma unroll
@@ -1274,13 +1285,8 @@ __global__ void __launch_bounds__(GQA_DECODE_THREADS) gqa_decode_kernel(kiln_gpu
     const int64_t s0 = start + split * per, s1 = s0 + per < start + len ? s0 + per : start + len;
     float q[HEAD_PER_LANE];
     gqa_query<T>(a, b, 0, h, lane, q);
-    float m = -INFINITY, l = 0.0f, acc[HEAD_PER_LANE];
-#pragma unroll
-    for (int k = 0; k < HEAD_PER_LANE; k++) acc[k] = 0.0f;
-    if (split == 0 && w == 0 && (a.sink || a.smooth)) {
-        m = a.sink ? kiln_to_f<T>(((const T *)a.sink)[h]) : 0.0f;
-        l = 1.0f;
-    }
+    float m, l, acc[HEAD_PER_LANE];
+    gqa_state_init<T>(a, h, split == 0 && w == 0, m, l, acc);
     gqa_warp_keys<T>(a, q, kc, vc, b, h, 0, s0 + GQA_KEYS * w, s1, GQA_KEYS * W, m, l, acc);
     if (lane == 0) wm[wid] = m, wl[wid] = l;
 #pragma unroll

@@ -8,6 +8,8 @@
 #include <hip/hip_runtime.h>
 #endif
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "gpu/kshape.h"
 #include "gpu/rt.h"
@@ -69,14 +71,23 @@ __device__ __forceinline__ float kiln_load_l2(const float *p)
 
 /* The kernels kiln_launch_pdl launches early (KILN_GPU_PDL in the environment, read once, an
  * A/B): KILN_PDL_ALL (unset or "all"), KILN_PDL_PREFETCH ("prefetch": only kernels that load
- * constants before they wait, the tensor-core GEMV) or none ("0"). */
+ * constants before they wait, the tensor-core GEMV) or none (anything else, "0"). */
 enum { KILN_PDL_NONE, KILN_PDL_PREFETCH, KILN_PDL_ALL };
-extern "C" int kiln_gpu_pdl_level(void); /* gpu.h (runtime.c) */
 
-/* Launches kernel k on stream s, with the programmatic-serialization attribute when kiln_gpu_pdl_level()
- * >= level: it may start while the kernel ahead of it runs (after that one's kiln_pdl_trigger), so
- * k calls kiln_pdl_wait before it touches memory. A plain launch on HIP. Returns the launch's
- * error. */
+static inline int kiln_pdl_level(void)
+{
+    static int level = -1;
+    if (level < 0) {
+        const char *e = getenv("KILN_GPU_PDL");
+        level = !e || !strcmp(e, "all") ? KILN_PDL_ALL : !strcmp(e, "prefetch") ? KILN_PDL_PREFETCH : KILN_PDL_NONE;
+    }
+    return level;
+}
+
+/* Launches kernel k on stream s, with the programmatic-serialization attribute when
+ * kiln_pdl_level() >= level: it may start while the kernel ahead of it runs (after that one's
+ * kiln_pdl_trigger), so k calls kiln_pdl_wait before it touches memory. A plain launch on HIP.
+ * Returns the launch's error. */
 template <typename... KArgs, typename... Args>
 static gpuError_t kiln_launch_pdl(int level, void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, gpuStream_t s,
                                   Args... args)
@@ -95,7 +106,7 @@ static gpuError_t kiln_launch_pdl(int level, void (*k)(KArgs...), dim3 grid, dim
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
-    cfg.numAttrs = kiln_gpu_pdl_level() >= level ? 1 : 0;
+    cfg.numAttrs = kiln_pdl_level() >= level ? 1 : 0;
     return cudaLaunchKernelEx(&cfg, k, ((KArgs)args)...);
 #endif
 }

@@ -463,16 +463,6 @@ kiln_status kiln_gpu_check_word(kiln_run_ctx *c, int32_t **word, int32_t *code)
     return KILN_OK;
 }
 
-int kiln_gpu_pdl_level(void)
-{
-    static int level = -1;
-    if (level < 0) {
-        const char *e = getenv("KILN_GPU_PDL");
-        level = !e || !strcmp(e, "all") ? 2 : !strcmp(e, "prefetch") ? 1 : 0;
-    }
-    return level;
-}
-
 kiln_status kiln_gpu_tickets(kiln_run_ctx *c, int64_t n, int32_t **tickets)
 {
     kiln_gpu_run *r = c->dev;
